@@ -1,0 +1,211 @@
+//! Keys and lock names: what they may be, and how a key becomes text.
+//!
+//! A key is text; a number is its decimal text, so key `9` and key `"9"` are
+//! one key. Integers are formatted into a stack buffer ([`KeyBuf`]), so no key
+//! allocates on the way to a hold.
+
+use crate::error::{Error, ErrorKind};
+
+/// Longest key, in bytes.
+pub const MAX_KEY_BYTES: usize = 1024;
+/// Longest lock name, in bytes.
+pub const MAX_NAME_BYTES: usize = 128;
+
+/// Scratch space a number is formatted into (enough for any `i128`).
+pub(crate) struct KeyBuf {
+    bytes: [u8; 40],
+}
+
+impl KeyBuf {
+    #[inline]
+    pub(crate) fn new() -> Self {
+        KeyBuf { bytes: [0; 40] }
+    }
+
+    /// Writes `n` (with a `-` when `negative`) and answers the text.
+    #[inline]
+    fn decimal(&mut self, mut n: u128, negative: bool) -> &str {
+        let mut at = self.bytes.len();
+        loop {
+            at -= 1;
+            self.bytes[at] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        if negative {
+            at -= 1;
+            self.bytes[at] = b'-';
+        }
+        // Only ASCII digits and '-' were written.
+        std::str::from_utf8(&self.bytes[at..]).unwrap_or_default()
+    }
+}
+
+/// A key as a caller named it: text, or a number standing for its decimal text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyRef<'a> {
+    /// Text, used as it is.
+    Text(&'a str),
+    /// A non-negative number.
+    Unsigned(u128),
+    /// A negative number.
+    Negative(u128),
+}
+
+impl<'a> KeyRef<'a> {
+    /// The key's text, formatting a number into `buf`.
+    #[inline]
+    pub(crate) fn text<'b>(self, buf: &'b mut KeyBuf) -> &'b str
+    where
+        'a: 'b,
+    {
+        match self {
+            KeyRef::Text(t) => t,
+            KeyRef::Unsigned(n) => buf.decimal(n, false),
+            KeyRef::Negative(n) => buf.decimal(n, true),
+        }
+    }
+}
+
+/// Something that names a key: text, or an integer (its decimal text, so
+/// key `9` and key `"9"` are the same key).
+pub trait Key {
+    /// The key as text or number.
+    fn key_ref(&self) -> KeyRef<'_>;
+}
+
+impl Key for str {
+    #[inline]
+    fn key_ref(&self) -> KeyRef<'_> {
+        KeyRef::Text(self)
+    }
+}
+
+impl Key for String {
+    #[inline]
+    fn key_ref(&self) -> KeyRef<'_> {
+        KeyRef::Text(self)
+    }
+}
+
+impl<T: Key + ?Sized> Key for &T {
+    #[inline]
+    fn key_ref(&self) -> KeyRef<'_> {
+        (**self).key_ref()
+    }
+}
+
+macro_rules! unsigned_keys {
+    ($($t:ty)*) => {$(
+        impl Key for $t {
+            #[inline]
+            fn key_ref(&self) -> KeyRef<'_> {
+                KeyRef::Unsigned(*self as u128)
+            }
+        }
+    )*};
+}
+
+macro_rules! signed_keys {
+    ($($t:ty)*) => {$(
+        impl Key for $t {
+            #[inline]
+            fn key_ref(&self) -> KeyRef<'_> {
+                let n = *self as i128;
+                if n < 0 { KeyRef::Negative(n.unsigned_abs()) } else { KeyRef::Unsigned(n as u128) }
+            }
+        }
+    )*};
+}
+
+unsigned_keys!(u8 u16 u32 u64 u128 usize);
+signed_keys!(i8 i16 i32 i64 i128 isize);
+
+/// Checks a key: 1 to 1,024 bytes of UTF-8 with no control characters.
+#[inline]
+pub(crate) fn check_key(lock: &str, key: &str) -> Result<(), Error> {
+    let bytes = key.as_bytes();
+    let bad = |what: &'static str| Err(Error::new(ErrorKind::Invalid, what).for_key(lock, key));
+    if bytes.is_empty() {
+        return bad("the key is empty");
+    }
+    if bytes.len() > MAX_KEY_BYTES {
+        return bad("the key is longer than 1024 bytes");
+    }
+    // ASCII fast path: controls are below 0x20 and 0x7f; anything above is
+    // checked as chars (C1 controls U+0080..U+009F are controls too).
+    let ascii_ok = bytes.iter().all(|&b| (0x20..0x7f).contains(&b));
+    if !ascii_ok && key.chars().any(char::is_control) {
+        return bad("the key holds a control character");
+    }
+    Ok(())
+}
+
+/// Checks a lock name: 1 to 128 bytes of ASCII letters, digits and `_ - . :`.
+pub(crate) fn check_name(name: &str) -> Result<(), Error> {
+    let ok = !name.is_empty()
+        && name.len() <= MAX_NAME_BYTES
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':'));
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::new(
+            ErrorKind::Invalid,
+            "a lock name is 1 to 128 ASCII letters, digits and _ - . :",
+        )
+        .for_lock(&format!("{name:?}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text<K: Key + ?Sized>(k: &K) -> String {
+        let mut buf = KeyBuf::new();
+        k.key_ref().text(&mut buf).to_owned()
+    }
+
+    #[test]
+    fn integers_are_their_decimal_text() {
+        assert_eq!(text(&9u8), "9");
+        assert_eq!(text(&0i32), "0");
+        assert_eq!(text(&-17i64), "-17");
+        assert_eq!(text(&i128::MIN), i128::MIN.to_string());
+        assert_eq!(text(&u128::MAX), u128::MAX.to_string());
+        assert_eq!(text(&i8::MIN), "-128");
+        assert_eq!(text("9"), "9");
+        assert_eq!(text(&String::from("9")), "9");
+        assert_eq!(text(&&"x"), "x");
+    }
+
+    #[test]
+    fn keys_are_checked() {
+        assert!(check_key("l", "a").is_ok());
+        assert!(check_key("l", &"é".repeat(512)).is_ok());
+        assert!(check_key("l", &"a".repeat(1024)).is_ok());
+        for bad in ["", "a\nb", "\u{7f}", "x\u{85}", "tab\t"] {
+            assert_eq!(check_key("l", bad).unwrap_err().kind(), ErrorKind::Invalid, "{bad:?}");
+        }
+        let e = check_key("l", &"a".repeat(1025)).unwrap_err();
+        assert!(e.to_string().ends_with(": the key is longer than 1024 bytes: invalid"), "{e}");
+        let e = check_key("inv", "").unwrap_err();
+        assert_eq!(e.to_string(), "lock inv: key \"\": the key is empty: invalid");
+    }
+
+    #[test]
+    fn names_are_checked() {
+        assert!(check_name("invoices").is_ok());
+        assert!(check_name("a-b_c.d:e9").is_ok());
+        assert!(check_name(&"n".repeat(128)).is_ok());
+        for bad in ["", "sp ace", "slash/", "é", &"n".repeat(129)] {
+            assert_eq!(check_name(bad).unwrap_err().kind(), ErrorKind::Invalid, "{bad:?}");
+        }
+        assert_eq!(
+            check_name("a b").unwrap_err().to_string(),
+            "lock \"a b\": a lock name is 1 to 128 ASCII letters, digits and _ - . :: invalid"
+        );
+    }
+}

@@ -1,0 +1,534 @@
+//! One key's state: a state word and the FIFO line of waiters behind it.
+//!
+//! # The state word
+//!
+//! | bit      | meaning                                                        |
+//! |----------|----------------------------------------------------------------|
+//! | `HELD`   | the key has a holder                                           |
+//! | `QLOCK`  | someone is changing the line (a tiny lock over [`Line`])       |
+//! | `QUEUED` | the line is not empty                                          |
+//! | `DEAD`   | the table retired this record; look the key up again           |
+//!
+//! Invariants:
+//! - `QUEUED` implies `HELD`: a line only ever stands behind a holder, because
+//!   a release with waiters hands `HELD` straight to the first of them.
+//! - While `QLOCK` is set, only its owner changes the word: every other
+//!   transition is a CAS from a value without `QLOCK` (the uncontended ones
+//!   expect exactly `0` or exactly `HELD`). So the owner may unlock with a
+//!   plain store of the value it locked from, updated.
+//! - `DEAD` is set only from exactly `0` (free, no line, unlocked), by the
+//!   table's sweeper, and is final.
+//! - `fence` is the fence of the current grant while `HELD`, and the fence
+//!   the next grant will carry while free: a release stores `fence + 1`
+//!   before it gives the key up, so a stale fence is refused from the moment
+//!   its holder lets go or is revoked.
+//!
+//! # The line
+//!
+//! Waiters are [`Waiter`] nodes on their threads' stacks, linked into an
+//! intrusive doubly-linked list that only the `QLOCK` owner reads or writes,
+//! so a waiter leaves from any position in O(1). Ownership rules:
+//! - a node is linked by its own thread (`acquire_or_enqueue`) and unlinked
+//!   either by a granter/closer (who then sets its final status) or by its own
+//!   thread when its deadline passes (`cancel`), always under `QLOCK`;
+//! - a node's thread may return (freeing the node) as soon as it reads a
+//!   final status, so a granter copies the `Thread` handle it needs *before*
+//!   it publishes that status, and never touches the node after.
+//!
+//! Waiter status: `WAITING -> PARKED` (by the waiter, before it sleeps),
+//! `WAITING | PARKED -> GRANTED | CLOSED` (under `QLOCK`). A waiter that
+//! finds `PARKED` still set when its deadline passes takes `QLOCK` and, if no
+//! final status arrived meanwhile, unlinks itself: a grant and a timeout can
+//! never both happen, and a grant is never lost.
+
+use crate::sync::{
+    park_timeout, spin_loop, yield_now, AtomicU32, AtomicU64, AtomicUsize, Clock, Ordering, Thread, UnsafeCell,
+    SPIN_BEHIND, SPIN_FIRST_IN_LINE, YIELDS_FIRST_IN_LINE,
+};
+use crossbeam_epoch as epoch;
+use std::ptr;
+use std::time::Duration;
+
+pub(crate) const HELD: usize = 1;
+pub(crate) const QLOCK: usize = 1 << 1;
+pub(crate) const QUEUED: usize = 1 << 2;
+pub(crate) const DEAD: usize = 1 << 3;
+
+const WAITING: u32 = 0;
+const PARKED: u32 = 1;
+const GRANTED: u32 = 2;
+const CLOSED: u32 = 3;
+
+/// How a wait in line ended.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum WaitEnd {
+    Granted,
+    Closed,
+    TimedOut,
+}
+
+/// What `acquire_or_enqueue` did.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Enqueued {
+    /// The key was free: the caller holds it.
+    Granted,
+    /// The caller stands in line; `first` when nobody stands before it.
+    Waiting { first: bool },
+    /// The record was retired: look the key up again.
+    Dead,
+}
+
+/// What `try_acquire` found.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Tried {
+    Granted,
+    Held,
+    Dead,
+}
+
+/// A thread standing in a key's line. Lives on that thread's stack.
+pub(crate) struct Waiter {
+    prev: UnsafeCell<*const Waiter>,
+    next: UnsafeCell<*const Waiter>,
+    status: AtomicU32,
+    thread: Thread,
+}
+
+impl Waiter {
+    pub(crate) fn new() -> Self {
+        Waiter {
+            prev: UnsafeCell::new(ptr::null()),
+            next: UnsafeCell::new(ptr::null()),
+            status: AtomicU32::new(WAITING),
+            thread: crate::sync::current_thread(),
+        }
+    }
+}
+
+/// The line's ends; read and written only by the `QLOCK` owner.
+struct Line {
+    head: *const Waiter,
+    tail: *const Waiter,
+}
+
+/// One key of one lock.
+pub(crate) struct Record {
+    /// Next record in the table bucket's chain.
+    pub(crate) next: epoch::Atomic<Record>,
+    pub(crate) hash: u64,
+    pub(crate) key: Box<str>,
+    state: AtomicUsize,
+    /// See the module doc: the current grant's fence while held, the next's while free.
+    fence: AtomicU64,
+    /// The fence of this record's first grant (for `grants` in stats).
+    first_fence: u64,
+    /// Length of the line: written under `QLOCK`, read racily by stats.
+    waiters: AtomicU32,
+    line: UnsafeCell<Line>,
+}
+
+// SAFETY: the raw pointers in `line` are only dereferenced by the `QLOCK`
+// owner, and point at `Waiter`s that stay alive while linked (module doc).
+unsafe impl Send for Record {}
+// SAFETY: as for `Send`; all other fields are atomics or immutable.
+unsafe impl Sync for Record {}
+
+impl Record {
+    /// A record whose creator already holds its key with fence `fence`.
+    pub(crate) fn new_held(hash: u64, key: &str, fence: u64) -> Record {
+        Record {
+            next: epoch::Atomic::null(),
+            hash,
+            key: key.into(),
+            state: AtomicUsize::new(HELD),
+            fence: AtomicU64::new(fence),
+            first_fence: fence,
+            waiters: AtomicU32::new(0),
+            line: UnsafeCell::new(Line { head: ptr::null(), tail: ptr::null() }),
+        }
+    }
+
+    /// The uncontended acquire: free, no line, nobody changing it.
+    #[inline]
+    pub(crate) fn try_lock_fast(&self) -> bool {
+        // Acquire: pairs with the Release of the previous holder's release,
+        // so this holder sees that holder's writes and the bumped fence.
+        self.state.compare_exchange(0, HELD, Ordering::Acquire, Ordering::Relaxed).is_ok()
+    }
+
+    /// The fence of the grant the caller holds.
+    #[inline]
+    pub(crate) fn fence(&self) -> u64 {
+        // Relaxed: the caller's acquiring transition (CAS or GRANTED status,
+        // both Acquire) ordered the granter's store before this load.
+        self.fence.load(Ordering::Relaxed)
+    }
+
+    /// The fence a put must carry to be accepted now, if the key is held.
+    pub(crate) fn current_fence_if_held(&self) -> Option<u64> {
+        // Acquire: a HELD written by a later grant carries (through the
+        // release sequence) the release that bumped the fence past the old
+        // holder's, so a stale fence cannot be read back as current.
+        let held = self.state.load(Ordering::Acquire) & HELD != 0;
+        let fence = self.fence.load(Ordering::Relaxed);
+        held.then_some(fence)
+    }
+
+    pub(crate) fn is_held(&self) -> bool {
+        self.state.load(Ordering::Relaxed) & HELD != 0
+    }
+
+    pub(crate) fn waiter_count(&self) -> u32 {
+        self.waiters.load(Ordering::Relaxed)
+    }
+
+    /// Grants made through this record so far.
+    pub(crate) fn grants(&self) -> u64 {
+        let s = self.state.load(Ordering::Acquire);
+        let next = self.fence.load(Ordering::Relaxed);
+        next - self.first_fence + u64::from(s & HELD != 0)
+    }
+
+    /// The fence a new record for this key must start from once this one is
+    /// retired: greater than every fence it granted.
+    pub(crate) fn next_fence_after_retire(&self) -> u64 {
+        self.fence.load(Ordering::Relaxed)
+    }
+
+    /// Never waits: takes the key if it is free.
+    pub(crate) fn try_acquire(&self) -> Tried {
+        let mut s = self.state.load(Ordering::Relaxed);
+        loop {
+            if s & DEAD != 0 {
+                return Tried::Dead;
+            }
+            if s & (HELD | QUEUED) != 0 {
+                return Tried::Held;
+            }
+            if s & QLOCK != 0 {
+                // Only `close` locks the line of a free key; it is brief.
+                spin_loop();
+                s = self.state.load(Ordering::Relaxed);
+                continue;
+            }
+            // Acquire: as in `try_lock_fast`.
+            match self.state.compare_exchange_weak(s, s | HELD, Ordering::Acquire, Ordering::Relaxed) {
+                Ok(_) => return Tried::Granted,
+                Err(now) => s = now,
+            }
+        }
+    }
+
+    /// Takes the key if it is free and nobody waits; otherwise, if `admit`
+    /// (run under the line's lock with the current line length) agrees, links
+    /// `waiter` at the back of the line. The caller must keep `waiter` in
+    /// place until `wait` answers.
+    pub(crate) fn acquire_or_enqueue<E>(
+        &self,
+        waiter: &Waiter,
+        admit: impl FnOnce(u32) -> Result<(), E>,
+    ) -> Result<Enqueued, E> {
+        let mut s = self.state.load(Ordering::Relaxed);
+        loop {
+            if s & DEAD != 0 {
+                return Ok(Enqueued::Dead);
+            }
+            if s & (HELD | QUEUED | QLOCK) == 0 {
+                match self.state.compare_exchange_weak(s, HELD, Ordering::Acquire, Ordering::Relaxed) {
+                    Ok(_) => return Ok(Enqueued::Granted),
+                    Err(now) => s = now,
+                }
+                continue;
+            }
+            if s & QLOCK != 0 {
+                spin_loop();
+                s = self.state.load(Ordering::Relaxed);
+                continue;
+            }
+            // Acquire: to see the line as the previous QLOCK owner left it.
+            if let Err(now) = self.state.compare_exchange_weak(s, s | QLOCK, Ordering::Acquire, Ordering::Relaxed) {
+                s = now;
+                continue;
+            }
+            // We own QLOCK; `s` (which has HELD) is the word's value without it.
+            let len = self.waiters.load(Ordering::Relaxed);
+            if let Err(e) = admit(len) {
+                // Release: publish nothing new, but keep the unlock a release.
+                self.state.store(s, Ordering::Release);
+                return Err(e);
+            }
+            // SAFETY: we own QLOCK, so we have exclusive access to the line
+            // and to the links of every node in it; `waiter` is not linked yet.
+            unsafe { self.push_back(waiter) };
+            self.waiters.store(len + 1, Ordering::Relaxed);
+            // Release: the next QLOCK owner must see the node linked.
+            self.state.store(s | QUEUED, Ordering::Release);
+            return Ok(Enqueued::Waiting { first: len == 0 });
+        }
+    }
+
+    /// Waits until `waiter` is granted the key, the store closes, or
+    /// `deadline_ms` (on `clock`) passes. Spins first when `first` in line, so
+    /// a handoff finds it awake; parks after.
+    pub(crate) fn wait(&self, waiter: &Waiter, first: bool, clock: &Clock, deadline_ms: u64) -> WaitEnd {
+        let spins = if first { SPIN_FIRST_IN_LINE } else { SPIN_BEHIND };
+        for i in 0..spins {
+            if let Some(end) = final_status(waiter.status.load(Ordering::Acquire)) {
+                return end;
+            }
+            for _ in 0..(1u32 << (i / 32).min(5)) {
+                spin_loop();
+            }
+        }
+        if first {
+            for _ in 0..YIELDS_FIRST_IN_LINE {
+                if let Some(end) = final_status(waiter.status.load(Ordering::Acquire)) {
+                    return end;
+                }
+                yield_now();
+            }
+        }
+        // Acquire on failure: a final status was published with Release.
+        if let Err(now) = waiter.status.compare_exchange(WAITING, PARKED, Ordering::Acquire, Ordering::Acquire) {
+            return final_status(now).unwrap_or(WaitEnd::TimedOut);
+        }
+        loop {
+            let now = clock.now_ms();
+            if now >= deadline_ms {
+                return self.cancel(waiter);
+            }
+            // Cap one park at a day so huge deadlines cannot overflow the call.
+            park_timeout(Duration::from_millis((deadline_ms - now).min(86_400_000)));
+            if let Some(end) = final_status(waiter.status.load(Ordering::Acquire)) {
+                return end;
+            }
+        }
+    }
+
+    /// The deadline passed: leave the line, unless a grant or a close got
+    /// there first.
+    fn cancel(&self, waiter: &Waiter) -> WaitEnd {
+        // The record is alive: `waiter` is still linked (no final status yet
+        // was seen), so QUEUED is set and the sweeper cannot retire it.
+        let s = self.lock_line();
+        // Under QLOCK no one else can change the status (only QLOCK owners
+        // publish final statuses). Acquire: to see a granter's fence store.
+        if let Some(end) = final_status(waiter.status.load(Ordering::Acquire)) {
+            self.state.store(s, Ordering::Release);
+            return end;
+        }
+        // SAFETY: we own QLOCK and `waiter` is linked (no final status).
+        let now_empty = unsafe { self.unlink(waiter) };
+        let len = self.waiters.load(Ordering::Relaxed);
+        self.waiters.store(len - 1, Ordering::Relaxed);
+        let s = if now_empty { s & !QUEUED } else { s };
+        self.state.store(s, Ordering::Release);
+        WaitEnd::TimedOut
+    }
+
+    /// Lets the key go: straight to the first waiter when there is one
+    /// (no barging), otherwise free. Called once per grant, by its holder or
+    /// by whoever took its lease away. `fence` is that grant's fence.
+    #[inline]
+    pub(crate) fn release(&self, fence: u64) {
+        // Relaxed: published by the Release transition below.
+        self.fence.store(fence + 1, Ordering::Relaxed);
+        // Release: the next holder (fast acquire, Acquire) sees our writes.
+        if self.state.compare_exchange(HELD, 0, Ordering::Release, Ordering::Relaxed).is_err() {
+            self.release_slow();
+        }
+    }
+
+    #[cold]
+    fn release_slow(&self) {
+        let mut s = self.state.load(Ordering::Relaxed);
+        loop {
+            if s & QLOCK != 0 {
+                spin_loop();
+                s = self.state.load(Ordering::Relaxed);
+                continue;
+            }
+            if s & QUEUED == 0 {
+                match self.state.compare_exchange_weak(s, s & !HELD, Ordering::Release, Ordering::Relaxed) {
+                    Ok(_) => return,
+                    Err(now) => s = now,
+                }
+                continue;
+            }
+            if let Err(now) = self.state.compare_exchange_weak(s, s | QLOCK, Ordering::Acquire, Ordering::Relaxed) {
+                s = now;
+                continue;
+            }
+            // SAFETY: we own QLOCK; QUEUED says the line is not empty.
+            let (first, now_empty) = unsafe { self.pop_front() };
+            let len = self.waiters.load(Ordering::Relaxed);
+            self.waiters.store(len - 1, Ordering::Relaxed);
+            // SAFETY: `first` was linked until just now and has no final
+            // status, so its thread is still waiting for one: alive.
+            let wake = unsafe { finish_waiter(first, GRANTED) };
+            // HELD stays set: it passed to `first`.
+            let s = if now_empty { s & !QUEUED } else { s };
+            // Release: publishes the line and, to later lockers, the grant.
+            self.state.store(s, Ordering::Release);
+            if let Some(thread) = wake {
+                thread.unpark();
+            }
+            return;
+        }
+    }
+
+    /// Fails every waiter with `closed` (the store closed). The holder keeps
+    /// the key until it lets go. Answers false when the record was retired.
+    pub(crate) fn close_line(&self, wake: &mut Vec<Thread>) -> bool {
+        let mut s = self.state.load(Ordering::Relaxed);
+        loop {
+            if s & DEAD != 0 {
+                return false;
+            }
+            if s & QLOCK != 0 {
+                spin_loop();
+                s = self.state.load(Ordering::Relaxed);
+                continue;
+            }
+            // Acquire/Release through the lock is what makes a waiter that
+            // locks after us see the store's `closed` flag (see `Store::close`).
+            match self.state.compare_exchange_weak(s, s | QLOCK, Ordering::Acquire, Ordering::Relaxed) {
+                Ok(_) => break,
+                Err(now) => s = now,
+            }
+        }
+        for _ in 0..self.waiters.load(Ordering::Relaxed) {
+            // SAFETY: we own QLOCK, and `waiters` counts the linked nodes.
+            let (w, _) = unsafe { self.pop_front() };
+            // SAFETY: `w` was linked and has no final status: alive.
+            if let Some(t) = unsafe { finish_waiter(w, CLOSED) } {
+                wake.push(t);
+            }
+        }
+        self.waiters.store(0, Ordering::Relaxed);
+        self.state.store(s & !QUEUED, Ordering::Release);
+        true
+    }
+
+    /// The sweeper's step: retires the record if it is idle (exactly `0`).
+    pub(crate) fn try_retire(&self) -> bool {
+        // Acquire: to read the last holder's fence bump afterwards.
+        self.state.compare_exchange(0, DEAD, Ordering::Acquire, Ordering::Relaxed).is_ok()
+    }
+
+    /// Spins until it owns QLOCK; answers the word's value without QLOCK.
+    /// The caller must know the record is alive and not DEAD.
+    fn lock_line(&self) -> usize {
+        let mut s = self.state.load(Ordering::Relaxed);
+        loop {
+            if s & QLOCK != 0 {
+                spin_loop();
+                s = self.state.load(Ordering::Relaxed);
+                continue;
+            }
+            // Acquire: to see the line as the previous owner left it.
+            match self.state.compare_exchange_weak(s, s | QLOCK, Ordering::Acquire, Ordering::Relaxed) {
+                Ok(_) => return s,
+                Err(now) => s = now,
+            }
+        }
+    }
+
+    /// # Safety
+    /// The caller owns QLOCK and `w` is not linked.
+    unsafe fn push_back(&self, w: &Waiter) {
+        let wp: *const Waiter = w;
+        self.line.with_mut(|line| {
+            // SAFETY: QLOCK gives exclusive access to the line and the links.
+            unsafe {
+                let tail = (*line).tail;
+                w.prev.with_mut(|p| *p = tail);
+                w.next.with_mut(|n| *n = ptr::null());
+                if tail.is_null() {
+                    (*line).head = wp;
+                } else {
+                    (*tail).next.with_mut(|n| *n = wp);
+                }
+                (*line).tail = wp;
+            }
+        });
+    }
+
+    /// Unlinks the first waiter; answers it and whether the line is now empty.
+    ///
+    /// # Safety
+    /// The caller owns QLOCK and the line is not empty.
+    unsafe fn pop_front(&self) -> (*const Waiter, bool) {
+        self.line.with_mut(|line| {
+            // SAFETY: QLOCK gives exclusive access; the head is linked, so alive.
+            unsafe {
+                let head = (*line).head;
+                debug_assert!(!head.is_null());
+                let next = (*head).next.with(|n| *n);
+                (*line).head = next;
+                if next.is_null() {
+                    (*line).tail = ptr::null();
+                } else {
+                    (*next).prev.with_mut(|p| *p = ptr::null());
+                }
+                (head, next.is_null())
+            }
+        })
+    }
+
+    /// Unlinks `w` from anywhere in the line; answers whether it is now empty.
+    ///
+    /// # Safety
+    /// The caller owns QLOCK and `w` is linked.
+    unsafe fn unlink(&self, w: &Waiter) -> bool {
+        self.line.with_mut(|line| {
+            // SAFETY: QLOCK gives exclusive access; linked nodes are alive.
+            unsafe {
+                let prev = w.prev.with(|p| *p);
+                let next = w.next.with(|n| *n);
+                if prev.is_null() {
+                    (*line).head = next;
+                } else {
+                    (*prev).next.with_mut(|n| *n = next);
+                }
+                if next.is_null() {
+                    (*line).tail = prev;
+                } else {
+                    (*next).prev.with_mut(|p| *p = prev);
+                }
+                (*line).head.is_null()
+            }
+        })
+    }
+}
+
+/// Gives a just-unlinked waiter its final status; answers the thread to
+/// unpark once the caller has let QLOCK go.
+///
+/// # Safety
+/// The caller owns the QLOCK of the line `w` was just unlinked from, and `w`
+/// has no final status yet (so its thread has not returned).
+unsafe fn finish_waiter(w: *const Waiter, to: u32) -> Option<Thread> {
+    // SAFETY: per the contract, `w`'s thread waits for a final status and
+    // cannot leave before it reads one; until our store below, `w` is alive.
+    let w = unsafe { &*w };
+    // Release: the new holder must see the fence and everything before.
+    match w.status.compare_exchange(WAITING, to, Ordering::Release, Ordering::Relaxed) {
+        Ok(_) => None,
+        Err(_parked) => {
+            // PARKED: it sleeps (or is about to). Copy the handle first: once
+            // the status is final the node may vanish.
+            let thread = w.thread.clone();
+            w.status.store(to, Ordering::Release);
+            Some(thread)
+        }
+    }
+}
+
+fn final_status(status: u32) -> Option<WaitEnd> {
+    match status {
+        GRANTED => Some(WaitEnd::Granted),
+        CLOSED => Some(WaitEnd::Closed),
+        _ => None,
+    }
+}

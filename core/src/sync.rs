@@ -1,0 +1,160 @@
+//! The one place the core takes its synchronisation primitives from.
+//!
+//! Every atomic, cell, mutex, condition variable, park/unpark call, spin hint
+//! and clock read in the crate goes through this module. Normally these are
+//! the standard library's; under `cfg(loom)` they are loom's, so the loom
+//! models in `loom-tests/` exercise the shipped code rather than a copy.
+//!
+//! Loom has no clock and no timed park. Under loom:
+//! - [`Clock`] is a logical clock that advances one millisecond per read, so
+//!   a short wait deadline passes after a few reads in every interleaving;
+//! - [`park_timeout`] yields (a spurious wake-up) for a finite wait, and parks
+//!   for real when the wait is at least [`LOOM_FOREVER`], which lets loom find
+//!   a missed wake as a deadlock.
+
+#![allow(dead_code)]
+
+#[cfg(not(loom))]
+mod imp {
+    pub(crate) use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+    pub(crate) use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+    pub(crate) use std::thread::{current as current_thread, yield_now, Thread};
+
+    /// `std::cell::UnsafeCell` with loom's closure-based API, so call sites are
+    /// the same under both.
+    #[derive(Debug)]
+    pub(crate) struct UnsafeCell<T>(std::cell::UnsafeCell<T>);
+
+    impl<T> UnsafeCell<T> {
+        pub(crate) const fn new(value: T) -> Self {
+            Self(std::cell::UnsafeCell::new(value))
+        }
+        #[inline(always)]
+        pub(crate) fn with<R>(&self, f: impl FnOnce(*const T) -> R) -> R {
+            f(self.0.get())
+        }
+        #[inline(always)]
+        pub(crate) fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
+            f(self.0.get())
+        }
+    }
+
+    #[inline(always)]
+    pub(crate) fn spin_loop() {
+        std::hint::spin_loop();
+    }
+
+    /// Parks the current thread for at most `timeout`; may wake spuriously.
+    #[inline]
+    pub(crate) fn park_timeout(timeout: std::time::Duration) {
+        std::thread::park_timeout(timeout);
+    }
+
+    /// Milliseconds since an origin fixed when the clock was made.
+    #[derive(Debug)]
+    pub(crate) struct Clock {
+        origin: std::time::Instant,
+    }
+
+    impl Clock {
+        pub(crate) fn new() -> Self {
+            Self { origin: std::time::Instant::now() }
+        }
+        /// Whole milliseconds since this clock was made (rounded down: callers
+        /// add one to a deadline so it is never reached early).
+        #[inline]
+        pub(crate) fn now_ms(&self) -> u64 {
+            self.origin.elapsed().as_millis() as u64
+        }
+    }
+
+    /// Spins per waiter before it parks (see `record.rs`).
+    pub(crate) const SPIN_FIRST_IN_LINE: u32 = 200;
+    pub(crate) const SPIN_BEHIND: u32 = 20;
+    pub(crate) const YIELDS_FIRST_IN_LINE: u32 = 8;
+}
+
+#[cfg(loom)]
+mod imp {
+    pub(crate) use loom::cell::UnsafeCell;
+    pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+    pub(crate) use loom::sync::{Arc, Condvar, Mutex, MutexGuard};
+    pub(crate) use loom::thread::{current as current_thread, yield_now, Thread};
+
+    #[inline(always)]
+    pub(crate) fn spin_loop() {
+        loom::hint::spin_loop();
+    }
+
+    /// A finite wait yields (a spurious wake-up: the caller re-checks its
+    /// deadline on the logical clock); a wait of [`super::LOOM_FOREVER`] or
+    /// more parks for real, so a missed unpark shows up as a loom deadlock.
+    pub(crate) fn park_timeout(timeout: std::time::Duration) {
+        if timeout >= super::LOOM_FOREVER {
+            loom::thread::park();
+        } else {
+            loom::thread::yield_now();
+        }
+    }
+
+    /// A logical clock: every read advances it by one millisecond.
+    #[derive(Debug)]
+    pub(crate) struct Clock {
+        ticks: AtomicU64,
+    }
+
+    impl Clock {
+        pub(crate) fn new() -> Self {
+            Self { ticks: AtomicU64::new(0) }
+        }
+        pub(crate) fn now_ms(&self) -> u64 {
+            // Relaxed: a logical clock only needs to be monotonic per reader.
+            self.ticks.fetch_add(1, Ordering::Relaxed) + 1
+        }
+    }
+
+    // Under loom spinning only multiplies interleavings: check once, then park.
+    pub(crate) const SPIN_FIRST_IN_LINE: u32 = 1;
+    pub(crate) const SPIN_BEHIND: u32 = 0;
+    pub(crate) const YIELDS_FIRST_IN_LINE: u32 = 0;
+}
+
+pub(crate) use imp::*;
+
+/// Under loom, a wait at least this long parks for real instead of yielding.
+pub(crate) const LOOM_FOREVER: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// Locks a mutex whose data stays consistent across a panic (every critical
+/// section in this crate either completes or changes nothing), so poisoning
+/// carries no information here.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(poisoned) => poisoned.into_inner(),
+    }
+}
+
+/// The first fence of a new store: nanoseconds since the Unix epoch, and
+/// above every earlier store's of this process. A key cannot be granted more
+/// than once a nanosecond, so every fence an earlier store handed out (its
+/// floor plus at most one per grant since) is below the clock's reading now.
+///
+/// This process-wide word is std's even under loom: it is read once per
+/// store and takes no part in any modelled race.
+pub(crate) fn next_store_fence_floor() -> u64 {
+    static LAST: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    // Relaxed: fetch_max is atomic; no other memory hangs on this word.
+    let prev = LAST.fetch_max(now, std::sync::atomic::Ordering::Relaxed);
+    if prev >= now {
+        // The clock did not move (or stepped back): stay above the last floor
+        // by more than any burst of grants could have reached.
+        let bumped = prev + (1 << 40);
+        LAST.fetch_max(bumped, std::sync::atomic::Ordering::Relaxed);
+        bumped
+    } else {
+        now
+    }
+}

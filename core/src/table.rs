@@ -1,0 +1,302 @@
+//! The key table of one lock: key text -> [`Record`], concurrent, growing
+//! and shrinking, with idle records reclaimed through `crossbeam-epoch`.
+//!
+//! 64 shards, chosen by the hash's top bits; each shard has a bucket array of
+//! chained records and a mutex that serialises its *writers* (create,
+//! retire, resize). Readers take no lock: [`Table::find`] pins the epoch and
+//! walks a chain.
+//!
+//! Invariants:
+//! - A key has at most one record reachable from its shard: records are only
+//!   created under the shard lock, after an authoritative search under it.
+//! - A record in a chain is never `DEAD`: the sweeper marks it `DEAD` (from
+//!   exactly idle) and unlinks it in one critical section, then defers its
+//!   destruction, so a reader that still sees it sees a live allocation whose
+//!   every transition now fails.
+//! - A resize relinks records in place. A reader racing it may follow a
+//!   `next` into another chain and miss its key (never find a wrong one,
+//!   never loop: moved records only point at moved records), so a miss is
+//!   only a hint: the caller confirms it under the shard lock.
+//! - `floor` only grows: every record's first fence is at least `floor`, and
+//!   retiring a record lifts `floor` above every fence it granted, so fences
+//!   keep rising across a key's records.
+
+use crate::record::Record;
+use crate::sync::{lock, Mutex, Ordering};
+use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned, Shared};
+use crossbeam_utils::CachePadded;
+use std::hash::BuildHasher;
+
+const SHARD_BITS: u32 = 6;
+const SHARDS: usize = 1 << SHARD_BITS;
+const MIN_BUCKETS: usize = 8;
+
+pub(crate) struct Table {
+    shards: Box<[CachePadded<Shard>]>,
+    hasher: foldhash::fast::RandomState,
+}
+
+struct Shard {
+    buckets: Atomic<Buckets>,
+    writer: Mutex<ShardWriter>,
+}
+
+/// What only the shard's writers touch.
+struct ShardWriter {
+    len: usize,
+    /// The first fence of the next record created here.
+    floor: u64,
+    /// Grants made through records already retired.
+    retired_grants: u64,
+}
+
+struct Buckets {
+    slots: Box<[Atomic<Record>]>,
+}
+
+impl Buckets {
+    fn new(n: usize) -> Owned<Buckets> {
+        Owned::new(Buckets { slots: (0..n).map(|_| Atomic::null()).collect() })
+    }
+    #[inline]
+    fn slot(&self, hash: u64) -> &Atomic<Record> {
+        &self.slots[hash as usize & (self.slots.len() - 1)]
+    }
+}
+
+/// Totals over a table, for `Lock::stats`.
+#[derive(Default, Debug, Clone, Copy)]
+pub(crate) struct TableTotals {
+    pub live: usize,
+    pub held: usize,
+    pub waiters: usize,
+    pub grants: u64,
+}
+
+impl Table {
+    pub(crate) fn new(fence_floor: u64) -> Table {
+        let shards = (0..SHARDS)
+            .map(|_| {
+                CachePadded::new(Shard {
+                    buckets: Atomic::null(),
+                    writer: Mutex::new(ShardWriter { len: 0, floor: fence_floor, retired_grants: 0 }),
+                })
+            })
+            .collect();
+        Table { shards, hasher: foldhash::fast::RandomState::default() }
+    }
+
+    #[inline]
+    pub(crate) fn hash(&self, key: &str) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    #[inline]
+    fn shard(&self, hash: u64) -> &Shard {
+        &self.shards[(hash >> (64 - SHARD_BITS)) as usize]
+    }
+
+    /// Lock-free lookup. A miss may be spurious (see the module doc).
+    #[inline]
+    pub(crate) fn find<'g>(&self, hash: u64, key: &str, guard: &'g Guard) -> Option<&'g Record> {
+        // Acquire: pairs with the Release that published the array/records.
+        let buckets = self.shard(hash).buckets.load(Ordering::Acquire, guard);
+        // SAFETY: arrays are retired through the epoch and we are pinned.
+        let buckets = unsafe { buckets.as_ref() }?;
+        find_in_chain(buckets.slot(hash), hash, key, guard)
+    }
+
+    /// Finds the key's record, or creates one that the caller then holds
+    /// (answered `true`). Authoritative: runs under the shard lock.
+    pub(crate) fn find_or_create<'g>(&self, hash: u64, key: &str, guard: &'g Guard) -> (&'g Record, bool) {
+        let shard = self.shard(hash);
+        let mut w = lock(&shard.writer);
+        // Relaxed: writers are ordered by the shard lock.
+        let mut buckets = shard.buckets.load(Ordering::Relaxed, guard);
+        if buckets.is_null() {
+            buckets = Buckets::new(MIN_BUCKETS).into_shared(guard);
+            // Release: readers must see the initialised array.
+            shard.buckets.store(buckets, Ordering::Release);
+        }
+        // SAFETY: non-null, and only retired by a writer, which we exclude.
+        let b = unsafe { buckets.deref() };
+        if let Some(r) = find_in_chain(b.slot(hash), hash, key, guard) {
+            return (r, false);
+        }
+        let slot = b.slot(hash);
+        let record = Owned::new(Record::new_held(hash, key, w.floor));
+        record.next.store(slot.load(Ordering::Relaxed, guard), Ordering::Relaxed);
+        // Release: a reader that finds the record sees it initialised.
+        let record = record.into_shared(guard);
+        slot.store(record, Ordering::Release);
+        w.len += 1;
+        if w.len > b.slots.len() {
+            resize(shard, b.slots.len() * 2, guard);
+        }
+        // SAFETY: just published; it is HELD by the caller, so no sweeper
+        // can retire it, and the guard keeps it alive regardless.
+        (unsafe { record.deref() }, true)
+    }
+
+    /// Finds the key's record without creating one. Authoritative: a quick
+    /// miss is confirmed under the shard lock.
+    pub(crate) fn find_authoritative<'g>(&self, hash: u64, key: &str, guard: &'g Guard) -> Option<&'g Record> {
+        if let Some(r) = self.find(hash, key, guard) {
+            return Some(r);
+        }
+        let shard = self.shard(hash);
+        let _w = lock(&shard.writer);
+        let buckets = shard.buckets.load(Ordering::Relaxed, guard);
+        // SAFETY: we are a writer, and pinned.
+        let b = unsafe { buckets.as_ref() }?;
+        find_in_chain(b.slot(hash), hash, key, guard)
+    }
+
+    /// Retires every idle record (free, nobody waiting). Answers how many.
+    pub(crate) fn sweep(&self, guard: &Guard) -> usize {
+        let mut retired = 0;
+        for shard in self.shards.iter() {
+            // Relaxed peek: an empty shard needs no lock (a racing create is
+            // swept next time).
+            if shard.buckets.load(Ordering::Relaxed, guard).is_null() {
+                continue;
+            }
+            let mut w = lock(&shard.writer);
+            if w.len == 0 {
+                continue;
+            }
+            let buckets = shard.buckets.load(Ordering::Relaxed, guard);
+            // SAFETY: non-null (len > 0) and we are the only writer.
+            let b = unsafe { buckets.deref() };
+            for slot in b.slots.iter() {
+                let mut link = slot;
+                loop {
+                    let p = link.load(Ordering::Relaxed, guard);
+                    // SAFETY: records in chains are alive while we are pinned.
+                    let Some(r) = (unsafe { p.as_ref() }) else { break };
+                    if r.try_retire() {
+                        let next = r.next.load(Ordering::Relaxed, guard);
+                        // Release: readers arriving later skip it.
+                        link.store(next, Ordering::Release);
+                        w.floor = w.floor.max(r.next_fence_after_retire());
+                        w.retired_grants += r.grants();
+                        w.len -= 1;
+                        retired += 1;
+                        // SAFETY: unlinked under the shard lock, so no new
+                        // reader can reach it; the pinned ones keep it alive.
+                        unsafe { guard.defer_destroy(p) };
+                    } else {
+                        link = &r.next;
+                    }
+                }
+            }
+            if w.len * 8 < b.slots.len() && b.slots.len() > MIN_BUCKETS {
+                let target = (w.len * 2).next_power_of_two().max(MIN_BUCKETS);
+                resize(shard, target, guard);
+            }
+        }
+        retired
+    }
+
+    /// Calls `f` on every live record, under each shard's lock in turn.
+    pub(crate) fn for_each(&self, guard: &Guard, mut f: impl FnMut(&Record)) {
+        for shard in self.shards.iter() {
+            let _w = lock(&shard.writer);
+            let buckets = shard.buckets.load(Ordering::Relaxed, guard);
+            // SAFETY: we are a writer, and pinned.
+            let Some(b) = (unsafe { buckets.as_ref() }) else { continue };
+            for slot in b.slots.iter() {
+                let mut p = slot.load(Ordering::Relaxed, guard);
+                // SAFETY: chains hold live records; we are pinned.
+                while let Some(r) = unsafe { p.as_ref() } {
+                    f(r);
+                    p = r.next.load(Ordering::Relaxed, guard);
+                }
+            }
+        }
+    }
+
+    pub(crate) fn totals(&self) -> TableTotals {
+        let guard = epoch::pin();
+        let mut t = TableTotals::default();
+        for shard in self.shards.iter() {
+            let w = lock(&shard.writer);
+            t.live += w.len;
+            t.grants += w.retired_grants;
+        }
+        self.for_each(&guard, |r| {
+            t.held += usize::from(r.is_held());
+            t.waiters += r.waiter_count() as usize;
+            t.grants += r.grants();
+        });
+        t
+    }
+
+    pub(crate) fn live(&self) -> usize {
+        self.shards.iter().map(|s| lock(&s.writer).len).sum()
+    }
+}
+
+#[inline]
+fn find_in_chain<'g>(slot: &Atomic<Record>, hash: u64, key: &str, guard: &'g Guard) -> Option<&'g Record> {
+    // Acquire: pairs with the Release stores that linked each record.
+    let mut p = slot.load(Ordering::Acquire, guard);
+    // SAFETY: records reachable from a chain are retired through the epoch,
+    // and we are pinned.
+    while let Some(r) = unsafe { p.as_ref() } {
+        if r.hash == hash && *r.key == *key {
+            return Some(r);
+        }
+        p = r.next.load(Ordering::Acquire, guard);
+    }
+    None
+}
+
+/// Rebuilds `shard`'s array with `n` buckets. The caller holds its lock.
+fn resize(shard: &Shard, n: usize, guard: &Guard) {
+    let old = shard.buckets.load(Ordering::Relaxed, guard);
+    let new = Buckets::new(n);
+    // SAFETY: the caller is the only writer and the array is non-null.
+    let old_ref = unsafe { old.deref() };
+    for slot in old_ref.slots.iter() {
+        let mut p = slot.load(Ordering::Relaxed, guard);
+        // SAFETY: live records, pinned.
+        while let Some(r) = unsafe { p.as_ref() } {
+            let next = r.next.load(Ordering::Relaxed, guard);
+            let to = new.slot(r.hash);
+            // Release: a reader that follows this link into the new chain
+            // sees initialised records (they were published already anyway).
+            r.next.store(to.load(Ordering::Relaxed, guard), Ordering::Release);
+            to.store(p, Ordering::Relaxed);
+            p = next;
+        }
+    }
+    // Release: readers of the new array see its slots filled.
+    shard.buckets.store(new, Ordering::Release);
+    // SAFETY: unreachable for new readers; pinned readers keep it alive.
+    unsafe { guard.defer_destroy(old) };
+}
+
+impl Drop for Table {
+    fn drop(&mut self) {
+        // SAFETY: `&mut self`: no reader or writer is left (every hold and
+        // lease keeps its lock's table alive through an Arc).
+        let guard = unsafe { epoch::unprotected() };
+        for shard in self.shards.iter() {
+            let buckets = shard.buckets.load(Ordering::Relaxed, guard);
+            if buckets.is_null() {
+                continue;
+            }
+            // SAFETY: exclusive access, see above.
+            let b = unsafe { buckets.into_owned() };
+            for slot in b.slots.iter() {
+                let mut p: Shared<'_, Record> = slot.load(Ordering::Relaxed, guard);
+                while !p.is_null() {
+                    // SAFETY: exclusive access; each record is in one chain.
+                    let r = unsafe { p.into_owned() };
+                    p = r.next.load(Ordering::Relaxed, guard);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,146 @@
+//! Transactions: the store's one writer over a small in-memory table.
+//!
+//! `store.tx(f)` takes the table's mutex, so transactions of one store run
+//! one at a time. `f` reads through [`Tx`] and its writes are buffered in it:
+//! they are applied when `f` answers `Ok` and dropped when it answers `Err`
+//! or panics, so the table never holds half a transaction (and a panic
+//! leaves the store usable). A fenced write is checked when made and again
+//! at commit: it is accepted only while the key is held by the grant bearing
+//! that fence, and never over a row written with a newer fence.
+
+use crate::ctx;
+use crate::error::{Error, ErrorKind};
+use crate::key::{check_key, Key, KeyBuf};
+use crate::lock::Lock;
+use crate::store::Store;
+use crate::sync::{lock, Ordering};
+use std::collections::BTreeMap;
+
+#[derive(Default)]
+pub(crate) struct Rows {
+    map: BTreeMap<String, Row>,
+}
+
+#[derive(Clone)]
+struct Row {
+    value: Vec<u8>,
+    /// The fence of the row's last fenced write (0: none).
+    fence: u64,
+}
+
+/// A fenced write to re-check at commit.
+struct FencedWrite {
+    lock: Lock,
+    key: String,
+    fence: u64,
+}
+
+/// A transaction in progress; see [`Store::tx`].
+pub struct Tx<'s> {
+    rows: &'s Rows,
+    store_id: usize,
+    /// Buffered writes: `None` deletes.
+    writes: BTreeMap<String, Option<Row>>,
+    fenced: Vec<FencedWrite>,
+}
+
+impl Tx<'_> {
+    fn row(&self, key: &str) -> Option<&Row> {
+        match self.writes.get(key) {
+            Some(w) => w.as_ref(),
+            None => self.rows.map.get(key),
+        }
+    }
+
+    /// The row's value, as this transaction sees it.
+    pub fn get(&self, key: &str) -> Option<&[u8]> {
+        self.row(key).map(|r| r.value.as_slice())
+    }
+
+    /// The fence of the row's last fenced write, if any.
+    pub fn fence_of(&self, key: &str) -> Option<u64> {
+        self.row(key).map(|r| r.fence).filter(|&f| f != 0)
+    }
+
+    /// Writes a row (keeping the fence it remembers).
+    pub fn put(&mut self, key: &str, value: impl Into<Vec<u8>>) {
+        let fence = self.row(key).map_or(0, |r| r.fence);
+        self.writes.insert(key.to_owned(), Some(Row { value: value.into(), fence }));
+    }
+
+    /// Deletes a row.
+    pub fn delete(&mut self, key: &str) {
+        self.writes.insert(key.to_owned(), None);
+    }
+
+    /// Writes a row on behalf of the holder of `lock_key` in `lock` whose
+    /// lease bears `fence`. Fails `lost` unless that grant still holds the
+    /// key, or when the row was written with a newer fence.
+    pub fn put_fenced<K: Key + ?Sized>(
+        &mut self,
+        lock: &Lock,
+        lock_key: &K,
+        fence: u64,
+        key: &str,
+        value: impl Into<Vec<u8>>,
+    ) -> Result<(), Error> {
+        let mut buf = KeyBuf::new();
+        let text = lock_key.key_ref().text(&mut buf);
+        check_key(lock.name(), text)?;
+        if lock.store.id() != self.store_id {
+            return Err(Error::new(ErrorKind::Invalid, "the lock belongs to another store").for_key(lock.name(), text));
+        }
+        check_fence(lock, text, fence)?;
+        if let Some(newer) = self.row(key).map(|r| r.fence).filter(|&f| f > fence) {
+            return Err(Error::lost(format!("row {key:?} was written with a newer fence ({newer} > {fence})"))
+                .for_key(lock.name(), text));
+        }
+        self.writes.insert(key.to_owned(), Some(Row { value: value.into(), fence }));
+        self.fenced.push(FencedWrite { lock: lock.clone(), key: text.to_owned(), fence });
+        Ok(())
+    }
+}
+
+fn check_fence(lock: &Lock, key: &str, fence: u64) -> Result<(), Error> {
+    let why = match lock.current_fence(key) {
+        Some(current) if current == fence => return Ok(()),
+        Some(current) if current > fence => format!("a newer grant holds the key (fence {current} > {fence})"),
+        Some(_) => format!("fence {fence} was never granted"),
+        None => format!("the key is not held (fence {fence})"),
+    };
+    Err(Error::lost(why).for_key(lock.name(), key))
+}
+
+pub(crate) fn run<R>(store: &Store, f: impl FnOnce(&mut Tx<'_>) -> Result<R, Error>) -> Result<R, Error> {
+    let shared = &store.shared;
+    if shared.closed.load(Ordering::Acquire) {
+        return Err(Error::closed());
+    }
+    if ctx::in_tx(Some(shared.id())) {
+        return Err(Error::new(ErrorKind::Invalid, "a transaction inside a transaction of the same store"));
+    }
+    let _mark = ctx::enter_tx(shared.id());
+    let mut rows = lock(&shared.rows);
+    let (value, writes, fenced) = {
+        let mut tx = Tx { rows: &rows, store_id: shared.id(), writes: BTreeMap::new(), fenced: Vec::new() };
+        let value = f(&mut tx)?;
+        (value, tx.writes, tx.fenced)
+    };
+    for w in &fenced {
+        check_fence(&w.lock, &w.key, w.fence)?;
+    }
+    if shared.closed.load(Ordering::Acquire) {
+        return Err(Error::closed());
+    }
+    for (k, w) in writes {
+        match w {
+            Some(row) => {
+                rows.map.insert(k, row);
+            }
+            None => {
+                rows.map.remove(&k);
+            }
+        }
+    }
+    Ok(value)
+}
