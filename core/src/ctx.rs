@@ -23,7 +23,11 @@ pub(crate) struct ThreadCtx {
 
 impl ThreadCtx {
     const fn new() -> Self {
-        ThreadCtx { tx_depth: Cell::new(0), tx_stores: RefCell::new(Vec::new()), holds: RefCell::new(Vec::new()) }
+        ThreadCtx {
+            tx_depth: Cell::new(0),
+            tx_stores: RefCell::new(Vec::new()),
+            holds: RefCell::new(Vec::new()),
+        }
     }
 }
 
@@ -92,7 +96,9 @@ pub(crate) fn enter_tx(store: usize) -> TxMark {
         c.tx_depth.set(c.tx_depth.get() + 1);
         c.tx_stores.borrow_mut().push(store);
     });
-    TxMark { _not_send: std::marker::PhantomData }
+    TxMark {
+        _not_send: std::marker::PhantomData,
+    }
 }
 
 pub(crate) struct TxMark {

@@ -57,7 +57,12 @@ const KEY_SHOWN_CHARS: usize = 64;
 
 impl Error {
     pub(crate) fn new(kind: ErrorKind, what: impl Into<Cow<'static, str>>) -> Self {
-        Error { kind, lock: None, key: None, what: what.into() }
+        Error {
+            kind,
+            lock: None,
+            key: None,
+            what: what.into(),
+        }
     }
 
     pub(crate) fn for_lock(mut self, lock: &str) -> Self {
@@ -141,10 +146,19 @@ mod tests {
     #[test]
     fn texts_have_the_seed_shape() {
         let e = Error::new(ErrorKind::InUse, "held past the hold's wait").for_key("invoices", "9");
-        assert_eq!(e.to_string(), "lock invoices: key \"9\": held past the hold's wait: in use");
+        assert_eq!(
+            e.to_string(),
+            "lock invoices: key \"9\": held past the hold's wait: in use"
+        );
         let e = Error::lost("it was revoked at its maxHold").for_key("invoices", "m");
-        assert_eq!(e.to_string(), "lock invoices: key \"m\": the lease was lost: it was revoked at its maxHold");
-        assert_eq!(Error::closed().to_string(), "store: the store is closed: closed");
+        assert_eq!(
+            e.to_string(),
+            "lock invoices: key \"m\": the lease was lost: it was revoked at its maxHold"
+        );
+        assert_eq!(
+            Error::closed().to_string(),
+            "store: the store is closed: closed"
+        );
         let e = Error::closed().for_lock("a");
         assert_eq!(e.to_string(), "lock a: the store is closed: closed");
     }
@@ -152,13 +166,25 @@ mod tests {
     #[test]
     fn long_and_odd_keys_are_escaped_and_cut() {
         let e = Error::closed().for_key("l", "a\"b\n");
-        assert_eq!(e.to_string(), "lock l: key \"a\\\"b\\n\": the store is closed: closed");
+        assert_eq!(
+            e.to_string(),
+            "lock l: key \"a\\\"b\\n\": the store is closed: closed"
+        );
         let long = "x".repeat(100);
         let e = Error::closed().for_key("l", &long);
-        assert_eq!(e.to_string(), format!("lock l: key \"{}...\": the store is closed: closed", "x".repeat(64)));
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "lock l: key \"{}...\": the store is closed: closed",
+                "x".repeat(64)
+            )
+        );
         assert_eq!(e.key(), Some(long.as_str()));
         let exactly = "y".repeat(64);
         let e = Error::closed().for_key("l", &exactly);
-        assert_eq!(e.to_string(), format!("lock l: key \"{exactly}\": the store is closed: closed"));
+        assert_eq!(
+            e.to_string(),
+            format!("lock l: key \"{exactly}\": the store is closed: closed")
+        );
     }
 }

@@ -147,7 +147,9 @@ pub(crate) fn check_key(lock: &str, key: &str) -> Result<(), Error> {
 pub(crate) fn check_name(name: &str) -> Result<(), Error> {
     let ok = !name.is_empty()
         && name.len() <= MAX_NAME_BYTES
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':'));
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':'));
     if ok {
         Ok(())
     } else {
@@ -187,12 +189,23 @@ mod tests {
         assert!(check_key("l", &"é".repeat(512)).is_ok());
         assert!(check_key("l", &"a".repeat(1024)).is_ok());
         for bad in ["", "a\nb", "\u{7f}", "x\u{85}", "tab\t"] {
-            assert_eq!(check_key("l", bad).unwrap_err().kind(), ErrorKind::Invalid, "{bad:?}");
+            assert_eq!(
+                check_key("l", bad).unwrap_err().kind(),
+                ErrorKind::Invalid,
+                "{bad:?}"
+            );
         }
         let e = check_key("l", &"a".repeat(1025)).unwrap_err();
-        assert!(e.to_string().ends_with(": the key is longer than 1024 bytes: invalid"), "{e}");
+        assert!(
+            e.to_string()
+                .ends_with(": the key is longer than 1024 bytes: invalid"),
+            "{e}"
+        );
         let e = check_key("inv", "").unwrap_err();
-        assert_eq!(e.to_string(), "lock inv: key \"\": the key is empty: invalid");
+        assert_eq!(
+            e.to_string(),
+            "lock inv: key \"\": the key is empty: invalid"
+        );
     }
 
     #[test]
@@ -201,7 +214,11 @@ mod tests {
         assert!(check_name("a-b_c.d:e9").is_ok());
         assert!(check_name(&"n".repeat(128)).is_ok());
         for bad in ["", "sp ace", "slash/", "é", &"n".repeat(129)] {
-            assert_eq!(check_name(bad).unwrap_err().kind(), ErrorKind::Invalid, "{bad:?}");
+            assert_eq!(
+                check_name(bad).unwrap_err().kind(),
+                ErrorKind::Invalid,
+                "{bad:?}"
+            );
         }
         assert_eq!(
             check_name("a b").unwrap_err().to_string(),

@@ -75,7 +75,11 @@ impl LeaseState {
         max_hold_ms: u64,
         ttl_ms: u64,
     ) -> Arc<LeaseState> {
-        let now = if max_hold_ms | ttl_ms != 0 { lock.store.clock.now_ms() } else { 0 };
+        let now = if max_hold_ms | ttl_ms != 0 {
+            lock.store.clock.now_ms()
+        } else {
+            0
+        };
         Arc::new(LeaseState {
             status: AtomicU32::new(ACTIVE),
             store: lock.store.clone(),
@@ -94,9 +98,14 @@ impl LeaseState {
     /// (from the grant) and ttl (from the last renewal). `None`: never.
     pub(crate) fn expiry_ms(&self) -> Option<(u64, u32)> {
         // +1: the clock reads whole milliseconds, so this never ends early.
-        let by_max = (self.max_hold_ms != 0).then(|| (self.granted_ms + self.max_hold_ms + 1, REVOKED));
-        let by_ttl = (self.ttl_ms != 0)
-            .then(|| (self.renewed_ms.load(Ordering::Relaxed) + self.ttl_ms + 1, EXPIRED));
+        let by_max =
+            (self.max_hold_ms != 0).then(|| (self.granted_ms + self.max_hold_ms + 1, REVOKED));
+        let by_ttl = (self.ttl_ms != 0).then(|| {
+            (
+                self.renewed_ms.load(Ordering::Relaxed) + self.ttl_ms + 1,
+                EXPIRED,
+            )
+        });
         match (by_max, by_ttl) {
             (Some(a), Some(b)) => Some(if b.0 < a.0 { b } else { a }),
             (a, b) => a.or(b),
@@ -109,7 +118,8 @@ impl LeaseState {
 
     /// Only under the wheel lock (which orders these Relaxed accesses).
     pub(crate) fn set_timer_key(&self, key: Option<TimerKey>) {
-        self.timer.store(key.map_or(NO_TIMER, TimerKey::pack), Ordering::Relaxed);
+        self.timer
+            .store(key.map_or(NO_TIMER, TimerKey::pack), Ordering::Relaxed);
     }
 
     pub(crate) fn is_active(&self) -> bool {
@@ -144,7 +154,10 @@ impl LeaseState {
         let to = if closed { CLOSED } else { RELEASED };
         // SeqCst: a signal waiter reads `status` after announcing itself in
         // the hub's SeqCst counter (see `SignalHub`).
-        match self.status.compare_exchange(ACTIVE, to, Ordering::SeqCst, Ordering::SeqCst) {
+        match self
+            .status
+            .compare_exchange(ACTIVE, to, Ordering::SeqCst, Ordering::SeqCst)
+        {
             Ok(_) => {
                 self.store.cancel_timer(self);
                 // SAFETY: we won the CAS, so the grant is still HELD by us and
@@ -164,15 +177,25 @@ impl LeaseState {
     /// The timer found the lease due at `now`. Answers false when it is not
     /// due after all (renewed) and should be re-armed.
     pub(crate) fn expire(&self, now: u64) -> bool {
-        let Some((at, to)) = self.expiry_ms() else { return true };
+        let Some((at, to)) = self.expiry_ms() else {
+            return true;
+        };
         if now < at {
             return false;
         }
-        if self.status.compare_exchange(ACTIVE, to, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
+        if self
+            .status
+            .compare_exchange(ACTIVE, to, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+        {
             // SAFETY: we won the CAS: the holder will not release, so the
             // grant is still HELD and the record alive.
             unsafe { (*self.record).release(self.fence) };
-            let counter = if to == REVOKED { &self.lock.revocations } else { &self.lock.expirations };
+            let counter = if to == REVOKED {
+                &self.lock.revocations
+            } else {
+                &self.lock.expirations
+            };
             counter.fetch_add(1, Ordering::Relaxed);
             self.store.signals.notify();
         }
@@ -186,7 +209,8 @@ impl LeaseState {
         }
         // Relaxed: the timer re-reads it when it fires; a renewal racing the
         // expiry may lose, which is the ttl's meaning.
-        self.renewed_ms.store(self.store.clock.now_ms(), Ordering::Relaxed);
+        self.renewed_ms
+            .store(self.store.clock.now_ms(), Ordering::Relaxed);
         match self.end_reason() {
             Some(r) => Err(r),
             None => Ok(()),
@@ -249,14 +273,22 @@ impl<'a> Lease<'a> {
         if !self.is_lost() {
             return Ok(());
         }
-        let reason = self.state.get().and_then(|s| s.end_reason()).unwrap_or(EndReason::StoreClosed);
+        let reason = self
+            .state
+            .get()
+            .and_then(|s| s.end_reason())
+            .unwrap_or(EndReason::StoreClosed);
         Err(lost_error(reason, 0).for_key(&self.lock.shared.name, self.key))
     }
 
     /// A handle that aborts when the lease is lost, and tells why it ended.
     pub fn signal(&self) -> Signal {
-        let state = self.state.get_or_init(|| LeaseState::new(self.lock, self.record, self.fence, 0, 0));
-        Signal { state: state.clone() }
+        let state = self
+            .state
+            .get_or_init(|| LeaseState::new(self.lock, self.record, self.fence, 0, 0));
+        Signal {
+            state: state.clone(),
+        }
     }
 
     /// Ends the hold: lets the key go unless it was taken away. Idempotent.
@@ -278,7 +310,8 @@ impl<'a> Lease<'a> {
                 }
             }
         };
-        outcome.map_err(|r| lost_error(r, self.lock.ttl_ms).for_key(&self.lock.shared.name, self.key))
+        outcome
+            .map_err(|r| lost_error(r, self.lock.ttl_ms).for_key(&self.lock.shared.name, self.key))
     }
 }
 
@@ -321,14 +354,19 @@ impl Signal {
     /// Waits until the lease ends or `timeout` passes; answers whether it
     /// was lost (`true`), not merely released or still running (`false`).
     pub fn wait_timeout(&self, timeout: Duration) -> bool {
-        self.state.store.signals.wait_until(timeout, || self.state.end_reason().is_some());
+        self.state
+            .store
+            .signals
+            .wait_until(timeout, || self.state.end_reason().is_some());
         self.is_aborted()
     }
 }
 
 impl fmt::Debug for Signal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Signal").field("reason", &self.reason()).finish()
+        f.debug_struct("Signal")
+            .field("reason", &self.reason())
+            .finish()
     }
 }
 
@@ -343,7 +381,11 @@ pub struct HeldLease {
 
 impl HeldLease {
     pub(crate) fn new(state: Arc<LeaseState>, key: &str) -> HeldLease {
-        HeldLease { state, key: key.into(), released: false }
+        HeldLease {
+            state,
+            key: key.into(),
+            released: false,
+        }
     }
 
     /// The fencing token.
@@ -371,7 +413,9 @@ impl HeldLease {
 
     /// The loss signal.
     pub fn signal(&self) -> Signal {
-        Signal { state: self.state.clone() }
+        Signal {
+            state: self.state.clone(),
+        }
     }
 
     /// Keeps the lease: its ttl counts again from now. `Err` (`lost`) when
@@ -387,7 +431,9 @@ impl HeldLease {
     }
 
     fn error(&self, reason: EndReason) -> Error {
-        self.state.lost_error(reason).for_key(&self.state.lock.name, &self.key)
+        self.state
+            .lost_error(reason)
+            .for_key(&self.state.lock.name, &self.key)
     }
 }
 

@@ -96,13 +96,26 @@ struct Grant {
 impl Grant {
     #[inline]
     fn of(r: &Record) -> Grant {
-        Grant { record: r, fence: r.fence() }
+        Grant {
+            record: r,
+            fence: r.fence(),
+        }
     }
 }
 
 impl Lock {
-    pub(crate) fn new(store: Arc<StoreShared>, shared: Arc<LockShared>, ttl_ms: u64, max_hold_ms: u64) -> Lock {
-        Lock { store, shared, ttl_ms, max_hold_ms }
+    pub(crate) fn new(
+        store: Arc<StoreShared>,
+        shared: Arc<LockShared>,
+        ttl_ms: u64,
+        max_hold_ms: u64,
+    ) -> Lock {
+        Lock {
+            store,
+            shared,
+            ttl_ms,
+            max_hold_ms,
+        }
     }
 
     /// The lock's name.
@@ -115,8 +128,13 @@ impl Lock {
     /// was lost meanwhile (maxHold, store closed; `f`'s value is dropped).
     /// If `f` panics, the key is let go and the panic continues.
     #[inline]
-    pub fn hold<K: Key + ?Sized, R>(&self, key: &K, f: impl FnOnce(&Lease<'_>) -> R) -> Result<R, Error> {
-        self.hold_with(key.key_ref(), Mode::Wait(ms(DEFAULT_WAIT)), f).map(|r| r.expect("a waiting hold runs f"))
+    pub fn hold<K: Key + ?Sized, R>(
+        &self,
+        key: &K,
+        f: impl FnOnce(&Lease<'_>) -> R,
+    ) -> Result<R, Error> {
+        self.hold_with(key.key_ref(), Mode::Wait(ms(DEFAULT_WAIT)), f)
+            .map(|r| r.expect("a waiting hold runs f"))
     }
 
     /// Runs `f` under `key` only if the key is free now; `None` (and `f` not
@@ -132,7 +150,11 @@ impl Lock {
 
     /// A hold of `key` with options (`wait`).
     pub fn key<'a, K: Key + ?Sized>(&'a self, key: &'a K) -> KeyHold<'a> {
-        KeyHold { lock: self, key: key.key_ref(), wait: DEFAULT_WAIT }
+        KeyHold {
+            lock: self,
+            key: key.key_ref(),
+            wait: DEFAULT_WAIT,
+        }
     }
 
     /// A handle-style lease on `key`, waiting up to 10 s: held until
@@ -156,11 +178,18 @@ impl Lock {
     }
 
     #[inline]
-    fn hold_with<R>(&self, key: KeyRef<'_>, mode: Mode, f: impl FnOnce(&Lease<'_>) -> R) -> Result<Option<R>, Error> {
+    fn hold_with<R>(
+        &self,
+        key: KeyRef<'_>,
+        mode: Mode,
+        f: impl FnOnce(&Lease<'_>) -> R,
+    ) -> Result<Option<R>, Error> {
         let mut buf = KeyBuf::new();
         let text = key.text(&mut buf);
         let hash = self.shared.table.hash(text);
-        let Some(grant) = self.acquire_text(text, hash, mode)? else { return Ok(None) };
+        let Some(grant) = self.acquire_text(text, hash, mode)? else {
+            return Ok(None);
+        };
         // SAFETY: `text` lives in this frame (or the caller's), which outlives
         // the lease; the lease pops the entry when it ends (unwinding too).
         unsafe { ctx::push_hold(self.shared.id(), hash, text) };
@@ -197,7 +226,9 @@ impl Lock {
             }
             Err(Refusal::InTransaction) if matches!(mode, Mode::Try) => {}
             Err(Refusal::InTransaction) => {
-                return Err(self.invalid("hold inside a transaction: hold first, then begin it", text));
+                return Err(
+                    self.invalid("hold inside a transaction: hold first, then begin it", text)
+                );
             }
         }
         {
@@ -254,7 +285,10 @@ impl Lock {
                     Err(self.error(Error::closed(), text))
                 } else if len >= MAX_WAITERS {
                     Err(self.error(
-                        Error::new(ErrorKind::Limit, format!("{MAX_WAITERS} waiters already stand in line")),
+                        Error::new(
+                            ErrorKind::Limit,
+                            format!("{MAX_WAITERS} waiters already stand in line"),
+                        ),
                         text,
                     ))
                 } else {
@@ -296,15 +330,26 @@ impl Lock {
     }
 
     fn in_use(&self, key: &str) -> Error {
-        self.error(Error::new(ErrorKind::InUse, "held past the hold's wait"), key)
+        self.error(
+            Error::new(ErrorKind::InUse, "held past the hold's wait"),
+            key,
+        )
     }
 
     fn acquire_lease(&self, key: KeyRef<'_>, mode: Mode) -> Result<Option<HeldLease>, Error> {
         let mut buf = KeyBuf::new();
         let text = key.text(&mut buf);
         let hash = self.shared.table.hash(text);
-        let Some(grant) = self.acquire_text(text, hash, mode)? else { return Ok(None) };
-        let state = LeaseState::new(self, grant.record, grant.fence, self.max_hold_ms, self.ttl_ms);
+        let Some(grant) = self.acquire_text(text, hash, mode)? else {
+            return Ok(None);
+        };
+        let state = LeaseState::new(
+            self,
+            grant.record,
+            grant.fence,
+            self.max_hold_ms,
+            self.ttl_ms,
+        );
         self.store.arm_timer(&state);
         Ok(Some(HeldLease::new(state, text)))
     }
@@ -314,7 +359,10 @@ impl Lock {
     pub(crate) fn current_fence(&self, key: &str) -> Option<u64> {
         let hash = self.shared.table.hash(key);
         let guard = epoch::pin();
-        self.shared.table.find_authoritative(hash, key, &guard).and_then(Record::current_fence_if_held)
+        self.shared
+            .table
+            .find_authoritative(hash, key, &guard)
+            .and_then(Record::current_fence_if_held)
     }
 }
 
@@ -356,7 +404,9 @@ impl KeyHold<'_> {
 
     /// Holds the key while `f` runs; see [`Lock::hold`].
     pub fn hold<R>(self, f: impl FnOnce(&Lease<'_>) -> R) -> Result<R, Error> {
-        self.lock.hold_with(self.key, Mode::Wait(ms(self.wait)), f).map(|r| r.expect("a waiting hold runs f"))
+        self.lock
+            .hold_with(self.key, Mode::Wait(ms(self.wait)), f)
+            .map(|r| r.expect("a waiting hold runs f"))
     }
 
     /// Runs `f` only if the key is free now; see [`Lock::try_hold`].
@@ -366,7 +416,9 @@ impl KeyHold<'_> {
 
     /// A handle-style lease, waiting up to `wait`.
     pub fn acquire(self) -> Result<HeldLease, Error> {
-        self.lock.acquire_lease(self.key, Mode::Wait(ms(self.wait))).map(|l| l.expect("a waiting acquire grants"))
+        self.lock
+            .acquire_lease(self.key, Mode::Wait(ms(self.wait)))
+            .map(|l| l.expect("a waiting acquire grants"))
     }
 
     /// A handle-style lease only if the key is free now.

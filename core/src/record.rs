@@ -42,8 +42,8 @@
 //! never both happen, and a grant is never lost.
 
 use crate::sync::{
-    park_timeout, spin_loop, yield_now, AtomicU32, AtomicU64, AtomicUsize, Clock, Ordering, Thread, UnsafeCell,
-    SPIN_BEHIND, SPIN_FIRST_IN_LINE, YIELDS_FIRST_IN_LINE,
+    park_timeout, spin_loop, yield_now, AtomicU32, AtomicU64, AtomicUsize, Clock, Ordering, Thread,
+    UnsafeCell, SPIN_BEHIND, SPIN_FIRST_IN_LINE, YIELDS_FIRST_IN_LINE,
 };
 use crossbeam_epoch as epoch;
 use std::ptr;
@@ -144,7 +144,10 @@ impl Record {
             fence: AtomicU64::new(fence),
             first_fence: fence,
             waiters: AtomicU32::new(0),
-            line: UnsafeCell::new(Line { head: ptr::null(), tail: ptr::null() }),
+            line: UnsafeCell::new(Line {
+                head: ptr::null(),
+                tail: ptr::null(),
+            }),
         }
     }
 
@@ -153,7 +156,9 @@ impl Record {
     pub(crate) fn try_lock_fast(&self) -> bool {
         // Acquire: pairs with the Release of the previous holder's release,
         // so this holder sees that holder's writes and the bumped fence.
-        self.state.compare_exchange(0, HELD, Ordering::Acquire, Ordering::Relaxed).is_ok()
+        self.state
+            .compare_exchange(0, HELD, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
     }
 
     /// The fence of the grant the caller holds.
@@ -212,7 +217,12 @@ impl Record {
                 continue;
             }
             // Acquire: as in `try_lock_fast`.
-            match self.state.compare_exchange_weak(s, s | HELD, Ordering::Acquire, Ordering::Relaxed) {
+            match self.state.compare_exchange_weak(
+                s,
+                s | HELD,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
                 Ok(_) => return Tried::Granted,
                 Err(now) => s = now,
             }
@@ -234,7 +244,12 @@ impl Record {
                 return Ok(Enqueued::Dead);
             }
             if s & (HELD | QUEUED | QLOCK) == 0 {
-                match self.state.compare_exchange_weak(s, HELD, Ordering::Acquire, Ordering::Relaxed) {
+                match self.state.compare_exchange_weak(
+                    s,
+                    HELD,
+                    Ordering::Acquire,
+                    Ordering::Relaxed,
+                ) {
                     Ok(_) => return Ok(Enqueued::Granted),
                     Err(now) => s = now,
                 }
@@ -246,7 +261,10 @@ impl Record {
                 continue;
             }
             // Acquire: to see the line as the previous QLOCK owner left it.
-            if let Err(now) = self.state.compare_exchange_weak(s, s | QLOCK, Ordering::Acquire, Ordering::Relaxed) {
+            if let Err(now) =
+                self.state
+                    .compare_exchange_weak(s, s | QLOCK, Ordering::Acquire, Ordering::Relaxed)
+            {
                 s = now;
                 continue;
             }
@@ -270,8 +288,18 @@ impl Record {
     /// Waits until `waiter` is granted the key, the store closes, or
     /// `deadline_ms` (on `clock`) passes. Spins first when `first` in line, so
     /// a handoff finds it awake; parks after.
-    pub(crate) fn wait(&self, waiter: &Waiter, first: bool, clock: &Clock, deadline_ms: u64) -> WaitEnd {
-        let spins = if first { SPIN_FIRST_IN_LINE } else { SPIN_BEHIND };
+    pub(crate) fn wait(
+        &self,
+        waiter: &Waiter,
+        first: bool,
+        clock: &Clock,
+        deadline_ms: u64,
+    ) -> WaitEnd {
+        let spins = if first {
+            SPIN_FIRST_IN_LINE
+        } else {
+            SPIN_BEHIND
+        };
         for i in 0..spins {
             if let Some(end) = final_status(waiter.status.load(Ordering::Acquire)) {
                 return end;
@@ -289,7 +317,11 @@ impl Record {
             }
         }
         // Acquire on failure: a final status was published with Release.
-        if let Err(now) = waiter.status.compare_exchange(WAITING, PARKED, Ordering::Acquire, Ordering::Acquire) {
+        if let Err(now) =
+            waiter
+                .status
+                .compare_exchange(WAITING, PARKED, Ordering::Acquire, Ordering::Acquire)
+        {
             return final_status(now).unwrap_or(WaitEnd::TimedOut);
         }
         loop {
@@ -334,7 +366,11 @@ impl Record {
         // Relaxed: published by the Release transition below.
         self.fence.store(fence + 1, Ordering::Relaxed);
         // Release: the next holder (fast acquire, Acquire) sees our writes.
-        if self.state.compare_exchange(HELD, 0, Ordering::Release, Ordering::Relaxed).is_err() {
+        if self
+            .state
+            .compare_exchange(HELD, 0, Ordering::Release, Ordering::Relaxed)
+            .is_err()
+        {
             self.release_slow();
         }
     }
@@ -349,13 +385,21 @@ impl Record {
                 continue;
             }
             if s & QUEUED == 0 {
-                match self.state.compare_exchange_weak(s, s & !HELD, Ordering::Release, Ordering::Relaxed) {
+                match self.state.compare_exchange_weak(
+                    s,
+                    s & !HELD,
+                    Ordering::Release,
+                    Ordering::Relaxed,
+                ) {
                     Ok(_) => return,
                     Err(now) => s = now,
                 }
                 continue;
             }
-            if let Err(now) = self.state.compare_exchange_weak(s, s | QLOCK, Ordering::Acquire, Ordering::Relaxed) {
+            if let Err(now) =
+                self.state
+                    .compare_exchange_weak(s, s | QLOCK, Ordering::Acquire, Ordering::Relaxed)
+            {
                 s = now;
                 continue;
             }
@@ -392,7 +436,12 @@ impl Record {
             }
             // Acquire/Release through the lock is what makes a waiter that
             // locks after us see the store's `closed` flag (see `Store::close`).
-            match self.state.compare_exchange_weak(s, s | QLOCK, Ordering::Acquire, Ordering::Relaxed) {
+            match self.state.compare_exchange_weak(
+                s,
+                s | QLOCK,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
                 Ok(_) => break,
                 Err(now) => s = now,
             }
@@ -413,7 +462,9 @@ impl Record {
     /// The sweeper's step: retires the record if it is idle (exactly `0`).
     pub(crate) fn try_retire(&self) -> bool {
         // Acquire: to read the last holder's fence bump afterwards.
-        self.state.compare_exchange(0, DEAD, Ordering::Acquire, Ordering::Relaxed).is_ok()
+        self.state
+            .compare_exchange(0, DEAD, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
     }
 
     /// Spins until it owns QLOCK; answers the word's value without QLOCK.
@@ -427,7 +478,12 @@ impl Record {
                 continue;
             }
             // Acquire: to see the line as the previous owner left it.
-            match self.state.compare_exchange_weak(s, s | QLOCK, Ordering::Acquire, Ordering::Relaxed) {
+            match self.state.compare_exchange_weak(
+                s,
+                s | QLOCK,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
                 Ok(_) => return s,
                 Err(now) => s = now,
             }
@@ -513,7 +569,10 @@ unsafe fn finish_waiter(w: *const Waiter, to: u32) -> Option<Thread> {
     // cannot leave before it reads one; until our store below, `w` is alive.
     let w = unsafe { &*w };
     // Release: the new holder must see the fence and everything before.
-    match w.status.compare_exchange(WAITING, to, Ordering::Release, Ordering::Relaxed) {
+    match w
+        .status
+        .compare_exchange(WAITING, to, Ordering::Release, Ordering::Relaxed)
+    {
         Ok(_) => None,
         Err(_parked) => {
             // PARKED: it sleeps (or is about to). Copy the handle first: once
@@ -530,5 +589,26 @@ fn final_status(status: u32) -> Option<WaitEnd> {
         GRANTED => Some(WaitEnd::Granted),
         CLOSED => Some(WaitEnd::Closed),
         _ => None,
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_and_a_waiter_are_small() {
+        // A held key with no waiters: the record (plus its key text and a
+        // bucket slot, measured in tests/memory.rs). A waiter: one node.
+        assert!(
+            std::mem::size_of::<Record>() <= 80,
+            "{}",
+            std::mem::size_of::<Record>()
+        );
+        assert!(
+            std::mem::size_of::<Waiter>() <= 32,
+            "{}",
+            std::mem::size_of::<Waiter>()
+        );
     }
 }

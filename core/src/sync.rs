@@ -58,7 +58,9 @@ mod imp {
 
     impl Clock {
         pub(crate) fn new() -> Self {
-            Self { origin: std::time::Instant::now() }
+            Self {
+                origin: std::time::Instant::now(),
+            }
         }
         /// Whole milliseconds since this clock was made (rounded down: callers
         /// add one to a deadline so it is never reached early).
@@ -105,7 +107,9 @@ mod imp {
 
     impl Clock {
         pub(crate) fn new() -> Self {
-            Self { ticks: AtomicU64::new(0) }
+            Self {
+                ticks: AtomicU64::new(0),
+            }
         }
         pub(crate) fn now_ms(&self) -> u64 {
             // Relaxed: a logical clock only needs to be monotonic per reader.

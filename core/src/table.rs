@@ -56,7 +56,9 @@ struct Buckets {
 
 impl Buckets {
     fn new(n: usize) -> Owned<Buckets> {
-        Owned::new(Buckets { slots: (0..n).map(|_| Atomic::null()).collect() })
+        Owned::new(Buckets {
+            slots: (0..n).map(|_| Atomic::null()).collect(),
+        })
     }
     #[inline]
     fn slot(&self, hash: u64) -> &Atomic<Record> {
@@ -79,11 +81,18 @@ impl Table {
             .map(|_| {
                 CachePadded::new(Shard {
                     buckets: Atomic::null(),
-                    writer: Mutex::new(ShardWriter { len: 0, floor: fence_floor, retired_grants: 0 }),
+                    writer: Mutex::new(ShardWriter {
+                        len: 0,
+                        floor: fence_floor,
+                        retired_grants: 0,
+                    }),
                 })
             })
             .collect();
-        Table { shards, hasher: foldhash::fast::RandomState::default() }
+        Table {
+            shards,
+            hasher: foldhash::fast::RandomState::default(),
+        }
     }
 
     #[inline]
@@ -108,7 +117,12 @@ impl Table {
 
     /// Finds the key's record, or creates one that the caller then holds
     /// (answered `true`). Authoritative: runs under the shard lock.
-    pub(crate) fn find_or_create<'g>(&self, hash: u64, key: &str, guard: &'g Guard) -> (&'g Record, bool) {
+    pub(crate) fn find_or_create<'g>(
+        &self,
+        hash: u64,
+        key: &str,
+        guard: &'g Guard,
+    ) -> (&'g Record, bool) {
         let shard = self.shard(hash);
         let mut w = lock(&shard.writer);
         // Relaxed: writers are ordered by the shard lock.
@@ -125,7 +139,9 @@ impl Table {
         }
         let slot = b.slot(hash);
         let record = Owned::new(Record::new_held(hash, key, w.floor));
-        record.next.store(slot.load(Ordering::Relaxed, guard), Ordering::Relaxed);
+        record
+            .next
+            .store(slot.load(Ordering::Relaxed, guard), Ordering::Relaxed);
         // Release: a reader that finds the record sees it initialised.
         let record = record.into_shared(guard);
         slot.store(record, Ordering::Release);
@@ -140,7 +156,12 @@ impl Table {
 
     /// Finds the key's record without creating one. Authoritative: a quick
     /// miss is confirmed under the shard lock.
-    pub(crate) fn find_authoritative<'g>(&self, hash: u64, key: &str, guard: &'g Guard) -> Option<&'g Record> {
+    pub(crate) fn find_authoritative<'g>(
+        &self,
+        hash: u64,
+        key: &str,
+        guard: &'g Guard,
+    ) -> Option<&'g Record> {
         if let Some(r) = self.find(hash, key, guard) {
             return Some(r);
         }
@@ -155,6 +176,7 @@ impl Table {
     /// Retires every idle record (free, nobody waiting). Answers how many.
     pub(crate) fn sweep(&self, guard: &Guard) -> usize {
         let mut retired = 0;
+        let mut garbage = Garbage(Vec::new());
         for shard in self.shards.iter() {
             // Relaxed peek: an empty shard needs no lock (a racing create is
             // swept next time).
@@ -173,7 +195,9 @@ impl Table {
                 loop {
                     let p = link.load(Ordering::Relaxed, guard);
                     // SAFETY: records in chains are alive while we are pinned.
-                    let Some(r) = (unsafe { p.as_ref() }) else { break };
+                    let Some(r) = (unsafe { p.as_ref() }) else {
+                        break;
+                    };
                     if r.try_retire() {
                         let next = r.next.load(Ordering::Relaxed, guard);
                         // Release: readers arriving later skip it.
@@ -182,9 +206,7 @@ impl Table {
                         w.retired_grants += r.grants();
                         w.len -= 1;
                         retired += 1;
-                        // SAFETY: unlinked under the shard lock, so no new
-                        // reader can reach it; the pinned ones keep it alive.
-                        unsafe { guard.defer_destroy(p) };
+                        garbage.0.push(p.as_raw());
                     } else {
                         link = &r.next;
                     }
@@ -195,6 +217,15 @@ impl Table {
                 resize(shard, target, guard);
             }
         }
+        if !garbage.0.is_empty() {
+            // One deferred free per sweep, not one per record, so the epoch
+            // hands the memory back after a couple of advances however many
+            // keys went idle.
+            // SAFETY: every record in `garbage` was unlinked under its shard
+            // lock, so no new reader can reach it, and the epoch runs this
+            // only once every reader pinned before the unlink has unpinned.
+            unsafe { guard.defer_unchecked(move || garbage.free()) };
+        }
         retired
     }
 
@@ -204,7 +235,9 @@ impl Table {
             let _w = lock(&shard.writer);
             let buckets = shard.buckets.load(Ordering::Relaxed, guard);
             // SAFETY: we are a writer, and pinned.
-            let Some(b) = (unsafe { buckets.as_ref() }) else { continue };
+            let Some(b) = (unsafe { buckets.as_ref() }) else {
+                continue;
+            };
             for slot in b.slots.iter() {
                 let mut p = slot.load(Ordering::Relaxed, guard);
                 // SAFETY: chains hold live records; we are pinned.
@@ -237,8 +270,29 @@ impl Table {
     }
 }
 
+/// Records retired by one sweep, freed together once the epoch allows.
+struct Garbage(Vec<*const Record>);
+
+// SAFETY: the records are unreachable and owned by this list alone; `Record`
+// is `Send`.
+unsafe impl Send for Garbage {}
+
+impl Garbage {
+    fn free(self) {
+        for p in self.0 {
+            // SAFETY: allocated by `Owned::new`, unlinked, and freed once.
+            drop(unsafe { Owned::from_raw(p as *mut Record) });
+        }
+    }
+}
+
 #[inline]
-fn find_in_chain<'g>(slot: &Atomic<Record>, hash: u64, key: &str, guard: &'g Guard) -> Option<&'g Record> {
+fn find_in_chain<'g>(
+    slot: &Atomic<Record>,
+    hash: u64,
+    key: &str,
+    guard: &'g Guard,
+) -> Option<&'g Record> {
     // Acquire: pairs with the Release stores that linked each record.
     let mut p = slot.load(Ordering::Acquire, guard);
     // SAFETY: records reachable from a chain are retired through the epoch,
@@ -266,7 +320,8 @@ fn resize(shard: &Shard, n: usize, guard: &Guard) {
             let to = new.slot(r.hash);
             // Release: a reader that follows this link into the new chain
             // sees initialised records (they were published already anyway).
-            r.next.store(to.load(Ordering::Relaxed, guard), Ordering::Release);
+            r.next
+                .store(to.load(Ordering::Relaxed, guard), Ordering::Release);
             to.store(p, Ordering::Relaxed);
             p = next;
         }

@@ -35,7 +35,10 @@ impl TimerKey {
     }
     /// `u64::MAX` stands for "no key" and unpacks to `None`.
     pub(crate) fn unpack(v: u64) -> Option<TimerKey> {
-        (v != u64::MAX).then(|| TimerKey { index: (v >> 32) as u32, generation: v as u32 })
+        (v != u64::MAX).then_some(TimerKey {
+            index: (v >> 32) as u32,
+            generation: v as u32,
+        })
     }
 }
 
@@ -105,7 +108,10 @@ impl<T> Wheel<T> {
         e.deadline = deadline;
         self.link(index);
         self.len += 1;
-        TimerKey { index, generation: self.entries[index as usize].generation }
+        TimerKey {
+            index,
+            generation: self.entries[index as usize].generation,
+        }
     }
 
     /// Removes the entry if it is still pending; answers its value.

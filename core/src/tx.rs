@@ -65,7 +65,13 @@ impl Tx<'_> {
     /// Writes a row (keeping the fence it remembers).
     pub fn put(&mut self, key: &str, value: impl Into<Vec<u8>>) {
         let fence = self.row(key).map_or(0, |r| r.fence);
-        self.writes.insert(key.to_owned(), Some(Row { value: value.into(), fence }));
+        self.writes.insert(
+            key.to_owned(),
+            Some(Row {
+                value: value.into(),
+                fence,
+            }),
+        );
     }
 
     /// Deletes a row.
@@ -88,15 +94,30 @@ impl Tx<'_> {
         let text = lock_key.key_ref().text(&mut buf);
         check_key(lock.name(), text)?;
         if lock.store.id() != self.store_id {
-            return Err(Error::new(ErrorKind::Invalid, "the lock belongs to another store").for_key(lock.name(), text));
+            return Err(
+                Error::new(ErrorKind::Invalid, "the lock belongs to another store")
+                    .for_key(lock.name(), text),
+            );
         }
         check_fence(lock, text, fence)?;
         if let Some(newer) = self.row(key).map(|r| r.fence).filter(|&f| f > fence) {
-            return Err(Error::lost(format!("row {key:?} was written with a newer fence ({newer} > {fence})"))
-                .for_key(lock.name(), text));
+            return Err(Error::lost(format!(
+                "row {key:?} was written with a newer fence ({newer} > {fence})"
+            ))
+            .for_key(lock.name(), text));
         }
-        self.writes.insert(key.to_owned(), Some(Row { value: value.into(), fence }));
-        self.fenced.push(FencedWrite { lock: lock.clone(), key: text.to_owned(), fence });
+        self.writes.insert(
+            key.to_owned(),
+            Some(Row {
+                value: value.into(),
+                fence,
+            }),
+        );
+        self.fenced.push(FencedWrite {
+            lock: lock.clone(),
+            key: text.to_owned(),
+            fence,
+        });
         Ok(())
     }
 }
@@ -104,25 +125,38 @@ impl Tx<'_> {
 fn check_fence(lock: &Lock, key: &str, fence: u64) -> Result<(), Error> {
     let why = match lock.current_fence(key) {
         Some(current) if current == fence => return Ok(()),
-        Some(current) if current > fence => format!("a newer grant holds the key (fence {current} > {fence})"),
+        Some(current) if current > fence => {
+            format!("a newer grant holds the key (fence {current} > {fence})")
+        }
         Some(_) => format!("fence {fence} was never granted"),
         None => format!("the key is not held (fence {fence})"),
     };
     Err(Error::lost(why).for_key(lock.name(), key))
 }
 
-pub(crate) fn run<R>(store: &Store, f: impl FnOnce(&mut Tx<'_>) -> Result<R, Error>) -> Result<R, Error> {
+pub(crate) fn run<R>(
+    store: &Store,
+    f: impl FnOnce(&mut Tx<'_>) -> Result<R, Error>,
+) -> Result<R, Error> {
     let shared = &store.shared;
     if shared.closed.load(Ordering::Acquire) {
         return Err(Error::closed());
     }
     if ctx::in_tx(Some(shared.id())) {
-        return Err(Error::new(ErrorKind::Invalid, "a transaction inside a transaction of the same store"));
+        return Err(Error::new(
+            ErrorKind::Invalid,
+            "a transaction inside a transaction of the same store",
+        ));
     }
     let _mark = ctx::enter_tx(shared.id());
     let mut rows = lock(&shared.rows);
     let (value, writes, fenced) = {
-        let mut tx = Tx { rows: &rows, store_id: shared.id(), writes: BTreeMap::new(), fenced: Vec::new() };
+        let mut tx = Tx {
+            rows: &rows,
+            store_id: shared.id(),
+            writes: BTreeMap::new(),
+            fenced: Vec::new(),
+        };
         let value = f(&mut tx)?;
         (value, tx.writes, tx.fenced)
     };

@@ -1,0 +1,406 @@
+//! The contract's rules, one test each: values, try, keys, errors, waits,
+//! reentrancy, transactions, panics.
+
+use holdline::{ErrorKind, Store};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Barrier};
+use std::thread;
+use std::time::{Duration, Instant};
+
+#[test]
+fn hold_answers_the_closures_value_and_lets_go() {
+    let store = Store::new();
+    let lock = store.lock("invoices").open().unwrap();
+    assert_eq!(
+        lock.hold("9", |lease| (lease.key().to_owned(), lease.is_lost()))
+            .unwrap(),
+        ("9".to_owned(), false)
+    );
+    assert_eq!(
+        lock.try_hold("9", |_| 5).unwrap(),
+        Some(5),
+        "released after hold"
+    );
+    assert_eq!(
+        lock.key("9")
+            .wait(Duration::from_secs(1))
+            .hold(|_| 6)
+            .unwrap(),
+        6
+    );
+    assert_eq!(lock.key("9").try_hold(|_| 7).unwrap(), Some(7));
+    let s = lock.stats();
+    assert_eq!((s.held_keys, s.waiters, s.grants), (0, 0, 4));
+}
+
+#[test]
+fn try_hold_never_runs_f_on_a_held_key() {
+    let store = Store::new();
+    let lock = store.lock("l").open().unwrap();
+    let (held_tx, held_rx) = mpsc::channel();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let l2 = lock.clone();
+    let t = thread::spawn(move || {
+        l2.hold("k", |_| {
+            held_tx.send(()).unwrap();
+            go_rx.recv().unwrap();
+        })
+        .unwrap()
+    });
+    held_rx.recv().unwrap();
+    let ran = AtomicBool::new(false);
+    let started = Instant::now();
+    assert_eq!(
+        lock.try_hold("k", |_| ran.store(true, Ordering::SeqCst))
+            .unwrap(),
+        None
+    );
+    assert!(!ran.load(Ordering::SeqCst));
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "try_hold never waits"
+    );
+    // Another key is independent.
+    assert_eq!(lock.try_hold("k2", |_| 1).unwrap(), Some(1));
+    go_tx.send(()).unwrap();
+    t.join().unwrap();
+    assert_eq!(lock.try_hold("k", |_| 2).unwrap(), Some(2));
+}
+
+#[test]
+fn numbers_are_their_decimal_text() {
+    let store = Store::new();
+    let lock = store.lock("l").open().unwrap();
+    lock.hold(&9u64, |lease| {
+        assert_eq!(lease.key(), "9");
+        assert_eq!(lock.try_hold("9", |_| ()).unwrap(), None);
+        assert_eq!(lock.try_hold(&9i8, |_| ()).unwrap(), None);
+        assert_eq!(lock.try_hold(&String::from("9"), |_| ()).unwrap(), None);
+        assert_eq!(
+            lock.try_hold(&-9i32, |l| l.key().to_owned())
+                .unwrap()
+                .as_deref(),
+            Some("-9")
+        );
+    })
+    .unwrap();
+}
+
+#[test]
+fn a_zero_wait_fails_at_once_with_the_seeds_text() {
+    let store = Store::new();
+    let lock = store.lock("invoices").open().unwrap();
+    lock.hold("9", |_| {
+        let l2 = lock.clone();
+        let e = thread::spawn(move || {
+            let started = Instant::now();
+            let e = l2.key("9").wait(Duration::ZERO).hold(|_| ()).unwrap_err();
+            (e, started.elapsed())
+        })
+        .join()
+        .unwrap();
+        assert_eq!(e.0.kind(), ErrorKind::InUse);
+        assert_eq!(
+            e.0.to_string(),
+            "lock invoices: key \"9\": held past the hold's wait: in use"
+        );
+        assert!(e.1 < Duration::from_secs(2));
+    })
+    .unwrap();
+    assert_eq!(lock.stats().timeouts, 1);
+}
+
+#[test]
+fn a_wait_ends_in_use_after_its_deadline_not_before() {
+    let store = Store::new();
+    let lock = store.lock("invoices").open().unwrap();
+    let wait = Duration::from_millis(300);
+    lock.hold("9", |_| {
+        let l2 = lock.clone();
+        let (e, took) = thread::spawn(move || {
+            let started = Instant::now();
+            let e = l2.key("9").wait(wait).hold(|_| ()).unwrap_err();
+            (e, started.elapsed())
+        })
+        .join()
+        .unwrap();
+        assert_eq!(
+            e.to_string(),
+            "lock invoices: key \"9\": held past the hold's wait: in use"
+        );
+        assert!(took >= wait, "gave up early: {took:?}");
+        assert!(
+            took < wait + Duration::from_secs(3),
+            "gave up late: {took:?}"
+        );
+    })
+    .unwrap();
+    let s = lock.stats();
+    assert_eq!(
+        (s.waiters, s.timeouts),
+        (0, 1),
+        "the timed-out waiter left the line"
+    );
+}
+
+#[test]
+fn a_waiter_gets_the_key_when_it_is_let_go() {
+    let store = Store::new();
+    let lock = store.lock("l").open().unwrap();
+    let (held_tx, held_rx) = mpsc::channel();
+    let l2 = lock.clone();
+    let holder = thread::spawn(move || {
+        l2.hold("k", |lease| {
+            held_tx.send(lease.fence()).unwrap();
+            thread::sleep(Duration::from_millis(100));
+        })
+        .unwrap()
+    });
+    let first = held_rx.recv().unwrap();
+    let second = lock.hold("k", |lease| lease.fence()).unwrap();
+    holder.join().unwrap();
+    assert!(second > first);
+}
+
+#[test]
+fn hold_of_a_key_this_thread_holds_fails_at_once() {
+    let store = Store::new();
+    let lock = store.lock("invoices").open().unwrap();
+    let again = store.lock("invoices").open().unwrap(); // same keys, another handle
+    lock.hold(&7, |_| {
+        let started = Instant::now();
+        let e = again.hold("7", |_| ()).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Invalid);
+        assert_eq!(
+            e.to_string(),
+            "lock invoices: key \"7\": hold inside a hold of the same key: invalid"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "failed at once, not after wait"
+        );
+        assert_eq!(again.try_hold("7", |_| ()).unwrap(), None);
+        // Other keys and other locks are fine.
+        assert_eq!(lock.hold("8", |_| 1).unwrap(), 1);
+        let other = store.lock("other").open().unwrap();
+        assert_eq!(other.hold("7", |_| 2).unwrap(), 2);
+    })
+    .unwrap();
+}
+
+#[test]
+fn hold_inside_a_transaction_is_invalid_but_try_hold_is_allowed() {
+    let store = Store::new();
+    let lock = store.lock("invoices").open().unwrap();
+    let r = store.tx(|_tx| {
+        let e = lock.hold(&7, |_| ()).unwrap_err();
+        assert_eq!(e.to_string(), "lock invoices: key \"7\": hold inside a transaction: hold first, then begin it: invalid");
+        assert_eq!(lock.try_hold(&7, |_| 3).unwrap(), Some(3));
+        // Any store's transaction counts.
+        let other = Store::new();
+        let ol = other.lock("o").open().unwrap();
+        assert_eq!(ol.hold("x", |_| ()).unwrap_err().kind(), ErrorKind::Invalid);
+        assert_eq!(lock.acquire("y").unwrap_err().kind(), ErrorKind::Invalid);
+        Ok(1)
+    });
+    assert_eq!(r.unwrap(), 1);
+    assert_eq!(
+        lock.hold(&7, |_| 4).unwrap(),
+        4,
+        "allowed again after the transaction"
+    );
+}
+
+#[test]
+fn bad_names_keys_and_durations_are_invalid_and_named() {
+    let store = Store::new();
+    for name in ["", "has space", "slash/", "ünï", &"n".repeat(129)] {
+        let e = store.lock(name).open().unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Invalid, "{name:?}");
+        assert!(e.to_string().ends_with(": invalid"), "{e}");
+    }
+    assert!(store.lock(&"n".repeat(128)).open().is_ok());
+    let e = store.lock("l").ttl(Duration::ZERO).open().unwrap_err();
+    assert_eq!(e.to_string(), "lock l: a ttl is at least 1ms: invalid");
+    let e = store.lock("l").max_hold(Duration::ZERO).open().unwrap_err();
+    assert_eq!(e.to_string(), "lock l: a maxHold is at least 1ms: invalid");
+    let lock = store.lock("l").open().unwrap();
+    for key in ["", "a\nb", "nul\0", "del\u{7f}", "c1\u{9b}"] {
+        let e = lock.hold(key, |_| ()).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Invalid, "{key:?}");
+        assert!(e.to_string().starts_with("lock l: key "), "{e}");
+        assert_eq!(
+            lock.try_hold(key, |_| ()).unwrap_err().kind(),
+            ErrorKind::Invalid
+        );
+        assert_eq!(lock.acquire(key).unwrap_err().kind(), ErrorKind::Invalid);
+    }
+    let long = "k".repeat(1025);
+    let e = lock.hold(long.as_str(), |_| ()).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "lock l: key \"{}...\": the key is longer than 1024 bytes: invalid",
+            "k".repeat(64)
+        )
+    );
+    assert_eq!(lock.hold("k".repeat(1024).as_str(), |_| 1).unwrap(), 1);
+    assert_eq!(
+        lock.hold("ключ 🔑", |l| l.key().to_owned()).unwrap(),
+        "ключ 🔑"
+    );
+}
+
+#[test]
+fn a_panicking_closure_lets_the_key_go_and_the_panic_continues() {
+    let store = Store::new();
+    let lock = store.lock("l").open().unwrap();
+    let l2 = lock.clone();
+    let r = thread::spawn(move || l2.hold("k", |_| -> () { panic!("boom") })).join();
+    let payload = r.unwrap_err();
+    assert_eq!(payload.downcast_ref::<&str>(), Some(&"boom"));
+    assert_eq!(lock.try_hold("k", |_| 1).unwrap(), Some(1));
+    // On this thread too, and the same-key bookkeeping unwound with it.
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        lock.hold("k", |_| panic!("again"))
+    }));
+    assert!(caught.is_err());
+    assert_eq!(lock.hold("k", |_| 2).unwrap(), 2);
+}
+
+#[test]
+fn keys_are_independent() {
+    let store = Store::new();
+    let lock = store.lock("l").open().unwrap();
+    let n = 64;
+    let barrier = Arc::new(Barrier::new(n));
+    let threads: Vec<_> = (0..n)
+        .map(|i| {
+            let (lock, barrier) = (lock.clone(), barrier.clone());
+            // Every thread holds its own key until all of them hold theirs:
+            // if any key made another wait, this would hit the wait deadline.
+            thread::spawn(move || {
+                lock.key(&i).wait(Duration::from_secs(30)).hold(|_| {
+                    barrier.wait();
+                })
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap().unwrap();
+    }
+}
+
+#[test]
+fn transactions_commit_on_ok_and_discard_on_err_or_panic() {
+    let store = Store::new();
+    store
+        .tx(|tx| {
+            tx.put("a", "1");
+            assert_eq!(tx.get("a"), Some(&b"1"[..]));
+            Ok(())
+        })
+        .unwrap();
+    let e = store
+        .tx(|tx| -> Result<(), holdline::Error> {
+            tx.put("a", "2");
+            tx.put("b", "2");
+            Err(store.lock("bad name").open().unwrap_err())
+        })
+        .unwrap_err();
+    assert_eq!(
+        e.kind(),
+        ErrorKind::Invalid,
+        "the closure's own error, unchanged"
+    );
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        store.tx(|tx| -> Result<(), holdline::Error> {
+            tx.put("a", "3");
+            panic!("mid-transaction")
+        })
+    }));
+    assert!(caught.is_err());
+    let seen = store
+        .tx(|tx| Ok((tx.get("a").map(<[u8]>::to_vec), tx.get("b").is_none())))
+        .unwrap();
+    assert_eq!(seen, (Some(b"1".to_vec()), true));
+    store
+        .tx(|tx| {
+            tx.delete("a");
+            Ok(())
+        })
+        .unwrap();
+    assert!(store.tx(|tx| Ok(tx.get("a").is_none())).unwrap());
+    let e = store.tx(|_| store.tx(|_| Ok(()))).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Invalid);
+}
+
+#[test]
+fn handle_leases_wait_in_the_same_line() {
+    let store = Store::new();
+    let lock = store.lock("l").open().unwrap();
+    let lease = lock.acquire("k").unwrap();
+    assert_eq!(lease.key(), "k");
+    assert_eq!(lock.try_hold("k", |_| ()).unwrap(), None);
+    assert!(lock.key("k").try_acquire().unwrap().is_none());
+    let e = lock
+        .key("k")
+        .wait(Duration::from_millis(20))
+        .acquire()
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InUse);
+    let f1 = lease.fence();
+    lease.renew().unwrap();
+    lease.check().unwrap();
+    lease.release().unwrap();
+    let f2 = lock.hold("k", |l| l.fence()).unwrap();
+    assert!(f2 > f1);
+    {
+        let _dropped = lock.acquire("k").unwrap();
+        assert_eq!(lock.try_hold("k", |_| ()).unwrap(), None);
+    }
+    assert_eq!(lock.try_hold("k", |_| 1).unwrap(), Some(1), "drop releases");
+    // A lease can move to another thread.
+    let lease = lock.acquire("m").unwrap();
+    thread::spawn(move || lease.release().unwrap())
+        .join()
+        .unwrap();
+    assert_eq!(lock.try_hold("m", |_| 1).unwrap(), Some(1));
+}
+
+#[test]
+fn the_signal_reports_a_normal_end_without_aborting() {
+    let store = Store::new();
+    let lock = store.lock("l").open().unwrap();
+    let signal = lock
+        .hold("k", |lease| {
+            let s = lease.signal();
+            assert!(!s.is_aborted());
+            assert_eq!(s.reason(), None);
+            assert!(!s.wait_timeout(Duration::from_millis(10)));
+            s
+        })
+        .unwrap();
+    assert_eq!(signal.reason(), Some(holdline::EndReason::Released));
+    assert!(!signal.is_aborted());
+    assert!(
+        !signal.wait_timeout(Duration::from_secs(5)),
+        "ended: answers at once"
+    );
+    // A worker thread waiting on the signal learns when the hold is over.
+    let (tx, rx) = mpsc::channel();
+    lock.hold("k", |lease| {
+        let s = lease.signal();
+        thread::spawn(move || {
+            let started = Instant::now();
+            let aborted = s.wait_timeout(Duration::from_secs(20));
+            tx.send((aborted, started.elapsed(), s.reason())).unwrap();
+        });
+        thread::sleep(Duration::from_millis(50));
+    })
+    .unwrap();
+    let (aborted, took, reason) = rx.recv().unwrap();
+    assert!(!aborted);
+    assert!(took < Duration::from_secs(10));
+    assert_eq!(reason, Some(holdline::EndReason::Released));
+}

@@ -1,0 +1,406 @@
+//! Losing a lease: maxHold revocation, ttl run-out, store close; and fences.
+
+use holdline::{EndReason, ErrorKind, Store};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+#[test]
+fn max_hold_revokes_hands_the_key_on_and_hold_answers_lost() {
+    let store = Store::new();
+    let invoices = store
+        .lock("invoices")
+        .max_hold(Duration::from_millis(150))
+        .open()
+        .unwrap();
+    let (granted_tx, granted_rx) = mpsc::channel();
+    let (next_tx, next_rx) = mpsc::channel();
+    let l = invoices.clone();
+    let hung = thread::spawn(move || {
+        let started = Instant::now();
+        l.hold("m", |lease| {
+            let signal = lease.signal();
+            granted_tx.send(lease.fence()).unwrap();
+            // A hung holder: it only notices through its signal.
+            let aborted = signal.wait_timeout(Duration::from_secs(20));
+            let revoked_after = started.elapsed();
+            // The next holder got the key while this closure still runs.
+            let next_fence: u64 = next_rx.recv_timeout(Duration::from_secs(20)).unwrap();
+            (
+                aborted,
+                lease.is_lost(),
+                lease.check().unwrap_err().to_string(),
+                signal.reason(),
+                revoked_after,
+                next_fence,
+            )
+        })
+    });
+    let old_fence = granted_rx.recv().unwrap();
+    let l = invoices.clone();
+    let new_fence = l
+        .key("m")
+        .wait(Duration::from_secs(20))
+        .hold(|lease| lease.fence())
+        .unwrap();
+    next_tx.send(new_fence).unwrap();
+    let err = hung.join().unwrap().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Lost);
+    assert_eq!(
+        err.to_string(),
+        "lock invoices: key \"m\": the lease was lost: it was revoked at its maxHold"
+    );
+    assert!(new_fence > old_fence);
+    assert_eq!(invoices.stats().revocations, 1);
+}
+
+#[test]
+fn max_hold_details_signal_and_timing() {
+    let store = Store::new();
+    let lock = store
+        .lock("l")
+        .max_hold(Duration::from_millis(100))
+        .open()
+        .unwrap();
+    let started = Instant::now();
+    let r = lock.hold("k", |lease| {
+        let s = lease.signal();
+        assert!(s.wait_timeout(Duration::from_secs(20)), "aborted");
+        let at = started.elapsed();
+        assert!(lease.is_lost());
+        assert_eq!(s.reason(), Some(EndReason::Revoked));
+        assert_eq!(lease.check().unwrap_err().kind(), ErrorKind::Lost);
+        at
+    });
+    assert_eq!(r.unwrap_err().kind(), ErrorKind::Lost);
+    // Revoked at maxHold, not before; generous margin above.
+    let s = lock.stats();
+    assert_eq!((s.held_keys, s.revocations), (0, 1));
+    // A hold within maxHold is untouched, and nothing stays on the wheel.
+    assert!(!lock.hold("k", |l| l.is_lost()).unwrap());
+    // Holds of a handle without maxHold are never revoked.
+    let plain = store.lock("l").open().unwrap();
+    plain
+        .hold("k", |_| thread::sleep(Duration::from_millis(250)))
+        .unwrap();
+}
+
+#[test]
+fn revocation_is_not_early() {
+    let store = Store::new();
+    let lock = store
+        .lock("l")
+        .max_hold(Duration::from_millis(200))
+        .open()
+        .unwrap();
+    let started = Instant::now();
+    let waited = lock.hold("k", |lease| {
+        lease.signal().wait_timeout(Duration::from_secs(20));
+        started.elapsed()
+    });
+    assert!(waited.is_err());
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(200),
+        "revoked early: {took:?}"
+    );
+}
+
+#[test]
+fn a_handle_lease_runs_out_at_its_ttl_unless_renewed() {
+    let store = Store::new();
+    let lock = store
+        .lock("invoices")
+        .ttl(Duration::from_millis(150))
+        .open()
+        .unwrap();
+    // Renewed: outlives its ttl several times over.
+    let kept = lock.acquire("m").unwrap();
+    for _ in 0..8 {
+        thread::sleep(Duration::from_millis(50));
+        kept.renew().unwrap();
+    }
+    assert!(!kept.is_lost());
+    assert_eq!(lock.try_hold("m", |_| ()).unwrap(), None);
+    // Not renewed: runs out, and the next in line gets the key.
+    let signal = kept.signal();
+    let started = Instant::now();
+    let fence = lock
+        .key("m")
+        .wait(Duration::from_secs(20))
+        .hold(|l| l.fence())
+        .unwrap();
+    assert!(started.elapsed() >= Duration::from_millis(100));
+    assert!(fence > kept.fence());
+    assert!(kept.is_lost());
+    assert!(signal.is_aborted());
+    assert_eq!(signal.reason(), Some(EndReason::Expired));
+    let e = kept.renew().unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "lock invoices: key \"m\": the lease was lost: it ran out (ttl 150ms)"
+    );
+    assert_eq!(kept.release().unwrap_err().kind(), ErrorKind::Lost);
+    assert_eq!(lock.stats().expirations, 1);
+    let ten = store.lock("invoices").open().unwrap().acquire("z").unwrap();
+    drop(ten);
+}
+
+#[test]
+fn in_process_holds_never_run_out_at_ttl() {
+    let store = Store::new();
+    let lock = store
+        .lock("l")
+        .ttl(Duration::from_millis(30))
+        .open()
+        .unwrap();
+    let r = lock.hold("k", |lease| {
+        thread::sleep(Duration::from_millis(200));
+        lease.is_lost()
+    });
+    assert!(!r.unwrap());
+}
+
+#[test]
+fn max_hold_bounds_a_renewed_handle_lease() {
+    let store = Store::new();
+    let lock = store
+        .lock("l")
+        .ttl(Duration::from_secs(10))
+        .max_hold(Duration::from_millis(150))
+        .open()
+        .unwrap();
+    let lease = lock.acquire("k").unwrap();
+    let started = Instant::now();
+    while !lease.is_lost() && started.elapsed() < Duration::from_secs(20) {
+        let _ = lease.renew();
+        thread::sleep(Duration::from_millis(10));
+    }
+    assert!(lease.is_lost());
+    assert!(started.elapsed() >= Duration::from_millis(140));
+    assert_eq!(lease.signal().reason(), Some(EndReason::Revoked));
+    assert_eq!(
+        lease.check().unwrap_err().to_string(),
+        "lock l: key \"k\": the lease was lost: it was revoked at its maxHold"
+    );
+}
+
+#[test]
+fn close_fails_waiters_loses_leases_and_closes_everything() {
+    let store = Store::new();
+    let lock = store.lock("invoices").open().unwrap();
+    let (held_tx, held_rx) = mpsc::channel();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let l = lock.clone();
+    let holder = thread::spawn(move || {
+        l.hold("7", |lease| {
+            let s = lease.signal();
+            held_tx.send(()).unwrap();
+            go_rx.recv().unwrap();
+            (
+                lease.is_lost(),
+                s.is_aborted(),
+                s.reason(),
+                lease.check().map_err(|e| e.to_string()),
+            )
+        })
+    });
+    held_rx.recv().unwrap();
+    let waiters: Vec<_> = (0..4)
+        .map(|_| {
+            let l = lock.clone();
+            thread::spawn(move || {
+                let started = Instant::now();
+                (
+                    l.key("7").wait(Duration::from_secs(60)).hold(|_| ()),
+                    started.elapsed(),
+                )
+            })
+        })
+        .collect();
+    let t = Instant::now();
+    while lock.stats().waiters < 4 && t.elapsed() < Duration::from_secs(20) {
+        thread::sleep(Duration::from_millis(5));
+    }
+    let handle = lock.acquire("8").unwrap();
+    store.close();
+    store.close(); // idempotent
+    for w in waiters {
+        let (r, took) = w.join().unwrap();
+        let e = r.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Closed);
+        assert_eq!(
+            e.to_string(),
+            "lock invoices: key \"7\": the store is closed: closed"
+        );
+        assert!(
+            took < Duration::from_secs(30),
+            "failed at close, not at the deadline"
+        );
+    }
+    assert!(handle.is_lost());
+    assert_eq!(
+        handle.renew().unwrap_err().to_string(),
+        "lock invoices: key \"8\": the lease was lost: its store closed"
+    );
+    go_tx.send(()).unwrap();
+    let e = holder.join().unwrap().unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "lock invoices: key \"7\": the lease was lost: its store closed"
+    );
+    // Later calls: closed, not None.
+    assert_eq!(
+        lock.hold("1", |_| ()).unwrap_err().kind(),
+        ErrorKind::Closed
+    );
+    let e = lock.try_hold("1", |_| ()).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "lock invoices: key \"1\": the store is closed: closed"
+    );
+    assert_eq!(
+        store.lock("x").open().unwrap_err().to_string(),
+        "lock x: the store is closed: closed"
+    );
+    assert_eq!(
+        store.tx(|_| Ok(())).unwrap_err().to_string(),
+        "store: the store is closed: closed"
+    );
+    assert_eq!(lock.acquire("2").unwrap_err().kind(), ErrorKind::Closed);
+}
+
+#[test]
+fn fences_rise_across_grants_revocations_reclaim_and_stores() {
+    let store = Store::new();
+    let lock = store
+        .lock("l")
+        .max_hold(Duration::from_millis(20))
+        .open()
+        .unwrap();
+    let mut last = 0;
+    for round in 0..50 {
+        let f = lock.hold("k", |l| l.fence()).unwrap();
+        assert!(f > last, "round {round}: {f} <= {last}");
+        last = f;
+    }
+    // Revoked grants count too.
+    let revoked = lock.hold("k", |l| {
+        l.signal().wait_timeout(Duration::from_secs(20));
+        l.fence()
+    });
+    assert!(revoked.is_err());
+    let f = lock.hold("k", |l| l.fence()).unwrap();
+    assert!(f > last);
+    last = f;
+    // The key's state is reclaimed, then made again: still rising.
+    assert!(store.reclaim_idle() >= 1);
+    assert_eq!(lock.stats().live_keys, 0);
+    let f = lock.hold("k", |l| l.fence()).unwrap();
+    assert!(f > last, "{f} <= {last} after reclaim");
+    last = f;
+    // A burst of grants, then a store opened again in this process.
+    for _ in 0..10_000 {
+        last = lock.hold("k", |l| l.fence()).unwrap().max(last);
+    }
+    drop(lock);
+    store.close();
+    let again = Store::new();
+    let lock = again.lock("l").open().unwrap();
+    let f = lock.hold("k", |l| l.fence()).unwrap();
+    assert!(f > last, "{f} <= {last} in a new store");
+    // Seeded from the clock: a new process would start above too.
+    let now_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    assert!(f > now_ns - 60_000_000_000);
+}
+
+#[test]
+fn fenced_writes_are_refused_for_stale_fences() {
+    let store = Store::new();
+    let lock = store
+        .lock("invoices")
+        .max_hold(Duration::from_millis(100))
+        .open()
+        .unwrap();
+    // While held by its fence: accepted.
+    let fence = lock
+        .hold("9", |lease| {
+            store
+                .tx(|tx| tx.put_fenced(&lock, "9", lease.fence(), "row", "a"))
+                .unwrap();
+            lease.fence()
+        })
+        .unwrap();
+    // Once let go: refused.
+    let e = store
+        .tx(|tx| tx.put_fenced(&lock, "9", fence, "row", "b"))
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Lost);
+    assert!(
+        e.to_string()
+            .starts_with("lock invoices: key \"9\": the lease was lost: "),
+        "{e}"
+    );
+    // A revoked holder, stalled past maxHold, is refused once the key moved on.
+    let (tx_done, rx_done) = mpsc::channel();
+    let l = lock.clone();
+    let s = store.clone();
+    let stalled = thread::spawn(move || {
+        l.hold("9", |lease| {
+            lease.signal().wait_timeout(Duration::from_secs(20));
+            let _ = rx_done.recv();
+            s.tx(|tx| tx.put_fenced(&l, "9", lease.fence(), "row", "stale"))
+        })
+    });
+    let newer = lock.key("9").wait(Duration::from_secs(20)).hold(|lease| {
+        store
+            .tx(|tx| tx.put_fenced(&lock, "9", lease.fence(), "row", "new"))
+            .unwrap();
+        tx_done.send(()).unwrap();
+        // Still held by us while the stale write is attempted.
+        thread::sleep(Duration::from_millis(50));
+        lease.fence()
+    });
+    assert!(newer.is_ok());
+    let outcome = stalled.join().unwrap();
+    assert_eq!(
+        outcome.unwrap_err().kind(),
+        ErrorKind::Lost,
+        "hold itself was lost"
+    );
+    let row = store
+        .tx(|tx| Ok((tx.get("row").map(<[u8]>::to_vec), tx.fence_of("row"))))
+        .unwrap();
+    assert_eq!(row, (Some(b"new".to_vec()), Some(newer.unwrap())));
+    // A row refuses a smaller fence, even from the current holder of
+    // another key: fresh keys start at the same floor, so "q" is behind "p".
+    let fresh = store.lock("fresh").open().unwrap();
+    let mut p_fence = 0;
+    for _ in 0..5 {
+        p_fence = fresh.hold("p", |l| l.fence()).unwrap();
+    }
+    fresh
+        .hold("p", |l| {
+            store
+                .tx(|tx| tx.put_fenced(&fresh, "p", l.fence(), "shared", "p"))
+                .unwrap()
+        })
+        .unwrap();
+    fresh
+        .hold("q", |lease| {
+            assert!(lease.fence() < p_fence);
+            let e = store
+                .tx(|tx| tx.put_fenced(&fresh, "q", lease.fence(), "shared", "q"))
+                .unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Lost);
+            assert!(
+                e.to_string()
+                    .contains("row \"shared\" was written with a newer fence"),
+                "{e}"
+            );
+        })
+        .unwrap();
+}

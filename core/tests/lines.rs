@@ -1,0 +1,228 @@
+//! The line of waiters: FIFO handoff, the 10,000 limit, timeouts racing
+//! releases.
+
+use holdline::{ErrorKind, Store};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !cond() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "timed out waiting for {what}"
+        );
+        thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Waiters take tickets as they arrive (one at a time, each seen in line
+/// before the next comes); grants must follow the tickets exactly.
+#[test]
+fn grants_follow_arrival_order() {
+    for (round, n) in [8usize, 32, 64].into_iter().enumerate() {
+        let store = Store::new();
+        let lock = store.lock("fifo").open().unwrap();
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let (held_tx, held_rx) = mpsc::channel();
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        let l = lock.clone();
+        let holder = thread::spawn(move || {
+            l.hold("k", |_| {
+                held_tx.send(()).unwrap();
+                go_rx.recv().unwrap();
+            })
+        });
+        held_rx.recv().unwrap();
+        let mut waiters = Vec::new();
+        for ticket in 0..n {
+            let (l, order) = (lock.clone(), order.clone());
+            waiters.push(thread::spawn(move || {
+                l.key("k").wait(Duration::from_secs(60)).hold(|lease| {
+                    order.lock().unwrap().push((ticket, lease.fence()));
+                    // Make barging visible if it ever happened.
+                    if ticket % 3 == 0 {
+                        thread::yield_now();
+                    }
+                })
+            }));
+            wait_for("the waiter to stand in line", || {
+                lock.stats().waiters == ticket + 1
+            });
+        }
+        go_tx.send(()).unwrap();
+        holder.join().unwrap().unwrap();
+        for w in waiters {
+            w.join().unwrap().unwrap();
+        }
+        let order = order.lock().unwrap();
+        let tickets: Vec<usize> = order.iter().map(|&(t, _)| t).collect();
+        assert_eq!(
+            tickets,
+            (0..n).collect::<Vec<_>>(),
+            "round {round}: grants out of arrival order"
+        );
+        assert!(
+            order.windows(2).all(|w| w[0].1 < w[1].1),
+            "fences rise along the line"
+        );
+    }
+}
+
+/// A newcomer arriving while a line exists goes to its back, even at the
+/// instant the key is let go (no barging past waiters).
+#[test]
+fn a_release_hands_the_key_to_the_first_waiter_not_a_newcomer() {
+    let store = Store::new();
+    let lock = store.lock("l").open().unwrap();
+    for _ in 0..20 {
+        let (held_tx, held_rx) = mpsc::channel();
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        let l = lock.clone();
+        let holder = thread::spawn(move || {
+            l.hold("k", |_| {
+                held_tx.send(()).unwrap();
+                go_rx.recv().unwrap();
+            })
+        });
+        held_rx.recv().unwrap();
+        let l = lock.clone();
+        let had_it = Arc::new(AtomicUsize::new(0));
+        let h = had_it.clone();
+        let waiter = thread::spawn(move || {
+            l.key("k").wait(Duration::from_secs(60)).hold(|_| {
+                h.store(1, Ordering::SeqCst);
+                thread::sleep(Duration::from_millis(30));
+            })
+        });
+        wait_for("the waiter", || lock.stats().waiters == 1);
+        go_tx.send(()).unwrap();
+        // Hammer try_hold around the release: it may only ever get the key
+        // once the waiter has had it.
+        let started = Instant::now();
+        loop {
+            if lock.try_hold("k", |_| ()).unwrap().is_some() {
+                assert_eq!(
+                    had_it.load(Ordering::SeqCst),
+                    1,
+                    "a try_hold barged past a waiter"
+                );
+                break;
+            }
+            assert!(started.elapsed() < Duration::from_secs(30));
+        }
+        holder.join().unwrap().unwrap();
+        waiter.join().unwrap().unwrap();
+    }
+}
+
+#[test]
+fn the_ten_thousand_and_first_waiter_fails_limit() {
+    let store = Store::new();
+    let lock = store.lock("invoices").open().unwrap();
+    let (held_tx, held_rx) = mpsc::channel();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let l = lock.clone();
+    let holder = thread::spawn(move || {
+        l.hold(&7, |_| {
+            held_tx.send(()).unwrap();
+            go_rx.recv().unwrap();
+        })
+    });
+    held_rx.recv().unwrap();
+    let granted = Arc::new(AtomicUsize::new(0));
+    let waiters: Vec<_> = (0..10_000)
+        .map(|_| {
+            let (l, granted) = (lock.clone(), granted.clone());
+            thread::Builder::new()
+                .stack_size(64 * 1024)
+                .spawn(move || {
+                    l.key(&7).wait(Duration::from_secs(300)).hold(|_| {
+                        granted.fetch_add(1, Ordering::Relaxed);
+                    })
+                })
+                .unwrap()
+        })
+        .collect();
+    wait_for("10,000 waiters", || lock.stats().waiters == 10_000);
+    let started = Instant::now();
+    let e = lock
+        .key(&7)
+        .wait(Duration::from_secs(60))
+        .hold(|_| ())
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Limit);
+    assert_eq!(
+        e.to_string(),
+        "lock invoices: key \"7\": 10000 waiters already stand in line: limit"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "limit fails at once"
+    );
+    assert_eq!(lock.acquire(&7).unwrap_err().kind(), ErrorKind::Limit);
+    go_tx.send(()).unwrap();
+    holder.join().unwrap().unwrap();
+    for w in waiters {
+        w.join().unwrap().unwrap();
+    }
+    assert_eq!(granted.load(Ordering::Relaxed), 10_000);
+    let s = lock.stats();
+    assert_eq!((s.waiters, s.held_keys, s.grants), (0, 0, 10_001));
+}
+
+/// Short deadlines expiring while the key is handed along: every grant is
+/// used exactly once, nobody is left in line, and the key ends free.
+#[test]
+fn timeouts_racing_releases_lose_no_grant() {
+    let store = Store::new();
+    let lock = store.lock("l").open().unwrap();
+    let threads = 6;
+    let rounds = if cfg!(debug_assertions) { 300 } else { 3000 };
+    let inside = Arc::new(AtomicUsize::new(0));
+    let ok = Arc::new(AtomicUsize::new(0));
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let (lock, inside, ok) = (lock.clone(), inside.clone(), ok.clone());
+            thread::spawn(move || {
+                for i in 0..rounds {
+                    let wait = Duration::from_millis(((t + i) % 3) as u64);
+                    let r = lock.key("hot").wait(wait).hold(|_| {
+                        assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders");
+                        if i % 7 == 0 {
+                            thread::sleep(Duration::from_micros(200));
+                        }
+                        inside.fetch_sub(1, Ordering::SeqCst);
+                    });
+                    match r {
+                        Ok(()) => {
+                            ok.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(e) => assert_eq!(e.kind(), ErrorKind::InUse),
+                    }
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    let s = lock.stats();
+    assert_eq!((s.held_keys, s.waiters), (0, 0));
+    assert_eq!(
+        s.grants as usize,
+        ok.load(Ordering::Relaxed),
+        "every grant reached a holder"
+    );
+    assert_eq!(
+        s.timeouts as usize,
+        threads * rounds - ok.load(Ordering::Relaxed)
+    );
+    assert_eq!(
+        lock.try_hold("hot", |_| 1).unwrap(),
+        Some(1),
+        "the key ends free"
+    );
+}
