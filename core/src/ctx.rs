@@ -17,7 +17,6 @@ struct HeldEntry {
 
 pub(crate) struct ThreadCtx {
     tx_depth: Cell<u32>,
-    tx_stores: RefCell<Vec<usize>>,
     holds: RefCell<Vec<HeldEntry>>,
 }
 
@@ -25,7 +24,6 @@ impl ThreadCtx {
     const fn new() -> Self {
         ThreadCtx {
             tx_depth: Cell::new(0),
-            tx_stores: RefCell::new(Vec::new()),
             holds: RefCell::new(Vec::new()),
         }
     }
@@ -51,7 +49,8 @@ pub(crate) enum Refusal {
 /// Checks the thread may hold `key` of lock `lock` now.
 #[inline]
 pub(crate) fn check_hold(lock: usize, hash: u64, key: &str) -> Result<(), Refusal> {
-    CTX.with(|c| {
+    // try_with: during thread-local teardown there is nothing to check.
+    CTX.try_with(|c| {
         if c.tx_depth.get() != 0 {
             return Err(Refusal::InTransaction);
         }
@@ -64,6 +63,7 @@ pub(crate) fn check_hold(lock: usize, hash: u64, key: &str) -> Result<(), Refusa
         }
         Ok(())
     })
+    .unwrap_or(Ok(()))
 }
 
 /// Lists a hold that starts running on this thread.
@@ -72,7 +72,8 @@ pub(crate) fn check_hold(lock: usize, hash: u64, key: &str) -> Result<(), Refusa
 /// `key` must stay alive until the matching [`pop_hold`].
 #[inline]
 pub(crate) unsafe fn push_hold(lock: usize, hash: u64, key: &str) {
-    CTX.with(|c| c.holds.borrow_mut().push(HeldEntry { lock, hash, key }));
+    // try_with: during thread-local teardown the matching pop is a no-op too.
+    let _ = CTX.try_with(|c| c.holds.borrow_mut().push(HeldEntry { lock, hash, key }));
 }
 
 /// Unlists the innermost hold of this thread.
@@ -82,20 +83,14 @@ pub(crate) fn pop_hold() {
     let _ = CTX.try_with(|c| c.holds.borrow_mut().pop());
 }
 
-/// Whether this thread is inside `tx` of `store` (`Some`) or of any store.
-pub(crate) fn in_tx(store: Option<usize>) -> bool {
-    CTX.with(|c| match store {
-        None => c.tx_depth.get() != 0,
-        Some(s) => c.tx_stores.borrow().contains(&s),
-    })
+/// Whether this thread is inside a transaction.
+pub(crate) fn in_tx() -> bool {
+    CTX.try_with(|c| c.tx_depth.get() != 0).unwrap_or(false)
 }
 
-/// Marks this thread inside a transaction of `store` until the guard drops.
-pub(crate) fn enter_tx(store: usize) -> TxMark {
-    CTX.with(|c| {
-        c.tx_depth.set(c.tx_depth.get() + 1);
-        c.tx_stores.borrow_mut().push(store);
-    });
+/// Marks this thread inside a transaction until the guard drops.
+pub(crate) fn enter_tx() -> TxMark {
+    let _ = CTX.try_with(|c| c.tx_depth.set(c.tx_depth.get() + 1));
     TxMark {
         _not_send: std::marker::PhantomData,
     }
@@ -107,9 +102,6 @@ pub(crate) struct TxMark {
 
 impl Drop for TxMark {
     fn drop(&mut self) {
-        let _ = CTX.try_with(|c| {
-            c.tx_depth.set(c.tx_depth.get() - 1);
-            c.tx_stores.borrow_mut().pop();
-        });
+        let _ = CTX.try_with(|c| c.tx_depth.set(c.tx_depth.get() - 1));
     }
 }

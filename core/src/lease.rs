@@ -183,6 +183,12 @@ impl LeaseState {
         if now < at {
             return false;
         }
+        // A store closed meanwhile: its leases are lost to the close.
+        let to = if self.store.closed.load(Ordering::SeqCst) {
+            CLOSED
+        } else {
+            to
+        };
         if self
             .status
             .compare_exchange(ACTIVE, to, Ordering::SeqCst, Ordering::SeqCst)
@@ -207,10 +213,16 @@ impl LeaseState {
         if let Some(r) = self.end_reason() {
             return Err(r);
         }
+        let now = self.store.clock.now_ms();
+        if self.expiry_ms().is_some_and(|(at, _)| now >= at) {
+            // Too late: it ran out before this renewal. End it now rather
+            // than answer Ok and let the timer end it a moment later.
+            self.expire(now);
+            return Err(self.end_reason().unwrap_or(EndReason::Expired));
+        }
         // Relaxed: the timer re-reads it when it fires; a renewal racing the
         // expiry may lose, which is the ttl's meaning.
-        self.renewed_ms
-            .store(self.store.clock.now_ms(), Ordering::Relaxed);
+        self.renewed_ms.store(now, Ordering::Relaxed);
         match self.end_reason() {
             Some(r) => Err(r),
             None => Ok(()),
@@ -486,15 +498,19 @@ impl SignalHub {
         if done() {
             return;
         }
-        let deadline = std::time::Instant::now() + timeout;
+        // No deadline at all when `timeout` is too long to add to now.
+        let deadline = std::time::Instant::now().checked_add(timeout);
         self.waiting.fetch_add(1, Ordering::SeqCst);
         let mut g = lock(&self.mutex);
         while !done() {
-            let now = std::time::Instant::now();
-            if now >= deadline {
+            let left = match deadline {
+                Some(d) => d.saturating_duration_since(std::time::Instant::now()),
+                None => Duration::from_secs(86_400),
+            };
+            if left.is_zero() {
                 break;
             }
-            g = match self.cv.wait_timeout(g, deadline - now) {
+            g = match self.cv.wait_timeout(g, left) {
                 Ok((g, _)) => g,
                 Err(p) => p.into_inner().0,
             };

@@ -35,6 +35,8 @@
 //! ttl; `lease`, `lock`, `store` and `tx` are the public surface.
 
 #![warn(missing_docs)]
+// Under loom the background thread and some clock helpers are not built.
+#![cfg_attr(loom, allow(dead_code))]
 
 mod ctx;
 mod error;
@@ -54,3 +56,8 @@ pub use lease::{EndReason, HeldLease, Lease, Signal};
 pub use lock::{KeyHold, Lock, LockStats, DEFAULT_WAIT, MAX_WAITERS};
 pub use store::{LockBuilder, Store};
 pub use tx::Tx;
+
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;

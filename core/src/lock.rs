@@ -177,6 +177,18 @@ impl Lock {
         }
     }
 
+    /// Under loom: how many wait in `key`'s line (a cheap probe for models).
+    #[cfg(loom)]
+    #[doc(hidden)]
+    pub fn waiters_of(&self, key: &str) -> usize {
+        let guard = epoch::pin();
+        let hash = self.shared.table.hash(key);
+        self.shared
+            .table
+            .find(hash, key, &guard)
+            .map_or(0, |r| r.waiter_count() as usize)
+    }
+
     #[inline]
     fn hold_with<R>(
         &self,
@@ -203,7 +215,7 @@ impl Lock {
         };
         if self.max_hold_ms != 0 {
             let state = LeaseState::new(self, grant.record, grant.fence, self.max_hold_ms, 0);
-            self.store.arm_timer(&state);
+            StoreShared::arm_timer(&self.store, &state);
             let _ = lease.state.set(state);
         }
         let r = f(&lease);
@@ -250,14 +262,23 @@ impl Lock {
             _ => 0,
         };
         let mut waiter: Option<Waiter> = None;
+        let mut retired_seen = false;
         loop {
             let guard = epoch::pin();
-            let record = match self.shared.table.find(hash, text, &guard) {
+            // After a DEAD record, go straight to the shard lock: the sweeper
+            // holds it until the record is unlinked, so we wait there instead
+            // of spinning on the stale one.
+            let quick = if retired_seen {
+                None
+            } else {
+                self.shared.table.find(hash, text, &guard)
+            };
+            let record = match quick {
                 Some(r) => r,
                 None => {
                     let (r, created) = self.shared.table.find_or_create(hash, text, &guard);
                     if created {
-                        self.store.want_sweep();
+                        StoreShared::want_sweep(&self.store);
                         return Ok(Some(Grant::of(r)));
                     }
                     r
@@ -270,7 +291,10 @@ impl Lock {
             if wait_ms == 0 {
                 match record.try_acquire() {
                     Tried::Granted => return Ok(Some(Grant::of(record))),
-                    Tried::Dead => continue,
+                    Tried::Dead => {
+                        retired_seen = true;
+                        continue;
+                    }
                     Tried::Held if matches!(mode, Mode::Try) => return Ok(None),
                     Tried::Held => {
                         self.shared.timeouts.fetch_add(1, Ordering::Relaxed);
@@ -279,25 +303,34 @@ impl Lock {
                 }
             }
             let w = waiter.get_or_insert_with(Waiter::new);
+            // Runs under the line lock, so it only decides; the error (which
+            // allocates) is built after the lock is let go.
             let admit = |len: u32| {
                 // Read under the line lock: see `Store::close`.
                 if self.store.closed.load(Ordering::Acquire) {
-                    Err(self.error(Error::closed(), text))
+                    Err(ErrorKind::Closed)
                 } else if len >= MAX_WAITERS {
-                    Err(self.error(
-                        Error::new(
-                            ErrorKind::Limit,
-                            format!("{MAX_WAITERS} waiters already stand in line"),
-                        ),
-                        text,
-                    ))
+                    Err(ErrorKind::Limit)
                 } else {
                     Ok(())
                 }
             };
-            match record.acquire_or_enqueue(w, admit)? {
+            let enqueued = record.acquire_or_enqueue(w, admit).map_err(|kind| {
+                let e = match kind {
+                    ErrorKind::Limit => Error::new(
+                        ErrorKind::Limit,
+                        format!("{MAX_WAITERS} waiters already stand in line"),
+                    ),
+                    _ => Error::closed(),
+                };
+                self.error(e, text)
+            })?;
+            match enqueued {
                 Enqueued::Granted => return Ok(Some(Grant::of(record))),
-                Enqueued::Dead => continue,
+                Enqueued::Dead => {
+                    retired_seen = true;
+                    continue;
+                }
                 Enqueued::Waiting { first } => {
                     let record: *const Record = record;
                     // Unpin before waiting: a parked thread must not hold the
@@ -350,7 +383,7 @@ impl Lock {
             self.max_hold_ms,
             self.ttl_ms,
         );
-        self.store.arm_timer(&state);
+        StoreShared::arm_timer(&self.store, &state);
         Ok(Some(HeldLease::new(state, text)))
     }
 

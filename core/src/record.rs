@@ -42,8 +42,8 @@
 //! never both happen, and a grant is never lost.
 
 use crate::sync::{
-    park_timeout, spin_loop, yield_now, AtomicU32, AtomicU64, AtomicUsize, Clock, Ordering, Thread,
-    UnsafeCell, SPIN_BEHIND, SPIN_FIRST_IN_LINE, YIELDS_FIRST_IN_LINE,
+    park_timeout, spin_loop, yield_now, AtomicU32, AtomicU64, AtomicUsize, Backoff, Clock,
+    Ordering, Thread, UnsafeCell, SPIN_BEHIND, SPIN_FIRST_IN_LINE, YIELDS_FIRST_IN_LINE,
 };
 use crossbeam_epoch as epoch;
 use std::ptr;
@@ -179,6 +179,10 @@ impl Record {
         held.then_some(fence)
     }
 
+    pub(crate) fn is_dead(&self) -> bool {
+        self.state.load(Ordering::Relaxed) & DEAD != 0
+    }
+
     pub(crate) fn is_held(&self) -> bool {
         self.state.load(Ordering::Relaxed) & HELD != 0
     }
@@ -203,6 +207,7 @@ impl Record {
     /// Never waits: takes the key if it is free.
     pub(crate) fn try_acquire(&self) -> Tried {
         let mut s = self.state.load(Ordering::Relaxed);
+        let mut backoff = Backoff::new();
         loop {
             if s & DEAD != 0 {
                 return Tried::Dead;
@@ -212,7 +217,7 @@ impl Record {
             }
             if s & QLOCK != 0 {
                 // Only `close` locks the line of a free key; it is brief.
-                spin_loop();
+                backoff.snooze();
                 s = self.state.load(Ordering::Relaxed);
                 continue;
             }
@@ -239,6 +244,7 @@ impl Record {
         admit: impl FnOnce(u32) -> Result<(), E>,
     ) -> Result<Enqueued, E> {
         let mut s = self.state.load(Ordering::Relaxed);
+        let mut backoff = Backoff::new();
         loop {
             if s & DEAD != 0 {
                 return Ok(Enqueued::Dead);
@@ -256,7 +262,7 @@ impl Record {
                 continue;
             }
             if s & QLOCK != 0 {
-                spin_loop();
+                backoff.snooze();
                 s = self.state.load(Ordering::Relaxed);
                 continue;
             }
@@ -280,7 +286,13 @@ impl Record {
             unsafe { self.push_back(waiter) };
             self.waiters.store(len + 1, Ordering::Relaxed);
             // Release: the next QLOCK owner must see the node linked.
-            self.state.store(s | QUEUED, Ordering::Release);
+            // (Mutant for loom-tests/README.md: a Relaxed unlock.)
+            let unlock = if cfg!(holdline_mutant = "relaxed_unlock") {
+                Ordering::Relaxed
+            } else {
+                Ordering::Release
+            };
+            self.state.store(s | QUEUED, unlock);
             return Ok(Enqueued::Waiting { first: len == 0 });
         }
     }
@@ -327,6 +339,15 @@ impl Record {
         loop {
             let now = clock.now_ms();
             if now >= deadline_ms {
+                // Pin, then re-read the status: a status still not final,
+                // read while pinned, means the node was linked at that
+                // instant, so the record was not retired then and cannot be
+                // freed while we stay pinned. (A CLOSED read before the pin
+                // proves nothing: a closed line's record may be retired.)
+                let _pin = crossbeam_epoch::pin();
+                if let Some(end) = final_status(waiter.status.load(Ordering::Acquire)) {
+                    return end;
+                }
                 return self.cancel(waiter);
             }
             // Cap one park at a day so huge deadlines cannot overflow the call.
@@ -338,14 +359,20 @@ impl Record {
     }
 
     /// The deadline passed: leave the line, unless a grant or a close got
-    /// there first.
+    /// there first. The caller is pinned and saw no final status while
+    /// pinned, so the record is alive (see `wait`).
     fn cancel(&self, waiter: &Waiter) -> WaitEnd {
-        // The record is alive: `waiter` is still linked (no final status yet
-        // was seen), so QUEUED is set and the sweeper cannot retire it.
         let s = self.lock_line();
         // Under QLOCK no one else can change the status (only QLOCK owners
         // publish final statuses). Acquire: to see a granter's fence store.
-        if let Some(end) = final_status(waiter.status.load(Ordering::Acquire)) {
+        let status = waiter.status.load(Ordering::Acquire);
+        // Mutant for loom-tests/README.md: leave the line even when granted.
+        let status = if cfg!(holdline_mutant = "cancel_ignores_grant") {
+            PARKED
+        } else {
+            status
+        };
+        if let Some(end) = final_status(status) {
             self.state.store(s, Ordering::Release);
             return end;
         }
@@ -378,9 +405,10 @@ impl Record {
     #[cold]
     fn release_slow(&self) {
         let mut s = self.state.load(Ordering::Relaxed);
+        let mut backoff = Backoff::new();
         loop {
             if s & QLOCK != 0 {
-                spin_loop();
+                backoff.snooze();
                 s = self.state.load(Ordering::Relaxed);
                 continue;
             }
@@ -425,12 +453,13 @@ impl Record {
     /// the key until it lets go. Answers false when the record was retired.
     pub(crate) fn close_line(&self, wake: &mut Vec<Thread>) -> bool {
         let mut s = self.state.load(Ordering::Relaxed);
+        let mut backoff = Backoff::new();
         loop {
             if s & DEAD != 0 {
                 return false;
             }
             if s & QLOCK != 0 {
-                spin_loop();
+                backoff.snooze();
                 s = self.state.load(Ordering::Relaxed);
                 continue;
             }
@@ -461,9 +490,15 @@ impl Record {
 
     /// The sweeper's step: retires the record if it is idle (exactly `0`).
     pub(crate) fn try_retire(&self) -> bool {
+        // Mutant for loom-tests/README.md: retire a held key too.
+        let idle = if cfg!(holdline_mutant = "retire_held") {
+            self.state.load(Ordering::Relaxed) & HELD
+        } else {
+            0
+        };
         // Acquire: to read the last holder's fence bump afterwards.
         self.state
-            .compare_exchange(0, DEAD, Ordering::Acquire, Ordering::Relaxed)
+            .compare_exchange(idle, DEAD, Ordering::Acquire, Ordering::Relaxed)
             .is_ok()
     }
 
@@ -471,9 +506,10 @@ impl Record {
     /// The caller must know the record is alive and not DEAD.
     fn lock_line(&self) -> usize {
         let mut s = self.state.load(Ordering::Relaxed);
+        let mut backoff = Backoff::new();
         loop {
             if s & QLOCK != 0 {
-                spin_loop();
+                backoff.snooze();
                 s = self.state.load(Ordering::Relaxed);
                 continue;
             }
@@ -579,6 +615,10 @@ unsafe fn finish_waiter(w: *const Waiter, to: u32) -> Option<Thread> {
             // the status is final the node may vanish.
             let thread = w.thread.clone();
             w.status.store(to, Ordering::Release);
+            // Mutant for loom-tests/README.md: forget the wake.
+            if cfg!(holdline_mutant = "missed_wake") {
+                return None;
+            }
             Some(thread)
         }
     }

@@ -147,6 +147,15 @@ impl Store {
     }
 }
 
+impl Store {
+    /// Under loom: how many timers are pending on the wheel.
+    #[cfg(loom)]
+    #[doc(hidden)]
+    pub fn pending_timers(&self) -> usize {
+        lock(&self.shared.timer.state).wheel.len()
+    }
+}
+
 impl fmt::Debug for Store {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Store")
@@ -213,17 +222,17 @@ impl StoreShared {
     }
 
     /// Puts a lease on the wheel at its expiry (if it has one).
-    pub(crate) fn arm_timer(self: &Arc<Self>, lease: &Arc<LeaseState>) {
+    pub(crate) fn arm_timer(this: &Arc<Self>, lease: &Arc<LeaseState>) {
         let Some((at, _)) = lease.expiry_ms() else {
             return;
         };
-        let mut st = lock(&self.timer.state);
+        let mut st = lock(&this.timer.state);
         if st.shutdown {
             return;
         }
         let key = st.wheel.insert(lease.clone(), at);
         lease.set_timer_key(Some(key));
-        self.wake_driver(&mut st, at);
+        Self::wake_driver(this, &mut st, at);
     }
 
     /// Takes a finished lease's entry off the wheel.
@@ -243,53 +252,52 @@ impl StoreShared {
     }
 
     /// A key was created: make sure a sweep will come.
-    pub(crate) fn want_sweep(self: &Arc<Self>) {
+    pub(crate) fn want_sweep(this: &Arc<Self>) {
         // Relaxed: a hint; the driver swaps it back under no lock. Loaded
         // first so steady creation does not write a shared line each time.
-        if self.sweep_wanted.load(Ordering::Relaxed) {
+        if this.sweep_wanted.load(Ordering::Relaxed) {
             return;
         }
-        self.sweep_wanted.store(true, Ordering::Relaxed);
-        let mut st = lock(&self.timer.state);
+        this.sweep_wanted.store(true, Ordering::Relaxed);
+        let mut st = lock(&this.timer.state);
         if st.shutdown {
             return;
         }
-        let at = self.clock.now_ms() + SWEEP_MIN_MS;
+        let at = this.clock.now_ms() + SWEEP_MIN_MS;
         st.sweep_delay = SWEEP_MIN_MS;
         if st.sweep_at.is_none_or(|t| t > at) {
             st.sweep_at = Some(at);
         }
-        self.wake_driver(&mut st, at);
+        Self::wake_driver(this, &mut st, at);
     }
 
     /// Starts the driver if needed, and wakes it if it sleeps past `at`.
-    fn wake_driver(self: &Arc<Self>, st: &mut TimerState, at: u64) {
+    fn wake_driver(this: &Arc<Self>, st: &mut TimerState, at: u64) {
         if !st.driver_started {
-            st.driver_started = true;
-            self.spawn_driver();
+            // Without a thread, timers and sweeps wait for the next caller
+            // to try again (reclaim_idle still works by hand).
+            st.driver_started = Self::spawn_driver(this);
         } else if at < st.sleeping_until {
-            self.timer.cv.notify_one();
+            this.timer.cv.notify_one();
         }
     }
 
     #[cfg(not(loom))]
-    fn spawn_driver(self: &Arc<Self>) {
-        let store = Arc::downgrade(self);
-        let timer = self.timer.clone();
-        let clock = self.clock.clone();
-        let spawned = std::thread::Builder::new()
+    fn spawn_driver(this: &Arc<Self>) -> bool {
+        let store = Arc::downgrade(this);
+        let timer = this.timer.clone();
+        let clock = this.clock.clone();
+        std::thread::Builder::new()
             .name("holdline-timer".into())
-            .spawn(move || drive(store, timer, clock));
-        if spawned.is_err() {
-            // No thread: timers and sweeps wait for the next caller to try
-            // again (reclaim_idle still works by hand).
-            lock(&self.timer.state).driver_started = false;
-        }
+            .spawn(move || drive(store, timer, clock))
+            .is_ok()
     }
 
     /// Under loom there is no clock to drive: models fire timers by hand.
     #[cfg(loom)]
-    fn spawn_driver(self: &Arc<Self>) {}
+    fn spawn_driver(_: &Arc<Self>) -> bool {
+        true
+    }
 
     /// Sweeps every lock; answers (reclaimed, still live).
     pub(crate) fn sweep_all(&self) -> (usize, usize) {
@@ -307,7 +315,7 @@ impl StoreShared {
         // epoch advance past them: each flush may advance the epoch once and
         // frees a few expired bags, so a burst of garbage (a million keys'
         // worth of bucket arrays) takes a few dozen; each costs ~100 ns.
-        for _ in 0..64 {
+        for _ in 0..if cfg!(loom) { 4 } else { 64 } {
             epoch::pin().flush();
         }
         (reclaimed, live)

@@ -125,6 +125,27 @@ mod imp {
 
 pub(crate) use imp::*;
 
+/// Waiting for the `QLOCK` bit: held for a few pointer writes, but its owner
+/// may be preempted on an oversubscribed machine, so spin a little, then yield.
+pub(crate) struct Backoff(u32);
+
+impl Backoff {
+    pub(crate) fn new() -> Self {
+        Backoff(0)
+    }
+
+    pub(crate) fn snooze(&mut self) {
+        if self.0 < 6 {
+            for _ in 0..1u32 << self.0 {
+                spin_loop();
+            }
+            self.0 += 1;
+        } else {
+            yield_now();
+        }
+    }
+}
+
 /// Under loom, a wait at least this long parks for real instead of yielding.
 pub(crate) const LOOM_FOREVER: std::time::Duration = std::time::Duration::from_secs(3600);
 
@@ -140,25 +161,29 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// The first fence of a new store: nanoseconds since the Unix epoch, and
 /// above every earlier store's of this process. A key cannot be granted more
-/// than once a nanosecond, so every fence an earlier store handed out (its
-/// floor plus at most one per grant since) is below the clock's reading now.
+/// than once a nanosecond, so every fence a store handed out is below its
+/// floor plus the nanoseconds since it opened: the next store starts at the
+/// later of the clock and that bound, which holds even if the wall clock
+/// stands still or steps back, and stays within the clock when it does not.
 ///
-/// This process-wide word is std's even under loom: it is read once per
+/// This process-wide mutex is std's even under loom: it is taken once per
 /// store and takes no part in any modelled race.
 pub(crate) fn next_store_fence_floor() -> u64 {
-    static LAST: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let now = std::time::SystemTime::now()
+    static LAST: std::sync::Mutex<Option<(u64, std::time::Instant)>> = std::sync::Mutex::new(None);
+    let mut last = LAST
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let wall = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
-    // Relaxed: fetch_max is atomic; no other memory hangs on this word.
-    let prev = LAST.fetch_max(now, std::sync::atomic::Ordering::Relaxed);
-    if prev >= now {
-        // The clock did not move (or stepped back): stay above the last floor
-        // by more than any burst of grants could have reached.
-        let bumped = prev + (1 << 40);
-        LAST.fetch_max(bumped, std::sync::atomic::Ordering::Relaxed);
-        bumped
-    } else {
-        now
-    }
+    let floor = match *last {
+        Some((floor, at)) => wall.max(
+            floor
+                .saturating_add(at.elapsed().as_nanos() as u64)
+                .saturating_add(1),
+        ),
+        None => wall,
+    };
+    *last = Some((floor, std::time::Instant::now()));
+    floor
 }

@@ -27,14 +27,25 @@ use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned, Shared};
 use crossbeam_utils::CachePadded;
 use std::hash::BuildHasher;
 
+/// 64 shards; 4 under loom, where each shard's mutex only adds steps.
+#[cfg(not(loom))]
 const SHARD_BITS: u32 = 6;
+#[cfg(loom)]
+const SHARD_BITS: u32 = 2;
 const SHARDS: usize = 1 << SHARD_BITS;
 const MIN_BUCKETS: usize = 8;
 
 pub(crate) struct Table {
     shards: Box<[CachePadded<Shard>]>,
-    hasher: foldhash::fast::RandomState,
+    hasher: Hasher,
 }
+
+/// Seeded per table at random, against chosen-key collisions; fixed under
+/// loom, whose models must replay deterministically.
+#[cfg(not(loom))]
+type Hasher = foldhash::fast::RandomState;
+#[cfg(loom)]
+type Hasher = foldhash::fast::FixedState;
 
 struct Shard {
     buckets: Atomic<Buckets>,
@@ -91,7 +102,7 @@ impl Table {
             .collect();
         Table {
             shards,
-            hasher: foldhash::fast::RandomState::default(),
+            hasher: Hasher::default(),
         }
     }
 
@@ -162,7 +173,9 @@ impl Table {
         key: &str,
         guard: &'g Guard,
     ) -> Option<&'g Record> {
-        if let Some(r) = self.find(hash, key, guard) {
+        // A quick hit that is not DEAD is the key's record; a DEAD one may
+        // be about to be replaced, so confirm under the lock like a miss.
+        if let Some(r) = self.find(hash, key, guard).filter(|r| !r.is_dead()) {
             return Some(r);
         }
         let shard = self.shard(hash);

@@ -79,7 +79,7 @@ impl<T> Wheel<T> {
         }
     }
 
-    #[cfg(test)]
+    #[cfg(any(test, loom))]
     pub(crate) fn len(&self) -> usize {
         self.len
     }

@@ -142,13 +142,16 @@ pub(crate) fn run<R>(
     if shared.closed.load(Ordering::Acquire) {
         return Err(Error::closed());
     }
-    if ctx::in_tx(Some(shared.id())) {
+    // Nested transactions, of this store or another, are refused: of this
+    // one they would deadlock, of two stores they could lock in opposite
+    // orders on two threads.
+    if ctx::in_tx() {
         return Err(Error::new(
             ErrorKind::Invalid,
-            "a transaction inside a transaction of the same store",
+            "a transaction inside a transaction",
         ));
     }
-    let _mark = ctx::enter_tx(shared.id());
+    let _mark = ctx::enter_tx();
     let mut rows = lock(&shared.rows);
     let (value, writes, fenced) = {
         let mut tx = Tx {

@@ -333,6 +333,15 @@ fn transactions_commit_on_ok_and_discard_on_err_or_panic() {
     assert!(store.tx(|tx| Ok(tx.get("a").is_none())).unwrap());
     let e = store.tx(|_| store.tx(|_| Ok(()))).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Invalid);
+    // Of another store too: two threads nesting in opposite orders could
+    // otherwise deadlock.
+    let other = Store::new();
+    let e = store.tx(|_| other.tx(|_| Ok(()))).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "store: a transaction inside a transaction: invalid"
+    );
+    assert!(other.tx(|_| Ok(())).is_ok(), "usable after");
 }
 
 #[test]
@@ -386,6 +395,10 @@ fn the_signal_reports_a_normal_end_without_aborting() {
     assert!(
         !signal.wait_timeout(Duration::from_secs(5)),
         "ended: answers at once"
+    );
+    assert!(
+        !signal.wait_timeout(Duration::MAX),
+        "no overflow on a huge timeout"
     );
     // A worker thread waiting on the signal learns when the hold is over.
     let (tx, rx) = mpsc::channel();

@@ -1,0 +1,261 @@
+//! Loom models of holdline's synchronisation, run against the shipped core
+//! (its `sync` facade switches to loom under `--cfg loom`, and
+//! crossbeam-epoch models its reclamation under `--cfg crossbeam_loom`).
+//!
+//! Run: `RUSTFLAGS="--cfg loom --cfg crossbeam_loom" cargo test --release -p loom-tests`
+//! (`LOOM_MAX_PREEMPTIONS` overrides each model's bound; see README.md).
+//!
+//! Under loom a wait of at least an hour parks for real (a missed wake is a
+//! loom deadlock), a shorter one yields and re-reads a logical clock that
+//! advances 1 ms per read, so a deadline passes within a few steps; timers
+//! fire only when a model thread calls `fire_all_timers`.
+#![cfg(loom)]
+
+use holdline::{ErrorKind, Store};
+use loom::sync::atomic::{AtomicUsize, Ordering};
+use loom::sync::Arc;
+use loom::thread;
+use std::time::Duration;
+
+const FOREVER: Duration = Duration::from_secs(2 * 3600);
+
+/// Runs `f` in every interleaving with at most `bound` preemptions (unless
+/// `LOOM_MAX_PREEMPTIONS` says otherwise). Bugs in this code are races of
+/// two or three steps (a CAS against a store, a wake against a park), which
+/// a bound of 2 to 3 preemptions reaches; the loom authors report most
+/// real bugs need no more than 2.
+fn check(bound: usize, f: impl Fn() + Sync + Send + 'static) {
+    let mut b = loom::model::Builder::new();
+    // The store's setup and the final checks (stats, reclaim) run many
+    // steps on one thread; they add branches but no interleavings.
+    b.max_branches = 1_000_000;
+    if std::env::var("LOOM_MAX_PREEMPTIONS").is_err() {
+        b.preemption_bound = Some(bound);
+    }
+    b.check(f);
+}
+
+/// Asserts a key is free and nobody waits, then that its state goes away.
+fn assert_idle_and_reclaimed(store: &Store, lock: &holdline::Lock, key: &str) {
+    assert_eq!(lock.try_hold(key, |_| ()).unwrap(), Some(()), "the key ends free");
+    let s = lock.stats();
+    assert_eq!((s.held_keys, s.waiters), (0, 0));
+    store.reclaim_idle();
+    assert_eq!(lock.stats().live_keys, 0, "the idle key's state is reclaimed");
+}
+
+/// 1. Two threads hold one key: never both inside, both finish, the key
+/// ends free and its state is reclaimed.
+#[test]
+fn two_holders_of_one_key() {
+    check(2, || {
+        let store = Store::new();
+        let lock = store.lock("l").open().unwrap();
+        let inside = Arc::new(AtomicUsize::new(0));
+        let body = |inside: &AtomicUsize| {
+            assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders inside");
+            inside.fetch_sub(1, Ordering::SeqCst);
+        };
+        let t = {
+            let (lock, inside) = (lock.clone(), inside.clone());
+            thread::spawn(move || lock.key("k").wait(FOREVER).hold(|l| (body(&inside), l.fence()).1).unwrap())
+        };
+        let mine = lock.key("k").wait(FOREVER).hold(|l| (body(&inside), l.fence()).1).unwrap();
+        let theirs = t.join().unwrap();
+        assert_ne!(mine, theirs, "each grant has its own fence");
+        assert_idle_and_reclaimed(&store, &lock, "k");
+    });
+}
+
+/// 2. Waiters are granted in the order they stood in line. Arrival order is
+/// fixed by letting each waiter be seen in line before the next comes; the
+/// release then races the grants down the line.
+#[test]
+fn grants_follow_the_line() {
+    check(2, || {
+        let store = Store::new();
+        let lock = store.lock("l").open().unwrap();
+        let order = Arc::new(loom::sync::Mutex::new(Vec::new()));
+        let held = lock.acquire("k").unwrap();
+        let mut waiters = Vec::new();
+        for ticket in 0..2 {
+            let (l, order) = (lock.clone(), order.clone());
+            waiters.push(thread::spawn(move || {
+                l.key("k").wait(FOREVER).hold(|_| order.lock().unwrap().push(ticket)).unwrap();
+            }));
+            while lock.waiters_of("k") != ticket + 1 {
+                thread::yield_now();
+            }
+        }
+        held.release().unwrap();
+        for w in waiters {
+            w.join().unwrap();
+        }
+        assert_eq!(*order.lock().unwrap(), vec![0, 1]);
+    });
+}
+
+/// 3. A waiter's deadline passes while the holder lets go: the waiter gets
+/// the key exactly once or times out and leaves the line; the key is never
+/// lost (it ends free) and the waiter's node is unlinked exactly once
+/// (loom's cell tracking flags any access to it after its thread left).
+#[test]
+fn a_deadline_racing_a_release() {
+    check(3, || {
+        let store = Store::new();
+        let lock = store.lock("l").open().unwrap();
+        let held = lock.acquire("k").unwrap();
+        let t = {
+            let l = lock.clone();
+            thread::spawn(move || l.key("k").wait(Duration::from_millis(2)).hold(|_| ()))
+        };
+        held.release().unwrap();
+        match t.join().unwrap() {
+            Ok(()) => {}
+            Err(e) => assert_eq!(e.kind(), ErrorKind::InUse),
+        }
+        assert_idle_and_reclaimed(&store, &lock, "k");
+    });
+}
+
+/// 4. `try_hold` racing a release and a new holder: it never runs its
+/// closure while another holder is inside.
+#[test]
+fn try_hold_racing_release_and_a_new_holder() {
+    check(2, || {
+        let store = Store::new();
+        let lock = store.lock("l").open().unwrap();
+        let inside = Arc::new(AtomicUsize::new(0));
+        let enter = |inside: &AtomicUsize| {
+            assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders inside");
+            inside.fetch_sub(1, Ordering::SeqCst);
+        };
+        let held = lock.acquire("k").unwrap();
+        let newcomer = {
+            let (l, inside) = (lock.clone(), inside.clone());
+            thread::spawn(move || l.key("k").wait(FOREVER).hold(|_| enter(&inside)).unwrap())
+        };
+        let trier = {
+            let (l, inside) = (lock.clone(), inside.clone());
+            thread::spawn(move || l.try_hold("k", |_| enter(&inside)).unwrap())
+        };
+        // The handle-style holder is inside until it releases.
+        assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders inside");
+        inside.fetch_sub(1, Ordering::SeqCst);
+        held.release().unwrap();
+        newcomer.join().unwrap();
+        let _ = trier.join().unwrap();
+        assert_idle_and_reclaimed(&store, &lock, "k");
+    });
+}
+
+/// 5. maxHold revocation racing the holder's own release: the key is let go
+/// exactly once (the waiter is granted once and the key ends free), fences
+/// rise, and the holder sees `lost` exactly when the revocation won.
+#[test]
+fn revocation_racing_release() {
+    check(2, || {
+        let store = Store::new();
+        let lock = store.lock("l").max_hold(Duration::from_secs(60)).open().unwrap();
+        let lease = lock.acquire("k").unwrap();
+        let first = lease.fence();
+        let waiter = {
+            let l = lock.clone();
+            thread::spawn(move || l.key("k").wait(FOREVER).hold(|l| l.fence()).unwrap())
+        };
+        let timer = {
+            let s = store.clone();
+            thread::spawn(move || s.fire_all_timers())
+        };
+        let released = lease.release();
+        timer.join().unwrap();
+        let second = waiter.join().unwrap();
+        assert!(second > first);
+        let s = lock.stats();
+        match released {
+            Ok(()) => assert_eq!(s.revocations, 0),
+            Err(e) => {
+                assert_eq!(e.kind(), ErrorKind::Lost);
+                assert_eq!(s.revocations, 1);
+            }
+        }
+        assert_eq!(store.pending_timers(), 0, "nothing left on the wheel");
+        assert_idle_and_reclaimed(&store, &lock, "k");
+    });
+}
+
+/// 6. `close()` racing a waiter and the holder's release: the waiter ends
+/// `closed` or granted, never parked forever (a missed wake is a loom
+/// deadlock), and the holder's lease is lost once the close happened.
+#[test]
+fn close_racing_a_waiter_and_a_release() {
+    check(2, || {
+        let store = Store::new();
+        let lock = store.lock("l").open().unwrap();
+        let held = lock.acquire("k").unwrap();
+        let waiter = {
+            let l = lock.clone();
+            thread::spawn(move || l.key("k").wait(FOREVER).hold(|_| ()))
+        };
+        let closer = {
+            let s = store.clone();
+            thread::spawn(move || s.close())
+        };
+        let released = held.release();
+        closer.join().unwrap();
+        match waiter.join().unwrap() {
+            Ok(()) => {}
+            Err(e) => assert!(matches!(e.kind(), ErrorKind::Closed | ErrorKind::Lost), "{e}"),
+        }
+        if let Err(e) = released {
+            assert_eq!(e.kind(), ErrorKind::Lost);
+        }
+        assert_eq!(lock.hold("k", |_| ()).unwrap_err().kind(), ErrorKind::Closed);
+    });
+}
+
+/// 7. An idle key's state reclaimed while a newcomer looks it up: the
+/// newcomer finds the old record before it is retired or makes a fresh one;
+/// never a use after free (the epoch is modelled), never two records for
+/// one key, and fences keep rising across the two records.
+#[test]
+fn reclaim_racing_a_lookup() {
+    check(2, || {
+        let store = Store::new();
+        let lock = store.lock("l").open().unwrap();
+        let first = lock.hold("k", |l| l.fence()).unwrap();
+        let sweeper = {
+            let s = store.clone();
+            thread::spawn(move || s.reclaim_idle())
+        };
+        let second = lock.hold("k", |l| l.fence()).unwrap();
+        sweeper.join().unwrap();
+        assert!(second > first);
+        assert!(lock.stats().live_keys <= 1, "never two records for one key");
+        assert_idle_and_reclaimed(&store, &lock, "k");
+    });
+}
+
+/// 8. The timer wheel: a lease let go while its deadline fires (the
+/// holder's cancel racing the wheel's advance). Either way the key is let go
+/// once and nothing stays on the wheel.
+#[test]
+fn release_racing_the_timer() {
+    check(3, || {
+        let store = Store::new();
+        let lock = store.lock("l").ttl(Duration::from_secs(60)).open().unwrap();
+        let lease = lock.acquire("k").unwrap();
+        let timer = {
+            let s = store.clone();
+            thread::spawn(move || s.fire_all_timers())
+        };
+        let released = lease.release();
+        timer.join().unwrap();
+        if let Err(e) = released {
+            assert_eq!(e.kind(), ErrorKind::Lost);
+            assert_eq!(lock.stats().expirations, 1);
+        }
+        assert_eq!(store.pending_timers(), 0, "a released lease leaves nothing on the wheel");
+        assert_idle_and_reclaimed(&store, &lock, "k");
+    });
+}
