@@ -9,22 +9,37 @@
 
 use std::cell::{Cell, RefCell};
 
+#[derive(Clone, Copy)]
 struct HeldEntry {
     lock: usize,
     hash: u64,
     key: *const str,
 }
 
+const NO_ENTRY: HeldEntry = HeldEntry {
+    lock: 0,
+    hash: 0,
+    key: "" as *const str,
+};
+
+/// Holds nested up to this deep are listed inline; deeper ones spill to a
+/// vector in a second thread-local. Keeping `ThreadCtx` free of anything
+/// with a destructor makes its thread-local a plain address (no lazy
+/// registration check) on the hot path.
+const INLINE: usize = 4;
+
 pub(crate) struct ThreadCtx {
     tx_depth: Cell<u32>,
-    holds: RefCell<Vec<HeldEntry>>,
+    depth: Cell<usize>,
+    inline: [Cell<HeldEntry>; INLINE],
 }
 
 impl ThreadCtx {
     const fn new() -> Self {
         ThreadCtx {
             tx_depth: Cell::new(0),
-            holds: RefCell::new(Vec::new()),
+            depth: Cell::new(0),
+            inline: [const { Cell::new(NO_ENTRY) }; INLINE],
         }
     }
 }
@@ -32,11 +47,13 @@ impl ThreadCtx {
 #[cfg(not(loom))]
 std::thread_local! {
     static CTX: ThreadCtx = const { ThreadCtx::new() };
+    static SPILL: RefCell<Vec<HeldEntry>> = const { RefCell::new(Vec::new()) };
 }
 
 #[cfg(loom)]
 loom::thread_local! {
     static CTX: ThreadCtx = ThreadCtx::new();
+    static SPILL: RefCell<Vec<HeldEntry>> = RefCell::new(Vec::new());
 }
 
 /// Why a hold may not start on this thread.
@@ -49,17 +66,24 @@ pub(crate) enum Refusal {
 /// Checks the thread may hold `key` of lock `lock` now.
 #[inline]
 pub(crate) fn check_hold(lock: usize, hash: u64, key: &str) -> Result<(), Refusal> {
+    let is_key = |h: &HeldEntry| {
+        // SAFETY: see the module invariant: a listed key outlives its entry.
+        h.lock == lock && h.hash == hash && unsafe { &*h.key } == key
+    };
     // try_with: during thread-local teardown there is nothing to check.
     CTX.try_with(|c| {
         if c.tx_depth.get() != 0 {
             return Err(Refusal::InTransaction);
         }
-        let holds = c.holds.borrow();
-        for h in holds.iter() {
-            // SAFETY: see the module invariant: a listed key outlives its entry.
-            if h.lock == lock && h.hash == hash && unsafe { &*h.key } == key {
-                return Err(Refusal::SameKeyHeld);
-            }
+        let depth = c.depth.get();
+        if c.inline[..depth.min(INLINE)]
+            .iter()
+            .any(|h| is_key(&h.get()))
+        {
+            return Err(Refusal::SameKeyHeld);
+        }
+        if depth > INLINE && SPILL.with(|s| s.borrow().iter().any(is_key)) {
+            return Err(Refusal::SameKeyHeld);
         }
         Ok(())
     })
@@ -72,15 +96,29 @@ pub(crate) fn check_hold(lock: usize, hash: u64, key: &str) -> Result<(), Refusa
 /// `key` must stay alive until the matching [`pop_hold`].
 #[inline]
 pub(crate) unsafe fn push_hold(lock: usize, hash: u64, key: &str) {
+    let entry = HeldEntry { lock, hash, key };
     // try_with: during thread-local teardown the matching pop is a no-op too.
-    let _ = CTX.try_with(|c| c.holds.borrow_mut().push(HeldEntry { lock, hash, key }));
+    let _ = CTX.try_with(|c| {
+        let depth = c.depth.get();
+        if depth < INLINE {
+            c.inline[depth].set(entry);
+        } else {
+            SPILL.with(|s| s.borrow_mut().push(entry));
+        }
+        c.depth.set(depth + 1);
+    });
 }
 
 /// Unlists the innermost hold of this thread.
 #[inline]
 pub(crate) fn pop_hold() {
-    // try_with: a hold ending during thread teardown has nothing to unlist.
-    let _ = CTX.try_with(|c| c.holds.borrow_mut().pop());
+    let _ = CTX.try_with(|c| {
+        let depth = c.depth.get().saturating_sub(1);
+        if depth >= INLINE {
+            let _ = SPILL.try_with(|s| s.borrow_mut().pop());
+        }
+        c.depth.set(depth);
+    });
 }
 
 /// Whether this thread is inside a transaction.

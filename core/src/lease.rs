@@ -304,12 +304,12 @@ impl<'a> Lease<'a> {
     }
 
     /// Ends the hold: lets the key go unless it was taken away. Idempotent.
-    pub(crate) fn end(&self) -> Result<(), Error> {
+    pub(crate) fn end(&self) -> Result<(), EndReason> {
         if self.ended.replace(true) {
             return Ok(());
         }
         crate::ctx::pop_hold();
-        let outcome = match self.state.get() {
+        match self.state.get() {
             Some(s) => s.finish(),
             None => {
                 // SAFETY: no LeaseState means no timer: only we can let this
@@ -321,9 +321,12 @@ impl<'a> Lease<'a> {
                     Ok(())
                 }
             }
-        };
-        outcome
-            .map_err(|r| lost_error(r, self.lock.ttl_ms).for_key(&self.lock.shared.name, self.key))
+        }
+    }
+
+    #[cold]
+    pub(crate) fn lost_error(&self, reason: EndReason) -> Error {
+        lost_error(reason, self.lock.ttl_ms).for_key(&self.lock.shared.name, self.key)
     }
 }
 

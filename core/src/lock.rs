@@ -21,6 +21,7 @@ use std::time::Duration;
 
 /// Default wait of `hold`.
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(10);
+const DEFAULT_WAIT_MS: u64 = DEFAULT_WAIT.as_millis() as u64;
 /// Most waiters one key's line holds (the holder not counted).
 pub const MAX_WAITERS: u32 = 10_000;
 
@@ -133,7 +134,7 @@ impl Lock {
         key: &K,
         f: impl FnOnce(&Lease<'_>) -> R,
     ) -> Result<R, Error> {
-        self.hold_with(key.key_ref(), Mode::Wait(ms(DEFAULT_WAIT)), f)
+        self.hold_with(key.key_ref(), Mode::Wait(DEFAULT_WAIT_MS), f)
             .map(|r| r.expect("a waiting hold runs f"))
     }
 
@@ -219,15 +220,19 @@ impl Lock {
             let _ = lease.state.set(state);
         }
         let r = f(&lease);
-        lease.end()?;
-        Ok(Some(r))
+        match lease.end() {
+            Ok(()) => Ok(Some(r)),
+            Err(reason) => Err(lease.lost_error(reason)),
+        }
     }
 
     /// From key text to a grant (`None`: `Try` found it held).
     #[inline]
     fn acquire_text(&self, text: &str, hash: u64, mode: Mode) -> Result<Option<Grant>, Error> {
-        check_key(&self.shared.name, text)?;
+        // The key's text is checked on the slow path only: a key found in
+        // the table was checked when its record was made.
         if self.store.closed.load(Ordering::Acquire) {
+            check_key(&self.shared.name, text)?;
             return Err(self.error(Error::closed(), text));
         }
         match ctx::check_hold(self.shared.id(), hash, text) {
@@ -256,6 +261,7 @@ impl Lock {
 
     #[cold]
     fn acquire_slow(&self, text: &str, hash: u64, mode: Mode) -> Result<Option<Grant>, Error> {
+        check_key(&self.shared.name, text)?;
         let clock = &self.store.clock;
         let deadline = match mode {
             Mode::Wait(w) if w > 0 => clock.now_ms().saturating_add(w).saturating_add(1),

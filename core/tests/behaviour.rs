@@ -417,3 +417,30 @@ fn the_signal_reports_a_normal_end_without_aborting() {
     assert!(took < Duration::from_secs(10));
     assert_eq!(reason, Some(holdline::EndReason::Released));
 }
+
+#[test]
+fn the_same_key_rule_holds_at_any_nesting_depth() {
+    fn nest(lock: &holdline::Lock, depth: u32, at_bottom: &dyn Fn()) {
+        if depth == 0 {
+            at_bottom();
+        } else {
+            lock.hold(&depth, |_| nest(lock, depth - 1, at_bottom))
+                .unwrap();
+        }
+    }
+    let store = Store::new();
+    let lock = store.lock("l").open().unwrap();
+    // Nine nested holds: deeper than the inline list, so some spill.
+    nest(&lock, 9, &|| {
+        for k in 1..=9u32 {
+            let e = lock.hold(&k, |_| ()).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Invalid, "key {k}");
+            assert_eq!(lock.try_hold(&k, |_| ()).unwrap(), None);
+        }
+        assert_eq!(lock.hold(&10u32, |_| 1).unwrap(), 1);
+    });
+    // All unlisted again afterwards.
+    for k in 1..=9u32 {
+        assert_eq!(lock.hold(&k, |_| k).unwrap(), k);
+    }
+}
