@@ -304,6 +304,7 @@ impl<'a> Lease<'a> {
     }
 
     /// Ends the hold: lets the key go unless it was taken away. Idempotent.
+    #[inline]
     pub(crate) fn end(&self) -> Result<(), EndReason> {
         if self.ended.replace(true) {
             return Ok(());

@@ -6,8 +6,8 @@
 //! models in `loom-tests/` exercise the shipped code rather than a copy.
 //!
 //! Loom has no clock and no timed park. Under loom:
-//! - [`Clock`] is a logical clock that advances one millisecond per read, so
-//!   a short wait deadline passes after a few reads in every interleaving;
+//! - [`Clock`] is a logical clock that advances two milliseconds per read,
+//!   so a short wait's deadline passes at the waiter's next read;
 //! - [`park_timeout`] yields (a spurious wake-up) for a finite wait, and parks
 //!   for real when the wait is at least [`LOOM_FOREVER`], which lets loom find
 //!   a missed wake as a deadlock.
@@ -99,7 +99,11 @@ mod imp {
         }
     }
 
-    /// A logical clock: every read advances it by one millisecond.
+    /// A logical clock: every read advances it by two milliseconds, so a
+    /// 1 ms wait's deadline (read, +1 ms, +1 ms for rounding) has passed at
+    /// the waiter's next read: the deadline path then races the release
+    /// directly, with no yield in between that would let the releaser finish
+    /// first in every schedule.
     #[derive(Debug)]
     pub(crate) struct Clock {
         ticks: AtomicU64,
@@ -113,7 +117,7 @@ mod imp {
         }
         pub(crate) fn now_ms(&self) -> u64 {
             // Relaxed: a logical clock only needs to be monotonic per reader.
-            self.ticks.fetch_add(1, Ordering::Relaxed) + 1
+            self.ticks.fetch_add(2, Ordering::Relaxed) + 2
         }
     }
 

@@ -7,7 +7,7 @@
 //!
 //! Under loom a wait of at least an hour parks for real (a missed wake is a
 //! loom deadlock), a shorter one yields and re-reads a logical clock that
-//! advances 1 ms per read, so a deadline passes within a few steps; timers
+//! advances 2 ms per read, so a 1 ms deadline has passed at the next read; timers
 //! fire only when a model thread calls `fire_all_timers`.
 #![cfg(loom)]
 
@@ -109,7 +109,7 @@ fn a_deadline_racing_a_release() {
         let held = lock.acquire("k").unwrap();
         let t = {
             let l = lock.clone();
-            thread::spawn(move || l.key("k").wait(Duration::from_millis(2)).hold(|_| ()))
+            thread::spawn(move || l.key("k").wait(Duration::from_millis(1)).hold(|_| ()))
         };
         held.release().unwrap();
         match t.join().unwrap() {
@@ -211,23 +211,36 @@ fn close_racing_a_waiter() {
     });
 }
 
-/// 7. An idle key's state reclaimed while a newcomer looks it up: the
+/// 7. An idle key's record retired while a newcomer looks it up: the
 /// newcomer finds the old record before it is retired or makes a fresh one;
 /// never a use after free (the epoch is modelled), never two records for
-/// one key, and fences keep rising across the two records.
+/// one key (which would let two holders in: the sweeping thread tries the
+/// key too), and fences keep rising across the two records.
 #[test]
 fn reclaim_racing_a_lookup() {
     check(2, || {
         let store = Store::new();
         let lock = store.lock("l").open().unwrap();
+        let inside = Arc::new(AtomicUsize::new(0));
+        let enter = |inside: &AtomicUsize, fence: u64| {
+            assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders inside");
+            inside.fetch_sub(1, Ordering::SeqCst);
+            fence
+        };
         let first = lock.hold("k", |l| l.fence()).unwrap();
         let sweeper = {
-            let s = store.clone();
-            thread::spawn(move || s.reclaim_idle())
+            let (s, l, inside) = (store.clone(), lock.clone(), inside.clone());
+            thread::spawn(move || {
+                s.reclaim_idle();
+                l.try_hold("k", |l| enter(&inside, l.fence())).unwrap()
+            })
         };
-        let second = lock.hold("k", |l| l.fence()).unwrap();
-        sweeper.join().unwrap();
+        let second = lock.hold("k", |l| enter(&inside, l.fence())).unwrap();
+        let third = sweeper.join().unwrap();
         assert!(second > first);
+        if let Some(third) = third {
+            assert!(third > first && third != second);
+        }
         assert!(lock.stats().live_keys <= 1, "never two records for one key");
         assert_idle_and_reclaimed(&store, &lock, "k");
     });
