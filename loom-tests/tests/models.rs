@@ -37,11 +37,19 @@ fn check(bound: usize, f: impl Fn() + Sync + Send + 'static) {
 
 /// Asserts a key is free and nobody waits, then that its state goes away.
 fn assert_idle_and_reclaimed(store: &Store, lock: &holdline::Lock, key: &str) {
-    assert_eq!(lock.try_hold(key, |_| ()).unwrap(), Some(()), "the key ends free");
+    assert_eq!(
+        lock.try_hold(key, |_| ()).unwrap(),
+        Some(()),
+        "the key ends free"
+    );
     let s = lock.stats();
     assert_eq!((s.held_keys, s.waiters), (0, 0));
     store.reclaim_idle();
-    assert_eq!(lock.stats().live_keys, 0, "the idle key's state is reclaimed");
+    assert_eq!(
+        lock.stats().live_keys,
+        0,
+        "the idle key's state is reclaimed"
+    );
 }
 
 /// 1. Two threads hold one key: never both inside, both finish, the key
@@ -53,14 +61,27 @@ fn two_holders_of_one_key() {
         let lock = store.lock("l").open().unwrap();
         let inside = Arc::new(AtomicUsize::new(0));
         let body = |inside: &AtomicUsize| {
-            assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders inside");
+            assert_eq!(
+                inside.fetch_add(1, Ordering::SeqCst),
+                0,
+                "two holders inside"
+            );
             inside.fetch_sub(1, Ordering::SeqCst);
         };
         let t = {
             let (lock, inside) = (lock.clone(), inside.clone());
-            thread::spawn(move || lock.key("k").wait(FOREVER).hold(|l| (body(&inside), l.fence()).1).unwrap())
+            thread::spawn(move || {
+                lock.key("k")
+                    .wait(FOREVER)
+                    .hold(|l| (body(&inside), l.fence()).1)
+                    .unwrap()
+            })
         };
-        let mine = lock.key("k").wait(FOREVER).hold(|l| (body(&inside), l.fence()).1).unwrap();
+        let mine = lock
+            .key("k")
+            .wait(FOREVER)
+            .hold(|l| (body(&inside), l.fence()).1)
+            .unwrap();
         let theirs = t.join().unwrap();
         assert_ne!(mine, theirs, "each grant has its own fence");
         assert_idle_and_reclaimed(&store, &lock, "k");
@@ -84,14 +105,20 @@ fn the_line_goes_first() {
         let waiter = {
             let (l, order) = (lock.clone(), order.clone());
             thread::spawn(move || {
-                l.key("k").wait(FOREVER).hold(|_| order.lock().unwrap().push("waiter")).unwrap();
+                l.key("k")
+                    .wait(FOREVER)
+                    .hold(|_| order.lock().unwrap().push("waiter"))
+                    .unwrap();
             })
         };
         while lock.waiters_of("k") != 1 {
             thread::yield_now();
         }
         held.release().unwrap();
-        lock.key("k").wait(FOREVER).hold(|_| order.lock().unwrap().push("newcomer")).unwrap();
+        lock.key("k")
+            .wait(FOREVER)
+            .hold(|_| order.lock().unwrap().push("newcomer"))
+            .unwrap();
         waiter.join().unwrap();
         assert_eq!(*order.lock().unwrap(), vec!["waiter", "newcomer"]);
     });
@@ -130,7 +157,11 @@ fn try_hold_racing_release_and_a_new_holder() {
         let lock = store.lock("l").open().unwrap();
         let inside = Arc::new(AtomicUsize::new(0));
         let enter = |inside: &AtomicUsize| {
-            assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders inside");
+            assert_eq!(
+                inside.fetch_add(1, Ordering::SeqCst),
+                0,
+                "two holders inside"
+            );
             inside.fetch_sub(1, Ordering::SeqCst);
         };
         let held = lock.acquire("k").unwrap();
@@ -141,7 +172,10 @@ fn try_hold_racing_release_and_a_new_holder() {
         held.release().unwrap();
         let again = lock.try_hold("k", |_| enter(&inside)).unwrap();
         let tried = trier.join().unwrap();
-        assert!(again.is_some() || tried.is_some(), "a free key is taken by one of them");
+        assert!(
+            again.is_some() || tried.is_some(),
+            "a free key is taken by one of them"
+        );
         assert_idle_and_reclaimed(&store, &lock, "k");
     });
 }
@@ -165,7 +199,8 @@ fn revocation_racing_release() {
         // The waiter holds through a handle without maxHold, so firing every
         // timer only ever revokes the first lease.
         let plain = store.lock("l").open().unwrap();
-        let waiter = thread::spawn(move || plain.key("k").wait(FOREVER).hold(|l| l.fence()).unwrap());
+        let waiter =
+            thread::spawn(move || plain.key("k").wait(FOREVER).hold(|l| l.fence()).unwrap());
         let timer = {
             let s = store.clone();
             thread::spawn(move || s.fire_all_timers())
@@ -206,8 +241,14 @@ fn close_racing_a_waiter() {
         // `closed` in line, or `lost` when it took the freed key in a store
         // that had closed; never Ok.
         let e = waiter.join().unwrap().unwrap_err();
-        assert!(matches!(e.kind(), ErrorKind::Closed | ErrorKind::Lost), "{e}");
-        assert_eq!(lock.hold("k", |_| ()).unwrap_err().kind(), ErrorKind::Closed);
+        assert!(
+            matches!(e.kind(), ErrorKind::Closed | ErrorKind::Lost),
+            "{e}"
+        );
+        assert_eq!(
+            lock.hold("k", |_| ()).unwrap_err().kind(),
+            ErrorKind::Closed
+        );
     });
 }
 
@@ -223,7 +264,11 @@ fn reclaim_racing_a_lookup() {
         let lock = store.lock("l").open().unwrap();
         let inside = Arc::new(AtomicUsize::new(0));
         let enter = |inside: &AtomicUsize, fence: u64| {
-            assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders inside");
+            assert_eq!(
+                inside.fetch_add(1, Ordering::SeqCst),
+                0,
+                "two holders inside"
+            );
             inside.fetch_sub(1, Ordering::SeqCst);
             fence
         };
@@ -265,7 +310,11 @@ fn release_racing_the_timer() {
             assert_eq!(e.kind(), ErrorKind::Lost);
             assert_eq!(lock.stats().expirations, 1);
         }
-        assert_eq!(store.pending_timers(), 0, "a released lease leaves nothing on the wheel");
+        assert_eq!(
+            store.pending_timers(),
+            0,
+            "a released lease leaves nothing on the wheel"
+        );
         assert_idle_and_reclaimed(&store, &lock, "k");
     });
 }

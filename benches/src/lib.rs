@@ -1,0 +1,1 @@
+//! Nothing here: the benchmarks live in `benches/hold.rs`.

@@ -1,0 +1,353 @@
+//! The designs under comparison, each behind [`KeyedLock`].
+//!
+//! The trait is generic (closures as `impl FnOnce`), so every scenario is
+//! monomorphised per design: no dynamic dispatch inside the measured loops.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use dashmap::DashMap;
+
+/// How a design offers "wait for the key, but no longer than this".
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Deadline {
+    /// The design has a native bounded wait.
+    Native(&'static str),
+    /// The design has none: scenarios that need one report `n/a`.
+    Lacks,
+}
+
+pub trait KeyedLock: Send + Sync + Sized + 'static {
+    /// Short name used in tables, CSV and plots.
+    const NAME: &'static str;
+    /// Waiters are granted the key in arrival order.
+    const FIFO: bool;
+    const DEADLINE: Deadline;
+    /// A single-key baseline: the key is ignored (one lock in all).
+    const SINGLE: bool = false;
+    /// What happens to an idle key's entry.
+    const IDLE: &'static str;
+
+    fn new() -> Self;
+    /// Hold `key` while `f` runs, waiting as long as it takes.
+    fn hold<R>(&self, key: &str, f: impl FnOnce() -> R) -> R;
+    /// Hold `key` while `f` runs, waiting at most `wait`; `None` when the wait ran out.
+    /// Only called when `DEADLINE` is `Native`.
+    fn hold_within<R>(&self, key: &str, wait: Duration, f: impl FnOnce() -> R) -> Option<R>;
+    /// Give idle keys' memory back, where the design can.
+    fn reclaim(&self) {}
+}
+
+// ---------------------------------------------------------------- holdline
+
+pub struct Holdline {
+    pub store: holdline::Store,
+    pub lock: holdline::Lock,
+}
+
+impl KeyedLock for Holdline {
+    const NAME: &'static str = "holdline";
+    const FIFO: bool = true;
+    const DEADLINE: Deadline = Deadline::Native("key().wait(d).hold()");
+    const IDLE: &'static str = "reclaimed (reclaim_idle)";
+
+    fn new() -> Self {
+        let store = holdline::Store::new();
+        let lock = store.lock("bench").open().expect("open lock");
+        Holdline { store, lock }
+    }
+    #[inline]
+    fn hold<R>(&self, key: &str, f: impl FnOnce() -> R) -> R {
+        self.lock.hold(key, |_lease| f()).expect("holdline hold")
+    }
+    #[inline]
+    fn hold_within<R>(&self, key: &str, wait: Duration, f: impl FnOnce() -> R) -> Option<R> {
+        match self.lock.key(key).wait(wait).hold(|_lease| f()) {
+            Ok(r) => Some(r),
+            Err(e) if e.kind() == holdline::ErrorKind::InUse => None,
+            Err(e) => panic!("holdline hold: {e}"),
+        }
+    }
+    fn reclaim(&self) {
+        self.store.reclaim_idle();
+    }
+}
+
+// ------------------------------------------- Mutex<HashMap<String, Arc<Mutex>>>
+
+/// The naive keyed pattern: one std mutex around a map of per-key std mutexes.
+#[derive(Default)]
+pub struct NaiveStd {
+    map: std::sync::Mutex<HashMap<String, Arc<std::sync::Mutex<()>>>>,
+}
+
+impl KeyedLock for NaiveStd {
+    const NAME: &'static str = "std-map+std";
+    const FIFO: bool = false;
+    const DEADLINE: Deadline = Deadline::Lacks;
+    const IDLE: &'static str = "kept";
+
+    fn new() -> Self {
+        Self::default()
+    }
+    #[inline]
+    fn hold<R>(&self, key: &str, f: impl FnOnce() -> R) -> R {
+        let m = {
+            let mut map = self.map.lock().unwrap();
+            match map.get(key) {
+                Some(m) => m.clone(),
+                None => {
+                    let m = Arc::new(std::sync::Mutex::new(()));
+                    map.insert(key.to_owned(), m.clone());
+                    m
+                }
+            }
+        };
+        let _g = m.lock().unwrap();
+        f()
+    }
+    fn hold_within<R>(&self, _key: &str, _wait: Duration, _f: impl FnOnce() -> R) -> Option<R> {
+        unreachable!("std::sync::Mutex has no bounded wait")
+    }
+}
+
+// ------------------------------------------- DashMap<String, Arc<parking_lot::Mutex>>
+
+/// The common fast pattern: a sharded map of per-key parking_lot mutexes.
+#[derive(Default)]
+pub struct DashPl {
+    map: DashMap<String, Arc<parking_lot::Mutex<()>>>,
+}
+
+impl DashPl {
+    #[inline]
+    fn get(&self, key: &str) -> Arc<parking_lot::Mutex<()>> {
+        if let Some(m) = self.map.get(key) {
+            return m.value().clone();
+        }
+        self.map.entry(key.to_owned()).or_default().value().clone()
+    }
+}
+
+impl KeyedLock for DashPl {
+    const NAME: &'static str = "dashmap+pl";
+    const FIFO: bool = false;
+    const DEADLINE: Deadline = Deadline::Native("try_lock_for");
+    const IDLE: &'static str = "kept";
+
+    fn new() -> Self {
+        Self::default()
+    }
+    #[inline]
+    fn hold<R>(&self, key: &str, f: impl FnOnce() -> R) -> R {
+        let m = self.get(key);
+        let _g = m.lock();
+        f()
+    }
+    #[inline]
+    fn hold_within<R>(&self, key: &str, wait: Duration, f: impl FnOnce() -> R) -> Option<R> {
+        let m = self.get(key);
+        let _g = m.try_lock_for(wait)?;
+        Some(f())
+    }
+}
+
+// ------------------------------------------- DashMap<String, Arc<tokio::sync::Mutex>>
+
+thread_local! {
+    /// One current-thread runtime per worker thread, with the timer, used only
+    /// for bounded waits (`tokio::time::timeout` around `lock()`).
+    static RT: RefCell<Option<tokio::runtime::Runtime>> = const { RefCell::new(None) };
+}
+
+fn block_on_with_timer<F: std::future::Future>(fut: F) -> F::Output {
+    RT.with(|rt| {
+        let mut rt = rt.borrow_mut();
+        let rt = rt.get_or_insert_with(|| {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .build()
+                .expect("tokio runtime")
+        });
+        rt.block_on(fut)
+    })
+}
+
+/// A fair FIFO lock per key: tokio's mutex (a batch semaphore with an
+/// intrusive FIFO waiter list). Plain holds use `blocking_lock()`; bounded
+/// waits run `timeout(d, lock())` on a per-thread current-thread runtime.
+#[derive(Default)]
+pub struct DashTokio {
+    map: DashMap<String, Arc<tokio::sync::Mutex<()>>>,
+}
+
+impl DashTokio {
+    #[inline]
+    fn get(&self, key: &str) -> Arc<tokio::sync::Mutex<()>> {
+        if let Some(m) = self.map.get(key) {
+            return m.value().clone();
+        }
+        self.map.entry(key.to_owned()).or_default().value().clone()
+    }
+}
+
+impl KeyedLock for DashTokio {
+    const NAME: &'static str = "dashmap+tokio";
+    const FIFO: bool = true;
+    const DEADLINE: Deadline = Deadline::Native("timeout(lock())");
+    const IDLE: &'static str = "kept";
+
+    fn new() -> Self {
+        Self::default()
+    }
+    #[inline]
+    fn hold<R>(&self, key: &str, f: impl FnOnce() -> R) -> R {
+        let m = self.get(key);
+        let _g = m.blocking_lock();
+        f()
+    }
+    fn hold_within<R>(&self, key: &str, wait: Duration, f: impl FnOnce() -> R) -> Option<R> {
+        let m = self.get(key);
+        // The timeout is made inside the runtime (it needs its timer).
+        let _g =
+            block_on_with_timer(async move { tokio::time::timeout(wait, m.lock_owned()).await })
+                .ok()?;
+        Some(f())
+    }
+}
+
+// ------------------------------------------- lockable::LockPool<String>
+
+/// The `lockable` crate's `LockPool`: a map mutex taken around each lock
+/// and unlock, a tokio mutex per entry, entries removed once unlocked.
+/// Its API takes the key by value, so each hold clones the key.
+#[derive(Default)]
+pub struct Lockable {
+    pool: lockable::LockPool<String>,
+}
+
+impl KeyedLock for Lockable {
+    const NAME: &'static str = "lockable";
+    const FIFO: bool = true;
+    const DEADLINE: Deadline = Deadline::Native("timeout(async_lock())");
+    const IDLE: &'static str = "removed on unlock";
+
+    fn new() -> Self {
+        Self::default()
+    }
+    #[inline]
+    fn hold<R>(&self, key: &str, f: impl FnOnce() -> R) -> R {
+        let _g = self.pool.blocking_lock(key.to_owned());
+        f()
+    }
+    fn hold_within<R>(&self, key: &str, wait: Duration, f: impl FnOnce() -> R) -> Option<R> {
+        let key = key.to_owned();
+        let _g = block_on_with_timer(async {
+            tokio::time::timeout(wait, self.pool.async_lock(key)).await
+        })
+        .ok()?;
+        Some(f())
+    }
+}
+
+// ------------------------------------------- single-key baselines
+
+/// Bare `std::sync::Mutex<()>`: one lock, the key ignored.
+#[derive(Default)]
+pub struct StdSingle(std::sync::Mutex<()>);
+
+impl KeyedLock for StdSingle {
+    const NAME: &'static str = "std-1key";
+    const FIFO: bool = false;
+    const DEADLINE: Deadline = Deadline::Lacks;
+    const SINGLE: bool = true;
+    const IDLE: &'static str = "-";
+
+    fn new() -> Self {
+        Self::default()
+    }
+    #[inline]
+    fn hold<R>(&self, _key: &str, f: impl FnOnce() -> R) -> R {
+        let _g = self.0.lock().unwrap();
+        f()
+    }
+    fn hold_within<R>(&self, _key: &str, _wait: Duration, _f: impl FnOnce() -> R) -> Option<R> {
+        unreachable!("std::sync::Mutex has no bounded wait")
+    }
+}
+
+/// Bare `parking_lot::Mutex<()>`: one lock, the key ignored.
+#[derive(Default)]
+pub struct PlSingle(parking_lot::Mutex<()>);
+
+impl KeyedLock for PlSingle {
+    const NAME: &'static str = "pl-1key";
+    const FIFO: bool = false;
+    const DEADLINE: Deadline = Deadline::Native("try_lock_for");
+    const SINGLE: bool = true;
+    const IDLE: &'static str = "-";
+
+    fn new() -> Self {
+        Self::default()
+    }
+    #[inline]
+    fn hold<R>(&self, _key: &str, f: impl FnOnce() -> R) -> R {
+        let _g = self.0.lock();
+        f()
+    }
+    #[inline]
+    fn hold_within<R>(&self, _key: &str, wait: Duration, f: impl FnOnce() -> R) -> Option<R> {
+        let _g = self.0.try_lock_for(wait)?;
+        Some(f())
+    }
+}
+
+/// Every design, in table order. Calls `$body` with `$d` bound to the type.
+#[macro_export]
+macro_rules! for_design {
+    ($name:expr, $d:ident => $body:expr) => {
+        match $name {
+            "holdline" => {
+                type $d = $crate::designs::Holdline;
+                Some($body)
+            }
+            "std-map+std" => {
+                type $d = $crate::designs::NaiveStd;
+                Some($body)
+            }
+            "dashmap+pl" => {
+                type $d = $crate::designs::DashPl;
+                Some($body)
+            }
+            "dashmap+tokio" => {
+                type $d = $crate::designs::DashTokio;
+                Some($body)
+            }
+            "lockable" => {
+                type $d = $crate::designs::Lockable;
+                Some($body)
+            }
+            "std-1key" => {
+                type $d = $crate::designs::StdSingle;
+                Some($body)
+            }
+            "pl-1key" => {
+                type $d = $crate::designs::PlSingle;
+                Some($body)
+            }
+            _ => None,
+        }
+    };
+}
+
+pub const ALL: [&str; 7] = [
+    Holdline::NAME,
+    NaiveStd::NAME,
+    DashPl::NAME,
+    DashTokio::NAME,
+    Lockable::NAME,
+    StdSingle::NAME,
+    PlSingle::NAME,
+];
