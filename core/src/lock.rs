@@ -264,7 +264,12 @@ impl Lock {
         check_key(&self.shared.name, text)?;
         let clock = &self.store.clock;
         let deadline = match mode {
-            Mode::Wait(w) if w > 0 => clock.now_ms().saturating_add(w).saturating_add(1),
+            // In microseconds, +1 so the rounded-down clock never ends a
+            // wait early.
+            Mode::Wait(w) if w > 0 => clock
+                .now_us()
+                .saturating_add(w.saturating_mul(1000))
+                .saturating_add(1),
             _ => 0,
         };
         let mut waiter: Option<Waiter> = None;

@@ -298,14 +298,14 @@ impl Record {
     }
 
     /// Waits until `waiter` is granted the key, the store closes, or
-    /// `deadline_ms` (on `clock`) passes. Spins first when `first` in line, so
+    /// `deadline_us` (on `clock`, in microseconds) passes. Spins first when `first` in line, so
     /// a handoff finds it awake; parks after.
     pub(crate) fn wait(
         &self,
         waiter: &Waiter,
         first: bool,
         clock: &Clock,
-        deadline_ms: u64,
+        deadline_us: u64,
     ) -> WaitEnd {
         let spins = if first {
             SPIN_FIRST_IN_LINE
@@ -316,7 +316,7 @@ impl Record {
             if let Some(end) = final_status(waiter.status.load(Ordering::Acquire)) {
                 return end;
             }
-            for _ in 0..(1u32 << (i / 32).min(5)) {
+            for _ in 0..(1u32 << (i / 16).min(3)) {
                 spin_loop();
             }
         }
@@ -337,8 +337,8 @@ impl Record {
             return final_status(now).unwrap_or(WaitEnd::TimedOut);
         }
         loop {
-            let now = clock.now_ms();
-            if now >= deadline_ms {
+            let now = clock.now_us();
+            if now >= deadline_us {
                 // Pin, then re-read the status: a status still not final,
                 // read while pinned, means the node was linked at that
                 // instant, so the record was not retired then and cannot be
@@ -351,7 +351,9 @@ impl Record {
                 return self.cancel(waiter);
             }
             // Cap one park at a day so huge deadlines cannot overflow the call.
-            park_timeout(Duration::from_millis((deadline_ms - now).min(86_400_000)));
+            park_timeout(Duration::from_micros(
+                (deadline_us - now).min(86_400_000_000),
+            ));
             if let Some(end) = final_status(waiter.status.load(Ordering::Acquire)) {
                 return end;
             }
