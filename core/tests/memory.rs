@@ -36,7 +36,7 @@ fn live() -> isize {
 
 #[test]
 fn a_million_idle_keys_give_their_memory_back() {
-    let _serial = SERIAL.lock().unwrap();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let n: u64 = if cfg!(debug_assertions) {
         200_000
     } else {
@@ -62,13 +62,22 @@ fn a_million_idle_keys_give_their_memory_back() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    // Let the epoch hand the memory back (reclaim_idle flushes it).
-    store.reclaim_idle();
-    let left = live() - base;
-    eprintln!("{n} keys: peak {peak} B over base, {left} B left after idle");
-    assert!(
-        left < 64 * 1024,
-        "{left} bytes left after {n} keys went idle"
+    // Let the epoch hand the memory back: the sweeper's batch is freed once
+    // the epoch advances past it, which needs a little activity (here,
+    // reclaim_idle's flushes) and that the sweeping thread has unpinned.
+    let mut left = live() - base;
+    while left >= 64 * 1024 {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{left} bytes left after {n} keys went idle"
+        );
+        store.reclaim_idle();
+        std::thread::sleep(Duration::from_millis(10));
+        left = live() - base;
+    }
+    eprintln!(
+        "{n} keys: peak {peak} B over base, {left} B left after idle ({:?} after the last hold)",
+        started.elapsed()
     );
     assert_eq!(lock.stats().grants, n + 1);
 }
@@ -84,7 +93,7 @@ fn nest(lock: &holdline::Lock, depth: u32, at_bottom: &mut dyn FnMut()) {
 
 #[test]
 fn a_held_key_is_small() {
-    let _serial = SERIAL.lock().unwrap();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let store = Store::new();
     let lock = store.lock("sizes").open().unwrap();
     // Held keys: 2,000 nested holds, measured at the bottom (on a thread
