@@ -7,6 +7,9 @@ use std::sync::{mpsc, Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
+mod common;
+use common::Holder;
+
 #[test]
 fn hold_answers_the_closures_value_and_lets_go() {
     let store = Store::new();
@@ -37,17 +40,7 @@ fn hold_answers_the_closures_value_and_lets_go() {
 fn try_hold_never_runs_f_on_a_held_key() {
     let store = Store::new();
     let lock = store.lock("l").open().unwrap();
-    let (held_tx, held_rx) = mpsc::channel();
-    let (go_tx, go_rx) = mpsc::channel::<()>();
-    let l2 = lock.clone();
-    let t = thread::spawn(move || {
-        l2.hold("k", |_| {
-            held_tx.send(()).unwrap();
-            go_rx.recv().unwrap();
-        })
-        .unwrap()
-    });
-    held_rx.recv().unwrap();
+    let holder = Holder::start(&lock, "k");
     let ran = AtomicBool::new(false);
     let started = Instant::now();
     assert_eq!(
@@ -62,8 +55,7 @@ fn try_hold_never_runs_f_on_a_held_key() {
     );
     // Another key is independent.
     assert_eq!(lock.try_hold("k2", |_| 1).unwrap(), Some(1));
-    go_tx.send(()).unwrap();
-    t.join().unwrap();
+    holder.release().unwrap();
     assert_eq!(lock.try_hold("k", |_| 2).unwrap(), Some(2));
 }
 

@@ -3,20 +3,12 @@
 
 use holdline::{ErrorKind, Store};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
-    let started = Instant::now();
-    while !cond() {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "timed out waiting for {what}"
-        );
-        thread::sleep(Duration::from_millis(1));
-    }
-}
+mod common;
+use common::{wait_for, Holder};
 
 /// Waiters take tickets as they arrive (one at a time, each seen in line
 /// before the next comes); grants must follow the tickets exactly.
@@ -26,16 +18,7 @@ fn grants_follow_arrival_order() {
         let store = Store::new();
         let lock = store.lock("fifo").open().unwrap();
         let order = Arc::new(Mutex::new(Vec::new()));
-        let (held_tx, held_rx) = mpsc::channel();
-        let (go_tx, go_rx) = mpsc::channel::<()>();
-        let l = lock.clone();
-        let holder = thread::spawn(move || {
-            l.hold("k", |_| {
-                held_tx.send(()).unwrap();
-                go_rx.recv().unwrap();
-            })
-        });
-        held_rx.recv().unwrap();
+        let holder = Holder::start(&lock, "k");
         let mut waiters = Vec::new();
         for ticket in 0..n {
             let (l, order) = (lock.clone(), order.clone());
@@ -52,8 +35,7 @@ fn grants_follow_arrival_order() {
                 lock.stats().waiters == ticket + 1
             });
         }
-        go_tx.send(()).unwrap();
-        holder.join().unwrap().unwrap();
+        holder.release().unwrap();
         for w in waiters {
             w.join().unwrap().unwrap();
         }
@@ -78,16 +60,7 @@ fn a_release_hands_the_key_to_the_first_waiter_not_a_newcomer() {
     let store = Store::new();
     let lock = store.lock("l").open().unwrap();
     for _ in 0..20 {
-        let (held_tx, held_rx) = mpsc::channel();
-        let (go_tx, go_rx) = mpsc::channel::<()>();
-        let l = lock.clone();
-        let holder = thread::spawn(move || {
-            l.hold("k", |_| {
-                held_tx.send(()).unwrap();
-                go_rx.recv().unwrap();
-            })
-        });
-        held_rx.recv().unwrap();
+        let holder = Holder::start(&lock, "k");
         let l = lock.clone();
         let had_it = Arc::new(AtomicUsize::new(0));
         let h = had_it.clone();
@@ -98,7 +71,7 @@ fn a_release_hands_the_key_to_the_first_waiter_not_a_newcomer() {
             })
         });
         wait_for("the waiter", || lock.stats().waiters == 1);
-        go_tx.send(()).unwrap();
+        let released = thread::spawn(move || holder.release());
         // Hammer try_hold around the release: it may only ever get the key
         // once the waiter has had it.
         let started = Instant::now();
@@ -113,7 +86,7 @@ fn a_release_hands_the_key_to_the_first_waiter_not_a_newcomer() {
             }
             assert!(started.elapsed() < Duration::from_secs(30));
         }
-        holder.join().unwrap().unwrap();
+        released.join().unwrap().unwrap();
         waiter.join().unwrap().unwrap();
     }
 }
@@ -122,16 +95,7 @@ fn a_release_hands_the_key_to_the_first_waiter_not_a_newcomer() {
 fn the_ten_thousand_and_first_waiter_fails_limit() {
     let store = Store::new();
     let lock = store.lock("invoices").open().unwrap();
-    let (held_tx, held_rx) = mpsc::channel();
-    let (go_tx, go_rx) = mpsc::channel::<()>();
-    let l = lock.clone();
-    let holder = thread::spawn(move || {
-        l.hold(&7, |_| {
-            held_tx.send(()).unwrap();
-            go_rx.recv().unwrap();
-        })
-    });
-    held_rx.recv().unwrap();
+    let holder = Holder::start(&lock, "7");
     let granted = Arc::new(AtomicUsize::new(0));
     let waiters: Vec<_> = (0..10_000)
         .map(|_| {
@@ -163,8 +127,7 @@ fn the_ten_thousand_and_first_waiter_fails_limit() {
         "limit fails at once"
     );
     assert_eq!(lock.acquire(&7).unwrap_err().kind(), ErrorKind::Limit);
-    go_tx.send(()).unwrap();
-    holder.join().unwrap().unwrap();
+    holder.release().unwrap();
     for w in waiters {
         w.join().unwrap().unwrap();
     }

@@ -1,0 +1,49 @@
+//! Helpers shared by the integration tests.
+
+#![allow(dead_code)]
+
+use holdline::{Error, Lock};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// A hold running on another thread until told to let go.
+pub struct Holder {
+    go: mpsc::Sender<()>,
+    thread: thread::JoinHandle<Result<(), Error>>,
+}
+
+impl Holder {
+    /// Holds `key` of `lock` on a new thread; answers once it is held.
+    pub fn start(lock: &Lock, key: &str) -> Holder {
+        let (held_tx, held_rx) = mpsc::channel();
+        let (go, go_rx) = mpsc::channel::<()>();
+        let (lock, key) = (lock.clone(), key.to_owned());
+        let thread = thread::spawn(move || {
+            lock.hold(key.as_str(), |_| {
+                held_tx.send(()).unwrap();
+                let _ = go_rx.recv();
+            })
+        });
+        held_rx.recv().expect("the holder thread got the key");
+        Holder { go, thread }
+    }
+
+    /// Lets the key go and answers what the hold answered.
+    pub fn release(self) -> Result<(), Error> {
+        let _ = self.go.send(());
+        self.thread.join().expect("the holder thread did not panic")
+    }
+}
+
+/// Polls `cond` every millisecond, failing the test after a minute.
+pub fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !cond() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "timed out waiting for {what}"
+        );
+        thread::sleep(Duration::from_millis(1));
+    }
+}
