@@ -112,6 +112,7 @@ impl LeaseState {
         }
     }
 
+    /// Only under the wheel lock (which orders this Relaxed load).
     pub(crate) fn timer_key(&self) -> Option<TimerKey> {
         TimerKey::unpack(self.timer.load(Ordering::Relaxed))
     }
@@ -202,6 +203,7 @@ impl LeaseState {
             } else {
                 &self.lock.expirations
             };
+            // Relaxed: a statistic; nothing is published through it.
             counter.fetch_add(1, Ordering::Relaxed);
             self.store.signals.notify();
         }

@@ -167,6 +167,7 @@ impl Lock {
     /// Counts of this lock's keys and events. Walks the table: O(live keys).
     pub fn stats(&self) -> LockStats {
         let t = self.shared.table.totals();
+        // Relaxed counters: statistics; nothing is published through them.
         LockStats {
             live_keys: t.live,
             held_keys: t.held,
@@ -308,6 +309,7 @@ impl Lock {
                     }
                     Tried::Held if matches!(mode, Mode::Try) => return Ok(None),
                     Tried::Held => {
+                        // Relaxed: a statistic.
                         self.shared.timeouts.fetch_add(1, Ordering::Relaxed);
                         return Err(self.in_use(text));
                     }

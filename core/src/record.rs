@@ -40,6 +40,21 @@
 //! finds `PARKED` still set when its deadline passes takes `QLOCK` and, if no
 //! final status arrived meanwhile, unlinks itself: a grant and a timeout can
 //! never both happen, and a grant is never lost.
+//!
+//! # Orderings
+//!
+//! - Taking the key (a CAS that sets `HELD`) and taking `QLOCK` are Acquire;
+//!   letting either go is Release: the holder publishes its writes and the
+//!   bumped fence to the next holder, the lock owner publishes the line.
+//! - Loads of the state word that only choose the next CAS, and every CAS's
+//!   failure ordering, are Relaxed: the CAS that succeeds carries the
+//!   ordering, and a stale value only costs a retry.
+//! - A waiter's final status is stored Release and read Acquire: it carries
+//!   the grant (and the fence) from the granter to the new holder.
+//! - `waiters` is written only by the `QLOCK` owner (the lock orders those
+//!   Relaxed accesses) and read racily by stats, which want a recent value
+//!   and nothing it publishes; `is_held`/`is_dead` are such peeks too (a
+//!   DEAD peek is confirmed under the shard lock).
 
 use crate::sync::{
     park_timeout, spin_loop, yield_now, AtomicU32, AtomicU64, AtomicUsize, Backoff, Clock,

@@ -380,6 +380,8 @@ fn drive(store: std::sync::Weak<StoreShared>, timer: Arc<TimerShared>, clock: Ar
             let sweep_now = st.sweep_at.is_some_and(|t| t <= now);
             if sweep_now {
                 st.sweep_at = None;
+                // Relaxed: a hint (see `want_sweep`); a creation racing
+                // this store asks again, or is caught by the next sweep.
                 shared.sweep_wanted.store(false, Ordering::Relaxed);
             }
             sweep_now

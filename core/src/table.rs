@@ -20,6 +20,11 @@
 //! - `floor` only grows: every record's first fence is at least `floor`, and
 //!   retiring a record lifts `floor` above every fence it granted, so fences
 //!   keep rising across a key's records.
+//!
+//! Orderings: readers load bucket arrays and links Acquire, pairing with the
+//! Release stores that published them; writers, which hold the shard lock,
+//! load them Relaxed (the lock orders writers among themselves) and publish
+//! with Release.
 
 use crate::record::Record;
 use crate::sync::{lock, Mutex, Ordering};
@@ -150,6 +155,8 @@ impl Table {
         }
         let slot = b.slot(hash);
         let record = Owned::new(Record::new_held(hash, key, w.floor));
+        // Relaxed: the record is not published yet; the Release store of
+        // the slot below publishes it with this link.
         record
             .next
             .store(slot.load(Ordering::Relaxed, guard), Ordering::Relaxed);

@@ -139,6 +139,8 @@ pub(crate) fn run<R>(
     f: impl FnOnce(&mut Tx<'_>) -> Result<R, Error>,
 ) -> Result<R, Error> {
     let shared = &store.shared;
+    // Acquire: pairs with close's SeqCst store; a tx racing close may run
+    // once more, as a call that began before it.
     if shared.closed.load(Ordering::Acquire) {
         return Err(Error::closed());
     }
