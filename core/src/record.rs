@@ -8,6 +8,7 @@
 //! | `QLOCK`  | someone is changing the line (a tiny lock over [`Line`])       |
 //! | `QUEUED` | the line is not empty                                          |
 //! | `DEAD`   | the table retired this record; look the key up again           |
+//! | 4..18    | the line's length (written by the `QLOCK` owner)               |
 //!
 //! Invariants:
 //! - `QUEUED` implies `HELD`: a line only ever stands behind a holder, because
@@ -26,8 +27,9 @@
 //! # The line
 //!
 //! Waiters are [`Waiter`] nodes on their threads' stacks, linked into an
-//! intrusive doubly-linked list that only the `QLOCK` owner reads or writes,
-//! so a waiter leaves from any position in O(1). Ownership rules:
+//! intrusive circular doubly-linked list (the record keeps only its tail)
+//! that only the `QLOCK` owner reads or writes, so a waiter leaves from any
+//! position in O(1). Ownership rules:
 //! - a node is linked by its own thread (`acquire_or_enqueue`) and unlinked
 //!   either by a granter/closer (who then sets its final status) or by its own
 //!   thread when its deadline passes (`cancel`), always under `QLOCK`;
@@ -51,10 +53,9 @@
 //!   ordering, and a stale value only costs a retry.
 //! - A waiter's final status is stored Release and read Acquire: it carries
 //!   the grant (and the fence) from the granter to the new holder.
-//! - `waiters` is written only by the `QLOCK` owner (the lock orders those
-//!   Relaxed accesses) and read racily by stats, which want a recent value
-//!   and nothing it publishes; `is_held`/`is_dead` are such peeks too (a
-//!   DEAD peek is confirmed under the shard lock).
+//! - Stats read the state word (held, line length) with Relaxed peeks: they
+//!   want a recent value and nothing it publishes; `is_dead` is such a peek
+//!   too (a DEAD peek is confirmed under the shard lock).
 
 use crate::sync::{
     park_timeout, spin_loop, yield_now, AtomicU32, AtomicU64, AtomicUsize, Backoff, Clock,
@@ -68,6 +69,17 @@ pub(crate) const HELD: usize = 1;
 pub(crate) const QLOCK: usize = 1 << 1;
 pub(crate) const QUEUED: usize = 1 << 2;
 pub(crate) const DEAD: usize = 1 << 3;
+/// The line's length lives in the state word above the flags, so a record
+/// fits one cache line (10,000 waiters need 14 bits).
+const WAITER_SHIFT: u32 = 4;
+const WAITER_ONE: usize = 1 << WAITER_SHIFT;
+const WAITER_MASK: usize = 0x3fff << WAITER_SHIFT;
+
+/// The line's length in state word `s`.
+#[inline]
+fn waiters_in(s: usize) -> u32 {
+    ((s & WAITER_MASK) >> WAITER_SHIFT) as u32
+}
 
 const WAITING: u32 = 0;
 const PARKED: u32 = 1;
@@ -120,13 +132,16 @@ impl Waiter {
     }
 }
 
-/// The line's ends; read and written only by the `QLOCK` owner.
+/// The line: a circular doubly-linked list known by its tail (the head is
+/// `tail.next`), so the record spends one pointer on it. Read and written
+/// only by the `QLOCK` owner.
 struct Line {
-    head: *const Waiter,
     tail: *const Waiter,
 }
 
-/// One key of one lock.
+/// One key of one lock: exactly one cache line, so the state word a holder
+/// writes never shares a line with another key's record.
+#[cfg_attr(not(loom), repr(align(64)))]
 pub(crate) struct Record {
     /// Next record in the table bucket's chain.
     pub(crate) next: epoch::Atomic<Record>,
@@ -137,8 +152,6 @@ pub(crate) struct Record {
     fence: AtomicU64,
     /// The fence of this record's first grant (for `grants` in stats).
     first_fence: u64,
-    /// Length of the line: written under `QLOCK`, read racily by stats.
-    waiters: AtomicU32,
     line: UnsafeCell<Line>,
 }
 
@@ -158,11 +171,7 @@ impl Record {
             state: AtomicUsize::new(HELD),
             fence: AtomicU64::new(fence),
             first_fence: fence,
-            waiters: AtomicU32::new(0),
-            line: UnsafeCell::new(Line {
-                head: ptr::null(),
-                tail: ptr::null(),
-            }),
+            line: UnsafeCell::new(Line { tail: ptr::null() }),
         }
     }
 
@@ -203,7 +212,7 @@ impl Record {
     }
 
     pub(crate) fn waiter_count(&self) -> u32 {
-        self.waiters.load(Ordering::Relaxed)
+        waiters_in(self.state.load(Ordering::Relaxed))
     }
 
     /// Grants made through this record so far.
@@ -290,7 +299,7 @@ impl Record {
                 continue;
             }
             // We own QLOCK; `s` (which has HELD) is the word's value without it.
-            let len = self.waiters.load(Ordering::Relaxed);
+            let len = waiters_in(s);
             if let Err(e) = admit(len) {
                 // Release: publish nothing new, but keep the unlock a release.
                 self.state.store(s, Ordering::Release);
@@ -299,7 +308,6 @@ impl Record {
             // SAFETY: we own QLOCK, so we have exclusive access to the line
             // and to the links of every node in it; `waiter` is not linked yet.
             unsafe { self.push_back(waiter) };
-            self.waiters.store(len + 1, Ordering::Relaxed);
             // Release: the next QLOCK owner must see the node linked.
             // (Mutant for loom-tests/README.md: a Relaxed unlock.)
             let unlock = if cfg!(holdline_mutant = "relaxed_unlock") {
@@ -307,7 +315,7 @@ impl Record {
             } else {
                 Ordering::Release
             };
-            self.state.store(s | QUEUED, unlock);
+            self.state.store((s | QUEUED) + WAITER_ONE, unlock);
             return Ok(Enqueued::Waiting { first: len == 0 });
         }
     }
@@ -395,8 +403,7 @@ impl Record {
         }
         // SAFETY: we own QLOCK and `waiter` is linked (no final status).
         let now_empty = unsafe { self.unlink(waiter) };
-        let len = self.waiters.load(Ordering::Relaxed);
-        self.waiters.store(len - 1, Ordering::Relaxed);
+        let s = s - WAITER_ONE;
         let s = if now_empty { s & !QUEUED } else { s };
         self.state.store(s, Ordering::Release);
         WaitEnd::TimedOut
@@ -450,8 +457,7 @@ impl Record {
             }
             // SAFETY: we own QLOCK; QUEUED says the line is not empty.
             let (first, now_empty) = unsafe { self.pop_front() };
-            let len = self.waiters.load(Ordering::Relaxed);
-            self.waiters.store(len - 1, Ordering::Relaxed);
+            let s = s - WAITER_ONE;
             // SAFETY: `first` was linked until just now and has no final
             // status, so its thread is still waiting for one: alive.
             let wake = unsafe { finish_waiter(first, GRANTED) };
@@ -492,16 +498,16 @@ impl Record {
                 Err(now) => s = now,
             }
         }
-        for _ in 0..self.waiters.load(Ordering::Relaxed) {
-            // SAFETY: we own QLOCK, and `waiters` counts the linked nodes.
+        for _ in 0..waiters_in(s) {
+            // SAFETY: we own QLOCK, and the count says how many are linked.
             let (w, _) = unsafe { self.pop_front() };
             // SAFETY: `w` was linked and has no final status: alive.
             if let Some(t) = unsafe { finish_waiter(w, CLOSED) } {
                 wake.push(t);
             }
         }
-        self.waiters.store(0, Ordering::Relaxed);
-        self.state.store(s & !QUEUED, Ordering::Release);
+        self.state
+            .store(s & !(QUEUED | WAITER_MASK), Ordering::Release);
         true
     }
 
@@ -548,15 +554,19 @@ impl Record {
     unsafe fn push_back(&self, w: &Waiter) {
         let wp: *const Waiter = w;
         self.line.with_mut(|line| {
-            // SAFETY: QLOCK gives exclusive access to the line and the links.
+            // SAFETY: QLOCK gives exclusive access to the line and the links;
+            // linked nodes are alive.
             unsafe {
                 let tail = (*line).tail;
-                w.prev.with_mut(|p| *p = tail);
-                w.next.with_mut(|n| *n = ptr::null());
                 if tail.is_null() {
-                    (*line).head = wp;
+                    w.prev.with_mut(|p| *p = wp);
+                    w.next.with_mut(|n| *n = wp);
                 } else {
+                    let head = (*tail).next.with(|n| *n);
+                    w.prev.with_mut(|p| *p = tail);
+                    w.next.with_mut(|n| *n = head);
                     (*tail).next.with_mut(|n| *n = wp);
+                    (*head).prev.with_mut(|p| *p = wp);
                 }
                 (*line).tail = wp;
             }
@@ -568,21 +578,17 @@ impl Record {
     /// # Safety
     /// The caller owns QLOCK and the line is not empty.
     unsafe fn pop_front(&self) -> (*const Waiter, bool) {
-        self.line.with_mut(|line| {
-            // SAFETY: QLOCK gives exclusive access; the head is linked, so alive.
+        let head = self.line.with(|line| {
+            // SAFETY: QLOCK gives exclusive access; the tail is linked, so alive.
             unsafe {
-                let head = (*line).head;
-                debug_assert!(!head.is_null());
-                let next = (*head).next.with(|n| *n);
-                (*line).head = next;
-                if next.is_null() {
-                    (*line).tail = ptr::null();
-                } else {
-                    (*next).prev.with_mut(|p| *p = ptr::null());
-                }
-                (head, next.is_null())
+                let tail = (*line).tail;
+                debug_assert!(!tail.is_null());
+                (*tail).next.with(|n| *n)
             }
-        })
+        });
+        // SAFETY: the caller's contract; `head` is linked.
+        let now_empty = unsafe { self.unlink(&*head) };
+        (head, now_empty)
     }
 
     /// Unlinks `w` from anywhere in the line; answers whether it is now empty.
@@ -590,22 +596,23 @@ impl Record {
     /// # Safety
     /// The caller owns QLOCK and `w` is linked.
     unsafe fn unlink(&self, w: &Waiter) -> bool {
+        let wp: *const Waiter = w;
         self.line.with_mut(|line| {
             // SAFETY: QLOCK gives exclusive access; linked nodes are alive.
             unsafe {
                 let prev = w.prev.with(|p| *p);
                 let next = w.next.with(|n| *n);
-                if prev.is_null() {
-                    (*line).head = next;
-                } else {
-                    (*prev).next.with_mut(|n| *n = next);
+                if next == wp {
+                    // The only one.
+                    (*line).tail = ptr::null();
+                    return true;
                 }
-                if next.is_null() {
+                (*prev).next.with_mut(|n| *n = next);
+                (*next).prev.with_mut(|p| *p = prev);
+                if (*line).tail == wp {
                     (*line).tail = prev;
-                } else {
-                    (*next).prev.with_mut(|p| *p = prev);
                 }
-                (*line).head.is_null()
+                false
             }
         })
     }
@@ -657,11 +664,8 @@ mod tests {
     fn a_record_and_a_waiter_are_small() {
         // A held key with no waiters: the record (plus its key text and a
         // bucket slot, measured in tests/memory.rs). A waiter: one node.
-        assert!(
-            std::mem::size_of::<Record>() <= 80,
-            "{}",
-            std::mem::size_of::<Record>()
-        );
+        assert_eq!(std::mem::size_of::<Record>(), 64, "one cache line");
+        assert_eq!(std::mem::align_of::<Record>(), 64);
         assert!(
             std::mem::size_of::<Waiter>() <= 32,
             "{}",
