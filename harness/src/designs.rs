@@ -121,13 +121,20 @@ pub struct DashPl {
     map: DashMap<String, Arc<parking_lot::Mutex<()>>>,
 }
 
+/// The dashmap pattern's lookup: a shared read of the shard when the key is
+/// there, an insert otherwise; the entry stays after the hold.
+#[inline]
+fn entry_of<M: Default>(map: &DashMap<String, Arc<M>>, key: &str) -> Arc<M> {
+    if let Some(m) = map.get(key) {
+        return m.value().clone();
+    }
+    map.entry(key.to_owned()).or_default().value().clone()
+}
+
 impl DashPl {
     #[inline]
     fn get(&self, key: &str) -> Arc<parking_lot::Mutex<()>> {
-        if let Some(m) = self.map.get(key) {
-            return m.value().clone();
-        }
-        self.map.entry(key.to_owned()).or_default().value().clone()
+        entry_of(&self.map, key)
     }
 }
 
@@ -186,10 +193,7 @@ pub struct DashTokio {
 impl DashTokio {
     #[inline]
     fn get(&self, key: &str) -> Arc<tokio::sync::Mutex<()>> {
-        if let Some(m) = self.map.get(key) {
-            return m.value().clone();
-        }
-        self.map.entry(key.to_owned()).or_default().value().clone()
+        entry_of(&self.map, key)
     }
 }
 
