@@ -195,16 +195,20 @@ impl LeaseState {
             .compare_exchange(ACTIVE, to, Ordering::SeqCst, Ordering::SeqCst)
             .is_ok()
         {
+            let counter = match to {
+                REVOKED => Some(&self.lock.revocations),
+                EXPIRED => Some(&self.lock.expirations),
+                _ => None,
+            };
+            // Counted before the key moves on, so whoever the key goes to
+            // (and whoever hears from them) sees the count. Relaxed: the
+            // release below publishes it.
+            if let Some(counter) = counter {
+                counter.fetch_add(1, Ordering::Relaxed);
+            }
             // SAFETY: we won the CAS: the holder will not release, so the
             // grant is still HELD and the record alive.
             unsafe { (*self.record).release(self.fence) };
-            let counter = if to == REVOKED {
-                &self.lock.revocations
-            } else {
-                &self.lock.expirations
-            };
-            // Relaxed: a statistic; nothing is published through it.
-            counter.fetch_add(1, Ordering::Relaxed);
             self.store.signals.notify();
         }
         true

@@ -10,6 +10,9 @@
 //! | `DEAD`   | the table retired this record; look the key up again           |
 //! | 4..18    | the line's length (written by the `QLOCK` owner)               |
 //!
+//! The word is a `u32`, so that with the 32-bit hash and an inline key the
+//! record stays one cache line.
+//!
 //! Invariants:
 //! - `QUEUED` implies `HELD`: a line only ever stands behind a holder, because
 //!   a release with waiters hands `HELD` straight to the first of them.
@@ -58,27 +61,27 @@
 //!   too (a DEAD peek is confirmed under the shard lock).
 
 use crate::sync::{
-    park_timeout, spin_loop, yield_now, AtomicU32, AtomicU64, AtomicUsize, Backoff, Clock,
-    Ordering, Thread, UnsafeCell, SPIN_BEHIND, SPIN_FIRST_IN_LINE, YIELDS_FIRST_IN_LINE,
+    park_timeout, spin_loop, yield_now, AtomicU32, AtomicU64, Backoff, Clock, Ordering, Thread,
+    UnsafeCell, SPIN_BEHIND, SPIN_FIRST_IN_LINE, YIELDS_FIRST_IN_LINE,
 };
 use crossbeam_epoch as epoch;
 use std::ptr;
 use std::time::Duration;
 
-pub(crate) const HELD: usize = 1;
-pub(crate) const QLOCK: usize = 1 << 1;
-pub(crate) const QUEUED: usize = 1 << 2;
-pub(crate) const DEAD: usize = 1 << 3;
+pub(crate) const HELD: u32 = 1;
+pub(crate) const QLOCK: u32 = 1 << 1;
+pub(crate) const QUEUED: u32 = 1 << 2;
+pub(crate) const DEAD: u32 = 1 << 3;
 /// The line's length lives in the state word above the flags, so a record
 /// fits one cache line (10,000 waiters need 14 bits).
 const WAITER_SHIFT: u32 = 4;
-const WAITER_ONE: usize = 1 << WAITER_SHIFT;
-const WAITER_MASK: usize = 0x3fff << WAITER_SHIFT;
+const WAITER_ONE: u32 = 1 << WAITER_SHIFT;
+const WAITER_MASK: u32 = 0x3fff << WAITER_SHIFT;
 
 /// The line's length in state word `s`.
 #[inline]
-fn waiters_in(s: usize) -> u32 {
-    ((s & WAITER_MASK) >> WAITER_SHIFT) as u32
+fn waiters_in(s: u32) -> u32 {
+    (s & WAITER_MASK) >> WAITER_SHIFT
 }
 
 const WAITING: u32 = 0;
@@ -139,15 +142,51 @@ struct Line {
     tail: *const Waiter,
 }
 
+/// Keys up to this many bytes live inside the record: a lookup compares
+/// them without another dependent load, and making the record allocates once.
+const INLINE_KEY: usize = 22;
+
+/// A record's key text: inline when short, else on the heap. 24 bytes.
+pub(crate) enum KeyText {
+    Inline { len: u8, bytes: [u8; INLINE_KEY] },
+    Heap(Box<str>),
+}
+
+impl KeyText {
+    fn new(key: &str) -> KeyText {
+        if key.len() <= INLINE_KEY {
+            let mut bytes = [0; INLINE_KEY];
+            bytes[..key.len()].copy_from_slice(key.as_bytes());
+            KeyText::Inline {
+                len: key.len() as u8,
+                bytes,
+            }
+        } else {
+            KeyText::Heap(key.into())
+        }
+    }
+
+    /// The key's bytes (UTF-8: copied from a `&str`).
+    #[inline]
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        match self {
+            KeyText::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            KeyText::Heap(text) => text.as_bytes(),
+        }
+    }
+}
+
 /// One key of one lock: exactly one cache line, so the state word a holder
 /// writes never shares a line with another key's record.
 #[cfg_attr(not(loom), repr(align(64)))]
 pub(crate) struct Record {
     /// Next record in the table bucket's chain.
     pub(crate) next: epoch::Atomic<Record>,
-    pub(crate) hash: u64,
-    pub(crate) key: Box<str>,
-    state: AtomicUsize,
+    /// The low 32 bits of the key's hash: they choose the bucket (the
+    /// table has fewer than 2^32 per shard) and filter key comparisons.
+    pub(crate) hash: u32,
+    pub(crate) key: KeyText,
+    state: AtomicU32,
     /// See the module doc: the current grant's fence while held, the next's while free.
     fence: AtomicU64,
     /// The fence of this record's first grant (for `grants` in stats).
@@ -166,9 +205,9 @@ impl Record {
     pub(crate) fn new_held(hash: u64, key: &str, fence: u64) -> Record {
         Record {
             next: epoch::Atomic::null(),
-            hash,
-            key: key.into(),
-            state: AtomicUsize::new(HELD),
+            hash: hash as u32,
+            key: KeyText::new(key),
+            state: AtomicU32::new(HELD),
             fence: AtomicU64::new(fence),
             first_fence: fence,
             line: UnsafeCell::new(Line { tail: ptr::null() }),
@@ -527,7 +566,7 @@ impl Record {
 
     /// Spins until it owns QLOCK; answers the word's value without QLOCK.
     /// The caller must know the record is alive and not DEAD.
-    fn lock_line(&self) -> usize {
+    fn lock_line(&self) -> u32 {
         let mut s = self.state.load(Ordering::Relaxed);
         let mut backoff = Backoff::new();
         loop {

@@ -318,7 +318,7 @@ fn find_in_chain<'g>(
     // SAFETY: records reachable from a chain are retired through the epoch,
     // and we are pinned.
     while let Some(r) = unsafe { p.as_ref() } {
-        if r.hash == hash && *r.key == *key {
+        if r.hash == hash as u32 && r.key.as_bytes() == key.as_bytes() {
             return Some(r);
         }
         p = r.next.load(Ordering::Acquire, guard);
@@ -337,7 +337,7 @@ fn resize(shard: &Shard, n: usize, guard: &Guard) {
         // SAFETY: live records, pinned.
         while let Some(r) = unsafe { p.as_ref() } {
             let next = r.next.load(Ordering::Relaxed, guard);
-            let to = new.slot(r.hash);
+            let to = new.slot(u64::from(r.hash));
             // Release: a reader that follows this link into the new chain
             // sees initialised records (they were published already anyway).
             r.next
