@@ -43,6 +43,17 @@ pub fn fmt_bytes(b: i64) -> String {
 }
 
 /// The holdline row of the same scenario and thread count.
+/// The rows' scenarios, each once, in the order they first appear.
+fn scenarios_in_order(rows: &[Row]) -> Vec<&'static str> {
+    let mut scenarios: Vec<&'static str> = Vec::new();
+    for r in rows {
+        if !scenarios.contains(&r.scenario) {
+            scenarios.push(r.scenario);
+        }
+    }
+    scenarios
+}
+
 fn holdline_of<'a>(rows: &'a [Row], r: &Row) -> Option<&'a Row> {
     rows.iter().find(|h| {
         h.design == "holdline"
@@ -94,12 +105,7 @@ pub fn table(rows: &[Row]) -> String {
         "note",
     ];
     let mut out = String::new();
-    let mut scenarios: Vec<&str> = Vec::new();
-    for r in rows {
-        if !scenarios.contains(&r.scenario) {
-            scenarios.push(r.scenario);
-        }
-    }
+    let scenarios = scenarios_in_order(rows);
     for s in scenarios {
         let mut cells: Vec<Vec<String>> = vec![head.iter().map(|h| h.to_string()).collect()];
         for r in rows.iter().filter(|r| r.scenario == s) {
@@ -427,12 +433,7 @@ fn plot_latency(path: &Path, s: &str, rows: &[&Row]) -> PlotResult {
 /// Writes the SVGs; answers the files written.
 pub fn plots(dir: &Path, rows: &[Row]) -> Result<Vec<String>, Box<dyn std::error::Error>> {
     let mut written = Vec::new();
-    let mut scenarios: Vec<&str> = Vec::new();
-    for r in rows {
-        if !scenarios.contains(&r.scenario) {
-            scenarios.push(r.scenario);
-        }
-    }
+    let scenarios = scenarios_in_order(rows);
     for s in scenarios {
         let ok: Vec<&Row> = rows
             .iter()

@@ -76,6 +76,15 @@ pub struct Row {
     pub note: String,
 }
 
+impl Row {
+    /// Records `ops` done in `secs`, and the rate they make.
+    pub fn set_rate(&mut self, ops: u64, secs: f64) {
+        self.ops = ops;
+        self.secs = secs;
+        self.per_sec = ops as f64 / secs;
+    }
+}
+
 fn hist() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("histogram")
 }
@@ -177,9 +186,7 @@ fn throughput_and_latency<D: KeyedLock>(
         }
         n
     });
-    row.ops = counts.iter().sum();
-    row.secs = secs;
-    row.per_sec = row.ops as f64 / secs;
+    row.set_rate(counts.iter().sum(), secs);
 
     // Latency: every hold timed; for fairness also a ticket taken before each hold.
     let ticket = AtomicU64::new(0);
@@ -359,9 +366,7 @@ pub fn million_keys<D: KeyedLock>(cfg: &Cfg, threads: usize) -> Row {
             .collect();
         hs.into_iter().map(|h| h.join().expect("worker")).collect()
     });
-    row.secs = start.elapsed().as_secs_f64();
-    row.ops = n as u64;
-    row.per_sec = n as f64 / row.secs;
+    row.set_rate(n as u64, start.elapsed().as_secs_f64());
     let mut all = hist();
     for h in hs {
         all.add(h).expect("merge");
@@ -461,9 +466,7 @@ pub fn handoff<D: KeyedLock>(cfg: &Cfg, _threads: usize) -> Row {
         handoffs += b;
     }
     fill_lat(&mut row, &all);
-    row.ops = handoffs;
-    row.secs = secs;
-    row.per_sec = handoffs as f64 / secs;
+    row.set_rate(handoffs, secs);
     row.note = format!(
         "{handoffs} of {holds} holds changed thread ({:.0}%)",
         100.0 * handoffs as f64 / holds.max(1) as f64
@@ -523,9 +526,7 @@ pub fn deadline<D: KeyedLock>(cfg: &Cfg, threads: usize) -> Row {
         grants += c;
     }
     fill_lat(&mut row, &all);
-    row.ops = timeouts;
-    row.secs = secs;
-    row.per_sec = timeouts as f64 / secs;
+    row.set_rate(timeouts, secs);
     row.note = format!(
         "{waiters} waiters, wait {:?}, holder {:?}: {timeouts} timed out ({early} early), {grants} granted",
         wait, hold_for
