@@ -512,31 +512,12 @@ impl Record {
     }
 
     /// Fails every waiter with `closed` (the store closed). The holder keeps
-    /// the key until it lets go. Answers false when the record was retired.
-    pub(crate) fn close_line(&self, wake: &mut Vec<Thread>) -> bool {
-        let mut s = self.state.load(Ordering::Relaxed);
-        let mut backoff = Backoff::new();
-        loop {
-            if s & DEAD != 0 {
-                return false;
-            }
-            if s & QLOCK != 0 {
-                backoff.snooze();
-                s = self.state.load(Ordering::Relaxed);
-                continue;
-            }
-            // Acquire/Release through the lock is what makes a waiter that
-            // locks after us see the store's `closed` flag (see `Store::close`).
-            match self.state.compare_exchange_weak(
-                s,
-                s | QLOCK,
-                Ordering::Acquire,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => break,
-                Err(now) => s = now,
-            }
-        }
+    /// the key until it lets go. The caller holds the record's shard lock, so
+    /// the record is in its chain and not DEAD.
+    pub(crate) fn close_line(&self, wake: &mut Vec<Thread>) {
+        // Taking and letting go QLOCK (Acquire/Release) is what makes a waiter
+        // that locks after us see the store's `closed` flag (`Store::close`).
+        let s = self.lock_line();
         for _ in 0..waiters_in(s) {
             // SAFETY: we own QLOCK, and the count says how many are linked.
             let (w, _) = unsafe { self.pop_front() };
@@ -547,7 +528,6 @@ impl Record {
         }
         self.state
             .store(s & !(QUEUED | WAITER_MASK), Ordering::Release);
-        true
     }
 
     /// The sweeper's step: retires the record if it is idle (exactly `0`).

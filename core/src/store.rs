@@ -333,9 +333,7 @@ impl StoreShared {
         {
             let guard = epoch::pin();
             for l in &locks {
-                l.table.for_each(&guard, |r| {
-                    r.close_line(&mut wake);
-                });
+                l.table.for_each(&guard, |r| r.close_line(&mut wake));
             }
         }
         for t in wake {
