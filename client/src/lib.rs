@@ -1,0 +1,1 @@
+//! The Rust client of `holdline serve`.

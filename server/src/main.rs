@@ -1,0 +1,2 @@
+//! `holdline serve`: one store behind a RESP socket.
+fn main() {}
