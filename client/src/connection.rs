@@ -1,0 +1,253 @@
+//! The low-level connection: one TCP stream speaking RESP3, commands in,
+//! replies out, pushes to a handler.
+//!
+//! Generic RESP, so the same code drives holdline and `redis-server` (the
+//! benchmark harness sends `SET k v NX PX 30000` and `EVALSHA` through it).
+//! Commands are encoded into one reused buffer and written when flushed, so
+//! a caller pipelines by queueing several before reading their replies; the
+//! only allocation per command is the decoded reply itself.
+
+use crate::error::{Error, Scope};
+use bytes::BytesMut;
+use holdline::ErrorKind;
+use holdline_resp::{encode_command, Decoder, Value};
+use std::fmt;
+use std::io;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{TcpStream, ToSocketAddrs};
+
+/// The largest reply frame a connection accepts (Redis's own bulk limit).
+pub const MAX_REPLY_FRAME: usize = 512 << 20;
+
+/// What a connection does with a RESP3 push (its items, the kind first).
+pub type PushHandler = Box<dyn FnMut(Vec<Value>) + Send>;
+
+/// One connection to a RESP server (holdline or Redis), after `HELLO 3`.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), holdline_client::Error> {
+/// use holdline_client::{Connection, Value};
+///
+/// let mut conn = Connection::connect("127.0.0.1:7380").await?;
+/// // One round trip:
+/// let reply = conn.command(&["HOLD", "invoices", "9"]).await?;
+/// // Pipelined: queue several, flush once, read as many replies.
+/// conn.queue(&["PING"]);
+/// conn.queue(&["ECHO", "hi"]);
+/// conn.flush().await?;
+/// assert_eq!(conn.read_reply().await?, Value::simple("PONG"));
+/// assert_eq!(conn.read_reply().await?, Value::bulk("hi"));
+/// # let _ = reply; Ok(()) }
+/// ```
+pub struct Connection {
+    pub(crate) reader: FrameReader,
+    pub(crate) writer: FrameWriter,
+    hello: Value,
+    pushes: Option<PushHandler>,
+}
+
+/// The read side: a buffer and the streaming decoder that keeps its place.
+pub(crate) struct FrameReader {
+    stream: OwnedReadHalf,
+    buf: BytesMut,
+    decoder: Decoder,
+    /// Set once the stream failed: every later read fails the same way.
+    broken: Option<(io::ErrorKind, String)>,
+}
+
+/// The write side: commands queued in one buffer until flushed.
+pub(crate) struct FrameWriter {
+    stream: OwnedWriteHalf,
+    out: Vec<u8>,
+}
+
+/// Room kept free in the read buffer before each read.
+const READ_CHUNK: usize = 16 << 10;
+
+impl FrameReader {
+    /// The next frame of any kind, pushes included. Cancel-safe: bytes read
+    /// before a cancellation stay in the buffer for the next call.
+    pub(crate) async fn read_frame(&mut self) -> io::Result<Value> {
+        if let Some((kind, text)) = &self.broken {
+            return Err(io::Error::new(*kind, text.clone()));
+        }
+        let result = self.read_frame_inner().await;
+        if let Err(e) = &result {
+            self.broken = Some((e.kind(), e.to_string()));
+        }
+        result
+    }
+
+    async fn read_frame_inner(&mut self) -> io::Result<Value> {
+        loop {
+            match self.decoder.decode(&mut self.buf) {
+                Ok(Some(v)) => return Ok(v),
+                Ok(None) => {}
+                Err(e) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("a malformed reply: {e}"),
+                    ))
+                }
+            }
+            if self.buf.capacity() - self.buf.len() < READ_CHUNK / 4 {
+                self.buf.reserve(READ_CHUNK);
+            }
+            if self.stream.read_buf(&mut self.buf).await? == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the server closed the connection",
+                ));
+            }
+        }
+    }
+}
+
+impl FrameWriter {
+    pub(crate) fn queue<A: AsRef<[u8]>>(&mut self, args: &[A]) {
+        encode_command(args, &mut self.out);
+    }
+
+    pub(crate) fn queue_encoded(&mut self, frame: &[u8]) {
+        self.out.extend_from_slice(frame);
+    }
+
+    pub(crate) async fn flush(&mut self) -> io::Result<()> {
+        if self.out.is_empty() {
+            return Ok(());
+        }
+        let result = self.stream.write_all(&self.out).await;
+        self.out.clear();
+        result
+    }
+}
+
+impl Connection {
+    /// Connects and says `HELLO 3`.
+    pub async fn connect(addr: impl ToSocketAddrs) -> Result<Connection, Error> {
+        Connection::open(addr, None).await
+    }
+
+    /// Connects and says `HELLO 3 AUTH default <token>`.
+    pub async fn connect_with_token(
+        addr: impl ToSocketAddrs,
+        token: &str,
+    ) -> Result<Connection, Error> {
+        Connection::open(addr, Some(token)).await
+    }
+
+    async fn open(addr: impl ToSocketAddrs, token: Option<&str>) -> Result<Connection, Error> {
+        let stream = TcpStream::connect(addr)
+            .await
+            .map_err(|e| io_error(Scope::Store, "could not connect to the server", e))?;
+        Connection::from_stream(stream, token).await
+    }
+
+    /// Takes a connected stream and says `HELLO 3` (with `AUTH default
+    /// <token>` when given one). A refused HELLO (a wrong token: `-WRONGPASS`)
+    /// is the server's error, kind [`ErrorKind::Invalid`].
+    pub async fn from_stream(stream: TcpStream, token: Option<&str>) -> Result<Connection, Error> {
+        // Small frames, one per round trip: do not let Nagle hold them back.
+        stream
+            .set_nodelay(true)
+            .map_err(|e| io_error(Scope::Store, "could not set up the connection", e))?;
+        let (rd, wr) = stream.into_split();
+        let mut conn = Connection {
+            reader: FrameReader {
+                stream: rd,
+                buf: BytesMut::with_capacity(READ_CHUNK),
+                decoder: Decoder::new(MAX_REPLY_FRAME),
+                broken: None,
+            },
+            writer: FrameWriter {
+                stream: wr,
+                out: Vec::with_capacity(256),
+            },
+            hello: Value::Null,
+            pushes: None,
+        };
+        let reply = match token {
+            Some(token) => {
+                conn.command(&["HELLO", "3", "AUTH", "default", token])
+                    .await?
+            }
+            None => conn.command(&["HELLO", "3"]).await?,
+        };
+        if let Value::Error(text) = &reply {
+            return Err(Error::from_reply(text));
+        }
+        conn.hello = reply;
+        Ok(conn)
+    }
+
+    /// The server's answer to `HELLO` (a map with `server`, `version`, `proto`...).
+    pub fn hello(&self) -> &Value {
+        &self.hello
+    }
+
+    /// Where RESP3 pushes go from now on (they are dropped without one).
+    pub fn set_push_handler(&mut self, handler: impl FnMut(Vec<Value>) + Send + 'static) {
+        self.pushes = Some(Box::new(handler));
+    }
+
+    /// Queues a command (its arguments as bulk strings); nothing is sent
+    /// until [`flush`](Connection::flush).
+    pub fn queue<A: AsRef<[u8]>>(&mut self, args: &[A]) {
+        self.writer.queue(args);
+    }
+
+    /// Sends every queued command.
+    pub async fn flush(&mut self) -> Result<(), Error> {
+        self.writer
+            .flush()
+            .await
+            .map_err(|e| io_error(Scope::Store, "the connection to the server failed", e))
+    }
+
+    /// The next reply, in command order. Pushes that arrive first go to the
+    /// push handler. An error reply is `Ok(Value::Error(..))`: this layer is
+    /// generic RESP ([`Error::from_reply`] reads one as holdline's).
+    /// Cancel-safe.
+    pub async fn read_reply(&mut self) -> Result<Value, Error> {
+        loop {
+            match self.read_frame().await? {
+                Value::Push(items) => {
+                    if let Some(handler) = &mut self.pushes {
+                        handler(items);
+                    }
+                }
+                reply => return Ok(reply),
+            }
+        }
+    }
+
+    /// The next frame of any kind, pushes included. Cancel-safe.
+    pub async fn read_frame(&mut self) -> Result<Value, Error> {
+        self.reader
+            .read_frame()
+            .await
+            .map_err(|e| io_error(Scope::Store, "the connection to the server failed", e))
+    }
+
+    /// Sends one command (and anything queued before it) and reads its reply.
+    pub async fn command<A: AsRef<[u8]>>(&mut self, args: &[A]) -> Result<Value, Error> {
+        self.queue(args);
+        self.flush().await?;
+        self.read_reply().await
+    }
+}
+
+impl fmt::Debug for Connection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Connection")
+            .field("peer", &self.writer.stream.peer_addr().ok())
+            .field("queued_bytes", &self.writer.out.len())
+            .finish()
+    }
+}
+
+/// A connection failure seen below the lock layer: kind `closed`.
+pub(crate) fn io_error(scope: Scope<'_>, what: &str, e: io::Error) -> Error {
+    Error::connection(ErrorKind::Closed, scope, what, e)
+}

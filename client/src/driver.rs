@@ -1,0 +1,260 @@
+//! A pooled connection's background task: it owns the socket, writes the
+//! requests it is sent, hands replies back in order, renews (`PING` every
+//! third of the ttl) while its holder has a lease or a waiting `HOLD`, and
+//! marks that lease lost the moment the server pushes `lost` or the
+//! connection drops. Reading never stops while a `HOLD` waits, so the
+//! renewals and the push are seen at once.
+
+use crate::connection::{io_error, Connection};
+use crate::error::{Error, Scope};
+use crate::lease::LeaseShared;
+use holdline::ErrorKind;
+use holdline_resp::{encode_command, Value};
+use std::collections::VecDeque;
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+/// A command for the task: its encoded frame, and where its reply goes
+/// (`None`: nobody waits for it, as for a `RELEASE` sent on drop).
+struct Request {
+    frame: Vec<u8>,
+    reply: Option<oneshot::Sender<Result<Value, Error>>>,
+}
+
+/// The handle to one connection's task. Dropping it closes the connection
+/// (the server then lets its keys go and takes its `HOLD`s out of line).
+pub(crate) struct Conn {
+    requests: mpsc::UnboundedSender<Request>,
+    shared: Arc<ConnShared>,
+}
+
+/// What a connection's task and its holder share.
+pub(crate) struct ConnShared {
+    /// The renewal period in ms; 0: none (no lease, no waiting `HOLD`).
+    renew_ms: AtomicU64,
+    slot: Mutex<LeaseSlot>,
+}
+
+#[derive(Default)]
+struct LeaseSlot {
+    /// The lease held on this connection (one hold per connection).
+    lease: Option<Arc<LeaseShared>>,
+    /// A `lost` push for a lease not registered yet: the grant's reply and
+    /// the push can both be read before the holder registers the lease.
+    early_loss: Option<(i64, String)>,
+    /// Why the task ended, once it has.
+    dead: Option<Error>,
+}
+
+impl ConnShared {
+    fn slot(&self) -> MutexGuard<'_, LeaseSlot> {
+        self.slot.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Conn {
+    /// Starts the task for `conn` on the current tokio runtime.
+    pub(crate) fn spawn(conn: Connection) -> Conn {
+        let (requests, rx) = mpsc::unbounded_channel();
+        let shared = Arc::new(ConnShared {
+            renew_ms: AtomicU64::new(0),
+            slot: Mutex::new(LeaseSlot::default()),
+        });
+        tokio::spawn(drive(conn, rx, shared.clone()));
+        Conn { requests, shared }
+    }
+
+    /// Whether the task has ended (the connection is gone).
+    pub(crate) fn is_dead(&self) -> bool {
+        self.requests.is_closed() || self.shared.slot().dead.is_some()
+    }
+
+    /// Sends a command and waits for its reply. A failed connection is a
+    /// store-scoped `closed` error.
+    pub(crate) async fn request<A: AsRef<[u8]>>(&self, args: &[A]) -> Result<Value, Error> {
+        let (tx, rx) = oneshot::channel();
+        self.send(args, Some(tx));
+        match rx.await {
+            Ok(reply) => reply,
+            Err(_) => Err(self.death()),
+        }
+    }
+
+    /// Sends a command whose reply nobody reads.
+    pub(crate) fn send_detached<A: AsRef<[u8]>>(&self, args: &[A]) {
+        self.send(args, None);
+    }
+
+    fn send<A: AsRef<[u8]>>(
+        &self,
+        args: &[A],
+        reply: Option<oneshot::Sender<Result<Value, Error>>>,
+    ) {
+        let mut frame = Vec::with_capacity(64);
+        encode_command(args, &mut frame);
+        // A closed channel drops `reply`, which `request` reads as the death.
+        let _ = self.requests.send(Request { frame, reply });
+    }
+
+    fn death(&self) -> Error {
+        self.shared.slot().dead.clone().unwrap_or_else(|| {
+            io_error(
+                Scope::Store,
+                "the connection to the server failed",
+                io::Error::new(io::ErrorKind::BrokenPipe, "its task ended"),
+            )
+        })
+    }
+
+    /// Renews every `period` (one third of the ttl) from now on; `None` stops.
+    pub(crate) fn renew_every(&self, period: Option<Duration>) {
+        let ms = period.map_or(0, |p| (p.as_millis() as u64).max(1));
+        self.shared.renew_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// Makes `lease` the one this connection's pushes and failure concern.
+    /// Marks it lost at once if that already happened.
+    pub(crate) fn register(&self, lease: &Arc<LeaseShared>) {
+        let mut slot = self.shared.slot();
+        if let Some(dead) = &slot.dead {
+            lease.mark_lost(lost_on_drop(lease, dead));
+            return;
+        }
+        if let Some((id, text)) = slot.early_loss.take() {
+            if id == lease.id {
+                lease.mark_lost(Error::new(ErrorKind::Lost, text));
+            }
+        }
+        slot.lease = Some(lease.clone());
+    }
+
+    /// Forgets the registered lease (after its release).
+    pub(crate) fn unregister(&self) {
+        let mut slot = self.shared.slot();
+        slot.lease = None;
+        slot.early_loss = None;
+    }
+}
+
+/// The lost error of a lease whose connection ended with `dead`.
+fn lost_on_drop(lease: &LeaseShared, dead: &Error) -> Error {
+    let e = dead
+        .io_error()
+        .map(|e| io::Error::new(e.kind(), e.to_string()))
+        .unwrap_or_else(|| io::Error::other(dead.to_string()));
+    Error::connection(
+        ErrorKind::Lost,
+        Scope::Key(&lease.lock, &lease.key),
+        "its connection to the server dropped",
+        e,
+    )
+}
+
+/// The task's loop. Requests are written in the order sent and their
+/// reply slots queued in that order; `None` slots are our own `PING`s and
+/// detached requests.
+async fn drive(
+    mut conn: Connection,
+    mut rx: mpsc::UnboundedReceiver<Request>,
+    shared: Arc<ConnShared>,
+) {
+    let mut waiting: VecDeque<Option<oneshot::Sender<Result<Value, Error>>>> = VecDeque::new();
+    let mut last_write = Instant::now();
+    let ended: Result<(), io::Error> = loop {
+        let renew_ms = shared.renew_ms.load(Ordering::Relaxed);
+        let ping_at = last_write + Duration::from_millis(renew_ms);
+        let Connection { reader, writer, .. } = &mut conn;
+        tokio::select! {
+            // Replies first: they free the slots the next requests queue behind.
+            biased;
+            frame = reader.read_frame() => match frame {
+                Ok(Value::Push(items)) => on_push(&shared, items),
+                Ok(reply) => match waiting.pop_front() {
+                    Some(Some(tx)) => {
+                        let reply = match reply {
+                            Value::Error(text) => Err(Error::from_reply(&text)),
+                            other => Ok(other),
+                        };
+                        let _ = tx.send(reply);
+                    }
+                    Some(None) => {}
+                    None => {
+                        break Err(io::Error::new(
+                            io::ErrorKind::InvalidData,
+                            "a reply to no command",
+                        ))
+                    }
+                },
+                Err(e) => break Err(e),
+            },
+            request = rx.recv() => {
+                let Some(first) = request else { break Ok(()) };
+                // Write every request already sent in one flush.
+                let mut next = Some(first);
+                while let Some(Request { frame, reply }) = next {
+                    writer.queue_encoded(&frame);
+                    waiting.push_back(reply);
+                    next = rx.try_recv().ok();
+                }
+                if let Err(e) = writer.flush().await {
+                    break Err(e);
+                }
+                last_write = Instant::now();
+            }
+            _ = tokio::time::sleep_until(ping_at), if renew_ms > 0 => {
+                writer.queue(&["PING"]);
+                waiting.push_back(None);
+                if let Err(e) = writer.flush().await {
+                    break Err(e);
+                }
+                last_write = Instant::now();
+            }
+        }
+    };
+    // A holder that closed its own connection let its lease go; only a
+    // failure loses it.
+    let failed = ended.is_err();
+    let dead = match ended {
+        Ok(()) => io_error(
+            Scope::Store,
+            "the connection to the server was closed",
+            io::Error::new(io::ErrorKind::NotConnected, "closed by its holder"),
+        ),
+        Err(e) => io_error(Scope::Store, "the connection to the server failed", e),
+    };
+    let lease = {
+        let mut slot = shared.slot();
+        slot.dead = Some(dead.clone());
+        slot.lease.take()
+    };
+    if let (Some(lease), true) = (lease, failed) {
+        lease.mark_lost(lost_on_drop(&lease, &dead));
+    }
+    for tx in waiting.into_iter().flatten() {
+        let _ = tx.send(Err(dead.clone()));
+    }
+    drop(conn);
+}
+
+/// A push: `["lost", lease, text]` marks that lease lost; others are ignored.
+fn on_push(shared: &ConnShared, items: Vec<Value>) {
+    let mut items = items.into_iter();
+    let (Some(kind), Some(id), Some(text)) = (items.next(), items.next(), items.next()) else {
+        return;
+    };
+    if kind.as_str().map(|k| k.eq_ignore_ascii_case("lost")) != Some(true) {
+        return;
+    }
+    let (Some(id), Some(text)) = (id.as_integer(), text.as_str().map(str::to_owned)) else {
+        return;
+    };
+    let mut slot = shared.slot();
+    match &slot.lease {
+        Some(lease) if lease.id == id => lease.mark_lost(Error::new(ErrorKind::Lost, text)),
+        _ => slot.early_loss = Some((id, text)),
+    }
+}

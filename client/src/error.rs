@@ -1,0 +1,262 @@
+//! The client's error: the core's [`ErrorKind`] and the text, byte for byte.
+//!
+//! Three sources, one type:
+//! - the server's error replies: `-INUSE <text>`, `-LOST <text>`, `-LIMIT`,
+//!   `-INVALID`, `-CLOSED` carry their kind word, then the core's text,
+//!   which is kept exactly as sent; any other error reply (`-ERR ...`,
+//!   `-NOAUTH ...`, `-WRONGPASS ...`) is a refused request: kind
+//!   [`ErrorKind::Invalid`], the whole line as its text;
+//! - local checks (names, keys, durations), worded as the core words them;
+//! - the connection: an I/O failure, a dropped connection or a malformed
+//!   reply. A call that held nothing fails [`ErrorKind::Closed`] (the store
+//!   cannot be reached: the same kind a server shutting down answers, and a
+//!   caller that retries on it gets a fresh connection); a lease held on
+//!   that connection is [`ErrorKind::Lost`], because the server lets a
+//!   closed connection's keys go at once.
+
+use holdline::ErrorKind;
+use std::fmt;
+use std::io;
+use std::sync::Arc;
+
+/// An error from the client. `Display` is the text: the server's, byte for
+/// byte, for an error reply.
+#[derive(Clone)]
+pub struct Error {
+    kind: ErrorKind,
+    text: Box<str>,
+    io: Option<Arc<io::Error>>,
+}
+
+/// Keys longer than this many characters are cut in error texts (as in the core).
+const KEY_SHOWN_CHARS: usize = 64;
+
+impl Error {
+    /// An error of `kind` whose text is `text`, as it is.
+    pub fn new(kind: ErrorKind, text: impl Into<Box<str>>) -> Error {
+        Error {
+            kind,
+            text: text.into(),
+            io: None,
+        }
+    }
+
+    /// The error an error reply stands for (`text` is the line after `-`).
+    pub fn from_reply(text: &str) -> Error {
+        let (word, rest) = text.split_once(' ').unwrap_or((text, ""));
+        let kind = match word {
+            "INUSE" => Some(ErrorKind::InUse),
+            "LOST" => Some(ErrorKind::Lost),
+            "LIMIT" => Some(ErrorKind::Limit),
+            "INVALID" => Some(ErrorKind::Invalid),
+            "CLOSED" => Some(ErrorKind::Closed),
+            _ => None,
+        };
+        match kind {
+            Some(kind) => Error::new(kind, rest),
+            None => Error::new(ErrorKind::Invalid, text),
+        }
+    }
+
+    /// The kind, to branch on.
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    /// The I/O failure behind a connection error, if that is what it was.
+    pub fn io_error(&self) -> Option<&io::Error> {
+        self.io.as_deref()
+    }
+
+    /// Whether the connection failed (I/O, dropped, or a malformed reply),
+    /// rather than the server answering an error.
+    pub fn is_connection(&self) -> bool {
+        self.io.is_some()
+    }
+
+    /// A connection failure, `what` in the core's shape for `scope`.
+    pub(crate) fn connection(kind: ErrorKind, scope: Scope<'_>, what: &str, e: io::Error) -> Error {
+        let what = if kind == ErrorKind::Lost {
+            format!("{what} ({e})")
+        } else {
+            format!("{what} ({e}): {kind}")
+        };
+        Error {
+            kind,
+            text: scope.text(kind, &what).into(),
+            io: Some(Arc::new(e)),
+        }
+    }
+
+    /// A local error in the core's shape.
+    pub(crate) fn local(kind: ErrorKind, scope: Scope<'_>, what: &str) -> Error {
+        let what = if kind == ErrorKind::Lost {
+            what.to_owned()
+        } else {
+            format!("{what}: {kind}")
+        };
+        Error::new(kind, scope.text(kind, &what))
+    }
+
+    /// The same error about `scope` (for a connection error raised below
+    /// the lock layer, which knows only the store).
+    pub(crate) fn rescoped(self, scope: Scope<'_>, what: &str) -> Error {
+        match self.io {
+            Some(io) => {
+                let e = io::Error::new(io.kind(), io.to_string());
+                Error::connection(self.kind, scope, what, e)
+            }
+            None => self,
+        }
+    }
+}
+
+/// What an error is about: the store, a lock, or one key of a lock.
+#[derive(Clone, Copy)]
+pub(crate) enum Scope<'a> {
+    Store,
+    Lock(&'a str),
+    Key(&'a str, &'a str),
+}
+
+impl Scope<'_> {
+    /// `store: WHAT`, `lock NAME: WHAT` or `lock NAME: key "KEY": WHAT`, with
+    /// `the lease was lost: ` before a lost error's reason.
+    fn text(self, kind: ErrorKind, what: &str) -> String {
+        let mut s = match self {
+            Scope::Store => "store: ".to_owned(),
+            Scope::Lock(name) => format!("lock {name}: "),
+            Scope::Key(name, key) => format!("lock {name}: key {}: ", shown_key(key)),
+        };
+        if kind == ErrorKind::Lost {
+            s.push_str("the lease was lost: ");
+        }
+        s.push_str(what);
+        s
+    }
+}
+
+/// The key as `{:?}` shows it, its first 64 characters only, with `...`
+/// inside the quotes when it was cut (the core's rule).
+fn shown_key(key: &str) -> String {
+    match key.char_indices().nth(KEY_SHOWN_CHARS) {
+        None => format!("{key:?}"),
+        Some((cut, _)) => {
+            let shown = format!("{:?}", &key[..cut]);
+            format!("{}...\"", &shown[..shown.len() - 1])
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Error({:?}: {})", self.kind, self.text)
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.io
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
+
+impl PartialEq for Error {
+    /// Same kind, same text (the I/O cause is not compared).
+    fn eq(&self, other: &Error) -> bool {
+        self.kind == other.kind && self.text == other.text
+    }
+}
+
+impl Eq for Error {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replies_keep_their_text_byte_for_byte() {
+        let e =
+            Error::from_reply("INUSE lock invoices: key \"9\": held past the hold's wait: in use");
+        assert_eq!(e.kind(), ErrorKind::InUse);
+        assert_eq!(
+            e.to_string(),
+            "lock invoices: key \"9\": held past the hold's wait: in use"
+        );
+        let e =
+            Error::from_reply("LOST lock a: key \"m\": the lease was lost: it ran out (ttl 10s)");
+        assert_eq!(e.kind(), ErrorKind::Lost);
+        assert_eq!(
+            e.to_string(),
+            "lock a: key \"m\": the lease was lost: it ran out (ttl 10s)"
+        );
+        for (word, kind) in [
+            ("LIMIT", ErrorKind::Limit),
+            ("INVALID", ErrorKind::Invalid),
+            ("CLOSED", ErrorKind::Closed),
+        ] {
+            let e = Error::from_reply(&format!("{word} store: x: y"));
+            assert_eq!((e.kind(), e.to_string().as_str()), (kind, "store: x: y"));
+        }
+        let e = Error::from_reply("ERR unknown command 'NOPE'");
+        assert_eq!(e.kind(), ErrorKind::Invalid);
+        assert_eq!(e.to_string(), "ERR unknown command 'NOPE'");
+        assert!(!e.is_connection());
+        let e = Error::from_reply("INUSE");
+        assert_eq!((e.kind(), e.to_string().as_str()), (ErrorKind::InUse, ""));
+    }
+
+    #[test]
+    fn local_texts_have_the_core_shape() {
+        let e = Error::local(
+            ErrorKind::Invalid,
+            Scope::Key("l", "a\"b"),
+            "the key is empty",
+        );
+        assert_eq!(
+            e.to_string(),
+            "lock l: key \"a\\\"b\": the key is empty: invalid"
+        );
+        let e = Error::local(
+            ErrorKind::Lost,
+            Scope::Key("l", "k"),
+            "its connection dropped",
+        );
+        assert_eq!(
+            e.to_string(),
+            "lock l: key \"k\": the lease was lost: its connection dropped"
+        );
+        let long = "x".repeat(65);
+        let e = Error::local(
+            ErrorKind::Closed,
+            Scope::Key("l", &long),
+            "the store is closed",
+        );
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "lock l: key \"{}...\": the store is closed: closed",
+                "x".repeat(64)
+            )
+        );
+        let e = Error::connection(
+            ErrorKind::Closed,
+            Scope::Store,
+            "could not connect",
+            io::Error::new(io::ErrorKind::ConnectionRefused, "refused"),
+        );
+        assert_eq!(e.to_string(), "store: could not connect (refused): closed");
+        assert!(e.is_connection());
+        assert_eq!(
+            e.io_error().map(io::Error::kind),
+            Some(io::ErrorKind::ConnectionRefused)
+        );
+    }
+}

@@ -1,0 +1,244 @@
+//! The store handle: where the server is, and a small pool of idle
+//! connections, each with its background task. One connection per
+//! concurrent hold, so a waiting `HOLD` never delays another hold's
+//! renewal or release.
+
+use crate::check::{check_name, lease_ms};
+use crate::connection::Connection;
+use crate::driver::Conn;
+use crate::error::{Error, Scope};
+use crate::lock::Lock;
+use holdline::ErrorKind;
+use holdline_resp::Value;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+/// Idle connections kept for reuse; more than this are closed when let go.
+pub const MAX_IDLE_CONNECTIONS: usize = 64;
+
+/// The default `ttl` of a lock (the server's default too).
+pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
+
+/// A holdline server reached over TCP: `Clone + Send + Sync`, cheap to clone.
+#[derive(Clone)]
+pub struct Store {
+    pub(crate) inner: Arc<StoreInner>,
+}
+
+pub(crate) struct StoreInner {
+    addr: String,
+    token: Option<String>,
+    idle: Mutex<Vec<Conn>>,
+    closed: AtomicBool,
+}
+
+impl Store {
+    /// Connects to `holdline serve` at `addr` (`"127.0.0.1:7380"`). One
+    /// connection is made now, so a wrong address fails here.
+    pub async fn connect(addr: &str) -> Result<Store, Error> {
+        Store::open(addr, None).await
+    }
+
+    /// Connects with the server's token (`HELLO 3 AUTH default <token>`).
+    /// A wrong token fails here, kind `invalid`, with the server's text.
+    pub async fn connect_with_token(addr: &str, token: &str) -> Result<Store, Error> {
+        Store::open(addr, Some(token)).await
+    }
+
+    async fn open(addr: &str, token: Option<&str>) -> Result<Store, Error> {
+        let store = Store {
+            inner: Arc::new(StoreInner {
+                addr: addr.to_owned(),
+                token: token.map(str::to_owned),
+                idle: Mutex::new(Vec::new()),
+                closed: AtomicBool::new(false),
+            }),
+        };
+        let first = store.inner.new_conn().await?;
+        store.inner.idle().push(first);
+        Ok(store)
+    }
+
+    /// Options for a lock of this store; `.open()` checks them locally (no
+    /// round trip: the server opens locks on first use).
+    pub fn lock(&self, name: &str) -> LockBuilder<'_> {
+        LockBuilder {
+            store: self,
+            name: name.to_owned(),
+            ttl: DEFAULT_TTL,
+            max_hold: None,
+        }
+    }
+
+    /// A fresh low-level connection to the same server (same token), not
+    /// pooled: for commands this API does not wrap.
+    pub async fn connection(&self) -> Result<Connection, Error> {
+        self.inner.check_open(Scope::Store)?;
+        self.inner.new_connection().await
+    }
+
+    /// A fenced write: `PUT lock key fence row value`. `lost` when a newer
+    /// grant of the key exists than `fence` shows.
+    pub async fn put_fenced(
+        &self,
+        lock: &Lock,
+        key: &str,
+        fence: u64,
+        row: &str,
+        value: &[u8],
+    ) -> Result<(), Error> {
+        let fence = fence.to_string();
+        let args: [&[u8]; 6] = [
+            b"PUT",
+            lock.name().as_bytes(),
+            key.as_bytes(),
+            fence.as_bytes(),
+            row.as_bytes(),
+            value,
+        ];
+        self.command(&args).await.map(drop)
+    }
+
+    /// A row's value, or `None`.
+    pub async fn get(&self, row: &str) -> Result<Option<Vec<u8>>, Error> {
+        match self.command(&["GET", row]).await? {
+            Value::Null => Ok(None),
+            Value::Bulk(b) => Ok(Some(b)),
+            other => Ok(other.as_bytes().map(<[u8]>::to_vec)),
+        }
+    }
+
+    /// One command on a pooled connection.
+    pub(crate) async fn command<A: AsRef<[u8]>>(&self, args: &[A]) -> Result<Value, Error> {
+        let conn = self.inner.checkout(Scope::Store).await?;
+        let reply = conn.request(args).await;
+        self.inner.give_back(conn);
+        reply
+    }
+
+    /// Closes the idle connections; every later call fails `closed`.
+    /// Holds in progress keep their connections until they end. Idempotent.
+    pub fn close(&self) {
+        self.inner.closed.store(true, Ordering::Release);
+        let idle = std::mem::take(&mut *self.inner.idle());
+        drop(idle);
+    }
+
+    /// Whether [`close`](Store::close) was called.
+    pub fn is_closed(&self) -> bool {
+        self.inner.closed.load(Ordering::Acquire)
+    }
+
+    /// Idle connections in the pool now.
+    pub fn idle_connections(&self) -> usize {
+        self.inner.idle().len()
+    }
+}
+
+impl StoreInner {
+    fn idle(&self) -> MutexGuard<'_, Vec<Conn>> {
+        self.idle.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn check_open(&self, scope: Scope<'_>) -> Result<(), Error> {
+        if self.closed.load(Ordering::Acquire) {
+            Err(Error::local(
+                ErrorKind::Closed,
+                scope,
+                "the store is closed",
+            ))
+        } else {
+            Ok(())
+        }
+    }
+
+    async fn new_connection(&self) -> Result<Connection, Error> {
+        match &self.token {
+            Some(token) => Connection::connect_with_token(self.addr.as_str(), token).await,
+            None => Connection::connect(self.addr.as_str()).await,
+        }
+    }
+
+    async fn new_conn(&self) -> Result<Conn, Error> {
+        Ok(Conn::spawn(self.new_connection().await?))
+    }
+
+    /// An idle connection, or a new one.
+    pub(crate) async fn checkout(&self, scope: Scope<'_>) -> Result<Conn, Error> {
+        self.check_open(scope)?;
+        loop {
+            let Some(conn) = self.idle().pop() else { break };
+            if !conn.is_dead() {
+                return Ok(conn);
+            }
+        }
+        self.new_conn()
+            .await
+            .map_err(|e| e.rescoped(scope, "could not connect to the server"))
+    }
+
+    /// Back to the pool, unless it is dead, the pool full or the store closed.
+    pub(crate) fn give_back(&self, conn: Conn) {
+        if conn.is_dead() || self.closed.load(Ordering::Acquire) {
+            return;
+        }
+        let mut idle = self.idle();
+        if idle.len() < MAX_IDLE_CONNECTIONS {
+            idle.push(conn);
+        }
+    }
+}
+
+impl fmt::Debug for Store {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Store")
+            .field("addr", &self.inner.addr)
+            .field("closed", &self.is_closed())
+            .finish()
+    }
+}
+
+/// Options for opening a lock; from [`Store::lock`].
+#[derive(Debug)]
+#[must_use = "a LockBuilder does nothing until .open()"]
+pub struct LockBuilder<'s> {
+    store: &'s Store,
+    name: String,
+    ttl: Duration,
+    max_hold: Option<Duration>,
+}
+
+impl LockBuilder<'_> {
+    /// How long a lease lives past the last command its connection sent
+    /// (default 10 s; at least 1 ms). The client renews every third of it.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// The longest any lease of this handle may be held, from its grant,
+    /// however it is renewed (default: off; at least 1 ms).
+    pub fn max_hold(mut self, max_hold: Duration) -> Self {
+        self.max_hold = Some(max_hold);
+        self
+    }
+
+    /// Opens the lock (checked locally, with the core's texts).
+    pub fn open(self) -> Result<Lock, Error> {
+        self.store.inner.check_open(Scope::Lock(&self.name))?;
+        check_name(&self.name)?;
+        let ttl_ms = lease_ms(&self.name, self.ttl, "a ttl is at least 1ms")?;
+        let max_hold_ms = match self.max_hold {
+            Some(d) => lease_ms(&self.name, d, "a maxHold is at least 1ms")?,
+            None => 0,
+        };
+        Ok(Lock::new(
+            self.store.clone(),
+            &self.name,
+            ttl_ms,
+            max_hold_ms,
+        ))
+    }
+}
