@@ -1,0 +1,87 @@
+/**
+ * `HoldlineError`: the one error class, its kinds, and the texts in the
+ * core's shape (`lock NAME: key "KEY": WHAT: KIND`) for the errors the
+ * client makes itself. Errors from the server carry its text unchanged.
+ */
+
+/** What went wrong, as the seed names it. */
+export type ErrorKind = 'invalid' | 'in use' | 'lost' | 'limit' | 'closed'
+
+/** The first word of a server error reply, for each kind. */
+const KIND_OF_WORD: Record<string, ErrorKind> = {
+	INVALID: 'invalid',
+	INUSE: 'in use',
+	LOST: 'lost',
+	LIMIT: 'limit',
+	CLOSED: 'closed',
+}
+
+/** A holdline error: `kind` says what happened, `message` is the core's text. */
+export class HoldlineError extends Error {
+	override readonly name = 'HoldlineError'
+
+	constructor(
+		readonly kind: ErrorKind,
+		message: string,
+		options?: { cause?: unknown },
+	) {
+		super(message, options)
+	}
+}
+
+/**
+ * The error for a server's error reply. The five kinds carry the core's
+ * text; anything else (`ERR`, `NOAUTH`, `WRONGPASS`: a server too old or
+ * too strict for this client) is `invalid` and keeps its first word.
+ */
+export function fromServer(word: string, text: string): HoldlineError {
+	const kind = KIND_OF_WORD[word]
+	return kind ? new HoldlineError(kind, text) : new HoldlineError('invalid', text ? `${word} ${text}` : word)
+}
+
+/** Keys longer than this many characters are cut in error texts. */
+const KEY_SHOWN_CHARS = 64
+
+/**
+ * The key as the core's texts show it: Rust's `{:?}` of the text, its first
+ * 64 characters only, with `...` inside the quotes when it was cut.
+ */
+export function showKey(key: string): string {
+	const chars = Array.from(key)
+	const shown = chars.slice(0, KEY_SHOWN_CHARS).map(debugChar).join('')
+	return chars.length > KEY_SHOWN_CHARS ? `"${shown}..."` : `"${shown}"`
+}
+
+/** Rust's `{:?}` of a text, whole (lock names are shown this way). */
+export function debugString(text: string): string {
+	return `"${Array.from(text).map(debugChar).join('')}"`
+}
+
+/** One character as Rust's `str` Debug writes it. */
+function debugChar(c: string): string {
+	switch (c) {
+		case '"':
+			return '\\"'
+		case '\\':
+			return '\\\\'
+		case '\n':
+			return '\\n'
+		case '\r':
+			return '\\r'
+		case '\t':
+			return '\\t'
+		case '\0':
+			return '\\0'
+	}
+	// Other control characters as `\u{..}`; valid keys hold none, but a key
+	// refused for holding one is shown in the error that refuses it.
+	return /\p{Cc}/u.test(c) ? `\\u{${c.codePointAt(0)!.toString(16)}}` : c
+}
+
+/** `lock NAME: [key "KEY": ]WHAT: KIND`, or for `lost` `...: the lease was lost: WHAT`. */
+export function errorFor(kind: ErrorKind, what: string, lock?: string, key?: string): HoldlineError {
+	let text = lock === undefined ? 'store: ' : `lock ${lock}: `
+	if (key !== undefined) text += `key ${showKey(key)}: `
+	text += kind === 'lost' ? `the lease was lost: ${what}` : `${what}: ${kind}`
+	return new HoldlineError(kind, text)
+}

@@ -1,0 +1,11 @@
+/**
+ * holdline for Node: keyed locks with leases, held through `holdline serve`.
+ * The seed's TypeScript API: `connect`, `store.lock(name, { ttl, maxHold })`,
+ * `lock.hold(key, fn, { wait })`, `lock.tryHold(key, fn)`.
+ */
+
+export { connect, Store, type ConnectOptions, type LockStats } from './store.js'
+export { Lock, type Key, type LockOptions, type HoldOptions, type TryHoldOptions, type Tried } from './lock.js'
+export { Lease } from './lease.js'
+export { HoldlineError, type ErrorKind } from './errors.js'
+export type { Duration } from './duration.js'

@@ -1,0 +1,227 @@
+/**
+ * `Lock`: `hold` and `tryHold` of a named lock's keys over the server. A
+ * hold asks on a connection of its own, runs the function once granted,
+ * watches for the loss of its lease, and lets the key go when the function
+ * settles.
+ */
+
+import { AsyncLocalStorage } from 'node:async_hooks'
+import { ConnectionClosed, type Connection } from './connection.js'
+import { toMillis, toPositiveMillis, type Duration } from './duration.js'
+import { errorFor, fromServer, HoldlineError } from './errors.js'
+import { Lease } from './lease.js'
+import type { Pool } from './pool.js'
+import { RespError, type Arg, type Reply } from './resp.js'
+
+/** A key: text, or a whole number (the same key as its decimal text). */
+export type Key = string | number | bigint
+
+export interface LockOptions {
+	/** How long a lease lives past its last renewal (default `'10s'`). */
+	ttl?: Duration
+	/** The longest a lease may be held from its grant (default: off). */
+	maxHold?: Duration
+}
+
+export interface HoldOptions {
+	/** How long to stand in line before failing `in use` (default `'10s'`; `0`: do not wait). */
+	wait?: Duration
+	/** Aborting it takes a hold that still waits out of the line; the hold rejects with its reason. */
+	signal?: AbortSignal
+}
+
+export interface TryHoldOptions {
+	/** Aborting it before the answer comes makes the try reject with its reason. */
+	signal?: AbortSignal
+}
+
+/** What `tryHold` answers. */
+export type Tried<T> = { acquired: true; value: T } | { acquired: false }
+
+const DEFAULT_TTL_MS = 10_000
+const DEFAULT_WAIT_MS = 10_000
+
+/** The holds running in the current async context, to refuse a hold inside a hold of the same key. */
+interface Running {
+	pool: Pool
+	lock: string
+	key: string
+	lease: Lease
+}
+const runningHolds = new AsyncLocalStorage<readonly Running[]>()
+
+interface Grant {
+	connection: Connection
+	lease: Lease
+}
+
+export class Lock {
+	readonly #pool: Pool
+	readonly #ttlMs: number
+	readonly #maxHoldMs: number | undefined
+	/** The lease options every HOLD and TRYHOLD of this handle carries. */
+	readonly #leaseArgs: Arg[]
+
+	/** @internal Use `store.lock(name, options)`. */
+	constructor(
+		pool: Pool,
+		/** The lock's name. */
+		readonly name: string,
+		options: LockOptions,
+	) {
+		this.#pool = pool
+		this.#ttlMs = options.ttl === undefined ? DEFAULT_TTL_MS : toPositiveMillis(options.ttl, 'ttl', name)
+		this.#maxHoldMs = options.maxHold === undefined ? undefined : toPositiveMillis(options.maxHold, 'maxHold', name)
+		this.#leaseArgs = ['TTL', this.#ttlMs]
+		if (this.#maxHoldMs !== undefined) this.#leaseArgs.push('MAXHOLD', this.#maxHoldMs)
+	}
+
+	/** How long a lease lives past its last renewal, in milliseconds. */
+	get ttl(): number {
+		return this.#ttlMs
+	}
+
+	/** The longest a lease may be held, in milliseconds, or `undefined` when off. */
+	get maxHold(): number | undefined {
+		return this.#maxHoldMs
+	}
+
+	/**
+	 * Waits in the key's line (up to `wait`, 10 s unless given), holds the key
+	 * while `fn` runs, lets it go when `fn` settles, and answers what `fn`
+	 * answered. A rejection of `fn` propagates unchanged; a lease lost while
+	 * `fn` ran makes `hold` reject with the `lost` error once `fn` resolves.
+	 */
+	async hold<T>(key: Key, fn: (lease: Lease) => T | PromiseLike<T>, options: HoldOptions = {}): Promise<T> {
+		const text = this.#keyText(key)
+		const wait = options.wait === undefined ? DEFAULT_WAIT_MS : toMillis(options.wait, 'wait', this.name, text)
+		checkFunction(fn, this.name, text)
+		if (this.#runningHere(text)) throw errorFor('invalid', 'hold inside a hold of the same key', this.name, text)
+		const command = ['HOLD', this.name, text, 'WAIT', wait, ...this.#leaseArgs]
+		const grant = await this.#ask(command, text, options.signal)
+		// HOLD answers a lease or an error, never a null.
+		if (!grant) throw errorFor('invalid', 'the server answered HOLD with a null', this.name, text)
+		return this.#run(grant, fn)
+	}
+
+	/**
+	 * Runs `fn` only if the key is free: `{ acquired: true, value }` then, and
+	 * `{ acquired: false }` without running `fn` when the key is held (also
+	 * when this async context holds it already). Never waits.
+	 */
+	async tryHold<T>(key: Key, fn: (lease: Lease) => T | PromiseLike<T>, options: TryHoldOptions = {}): Promise<Tried<T>> {
+		const text = this.#keyText(key)
+		checkFunction(fn, this.name, text)
+		if (this.#runningHere(text)) return { acquired: false }
+		const grant = await this.#ask(['TRYHOLD', this.name, text, ...this.#leaseArgs], text, options.signal)
+		if (!grant) return { acquired: false }
+		return { acquired: true, value: await this.#run(grant, fn) }
+	}
+
+	#keyText(key: Key): string {
+		if (typeof key === 'string') return key
+		if (typeof key === 'bigint' || (typeof key === 'number' && Number.isSafeInteger(key))) return key.toString()
+		const shown = typeof key === 'number' ? String(key) : typeof key
+		throw errorFor('invalid', `a key is text or a whole number, not ${shown}`, this.name)
+	}
+
+	#runningHere(key: string): boolean {
+		const running = runningHolds.getStore()
+		return !!running?.some(r => r.pool === this.#pool && r.lock === this.name && r.key === key && !r.lease.settled)
+	}
+
+	/** Sends HOLD or TRYHOLD on a connection of its own: the grant, or `null` when TRYHOLD found the key held. */
+	async #ask(command: Arg[], key: string, signal: AbortSignal | undefined): Promise<Grant | null> {
+		if (this.#pool.closed) throw this.#storeClosed(key)
+		signal?.throwIfAborted()
+		let connection: Connection
+		try {
+			connection = await this.#pool.take()
+		} catch (e) {
+			if (this.#pool.closed) throw this.#storeClosed(key)
+			throw e
+		}
+		// Renew every third of the ttl from now on: a lease is granted as
+		// alive as the connection's last command, so it must keep talking
+		// while it waits too.
+		connection.busy(Math.max(1, Math.floor(this.#ttlMs / 3)))
+		const onAbort = () => connection.destroy(new ConnectionClosed('the hold was aborted'))
+		signal?.addEventListener('abort', onAbort, { once: true })
+		let reply: Reply
+		try {
+			reply = await connection.send(command)
+		} catch (e) {
+			throw this.#askFailed(key, signal, e)
+		} finally {
+			signal?.removeEventListener('abort', onAbort)
+		}
+		if (connection.closed) {
+			// Aborted between the answer and now: the server let the key go.
+			throw this.#askFailed(key, signal, undefined)
+		}
+		if (reply === null || reply instanceof RespError) {
+			this.#pool.giveBack(connection)
+			if (reply === null) return null
+			throw fromServer(reply.word, reply.text)
+		}
+		if (!Array.isArray(reply) || typeof reply[0] !== 'bigint' || typeof reply[1] !== 'bigint') {
+			connection.destroy()
+			throw errorFor('invalid', `the server answered ${command[0]} with ${String(reply)}`, this.name, key)
+		}
+		return { connection, lease: new Lease(key, reply[1], reply[0]) }
+	}
+
+	#askFailed(key: string, signal: AbortSignal | undefined, cause: unknown): unknown {
+		if (signal?.aborted) return signal.reason
+		if (this.#pool.closed) return this.#storeClosed(key)
+		const error = errorFor('closed', `the connection to the server closed`, this.name, key)
+		return Object.assign(error, { cause })
+	}
+
+	#storeClosed(key: string): HoldlineError {
+		return errorFor('closed', 'the store is closed', this.name, key)
+	}
+
+	/** Runs `fn` under a granted lease, then lets the key go. */
+	async #run<T>({ connection, lease }: Grant, fn: (lease: Lease) => T | PromiseLike<T>): Promise<T> {
+		connection.onPush = items => {
+			if (items[0] === 'lost' && items[1] === lease.id) lease.lose(new HoldlineError('lost', String(items[2])))
+		}
+		const stopWatching = connection.onClose(() => {
+			if (lease.settled) return
+			const why = this.#pool.closed ? 'its store closed' : 'its connection to the server closed'
+			lease.lose(errorFor('lost', why, this.name, lease.key))
+		})
+		const running: Running = { pool: this.#pool, lock: this.name, key: lease.key, lease }
+		let outcome: { ok: true; value: T } | { ok: false; error: unknown }
+		try {
+			const value = await runningHolds.run([...(runningHolds.getStore() ?? []), running], () => fn(lease))
+			outcome = { ok: true, value }
+		} catch (error) {
+			outcome = { ok: false, error }
+		}
+		lease.settled = true
+		stopWatching()
+		let released: Reply | undefined
+		try {
+			released = await connection.send(['RELEASE', lease.id])
+		} catch {
+			// The connection closed: the server let the key go with it.
+		}
+		connection.onPush = () => {}
+		this.#pool.giveBack(connection)
+		if (released instanceof RespError) {
+			const error = fromServer(released.word, released.text)
+			// LOST: the loss raced the function's end (its push was still on the way).
+			if (error.kind === 'lost') lease.lose(error)
+		}
+		if (!outcome.ok) throw outcome.error
+		const lost = lease.lostError
+		if (lost) throw lost
+		return outcome.value
+	}
+}
+
+function checkFunction(fn: unknown, lock: string, key: string): void {
+	if (typeof fn !== 'function') throw errorFor('invalid', `the holder is a function, not ${typeof fn}`, lock, key)
+}

@@ -1,0 +1,70 @@
+/**
+ * The store's connections. The server carries out one connection's
+ * commands one at a time, so a waiting `HOLD` would hold up every command
+ * sent after it on its connection: each hold therefore has a connection of
+ * its own from the time it asks until its key is let go, and connections
+ * are kept for reuse once their hold is over.
+ */
+
+import { Connection, showAddress, type Address } from './connection.js'
+
+export interface PoolOptions {
+	token: string | undefined
+	connectTimeoutMs: number
+	/** Connections kept open for reuse while nothing uses them. */
+	maxIdle: number
+}
+
+export class Pool {
+	/** Free connections, the most recently used last. */
+	#idle: Connection[] = []
+	#all = new Set<Connection>()
+	#closed = false
+
+	constructor(
+		readonly address: Address,
+		private readonly options: PoolOptions,
+	) {}
+
+	get closed(): boolean {
+		return this.#closed
+	}
+
+	get where(): string {
+		return showAddress(this.address)
+	}
+
+	/** A free connection, opened when none is free. */
+	async take(): Promise<Connection> {
+		for (let c = this.#idle.pop(); c; c = this.#idle.pop()) {
+			if (!c.closed) return c
+		}
+		const c = await Connection.open(this.address, this.options.token, this.options.connectTimeoutMs)
+		if (this.#closed) {
+			c.destroy()
+			throw new Error('the store closed while connecting')
+		}
+		this.#all.add(c)
+		c.onClose(() => {
+			this.#all.delete(c)
+			const at = this.#idle.indexOf(c)
+			if (at >= 0) this.#idle.splice(at, 1)
+		})
+		return c
+	}
+
+	/** Takes back a connection whose hold is over. */
+	giveBack(c: Connection): void {
+		c.idle()
+		if (c.closed) return
+		if (this.#closed || this.#idle.length >= this.options.maxIdle) c.destroy()
+		else this.#idle.push(c)
+	}
+
+	/** Closes every connection, in use or not; later `take`s fail. */
+	close(): void {
+		this.#closed = true
+		this.#idle = []
+		for (const c of [...this.#all]) c.destroy()
+	}
+}

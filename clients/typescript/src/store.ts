@@ -1,0 +1,136 @@
+/**
+ * `connect` and `Store`: a handle on one `holdline serve`, which opens
+ * locks, reads a lock's counters, does fenced writes, and closes.
+ */
+
+import { parseAddress, type Connection } from './connection.js'
+import { toMillis, type Duration } from './duration.js'
+import { debugString, errorFor, fromServer } from './errors.js'
+import { Lock, type LockOptions } from './lock.js'
+import { Pool } from './pool.js'
+import { RespError, type Arg, type Reply } from './resp.js'
+
+export interface ConnectOptions {
+	/** The token, when the server was started with `--token-file`. */
+	token?: string
+	/** How long to wait for a connection to open (default `'10s'`). */
+	connectTimeout?: Duration
+	/** Connections kept open for reuse while no hold uses them (default 8). */
+	maxIdle?: number
+}
+
+/** A lock's counters, as `STATS` answers them. */
+export interface LockStats {
+	live_keys: number
+	held_keys: number
+	waiters: number
+	grants: number
+	timeouts: number
+	revocations: number
+	expirations: number
+}
+
+/**
+ * Connects to `holdline serve` at `address` (`host:port`; default
+ * `127.0.0.1:7380`). Resolves once a first connection has said hello, so
+ * a wrong address or token fails here.
+ */
+export async function connect(address = '127.0.0.1:7380', options: ConnectOptions = {}): Promise<Store> {
+	const timeout = options.connectTimeout === undefined ? 10_000 : toMillis(options.connectTimeout, 'connectTimeout', 'store')
+	const maxIdle = options.maxIdle ?? 8
+	if (!Number.isSafeInteger(maxIdle) || maxIdle < 0) throw errorFor('invalid', `maxIdle is a count, not ${String(maxIdle)}`)
+	const pool = new Pool(parseAddress(address), { token: options.token, connectTimeoutMs: Math.max(1, timeout), maxIdle })
+	pool.giveBack(await pool.take())
+	return new Store(pool)
+}
+
+/** The names a lock may have: 1 to 128 ASCII letters, digits and `_ - . :`. */
+const LOCK_NAME = /^[A-Za-z0-9_.:-]{1,128}$/
+
+export class Store {
+	readonly #pool: Pool
+
+	/** @internal Use `connect`. */
+	constructor(pool: Pool) {
+		this.#pool = pool
+	}
+
+	/** The server's address, `host:port`. */
+	get address(): string {
+		return this.#pool.where
+	}
+
+	/** Whether `close` was called. */
+	get closed(): boolean {
+		return this.#pool.closed
+	}
+
+	/**
+	 * A handle on the lock `name`; its `ttl` (default `'10s'`) and `maxHold`
+	 * (default off) apply to the holds made through it. Throws `invalid` at
+	 * once for a bad name or duration.
+	 */
+	lock(name: string, options: LockOptions = {}): Lock {
+		if (typeof name !== 'string' || !LOCK_NAME.test(name)) {
+			const shown = typeof name === 'string' ? debugString(name) : String(name)
+			throw errorFor('invalid', 'a lock name is 1 to 128 ASCII letters, digits and "_-.:"', shown)
+		}
+		if (this.#pool.closed) throw errorFor('closed', 'the store is closed', name)
+		return new Lock(this.#pool, name, options)
+	}
+
+	/** The counters of the lock `name`. */
+	async stats(name: string): Promise<LockStats> {
+		const reply = await this.#command(['STATS', name], name)
+		const stats: Record<string, number> = {}
+		if (reply instanceof Map) {
+			for (const [k, v] of reply) stats[String(k)] = Number(v)
+		} else if (Array.isArray(reply)) {
+			for (let i = 0; i + 1 < reply.length; i += 2) stats[String(reply[i])] = Number(reply[i + 1])
+		}
+		return stats as unknown as LockStats
+	}
+
+	/**
+	 * The fenced write: sets `row` to `value` only while the key of the lock
+	 * is held by the lease bearing `fence` (and no newer fence wrote the
+	 * row); else rejects `lost`. A holder that stalled and was replaced is
+	 * refused this way.
+	 */
+	async put(lock: string, key: string | number | bigint, fence: bigint, row: string, value: string): Promise<void> {
+		await this.#command(['PUT', lock, key, fence, row, value], lock)
+	}
+
+	/** The value of `row`, or `null` when it has none. */
+	async get(row: string): Promise<string | null> {
+		const reply = await this.#command(['GET', row], undefined)
+		return reply === null ? null : String(reply)
+	}
+
+	/**
+	 * Closes every connection: holds still waiting reject `closed`, leases
+	 * still held are lost (`its store closed`) and the server lets their
+	 * keys go; every later call fails `closed`. Safe to call twice.
+	 */
+	async close(): Promise<void> {
+		this.#pool.close()
+	}
+
+	/** A one-off command on a free connection. */
+	async #command(args: Arg[], lock: string | undefined): Promise<Reply> {
+		if (this.#pool.closed) throw errorFor('closed', 'the store is closed', lock)
+		const connection: Connection = await this.#pool.take()
+		connection.busy(60_000)
+		let reply: Reply
+		try {
+			reply = await connection.send(args)
+		} catch (cause) {
+			const closed = this.#pool.closed ? 'the store is closed' : 'the connection to the server closed'
+			throw Object.assign(errorFor('closed', closed, lock), { cause })
+		} finally {
+			this.#pool.giveBack(connection)
+		}
+		if (reply instanceof RespError) throw fromServer(reply.word, reply.text)
+		return reply
+	}
+}

@@ -1,0 +1,238 @@
+/** Every error kind with its exact text, maxHold revocation, closing, and tokens. */
+
+import { test, before, after } from 'node:test'
+import assert from 'node:assert/strict'
+import * as net from 'node:net'
+import * as fs from 'node:fs'
+import * as os from 'node:os'
+import * as path from 'node:path'
+import { execFileSync } from 'node:child_process'
+import { connect, HoldlineError, type ErrorKind, type Store } from '../src/index.js'
+import { startServer, until, type Server } from './server.js'
+
+let server: Server
+let store: Store
+before(async () => {
+	server = await startServer()
+	store = await connect(server.address)
+})
+after(async () => {
+	await store?.close()
+	await server?.stop()
+})
+
+/** Asserts that `p` rejects (or `f` throws) a HoldlineError of `kind` with exactly `message`. */
+function isError(kind: ErrorKind, message: string) {
+	return (e: unknown) => {
+		assert.ok(e instanceof HoldlineError, `a HoldlineError, not ${String(e)}`)
+		assert.ok(e instanceof Error)
+		assert.equal(e.message, message)
+		assert.equal(e.kind, kind)
+		return true
+	}
+}
+
+function gate() {
+	let open!: () => void
+	const opened = new Promise<void>(r => (open = r))
+	return { open, opened }
+}
+
+/** Holds `key` of `lock` until the returned function is called. */
+async function holdOpen(s: Store, lock: string, key: string) {
+	const release = gate()
+	const held = gate()
+	const done = s.lock(lock).hold(key, async () => {
+		held.open()
+		await release.opened
+	})
+	await held.opened
+	return async () => {
+		release.open()
+		await done
+	}
+}
+
+test('in use: the seed text, after a wait and with a zero wait', async () => {
+	const invoices = store.lock('invoices')
+	const let_go = await holdOpen(store, 'invoices', '9')
+	try {
+		let ran = false
+		const started = Date.now()
+		await assert.rejects(invoices.hold('9', () => (ran = true), { wait: '200ms' }), isError('in use', `lock invoices: key "9": held past the hold's wait: in use`))
+		assert.ok(Date.now() - started >= 150, 'waited for its wait')
+		await assert.rejects(invoices.hold('9', () => (ran = true), { wait: 0 }), isError('in use', `lock invoices: key "9": held past the hold's wait: in use`))
+		assert.equal(ran, false)
+		assert.equal((await store.stats('invoices')).timeouts, 2)
+	} finally {
+		await let_go()
+	}
+})
+
+test('lost: maxHold revokes, the signal aborts, the next in line gets the key, hold rejects', async () => {
+	const invoices = store.lock('invoices', { ttl: '10s', maxHold: '300ms' })
+	const text = 'lock invoices: key "m": the lease was lost: it was revoked at its maxHold'
+	let reason: unknown
+	let nextGotIt = false
+	const next = store.lock('invoices').hold('m', () => (nextGotIt = true), { wait: '30s' })
+	const held = invoices.hold('m', async lease => {
+		await new Promise(resolve => lease.signal.addEventListener('abort', resolve))
+		reason = lease.signal.reason
+		assert.equal(lease.lost, true)
+		assert.throws(() => lease.check(), isError('lost', text))
+		// The key went on at once, while this function still runs.
+		await next
+		assert.equal(nextGotIt, true)
+		return 'dropped'
+	})
+	await assert.rejects(held, isError('lost', text))
+	assert.ok(reason instanceof HoldlineError && reason.kind === 'lost' && reason.message === text)
+	assert.equal((await store.stats('invoices')).revocations, 1)
+})
+
+test('lost: a rejection of the function still propagates unchanged', async () => {
+	const invoices = store.lock('invoices', { maxHold: '100ms' })
+	const mine = new Error('mine')
+	await assert.rejects(
+		invoices.hold('m2', async lease => {
+			await new Promise(resolve => lease.signal.addEventListener('abort', resolve))
+			throw mine
+		}),
+		e => e === mine,
+	)
+})
+
+test('invalid: names, keys, durations, a hold inside a hold of the same key', async () => {
+	assert.throws(() => store.lock('a b'), isError('invalid', 'lock "a b": a lock name is 1 to 128 ASCII letters, digits and "_-.:": invalid'))
+	assert.throws(() => store.lock(''), isError('invalid', 'lock "": a lock name is 1 to 128 ASCII letters, digits and "_-.:": invalid'))
+	assert.throws(() => store.lock('n'.repeat(129)), /a lock name is 1 to 128/)
+	assert.throws(() => store.lock('invoices', { ttl: 0 }), isError('invalid', 'lock invoices: a ttl is at least 1ms: invalid'))
+	assert.throws(() => store.lock('invoices', { maxHold: '0s' }), isError('invalid', 'lock invoices: a maxHold is at least 1ms: invalid'))
+	assert.throws(
+		() => store.lock('invoices', { ttl: '10x' }),
+		isError('invalid', `lock invoices: a ttl is a duration such as '10s', '2m' or '500ms', or a number of milliseconds, not "10x": invalid`),
+	)
+	const invoices = store.lock('invoices')
+	await assert.rejects(
+		invoices.hold('7', () => 1, { wait: 'soon' }),
+		isError('invalid', `lock invoices: key "7": a wait is a duration such as '10s', '2m' or '500ms', or a number of milliseconds, not "soon": invalid`),
+	)
+	await assert.rejects(invoices.hold('', () => 1), isError('invalid', 'lock invoices: key "": the key is empty: invalid'))
+	await assert.rejects(invoices.tryHold('a\nb', () => 1), isError('invalid', 'lock invoices: key "a\\nb": the key holds a control character: invalid'))
+	await assert.rejects(invoices.hold(1.5, () => 1), isError('invalid', 'lock invoices: a key is text or a whole number, not 1.5: invalid'))
+	await invoices.hold('7', async () => {
+		await assert.rejects(invoices.hold('7', () => 1), isError('invalid', 'lock invoices: key "7": hold inside a hold of the same key: invalid'))
+		// Through another handle on the same name, and from a task started inside.
+		await assert.rejects(store.lock('invoices').hold(7, () => 1), isError('invalid', 'lock invoices: key "7": hold inside a hold of the same key: invalid'))
+		await new Promise<void>((resolve, reject) => setTimeout(() => invoices.hold('7', () => 1).then(() => reject(new Error('held')), e => (e.kind === 'invalid' ? resolve() : reject(e))), 1))
+		// tryHold of a key this context holds answers not acquired; other keys are fine.
+		assert.deepEqual(await invoices.tryHold('7', () => 1), { acquired: false })
+		assert.equal(await invoices.hold('8', () => 'other key'), 'other key')
+	})
+	// Once the outer hold is over, the same key is fine again.
+	assert.equal(await invoices.hold('7', () => 'again'), 'again')
+})
+
+test('limit: 10000 waiters already stand in line', async t => {
+	const fdLimit = Number(execFileSync('sh', ['-c', 'ulimit -n']).toString().trim())
+	if (!(fdLimit >= 10_100)) {
+		t.skip(`needs 10,100 file descriptors, ulimit -n is ${fdLimit}`)
+		return
+	}
+	const big = await startServer(['--max-connections', '10100'])
+	const bigStore = await connect(big.address)
+	const sockets: net.Socket[] = []
+	try {
+		const let_go = await holdOpen(bigStore, 'lim', 'k')
+		const [host, port] = big.address.split(':') as [string, string]
+		const hold = Buffer.from('*5\r\n$4\r\nHOLD\r\n$3\r\nlim\r\n$1\r\nk\r\n$4\r\nWAIT\r\n$6\r\n600000\r\n')
+		// Raw connections, each standing in line with one HOLD.
+		for (let i = 0; i < 10_000; i += 500) {
+			await Promise.all(
+				Array.from({ length: 500 }, () => new Promise<void>((resolve, reject) => {
+					const s = net.connect(Number(port), host, () => { s.write(hold); resolve() })
+					s.on('error', reject)
+					sockets.push(s)
+				})),
+			)
+		}
+		await until('10000 waiters', async () => (await bigStore.stats('lim')).waiters === 10_000, 60_000)
+		await assert.rejects(bigStore.lock('lim').hold('k', () => 1), isError('limit', 'lock lim: key "k": 10000 waiters already stand in line: limit'))
+		for (const s of sockets) s.destroy()
+		await until('the line empties', async () => (await bigStore.stats('lim')).waiters === 0, 60_000)
+		await let_go()
+	} finally {
+		for (const s of sockets) s.destroy()
+		await bigStore.close()
+		await big.stop()
+	}
+})
+
+test('closed: after store.close every call fails closed, waiters fail closed, holders are lost', async () => {
+	const s = await connect(server.address)
+	const lock = s.lock('invoices')
+	const let_go = await holdOpen(store, 'invoices', 'c')
+	const waiting = lock.hold('c', () => 1, { wait: '30s' })
+	await until('one waiter', async () => (await store.stats('invoices')).waiters === 1)
+	let reason: unknown
+	const holding = lock.hold('d', async lease => {
+		await new Promise(resolve => lease.signal.addEventListener('abort', resolve))
+		reason = lease.signal.reason
+	})
+	await until('d held', async () => (await store.stats('invoices')).held_keys === 2)
+	await s.close()
+	await s.close()
+	await assert.rejects(waiting, isError('closed', 'lock invoices: key "c": the store is closed: closed'))
+	await assert.rejects(holding, isError('lost', 'lock invoices: key "d": the lease was lost: its store closed'))
+	assert.ok(reason instanceof HoldlineError && reason.message === 'lock invoices: key "d": the lease was lost: its store closed')
+	await assert.rejects(lock.hold('7', () => 1), isError('closed', 'lock invoices: key "7": the store is closed: closed'))
+	await assert.rejects(lock.tryHold('7', () => 1), isError('closed', 'lock invoices: key "7": the store is closed: closed'))
+	assert.throws(() => s.lock('invoices'), isError('closed', 'lock invoices: the store is closed: closed'))
+	// The server let the closed store's key go and took its waiter out of the line.
+	await until('d let go', async () => (await store.stats('invoices')).held_keys === 1)
+	assert.equal((await store.stats('invoices')).waiters, 0)
+	await let_go()
+})
+
+test('closed: the server shutting down fails waiters closed and loses holders', async () => {
+	const own = await startServer()
+	const s = await connect(own.address)
+	const lock = s.lock('invoices')
+	let reason: unknown
+	const holding = lock.hold('7', async lease => {
+		await new Promise(resolve => lease.signal.addEventListener('abort', resolve))
+		reason = lease.signal.reason
+	})
+	const waiting = lock.hold('7', () => 1, { wait: '30s' })
+	await until('one waiter', async () => (await s.stats('invoices')).waiters === 1)
+	assert.equal(await own.stop('SIGTERM'), 0)
+	await assert.rejects(waiting, (e: unknown) => e instanceof HoldlineError && e.kind === 'closed' && e.message.startsWith('lock invoices: key "7": '))
+	await assert.rejects(holding, (e: unknown) => e instanceof HoldlineError && e.kind === 'lost' && e.message.startsWith('lock invoices: key "7": the lease was lost: '))
+	assert.ok(reason instanceof HoldlineError && reason.kind === 'lost')
+	// A later hold cannot connect.
+	await assert.rejects(lock.hold('8', () => 1), (e: unknown) => e instanceof HoldlineError && e.kind === 'closed' && e.message.startsWith(`store: cannot connect to ${own.address}`))
+	await s.close()
+})
+
+test('closed: nothing listening', async () => {
+	const own = await startServer()
+	await own.stop()
+	await assert.rejects(connect(own.address), (e: unknown) => e instanceof HoldlineError && e.kind === 'closed' && e.message.startsWith(`store: cannot connect to ${own.address} (`))
+})
+
+test('a token: wrong or missing fails at connect, right works', async () => {
+	const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'holdline-'))
+	const file = path.join(dir, 'token')
+	fs.writeFileSync(file, 's3cret\n')
+	const own = await startServer(['--token-file', file])
+	try {
+		await assert.rejects(connect(own.address), (e: unknown) => e instanceof HoldlineError && e.kind === 'invalid' && e.message.includes('refused the connection'))
+		await assert.rejects(connect(own.address, { token: 'wrong' }), (e: unknown) => e instanceof HoldlineError && e.kind === 'invalid')
+		const s = await connect(own.address, { token: 's3cret' })
+		assert.equal(await s.lock('t').hold('k', () => 'in'), 'in')
+		await s.close()
+	} finally {
+		await own.stop()
+		fs.rmSync(dir, { recursive: true })
+	}
+})

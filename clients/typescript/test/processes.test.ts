@@ -1,0 +1,116 @@
+/** Holders in other processes: killed (the key moves on at once) and stopped (lost after its ttl). */
+
+import { test, before, after } from 'node:test'
+import assert from 'node:assert/strict'
+import { spawn, type ChildProcess } from 'node:child_process'
+import { createInterface } from 'node:readline'
+import { fileURLToPath } from 'node:url'
+import { connect, type Store } from '../src/index.js'
+import { startServer, type Server } from './server.js'
+
+const HOLDER = fileURLToPath(new URL('./holder.js', import.meta.url))
+
+let server: Server
+let store: Store
+before(async () => {
+	server = await startServer()
+	store = await connect(server.address)
+})
+after(async () => {
+	await store?.close()
+	await server?.stop()
+})
+
+/** A holder process and the lines it reports, in order. */
+function holder(lock: string, key: string, ttl: string) {
+	const child = spawn(process.execPath, [HOLDER, server.address, lock, key, ttl], { stdio: ['ignore', 'pipe', 'inherit'] })
+	const lines: Record<string, any>[] = []
+	const waiting: Array<() => void> = []
+	createInterface({ input: child.stdout! }).on('line', line => {
+		lines.push(JSON.parse(line))
+		for (const wake of waiting.splice(0)) wake()
+	})
+	const exited = new Promise<number | null>(resolve => child.on('exit', code => resolve(code)))
+	/** The next reported line with `field`, within 20 s. */
+	async function next(field: string): Promise<any> {
+		const deadline = Date.now() + 20_000
+		for (;;) {
+			const found = lines.find(l => field in l)
+			if (found) return found[field]
+			if (Date.now() > deadline) throw new Error(`holder never reported ${field}; got ${JSON.stringify(lines)}`)
+			await new Promise<void>(r => {
+				waiting.push(r)
+				setTimeout(r, 100)
+			})
+		}
+	}
+	return { child, lines, next, exited }
+}
+
+function kill(child: ChildProcess, signal: NodeJS.Signals) {
+	assert.ok(child.kill(signal), `sent ${signal}`)
+}
+
+test('a holder process killed: the next in line gets the key at once', async () => {
+	const h = holder('procs', 'killed', '60s')
+	const fence = BigInt(await h.next('held'))
+	const lock = store.lock('procs')
+	const started = Date.now()
+	const waiting = lock.hold('killed', lease => lease.fence, { wait: '30s' })
+	// Let the waiter stand in line, then kill the holder (a ttl of 60 s would be far longer).
+	await new Promise(r => setTimeout(r, 200))
+	kill(h.child, 'SIGKILL')
+	const next = await waiting
+	const waited = Date.now() - started
+	assert.ok(next > fence)
+	assert.ok(waited < 20_000, `the key came after ${waited}ms, not at the holder's ttl`)
+	await h.exited
+})
+
+test('a holder process stopped: lost after its ttl, its signal aborted once it runs again', async () => {
+	const h = holder('procs', 'stopped', '1s')
+	const fence = BigInt(await h.next('held'))
+	kill(h.child, 'SIGSTOP')
+	try {
+		const lock = store.lock('procs')
+		const started = Date.now()
+		await lock.hold('stopped', async lease => {
+			assert.ok(Date.now() - started >= 500, 'not granted before the stopped holder could run out')
+			assert.ok(lease.fence > fence)
+			await store.put('procs', 'stopped', lease.fence, 'row-stopped', 'from the new holder')
+			// The stopped holder runs again while this one holds the key.
+			kill(h.child, 'SIGCONT')
+			const aborted = await h.next('aborted')
+			assert.deepEqual(aborted, { kind: 'lost', message: 'lock procs: key "stopped": the lease was lost: it ran out (ttl 1s)' })
+			const put = await h.next('put')
+			assert.equal(put.kind, 'lost')
+		}, { wait: '20s' })
+		assert.deepEqual(await h.next('rejected'), { kind: 'lost', message: 'lock procs: key "stopped": the lease was lost: it ran out (ttl 1s)' })
+		assert.equal(await store.get('row-stopped'), 'from the new holder')
+		assert.equal((await store.stats('procs')).expirations, 1)
+	} finally {
+		h.child.kill('SIGCONT')
+		h.child.kill('SIGKILL')
+		await h.exited
+	}
+})
+
+test('a program that never closes its store still exits once its holds are over', async () => {
+	const index = new URL('../src/index.js', import.meta.url).href
+	const program = `
+		import { connect } from ${JSON.stringify(index)}
+		const store = await connect(${JSON.stringify(server.address)})
+		const invoices = store.lock('exits', { ttl: '300ms' })
+		console.log(await invoices.hold('k', async lease => { await new Promise(r => setTimeout(r, 500)); return String(lease.lost) }))
+		console.log(JSON.stringify(await invoices.tryHold('k', () => 'again')))
+	`
+	const child = spawn(process.execPath, ['--input-type=module', '-e', program], { stdio: ['ignore', 'pipe', 'inherit'] })
+	let out = ''
+	child.stdout!.on('data', d => (out += d))
+	const timer = setTimeout(() => child.kill('SIGKILL'), 20_000)
+	const [code, signal] = await new Promise<[number | null, string | null]>(r => child.on('exit', (c, s) => r([c, s])))
+	clearTimeout(timer)
+	assert.equal(signal, null, 'it exited by itself, not killed after 20 s')
+	assert.equal(code, 0)
+	assert.equal(out, 'false\n{"acquired":true,"value":"again"}\n')
+})

@@ -1,0 +1,116 @@
+/** Unit tests of the parts that need no server: RESP, durations, error texts. */
+
+import { test } from 'node:test'
+import assert from 'node:assert/strict'
+import { Decoder, encodeCommand, RespError, RespPush, type Reply } from '../src/resp.js'
+import { toMillis, toPositiveMillis } from '../src/duration.js'
+import { errorFor, fromServer, showKey, HoldlineError } from '../src/errors.js'
+import { parseAddress } from '../src/connection.js'
+
+function decodeAll(bytes: string, chunk = Infinity): Array<Reply | RespPush> {
+	const frames: Array<Reply | RespPush> = []
+	const decoder = new Decoder(f => frames.push(f))
+	const buf = Buffer.from(bytes)
+	for (let i = 0; i < buf.length; i += Math.min(chunk, buf.length)) decoder.push(buf.subarray(i, i + chunk))
+	return frames
+}
+
+test('commands are arrays of bulk strings, counted in bytes', () => {
+	assert.equal(encodeCommand(['HOLD', 'inv', 'é', 'WAIT', 30000]).toString(), '*5\r\n$4\r\nHOLD\r\n$3\r\ninv\r\n$2\r\né\r\n$4\r\nWAIT\r\n$5\r\n30000\r\n')
+	assert.equal(encodeCommand(['RELEASE', 2n ** 63n - 1n]).toString(), '*2\r\n$7\r\nRELEASE\r\n$19\r\n9223372036854775807\r\n')
+})
+
+test('every RESP3 type decodes, whole or a byte at a time', () => {
+	const wire =
+		'*2\r\n:7\r\n:9223372036854775807\r\n' +
+		'-INUSE lock invoices: key "9": held past the hold\'s wait: in use\r\n' +
+		'_\r\n$-1\r\n*-1\r\n+OK\r\n$4\r\nhé!\r\n' +
+		'%2\r\n+server\r\n$8\r\nholdline\r\n+proto\r\n:3\r\n' +
+		'>3\r\n$4\r\nlost\r\n:12\r\n$5\r\ngone.\r\n' +
+		'#t\r\n,1.5\r\n(123456789012345678901234567890\r\n~1\r\n+a\r\n=8\r\ntxt:abcd\r\n!7\r\nERR bad\r\n' +
+		'|1\r\n+ttl\r\n:3\r\n+after-attribute\r\n'
+	for (const chunk of [Infinity, 1, 3]) {
+		const frames = decodeAll(wire, chunk)
+		assert.equal(frames.length, 16, `chunk ${chunk}`)
+		assert.deepEqual(frames[0], [7n, 9223372036854775807n])
+		assert.deepEqual(frames[1], new RespError('INUSE', 'lock invoices: key "9": held past the hold\'s wait: in use'))
+		assert.deepEqual(frames.slice(2, 6), [null, null, null, 'OK'])
+		assert.equal(frames[6], 'hé!')
+		assert.deepEqual(frames[7], new Map<Reply, Reply>([['server', 'holdline'], ['proto', 3n]]))
+		assert.ok(frames[8] instanceof RespPush)
+		assert.deepEqual((frames[8] as RespPush).items, ['lost', 12n, 'gone.'])
+		assert.deepEqual(frames.slice(9), [true, 1.5, 123456789012345678901234567890n, ['a'], 'abcd', new RespError('ERR', 'bad'), 'after-attribute'])
+	}
+})
+
+test('a frame that is not RESP throws rather than guessing', () => {
+	assert.throws(() => decodeAll('?what\r\n'), /unknown frame type/)
+	assert.throws(() => decodeAll(':12x\r\n'), /bad integer/)
+})
+
+test('durations as the seed writes them, or milliseconds', () => {
+	assert.equal(toMillis('10s', 'ttl', 'l'), 10_000)
+	assert.equal(toMillis('2m', 'ttl', 'l'), 120_000)
+	assert.equal(toMillis('500ms', 'ttl', 'l'), 500)
+	assert.equal(toMillis('1h', 'ttl', 'l'), 3_600_000)
+	assert.equal(toMillis('1m30s', 'ttl', 'l'), 90_000)
+	assert.equal(toMillis('1.5s', 'ttl', 'l'), 1500)
+	assert.equal(toMillis('0.5ms', 'ttl', 'l'), 1)
+	assert.equal(toMillis(250, 'ttl', 'l'), 250)
+	assert.equal(toMillis(0, 'wait', 'l'), 0)
+	assert.equal(toMillis('0s', 'wait', 'l'), 0)
+	for (const bad of ['10', '10x', 's', '', ' 10s', '10s ', '-1s', '1e3ms', -1, NaN, Infinity, null, {}, '10 s']) {
+		assert.throws(
+			() => toMillis(bad, 'ttl', 'invoices'),
+			(e: unknown) => e instanceof HoldlineError && e.kind === 'invalid' && e.message.startsWith('lock invoices: a ttl is a duration such as'),
+			String(bad),
+		)
+	}
+	assert.equal(
+		catchMessage(() => toMillis('10x', 'wait', 'invoices', '9')),
+		`lock invoices: key "9": a wait is a duration such as '10s', '2m' or '500ms', or a number of milliseconds, not "10x": invalid`,
+	)
+	assert.equal(catchMessage(() => toPositiveMillis(0, 'ttl', 'invoices')), 'lock invoices: a ttl is at least 1ms: invalid')
+	assert.equal(catchMessage(() => toPositiveMillis('0s', 'maxHold', 'invoices')), 'lock invoices: a maxHold is at least 1ms: invalid')
+})
+
+test('error texts have the core shape', () => {
+	assert.equal(errorFor('in use', "held past the hold's wait", 'invoices', '9').message, 'lock invoices: key "9": held past the hold\'s wait: in use')
+	assert.equal(errorFor('lost', 'it was revoked at its maxHold', 'invoices', 'm').message, 'lock invoices: key "m": the lease was lost: it was revoked at its maxHold')
+	assert.equal(errorFor('closed', 'the store is closed', 'invoices').message, 'lock invoices: the store is closed: closed')
+	assert.equal(errorFor('closed', 'cannot connect').message, 'store: cannot connect: closed')
+	assert.equal(showKey('a"b\\c\nd\te'), '"a\\"b\\\\c\\nd\\te"')
+	assert.equal(showKey('x'.repeat(64)), `"${'x'.repeat(64)}"`)
+	assert.equal(showKey('é'.repeat(65)), `"${'é'.repeat(64)}..."`)
+	assert.equal(showKey('\u0085'), '"\\u{85}"')
+})
+
+test('server errors keep their text; the first word gives the kind', () => {
+	const cases: Array<[string, string]> = [['INUSE', 'in use'], ['LOST', 'lost'], ['LIMIT', 'limit'], ['INVALID', 'invalid'], ['CLOSED', 'closed']]
+	for (const [word, kind] of cases) {
+		const e = fromServer(word, 'lock a: key "b": text')
+		assert.equal(e.kind, kind)
+		assert.equal(e.message, 'lock a: key "b": text')
+		assert.ok(e instanceof Error && e.name === 'HoldlineError')
+	}
+	const other = fromServer('ERR', "unknown command 'HOLD'")
+	assert.equal(other.kind, 'invalid')
+	assert.equal(other.message, "ERR unknown command 'HOLD'")
+})
+
+test('addresses', () => {
+	assert.deepEqual(parseAddress('127.0.0.1:7380'), { host: '127.0.0.1', port: 7380 })
+	assert.deepEqual(parseAddress('localhost'), { host: 'localhost', port: 7380 })
+	assert.deepEqual(parseAddress('[::1]:9000'), { host: '::1', port: 9000 })
+	assert.deepEqual(parseAddress(':9000'), { host: '127.0.0.1', port: 9000 })
+	for (const bad of ['a:b', 'a:70000', '::1:80', 'a b:1']) assert.throws(() => parseAddress(bad), /is not host:port: invalid$/, bad)
+})
+
+function catchMessage(f: () => unknown): string {
+	try {
+		f()
+	} catch (e) {
+		return (e as Error).message
+	}
+	throw new Error('did not throw')
+}
