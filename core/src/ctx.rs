@@ -82,7 +82,15 @@ pub(crate) fn check_hold(lock: usize, hash: u64, key: &str) -> Result<(), Refusa
         {
             return Err(Refusal::SameKeyHeld);
         }
-        if depth > INLINE && SPILL.with(|s| s.borrow().iter().any(is_key)) {
+        // try_with: once SPILL is torn down (a hold in another thread-local's
+        // destructor) the deeper holds are not listed, so not checked: a
+        // same-key hold there waits out its deadline instead of failing at
+        // once, which is the most a dying thread can be told.
+        if depth > INLINE
+            && SPILL
+                .try_with(|s| s.borrow().iter().any(is_key))
+                .unwrap_or(false)
+        {
             return Err(Refusal::SameKeyHeld);
         }
         Ok(())
@@ -103,7 +111,9 @@ pub(crate) unsafe fn push_hold(lock: usize, hash: u64, key: &str) {
         if depth < INLINE {
             c.inline[depth].set(entry);
         } else {
-            SPILL.with(|s| s.borrow_mut().push(entry));
+            // try_with: during teardown the entry goes unlisted (see
+            // `check_hold`); `depth` still counts it, so the pops match.
+            let _ = SPILL.try_with(|s| s.borrow_mut().push(entry));
         }
         c.depth.set(depth + 1);
     });

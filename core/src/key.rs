@@ -143,6 +143,10 @@ pub(crate) fn check_key(lock: &str, key: &str) -> Result<(), Error> {
     Ok(())
 }
 
+/// The name rule, as error texts state it (the quotes keep its last
+/// character apart from the `: invalid` that follows).
+const NAME_RULE: &str = r#"a lock name is 1 to 128 ASCII letters, digits and "_-.:""#;
+
 /// Checks a lock name: 1 to 128 bytes of ASCII letters, digits and `_ - . :`.
 pub(crate) fn check_name(name: &str) -> Result<(), Error> {
     let ok = !name.is_empty()
@@ -153,11 +157,7 @@ pub(crate) fn check_name(name: &str) -> Result<(), Error> {
     if ok {
         Ok(())
     } else {
-        Err(Error::new(
-            ErrorKind::Invalid,
-            "a lock name is 1 to 128 ASCII letters, digits and _ - . :",
-        )
-        .for_lock(&format!("{name:?}")))
+        Err(Error::new(ErrorKind::Invalid, NAME_RULE).for_lock(&format!("{name:?}")))
     }
 }
 
@@ -222,7 +222,7 @@ mod tests {
         }
         assert_eq!(
             check_name("a b").unwrap_err().to_string(),
-            "lock \"a b\": a lock name is 1 to 128 ASCII letters, digits and _ - . :: invalid"
+            r#"lock "a b": a lock name is 1 to 128 ASCII letters, digits and "_-.:": invalid"#
         );
     }
 }

@@ -16,10 +16,15 @@ use crate::error::Error;
 use crate::lock::{Lock, LockShared};
 use crate::record::Record;
 use crate::store::StoreShared;
-use crate::sync::{lock, Arc, AtomicU32, AtomicU64, Ordering};
+use crate::sync::AtomicBool;
+use crate::sync::{downgrade, lock, upgrade, Arc, AtomicU32, AtomicU64, Mutex, Ordering, Weak};
 use crate::timer::TimerKey;
-use std::cell::{Cell, OnceCell};
+use std::collections::HashMap;
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::OnceLock;
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 const ACTIVE: u32 = 0;
@@ -58,6 +63,18 @@ pub(crate) struct LeaseState {
     renewed_ms: AtomicU64,
     /// The pending wheel entry, packed; read and written under the wheel lock.
     timer: AtomicU64,
+    /// Tasks awaiting [`Signal::aborted`]; `has_wakers` lets an ending
+    /// skip the mutex when there are none (see `wake_aborted`).
+    wakers: Mutex<AbortWakers>,
+    has_wakers: AtomicBool,
+}
+
+/// The wakers of a lease's [`Aborted`] futures, one slot each.
+#[derive(Default)]
+struct AbortWakers {
+    slots: Vec<Option<Waker>>,
+    /// Listed in the store's `SignalHub`, so `close` can reach them.
+    watched: bool,
 }
 
 // SAFETY: `record` is only dereferenced by the winner of the `status` CAS,
@@ -91,6 +108,8 @@ impl LeaseState {
             ttl_ms,
             renewed_ms: AtomicU64::new(now),
             timer: AtomicU64::new(NO_TIMER),
+            wakers: Mutex::new(AbortWakers::default()),
+            has_wakers: AtomicBool::new(false),
         })
     }
 
@@ -165,6 +184,7 @@ impl LeaseState {
                 // the record alive (module doc).
                 unsafe { (*self.record).release(self.fence) };
                 self.store.signals.notify();
+                self.wake_aborted();
                 if closed {
                     Err(EndReason::StoreClosed)
                 } else {
@@ -210,8 +230,62 @@ impl LeaseState {
             // grant is still HELD and the record alive.
             unsafe { (*self.record).release(self.fence) };
             self.store.signals.notify();
+            self.wake_aborted();
         }
         true
+    }
+
+    /// After the lease ended (its status moved, SeqCst) or its store closed:
+    /// wakes the tasks awaiting its loss.
+    pub(crate) fn wake_aborted(&self) {
+        // SeqCst: with the ending's SeqCst write before this load and the
+        // poller's SeqCst `has_wakers` store before its re-check of the
+        // status, either we see its waker or it sees the end.
+        if !self.has_wakers.load(Ordering::SeqCst) {
+            return;
+        }
+        let (wakers, watched) = {
+            let mut w = lock(&self.wakers);
+            (std::mem::take(&mut w.slots), std::mem::take(&mut w.watched))
+        };
+        if watched {
+            self.store.signals.unwatch(self);
+        }
+        for w in wakers.into_iter().flatten() {
+            w.wake();
+        }
+    }
+
+    /// Registers (or refreshes) an `Aborted` future's waker; answers its slot.
+    fn watch(this: &Arc<Self>, slot: Option<usize>, waker: &Waker) -> usize {
+        let mut w = lock(&this.wakers);
+        let slot = match slot {
+            Some(i) if i < w.slots.len() => {
+                match &mut w.slots[i] {
+                    Some(old) if old.will_wake(waker) => {}
+                    s => *s = Some(waker.clone()),
+                }
+                i
+            }
+            _ => {
+                w.slots.push(Some(waker.clone()));
+                w.slots.len() - 1
+            }
+        };
+        if !w.watched {
+            w.watched = true;
+            this.store.signals.watch(this);
+        }
+        drop(w);
+        this.has_wakers.store(true, Ordering::SeqCst);
+        slot
+    }
+
+    /// An `Aborted` future went away: forget its waker.
+    fn unwatch_slot(&self, slot: usize) {
+        if let Some(s) = lock(&self.wakers).slots.get_mut(slot) {
+            *s = None;
+        }
     }
 
     /// Renews a handle-style lease: its ttl counts again from now.
@@ -255,15 +329,27 @@ pub(crate) fn show_ms(ms: u64) -> String {
     }
 }
 
-/// The lease a `hold` closure runs under.
+/// The lease a `hold` closure runs under. `Sync`, so an async closure can
+/// keep `&Lease` across its awaits on a multi-thread runtime.
 pub struct Lease<'a> {
     pub(crate) lock: &'a Lock,
     pub(crate) key: &'a str,
     pub(crate) record: *const Record,
     pub(crate) fence: u64,
-    pub(crate) state: OnceCell<Arc<LeaseState>>,
-    pub(crate) ended: Cell<bool>,
+    pub(crate) state: OnceLock<Arc<LeaseState>>,
+    /// Set once by the lease's owner (the hold), which alone ends it.
+    pub(crate) ended: AtomicBool,
+    /// Whether the hold is listed in its thread's context (blocking holds).
+    pub(crate) listed: bool,
 }
+
+// SAFETY: `record` is dereferenced only by `end` (run by the hold that owns
+// the lease, once) and handed to a `LeaseState` (Send + Sync by its own
+// argument); every other field is Send + Sync or a shared reference to one.
+unsafe impl Send for Lease<'_> {}
+// SAFETY: as for `Send`; `&Lease` offers only reads and `signal()`, whose
+// `OnceLock` makes a racing first call safe.
+unsafe impl Sync for Lease<'_> {}
 
 impl<'a> Lease<'a> {
     /// The fencing token: greater than every earlier grant's of this key.
@@ -312,10 +398,15 @@ impl<'a> Lease<'a> {
     /// Ends the hold: lets the key go unless it was taken away. Idempotent.
     #[inline]
     pub(crate) fn end(&self) -> Result<(), EndReason> {
-        if self.ended.replace(true) {
+        // Relaxed: only the owning hold reads or writes `ended`, in program
+        // order (a load and a store, no read-modify-write on the hot path).
+        if self.ended.load(Ordering::Relaxed) {
             return Ok(());
         }
-        crate::ctx::pop_hold();
+        self.ended.store(true, Ordering::Relaxed);
+        if self.listed {
+            crate::ctx::pop_hold();
+        }
         match self.state.get() {
             Some(s) => s.finish(),
             None => {
@@ -373,6 +464,32 @@ impl Signal {
         self.state.end_reason()
     }
 
+    /// A future that resolves once the lease is lost (revoked, ran out, or
+    /// its store closed); it never resolves for a lease released normally.
+    /// Made for `select!` beside the work the lease guards:
+    ///
+    /// ```
+    /// # use holdline::Store;
+    /// # use std::time::Duration;
+    /// # let store = Store::new();
+    /// # let lock = store.lock("jobs").max_hold(Duration::from_millis(20)).open()?;
+    /// let lease = lock.acquire("job-1")?;
+    /// let lost = lease.signal().aborted();
+    /// # use std::future::Future;
+    /// # let waker = std::task::Waker::noop();
+    /// # let mut cx = std::task::Context::from_waker(&waker);
+    /// # let mut lost = std::pin::pin!(lost);
+    /// # while lost.as_mut().poll(&mut cx).is_pending() { std::thread::sleep(Duration::from_millis(5)); }
+    /// assert!(lease.is_lost()); // revoked at its 20 ms maxHold
+    /// # Ok::<(), holdline::Error>(())
+    /// ```
+    pub fn aborted(&self) -> Aborted {
+        Aborted {
+            state: self.state.clone(),
+            slot: None,
+        }
+    }
+
     /// Waits until the lease ends or `timeout` passes; answers whether it
     /// was lost (`true`), not merely released or still running (`false`).
     pub fn wait_timeout(&self, timeout: Duration) -> bool {
@@ -381,6 +498,48 @@ impl Signal {
             .signals
             .wait_until(timeout, || self.state.end_reason().is_some());
         self.is_aborted()
+    }
+}
+
+/// Resolves once its lease is lost; from [`Signal::aborted`].
+#[must_use = "futures do nothing unless awaited"]
+pub struct Aborted {
+    state: Arc<LeaseState>,
+    slot: Option<usize>,
+}
+
+impl Future for Aborted {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        match self.state.end_reason() {
+            Some(EndReason::Released) => return Poll::Pending,
+            Some(_) => return Poll::Ready(()),
+            None => {}
+        }
+        let slot = LeaseState::watch(&self.state, self.slot, cx.waker());
+        self.slot = Some(slot);
+        // Re-checked after announcing the waker (see `wake_aborted`).
+        match self.state.end_reason() {
+            Some(EndReason::Released) | None => Poll::Pending,
+            Some(_) => Poll::Ready(()),
+        }
+    }
+}
+
+impl Drop for Aborted {
+    fn drop(&mut self) {
+        if let Some(slot) = self.slot {
+            self.state.unwatch_slot(slot);
+        }
+    }
+}
+
+impl fmt::Debug for Aborted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Aborted")
+            .field("reason", &self.state.end_reason())
+            .finish()
     }
 }
 
@@ -413,6 +572,10 @@ impl HeldLease {
     /// The fencing token.
     pub fn fence(&self) -> u64 {
         self.state.fence
+    }
+
+    pub(crate) fn state(&self) -> &Arc<LeaseState> {
+        &self.state
     }
 
     /// The key, as text.
@@ -479,10 +642,14 @@ impl fmt::Debug for HeldLease {
 
 /// Wakes threads waiting on signals. One per store: lease endings are rare
 /// next to grants, and a waiter re-checks its own lease after every wake.
+/// Also lists the leases that tasks await (`Signal::aborted`), so that
+/// `close`, which ends every lease at once without touching each, can wake
+/// those tasks.
 pub(crate) struct SignalHub {
     mutex: crate::sync::Mutex<()>,
     cv: crate::sync::Condvar,
     waiting: crate::sync::AtomicUsize,
+    watched: Mutex<HashMap<usize, Weak<LeaseState>>>,
 }
 
 impl SignalHub {
@@ -491,6 +658,24 @@ impl SignalHub {
             mutex: crate::sync::Mutex::new(()),
             cv: crate::sync::Condvar::new(),
             waiting: crate::sync::AtomicUsize::new(0),
+            watched: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn watch(&self, lease: &Arc<LeaseState>) {
+        let id = Arc::as_ptr(lease) as usize;
+        lock(&self.watched).insert(id, downgrade(lease));
+    }
+
+    fn unwatch(&self, lease: &LeaseState) {
+        lock(&self.watched).remove(&(lease as *const LeaseState as usize));
+    }
+
+    /// The store closed: every awaited lease is lost; wake its tasks.
+    pub(crate) fn wake_all_aborted(&self) {
+        let leases: Vec<Weak<LeaseState>> = lock(&self.watched).values().cloned().collect();
+        for lease in leases.iter().filter_map(upgrade) {
+            lease.wake_aborted();
         }
     }
 

@@ -42,6 +42,7 @@ mod ctx;
 mod error;
 mod key;
 mod lease;
+mod line_wait;
 mod lock;
 mod record;
 mod store;
@@ -52,7 +53,7 @@ mod tx;
 
 pub use error::{Error, ErrorKind};
 pub use key::{Key, KeyRef, MAX_KEY_BYTES, MAX_NAME_BYTES};
-pub use lease::{EndReason, HeldLease, Lease, Signal};
+pub use lease::{Aborted, EndReason, HeldLease, Lease, Signal};
 pub use lock::{KeyHold, Lock, LockStats, DEFAULT_WAIT, MAX_WAITERS};
 pub use store::{LockBuilder, Store};
 pub use tx::Tx;

@@ -10,13 +10,19 @@ use crate::ctx::{self, Refusal};
 use crate::error::{Error, ErrorKind};
 use crate::key::{check_key, Key, KeyBuf, KeyRef};
 use crate::lease::{HeldLease, Lease, LeaseState};
+use crate::line_wait::LineWait;
 use crate::record::{Enqueued, Record, Tried, WaitEnd, Waiter};
 use crate::store::StoreShared;
+use crate::sync::AtomicBool;
 use crate::sync::{Arc, AtomicU64, Ordering};
 use crate::table::Table;
 use crossbeam_epoch as epoch;
-use std::cell::{Cell, OnceCell};
 use std::fmt;
+use std::future::Future;
+use std::mem::ManuallyDrop;
+use std::pin::Pin;
+use std::sync::OnceLock;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 /// Default wait of `hold`.
@@ -81,27 +87,77 @@ pub struct LockStats {
 
 /// How an acquire waits.
 #[derive(Clone, Copy)]
-enum Mode {
+pub(crate) enum Mode {
     /// Never waits; a held key answers `None`.
     Try,
     /// Waits up to this many ms (0: fail `in use` at once if held).
     Wait(u64),
 }
 
-/// A grant: the caller holds `record` with `fence`.
-struct Grant {
+/// A grant: the caller holds `record` with `fence`, and owes it exactly one
+/// release. Dropping a `Grant` pays it (so a panic between a grant and its
+/// lease's set-up lets the key go); [`into_parts`](Grant::into_parts) hands
+/// the duty to the lease that takes it over.
+pub(crate) struct Grant {
     record: *const Record,
     fence: u64,
 }
 
 impl Grant {
+    /// The caller just took `r`'s key (a CAS or a GRANTED status, both
+    /// Acquire, so the fence read here is the grant's).
     #[inline]
-    fn of(r: &Record) -> Grant {
+    pub(crate) fn of(r: &Record) -> Grant {
         Grant {
             record: r,
             fence: r.fence(),
         }
     }
+
+    /// The record and fence, with the duty to release them once.
+    #[inline]
+    pub(crate) fn into_parts(self) -> (*const Record, u64) {
+        let g = ManuallyDrop::new(self);
+        (g.record, g.fence)
+    }
+}
+
+impl Drop for Grant {
+    fn drop(&mut self) {
+        // SAFETY: a Grant exists only while its key is HELD by it, which
+        // keeps the record alive (record.rs, "The record's lifetime").
+        unsafe { (*self.record).release(self.fence) };
+    }
+}
+
+// SAFETY: the record pointer is only dereferenced to release the grant,
+// which is valid from any thread while the grant is HELD.
+unsafe impl Send for Grant {}
+
+/// What the fast path found.
+pub(crate) enum Fast {
+    /// It took the key.
+    Granted(Grant),
+    /// A `Try` of a key this thread holds: `None` without looking.
+    HeldHere,
+    /// Go the slow way.
+    Slow,
+}
+
+/// A key's record, and whether we just made it (and so hold its key).
+enum Found<'g> {
+    Made(&'g Record),
+    Existing(&'g Record),
+}
+
+/// Where a caller stands after trying to enter a key's line.
+pub(crate) enum Entered {
+    /// It holds the key.
+    Granted(Grant),
+    /// `Mode::Try` found the key held.
+    Held,
+    /// Its node is linked in `record`'s line (`first`: nobody before it).
+    Waiting { record: *const Record, first: bool },
 }
 
 impl Lock {
@@ -164,6 +220,36 @@ impl Lock {
         self.key(key).acquire()
     }
 
+    /// Holds `key` while the future `f` makes runs, waiting in line (up to
+    /// 10 s) without blocking the thread: the async [`hold`](Lock::hold).
+    /// Same rules: FIFO with threads, `in use`, `limit`, `closed`, `lost`.
+    /// Dropping the returned future leaves the line, or lets the key go.
+    pub async fn hold_async<K: Key + ?Sized, R>(
+        &self,
+        key: &K,
+        f: impl AsyncFnOnce(&Lease<'_>) -> R,
+    ) -> Result<R, Error> {
+        self.key(key).hold_async(f).await
+    }
+
+    /// A handle-style lease on `key`, waiting (up to 10 s) without blocking
+    /// the thread: the async [`acquire`](Lock::acquire).
+    pub fn acquire_async<'a, K: Key + ?Sized>(
+        &'a self,
+        key: &'a K,
+    ) -> impl Future<Output = Result<HeldLease, Error>> + Send + 'a {
+        self.key(key).acquire_async()
+    }
+
+    /// The grant for `text`, waited for as a task.
+    async fn grant_async(&self, text: &str, hash: u64, mode: Mode) -> Result<Option<Grant>, Error> {
+        match self.acquire_fast(text, hash, mode)? {
+            Fast::Granted(g) => Ok(Some(g)),
+            Fast::HeldHere => Ok(None),
+            Fast::Slow => LineWait::new(self, text, hash, mode).await,
+        }
+    }
+
     /// Counts of this lock's keys and events. Walks the table: O(live keys).
     pub fn stats(&self) -> LockStats {
         let t = self.shared.table.totals();
@@ -204,22 +290,10 @@ impl Lock {
         let Some(grant) = self.acquire_text(text, hash, mode)? else {
             return Ok(None);
         };
+        let lease = self.closure_lease(text, grant, true);
         // SAFETY: `text` lives in this frame (or the caller's), which outlives
         // the lease; the lease pops the entry when it ends (unwinding too).
         unsafe { ctx::push_hold(self.shared.id(), hash, text) };
-        let lease = Lease {
-            lock: self,
-            key: text,
-            record: grant.record,
-            fence: grant.fence,
-            state: OnceCell::new(),
-            ended: Cell::new(false),
-        };
-        if self.max_hold_ms != 0 {
-            let state = LeaseState::new(self, grant.record, grant.fence, self.max_hold_ms, 0);
-            StoreShared::arm_timer(&self.store, &state);
-            let _ = lease.state.set(state);
-        }
         let r = f(&lease);
         match lease.end() {
             Ok(()) => Ok(Some(r)),
@@ -227,9 +301,45 @@ impl Lock {
         }
     }
 
+    /// A closure's lease over `grant`, with its maxHold timer armed. The
+    /// lease owns the grant before anything that could panic runs.
+    pub(crate) fn closure_lease<'a>(
+        &'a self,
+        text: &'a str,
+        grant: Grant,
+        listed: bool,
+    ) -> Lease<'a> {
+        let (record, fence) = grant.into_parts();
+        let lease = Lease {
+            lock: self,
+            key: text,
+            record,
+            fence,
+            state: OnceLock::new(),
+            ended: AtomicBool::new(false),
+            listed,
+        };
+        if self.max_hold_ms != 0 {
+            let state = LeaseState::new(self, record, fence, self.max_hold_ms, 0);
+            let state = lease.state.get_or_init(|| state);
+            StoreShared::arm_timer(&self.store, state);
+        }
+        lease
+    }
+
     /// From key text to a grant (`None`: `Try` found it held).
     #[inline]
     fn acquire_text(&self, text: &str, hash: u64, mode: Mode) -> Result<Option<Grant>, Error> {
+        match self.acquire_fast(text, hash, mode)? {
+            Fast::Granted(g) => Ok(Some(g)),
+            Fast::HeldHere => Ok(None),
+            Fast::Slow => self.acquire_slow(text, hash, mode),
+        }
+    }
+
+    /// The checks every acquire makes first, and the uncontended CAS.
+    #[inline]
+    pub(crate) fn acquire_fast(&self, text: &str, hash: u64, mode: Mode) -> Result<Fast, Error> {
         // The key's text is checked on the slow path only: a key found in
         // the table was checked when its record was made.
         if self.store.closed.load(Ordering::Acquire) {
@@ -238,7 +348,7 @@ impl Lock {
         }
         match ctx::check_hold(self.shared.id(), hash, text) {
             Ok(()) => {}
-            Err(Refusal::SameKeyHeld) if matches!(mode, Mode::Try) => return Ok(None),
+            Err(Refusal::SameKeyHeld) if matches!(mode, Mode::Try) => return Ok(Fast::HeldHere),
             Err(Refusal::SameKeyHeld) => {
                 return Err(self.invalid("hold inside a hold of the same key", text));
             }
@@ -249,73 +359,105 @@ impl Lock {
                 );
             }
         }
-        {
-            let guard = epoch::pin();
-            if let Some(r) = self.shared.table.find(hash, text, &guard) {
-                if r.try_lock_fast() {
-                    return Ok(Some(Grant::of(r)));
-                }
+        let guard = epoch::pin();
+        if let Some(r) = self.shared.table.find(hash, text, &guard) {
+            if r.try_lock_fast() {
+                return Ok(Fast::Granted(Grant::of(r)));
             }
         }
-        self.acquire_slow(text, hash, mode)
+        Ok(Fast::Slow)
     }
 
+    /// Past the fast path: wait in line on this thread.
     #[cold]
     fn acquire_slow(&self, text: &str, hash: u64, mode: Mode) -> Result<Option<Grant>, Error> {
-        check_key(&self.shared.name, text)?;
-        let clock = &self.store.clock;
-        let deadline = match mode {
-            // In microseconds, +1 so the rounded-down clock never ends a
-            // wait early.
-            Mode::Wait(w) if w > 0 => clock
+        let deadline = self.deadline_us(mode);
+        let waiter = Waiter::for_thread();
+        // The node lives in this frame, which does not return until it has
+        // left every line: pin it here.
+        let waiter = std::pin::pin!(waiter);
+        // SAFETY: the node stays in this frame until `wait` (or the error
+        // below, which is only returned when it was never linked) answers.
+        match unsafe { self.enter_line(text, hash, mode, waiter.as_ref()) }? {
+            Entered::Granted(g) => Ok(Some(g)),
+            Entered::Held => Ok(None),
+            Entered::Waiting { record, first } => {
+                // SAFETY: the node is linked, so the record is alive until
+                // the wait ends (record.rs, "The record's lifetime").
+                let record = unsafe { &*record };
+                let end = record.wait(&waiter, first, &self.store.clock, deadline);
+                self.wait_ended(record, end, text).map(Some)
+            }
+        }
+    }
+
+    /// The wait's deadline on the store's clock (µs), for `mode`.
+    pub(crate) fn deadline_us(&self, mode: Mode) -> u64 {
+        match mode {
+            // +1 so the rounded-down clock never ends a wait early.
+            Mode::Wait(w) if w > 0 => self
+                .store
+                .clock
                 .now_us()
                 .saturating_add(w.saturating_mul(1000))
                 .saturating_add(1),
             _ => 0,
-        };
-        let mut waiter: Option<Waiter> = None;
+        }
+    }
+
+    /// What a wait's end means to the caller.
+    pub(crate) fn wait_ended(
+        &self,
+        record: &Record,
+        end: WaitEnd,
+        text: &str,
+    ) -> Result<Grant, Error> {
+        match end {
+            WaitEnd::Granted => Ok(Grant::of(record)),
+            WaitEnd::Closed => Err(self.error(Error::closed(), text)),
+            WaitEnd::TimedOut => {
+                // Relaxed: a statistic.
+                self.shared.timeouts.fetch_add(1, Ordering::Relaxed);
+                Err(self.in_use(text))
+            }
+        }
+    }
+
+    /// Finds (or makes) the key's record and takes the key, or links
+    /// `waiter` into its line. `Try` and zero waits never link.
+    ///
+    /// # Safety
+    /// `waiter` is not linked; if this answers `Waiting`, it must not be
+    /// dropped or reused until it has a final status or `Record::leave`
+    /// answered (the line points at it; `Pin` keeps it from moving).
+    pub(crate) unsafe fn enter_line(
+        &self,
+        text: &str,
+        hash: u64,
+        mode: Mode,
+        waiter: Pin<&Waiter>,
+    ) -> Result<Entered, Error> {
+        check_key(&self.shared.name, text)?;
         let mut retired_seen = false;
         loop {
             let guard = epoch::pin();
-            // After a DEAD record, go straight to the shard lock: the sweeper
-            // holds it until the record is unlinked, so we wait there instead
-            // of spinning on the stale one.
-            let quick = if retired_seen {
-                None
-            } else {
-                self.shared.table.find(hash, text, &guard)
+            let record = match self.find_or_make(hash, text, retired_seen, &guard) {
+                Found::Made(r) => return Ok(Entered::Granted(Grant::of(r))),
+                Found::Existing(r) => r,
             };
-            let record = match quick {
-                Some(r) => r,
-                None => {
-                    let (r, created) = self.shared.table.find_or_create(hash, text, &guard);
-                    if created {
-                        StoreShared::want_sweep(&self.store);
-                        return Ok(Some(Grant::of(r)));
-                    }
-                    r
-                }
-            };
-            let wait_ms = match mode {
-                Mode::Try => 0,
-                Mode::Wait(w) => w,
-            };
-            if wait_ms == 0 {
+            if matches!(mode, Mode::Try | Mode::Wait(0)) {
                 match record.try_acquire() {
-                    Tried::Granted => return Ok(Some(Grant::of(record))),
-                    Tried::Dead => {
-                        retired_seen = true;
-                        continue;
-                    }
-                    Tried::Held if matches!(mode, Mode::Try) => return Ok(None),
+                    Tried::Granted => return Ok(Entered::Granted(Grant::of(record))),
+                    Tried::Dead => retired_seen = true,
+                    Tried::Held if matches!(mode, Mode::Try) => return Ok(Entered::Held),
                     Tried::Held => {
                         // Relaxed: a statistic.
                         self.shared.timeouts.fetch_add(1, Ordering::Relaxed);
                         return Err(self.in_use(text));
                     }
                 }
+                continue;
             }
-            let w = waiter.get_or_insert_with(Waiter::new);
             // Runs under the line lock, so it only decides; the error (which
             // allocates) is built after the lock is let go.
             let admit = |len: u32| {
@@ -328,43 +470,52 @@ impl Lock {
                     Ok(())
                 }
             };
-            let enqueued = record.acquire_or_enqueue(w, admit).map_err(|kind| {
-                let e = match kind {
-                    ErrorKind::Limit => Error::new(
-                        ErrorKind::Limit,
-                        format!("{MAX_WAITERS} waiters already stand in line"),
-                    ),
-                    _ => Error::closed(),
-                };
-                self.error(e, text)
-            })?;
+            // SAFETY: the caller's contract.
+            let enqueued = unsafe { record.acquire_or_enqueue(&waiter, admit) }
+                .map_err(|kind| self.refused(kind, text))?;
             match enqueued {
-                Enqueued::Granted => return Ok(Some(Grant::of(record))),
-                Enqueued::Dead => {
-                    retired_seen = true;
-                    continue;
-                }
-                Enqueued::Waiting { first } => {
-                    let record: *const Record = record;
-                    // Unpin before waiting: a parked thread must not hold the
-                    // epoch back.
-                    drop(guard);
-                    // SAFETY: while `w` is linked the line is not empty, so
-                    // QUEUED is set and the record cannot be retired; once
-                    // granted, HELD keeps it; after a timeout or close we do
-                    // not touch it again.
-                    let record = unsafe { &*record };
-                    return match record.wait(w, first, clock, deadline) {
-                        WaitEnd::Granted => Ok(Some(Grant::of(record))),
-                        WaitEnd::Closed => Err(self.error(Error::closed(), text)),
-                        WaitEnd::TimedOut => {
-                            self.shared.timeouts.fetch_add(1, Ordering::Relaxed);
-                            Err(self.in_use(text))
-                        }
-                    };
-                }
+                Enqueued::Granted => return Ok(Entered::Granted(Grant::of(record))),
+                Enqueued::Dead => retired_seen = true,
+                // Unpinned on return: a waiter must not hold the epoch back.
+                Enqueued::Waiting { first } => return Ok(Entered::Waiting { record, first }),
             }
         }
+    }
+
+    /// The key's record: found, or made (and then held by us).
+    fn find_or_make<'g>(
+        &self,
+        hash: u64,
+        text: &str,
+        retired_seen: bool,
+        guard: &'g epoch::Guard,
+    ) -> Found<'g> {
+        // After a DEAD record, go straight to the shard lock: the sweeper
+        // holds it until the record is unlinked, so we wait there instead
+        // of spinning on the stale one.
+        if !retired_seen {
+            if let Some(r) = self.shared.table.find(hash, text, guard) {
+                return Found::Existing(r);
+            }
+        }
+        let (r, created) = self.shared.table.find_or_create(hash, text, guard);
+        if created {
+            StoreShared::want_sweep(&self.store);
+            Found::Made(r)
+        } else {
+            Found::Existing(r)
+        }
+    }
+
+    fn refused(&self, kind: ErrorKind, text: &str) -> Error {
+        let e = match kind {
+            ErrorKind::Limit => Error::new(
+                ErrorKind::Limit,
+                format!("{MAX_WAITERS} waiters already stand in line"),
+            ),
+            _ => Error::closed(),
+        };
+        self.error(e, text)
     }
 
     fn error(&self, e: Error, key: &str) -> Error {
@@ -389,15 +540,17 @@ impl Lock {
         let Some(grant) = self.acquire_text(text, hash, mode)? else {
             return Ok(None);
         };
-        let state = LeaseState::new(
-            self,
-            grant.record,
-            grant.fence,
-            self.max_hold_ms,
-            self.ttl_ms,
-        );
-        StoreShared::arm_timer(&self.store, &state);
-        Ok(Some(HeldLease::new(state, text)))
+        Ok(Some(self.held_lease(text, grant)))
+    }
+
+    /// A handle-style lease over `grant`, its timer armed. The lease owns
+    /// the grant before anything that could panic runs.
+    pub(crate) fn held_lease(&self, text: &str, grant: Grant) -> HeldLease {
+        let (record, fence) = grant.into_parts();
+        let state = LeaseState::new(self, record, fence, self.max_hold_ms, self.ttl_ms);
+        let lease = HeldLease::new(state, text);
+        StoreShared::arm_timer(&self.store, lease.state());
+        lease
     }
 
     /// The fence a write must carry to be accepted now: `Some` while `key`
@@ -470,5 +623,81 @@ impl KeyHold<'_> {
     /// A handle-style lease only if the key is free now.
     pub fn try_acquire(self) -> Result<Option<HeldLease>, Error> {
         self.lock.acquire_lease(self.key, Mode::Try)
+    }
+}
+
+impl<'l> KeyHold<'l> {
+    /// Holds the key while the future `f` makes runs, waiting up to `wait`
+    /// without blocking the thread; see [`Lock::hold_async`].
+    pub async fn hold_async<R>(self, f: impl AsyncFnOnce(&Lease<'_>) -> R) -> Result<R, Error> {
+        let lock = self.lock;
+        let mut buf = KeyBuf::new();
+        let text = self.key.text(&mut buf);
+        let hash = lock.shared.table.hash(text);
+        let grant = lock
+            .grant_async(text, hash, Mode::Wait(ms(self.wait)))
+            .await?
+            .expect("a waiting hold grants");
+        let lease = lock.closure_lease(text, grant, false);
+        let r = Listed {
+            inner: f(&lease),
+            lock: lock.shared.id(),
+            hash,
+            key: text,
+        }
+        .await;
+        match lease.end() {
+            Ok(()) => Ok(r),
+            Err(reason) => Err(lease.lost_error(reason)),
+        }
+    }
+
+    /// A handle-style lease, waiting up to `wait` without blocking the
+    /// thread; see [`Lock::acquire_async`].
+    pub fn acquire_async(self) -> impl Future<Output = Result<HeldLease, Error>> + Send + 'l {
+        async move {
+            let lock = self.lock;
+            let mut buf = KeyBuf::new();
+            let text = self.key.text(&mut buf);
+            let hash = lock.shared.table.hash(text);
+            let grant = lock
+                .grant_async(text, hash, Mode::Wait(ms(self.wait)))
+                .await?
+                .expect("a waiting acquire grants");
+            Ok(lock.held_lease(text, grant))
+        }
+    }
+}
+
+/// Polls a hold's future with the hold listed in the polling thread's
+/// context, so a hold of the same key made inside it (async or blocking)
+/// is refused at once, as it is for a thread. Listing per poll, not for
+/// the whole hold, because other tasks run on the thread between polls.
+struct Listed<'k, F> {
+    inner: F,
+    lock: usize,
+    hash: u64,
+    key: &'k str,
+}
+
+impl<F: Future> Future for Listed<'_, F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        struct Unlist;
+        impl Drop for Unlist {
+            fn drop(&mut self) {
+                ctx::pop_hold();
+            }
+        }
+        // SAFETY: `inner` is structurally pinned: never moved out, and
+        // dropped in place with the wrapper.
+        let this = unsafe { self.get_unchecked_mut() };
+        // SAFETY: `key` outlives this poll; the entry is popped before the
+        // poll returns (unwinding too), so it never outlives `key`.
+        unsafe { ctx::push_hold(this.lock, this.hash, this.key) };
+        let _unlist = Unlist;
+        // SAFETY: see above: `inner` is pinned with `self`.
+        unsafe { Pin::new_unchecked(&mut this.inner) }.poll(cx)
     }
 }

@@ -40,11 +40,35 @@
 //!   final status, so a granter copies the `Thread` handle it needs *before*
 //!   it publishes that status, and never touches the node after.
 //!
-//! Waiter status: `WAITING -> PARKED` (by the waiter, before it sleeps),
-//! `WAITING | PARKED -> GRANTED | CLOSED` (under `QLOCK`). A waiter that
-//! finds `PARKED` still set when its deadline passes takes `QLOCK` and, if no
-//! final status arrived meanwhile, unlinks itself: a grant and a timeout can
-//! never both happen, and a grant is never lost.
+//! Waiter status, one state machine for threads and tasks:
+//!
+//! | from               | to                  | by                                  |
+//! |--------------------|---------------------|-------------------------------------|
+//! | `IDLE`             | `WAITING`           | a thread's node, as it is linked    |
+//! | `IDLE`             | `PARKED`            | a task's node, as it is linked      |
+//! | `WAITING`          | `PARKED`            | the thread, before it sleeps        |
+//! | `WAITING`/`PARKED` | `GRANTED`/`CLOSED`  | a releaser/closer, under `QLOCK`    |
+//! | `WAITING`/`PARKED` | `LEFT`              | the waiter itself, under `QLOCK`    |
+//!
+//! `PARKED` means "wake me": a task's node is `PARKED` from the start, as it
+//! always needs its waker called. A waiter that finds no final status when
+//! its deadline passes (or its future is dropped) takes `QLOCK` and, if none
+//! arrived meanwhile, unlinks itself (`LEFT`): a grant and a departure can
+//! never both happen, and a grant is never lost (a future dropped after its
+//! grant lets the key go to the next in line).
+//!
+//! # The record's lifetime, argued once
+//!
+//! A waiter holds a raw pointer to its record. The record stays allocated
+//! while the waiter may use it because: while the node is linked the line is
+//! not empty, so `QUEUED` is set and the sweeper (which retires only from
+//! exactly `0`) cannot retire it; once `GRANTED`, `HELD` belongs to the
+//! waiter and keeps it; after `CLOSED` or `LEFT` the waiter does not touch
+//! it again. A waiter that reads its status *while pinned* and finds it not
+//! final knows the record was not retired at that instant, so it cannot be
+//! freed while the pin lasts: it may then take `QLOCK` (the record may turn
+//! `DEAD` under it after a close, which is harmless: `DEAD|QLOCK` is only
+//! ever put back to `DEAD`).
 //!
 //! # Orderings
 //!
@@ -65,7 +89,9 @@ use crate::sync::{
     UnsafeCell, SPIN_BEHIND, SPIN_FIRST_IN_LINE, YIELDS_FIRST_IN_LINE,
 };
 use crossbeam_epoch as epoch;
+use std::marker::PhantomPinned;
 use std::ptr;
+use std::task::Waker;
 use std::time::Duration;
 
 pub(crate) const HELD: u32 = 1;
@@ -84,10 +110,13 @@ fn waiters_in(s: u32) -> u32 {
     (s & WAITER_MASK) >> WAITER_SHIFT
 }
 
-const WAITING: u32 = 0;
-const PARKED: u32 = 1;
-const GRANTED: u32 = 2;
-const CLOSED: u32 = 3;
+// Waiter statuses. See the table in the module doc.
+const IDLE: u32 = 0;
+const WAITING: u32 = 1;
+const PARKED: u32 = 2;
+const GRANTED: u32 = 3;
+const CLOSED: u32 = 4;
+const LEFT: u32 = 5;
 
 /// How a wait in line ended.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -116,22 +145,99 @@ pub(crate) enum Tried {
     Dead,
 }
 
-/// A thread standing in a key's line. Lives on that thread's stack.
+/// How a waiter is told that its wait ended.
+pub(crate) enum Wake {
+    /// A thread parked in [`Record::wait`].
+    Thread(Thread),
+    /// A task; the waker is replaced (under `QLOCK`) when the task moves.
+    Task(Waker),
+}
+
+impl Wake {
+    fn wake(self) {
+        match self {
+            Wake::Thread(t) => t.unpark(),
+            Wake::Task(w) => w.wake(),
+        }
+    }
+
+    fn replicate(&self) -> Wake {
+        match self {
+            Wake::Thread(t) => Wake::Thread(t.clone()),
+            Wake::Task(w) => Wake::Task(w.clone()),
+        }
+    }
+}
+
+/// Wakes collected under a line's lock, to be fired once it is let go.
+pub(crate) type Wakes = Vec<Wake>;
+
+/// Fires wakes collected under a line lock.
+pub(crate) fn wake_all(wakes: Wakes) {
+    for w in wakes {
+        w.wake();
+    }
+}
+
+/// One thread or task standing in a key's line: on the waiting thread's
+/// stack, or inside the waiting task's (pinned) future.
+///
+/// It must not move while linked ([`PhantomPinned`]; the linking functions
+/// are `unsafe fn`s that say so), and its `Drop` checks it is not linked.
 pub(crate) struct Waiter {
     prev: UnsafeCell<*const Waiter>,
     next: UnsafeCell<*const Waiter>,
     status: AtomicU32,
-    thread: Thread,
+    /// Written by its owner before it is linked, and then only under `QLOCK`.
+    wake: UnsafeCell<Wake>,
+    _pinned: PhantomPinned,
 }
 
+// SAFETY: the links and `wake` are read and written only under the line's
+// `QLOCK` once the node is linked (and only by its owner before), `status`
+// is atomic, and `Thread` and `Waker` are Send + Sync.
+unsafe impl Send for Waiter {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for Waiter {}
+
 impl Waiter {
-    pub(crate) fn new() -> Self {
+    /// A node for the calling thread.
+    pub(crate) fn for_thread() -> Self {
+        Self::new(Wake::Thread(crate::sync::current_thread()))
+    }
+
+    /// A node for a task, woken through `waker`.
+    pub(crate) fn for_task(waker: Waker) -> Self {
+        Self::new(Wake::Task(waker))
+    }
+
+    fn new(wake: Wake) -> Self {
         Waiter {
             prev: UnsafeCell::new(ptr::null()),
             next: UnsafeCell::new(ptr::null()),
-            status: AtomicU32::new(WAITING),
-            thread: crate::sync::current_thread(),
+            status: AtomicU32::new(IDLE),
+            wake: UnsafeCell::new(wake),
+            _pinned: PhantomPinned,
         }
+    }
+
+    /// The wait's end, once a granter, a closer or the waiter itself decided
+    /// it. Acquire: pairs with the Release that published it (and the fence).
+    pub(crate) fn end(&self) -> Option<WaitEnd> {
+        end_of(self.status.load(Ordering::Acquire))
+    }
+
+    /// Whether the node is in a line now (only its owner may ask; see the
+    /// status table).
+    pub(crate) fn is_linked(&self) -> bool {
+        matches!(self.status.load(Ordering::Acquire), WAITING | PARKED)
+    }
+}
+
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        // A linked node freed would leave a dangling pointer in the line.
+        debug_assert!(!self.is_linked(), "a waiter dropped while in line");
     }
 }
 
@@ -299,9 +405,13 @@ impl Record {
 
     /// Takes the key if it is free and nobody waits; otherwise, if `admit`
     /// (run under the line's lock with the current line length) agrees, links
-    /// `waiter` at the back of the line. The caller must keep `waiter` in
-    /// place until `wait` answers.
-    pub(crate) fn acquire_or_enqueue<E>(
+    /// `waiter` at the back of the line.
+    ///
+    /// # Safety
+    /// `waiter` is not linked, and once this answers `Waiting` it must stay
+    /// where it is until it has a final status ([`Waiter::end`]) or
+    /// [`leave`](Record::leave) answered: the line points at it.
+    pub(crate) unsafe fn acquire_or_enqueue<E>(
         &self,
         waiter: &Waiter,
         admit: impl FnOnce(u32) -> Result<(), E>,
@@ -344,8 +454,19 @@ impl Record {
                 self.state.store(s, Ordering::Release);
                 return Err(e);
             }
+            // Relaxed: published with the node by the unlock below.
+            let first_status = waiter.wake.with(|w| {
+                // SAFETY: the node is not linked yet, so only its owner (our
+                // caller) can reach `wake`.
+                match unsafe { &*w } {
+                    Wake::Thread(_) => WAITING,
+                    Wake::Task(_) => PARKED,
+                }
+            });
+            waiter.status.store(first_status, Ordering::Relaxed);
             // SAFETY: we own QLOCK, so we have exclusive access to the line
-            // and to the links of every node in it; `waiter` is not linked yet.
+            // and to the links of every node in it; `waiter` is not linked
+            // yet, and the caller keeps it in place while linked.
             unsafe { self.push_back(waiter) };
             // Release: the next QLOCK owner must see the node linked.
             // (Mutant for loom-tests/README.md: a Relaxed unlock.)
@@ -375,7 +496,7 @@ impl Record {
             SPIN_BEHIND
         };
         for i in 0..spins {
-            if let Some(end) = final_status(waiter.status.load(Ordering::Acquire)) {
+            if let Some(end) = end_of(waiter.status.load(Ordering::Acquire)) {
                 return end;
             }
             for _ in 0..(1u32 << (i / 16).min(3)) {
@@ -384,7 +505,7 @@ impl Record {
         }
         if first {
             for _ in 0..YIELDS_FIRST_IN_LINE {
-                if let Some(end) = final_status(waiter.status.load(Ordering::Acquire)) {
+                if let Some(end) = end_of(waiter.status.load(Ordering::Acquire)) {
                     return end;
                 }
                 yield_now();
@@ -396,7 +517,7 @@ impl Record {
                 .status
                 .compare_exchange(WAITING, PARKED, Ordering::Acquire, Ordering::Acquire)
         {
-            return final_status(now).unwrap_or(WaitEnd::TimedOut);
+            return end_of(now).unwrap_or(WaitEnd::TimedOut);
         }
         loop {
             let now = clock.now_us();
@@ -407,25 +528,58 @@ impl Record {
                 // freed while we stay pinned. (A CLOSED read before the pin
                 // proves nothing: a closed line's record may be retired.)
                 let _pin = crossbeam_epoch::pin();
-                if let Some(end) = final_status(waiter.status.load(Ordering::Acquire)) {
+                if let Some(end) = end_of(waiter.status.load(Ordering::Acquire)) {
                     return end;
                 }
-                return self.cancel(waiter);
+                // SAFETY: pinned, status read not final while pinned.
+                return unsafe { self.leave(waiter) };
             }
             // Cap one park at a day so huge deadlines cannot overflow the call.
             park_timeout(Duration::from_micros(
                 (deadline_us - now).min(86_400_000_000),
             ));
-            if let Some(end) = final_status(waiter.status.load(Ordering::Acquire)) {
+            if let Some(end) = end_of(waiter.status.load(Ordering::Acquire)) {
                 return end;
             }
         }
     }
 
-    /// The deadline passed: leave the line, unless a grant or a close got
-    /// there first. The caller is pinned and saw no final status while
-    /// pinned, so the record is alive (see `wait`).
-    fn cancel(&self, waiter: &Waiter) -> WaitEnd {
+    /// A task's poll: answers its wait's end if it has one, else makes sure
+    /// `waker` is the one a grant will call.
+    ///
+    /// # Safety
+    /// The caller is pinned and read `waiter`'s status as not final while
+    /// pinned, so the record is alive (module doc); `waiter` is a task's node
+    /// linked into this record's line.
+    pub(crate) unsafe fn poll_wait(&self, waiter: &Waiter, waker: &Waker) -> Option<WaitEnd> {
+        let s = self.lock_line();
+        // Under QLOCK only we can change the status or the waker now.
+        let end = waiter.end();
+        if end.is_none() {
+            waiter.wake.with_mut(|w| {
+                // SAFETY: the node is linked and we own QLOCK, which is what
+                // guards `wake` (granters read it under QLOCK).
+                let w = unsafe { &mut *w };
+                if let Wake::Task(old) = w {
+                    if !old.will_wake(waker) {
+                        *old = waker.clone();
+                    }
+                }
+            });
+        }
+        // Release: publishes the new waker to the next QLOCK owner.
+        self.state.store(s, Ordering::Release);
+        end
+    }
+
+    /// Leaves the line (deadline passed, or the task's future dropped),
+    /// unless a grant or a close got there first; answers `TimedOut` when it
+    /// left, or the end that came first.
+    ///
+    /// # Safety
+    /// As for [`poll_wait`](Record::poll_wait): pinned, and `waiter`'s status
+    /// read as not final while pinned.
+    pub(crate) unsafe fn leave(&self, waiter: &Waiter) -> WaitEnd {
         let s = self.lock_line();
         // Under QLOCK no one else can change the status (only QLOCK owners
         // publish final statuses). Acquire: to see a granter's fence store.
@@ -436,12 +590,14 @@ impl Record {
         } else {
             status
         };
-        if let Some(end) = final_status(status) {
+        if let Some(end) = end_of(status) {
             self.state.store(s, Ordering::Release);
             return end;
         }
         // SAFETY: we own QLOCK and `waiter` is linked (no final status).
         let now_empty = unsafe { self.unlink(waiter) };
+        // Relaxed: only the owner reads LEFT, in program order.
+        waiter.status.store(LEFT, Ordering::Relaxed);
         let s = s - WAITER_ONE;
         let s = if now_empty { s & !QUEUED } else { s };
         self.state.store(s, Ordering::Release);
@@ -504,8 +660,8 @@ impl Record {
             let s = if now_empty { s & !QUEUED } else { s };
             // Release: publishes the line and, to later lockers, the grant.
             self.state.store(s, Ordering::Release);
-            if let Some(thread) = wake {
-                thread.unpark();
+            if let Some(wake) = wake {
+                wake.wake();
             }
             return;
         }
@@ -514,7 +670,7 @@ impl Record {
     /// Fails every waiter with `closed` (the store closed). The holder keeps
     /// the key until it lets go. The caller holds the record's shard lock, so
     /// the record is in its chain and not DEAD.
-    pub(crate) fn close_line(&self, wake: &mut Vec<Thread>) {
+    pub(crate) fn close_line(&self, wake: &mut Wakes) {
         // Taking and letting go QLOCK (Acquire/Release) is what makes a waiter
         // that locks after us see the store's `closed` flag (`Store::close`).
         let s = self.lock_line();
@@ -637,15 +793,16 @@ impl Record {
     }
 }
 
-/// Gives a just-unlinked waiter its final status; answers the thread to
-/// unpark once the caller has let QLOCK go.
+/// Gives a just-unlinked waiter its final status; answers the wake to fire
+/// once the caller has let QLOCK go.
 ///
 /// # Safety
 /// The caller owns the QLOCK of the line `w` was just unlinked from, and `w`
-/// has no final status yet (so its thread has not returned).
-unsafe fn finish_waiter(w: *const Waiter, to: u32) -> Option<Thread> {
-    // SAFETY: per the contract, `w`'s thread waits for a final status and
-    // cannot leave before it reads one; until our store below, `w` is alive.
+/// has no final status yet (so its owner has not returned or dropped it).
+unsafe fn finish_waiter(w: *const Waiter, to: u32) -> Option<Wake> {
+    // SAFETY: per the contract, `w`'s owner waits for a final status and
+    // cannot free the node before it reads one (a dropped future takes
+    // QLOCK first, which we hold); until our store below, `w` is alive.
     let w = unsafe { &*w };
     // Release: the new holder must see the fence and everything before.
     match w
@@ -654,20 +811,22 @@ unsafe fn finish_waiter(w: *const Waiter, to: u32) -> Option<Thread> {
     {
         Ok(_) => None,
         Err(_parked) => {
-            // PARKED: it sleeps (or is about to). Copy the handle first: once
-            // the status is final the node may vanish.
-            let thread = w.thread.clone();
+            // PARKED: it sleeps (or is about to), or it is a task. Copy the
+            // handle first: once the status is final the node may vanish.
+            // SAFETY: we own QLOCK, which guards `wake` of a linked node.
+            let wake = w.wake.with(|k| unsafe { (*k).replicate() });
             w.status.store(to, Ordering::Release);
             // Mutant for loom-tests/README.md: forget the wake.
             if cfg!(holdline_mutant = "missed_wake") {
                 return None;
             }
-            Some(thread)
+            Some(wake)
         }
     }
 }
 
-fn final_status(status: u32) -> Option<WaitEnd> {
+fn end_of(status: u32) -> Option<WaitEnd> {
+    // LEFT is reported by `leave` itself, never read back as an end.
     match status {
         GRANTED => Some(WaitEnd::Granted),
         CLOSED => Some(WaitEnd::Closed),
@@ -686,7 +845,7 @@ mod tests {
         assert_eq!(std::mem::size_of::<Record>(), 64, "one cache line");
         assert_eq!(std::mem::align_of::<Record>(), 64);
         assert!(
-            std::mem::size_of::<Waiter>() <= 32,
+            std::mem::size_of::<Waiter>() <= 48,
             "{}",
             std::mem::size_of::<Waiter>()
         );

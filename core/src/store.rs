@@ -17,11 +17,12 @@ use crate::key::check_name;
 use crate::lease::{LeaseState, SignalHub};
 use crate::lock::{Lock, LockShared};
 use crate::sync::{lock, Arc, AtomicBool, Clock, Condvar, Mutex, Ordering};
-use crate::timer::Wheel;
+use crate::timer::{TimerKey, Wheel};
 use crate::tx::{Rows, Tx};
 use crossbeam_epoch as epoch;
 use std::collections::HashMap;
 use std::fmt;
+use std::task::Waker;
 use std::time::Duration;
 
 const SWEEP_MIN_MS: u64 = 50;
@@ -52,8 +53,16 @@ pub(crate) struct TimerShared {
     cv: Condvar,
 }
 
+/// What a wheel entry does when it comes due.
+pub(crate) enum Due {
+    /// A lease reaches its maxHold or ttl (or must be re-armed: renewed).
+    Lease(Arc<LeaseState>),
+    /// A waiting task's deadline: wake it, and it leaves the line.
+    Wake(Waker),
+}
+
 struct TimerState {
-    wheel: Wheel<Arc<LeaseState>>,
+    wheel: Wheel<Due>,
     driver_started: bool,
     shutdown: bool,
     /// While the driver sleeps: when it will wake on its own (`u64::MAX`:
@@ -141,8 +150,13 @@ impl Store {
             st.wheel.advance(u64::MAX / 2, &mut due);
             due
         };
-        for lease in due {
-            lease.expire(u64::MAX / 2);
+        for due in due {
+            match due {
+                Due::Lease(lease) => {
+                    lease.expire(u64::MAX / 2);
+                }
+                Due::Wake(w) => w.wake(),
+            }
         }
     }
 }
@@ -230,9 +244,30 @@ impl StoreShared {
         if st.shutdown {
             return;
         }
-        let key = st.wheel.insert(lease.clone(), at);
+        let key = st.wheel.insert(Due::Lease(lease.clone()), at);
         lease.set_timer_key(Some(key));
         Self::wake_driver(this, &mut st, at);
+    }
+
+    /// Wakes `waker` at `at_us` on the store's clock (a waiting task's
+    /// deadline); `None` once the store is shut down.
+    pub(crate) fn arm_wake(this: &Arc<Self>, at_us: u64, waker: Waker) -> Option<TimerKey> {
+        // Rounded up: the task must find its deadline passed when woken.
+        let at = at_us.div_ceil(1000);
+        let mut st = lock(&this.timer.state);
+        if st.shutdown {
+            return None;
+        }
+        let key = st.wheel.insert(Due::Wake(waker), at);
+        Self::wake_driver(this, &mut st, at);
+        Some(key)
+    }
+
+    /// Takes a waiting task's deadline off the wheel.
+    pub(crate) fn cancel_wake(&self, key: TimerKey) {
+        let entry = lock(&self.timer.state).wheel.cancel(key);
+        // Dropped unlocked: a waker's drop may run arbitrary code.
+        drop(entry);
     }
 
     /// Takes a finished lease's entry off the wheel.
@@ -336,10 +371,9 @@ impl StoreShared {
                 l.table.for_each(&guard, |r| r.close_line(&mut wake));
             }
         }
-        for t in wake {
-            t.unpark();
-        }
+        crate::record::wake_all(wake);
         self.signals.notify();
+        self.signals.wake_all_aborted();
         // No more timers: leases are lost now. Entries dropped unlocked.
         let old = {
             let mut st = lock(&self.timer.state);
@@ -384,7 +418,14 @@ fn drive(store: std::sync::Weak<StoreShared>, timer: Arc<TimerShared>, clock: Ar
             }
             sweep_now
         };
-        for lease in due.drain(..) {
+        for due in due.drain(..) {
+            let lease = match due {
+                Due::Lease(lease) => lease,
+                Due::Wake(w) => {
+                    w.wake();
+                    continue;
+                }
+            };
             if !lease.expire(now) {
                 // Renewed since it was armed: arm it again at its new expiry,
                 // unless its holder let go meanwhile (checked under the wheel
@@ -392,7 +433,7 @@ fn drive(store: std::sync::Weak<StoreShared>, timer: Arc<TimerShared>, clock: Ar
                 let mut st = lock(&timer.state);
                 if lease.is_active() && !st.shutdown {
                     if let Some((at, _)) = lease.expiry_ms() {
-                        let key = st.wheel.insert(lease.clone(), at);
+                        let key = st.wheel.insert(Due::Lease(lease.clone()), at);
                         lease.set_timer_key(Some(key));
                     }
                 }

@@ -17,7 +17,16 @@
 #[cfg(not(loom))]
 mod imp {
     pub(crate) use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-    pub(crate) use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+    pub(crate) use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+
+    /// A reference that does not keep its target alive.
+    pub(crate) fn downgrade<T>(a: &Arc<T>) -> Weak<T> {
+        Arc::downgrade(a)
+    }
+
+    pub(crate) fn upgrade<T>(w: &Weak<T>) -> Option<Arc<T>> {
+        w.upgrade()
+    }
     pub(crate) use std::thread::{current as current_thread, yield_now, Thread};
 
     /// `std::cell::UnsafeCell` with loom's closure-based API, so call sites are
@@ -92,6 +101,18 @@ mod imp {
     pub(crate) use loom::cell::UnsafeCell;
     pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
     pub(crate) use loom::sync::{Arc, Condvar, Mutex, MutexGuard};
+    // loom's Arc has no Weak. Its one user (the signal hub's watch list)
+    // drops its entry when the lease ends, so under loom a strong reference
+    // stands in: every model ends its leases, and loom's leak check agrees.
+    pub(crate) type Weak<T> = Arc<T>;
+
+    pub(crate) fn downgrade<T>(a: &Arc<T>) -> Weak<T> {
+        a.clone()
+    }
+
+    pub(crate) fn upgrade<T>(w: &Weak<T>) -> Option<Arc<T>> {
+        Some(w.clone())
+    }
     pub(crate) use loom::thread::{current as current_thread, yield_now, Thread};
 
     #[inline(always)]

@@ -18,7 +18,8 @@
 const LEVELS: usize = 6;
 const SLOT_BITS: u32 = 6;
 const SLOTS: usize = 1 << SLOT_BITS;
-/// Deadlines further out than this are clamped (the entry re-arms when it fires).
+/// Deadlines further out than the current top-level cycle (at most this
+/// span) are clamped; the entry re-arms when it fires.
 pub(crate) const MAX_SPAN_MS: u64 = (1 << (SLOT_BITS * LEVELS as u32)) - 1;
 const NONE: u32 = u32::MAX;
 
@@ -87,7 +88,10 @@ impl<T> Wheel<T> {
     /// Adds `value` to fire at `deadline` (ms); a past deadline fires at the
     /// next advance.
     pub(crate) fn insert(&mut self, value: T, deadline: u64) -> TimerKey {
-        let deadline = deadline.clamp(self.elapsed, self.elapsed + MAX_SPAN_MS);
+        // Clamped to the end of the top level's current cycle, not merely to
+        // `elapsed + MAX_SPAN_MS`: a deadline in the next cycle would need a
+        // seventh level. A clamped entry fires early and its owner re-arms it.
+        let deadline = deadline.clamp(self.elapsed, self.elapsed | MAX_SPAN_MS);
         let index = match self.free.pop() {
             Some(i) => i,
             None => {
