@@ -45,3 +45,8 @@ pub use holdline_resp::{Proto, Value};
 pub use lease::{Lease, Signal};
 pub use lock::{HeldLease, KeyHold, Lock};
 pub use store::{LockBuilder, Store, DEFAULT_TTL, MAX_IDLE_CONNECTIONS};
+
+/// The README's example, compiled as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

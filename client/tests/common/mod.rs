@@ -1,0 +1,140 @@
+//! A real `holdline serve` process on loopback, started by the tests.
+//!
+//! The binary: `$HOLDLINE_BIN`, else `release/holdline` or `debug/holdline`
+//! in the target dir this test executable was built into, else built there
+//! with `cargo build --release --bin holdline`.
+
+#![allow(dead_code)]
+
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// A server process, killed when dropped.
+pub struct Server {
+    child: Child,
+    pub addr: String,
+    _dir: Option<TempDir>,
+}
+
+/// A directory removed when dropped (for the token file).
+struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+impl Server {
+    /// A server on a free loopback port.
+    pub fn start() -> Server {
+        Server::start_with(None)
+    }
+
+    /// A server that requires `token`.
+    pub fn start_with_token(token: &str) -> Server {
+        Server::start_with(Some(token))
+    }
+
+    fn start_with(token: Option<&str>) -> Server {
+        let bin = binary();
+        let port = free_port();
+        let addr = format!("127.0.0.1:{port}");
+        let mut cmd = Command::new(bin);
+        cmd.arg("serve").arg("--listen").arg(&addr);
+        let dir = token.map(|token| {
+            let dir = std::env::temp_dir().join(format!(
+                "holdline-client-test-{}-{port}",
+                std::process::id()
+            ));
+            std::fs::create_dir_all(&dir).unwrap();
+            let file = dir.join("token");
+            std::fs::write(&file, token).unwrap();
+            cmd.arg("--token-file").arg(&file);
+            TempDir(dir)
+        });
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        let child = cmd.spawn().expect("start holdline serve");
+        let server = Server {
+            child,
+            addr,
+            _dir: dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while TcpStream::connect(&server.addr).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "holdline serve did not listen on {}",
+                server.addr
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        server
+    }
+
+    /// SIGKILL: every connection drops at once, no answers written.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM: the server closes its store (waiters `CLOSED`) and exits.
+    pub fn terminate(&mut self) {
+        let pid = self.child.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+/// The server binary, found or built once per test process.
+pub fn binary() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        if let Some(bin) = std::env::var_os("HOLDLINE_BIN") {
+            return PathBuf::from(bin);
+        }
+        // <target>/<profile>/deps/<this test>
+        let exe = std::env::current_exe().unwrap();
+        let target = exe
+            .parent()
+            .and_then(Path::parent)
+            .and_then(Path::parent)
+            .expect("the test runs from <target>/<profile>/deps")
+            .to_path_buf();
+        for profile in ["release", "debug"] {
+            let bin = target.join(profile).join("holdline");
+            if bin.is_file() {
+                return bin;
+            }
+        }
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        let status = Command::new(cargo)
+            .current_dir(root)
+            .env("CARGO_TARGET_DIR", &target)
+            .args(["build", "--release", "--bin", "holdline"])
+            .status()
+            .expect("run cargo build --release --bin holdline");
+        assert!(
+            status.success(),
+            "cargo build --release --bin holdline failed"
+        );
+        target.join("release").join("holdline")
+    })
+}

@@ -1,0 +1,554 @@
+//! The client against a real `holdline serve`: holds, tries, waits, FIFO,
+//! fences, renewal, loss (maxHold, a dropped connection) and the errors'
+//! texts byte for byte.
+
+mod common;
+
+use common::Server;
+use holdline_client::{Connection, ErrorKind, Store, Value};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::time::{sleep, timeout};
+
+/// Far beyond any wait below: a test that hangs fails instead.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+async fn store(server: &Server) -> Store {
+    Store::connect(&server.addr).await.expect("connect")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hold_answers_the_closure_and_try_hold_never_waits() {
+    let server = Server::start();
+    let s = store(&server).await;
+    let invoices = s.lock("invoices").open().unwrap();
+
+    let (fence, key) = invoices
+        .hold(&9, async |lease| (lease.fence(), lease.key().to_owned()))
+        .await
+        .unwrap();
+    assert!(fence > 0);
+    assert_eq!(key, "9");
+
+    // Held by another client: try_hold answers None without running f;
+    // a zero wait fails `in use` at once with the seed's text.
+    let other = store(&server).await;
+    let other_invoices = other.lock("invoices").open().unwrap();
+    let held = invoices.acquire("9").await.unwrap();
+    let mut ran = false;
+    let tried = other_invoices
+        .try_hold(&9u32, async |_| ran = true)
+        .await
+        .unwrap();
+    assert_eq!(tried, None);
+    assert!(!ran);
+    let err = other_invoices
+        .key("9")
+        .wait(Duration::ZERO)
+        .hold(async |_| ())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InUse);
+    assert_eq!(
+        err.to_string(),
+        "lock invoices: key \"9\": held past the hold's wait: in use"
+    );
+    assert!(!err.is_connection());
+
+    // A wait runs its course, then `in use`.
+    let started = Instant::now();
+    let err = other_invoices
+        .key(&9)
+        .wait(Duration::from_millis(300))
+        .hold(async |_| ())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InUse);
+    assert!(started.elapsed() >= Duration::from_millis(290));
+
+    // Released: the try runs, with a higher fence.
+    held.release().await.unwrap();
+    let later = other_invoices
+        .try_hold("9", async |lease| lease.fence())
+        .await
+        .unwrap()
+        .expect("free now");
+    assert!(later > fence);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_from_several_clients_are_granted_in_arrival_order() {
+    let server = Server::start();
+    let holder_store = store(&server).await;
+    let lock = holder_store.lock("fifo").open().unwrap();
+    let held = lock.acquire("k").await.unwrap();
+
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..6 {
+        let s = store(&server).await;
+        let order = order.clone();
+        tasks.push(tokio::spawn(async move {
+            let lock = s.lock("fifo").open().unwrap();
+            lock.key("k")
+                .wait(PATIENCE)
+                .hold(async |lease| {
+                    order.lock().unwrap().push((i, lease.fence()));
+                    sleep(Duration::from_millis(10)).await;
+                })
+                .await
+                .unwrap();
+        }));
+        // The next one starts only once this one stands in line.
+        let deadline = Instant::now() + PATIENCE;
+        while lock.stats().await.unwrap().waiters < i + 1 {
+            assert!(Instant::now() < deadline, "waiter {i} never got in line");
+            sleep(Duration::from_millis(5)).await;
+        }
+    }
+    held.release().await.unwrap();
+    for t in tasks {
+        timeout(PATIENCE, t).await.unwrap().unwrap();
+    }
+    let order = order.lock().unwrap().clone();
+    let who: Vec<usize> = order.iter().map(|&(i, _)| i).collect();
+    assert_eq!(who, (0..6).collect::<Vec<_>>());
+    assert!(order.windows(2).all(|w| w[0].1 < w[1].1), "{order:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fences_rise_across_grants_and_clients() {
+    let server = Server::start();
+    let a = store(&server).await;
+    let b = store(&server).await;
+    let la = a.lock("fences").open().unwrap();
+    let lb = b.lock("fences").open().unwrap();
+    let mut last = 0;
+    for i in 0..20 {
+        let lock = if i % 2 == 0 { &la } else { &lb };
+        let fence = lock.hold("k", async |l| l.fence()).await.unwrap();
+        assert!(fence > last, "{fence} after {last}");
+        last = fence;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_hold_revokes_fires_the_signal_and_hold_answers_lost() {
+    let server = Server::start();
+    let s = store(&server).await;
+    let lock = s
+        .lock("invoices")
+        .max_hold(Duration::from_millis(300))
+        .open()
+        .unwrap();
+    let waiter_store = store(&server).await;
+    let waiter = waiter_store.lock("invoices").open().unwrap();
+
+    let granted = Instant::now();
+    let result = lock
+        .hold("m", async |lease| {
+            let signal = lease.signal();
+            assert!(!signal.is_aborted());
+            // Someone waits; on revocation they get the key at once.
+            let next = tokio::spawn({
+                let waiter = waiter.clone();
+                async move {
+                    waiter
+                        .key("m")
+                        .wait(PATIENCE)
+                        .hold(async |l| (Instant::now(), l.fence()))
+                        .await
+                }
+            });
+            timeout(PATIENCE, signal.aborted())
+                .await
+                .expect("the signal aborts");
+            let aborted_after = granted.elapsed();
+            assert!(signal.is_aborted() && lease.is_lost());
+            let err = lease.check().unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::Lost);
+            (aborted_after, next.await.unwrap().unwrap(), lease.fence())
+        })
+        .await;
+    let err = result.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Lost);
+    assert_eq!(
+        err.to_string(),
+        "lock invoices: key \"m\": the lease was lost: it was revoked at its maxHold"
+    );
+    // The same hold again, returning its values through a channel instead.
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let _ = lock
+        .hold("m", async |lease| {
+            let aborted = timeout(PATIENCE, lease.signal().aborted()).await.is_ok();
+            let _ = tx.send((granted.elapsed(), aborted, lease.check().err()));
+        })
+        .await;
+    let (_, aborted, check) = rx.await.unwrap();
+    assert!(aborted);
+    assert_eq!(
+        check.unwrap().to_string(),
+        "lock invoices: key \"m\": the lease was lost: it was revoked at its maxHold"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_signal_fires_promptly_and_the_next_waiter_gets_the_key() {
+    let server = Server::start();
+    let s = store(&server).await;
+    let lock = s
+        .lock("prompt")
+        .max_hold(Duration::from_millis(300))
+        .open()
+        .unwrap();
+    let other = store(&server).await;
+    let waiter = other.lock("prompt").open().unwrap();
+    let held = lock.acquire("k").await.unwrap();
+    let granted = Instant::now();
+    let next = tokio::spawn(async move {
+        waiter
+            .key("k")
+            .wait(PATIENCE)
+            .hold(async |_| Instant::now())
+            .await
+    });
+    timeout(PATIENCE, held.signal().aborted()).await.unwrap();
+    let aborted_at = Instant::now();
+    // Revoked at 300 ms, told well within a generous margin.
+    assert!(aborted_at - granted >= Duration::from_millis(290));
+    assert!(aborted_at - granted < Duration::from_secs(5));
+    let next_at = timeout(PATIENCE, next).await.unwrap().unwrap().unwrap();
+    assert!(next_at - granted < Duration::from_secs(5));
+    let err = held.release().await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "lock prompt: key \"k\": the lease was lost: it was revoked at its maxHold"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewal_keeps_a_lease_past_its_ttl_while_the_closure_sleeps() {
+    let server = Server::start();
+    let s = store(&server).await;
+    let lock = s
+        .lock("renew")
+        .ttl(Duration::from_millis(300))
+        .open()
+        .unwrap();
+    let other = store(&server).await;
+    let prober = other.lock("renew").open().unwrap();
+    let fence = lock
+        .hold("k", async |lease| {
+            // Four ttls: without renewal the lease would run out.
+            for _ in 0..12 {
+                sleep(Duration::from_millis(100)).await;
+                let tried = prober.try_hold("k", async |_| ()).await.unwrap();
+                assert_eq!(tried, None, "the key stayed held");
+            }
+            assert!(!lease.is_lost());
+            lease.fence()
+        })
+        .await
+        .unwrap();
+    assert!(fence > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_hold_renews_and_delays_no_other_hold() {
+    let server = Server::start();
+    let s = store(&server).await;
+    let short = s
+        .lock("renew")
+        .ttl(Duration::from_millis(300))
+        .open()
+        .unwrap();
+    let blocker_store = store(&server).await;
+    let blocker = blocker_store.lock("renew").open().unwrap();
+    let b = blocker.acquire("b").await.unwrap();
+
+    // One task of this store holds `a` past several ttls; another task of
+    // the same store waits for `b` meanwhile, on its own connection.
+    let waiting = tokio::spawn({
+        let short = short.clone();
+        async move {
+            short
+                .key("b")
+                .wait(PATIENCE)
+                .hold(async |lease| {
+                    // Granted after waiting longer than its ttl: its own
+                    // renewals kept it (and now keep the lease) alive.
+                    sleep(Duration::from_millis(700)).await;
+                    lease.is_lost()
+                })
+                .await
+        }
+    });
+    let held_a = short
+        .hold("a", async |lease| {
+            sleep(Duration::from_millis(1200)).await;
+            lease.is_lost()
+        })
+        .await
+        .unwrap();
+    assert!(!held_a, "the lease on a was renewed while b's HOLD waited");
+    b.release().await.unwrap();
+    let lost_b = timeout(PATIENCE, waiting).await.unwrap().unwrap().unwrap();
+    assert!(!lost_b);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_connection_aborts_the_signal_and_fails_calls() {
+    let mut server = Server::start();
+    let s = store(&server).await;
+    let lock = s.lock("drop").open().unwrap();
+    let other = store(&server).await;
+    let other_lock = other.lock("drop").open().unwrap();
+    let held = lock.acquire("k").await.unwrap();
+    let waiting =
+        tokio::spawn(async move { other_lock.key("k").wait(PATIENCE).hold(async |_| ()).await });
+    let signal = held.signal();
+    sleep(Duration::from_millis(100)).await;
+    assert!(!signal.is_aborted());
+    server.kill();
+    timeout(PATIENCE, signal.aborted())
+        .await
+        .expect("a dropped connection aborts the signal");
+    assert!(held.is_lost());
+    let lost = held.check().unwrap_err();
+    assert_eq!(lost.kind(), ErrorKind::Lost);
+    assert!(
+        lost.to_string().starts_with(
+            "lock drop: key \"k\": the lease was lost: its connection to the server dropped"
+        ),
+        "{lost}"
+    );
+    let err = held.release().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Lost);
+    // The waiting HOLD's call fails `closed`: the store cannot be reached.
+    let err = timeout(PATIENCE, waiting)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Closed);
+    assert!(err.is_connection());
+    // So does a new call.
+    let err = lock.hold("k", async |_| ()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Closed);
+    assert!(
+        err.to_string().starts_with("lock drop: key \"k\": "),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_dropped_while_waiting_leaves_the_line() {
+    let server = Server::start();
+    let s = store(&server).await;
+    let lock = s.lock("leave").open().unwrap();
+    let other = store(&server).await;
+    let other_lock = other.lock("leave").open().unwrap();
+    let held = lock.acquire("k").await.unwrap();
+    let gave_up = timeout(
+        Duration::from_millis(200),
+        other_lock.key("k").wait(PATIENCE).hold(async |_| ()),
+    )
+    .await;
+    assert!(gave_up.is_err());
+    let deadline = Instant::now() + PATIENCE;
+    while lock.stats().await.unwrap().waiters != 0 {
+        assert!(Instant::now() < deadline, "the dropped HOLD stayed in line");
+        sleep(Duration::from_millis(10)).await;
+    }
+    held.release().await.unwrap();
+    // Free at once: nobody stands in line.
+    let tried = other_lock.try_hold("k", async |_| 1).await.unwrap();
+    assert_eq!(tried, Some(1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_held_lease_lets_the_key_go_and_keeps_its_connection() {
+    let server = Server::start();
+    let s = store(&server).await;
+    let lock = s.lock("dropped").open().unwrap();
+    let held = lock.acquire("k").await.unwrap();
+    drop(held);
+    let fence = lock
+        .key("k")
+        .wait(Duration::from_secs(5))
+        .hold(async |l| l.fence())
+        .await
+        .unwrap();
+    assert!(fence > 0);
+    assert!(s.idle_connections() >= 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_checks_say_what_the_server_says() {
+    let server = Server::start();
+    let s = store(&server).await;
+    let lock = s.lock("checks").open().unwrap();
+    let mut raw = Connection::connect(&server.addr).await.unwrap();
+    let long = "k".repeat(1025);
+    for key in ["", "a\nb", long.as_str()] {
+        let local = lock.hold(key, async |_| ()).await.unwrap_err();
+        assert_eq!(local.kind(), ErrorKind::Invalid);
+        let reply = raw.command(&["HOLD", "checks", key]).await.unwrap();
+        let Value::Error(text) = reply else {
+            panic!("{reply:?}")
+        };
+        assert_eq!(format!("INVALID {local}"), text);
+    }
+    let local = s.lock("bad name").open().unwrap_err();
+    let Value::Error(text) = raw.command(&["HOLD", "bad name", "k"]).await.unwrap() else {
+        panic!()
+    };
+    assert_eq!(format!("INVALID {local}"), text);
+    let local = s.lock("l").ttl(Duration::ZERO).open().unwrap_err();
+    assert_eq!(local.kind(), ErrorKind::Invalid);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_errors_keep_their_text_byte_for_byte() {
+    let server = Server::start();
+    let mut raw = Connection::connect(&server.addr).await.unwrap();
+    // RELEASE of a lease this connection never had: INVALID, the text as sent.
+    let Value::Error(text) = raw.command(&["RELEASE", "999999"]).await.unwrap() else {
+        panic!()
+    };
+    let e = holdline_client::Error::from_reply(&text);
+    assert_eq!(e.kind(), ErrorKind::Invalid);
+    assert_eq!(format!("INVALID {e}"), text);
+    // A lost lease: RELEASE answers the seed's text, which the client keeps.
+    let s = store(&server).await;
+    let lock = s
+        .lock("bytes")
+        .max_hold(Duration::from_millis(50))
+        .open()
+        .unwrap();
+    let held = lock.acquire("m").await.unwrap();
+    timeout(PATIENCE, held.signal().aborted()).await.unwrap();
+    let pushed = held.check().unwrap_err();
+    let released = held.release().await.unwrap_err();
+    assert_eq!(pushed, released);
+    assert_eq!(
+        released.to_string(),
+        "lock bytes: key \"m\": the lease was lost: it was revoked at its maxHold"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closing_server_fails_waiters_closed() {
+    let mut server = Server::start();
+    let s = store(&server).await;
+    let lock = s.lock("closing").open().unwrap();
+    let held = lock.acquire("k").await.unwrap();
+    let other = store(&server).await;
+    let waiter = other.lock("closing").open().unwrap();
+    let waiting =
+        tokio::spawn(async move { waiter.key("k").wait(PATIENCE).hold(async |_| ()).await });
+    let deadline = Instant::now() + PATIENCE;
+    while lock.stats().await.unwrap().waiters == 0 {
+        assert!(Instant::now() < deadline);
+        sleep(Duration::from_millis(10)).await;
+    }
+    server.terminate();
+    let err = timeout(PATIENCE, waiting)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Closed);
+    if !err.is_connection() {
+        assert_eq!(
+            err.to_string(),
+            "lock closing: key \"k\": the store is closed: closed"
+        );
+    }
+    timeout(PATIENCE, held.signal().aborted()).await.unwrap();
+    assert_eq!(held.check().unwrap_err().kind(), ErrorKind::Lost);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_are_required_and_checked() {
+    let server = Server::start_with_token("s3cret-token");
+    let err = Store::connect_with_token(&server.addr, "wrong")
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Invalid);
+    assert!(!err.is_connection(), "{err}");
+    let err = Store::connect(&server.addr).await;
+    // Without AUTH, HELLO 3 itself may pass; the first command may not.
+    if let Ok(s) = err {
+        let lock = s.lock("t").open().unwrap();
+        let e = lock.hold("k", async |_| ()).await.unwrap_err();
+        assert!(e.to_string().starts_with("NOAUTH"), "{e}");
+    }
+    let s = Store::connect_with_token(&server.addr, "s3cret-token")
+        .await
+        .unwrap();
+    let lock = s.lock("t").open().unwrap();
+    assert!(lock.hold("k", async |l| l.fence()).await.unwrap() > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_raw_connection_pipelines_and_routes_pushes() {
+    let server = Server::start();
+    let mut conn = Connection::connect(&server.addr).await.unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    conn.set_push_handler(move |items| {
+        let _ = tx.send(items);
+    });
+    conn.queue(&["PING"]);
+    conn.queue(&["ECHO", "hi"]);
+    conn.queue(&["HOLD", "raw", "k", "MAXHOLD", "100"]);
+    conn.flush().await.unwrap();
+    assert_eq!(conn.read_reply().await.unwrap(), Value::simple("PONG"));
+    assert_eq!(conn.read_reply().await.unwrap(), Value::bulk("hi"));
+    let Value::Array(grant) = conn.read_reply().await.unwrap() else {
+        panic!()
+    };
+    let id = grant[0].as_integer().unwrap();
+    // The push arrives unasked; reading the next reply routes it.
+    sleep(Duration::from_millis(300)).await;
+    let reply = conn.command(&["PING"]).await.unwrap();
+    assert_eq!(reply, Value::simple("PONG"));
+    let push = rx.try_recv().expect("the lost push was routed");
+    assert_eq!(push[0].as_str(), Some("lost"));
+    assert_eq!(push[1].as_integer(), Some(id));
+    assert_eq!(
+        push[2].as_str(),
+        Some("lock raw: key \"k\": the lease was lost: it was revoked at its maxHold")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holds_run_on_spawned_tasks_and_exclude_each_other() {
+    let server = Server::start();
+    let s = store(&server).await;
+    let lock = s.lock("excl").open().unwrap();
+    let inside = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let lock = lock.clone();
+        let inside = inside.clone();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..10 {
+                lock.key("k")
+                    .wait(PATIENCE)
+                    .hold(async |_| {
+                        use std::sync::atomic::Ordering::SeqCst;
+                        assert_eq!(inside.fetch_add(1, SeqCst), 0, "two holders at once");
+                        tokio::task::yield_now().await;
+                        inside.fetch_sub(1, SeqCst);
+                    })
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        timeout(PATIENCE, t).await.unwrap().unwrap();
+    }
+    assert!(s.idle_connections() >= 1);
+}
