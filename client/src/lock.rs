@@ -199,6 +199,22 @@ impl Lock {
     }
 }
 
+tokio::task_local! {
+    /// The keys the enclosing holds of this task hold: (store, lock, key).
+    static HOLDING: Vec<(usize, Arc<str>, Box<str>)>;
+}
+
+/// Runs `f` with `held`'s key added to this task's enclosing holds.
+async fn run_holding<R>(held: &HeldLease, f: impl AsyncFnOnce(&Lease) -> R) -> R {
+    let mut holding = HOLDING.try_with(Vec::clone).unwrap_or_default();
+    holding.push((
+        Arc::as_ptr(&held.store) as usize,
+        held.lease.shared.lock.clone(),
+        held.lease.shared.key.clone(),
+    ));
+    HOLDING.scope(holding, f(held.lease())).await
+}
+
 /// A reply of the wrong shape: the server is not holdline, or a newer one.
 fn unexpected(scope: Scope<'_>, reply: &Value) -> Error {
     Error::connection(
@@ -239,10 +255,27 @@ impl KeyHold<'_> {
         self
     }
 
-    /// Holds the key while `f` runs; see [`Lock::hold`].
+    /// Holds the key while `f` runs; see [`Lock::hold`]. A hold of a key
+    /// that an enclosing hold of this task holds fails `invalid` at once
+    /// (it would wait for itself).
     pub async fn hold<R>(self, f: impl AsyncFnOnce(&Lease) -> R) -> Result<R, Error> {
+        let store = self.lock.store.id();
+        let name = &self.lock.name;
+        let nested = HOLDING
+            .try_with(|held| {
+                held.iter()
+                    .any(|(s, n, k)| *s == store && n == name && **k == *self.key)
+            })
+            .unwrap_or(false);
+        if nested {
+            return Err(Error::local(
+                ErrorKind::Invalid,
+                Scope::Key(name, &self.key),
+                "hold inside a hold of the same key",
+            ));
+        }
         let held = self.acquire().await?;
-        let r = f(held.lease()).await;
+        let r = run_holding(&held, f).await;
         held.release().await.map(|()| r)
     }
 
@@ -251,7 +284,7 @@ impl KeyHold<'_> {
         let Some(held) = self.try_acquire().await? else {
             return Ok(None);
         };
-        let r = f(held.lease()).await;
+        let r = run_holding(&held, f).await;
         held.release().await.map(|()| Some(r))
     }
 

@@ -131,6 +131,11 @@ impl Store {
         self.inner.closed.load(Ordering::Acquire)
     }
 
+    /// Tells stores apart (two handles of one store answer the same).
+    pub(crate) fn id(&self) -> usize {
+        Arc::as_ptr(&self.inner) as usize
+    }
+
     /// Idle connections in the pool now.
     pub fn idle_connections(&self) -> usize {
         self.inner.idle().len()

@@ -552,3 +552,38 @@ async fn holds_run_on_spawned_tasks_and_exclude_each_other() {
     }
     assert!(s.idle_connections() >= 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_inside_a_hold_of_the_same_key_is_invalid() {
+    let server = Server::start();
+    let s = store(&server).await;
+    let lock = s.lock("nest").open().unwrap();
+    let (inner, other, tried, spawned) = lock
+        .hold("k", async |_| {
+            let started = Instant::now();
+            let inner = lock.hold("k", async |_| ()).await.unwrap_err();
+            assert!(started.elapsed() < Duration::from_secs(5), "failed at once");
+            let other = lock.hold("j", async |_| 1).await.unwrap();
+            let tried = lock.try_hold("k", async |_| ()).await.unwrap();
+            // Another task is another holder: it waits, then `in use`.
+            let l2 = lock.clone();
+            let spawned =
+                tokio::spawn(
+                    async move { l2.key("k").wait(Duration::ZERO).hold(async |_| ()).await },
+                )
+                .await
+                .unwrap()
+                .unwrap_err();
+            (inner, other, tried, spawned)
+        })
+        .await
+        .unwrap();
+    assert_eq!(inner.kind(), ErrorKind::Invalid);
+    assert_eq!(
+        inner.to_string(),
+        "lock nest: key \"k\": hold inside a hold of the same key: invalid"
+    );
+    assert_eq!(other, 1);
+    assert_eq!(tried, None);
+    assert_eq!(spawned.kind(), ErrorKind::InUse);
+}
