@@ -258,3 +258,135 @@ fn on_push(shared: &ConnShared, items: Vec<Value>) {
         _ => slot.early_loss = Some((id, text)),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::Store;
+    use bytes::BytesMut;
+    use holdline::ErrorKind;
+    use holdline_resp::{encode, Decoder, Proto, Value};
+    use std::time::Duration;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+    use tokio::time::{timeout, Instant};
+
+    const LOST: &str = "lock l: key \"k\": the lease was lost: it ran out (ttl 300ms)";
+
+    /// Reads one command from a scripted peer's socket.
+    async fn read_command(
+        sock: &mut TcpStream,
+        dec: &mut Decoder,
+        buf: &mut BytesMut,
+    ) -> Option<Vec<String>> {
+        loop {
+            if let Some(Value::Array(args)) = dec.decode(buf).unwrap() {
+                return Some(
+                    args.iter()
+                        .map(|a| a.as_str().unwrap().to_owned())
+                        .collect(),
+                );
+            }
+            if sock.read_buf(buf).await.ok()? == 0 {
+                return None;
+            }
+        }
+    }
+
+    async fn send(sock: &mut TcpStream, v: Value) {
+        let mut out = Vec::new();
+        encode(&v, Proto::Resp3, &mut out);
+        sock.write_all(&out).await.unwrap();
+    }
+
+    /// A scripted server: grants the HOLD only after three PINGs arrived
+    /// while it waited, then pushes `lost`, answers RELEASE `-LOST`.
+    /// Answers the times of the PINGs it read before the grant.
+    async fn scripted(listener: TcpListener) -> Vec<Instant> {
+        let (mut sock, _) = listener.accept().await.unwrap();
+        let mut dec = Decoder::new(1 << 20);
+        let mut buf = BytesMut::new();
+        let mut pings = Vec::new();
+        let mut hold_pending = false;
+        while let Some(cmd) = read_command(&mut sock, &mut dec, &mut buf).await {
+            match cmd[0].as_str() {
+                "HELLO" => {
+                    send(
+                        &mut sock,
+                        Value::Map(vec![(Value::bulk("proto"), Value::Integer(3))]),
+                    )
+                    .await
+                }
+                "HOLD" => {
+                    assert_eq!(&cmd[1..], ["l", "k", "WAIT", "10000", "TTL", "300"]);
+                    hold_pending = true;
+                }
+                "PING" if hold_pending => {
+                    pings.push(Instant::now());
+                    if pings.len() == 3 {
+                        hold_pending = false;
+                        send(
+                            &mut sock,
+                            Value::Array(vec![Value::Integer(1), Value::Integer(5)]),
+                        )
+                        .await;
+                        for _ in 0..3 {
+                            send(&mut sock, Value::simple("PONG")).await;
+                        }
+                        let push = vec![Value::bulk("lost"), Value::Integer(1), Value::bulk(LOST)];
+                        send(&mut sock, Value::Push(push)).await;
+                    }
+                }
+                "PING" => send(&mut sock, Value::simple("PONG")).await,
+                "RELEASE" => {
+                    assert_eq!(cmd[1], "1");
+                    send(&mut sock, Value::error(format!("LOST {LOST}"))).await;
+                    return pings;
+                }
+                other => panic!("unexpected {other}"),
+            }
+        }
+        panic!("the client hung up")
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn pings_while_the_hold_waits_and_the_push_aborts_the_signal() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let server = tokio::spawn(scripted(listener));
+        let store = Store::connect(&addr).await.unwrap();
+        let lock = store
+            .lock("l")
+            .ttl(Duration::from_millis(300))
+            .open()
+            .unwrap();
+        let sent = Instant::now();
+        let result = timeout(
+            Duration::from_secs(30),
+            lock.hold("k", async |lease| {
+                assert_eq!(lease.fence(), 5);
+                timeout(Duration::from_secs(20), lease.signal().aborted())
+                    .await
+                    .expect("the push aborts the signal");
+                lease.check().unwrap_err()
+            }),
+        )
+        .await
+        .expect("the scripted server grants after three pings");
+        let err = result.unwrap_err();
+        assert_eq!(
+            (err.kind(), err.to_string().as_str()),
+            (ErrorKind::Lost, LOST)
+        );
+        let pings = server.await.unwrap();
+        // Renewal runs while the HOLD waits: none sooner than a third of
+        // the ttl after the last write.
+        assert!(
+            pings[0] - sent >= Duration::from_millis(90),
+            "{:?}",
+            pings[0] - sent
+        );
+        assert!(pings
+            .windows(2)
+            .all(|w| w[1] - w[0] >= Duration::from_millis(90)));
+    }
+}
