@@ -147,6 +147,17 @@ impl Decoder {
         }
     }
 
+    /// Changes the frame limit from the next frame on (a server may allow
+    /// larger frames once a client has authenticated).
+    pub fn set_max_frame(&mut self, max_frame: usize) {
+        self.max_frame = max_frame;
+    }
+
+    /// The frame limit in force.
+    pub fn max_frame(&self) -> usize {
+        self.max_frame
+    }
+
     /// Refuses aggregates nested deeper than `depth` (default 64).
     pub fn max_depth(mut self, depth: usize) -> Decoder {
         self.max_depth = depth.max(1);

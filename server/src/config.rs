@@ -1,0 +1,135 @@
+//! The command line, and the start-up checks that refuse a dangerous or
+//! broken configuration before anything listens.
+
+use clap::{Args, Parser, Subcommand};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "holdline",
+    version,
+    about = "Keyed locks with leases, served over RESP."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Serve one in-memory store over RESP (redis-cli and Redis clients work).
+    Serve(ServeArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// Address to listen on; port 0 picks a free one (printed at start).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7380")]
+    pub listen: String,
+    /// File holding the token every client must present (AUTH or HELLO AUTH).
+    #[arg(long, value_name = "PATH")]
+    pub token_file: Option<PathBuf>,
+    /// Connections served at once; the next is answered an error and closed.
+    #[arg(long, value_name = "N", default_value_t = 10_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_connections: u64,
+    /// Bytes of one command's whole frame, checked before buffering it.
+    #[arg(long, value_name = "BYTES", default_value_t = 524_288,
+          value_parser = clap::value_parser!(u64).range(64..=1 << 30))]
+    pub max_frame: u64,
+}
+
+/// What `serve` runs with, checked.
+pub struct Config {
+    pub listen: SocketAddr,
+    pub token: Option<Vec<u8>>,
+    pub max_connections: usize,
+    pub max_frame: usize,
+}
+
+impl ServeArgs {
+    /// Resolves the address, reads the token, and refuses a non-loopback
+    /// address without one (as Redis's protected mode does).
+    pub fn check(&self) -> Result<Config, String> {
+        let listen = resolve(&self.listen)?;
+        let token = match &self.token_file {
+            None => None,
+            Some(path) => Some(read_token(path)?),
+        };
+        if token.is_none() && !listen.ip().is_loopback() {
+            return Err(format!(
+                "refusing to listen on {listen} without --token-file: any host that can reach it \
+                 could take and release every lock. Listen on a loopback address \
+                 (127.0.0.1 or ::1), or give --token-file PATH"
+            ));
+        }
+        Ok(Config {
+            listen,
+            token,
+            max_connections: usize::try_from(self.max_connections).unwrap_or(usize::MAX),
+            max_frame: usize::try_from(self.max_frame).unwrap_or(usize::MAX),
+        })
+    }
+}
+
+fn resolve(listen: &str) -> Result<SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    listen
+        .to_socket_addrs()
+        .map_err(|e| format!("--listen {listen}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("--listen {listen}: no address"))
+}
+
+/// The token: the file's content without surrounding whitespace, so a
+/// trailing newline written by an editor or `echo` does not count.
+fn read_token(path: &std::path::Path) -> Result<Vec<u8>, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("--token-file {}: {e}", path.display()))?;
+    let token = bytes.trim_ascii().to_vec();
+    if token.is_empty() {
+        return Err(format!(
+            "--token-file {}: the file is empty",
+            path.display()
+        ));
+    }
+    Ok(token)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(listen: &str, token_file: Option<PathBuf>) -> ServeArgs {
+        ServeArgs {
+            listen: listen.into(),
+            token_file,
+            max_connections: 10,
+            max_frame: 1024,
+        }
+    }
+
+    #[test]
+    fn loopback_needs_no_token_but_other_addresses_do() {
+        assert!(args("127.0.0.1:0", None).check().is_ok());
+        assert!(args("[::1]:0", None).check().is_ok());
+        let err = args("0.0.0.0:7380", None).check().err().unwrap();
+        assert!(
+            err.starts_with("refusing to listen on 0.0.0.0:7380 without --token-file"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn the_token_is_read_trimmed_and_must_not_be_empty() {
+        let dir = std::env::temp_dir().join(format!("holdline-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("token");
+        std::fs::write(&file, "s3cret\n").unwrap();
+        let config = args("0.0.0.0:0", Some(file.clone())).check().unwrap();
+        assert_eq!(config.token.as_deref(), Some(&b"s3cret"[..]));
+        std::fs::write(&file, " \n").unwrap();
+        assert!(args("127.0.0.1:0", Some(file)).check().is_err());
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
