@@ -13,7 +13,7 @@ not awaited: one sent during a wait is answered only once the HOLD ends.
 import asyncio
 import re
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Callable, List, Optional, Type, Union
+from typing import TYPE_CHECKING, Any, Callable, List, Optional, Tuple, Type, Union
 
 from ._durations import Duration, to_ms
 from ._errors import Closed, Error, Invalid, Lost, show_key, text_for
@@ -119,10 +119,16 @@ class Hold:
     None when the key is held). Leaving the block releases the key; leaving
     it after the lease was lost raises `Lost`, unless the block raised."""
 
-    def __init__(self, lock: "Lock", key: str, wait_ms: Optional[int]) -> None:
+    def __init__(
+        self, lock: "Lock", key: str, wait_ms: Optional[int], owner: Optional[object] = None
+    ) -> None:
         self._lock = lock
         self._key = key
         self._wait_ms = wait_ms  # None: try, never wait
+        # Who holds: the task (async) or the thread (blocking flavour). A hold
+        # of a key its owner already holds would wait for itself: `Invalid`.
+        self._owner = owner
+        self._holding: Optional[Tuple[str, str, object]] = None
         self._link: Optional[Link] = None
         self._renewal: Optional[_Renewal] = None
         self._lease: Optional[Lease] = None
@@ -133,6 +139,13 @@ class Hold:
             raise RuntimeError("a hold is entered once; call lock.hold(key) again")
         self._entered = True
         lock = self._lock
+        owner = self._owner if self._owner is not None else asyncio.current_task()
+        holding = (lock.name, self._key, owner)
+        if holding in lock.store._holding:
+            if self._wait_ms is None:
+                return None  # as in process: a try of a key its caller holds
+            what = "hold inside a hold of the same key"
+            raise Invalid(text_for(lock.name, self._key, what, "invalid"))
         link = await lock.store._checkout(lock.name, self._key)
         self._link = link
         renewal = _Renewal(link, max(lock.ttl_ms / 3000, 0.001), ["PING"])
@@ -171,6 +184,8 @@ class Hold:
         lease_id, fence = int(reply[0]), int(reply[1])
         lease = Lease(lock.name, self._key, fence, lease_id)
         self._lease = lease
+        self._holding = holding
+        lock.store._holding.add(holding)
         renewal.command = ["RENEW", lease_id]
         renewal.on_lost = lease._lose
         self._renewal = renewal
@@ -219,6 +234,8 @@ class Hold:
         finally:
             link.unwatch(lease.id)
             self._lock.store._checkin(link)
+            if self._holding is not None:
+                self._lock.store._holding.discard(self._holding)
         if lease.lost and exc_type is None:
             assert lease.error is not None
             raise lease.error

@@ -76,6 +76,8 @@ class Store:
         self._idle: List[Link] = []
         self._links: Set[Link] = set()
         self._closed = False
+        # (lock, key, owner) for every hold in progress: see `Hold`.
+        self._holding: Set[Tuple[str, str, object]] = set()
 
     @property
     def closed(self) -> bool:

@@ -175,6 +175,9 @@ class Link:
         if self._dropped:
             raise self.closed_error()
         reply = asyncio.get_running_loop().create_future()
+        # A caller may stop waiting (cancelled, or a renewal nobody awaits):
+        # its error reply is then nobody's to log.
+        reply.add_done_callback(_retrieve)
         self._replies.append(reply)
         write = asyncio.ensure_future(self._write(self._conn.pack_command(*args)))
         write.add_done_callback(self._written)
@@ -254,8 +257,6 @@ class Link:
             waiting = self._replies.popleft()
             if not waiting.done():
                 waiting.set_exception(error)
-                # The caller may have stopped waiting; do not log it as lost.
-                waiting.exception()
         losses, self._losses = self._losses, {}
         for on_loss in losses.values():
             on_loss(None)
@@ -277,3 +278,8 @@ class Link:
         # wait() rather than await: the reader ends cancelled, and that must
         # not read as this caller being cancelled.
         await asyncio.wait([self._reader])
+
+
+def _retrieve(reply: "asyncio.Future[Any]") -> None:
+    if not reply.cancelled():
+        reply.exception()

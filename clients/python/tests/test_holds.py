@@ -1,0 +1,435 @@
+"""Holds against a real `holdline serve`: the seed's example, FIFO, try,
+release on every exit, renewal, cancellation, and independence of holds."""
+
+import asyncio
+import time
+from types import SimpleNamespace
+from typing import Any, List
+
+import pytest
+from conftest import Server
+
+import holdline
+
+
+async def until(predicate: Any, timeout: float = 10.0) -> None:
+    """Polls an async predicate until it is true; fails past `timeout`."""
+    deadline = time.monotonic() + timeout
+    while not await predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"not true within {timeout}s")
+        await asyncio.sleep(0.01)
+
+
+async def waiters(store: holdline.Store, lock: str) -> int:
+    return (await store.stats(lock))["waiters"]
+
+
+async def test_the_seeds_example_runs_as_written(store: holdline.Store) -> None:
+    charged: List[Any] = []
+    said: List[str] = []
+    used: List[int] = []
+    invoice = SimpleNamespace(id=9)
+
+    async def charge(invoice: Any, fence: int) -> None:
+        charged.append((invoice.id, fence))
+
+    async def work(lease: holdline.Lease) -> int:
+        return lease.fence
+
+    def say(text: str) -> None:
+        said.append(text)
+
+    def use(value: int) -> None:
+        used.append(value)
+
+    invoices = store.lock("invoices", ttl="10s", max_hold="2m")
+
+    async with invoices.hold(invoice.id) as lease:
+        await charge(invoice, fence=lease.fence)
+    async with invoices.hold(invoice.id, wait="30s") as lease:
+        await work(lease)
+
+    async with invoices.try_hold(invoice.id) as lease:
+        if lease is None:
+            say("someone is charging it already")
+        else:
+            use(await work(lease))
+
+    assert said == []
+    assert len(charged) == 1 and used and used[0] > charged[0][1]
+
+    async def another_task_tries() -> None:
+        async with invoices.try_hold(invoice.id) as lease:
+            if lease is None:
+                say("someone is charging it already")
+            else:
+                use(await work(lease))
+
+    async with invoices.hold(invoice.id) as lease:
+        assert lease.key == "9" and not lease.lost and not lease.signal.is_set()
+        await asyncio.create_task(another_task_tries())
+    assert said == ["someone is charging it already"]
+
+
+async def test_fences_grow_and_key_9_is_key_text_9(store: holdline.Store) -> None:
+    lock = store.lock("fences")
+    fences = []
+    for key in [9, "9", 9]:
+        async with lock.hold(key) as lease:
+            assert lease.key == "9"
+            fences.append(lease.fence)
+    assert fences == sorted(fences) and len(set(fences)) == 3
+
+
+async def test_fifo_across_tasks(store: holdline.Store) -> None:
+    lock = store.lock("fifo")
+    order: List[int] = []
+
+    async def wait_in_line(i: int) -> None:
+        async with lock.hold("k", wait="30s"):
+            order.append(i)
+
+    tasks = []
+    async with lock.hold("k"):
+        for i in range(12):
+            tasks.append(asyncio.create_task(wait_in_line(i)))
+            # The next one starts only once this one stands in the server's line.
+            await until(lambda i=i: _equals(waiters(store, "fifo"), i + 1))
+    await asyncio.gather(*tasks)
+    assert order == list(range(12))
+
+
+async def _equals(value: Any, expected: int) -> bool:
+    return bool(await value == expected)
+
+
+async def test_leaving_the_block_by_exception_releases_and_propagates_it_unchanged(
+    store: holdline.Store,
+) -> None:
+    lock = store.lock("raise")
+
+    class Mine(Exception):
+        pass
+
+    mine = Mine("boom")
+    with pytest.raises(Mine) as caught:
+        async with lock.hold("k"):
+            raise mine
+    assert caught.value is mine
+    async with lock.try_hold("k") as lease:
+        assert lease is not None  # let go
+    for _ in range(2):
+        with pytest.raises(Mine):
+            async with lock.try_hold("k") as lease:
+                assert lease is not None
+                raise Mine()
+    async with lock.hold("k", wait=0) as lease:
+        assert lease is not None
+
+
+async def test_hold_waits_up_to_wait_then_fails_in_use_with_the_seeds_text(
+    store: holdline.Store,
+) -> None:
+    invoices = store.lock("invoices")
+    holder_in = asyncio.Event()
+    done = asyncio.Event()
+
+    async def holder() -> None:
+        async with invoices.hold(9):
+            holder_in.set()
+            await done.wait()
+
+    task = asyncio.create_task(holder())
+    await holder_in.wait()
+    started = time.monotonic()
+    with pytest.raises(holdline.InUse) as caught:
+        async with invoices.hold(9, wait="300ms"):
+            pytest.fail("granted while held")
+    assert time.monotonic() - started >= 0.25
+    assert str(caught.value) == 'lock invoices: key "9": held past the hold\'s wait: in use'
+    assert caught.value.kind == "in use"
+    with pytest.raises(holdline.InUse):
+        async with invoices.hold(9, wait=0):
+            pass
+    done.set()
+    await task
+    stats = await store.stats("invoices")
+    assert stats["timeouts"] == 2
+
+
+async def test_leases_are_renewed_while_held_and_while_waiting(store: holdline.Store) -> None:
+    lock = store.lock("renew", ttl="300ms")
+    release_first = asyncio.Event()
+    first_in = asyncio.Event()
+
+    async def first() -> None:
+        async with lock.hold("k") as lease:
+            first_in.set()
+            await release_first.wait()
+            assert not lease.lost
+
+    task = asyncio.create_task(first())
+    await first_in.wait()
+
+    async def second() -> None:
+        async with lock.hold("k", wait="10s") as lease:
+            await asyncio.sleep(1.2)  # four ttls: only renewal keeps it
+            assert not lease.lost and not lease.signal.is_set()
+
+    waiting = asyncio.create_task(second())
+    await asyncio.sleep(1.2)  # the second waits four ttls in line, renewing
+    release_first.set()
+    await task
+    await waiting
+
+
+async def test_a_stalled_loop_loses_the_lease_at_its_ttl(store: holdline.Store) -> None:
+    lock = store.lock("stall", ttl="300ms")
+    with pytest.raises(holdline.Lost) as caught:
+        async with lock.hold("t") as lease:
+            time.sleep(1.0)  # noqa: ASYNC251 - a stall on purpose: no renewal goes out
+            await asyncio.wait_for(lease.signal.wait(), 5)
+            assert lease.lost
+    expected = 'lock stall: key "t": the lease was lost: it ran out (ttl 300ms)'
+    assert str(caught.value) == expected
+    assert caught.value.kind == "lost"
+    assert (await store.stats("stall"))["expirations"] == 1
+
+
+async def test_a_stalled_holders_old_fence_is_refused(store: holdline.Store) -> None:
+    lock = store.lock("fenced", ttl="300ms")
+
+    async def fresh_holder(stale_fence: int) -> None:
+        async with lock.hold("k", wait="5s") as fresh:
+            assert fresh.fence > stale_fence
+            await store.put("fenced", "k", fresh.fence, "row", b"fresh")
+            with pytest.raises(holdline.Lost):
+                await store.put("fenced", "k", stale_fence, "row", b"stale")
+
+    with pytest.raises(holdline.Lost):
+        async with lock.hold("k") as stale:
+            time.sleep(1.0)  # noqa: ASYNC251 - a stall on purpose: the lease runs out
+            await asyncio.wait_for(stale.signal.wait(), 5)
+            # Another task: this one's hold of "k" is still running.
+            await asyncio.create_task(fresh_holder(stale.fence))
+            with pytest.raises(holdline.Lost):
+                await store.put("fenced", "k", stale.fence, "row", b"stale")
+    assert await store.get("row") == b"fresh"
+    assert await store.get("no such row") is None
+
+
+async def test_max_hold_revokes_and_hands_the_key_on(store: holdline.Store) -> None:
+    invoices = store.lock("invoices", ttl="10s", max_hold="500ms")
+    handed_on = asyncio.Event()
+    fences: List[int] = []
+
+    async def next_in_line() -> None:
+        async with invoices.hold("m", wait="10s") as lease:
+            fences.append(lease.fence)
+            handed_on.set()
+
+    with pytest.raises(holdline.Lost) as caught:
+        async with invoices.hold("m") as lease:
+            fences.append(lease.fence)
+            task = asyncio.create_task(next_in_line())
+            await asyncio.wait_for(lease.signal.wait(), 5)
+            assert lease.lost and isinstance(lease.error, holdline.Lost)
+            with pytest.raises(holdline.Lost):
+                lease.check()
+            # The next in line gets the key while this block still runs.
+            await asyncio.wait_for(handed_on.wait(), 5)
+    await task
+    assert str(caught.value) == (
+        'lock invoices: key "m": the lease was lost: it was revoked at its maxHold'
+    )
+    assert fences[1] > fences[0]
+    assert (await store.stats("invoices"))["revocations"] == 1
+
+
+async def test_a_lost_lease_lets_the_blocks_own_exception_through(store: holdline.Store) -> None:
+    lock = store.lock("lostraise", max_hold="100ms")
+    with pytest.raises(KeyError):
+        async with lock.hold("k") as lease:
+            await asyncio.wait_for(lease.signal.wait(), 5)
+            raise KeyError("mine")
+
+
+async def test_hold_inside_a_hold_of_the_same_key_is_invalid_at_once(
+    store: holdline.Store,
+) -> None:
+    invoices = store.lock("invoices")
+    async with invoices.hold(7):
+        started = time.monotonic()
+        with pytest.raises(holdline.Invalid) as caught:
+            async with invoices.hold(7, wait="10s"):
+                pass
+        assert time.monotonic() - started < 5
+        assert str(caught.value) == (
+            'lock invoices: key "7": hold inside a hold of the same key: invalid'
+        )
+        async with invoices.try_hold(7) as inner:
+            assert inner is None
+        async with invoices.hold(8) as other:
+            assert other is not None  # another key is another line
+
+
+async def test_a_bad_key_is_invalid_with_the_servers_text(store: holdline.Store) -> None:
+    invoices = store.lock("invoices")
+    with pytest.raises(holdline.Invalid) as caught:
+        async with invoices.hold(""):
+            pass
+    assert str(caught.value) == 'lock invoices: key "": the key is empty: invalid'
+    with pytest.raises(holdline.Invalid) as caught:
+        async with invoices.try_hold("a\nb"):
+            pass
+    assert str(caught.value) == (
+        'lock invoices: key "a\\nb": the key holds a control character: invalid'
+    )
+    async with invoices.hold("ok") as lease:  # the connections are still fine
+        assert lease is not None
+
+
+async def test_a_cancelled_wait_leaves_the_line(store: holdline.Store) -> None:
+    lock = store.lock("cancel")
+    got: List[str] = []
+
+    async def hold_it(name: str) -> None:
+        async with lock.hold("k", wait="30s"):
+            got.append(name)
+
+    release = asyncio.Event()
+    held = asyncio.Event()
+
+    async def holder() -> None:
+        async with lock.hold("k"):
+            held.set()
+            await release.wait()
+
+    first = asyncio.create_task(holder())
+    await held.wait()
+    with pytest.raises(asyncio.TimeoutError):
+        await asyncio.wait_for(hold_it("cancelled"), 0.5)
+    await until(lambda: _equals(waiters(store, "cancel"), 0))
+    later = asyncio.create_task(hold_it("later"))
+    await until(lambda: _equals(waiters(store, "cancel"), 1))
+    release.set()
+    await asyncio.wait_for(later, 5)
+    await first
+    assert got == ["later"]
+
+
+async def test_a_waiting_hold_never_delays_another_holds_release(
+    store: holdline.Store,
+) -> None:
+    lock = store.lock("independent")
+    b_held = asyncio.Event()
+    b_release = asyncio.Event()
+
+    async def hold_b() -> None:
+        async with lock.hold("b"):
+            b_held.set()
+            await b_release.wait()
+
+    b = asyncio.create_task(hold_b())
+    await b_held.wait()
+    async with lock.hold("a"):
+        waiter = asyncio.create_task(_hold_quietly(lock, "b", "20s"))
+        await until(lambda: _equals(waiters(store, "independent"), 1))
+        started = time.monotonic()
+    assert time.monotonic() - started < 5  # released while "b"'s wait goes on
+    async with lock.hold("a", wait=0):
+        pass
+    b_release.set()
+    await asyncio.wait_for(waiter, 10)
+    await b
+
+
+async def _hold_quietly(lock: holdline.Lock, key: str, wait: str) -> None:
+    async with lock.hold(key, wait=wait):
+        pass
+
+
+async def test_a_dropped_connection_sets_the_signal_and_loses_the_lease(
+    server: Server,
+) -> None:
+    store = await holdline.connect(server.address)
+    lock = store.lock("drop")
+    with pytest.raises(holdline.Lost) as caught:
+        async with lock.hold("k") as lease:
+            server.stop()
+            await asyncio.wait_for(lease.signal.wait(), 5)
+    assert str(caught.value) == 'lock drop: key "k": the lease was lost: its connection closed'
+    with pytest.raises(holdline.Closed) as closed:
+        async with lock.hold("k"):
+            pass
+    assert "cannot connect" in str(closed.value)
+    await store.close()
+
+
+async def test_server_shutdown_fails_waiters_closed_and_holders_lost(server: Server) -> None:
+    store = await holdline.connect(server.address)
+    invoices = store.lock("invoices")
+    held = asyncio.Event()
+    outcomes: List[BaseException] = []
+
+    async def holder() -> None:
+        try:
+            async with invoices.hold(7) as lease:
+                held.set()
+                await asyncio.wait_for(lease.signal.wait(), 10)
+        except holdline.Error as err:
+            outcomes.append(err)
+
+    async def waiter() -> None:
+        try:
+            async with invoices.hold(7, wait="30s"):
+                pass
+        except holdline.Error as err:
+            outcomes.append(err)
+
+    tasks = [asyncio.create_task(holder())]
+    await held.wait()
+    tasks.append(asyncio.create_task(waiter()))
+    await until(lambda: _equals(waiters(store, "invoices"), 1))
+    assert await asyncio.to_thread(server.terminate) == 0
+    await asyncio.wait_for(asyncio.gather(*tasks), 10)
+    texts = sorted(str(e) for e in outcomes)
+    assert texts == [
+        'lock invoices: key "7": the lease was lost: its store closed',
+        'lock invoices: key "7": the store is closed: closed',
+    ]
+    assert {type(e) for e in outcomes} == {holdline.Lost, holdline.Closed}
+    await store.close()
+
+
+async def test_a_closed_store_fails_closed(store: holdline.Store) -> None:
+    invoices = store.lock("invoices")
+    await store.close()
+    await store.close()  # idempotent
+    with pytest.raises(holdline.Closed) as caught:
+        async with invoices.hold(7):
+            pass
+    assert str(caught.value) == 'lock invoices: key "7": the store is closed: closed'
+    assert caught.value.kind == "closed"
+    with pytest.raises(holdline.Closed) as caught:
+        store.lock("invoices")
+    assert str(caught.value) == "lock invoices: the store is closed: closed"
+
+
+async def test_closing_the_store_loses_its_leases(server: Server) -> None:
+    store = await holdline.connect(server.address)
+    lock = store.lock("closing")
+    with pytest.raises(holdline.Lost) as caught:
+        async with lock.hold("k") as lease:
+            await store.close()
+            assert lease.signal.is_set()
+    assert str(caught.value) == 'lock closing: key "k": the lease was lost: its store closed'
+
+
+async def test_connect_fails_closed_when_nothing_listens() -> None:
+    from conftest import free_port
+
+    with pytest.raises(holdline.Closed) as caught:
+        await holdline.connect(f"127.0.0.1:{free_port()}", connect_timeout="2s")
+    assert str(caught.value).startswith("store: cannot connect to 127.0.0.1:")

@@ -1,0 +1,135 @@
+"""What needs no server: durations, names, keys, error texts and kinds."""
+
+import pytest
+
+import holdline
+from holdline._durations import to_ms
+from holdline._errors import from_reply, show_key, text_for
+from holdline._lock import key_text
+from holdline._store import Store, parse_address
+
+
+def offline_store() -> Store:
+    return Store("127.0.0.1", 1, None, 1.0, 0)
+
+
+@pytest.mark.parametrize(
+    "value, ms",
+    [
+        ("10s", 10_000),
+        ("2m", 120_000),
+        ("500ms", 500),
+        ("1h", 3_600_000),
+        ("1.5s", 1_500),
+        ("0.5ms", 1),  # rounded up: a positive duration never becomes 0
+        (" 3s ", 3_000),
+        (2, 2_000),
+        (0.25, 250),
+        (0, 0),
+        ("0s", 0),
+    ],
+)
+def test_durations_as_the_seed_writes_them(value: object, ms: int) -> None:
+    assert to_ms(value, "wait") == ms  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "bad", ["10", "ten", "10 s", "-1s", "1d", "", "s", -1, float("nan"), float("inf"), True, [1]]
+)
+def test_a_bad_duration_raises_at_once(bad: object) -> None:
+    store = offline_store()
+    with pytest.raises(holdline.Invalid) as caught:
+        store.lock("invoices", ttl=bad)  # type: ignore[arg-type]
+    assert caught.value.kind == "invalid"
+    assert str(caught.value).startswith("lock invoices: ttl ")
+    assert str(caught.value).endswith(": invalid")
+    lock = store.lock("invoices")
+    with pytest.raises(holdline.Invalid):
+        lock.hold("9", wait=bad)  # type: ignore[arg-type]
+    with pytest.raises(holdline.Invalid):
+        store.lock("invoices", max_hold=bad)  # type: ignore[arg-type]
+
+
+def test_zero_ttl_and_max_hold_are_invalid_with_the_cores_texts() -> None:
+    store = offline_store()
+    with pytest.raises(holdline.Invalid) as caught:
+        store.lock("invoices", ttl=0)
+    assert str(caught.value) == "lock invoices: a ttl is at least 1ms: invalid"
+    with pytest.raises(holdline.Invalid) as caught:
+        store.lock("invoices", max_hold="0ms")
+    assert str(caught.value) == "lock invoices: a maxHold is at least 1ms: invalid"
+
+
+def test_a_bad_lock_name_is_invalid_with_the_cores_text() -> None:
+    store = offline_store()
+    with pytest.raises(holdline.Invalid) as caught:
+        store.lock("bad name")
+    assert str(caught.value) == (
+        'lock "bad name": a lock name is 1 to 128 ASCII letters, digits and "_-.:": invalid'
+    )
+    for bad in ["", "x" * 129, "é", "a/b"]:
+        with pytest.raises(holdline.Invalid):
+            store.lock(bad)
+    store.lock("a-b_c.d:e" + "x" * 119)  # 128 bytes of the allowed kind
+
+
+def test_keys_are_text_or_integers() -> None:
+    assert key_text(9) == "9"
+    assert key_text(-12) == "-12"
+    assert key_text("9") == "9"
+    for bad in [True, 1.5, None, b"9"]:
+        with pytest.raises(TypeError):
+            key_text(bad)  # type: ignore[arg-type]
+
+
+def test_error_replies_become_their_kinds_with_the_text_unchanged() -> None:
+    cases = {
+        'INUSE lock invoices: key "9": held past the hold\'s wait: in use': holdline.InUse,
+        'LOST lock invoices: key "m": the lease was lost: it was revoked at its maxHold': (
+            holdline.Lost
+        ),
+        'LIMIT lock invoices: key "7": 10000 waiters already stand in line: limit': holdline.Limit,
+        'INVALID lock invoices: key "7": hold inside a hold of the same key: invalid': (
+            holdline.Invalid
+        ),
+        'CLOSED lock invoices: key "7": the store is closed: closed': holdline.Closed,
+    }
+    kinds = {
+        holdline.InUse: "in use",
+        holdline.Lost: "lost",
+        holdline.Limit: "limit",
+        holdline.Invalid: "invalid",
+        holdline.Closed: "closed",
+    }
+    for reply, cls in cases.items():
+        err = from_reply(reply)
+        assert type(err) is cls
+        assert isinstance(err, holdline.Error)
+        assert str(err) == reply.split(" ", 1)[1]
+        assert err.kind == kinds[cls]
+    err = from_reply("ERR unknown command 'FOO'")
+    assert type(err) is holdline.ProtocolError
+    assert str(err) == "ERR unknown command 'FOO'"
+    assert isinstance(holdline.Invalid("x"), ValueError)
+
+
+def test_keys_in_texts_are_shown_as_the_core_shows_them() -> None:
+    assert show_key("9") == '"9"'
+    assert show_key('a"b\\') == '"a\\"b\\\\"'
+    assert show_key("x" * 64) == '"' + "x" * 64 + '"'
+    assert show_key("x" * 65) == '"' + "x" * 64 + '..."'
+    assert text_for("l", "m", "its connection closed", "lost") == (
+        'lock l: key "m": the lease was lost: its connection closed'
+    )
+    assert text_for(None, None, "the store is closed", "closed") == (
+        "store: the store is closed: closed"
+    )
+
+
+def test_addresses() -> None:
+    assert parse_address("127.0.0.1:7380") == ("127.0.0.1", 7380)
+    assert parse_address("localhost") == ("localhost", 7380)
+    assert parse_address("[::1]:9000") == ("::1", 9000)
+    for bad in ["", ":7380", "host:port", "host:0", "host:70000", "[::1"]:
+        with pytest.raises(holdline.Invalid):
+            parse_address(bad)

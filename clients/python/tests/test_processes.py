@@ -1,0 +1,56 @@
+"""Holders in processes of their own: killed, and stopped with SIGSTOP."""
+
+import asyncio
+import signal
+import time
+
+from conftest import Holder, Server
+
+import holdline
+
+
+async def test_a_killed_holders_key_goes_to_the_next_at_once(
+    server: Server, store: holdline.Store
+) -> None:
+    # A ttl far longer than the test: only the closed connection can free it.
+    holder = Holder(server.address, "killed", "k", "60s")
+    try:
+        first = await asyncio.to_thread(holder.read_line)
+        assert first.startswith("held ")
+        lock = store.lock("killed")
+        waiting = asyncio.create_task(_hold_and_fence(lock, "k"))
+        await asyncio.sleep(0.3)
+        assert not waiting.done()
+        started = time.monotonic()
+        holder.send(signal.SIGKILL)
+        fence = await asyncio.wait_for(waiting, 10)
+        assert time.monotonic() - started < 10
+        assert fence > int(first.split()[1])
+    finally:
+        holder.close()
+
+
+async def _hold_and_fence(lock: holdline.Lock, key: str) -> int:
+    async with lock.hold(key, wait="30s") as lease:
+        return lease.fence
+
+
+async def test_a_stopped_holder_loses_its_lease_after_ttl_and_learns_it_on_waking(
+    server: Server, store: holdline.Store
+) -> None:
+    holder = Holder(server.address, "stopped", "k", "1s")
+    try:
+        assert (await asyncio.to_thread(holder.read_line)).startswith("held ")
+        holder.send(signal.SIGSTOP)
+        stopped_at = time.monotonic()
+        lock = store.lock("stopped")
+        async with lock.hold("k", wait="20s") as lease:
+            # Granted once the stopped holder's lease ran out, not before.
+            assert time.monotonic() - stopped_at >= 0.5
+            holder.send(signal.SIGCONT)
+            expected = 'lock stopped: key "k": the lease was lost: it ran out (ttl 1s)'
+            assert await asyncio.to_thread(holder.read_line) == f"signal {expected}"
+            assert await asyncio.to_thread(holder.read_line) == f"exit {expected}"
+            assert not lease.lost
+    finally:
+        holder.close()
