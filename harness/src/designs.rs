@@ -308,50 +308,92 @@ impl KeyedLock for PlSingle {
     }
 }
 
-/// Every design, in table order. Calls `$body` with `$d` bound to the type.
+/// The designs by name, as `--design` takes them, in table order.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]
+pub enum Design {
+    #[value(name = "holdline")]
+    Holdline,
+    #[value(name = "std-map+std")]
+    NaiveStd,
+    #[value(name = "dashmap+pl")]
+    DashPl,
+    #[value(name = "dashmap+tokio")]
+    DashTokio,
+    #[value(name = "lockable")]
+    Lockable,
+    #[value(name = "std-1key")]
+    StdSingle,
+    #[value(name = "pl-1key")]
+    PlSingle,
+}
+
+impl Design {
+    /// Every design, in table order.
+    pub const ALL: [Design; 7] = [
+        Design::Holdline,
+        Design::NaiveStd,
+        Design::DashPl,
+        Design::DashTokio,
+        Design::Lockable,
+        Design::StdSingle,
+        Design::PlSingle,
+    ];
+
+    /// The design's name in tables, CSV and plots (its type's [`KeyedLock::NAME`]).
+    pub fn name(self) -> &'static str {
+        crate::for_design!(self, D => D::NAME)
+    }
+}
+
+/// Calls `$body` with `$d` bound to the type of the [`Design`] `$design`,
+/// so that the body is monomorphised per design.
 #[macro_export]
 macro_rules! for_design {
-    ($name:expr, $d:ident => $body:expr) => {
-        match $name {
-            "holdline" => {
+    ($design:expr, $d:ident => $body:expr) => {
+        match $design {
+            $crate::designs::Design::Holdline => {
                 type $d = $crate::designs::Holdline;
-                Some($body)
+                $body
             }
-            "std-map+std" => {
+            $crate::designs::Design::NaiveStd => {
                 type $d = $crate::designs::NaiveStd;
-                Some($body)
+                $body
             }
-            "dashmap+pl" => {
+            $crate::designs::Design::DashPl => {
                 type $d = $crate::designs::DashPl;
-                Some($body)
+                $body
             }
-            "dashmap+tokio" => {
+            $crate::designs::Design::DashTokio => {
                 type $d = $crate::designs::DashTokio;
-                Some($body)
+                $body
             }
-            "lockable" => {
+            $crate::designs::Design::Lockable => {
                 type $d = $crate::designs::Lockable;
-                Some($body)
+                $body
             }
-            "std-1key" => {
+            $crate::designs::Design::StdSingle => {
                 type $d = $crate::designs::StdSingle;
-                Some($body)
+                $body
             }
-            "pl-1key" => {
+            $crate::designs::Design::PlSingle => {
                 type $d = $crate::designs::PlSingle;
-                Some($body)
+                $body
             }
-            _ => None,
         }
     };
 }
 
-pub const ALL: [&str; 7] = [
-    Holdline::NAME,
-    NaiveStd::NAME,
-    DashPl::NAME,
-    DashTokio::NAME,
-    Lockable::NAME,
-    StdSingle::NAME,
-    PlSingle::NAME,
-];
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::ValueEnum;
+
+    #[test]
+    fn a_designs_flag_name_is_its_table_name() {
+        for d in Design::ALL {
+            let flag = d.to_possible_value().expect("not skipped");
+            assert_eq!(flag.get_name(), d.name());
+        }
+        assert_eq!(Design::ALL.len(), Design::value_variants().len());
+    }
+}

@@ -10,8 +10,9 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::Duration;
 
-use crate::designs::KeyedLock;
-use crate::{for_design, workspace_path, Args};
+use crate::cli::FlameArgs;
+use crate::designs::{Design, KeyedLock};
+use crate::{for_design, workspace_path};
 
 type Res = Result<(), Box<dyn std::error::Error>>;
 
@@ -19,7 +20,9 @@ fn workload<D: KeyedLock>(scenario: &str, threads: usize, dur: Duration) {
     let d = D::new();
     let keys: Vec<Vec<String>> = (0..threads)
         .map(|t| match scenario {
-            "uncontended" => (0..64).map(|j| format!("u{t}-{j}")).collect(),
+            "uncontended" => (0..crate::scenarios::UNCONTENDED_KEYS)
+                .map(|j| format!("u{t}-{j}"))
+                .collect(),
             // Keys that come round again only long after they went idle.
             "fresh-key" => (0..1 << 17).map(|j| format!("f{t}-{j}")).collect(),
             _ => vec!["hot".to_string()],
@@ -134,7 +137,7 @@ fn summary(report: &pprof::Report, title: &str, samples: isize) -> String {
     out
 }
 
-pub fn run(args: &Args) -> Res {
+pub fn run(args: &FlameArgs) -> Res {
     let dur = Duration::from_millis(
         args.duration
             .unwrap_or(if args.quick { 1000 } else { 6000 }),
@@ -144,19 +147,15 @@ pub fn run(args: &Args) -> Res {
         .clone()
         .unwrap_or_else(|| workspace_path("flamegraphs"));
     std::fs::create_dir_all(&dir)?;
-    let design = args
-        .designs
-        .first()
-        .map(String::as_str)
-        .unwrap_or("holdline");
+    let design = args.design;
     for scenario in ["uncontended", "hot-key", "fresh-key"] {
-        let name = if design == "holdline" {
+        let name = if design == Design::Holdline {
             format!("{scenario}.svg")
         } else {
-            format!("{scenario}-{design}.svg")
+            format!("{scenario}-{}.svg", design.name())
         };
         let path = dir.join(name);
-        for_design!(design, D => profile::<D>(scenario, dur, &path)).ok_or("unknown design")??;
+        for_design!(design, D => profile::<D>(scenario, dur, &path))?;
     }
     Ok(())
 }

@@ -10,26 +10,114 @@ use hdrhistogram::Histogram;
 
 use crate::alloc::live_bytes;
 use crate::designs::{Deadline, KeyedLock};
+use crate::report::fmt_ns;
+use crate::row::{Run, QUANTILES};
+use crate::zipf::{Rng, Zipf, ZIPF_KEYS, ZIPF_S};
 
-pub const SCENARIOS: [&str; 6] = [
-    "uncontended",
-    "hot-key",
-    "zipf",
-    "million-keys",
-    "handoff",
-    "deadline",
-];
+/// The scenarios by name, as `--scenario` takes them, in table order.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]
+pub enum Scenario {
+    Uncontended,
+    HotKey,
+    Zipf,
+    MillionKeys,
+    Handoff,
+    Deadline,
+}
 
-/// Scenarios run once (at a fixed thread count) rather than per `--threads` entry.
-pub fn fixed_threads(scenario: &str) -> Option<usize> {
-    match scenario {
-        "handoff" => Some(2),
-        // One holder and three waiters.
-        "deadline" => Some(4),
-        _ => None,
+/// Keys each thread holds round robin in `uncontended`.
+pub const UNCONTENDED_KEYS: usize = 64;
+
+/// Waiters beside the one holder in `deadline`.
+const DEADLINE_WAITERS: usize = 3;
+
+/// `million-keys` times one hold in this many.
+const MILLION_TIMED_EVERY: usize = 16;
+
+impl Scenario {
+    pub const ALL: [Scenario; 6] = [
+        Scenario::Uncontended,
+        Scenario::HotKey,
+        Scenario::Zipf,
+        Scenario::MillionKeys,
+        Scenario::Handoff,
+        Scenario::Deadline,
+    ];
+
+    /// The name in tables, CSV, plots' file names and `--scenario`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::Uncontended => "uncontended",
+            Scenario::HotKey => "hot-key",
+            Scenario::Zipf => "zipf",
+            Scenario::MillionKeys => "million-keys",
+            Scenario::Handoff => "handoff",
+            Scenario::Deadline => "deadline",
+        }
+    }
+
+    /// Scenarios run once (at a fixed thread count) rather than per `--threads` entry.
+    pub fn fixed_threads(self) -> Option<usize> {
+        match self {
+            Scenario::Handoff => Some(2),
+            Scenario::Deadline => Some(DEADLINE_WAITERS + 1),
+            _ => None,
+        }
+    }
+
+    /// What a run of this scenario measures, with the numbers of `cfg`.
+    pub fn legend(self, cfg: &Cfg) -> String {
+        match self {
+            Scenario::Uncontended => format!(
+                "each thread its own {UNCONTENDED_KEYS} keys; rate = holds/s; latency = one hold (lock+unlock)"
+            ),
+            Scenario::HotKey => "all threads on one key; rate = holds/s; latency = one hold incl. waiting; \
+                 ooo = grants out of arrival order (approx.)"
+                .into(),
+            Scenario::Zipf => format!(
+                "zipf(s={ZIPF_S}) over {ZIPF_KEYS} keys; rate = holds/s; latency = one hold incl. waiting"
+            ),
+            Scenario::MillionKeys => format!(
+                "{} distinct fresh keys, each held once; rate = holds/s; latency = 1 hold in {MILLION_TIMED_EVERY}; \
+                 mem = bytes still allocated once all keys are idle (holdline after reclaim_idle)",
+                cfg.million
+            ),
+            Scenario::Handoff => format!(
+                "two threads ping-pong one key (holder lets go {} after the other announced it is coming); \
+                 rate = handoffs/s; latency = release -> other thread's closure running",
+                fmt_ns(cfg.handoff_linger.as_nanos() as u64)
+            ),
+            Scenario::Deadline => format!(
+                "1 holder ({} holds) + {DEADLINE_WAITERS} waiters with a {} deadline; rate = timeouts/s; \
+                 latency = how late a timeout returned",
+                fmt_ns(cfg.dl_hold.as_nanos() as u64),
+                fmt_ns(cfg.dl_wait.as_nanos() as u64)
+            ),
+        }
+    }
+
+    /// One run of this scenario with design `D`.
+    pub fn run<D: KeyedLock>(self, cfg: &Cfg, threads: usize) -> Run {
+        match self {
+            Scenario::Uncontended => uncontended::<D>(cfg, threads),
+            Scenario::HotKey => hot_key::<D>(cfg, threads),
+            Scenario::Zipf => zipf::<D>(cfg, threads),
+            Scenario::MillionKeys => million_keys::<D>(cfg, threads),
+            Scenario::Handoff => handoff::<D>(cfg),
+            Scenario::Deadline => deadline::<D>(cfg),
+        }
+    }
+
+    /// The run of a design whose run panicked.
+    pub fn failed<D: KeyedLock>(self, threads: usize) -> Run {
+        let mut run = base_run::<D>(self, threads);
+        run.na = Some("PANICKED");
+        run.note = "the run panicked (see stderr)".into();
+        run
     }
 }
 
+/// What the scenarios are run with.
 pub struct Cfg {
     /// Throughput phase of a duration-based scenario.
     pub duration: Duration,
@@ -40,48 +128,30 @@ pub struct Cfg {
     /// Wait deadline and hold time in `deadline`.
     pub dl_wait: Duration,
     pub dl_hold: Duration,
+    /// How long a holder in `handoff` keeps the key after the other thread
+    /// said it is about to wait: long enough for it to be in line.
+    pub handoff_linger: Duration,
 }
 
-/// Quantiles kept for the latency plots.
-pub const QUANTILES: [f64; 9] = [0.5, 0.75, 0.9, 0.95, 0.99, 0.995, 0.999, 0.9999, 1.0];
+/// The default of [`Cfg::handoff_linger`].
+pub const HANDOFF_LINGER: Duration = Duration::from_micros(5);
 
-#[derive(Clone, Debug, Default)]
-pub struct Row {
-    pub scenario: &'static str,
-    pub threads: usize,
-    pub design: &'static str,
-    pub fifo: bool,
-    pub deadline: bool,
-    /// `Some(reason)` when the design cannot run the scenario.
-    pub na: Option<&'static str>,
-    /// What `ops` counts (holds, handoffs, timeouts).
-    pub unit: &'static str,
-    pub ops: u64,
-    pub secs: f64,
-    pub per_sec: f64,
-    /// What the latency columns measure.
-    pub lat_of: &'static str,
-    pub p50: u64,
-    pub p99: u64,
-    pub p999: u64,
-    pub max: u64,
-    pub quantiles: Vec<(f64, u64)>,
-    /// Grants out of arrival order, and grants sampled (hot-key only).
-    pub out_of_order: Option<(u64, u64)>,
-    /// Bytes allocated after the run while keys are idle, before and after reclaim.
-    pub mem_live: Option<i64>,
-    pub mem_idle: Option<i64>,
-    /// The same after five more reclaims 20 ms apart.
-    pub mem_settled: Option<i64>,
-    pub note: String,
-}
-
-impl Row {
-    /// Records `ops` done in `secs`, and the rate they make.
-    pub fn set_rate(&mut self, ops: u64, secs: f64) {
-        self.ops = ops;
-        self.secs = secs;
-        self.per_sec = ops as f64 / secs;
+impl Cfg {
+    /// The configuration of a run with `duration` throughput phases and `million` keys.
+    pub fn new(duration: Duration, million: usize) -> Self {
+        Cfg {
+            duration,
+            lat_duration: (duration / 2).max(Duration::from_millis(1)),
+            million,
+            dl_wait: Duration::from_millis(1),
+            dl_hold: Duration::from_millis(5),
+            // HARNESS_HANDOFF_LINGER_US overrides the linger (for experiments).
+            handoff_linger: std::env::var("HARNESS_HANDOFF_LINGER_US")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .map(Duration::from_micros)
+                .unwrap_or(HANDOFF_LINGER),
+        }
     }
 }
 
@@ -89,39 +159,25 @@ fn hist() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("histogram")
 }
 
-fn fill_lat(row: &mut Row, h: &Histogram<u64>) {
+fn fill_lat(run: &mut Run, h: &Histogram<u64>) {
     if h.is_empty() {
         return;
     }
-    row.p50 = h.value_at_quantile(0.5);
-    row.p99 = h.value_at_quantile(0.99);
-    row.p999 = h.value_at_quantile(0.999);
-    row.max = h.max();
-    row.quantiles = QUANTILES
+    run.p50 = h.value_at_quantile(0.5);
+    run.p99 = h.value_at_quantile(0.99);
+    run.p999 = h.value_at_quantile(0.999);
+    run.max = h.max();
+    run.quantiles = QUANTILES
         .iter()
         .map(|&q| (q, h.value_at_quantile(q)))
         .collect();
 }
 
-/// The row of a run that panicked.
-pub fn failed_row<D: KeyedLock>(scenario: &'static str, threads: usize) -> Row {
-    let mut row = base_row::<D>(scenario, threads);
-    row.na = Some("PANICKED");
-    row.note = "the run panicked (see stderr)".into();
-    row
-}
-
-fn base_row<D: KeyedLock>(scenario: &'static str, threads: usize) -> Row {
-    Row {
-        scenario,
-        threads,
-        design: D::NAME,
-        fifo: D::FIFO,
-        deadline: matches!(D::DEADLINE, Deadline::Native(_)),
-        unit: "holds",
-        lat_of: "hold",
-        ..Row::default()
-    }
+fn base_run<D: KeyedLock>(scenario: Scenario, threads: usize) -> Run {
+    let mut run = Run::new(scenario, threads, D::NAME);
+    run.fifo = D::FIFO;
+    run.deadline = matches!(D::DEADLINE, Deadline::Native(_));
+    run
 }
 
 /// Runs `work(thread_index, stop)` on `threads` threads for `dur`, starting
@@ -162,7 +218,7 @@ pub struct Padded<T>(pub T);
 /// Throughput then latency over per-thread key sequences (`seqs[t]`, a power-of-two length).
 /// `instances` is 1 (shared) or one per thread (single-key baselines, uncontended).
 fn throughput_and_latency<D: KeyedLock>(
-    row: &mut Row,
+    run: &mut Run,
     cfg: &Cfg,
     instances: &[Padded<D>],
     seqs: &[Vec<&str>],
@@ -186,7 +242,7 @@ fn throughput_and_latency<D: KeyedLock>(
         }
         n
     });
-    row.set_rate(counts.iter().sum(), secs);
+    run.set_rate(counts.iter().sum(), secs);
 
     // Latency: every hold timed; for fairness also a ticket taken before each hold.
     let ticket = AtomicU64::new(0);
@@ -229,16 +285,16 @@ fn throughput_and_latency<D: KeyedLock>(
         ooo += o;
         grants += g;
     }
-    fill_lat(row, &all);
+    fill_lat(run, &all);
     if fairness {
-        row.out_of_order = Some((ooo, grants));
+        run.out_of_order = Some((ooo, grants));
     }
 }
 
-pub fn uncontended<D: KeyedLock>(cfg: &Cfg, threads: usize) -> Row {
-    let mut row = base_row::<D>("uncontended", threads);
+fn uncontended<D: KeyedLock>(cfg: &Cfg, threads: usize) -> Run {
+    let mut run = base_run::<D>(Scenario::Uncontended, threads);
     let keys: Vec<Vec<String>> = (0..threads)
-        .map(|t| (0..64).map(|j| format!("u{t}-{j}")).collect())
+        .map(|t| (0..UNCONTENDED_KEYS).map(|j| format!("u{t}-{j}")).collect())
         .collect();
     let seqs: Vec<Vec<&str>> = keys
         .iter()
@@ -247,74 +303,28 @@ pub fn uncontended<D: KeyedLock>(cfg: &Cfg, threads: usize) -> Row {
     // A single-key baseline gets one lock per thread (each thread its own lock).
     let n = if D::SINGLE { threads } else { 1 };
     let instances: Vec<Padded<D>> = (0..n).map(|_| Padded(D::new())).collect();
-    throughput_and_latency(&mut row, cfg, &instances, &seqs, false);
+    throughput_and_latency(&mut run, cfg, &instances, &seqs, false);
     if D::SINGLE {
-        row.note = "one lock per thread".into();
+        run.note = "one lock per thread".into();
     } else {
-        row.note = "64 own keys per thread".into();
+        run.note = format!("{UNCONTENDED_KEYS} own keys per thread");
     }
-    row
+    run
 }
 
-pub fn hot_key<D: KeyedLock>(cfg: &Cfg, threads: usize) -> Row {
-    let mut row = base_row::<D>("hot-key", threads);
+fn hot_key<D: KeyedLock>(cfg: &Cfg, threads: usize) -> Run {
+    let mut run = base_run::<D>(Scenario::HotKey, threads);
     let seqs: Vec<Vec<&str>> = (0..threads).map(|_| vec!["hot"]).collect();
     let d = [Padded(D::new())];
-    throughput_and_latency(&mut row, cfg, &d, &seqs, true);
-    row
+    throughput_and_latency(&mut run, cfg, &d, &seqs, true);
+    run
 }
 
-/// A Zipf sampler over `1..=n` with exponent `s`, by inverse CDF (binary search).
-pub struct Zipf {
-    cdf: Vec<f64>,
-}
-
-impl Zipf {
-    pub fn new(n: usize, s: f64) -> Self {
-        let mut cdf = Vec::with_capacity(n);
-        let mut acc = 0.0;
-        for k in 1..=n {
-            acc += 1.0 / (k as f64).powf(s);
-            cdf.push(acc);
-        }
-        for c in &mut cdf {
-            *c /= acc;
-        }
-        Zipf { cdf }
-    }
-    /// Rank (0-based) for a uniform `u` in [0, 1).
-    pub fn sample(&self, u: f64) -> usize {
-        self.cdf.partition_point(|&c| c < u).min(self.cdf.len() - 1)
-    }
-}
-
-/// xorshift64*: enough randomness for key sequences.
-pub struct Rng(u64);
-impl Rng {
-    pub fn new(seed: u64) -> Self {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    pub fn next_u64(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    pub fn unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
-
-pub const ZIPF_KEYS: usize = 10_000;
-pub const ZIPF_S: f64 = 1.0;
-
-pub fn zipf<D: KeyedLock>(cfg: &Cfg, threads: usize) -> Row {
-    let mut row = base_row::<D>("zipf", threads);
+fn zipf<D: KeyedLock>(cfg: &Cfg, threads: usize) -> Run {
+    let mut run = base_run::<D>(Scenario::Zipf, threads);
     if D::SINGLE {
-        row.na = Some("single key");
-        return row;
+        run.na = Some("single key");
+        return run;
     }
     let keys: Vec<String> = (0..ZIPF_KEYS).map(|i| format!("z{i}")).collect();
     let z = Zipf::new(ZIPF_KEYS, ZIPF_S);
@@ -327,16 +337,16 @@ pub fn zipf<D: KeyedLock>(cfg: &Cfg, threads: usize) -> Row {
         })
         .collect();
     let d = [Padded(D::new())];
-    throughput_and_latency(&mut row, cfg, &d, &seqs, false);
-    row.note = format!("{ZIPF_KEYS} keys, s={ZIPF_S}");
-    row
+    throughput_and_latency(&mut run, cfg, &d, &seqs, false);
+    run.note = format!("{ZIPF_KEYS} keys, s={ZIPF_S}");
+    run
 }
 
-pub fn million_keys<D: KeyedLock>(cfg: &Cfg, threads: usize) -> Row {
-    let mut row = base_row::<D>("million-keys", threads);
+fn million_keys<D: KeyedLock>(cfg: &Cfg, threads: usize) -> Run {
+    let mut run = base_run::<D>(Scenario::MillionKeys, threads);
     if D::SINGLE {
-        row.na = Some("single key");
-        return row;
+        run.na = Some("single key");
+        return run;
     }
     let n = cfg.million;
     let keys: Vec<String> = (0..n).map(|i| format!("m{i:07}")).collect();
@@ -352,7 +362,7 @@ pub fn million_keys<D: KeyedLock>(cfg: &Cfg, threads: usize) -> Row {
                 s.spawn(move || {
                     let mut h = hist();
                     for (i, k) in ks.iter().enumerate() {
-                        if i % 16 == 0 {
+                        if i % MILLION_TIMED_EVERY == 0 {
                             let t0 = Instant::now();
                             d.hold(k, || black_box(()));
                             let _ = h.record(t0.elapsed().as_nanos() as u64);
@@ -366,49 +376,45 @@ pub fn million_keys<D: KeyedLock>(cfg: &Cfg, threads: usize) -> Row {
             .collect();
         hs.into_iter().map(|h| h.join().expect("worker")).collect()
     });
-    row.set_rate(n as u64, start.elapsed().as_secs_f64());
+    run.set_rate(n as u64, start.elapsed().as_secs_f64());
     let mut all = hist();
     for h in hs {
         all.add(h).expect("merge");
     }
-    fill_lat(&mut row, &all);
+    fill_lat(&mut run, &all);
     // The histogram is the harness's own memory: gone before measuring.
     drop(all);
-    row.mem_live = Some((live_bytes() - base) as i64);
+    run.mem_live = Some((live_bytes() - base) as i64);
     d.reclaim();
-    row.mem_idle = Some((live_bytes() - base) as i64);
+    run.mem_idle = Some((live_bytes() - base) as i64);
     // Epoch reclamation may need a little further activity: a few more
     // reclaims, 20 ms apart, show whether what is left is only late.
     for _ in 0..5 {
         std::thread::sleep(Duration::from_millis(20));
         d.reclaim();
     }
-    row.mem_settled = Some((live_bytes() - base) as i64);
-    row.note = format!(
-        "{n} fresh keys, each held once; 1 in 16 timed; idle: {}; 100 ms later: {}",
+    run.mem_settled = Some((live_bytes() - base) as i64);
+    run.note = format!(
+        "{n} fresh keys, each held once; 1 in {MILLION_TIMED_EVERY} timed; idle: {}; 100 ms later: {}",
         D::IDLE,
-        crate::report::fmt_bytes(row.mem_settled.unwrap_or(0))
+        crate::report::fmt_bytes(run.mem_settled.unwrap_or(0))
     );
     drop(d);
-    row
+    run
 }
-
-/// How long a holder keeps the key in `handoff` after the other thread said
-/// it is about to wait: long enough for it to be in line when the key goes.
-pub const HANDOFF_LINGER: Duration = Duration::from_micros(5);
 
 /// Two threads ping-pong one key: each, once it holds the key, waits until
 /// the other has announced it is about to wait for the key, lingers
-/// [`HANDOFF_LINGER`] so the other is in line, and lets go. Latency: from
+/// [`Cfg::handoff_linger`] so the other is in line, and lets go. Latency: from
 /// the holder's last instant inside its closure to the other's closure
 /// starting. Every hold is a handoff unless a design lets the releasing
 /// thread take the key straight back (barging); the note says how many
 /// holds changed thread.
-pub fn handoff<D: KeyedLock>(cfg: &Cfg, _threads: usize) -> Row {
+fn handoff<D: KeyedLock>(cfg: &Cfg) -> Run {
     let threads = 2;
-    let mut row = base_row::<D>("handoff", threads);
-    row.unit = "handoffs";
-    row.lat_of = "release->next";
+    let mut run = base_run::<D>(Scenario::Handoff, threads);
+    run.unit = "handoffs";
+    run.lat_of = "release->next";
     let d = D::new();
     let base = Instant::now();
     let now = || base.elapsed().as_nanos() as u64;
@@ -416,12 +422,7 @@ pub fn handoff<D: KeyedLock>(cfg: &Cfg, _threads: usize) -> Row {
     let last_holder = AtomicUsize::new(usize::MAX);
     let waiting = [AtomicBool::new(false), AtomicBool::new(false)];
     let total = cfg.duration + cfg.lat_duration;
-    // HARNESS_HANDOFF_LINGER_US overrides the linger (for experiments).
-    let linger_for = std::env::var("HARNESS_HANDOFF_LINGER_US")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .map(Duration::from_micros)
-        .unwrap_or(HANDOFF_LINGER);
+    let linger_for = cfg.handoff_linger;
     let (outs, secs) = run_for(threads, total, |t, stop| {
         let mut h = hist();
         let (mut holds, mut handoffs) = (0u64, 0u64);
@@ -465,27 +466,27 @@ pub fn handoff<D: KeyedLock>(cfg: &Cfg, _threads: usize) -> Row {
         holds += a;
         handoffs += b;
     }
-    fill_lat(&mut row, &all);
-    row.set_rate(handoffs, secs);
-    row.note = format!(
+    fill_lat(&mut run, &all);
+    run.set_rate(handoffs, secs);
+    run.note = format!(
         "{handoffs} of {holds} holds changed thread ({:.0}%)",
         100.0 * handoffs as f64 / holds.max(1) as f64
     );
-    row
+    run
 }
 
 /// One thread holds a key for `dl_hold` at a time, again and again; the other
 /// threads wait on it with a `dl_wait` deadline. Latency is how late each
 /// timeout came back (elapsed minus the deadline); a timeout before the
 /// deadline counts as early (incorrect).
-pub fn deadline<D: KeyedLock>(cfg: &Cfg, threads: usize) -> Row {
-    let waiters = threads.saturating_sub(1).max(1);
-    let mut row = base_row::<D>("deadline", waiters + 1);
-    row.unit = "timeouts";
-    row.lat_of = "lateness";
+fn deadline<D: KeyedLock>(cfg: &Cfg) -> Run {
+    let waiters = DEADLINE_WAITERS;
+    let mut run = base_run::<D>(Scenario::Deadline, waiters + 1);
+    run.unit = "timeouts";
+    run.lat_of = "lateness";
     if D::DEADLINE == Deadline::Lacks {
-        row.na = Some("no bounded wait");
-        return row;
+        run.na = Some("no bounded wait");
+        return run;
     }
     let d = D::new();
     let wait = cfg.dl_wait;
@@ -525,62 +526,55 @@ pub fn deadline<D: KeyedLock>(cfg: &Cfg, threads: usize) -> Row {
         early += b;
         grants += c;
     }
-    fill_lat(&mut row, &all);
-    row.set_rate(timeouts, secs);
-    row.note = format!(
+    fill_lat(&mut run, &all);
+    run.set_rate(timeouts, secs);
+    run.note = format!(
         "{waiters} waiters, wait {:?}, holder {:?}: {timeouts} timed out ({early} early), {grants} granted",
         wait, hold_for
     );
-    row
-}
-
-pub fn run<D: KeyedLock>(scenario: &str, cfg: &Cfg, threads: usize) -> Row {
-    match scenario {
-        "uncontended" => uncontended::<D>(cfg, threads),
-        "hot-key" => hot_key::<D>(cfg, threads),
-        "zipf" => zipf::<D>(cfg, threads),
-        "million-keys" => million_keys::<D>(cfg, threads),
-        "handoff" => handoff::<D>(cfg, threads),
-        "deadline" => deadline::<D>(cfg, threads),
-        other => panic!("unknown scenario {other}"),
-    }
+    run
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::ValueEnum;
 
     #[test]
-    fn zipf_rank_one_is_most_likely() {
-        let z = Zipf::new(ZIPF_KEYS, ZIPF_S);
-        let mut rng = Rng::new(7);
-        let mut counts = vec![0u32; ZIPF_KEYS];
-        for _ in 0..200_000 {
-            counts[z.sample(rng.unit())] += 1;
+    fn a_scenarios_flag_name_is_its_table_name() {
+        for s in Scenario::ALL {
+            let flag = s.to_possible_value().expect("not skipped");
+            assert_eq!(flag.get_name(), s.name());
         }
-        // P(rank 1) = 1 / H(10000) ~ 0.1022 for s = 1.
-        let p1 = counts[0] as f64 / 200_000.0;
-        assert!((p1 - 0.1022).abs() < 0.01, "p1 = {p1}");
-        assert!(counts[0] > counts[1] && counts[1] > counts[9]);
-        assert_eq!(z.sample(0.0), 0);
-        assert_eq!(z.sample(0.999_999_999), ZIPF_KEYS - 1);
+        assert_eq!(Scenario::ALL.len(), Scenario::value_variants().len());
+    }
+
+    #[test]
+    fn legends_carry_the_configuration() {
+        let mut cfg = Cfg::new(Duration::from_millis(5), 1234);
+        cfg.handoff_linger = Duration::from_micros(7);
+        cfg.dl_wait = Duration::from_millis(3);
+        assert!(Scenario::MillionKeys
+            .legend(&cfg)
+            .starts_with("1234 distinct"));
+        assert!(Scenario::Handoff
+            .legend(&cfg)
+            .contains("lets go 7.0us after"));
+        assert!(Scenario::Deadline
+            .legend(&cfg)
+            .contains("with a 3.00ms deadline"));
     }
 
     #[test]
     fn every_design_runs_every_scenario_briefly() {
-        let cfg = Cfg {
-            duration: Duration::from_millis(5),
-            lat_duration: Duration::from_millis(5),
-            million: 1000,
-            dl_wait: Duration::from_millis(1),
-            dl_hold: Duration::from_millis(2),
-        };
-        for d in crate::designs::ALL {
-            for s in SCENARIOS {
-                let row = crate::for_design!(d, D => run::<D>(s, &cfg, 2)).unwrap();
-                assert_eq!(row.design, d);
-                if row.na.is_none() {
-                    assert!(row.secs > 0.0, "{s} {d}");
+        let mut cfg = Cfg::new(Duration::from_millis(5), 1000);
+        cfg.dl_hold = Duration::from_millis(2);
+        for d in crate::designs::Design::ALL {
+            for s in Scenario::ALL {
+                let run = crate::for_design!(d, D => s.run::<D>(&cfg, 2));
+                assert_eq!((run.design, run.scenario), (d.name(), s));
+                if run.na.is_none() {
+                    assert!(run.secs > 0.0 && run.ops > 0, "{s:?} {d:?}");
                 }
             }
         }

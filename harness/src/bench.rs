@@ -1,0 +1,429 @@
+//! `harness` without a subcommand: plans the rows, runs each row its number
+//! of times beside its busy threads, and prints and writes the results.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use crate::busy::Spinners;
+use crate::cli::BenchArgs;
+use crate::designs::Design;
+use crate::row::{Row, Run};
+use crate::scenarios::{Cfg, Scenario};
+use crate::{for_design, plots, report, schema, workspace_path};
+
+/// One row to run: a scenario with a design at a thread count and busy level.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Job {
+    pub scenario: Scenario,
+    pub threads: usize,
+    pub design: Design,
+    pub busy: usize,
+}
+
+impl Job {
+    fn label(&self) -> String {
+        format!(
+            "{} / {} threads / busy {} / {}",
+            self.scenario.name(),
+            self.threads,
+            self.busy,
+            self.design.name()
+        )
+    }
+}
+
+/// What a run of the harness will do, settled from the command line.
+pub struct Plan {
+    pub cfg: Cfg,
+    pub quick: bool,
+    pub threads: Vec<usize>,
+    pub runs: usize,
+    pub jobs: Vec<Job>,
+    pub out_dir: PathBuf,
+    pub plots: bool,
+}
+
+/// The busy levels `scenario` runs at: those asked for, else 0, and 1 as
+/// well for hot-key (where a busy machine hurts a lock most).
+fn busy_levels(asked: &[usize], scenario: Scenario) -> Vec<usize> {
+    if !asked.is_empty() {
+        let mut levels = asked.to_vec();
+        levels.dedup();
+        levels
+    } else if scenario == Scenario::HotKey {
+        vec![0, 1]
+    } else {
+        vec![0]
+    }
+}
+
+/// Every row, grouped by scenario, then busy level, then threads, designs in table order.
+fn jobs(scenarios: &[Scenario], designs: &[Design], threads: &[usize], busy: &[usize]) -> Vec<Job> {
+    let mut jobs = Vec::new();
+    for &scenario in scenarios {
+        let ts = scenario
+            .fixed_threads()
+            .map_or_else(|| threads.to_vec(), |t| vec![t]);
+        for b in busy_levels(busy, scenario) {
+            for &t in &ts {
+                for &design in designs {
+                    jobs.push(Job {
+                        scenario,
+                        threads: t,
+                        design,
+                        busy: b,
+                    });
+                }
+            }
+        }
+    }
+    jobs
+}
+
+/// Everything in `all` that `asked` names (all of it when `asked` is empty), in `all`'s order.
+fn chosen<T: Copy + PartialEq>(all: &[T], asked: &[T]) -> Vec<T> {
+    all.iter()
+        .copied()
+        .filter(|x| asked.is_empty() || asked.contains(x))
+        .collect()
+}
+
+impl Plan {
+    pub fn new(args: &BenchArgs) -> Plan {
+        let ms = args.duration.unwrap_or(if args.quick { 120 } else { 1000 });
+        let million = args
+            .keys
+            .unwrap_or(if args.quick { 200_000 } else { 1_000_000 });
+        let threads = match (&args.threads[..], args.quick) {
+            ([], true) => vec![1, 2],
+            ([], false) => vec![1, 2, 4],
+            (t, _) => t.to_vec(),
+        };
+        let scenarios = chosen(&Scenario::ALL, &args.scenarios);
+        let designs = chosen(&Design::ALL, &args.designs);
+        let out_dir = args.out.clone().unwrap_or_else(|| {
+            std::env::var_os("CARGO_TARGET_DIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| workspace_path("target"))
+                .join("harness")
+        });
+        Plan {
+            cfg: Cfg::new(Duration::from_millis(ms), million),
+            quick: args.quick,
+            jobs: jobs(&scenarios, &designs, &threads, &args.busy),
+            threads,
+            runs: args.runs.unwrap_or(if args.quick { 1 } else { 3 }),
+            out_dir,
+            plots: !args.no_plots,
+        }
+    }
+}
+
+fn cpus() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+}
+
+/// Ends the process when one run goes on far past its budget (a lost
+/// wake-up, a deadlock), so that a hang cannot hang CI.
+struct Watchdog {
+    current: Arc<Mutex<(Instant, String)>>,
+}
+
+impl Watchdog {
+    fn start(limit: Duration) -> Self {
+        let current = Arc::new(Mutex::new((Instant::now(), String::from("setup"))));
+        let watched = current.clone();
+        std::thread::spawn(move || loop {
+            std::thread::sleep(Duration::from_millis(500));
+            let (since, what) = watched.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            if since.elapsed() > limit {
+                eprintln!(
+                    "\nharness: {what} has run {:.0} s (limit {:.0} s): giving up, it looks hung",
+                    since.elapsed().as_secs_f64(),
+                    limit.as_secs_f64()
+                );
+                std::process::exit(3);
+            }
+        });
+        Watchdog { current }
+    }
+
+    fn now_running(&self, what: String) {
+        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = (Instant::now(), what);
+    }
+}
+
+/// One run of `job` beside its busy threads; `None` when the run panicked.
+fn run_job(job: &Job, cfg: &Cfg) -> Option<Run> {
+    let busy = Spinners::start(job.busy);
+    let run = std::panic::catch_unwind(
+        || for_design!(job.design, D => job.scenario.run::<D>(cfg, job.threads)),
+    );
+    if job.busy > 0 && busy.rounds() == 0 {
+        eprintln!(
+            "harness: {}: the busy threads got no CPU during the run",
+            job.label()
+        );
+    }
+    run.ok()
+}
+
+/// Runs every job `plan.runs` times, in rounds that each run every job
+/// once, so that a noisy moment of the machine touches one run of many rows
+/// rather than every run of one. A row its design cannot run (n/a), or one
+/// that panicked, is not run again. Answers the rows and the jobs that panicked.
+fn run_all(plan: &Plan) -> (Vec<Row>, Vec<String>) {
+    let bar = ProgressBar::with_draw_target(
+        Some((plan.jobs.len() * plan.runs) as u64),
+        ProgressDrawTarget::stderr(),
+    );
+    bar.set_style(
+        ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")
+            .expect("template")
+            .progress_chars("=> "),
+    );
+    let watchdog =
+        Watchdog::start(Duration::from_secs(60) + (plan.cfg.duration + plan.cfg.lat_duration) * 20);
+    let mut runs: Vec<Vec<Run>> = vec![Vec::new(); plan.jobs.len()];
+    let mut failed = Vec::new();
+    for round in 0..plan.runs {
+        for (job, done) in plan.jobs.iter().zip(&mut runs) {
+            bar.inc(1);
+            if done.first().is_some_and(|r| r.na.is_some()) {
+                continue;
+            }
+            let what = format!("{} (run {} of {})", job.label(), round + 1, plan.runs);
+            bar.set_message(what.clone());
+            watchdog.now_running(what);
+            match run_job(job, &plan.cfg) {
+                Some(run) => done.push(run),
+                None => {
+                    failed.push(job.label());
+                    let run = for_design!(job.design, D => job.scenario.failed::<D>(job.threads));
+                    *done = vec![run];
+                }
+            }
+        }
+    }
+    bar.finish_and_clear();
+    let rows = plan
+        .jobs
+        .iter()
+        .zip(&runs)
+        .map(|(job, runs)| Row::of_runs(runs, job.busy))
+        .collect();
+    (rows, failed)
+}
+
+/// The run's settings, for the JSON.
+fn meta(plan: &Plan, elapsed: Duration) -> Vec<(&'static str, String)> {
+    let busy: Vec<String> = {
+        let mut seen: Vec<(Scenario, usize)> =
+            plan.jobs.iter().map(|j| (j.scenario, j.busy)).collect();
+        seen.dedup();
+        seen.iter()
+            .map(|(s, b)| format!("{} {b}", s.name()))
+            .collect()
+    };
+    vec![
+        ("quick", plan.quick.to_string()),
+        ("threads", format!("{:?}", plan.threads)),
+        ("busy", busy.join(", ")),
+        ("runs", plan.runs.to_string()),
+        ("duration_ms", plan.cfg.duration.as_millis().to_string()),
+        ("latency_ms", plan.cfg.lat_duration.as_millis().to_string()),
+        ("million_keys", plan.cfg.million.to_string()),
+        ("cpus", cpus().to_string()),
+        ("elapsed_s", format!("{:.1}", elapsed.as_secs_f64())),
+    ]
+}
+
+/// Removes the SVGs of an earlier run: plots of other scenarios would mislead.
+fn remove_old_plots(dir: &Path) {
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            if e.path().extension().is_some_and(|x| x == "svg") {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+}
+
+/// Writes the CSV, JSON, table and plots under `plan.out_dir`; false when one could not be written.
+fn write_outputs(plan: &Plan, rows: &[Row], table: &str, elapsed: Duration) -> bool {
+    let dir = &plan.out_dir;
+    if let Err(e) = std::fs::create_dir_all(dir) {
+        eprintln!("harness: cannot create {}: {e}", dir.display());
+        return false;
+    }
+    let mut ok = true;
+    for (name, text) in [
+        ("results.csv", schema::csv(rows)),
+        ("results.json", schema::json(rows, &meta(plan, elapsed))),
+        ("table.txt", table.to_string()),
+    ] {
+        let p = dir.join(name);
+        if let Err(e) = std::fs::write(&p, text) {
+            eprintln!("harness: cannot write {}: {e}", p.display());
+            ok = false;
+        }
+    }
+    let mut written = 0;
+    if plan.plots {
+        remove_old_plots(dir);
+        match plots::plots(dir, rows) {
+            Ok(files) => written = files.len(),
+            Err(e) => {
+                eprintln!("harness: plots failed: {e}");
+                ok = false;
+            }
+        }
+    }
+    println!(
+        "wrote results.csv, results.json, table.txt and {written} SVG plots under {}",
+        dir.display()
+    );
+    ok
+}
+
+pub fn bench(args: &BenchArgs) -> ExitCode {
+    let plan = Plan::new(args);
+    eprintln!(
+        "harness: {} rows x {} runs (threads {:?}), {} ms + {} ms per run, {} keys in million-keys, {} CPUs",
+        plan.jobs.len(),
+        plan.runs,
+        plan.threads,
+        plan.cfg.duration.as_millis(),
+        plan.cfg.lat_duration.as_millis(),
+        plan.cfg.million,
+        cpus(),
+    );
+    let start = Instant::now();
+    let (rows, failed) = run_all(&plan);
+    let elapsed = start.elapsed();
+    let table = report::table(&rows, &plan.cfg);
+    println!("{table}");
+    println!(
+        "\n{} rows in {:.1} s; {}",
+        rows.len(),
+        elapsed.as_secs_f64(),
+        report::legend(plan.runs)
+    );
+    let written = write_outputs(&plan, &rows, &table, elapsed);
+    if !failed.is_empty() {
+        eprintln!(
+            "harness: {} rows panicked: {}",
+            failed.len(),
+            failed.join("; ")
+        );
+        return ExitCode::FAILURE;
+    }
+    if !written {
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn plan(args: &[&str]) -> Plan {
+        let cli =
+            crate::cli::Cli::try_parse_from(std::iter::once("harness").chain(args.iter().copied()))
+                .unwrap();
+        Plan::new(&cli.bench)
+    }
+
+    #[test]
+    fn the_default_run_adds_busy_hot_key_rows_and_repeats_three_times() {
+        let p = plan(&[]);
+        assert_eq!(p.runs, 3);
+        assert_eq!(p.threads, [1, 2, 4]);
+        let busy: Vec<&Job> = p.jobs.iter().filter(|j| j.busy > 0).collect();
+        assert!(busy
+            .iter()
+            .all(|j| j.scenario == Scenario::HotKey && j.busy == 1));
+        assert_eq!(busy.len(), 3 * Design::ALL.len());
+        let quiet_hot = p
+            .jobs
+            .iter()
+            .filter(|j| j.scenario == Scenario::HotKey && j.busy == 0)
+            .count();
+        assert_eq!(quiet_hot, 3 * Design::ALL.len());
+        // Fixed-thread scenarios run once per design.
+        let handoff: Vec<&Job> = p
+            .jobs
+            .iter()
+            .filter(|j| j.scenario == Scenario::Handoff)
+            .collect();
+        assert_eq!(handoff.len(), Design::ALL.len());
+        assert!(handoff.iter().all(|j| j.threads == 2));
+    }
+
+    #[test]
+    fn busy_asked_for_applies_to_every_scenario() {
+        let p = plan(&[
+            "--scenario",
+            "zipf,hot-key",
+            "--busy",
+            "0,2",
+            "--threads",
+            "2",
+            "--design",
+            "holdline",
+        ]);
+        let got: Vec<(Scenario, usize)> = p.jobs.iter().map(|j| (j.scenario, j.busy)).collect();
+        assert_eq!(
+            got,
+            [
+                (Scenario::HotKey, 0),
+                (Scenario::HotKey, 2),
+                (Scenario::Zipf, 0),
+                (Scenario::Zipf, 2)
+            ]
+        );
+    }
+
+    #[test]
+    fn quick_is_one_short_run_per_row_unless_told() {
+        let p = plan(&["--quick"]);
+        assert_eq!((p.runs, p.threads.as_slice()), (1, &[1, 2][..]));
+        assert_eq!(p.cfg.duration, Duration::from_millis(120));
+        assert_eq!(plan(&["--quick", "--runs", "2"]).runs, 2);
+    }
+
+    #[test]
+    fn rows_repeat_and_na_rows_run_once() {
+        let mut p = plan(&[
+            "--scenario",
+            "zipf",
+            "--threads",
+            "1",
+            "--design",
+            "holdline,std-1key",
+            "--runs",
+            "2",
+            "--no-plots",
+        ]);
+        p.cfg = Cfg::new(Duration::from_millis(5), 100);
+        let (rows, failed) = run_all(&p);
+        assert!(failed.is_empty());
+        assert_eq!(rows.len(), 2);
+        assert_eq!(
+            (rows[0].design, rows[0].runs, rows[0].na),
+            ("holdline", 2, None)
+        );
+        assert_eq!(
+            (rows[1].design, rows[1].runs, rows[1].na),
+            ("std-1key", 1, Some("single key"))
+        );
+    }
+}

@@ -1,0 +1,186 @@
+//! The command line: what `harness` and `harness flamegraph` accept.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::designs::Design;
+use crate::scenarios::Scenario;
+
+/// holdline against the keyed-mutex designs people use instead, scenario by
+/// scenario: a table (time and p99 relative to holdline per row), and CSV,
+/// JSON and SVG plots under the output folder.
+#[derive(Parser, Debug)]
+#[command(
+    name = "harness",
+    version,
+    after_help = AFTER_HELP,
+    args_conflicts_with_subcommands = true
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub bench: BenchArgs,
+}
+
+const AFTER_HELP: &str = "\
+Default run: every scenario at threads 1,2,4 on a quiet machine, plus the
+hot-key rows again with one CPU-bound thread beside them (--busy 0 with
+hot-key also at 1); every row 3 times, reported as the median with the
+min-max range.
+
+Exit status: 0; 1 when a row panicked or an output could not be written;
+2 on bad arguments; 3 when a row ran far past its time budget (a hang).";
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Flamegraphs of holdline's uncontended, hot-key and fresh-key paths (pprof).
+    Flamegraph(FlameArgs),
+}
+
+#[derive(Args, Debug, Default)]
+pub struct BenchArgs {
+    /// CI smoke run: short rows, threads 1,2, 200k keys, each row once.
+    #[arg(long)]
+    pub quick: bool,
+    /// Thread counts [default: 1,2,4; --quick: 1,2].
+    #[arg(long, value_delimiter = ',', value_parser = positive)]
+    pub threads: Vec<usize>,
+    /// Throughput phase per row in ms; the latency phase is half as long
+    /// [default: 1000; --quick: 120].
+    #[arg(long, value_parser = millis)]
+    pub duration: Option<u64>,
+    /// Scenarios to run [default: all].
+    #[arg(
+        long = "scenario",
+        alias = "scenarios",
+        value_delimiter = ',',
+        value_enum
+    )]
+    pub scenarios: Vec<Scenario>,
+    /// Designs to run [default: all].
+    #[arg(long = "design", alias = "designs", value_delimiter = ',', value_enum)]
+    pub designs: Vec<Design>,
+    /// CPU-bound threads spinning beside each row, one pass over the rows
+    /// per value: `--busy 0,1,2` [default: 0, and 1 for hot-key too].
+    #[arg(long, value_delimiter = ',')]
+    pub busy: Vec<usize>,
+    /// Runs of each row; a row reports their median and min-max range
+    /// [default: 3; --quick: 1].
+    #[arg(long, value_parser = positive)]
+    pub runs: Option<usize>,
+    /// Distinct keys in million-keys [default: 1000000; --quick: 200000].
+    #[arg(long, value_parser = count)]
+    pub keys: Option<usize>,
+    /// Output folder [default: $CARGO_TARGET_DIR/harness, else <workspace>/target/harness].
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Skip the SVG plots.
+    #[arg(long)]
+    pub no_plots: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct FlameArgs {
+    /// Profile each workload this long, in ms [default: 6000; --quick: 1000].
+    #[arg(long, value_parser = millis)]
+    pub duration: Option<u64>,
+    /// Shorter profiles.
+    #[arg(long)]
+    pub quick: bool,
+    /// The design to profile.
+    #[arg(long, value_enum, default_value = "holdline")]
+    pub design: Design,
+    /// Output folder [default: <workspace>/flamegraphs].
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+fn positive(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(format!("{s:?} is not a positive integer")),
+    }
+}
+
+/// Milliseconds, with or without an `ms` suffix.
+fn millis(s: &str) -> Result<u64, String> {
+    s.trim()
+        .trim_end_matches("ms")
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of milliseconds"))
+}
+
+/// A count, with `_` separators allowed (`1_000_000`).
+fn count(s: &str) -> Result<usize, String> {
+    s.trim()
+        .replace('_', "")
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("harness").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn lists_and_units_parse() {
+        let cli = parse(&[
+            "--threads",
+            "2,4",
+            "--scenario",
+            "hot-key,million-keys",
+            "--design=holdline,std-map+std",
+            "--busy",
+            "0,1,2",
+            "--duration",
+            "250ms",
+            "--keys",
+            "1_000",
+            "--runs",
+            "5",
+        ])
+        .unwrap();
+        let b = cli.bench;
+        assert_eq!(b.threads, [2, 4]);
+        assert_eq!(b.scenarios, [Scenario::HotKey, Scenario::MillionKeys]);
+        assert_eq!(b.designs, [Design::Holdline, Design::NaiveStd]);
+        assert_eq!(b.busy, [0, 1, 2]);
+        assert_eq!(
+            (b.duration, b.keys, b.runs),
+            (Some(250), Some(1000), Some(5))
+        );
+        assert!(cli.command.is_none());
+    }
+
+    #[test]
+    fn bad_values_are_refused() {
+        for bad in [
+            &["--threads", "0"][..],
+            &["--runs", "0"],
+            &["--scenario", "hotkey"],
+            &["--design", "mutex"],
+            &["--busy", "-1"],
+            &["--frobnicate"],
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?} was accepted");
+        }
+    }
+
+    #[test]
+    fn flamegraph_takes_its_own_options() {
+        let cli = parse(&["flamegraph", "--design", "dashmap+pl", "--duration", "10"]).unwrap();
+        match cli.command {
+            Some(Command::Flamegraph(f)) => {
+                assert_eq!(f.design, Design::DashPl);
+                assert_eq!(f.duration, Some(10));
+            }
+            None => panic!("no subcommand"),
+        }
+    }
+}

@@ -1,0 +1,259 @@
+//! What a row holds: one run's measurements ([`Run`]) and the row the table
+//! shows ([`Row`]), the median of its runs with their min-max range.
+
+use crate::scenarios::Scenario;
+
+/// Quantiles kept for the latency plots.
+pub const QUANTILES: [f64; 9] = [0.5, 0.75, 0.9, 0.95, 0.99, 0.995, 0.999, 0.9999, 1.0];
+
+/// One run of one scenario, with one design, at one thread count.
+#[derive(Clone, Debug)]
+pub struct Run {
+    pub scenario: Scenario,
+    pub threads: usize,
+    pub design: &'static str,
+    pub fifo: bool,
+    pub deadline: bool,
+    /// `Some(reason)` when the design cannot run the scenario.
+    pub na: Option<&'static str>,
+    /// What `ops` counts (holds, handoffs, timeouts).
+    pub unit: &'static str,
+    pub ops: u64,
+    pub secs: f64,
+    pub per_sec: f64,
+    /// What the latency columns measure.
+    pub lat_of: &'static str,
+    pub p50: u64,
+    pub p99: u64,
+    pub p999: u64,
+    pub max: u64,
+    pub quantiles: Vec<(f64, u64)>,
+    /// Grants out of arrival order, and grants sampled (hot-key only).
+    pub out_of_order: Option<(u64, u64)>,
+    /// Bytes allocated after the run while keys are idle, before and after reclaim.
+    pub mem_live: Option<i64>,
+    pub mem_idle: Option<i64>,
+    /// The same after five more reclaims 20 ms apart.
+    pub mem_settled: Option<i64>,
+    pub note: String,
+}
+
+impl Run {
+    /// A run with identity filled in and nothing measured yet.
+    pub fn new(scenario: Scenario, threads: usize, design: &'static str) -> Self {
+        Run {
+            scenario,
+            threads,
+            design,
+            fifo: false,
+            deadline: false,
+            na: None,
+            unit: "holds",
+            ops: 0,
+            secs: 0.0,
+            per_sec: 0.0,
+            lat_of: "hold",
+            p50: 0,
+            p99: 0,
+            p999: 0,
+            max: 0,
+            quantiles: Vec::new(),
+            out_of_order: None,
+            mem_live: None,
+            mem_idle: None,
+            mem_settled: None,
+            note: String::new(),
+        }
+    }
+
+    /// Records `ops` done in `secs`, and the rate they make.
+    pub fn set_rate(&mut self, ops: u64, secs: f64) {
+        self.ops = ops;
+        self.secs = secs;
+        self.per_sec = ops as f64 / secs;
+    }
+}
+
+/// A measure over a row's runs: the median (the lower middle one for an even
+/// count, so it is always a value some run had) and the extremes.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Spread<T> {
+    pub median: T,
+    pub min: T,
+    pub max: T,
+}
+
+impl<T: Copy + PartialOrd + Default> Spread<T> {
+    pub fn of(values: impl IntoIterator<Item = T>) -> Self {
+        let mut v: Vec<T> = values.into_iter().collect();
+        if v.is_empty() {
+            return Spread::default();
+        }
+        v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+        Spread {
+            median: v[(v.len() - 1) / 2],
+            min: v[0],
+            max: v[v.len() - 1],
+        }
+    }
+}
+
+/// A row of the table: one scenario, design, thread count and busy level,
+/// summarised over its runs.
+#[derive(Clone, Debug)]
+pub struct Row {
+    pub scenario: Scenario,
+    pub threads: usize,
+    /// CPU-bound threads that spun beside every run of the row.
+    pub busy: usize,
+    pub design: &'static str,
+    pub fifo: bool,
+    pub deadline: bool,
+    pub na: Option<&'static str>,
+    pub unit: &'static str,
+    pub lat_of: &'static str,
+    /// Runs summarised (1 for an n/a row: it has nothing to repeat).
+    pub runs: usize,
+    pub rate: Spread<f64>,
+    /// Operations and seconds of the median-rate run.
+    pub ops: u64,
+    pub secs: f64,
+    pub p50: u64,
+    pub p99: Spread<u64>,
+    pub p999: u64,
+    /// The longest single operation in any run.
+    pub max: u64,
+    /// Median over runs, quantile by quantile.
+    pub quantiles: Vec<(f64, u64)>,
+    /// Summed over runs.
+    pub out_of_order: Option<(u64, u64)>,
+    pub mem_live: Option<i64>,
+    pub mem_idle: Option<i64>,
+    pub mem_settled: Option<i64>,
+    /// The median-rate run's note.
+    pub note: String,
+}
+
+fn median_of<T: Copy + PartialOrd + Default>(v: impl IntoIterator<Item = T>) -> T {
+    Spread::of(v).median
+}
+
+fn median_opt(runs: &[Run], f: impl Fn(&Run) -> Option<i64>) -> Option<i64> {
+    let v: Vec<i64> = runs.iter().filter_map(f).collect();
+    (!v.is_empty()).then(|| median_of(v))
+}
+
+impl Row {
+    /// Summarises `runs` (at least one, all of the same scenario, threads and design).
+    pub fn of_runs(runs: &[Run], busy: usize) -> Row {
+        let first = runs.first().expect("a row has at least one run");
+        let rate = Spread::of(runs.iter().map(|r| r.per_sec));
+        let mid = runs
+            .iter()
+            .find(|r| r.per_sec == rate.median)
+            .unwrap_or(first);
+        let quantiles = first
+            .quantiles
+            .iter()
+            .enumerate()
+            .map(|(i, &(q, _))| {
+                let at = runs.iter().filter_map(|r| r.quantiles.get(i).map(|x| x.1));
+                (q, median_of(at))
+            })
+            .collect();
+        let out_of_order = runs
+            .iter()
+            .filter_map(|r| r.out_of_order)
+            .reduce(|a, b| (a.0 + b.0, a.1 + b.1));
+        Row {
+            scenario: first.scenario,
+            threads: first.threads,
+            busy,
+            design: first.design,
+            fifo: first.fifo,
+            deadline: first.deadline,
+            na: runs.iter().find_map(|r| r.na),
+            unit: first.unit,
+            lat_of: first.lat_of,
+            runs: runs.len(),
+            rate,
+            ops: mid.ops,
+            secs: mid.secs,
+            p50: median_of(runs.iter().map(|r| r.p50)),
+            p99: Spread::of(runs.iter().map(|r| r.p99)),
+            p999: median_of(runs.iter().map(|r| r.p999)),
+            max: runs.iter().map(|r| r.max).max().unwrap_or(0),
+            quantiles,
+            out_of_order,
+            mem_live: median_opt(runs, |r| r.mem_live),
+            mem_idle: median_opt(runs, |r| r.mem_idle),
+            mem_settled: median_opt(runs, |r| r.mem_settled),
+            note: mid.note.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spread_is_median_and_extremes() {
+        let s = Spread::of([3.0, 1.0, 2.0]);
+        assert_eq!((s.median, s.min, s.max), (2.0, 1.0, 3.0));
+        // An even count takes the lower middle: a value some run had.
+        assert_eq!(Spread::of([4u64, 1, 3, 2]).median, 2);
+        assert_eq!(
+            Spread::of([7u64]),
+            Spread {
+                median: 7,
+                min: 7,
+                max: 7
+            }
+        );
+    }
+
+    #[test]
+    fn a_row_summarises_its_runs() {
+        let run = |rate: f64, p99: u64, max: u64, ooo: (u64, u64), note: &str| {
+            let mut r = Run::new(Scenario::HotKey, 2, "holdline");
+            r.set_rate((rate * 2.0) as u64, 2.0);
+            r.p99 = p99;
+            r.max = max;
+            r.out_of_order = Some(ooo);
+            r.quantiles = vec![(0.5, p99 / 2), (0.99, p99)];
+            r.note = note.into();
+            r
+        };
+        let runs = [
+            run(30.0, 100, 900, (1, 10), "fast"),
+            run(10.0, 300, 5000, (0, 10), "slow"),
+            run(20.0, 200, 800, (2, 10), "middle"),
+        ];
+        let row = Row::of_runs(&runs, 1);
+        assert_eq!(row.busy, 1);
+        assert_eq!(row.runs, 3);
+        assert_eq!(
+            row.rate,
+            Spread {
+                median: 20.0,
+                min: 10.0,
+                max: 30.0
+            }
+        );
+        assert_eq!((row.ops, row.secs), (40, 2.0));
+        assert_eq!(row.note, "middle");
+        assert_eq!(
+            row.p99,
+            Spread {
+                median: 200,
+                min: 100,
+                max: 300
+            }
+        );
+        assert_eq!(row.max, 5000);
+        assert_eq!(row.out_of_order, Some((3, 30)));
+        assert_eq!(row.quantiles, [(0.5, 100), (0.99, 200)]);
+        assert_eq!(row.mem_idle, None);
+    }
+}
