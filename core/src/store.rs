@@ -117,8 +117,84 @@ impl Store {
         }
     }
 
-    /// Runs `f` as the store's one writer over its table; see [`Tx`].
+    /// Runs `f` as the store's one writer over its table (see [`Tx`]):
+    /// transactions of one store run one at a time.
+    ///
+    /// **Commit:** when `f` answers `Ok(v)`, its writes become visible
+    /// together and `tx` answers `Ok(v)`, unless a fenced write's lease was
+    /// lost meanwhile (then `lost`, and nothing is written).
+    /// **Rollback:** when `f` answers `Err(e)` (or panics), none of its
+    /// writes are kept and `tx` answers `e` unchanged (or the panic goes on
+    /// unwinding; the store stays usable).
+    ///
+    /// To end a transaction with an error of your own, use
+    /// [`tx_with`](Store::tx_with). Fails `closed` after
+    /// [`close`](Store::close), and `invalid` inside another transaction.
+    /// A blocking `hold` inside `f` fails `invalid` (hold first, then begin
+    /// the transaction); `try_hold` is allowed.
+    ///
+    /// ```
+    /// use holdline::Store;
+    ///
+    /// let store = Store::new();
+    /// let n = store.tx(|tx| {
+    ///     tx.put("visits", "1");
+    ///     Ok(1)
+    /// })?;
+    /// assert_eq!(n, 1);
+    /// store.tx(|tx| {
+    ///     assert_eq!(tx.get("visits"), Some(&b"1"[..]));
+    ///     Ok(())
+    /// })?;
+    /// # Ok::<(), holdline::Error>(())
+    /// ```
     pub fn tx<R>(&self, f: impl FnOnce(&mut Tx<'_>) -> Result<R, Error>) -> Result<R, Error> {
+        crate::tx::run(self, f)
+    }
+
+    /// [`tx`](Store::tx) with the caller's own error type: any `Err` rolls
+    /// the transaction back and comes back unchanged; the store's own
+    /// errors (`closed`, `invalid`, a fenced write found `lost`) reach the
+    /// caller converted with `E::from`.
+    ///
+    /// ```
+    /// use holdline::Store;
+    ///
+    /// #[derive(Debug, PartialEq)]
+    /// enum PayError {
+    ///     Declined(&'static str),
+    ///     Store(String),
+    /// }
+    /// impl From<holdline::Error> for PayError {
+    ///     fn from(e: holdline::Error) -> Self {
+    ///         PayError::Store(e.to_string())
+    ///     }
+    /// }
+    ///
+    /// let store = Store::new();
+    /// store.tx(|tx| {
+    ///     tx.put("balance", "100");
+    ///     Ok(())
+    /// })?;
+    ///
+    /// let charged: Result<(), PayError> = store.tx_with(|tx| {
+    ///     tx.put("balance", "60"); // written, then rolled back
+    ///     tx.put("receipt:9", "40");
+    ///     Err(PayError::Declined("card declined"))
+    /// });
+    /// assert_eq!(charged, Err(PayError::Declined("card declined")));
+    ///
+    /// store.tx(|tx| {
+    ///     assert_eq!(tx.get("balance"), Some(&b"100"[..]));
+    ///     assert_eq!(tx.get("receipt:9"), None);
+    ///     Ok(())
+    /// })?;
+    /// # Ok::<(), holdline::Error>(())
+    /// ```
+    pub fn tx_with<R, E: From<Error>>(
+        &self,
+        f: impl FnOnce(&mut Tx<'_>) -> Result<R, E>,
+    ) -> Result<R, E> {
         crate::tx::run(self, f)
     }
 

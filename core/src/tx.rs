@@ -35,7 +35,31 @@ struct FencedWrite {
     fence: u64,
 }
 
-/// A transaction in progress; see [`Store::tx`].
+/// A transaction in progress: the view `f` gets in [`Store::tx`] and
+/// [`Store::tx_with`].
+///
+/// Reads see the table as it stood when the transaction began, plus this
+/// transaction's own writes. Writes ([`put`](Tx::put),
+/// [`put_fenced`](Tx::put_fenced), [`delete`](Tx::delete)) are buffered
+/// here and reach the table only when the closure answers `Ok` (commit);
+/// an `Err` or a panic drops them all (rollback). A fenced write is
+/// checked when made and again at commit, so a lease lost in between fails
+/// the commit (`lost`) and nothing is written.
+///
+/// ```
+/// use holdline::Store;
+///
+/// let store = Store::new();
+/// store.tx(|tx| {
+///     tx.put("stock:apples", "3");
+///     // The transaction sees its own writes before they commit.
+///     assert_eq!(tx.get("stock:apples"), Some(&b"3"[..]));
+///     Ok(())
+/// })?;
+/// let left = store.tx(|tx| Ok(tx.get("stock:apples").map(<[u8]>::to_vec)))?;
+/// assert_eq!(left.as_deref(), Some(&b"3"[..]));
+/// # Ok::<(), holdline::Error>(())
+/// ```
 pub struct Tx<'s> {
     rows: &'s Rows,
     store_id: usize,
@@ -134,24 +158,24 @@ fn check_fence(lock: &Lock, key: &str, fence: u64) -> Result<(), Error> {
     Err(Error::lost(why).for_key(lock.name(), key))
 }
 
-pub(crate) fn run<R>(
+/// Runs `f` as the store's one writer; commits its writes when it answers
+/// `Ok`, drops them when it answers `Err` (the caller's own error type, any
+/// of the store's errors converted into it) or panics.
+pub(crate) fn run<R, E: From<Error>>(
     store: &Store,
-    f: impl FnOnce(&mut Tx<'_>) -> Result<R, Error>,
-) -> Result<R, Error> {
+    f: impl FnOnce(&mut Tx<'_>) -> Result<R, E>,
+) -> Result<R, E> {
     let shared = &store.shared;
     // Acquire: pairs with close's SeqCst store; a tx racing close may run
     // once more, as a call that began before it.
     if shared.closed.load(Ordering::Acquire) {
-        return Err(Error::closed());
+        return Err(Error::closed().into());
     }
     // Nested transactions, of this store or another, are refused: of this
     // one they would deadlock, of two stores they could lock in opposite
     // orders on two threads.
     if ctx::in_tx() {
-        return Err(Error::new(
-            ErrorKind::Invalid,
-            "a transaction inside a transaction",
-        ));
+        return Err(Error::new(ErrorKind::Invalid, "a transaction inside a transaction").into());
     }
     let _mark = ctx::enter_tx();
     let mut rows = lock(&shared.rows);
@@ -169,7 +193,7 @@ pub(crate) fn run<R>(
         check_fence(&w.lock, &w.key, w.fence)?;
     }
     if shared.closed.load(Ordering::Acquire) {
-        return Err(Error::closed());
+        return Err(Error::closed().into());
     }
     for (k, w) in writes {
         match w {
