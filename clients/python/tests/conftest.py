@@ -5,11 +5,13 @@ The binary is $HOLDLINE_BIN (an absolute path; CI sets it), else
 """
 
 import os
+import selectors
 import signal
 import socket
 import subprocess
 import sys
-import time
+import tempfile
+import threading
 from pathlib import Path
 from typing import AsyncIterator, Iterator, List, Optional
 
@@ -39,29 +41,38 @@ def free_port() -> int:
 
 
 class Server:
-    """One `holdline serve` process."""
+    """One `holdline serve` process on a port it picks itself (`--listen
+    127.0.0.1:0`, the address it prints first); its log goes to a file."""
 
     def __init__(self, *flags: str) -> None:
-        self.port = free_port()
-        self.address = f"127.0.0.1:{self.port}"
+        self.log = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(
-            [str(server_binary()), "serve", "--listen", self.address, *flags],
+            [str(server_binary()), "serve", "--listen", "127.0.0.1:0", *flags],
             stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
+            stderr=self.log,
         )
-        deadline = time.monotonic() + 15
-        while True:
-            if self.proc.poll() is not None:
-                out = self.proc.stdout.read().decode() if self.proc.stdout else ""
-                raise RuntimeError(f"holdline serve exited {self.proc.returncode}: {out}")
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                return
-            except OSError:
-                if time.monotonic() > deadline:
-                    self.stop()
-                    raise RuntimeError(f"holdline serve did not listen on {self.address}") from None
-                time.sleep(0.02)
+        assert self.proc.stdout is not None
+        with selectors.DefaultSelector() as sel:
+            sel.register(self.proc.stdout, selectors.EVENT_READ)
+            ready = sel.select(15)
+        first = self.proc.stdout.readline().decode() if ready else ""
+        prefix = "holdline: listening on "
+        if not first.startswith(prefix):
+            self.stop()
+            raise RuntimeError(f"holdline serve did not start: {first!r}; log: {self.read_log()}")
+        self.address = first[len(prefix) :].strip()
+        self.port = int(self.address.rsplit(":", 1)[1])
+        # Whatever else it prints must not fill a pipe and stall it.
+        threading.Thread(target=self._drain, daemon=True).start()
+
+    def _drain(self) -> None:
+        assert self.proc.stdout is not None
+        for _ in self.proc.stdout:
+            pass
+
+    def read_log(self) -> str:
+        self.log.seek(0)
+        return self.log.read().decode(errors="replace")
 
     def terminate(self) -> int:
         """SIGTERM, as an operator stops it; answers its exit status."""
@@ -72,8 +83,6 @@ class Server:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(timeout=15)
-        if self.proc.stdout:
-            self.proc.stdout.close()
 
 
 @pytest.fixture
@@ -83,6 +92,7 @@ def server() -> Iterator[Server]:
         yield srv
     finally:
         srv.stop()
+        srv.log.close()
 
 
 @pytest.fixture
@@ -109,8 +119,6 @@ class Holder:
     def read_line(self, timeout: float = 15) -> str:
         """The holder's next line (blocking the test's thread: call it via
         asyncio.to_thread from async tests)."""
-        import selectors
-
         assert self.proc.stdout is not None
         with selectors.DefaultSelector() as sel:
             sel.register(self.proc.stdout, selectors.EVENT_READ)

@@ -359,7 +359,9 @@ async def test_a_dropped_connection_sets_the_signal_and_loses_the_lease(
         async with lock.hold("k") as lease:
             server.stop()
             await asyncio.wait_for(lease.signal.wait(), 5)
-    assert str(caught.value) == 'lock drop: key "k": the lease was lost: its connection closed'
+    assert str(caught.value) == (
+        'lock drop: key "k": the lease was lost: its connection to the server closed'
+    )
     with pytest.raises(holdline.Closed) as closed:
         async with lock.hold("k"):
             pass

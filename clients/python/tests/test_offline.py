@@ -22,11 +22,12 @@ def offline_store() -> Store:
         ("1h", 3_600_000),
         ("1.5s", 1_500),
         ("0.5ms", 1),  # rounded up: a positive duration never becomes 0
-        (" 3s ", 3_000),
         (2, 2_000),
         (0.25, 250),
         (0, 0),
         ("0s", 0),
+        ("1m30s", 90_000),
+        ("1.5ms", 2),
     ],
 )
 def test_durations_as_the_seed_writes_them(value: object, ms: int) -> None:
@@ -34,20 +35,34 @@ def test_durations_as_the_seed_writes_them(value: object, ms: int) -> None:
 
 
 @pytest.mark.parametrize(
-    "bad", ["10", "ten", "10 s", "-1s", "1d", "", "s", -1, float("nan"), float("inf"), True, [1]]
+    "bad",
+    ["10", "ten", "10 s", " 3s", "-1s", "1d", "", "s", -1, float("nan"), float("inf"), True, [1]],
 )
 def test_a_bad_duration_raises_at_once(bad: object) -> None:
     store = offline_store()
     with pytest.raises(holdline.Invalid) as caught:
         store.lock("invoices", ttl=bad)  # type: ignore[arg-type]
     assert caught.value.kind == "invalid"
-    assert str(caught.value).startswith("lock invoices: ttl ")
+    assert str(caught.value).startswith(
+        "lock invoices: a ttl is a duration such as '10s', '2m' or '500ms', "
+        "or a number of seconds, not "
+    )
     assert str(caught.value).endswith(": invalid")
     lock = store.lock("invoices")
-    with pytest.raises(holdline.Invalid):
+    with pytest.raises(holdline.Invalid) as caught:
         lock.hold("9", wait=bad)  # type: ignore[arg-type]
+    assert str(caught.value).startswith('lock invoices: key "9": a wait is a duration')
     with pytest.raises(holdline.Invalid):
         store.lock("invoices", max_hold=bad)  # type: ignore[arg-type]
+
+
+def test_a_bad_durations_text() -> None:
+    with pytest.raises(holdline.Invalid) as caught:
+        offline_store().lock("invoices", ttl="10 sec")
+    assert str(caught.value) == (
+        "lock invoices: a ttl is a duration such as '10s', '2m' or '500ms', "
+        'or a number of seconds, not "10 sec": invalid'
+    )
 
 
 def test_zero_ttl_and_max_hold_are_invalid_with_the_cores_texts() -> None:
@@ -107,19 +122,21 @@ def test_error_replies_become_their_kinds_with_the_text_unchanged() -> None:
         assert isinstance(err, holdline.Error)
         assert str(err) == reply.split(" ", 1)[1]
         assert err.kind == kinds[cls]
-    err = from_reply("ERR unknown command 'FOO'")
-    assert type(err) is holdline.ProtocolError
-    assert str(err) == "ERR unknown command 'FOO'"
+    for other in ["ERR unknown command 'FOO'", "NOAUTH Authentication required."]:
+        err = from_reply(other)
+        assert type(err) is holdline.Invalid
+        assert str(err) == other  # the whole line, first word kept
     assert isinstance(holdline.Invalid("x"), ValueError)
 
 
 def test_keys_in_texts_are_shown_as_the_core_shows_them() -> None:
     assert show_key("9") == '"9"'
     assert show_key('a"b\\') == '"a\\"b\\\\"'
+    assert show_key("a\x01\tb\u00e9") == '"a\\u{1}\\tb\u00e9"'
     assert show_key("x" * 64) == '"' + "x" * 64 + '"'
     assert show_key("x" * 65) == '"' + "x" * 64 + '..."'
-    assert text_for("l", "m", "its connection closed", "lost") == (
-        'lock l: key "m": the lease was lost: its connection closed'
+    assert text_for("l", "m", "its store closed", "lost") == (
+        'lock l: key "m": the lease was lost: its store closed'
     )
     assert text_for(None, None, "the store is closed", "closed") == (
         "store: the store is closed: closed"

@@ -19,7 +19,7 @@ moment the lease is lost. `connect_sync` gives the same with `with` blocks.
 """
 
 from ._durations import Duration
-from ._errors import Closed, Error, InUse, Invalid, Limit, Lost, ProtocolError
+from ._errors import Closed, Error, InUse, Invalid, Limit, Lost
 from ._lock import Hold, Key, Lease, Lock
 from ._store import DEFAULT_ADDRESS, Store, connect
 from ._sync import SyncHold, SyncLease, SyncLock, SyncStore, connect_sync
@@ -46,5 +46,4 @@ __all__ = [
     "Lost",
     "Limit",
     "Closed",
-    "ProtocolError",
 ]

@@ -7,6 +7,7 @@ few errors the client makes itself (a bad duration, a connection that
 dropped) are written in the same shape: `lock NAME: key "KEY": WHAT: KIND`.
 """
 
+import unicodedata
 from typing import Dict, Optional, Type
 
 __all__ = [
@@ -16,7 +17,6 @@ __all__ = [
     "Lost",
     "Limit",
     "Closed",
-    "ProtocolError",
 ]
 
 
@@ -66,13 +66,6 @@ class Closed(Error):
     kind = "closed"
 
 
-class ProtocolError(Error):
-    """The server refused a command as malformed (`-ERR ...`): a client and
-    server that do not speak the same version, never a lock's outcome."""
-
-    kind = "protocol"
-
-
 _BY_WORD: Dict[str, Type[Error]] = {
     "INVALID": Invalid,
     "INUSE": InUse,
@@ -83,11 +76,15 @@ _BY_WORD: Dict[str, Type[Error]] = {
 
 
 def from_reply(message: str) -> Error:
-    """The error for a RESP error reply (`KIND text`, without the `-`)."""
+    """The error for a RESP error reply (`KIND text`, without the `-`).
+
+    The five kinds carry the core's text; any other reply (`ERR`, `NOAUTH`,
+    `WRONGPASS`: a server too old or too strict for this client) is
+    `Invalid` with the whole line, first word kept: retrying will not help."""
     word, _, text = message.partition(" ")
     cls = _BY_WORD.get(word)
     if cls is None:
-        return ProtocolError(message)
+        return Invalid(message)
     return cls(text)
 
 
@@ -98,17 +95,18 @@ _ESCAPES = {"\0": "\\0", "\t": "\\t", "\r": "\\r", "\n": "\\n", "\\": "\\\\", '"
 
 
 def _rust_debug(text: str) -> str:
-    """`text` quoted and escaped as Rust's `{:?}` shows a str (near enough for
-    the texts the client writes itself; the server's texts arrive verbatim)."""
+    """`text` quoted and escaped as Rust's `{:?}` shows a str: quotes,
+    backslashes and control characters (the texts the client writes itself;
+    the server's arrive verbatim)."""
     out = ['"']
     for ch in text:
         escaped = _ESCAPES.get(ch)
         if escaped is not None:
             out.append(escaped)
-        elif ch == " " or ch.isprintable():
-            out.append(ch)
-        else:
+        elif unicodedata.category(ch) == "Cc":
             out.append("\\u{%x}" % ord(ch))
+        else:
+            out.append(ch)
     out.append('"')
     return "".join(out)
 

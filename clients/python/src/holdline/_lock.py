@@ -197,7 +197,8 @@ class Hold:
         if lease is None:
             return
         if text is None:
-            why = "its store closed" if self._lock.store.closed else "its connection closed"
+            closed = self._lock.store.closed
+            why = "its store closed" if closed else "its connection to the server closed"
             text = text_for(lease.lock, lease.key, why, "lost")
         lease._lose(Lost(text))
 
@@ -205,9 +206,8 @@ class Hold:
         lock = self._lock
         if lock.store.closed:
             return Closed(text_for(lock.name, self._key, "the store is closed", "closed"))
-        return Closed(
-            text_for(lock.name, self._key, f"the connection to {link.address} closed", "closed")
-        )
+        what = "the connection to the server closed"
+        return Closed(text_for(lock.name, self._key, what, "closed"))
 
     async def __aexit__(
         self,
@@ -273,8 +273,9 @@ class Lock:
     def hold(self, key: Key, *, wait: Optional[Duration] = None) -> Hold:
         """Waits in the key's line up to `wait` (default 10 s; 0: not at all)
         and holds the key for the `async with` block. Past the wait: `InUse`."""
-        wait_ms = 10_000 if wait is None else to_ms(wait, "wait", self.name)
-        return Hold(self, key_text(key), wait_ms)
+        text = key_text(key)
+        wait_ms = 10_000 if wait is None else to_ms(wait, "wait", self.name, text)
+        return Hold(self, text, wait_ms)
 
     def try_hold(self, key: Key) -> Hold:
         """Holds the key for the block if it is free; the lease is None when

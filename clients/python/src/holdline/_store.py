@@ -57,7 +57,16 @@ async def connect(
     host, port = parse_address(address)
     timeout = to_ms(connect_timeout, "connect_timeout") / 1000
     store = Store(host, port, token, timeout, max_idle)
-    store._checkin(await Link.open(host, port, token, timeout))
+    link = await Link.open(host, port, token, timeout)
+    try:
+        # HELLO 3 without AUTH is allowed before authenticating; PING is not.
+        # A server that wants a token says so here (`NOAUTH ...`: Invalid),
+        # not at the first hold.
+        await link.call("PING")
+    except BaseException:
+        await link.close()
+        raise
+    store._checkin(link)
     return store
 
 

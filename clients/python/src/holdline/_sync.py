@@ -123,9 +123,10 @@ class SyncLock:
 
     def hold(self, key: Key, *, wait: Optional[Duration] = None) -> "SyncHold":
         """`Lock.hold`, blocking: waits in line up to `wait` (default 10 s)."""
-        wait_ms = 10_000 if wait is None else to_ms(wait, "wait", self.name)
+        text = key_text(key)
+        wait_ms = 10_000 if wait is None else to_ms(wait, "wait", self.name, text)
         owner = threading.current_thread()
-        return SyncHold(self.store, Hold(self._lock, key_text(key), wait_ms, owner))
+        return SyncHold(self.store, Hold(self._lock, text, wait_ms, owner))
 
     def try_hold(self, key: Key) -> "SyncHold":
         """`Lock.try_hold`, blocking: the lease is None when the key is held."""

@@ -27,7 +27,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import InvalidResponse, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ._errors import Closed, Invalid, from_reply, text_for
+from ._errors import Closed, from_reply, text_for
 
 
 class Push(list):  # type: ignore[type-arg]
@@ -127,13 +127,10 @@ class Link:
         try:
             await conn.connect()  # type: ignore[no-untyped-call]
         except ResponseError as err:
+            # A refused HELLO: WRONGPASS for a wrong token, or an error from a
+            # server that is not holdline's.
             await conn.disconnect(nowait=True)
-            message = str(err)
-            if message.partition(" ")[0] in ("NOAUTH", "WRONGPASS"):
-                raise Invalid(
-                    text_for(None, None, f"{address} refused the token ({message})", "invalid")
-                ) from None
-            raise from_reply(message) from None
+            raise from_reply(str(err)) from None
         except (RedisError, OSError) as err:
             raise Closed(
                 text_for(None, None, f"cannot connect to {address} ({err})", "closed")
@@ -204,7 +201,7 @@ class Link:
         return await reply
 
     def closed_error(self) -> Closed:
-        return Closed(text_for(None, None, f"the connection to {self.address} closed", "closed"))
+        return Closed(text_for(None, None, "the connection to the server closed", "closed"))
 
     async def _read_loop(self) -> None:
         try:

@@ -1,0 +1,92 @@
+"""The server's edges as the client meets them: a token, and a full line."""
+
+import asyncio
+import resource
+from pathlib import Path
+from typing import Iterator, List
+
+import pytest
+from conftest import Server
+
+import holdline
+
+
+@pytest.fixture
+def token_server(tmp_path: Path) -> Iterator[Server]:
+    token = tmp_path / "token"
+    token.write_text("s3cret\n")
+    srv = Server("--token-file", str(token))
+    try:
+        yield srv
+    finally:
+        srv.stop()
+        srv.log.close()
+
+
+async def test_a_token_is_presented_and_checked_at_connect(token_server: Server) -> None:
+    store = await holdline.connect(token_server.address, token="s3cret")
+    async with store.lock("t").hold("k") as lease:
+        assert lease is not None
+    await store.close()
+    with pytest.raises(holdline.Invalid) as caught:
+        await holdline.connect(token_server.address, token="wrong")
+    assert str(caught.value).startswith("WRONGPASS ")
+    with pytest.raises(holdline.Invalid) as caught:
+        await holdline.connect(token_server.address)
+    assert str(caught.value).startswith("NOAUTH ")
+
+
+WAITERS = 10_000
+
+
+def _room_for_connections(needed: int) -> bool:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft >= needed:
+        return True
+    if hard != resource.RLIM_INFINITY and hard < needed:
+        return False
+    resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
+    return True
+
+
+async def test_the_line_holds_ten_thousand_waiters_then_fails_limit() -> None:
+    # The waiters are raw RESP connections (one HOLD each; a connection
+    # carries out one command at a time), the server inherits our raised
+    # file limit, and it is told to accept them all.
+    if not _room_for_connections(WAITERS + 500):
+        pytest.skip(f"the file limit is below {WAITERS + 500}")
+    srv = Server("--max-connections", str(WAITERS + 100))
+    writers: List[asyncio.StreamWriter] = []
+    try:
+        store = await holdline.connect(srv.address)
+        invoices = store.lock("invoices")
+        async with invoices.hold(7):
+            hold = (
+                b"*5\r\n$4\r\nHOLD\r\n$8\r\ninvoices\r\n$1\r\n7\r\n$4\r\nWAIT\r\n$6\r\n600000\r\n"
+            )
+            for _ in range(WAITERS):
+                _, writer = await asyncio.open_connection("127.0.0.1", srv.port)
+                writer.write(hold)
+                writers.append(writer)
+            for _ in range(600):
+                if (await store.stats("invoices"))["waiters"] == WAITERS:
+                    break
+                await asyncio.sleep(0.1)
+            assert (await store.stats("invoices"))["waiters"] == WAITERS
+
+            async def one_more() -> None:
+                async with invoices.hold(7, wait="60s"):
+                    pass
+
+            with pytest.raises(holdline.Limit) as caught:
+                await asyncio.wait_for(asyncio.create_task(one_more()), 30)
+            assert str(caught.value) == (
+                'lock invoices: key "7": 10000 waiters already stand in line: limit'
+            )
+            assert caught.value.kind == "limit"
+        await store.close()
+    finally:
+        for writer in writers:
+            writer.close()
+        srv.stop()
+        srv.log.close()
