@@ -307,14 +307,15 @@ pub fn bench(args: &BenchArgs) -> ExitCode {
     let start = Instant::now();
     let (rows, failed) = run_all(&plan);
     let elapsed = start.elapsed();
-    let table = report::table(&rows, &plan.cfg);
-    println!("{table}");
-    println!(
-        "\n{} rows in {:.1} s; {}",
+    // The legend goes into table.txt too: the file must say which way the ratios read.
+    let table = format!(
+        "{}\n{} rows in {:.1} s\n{}",
+        report::table(&rows, &plan.cfg),
         rows.len(),
         elapsed.as_secs_f64(),
         report::legend(plan.runs)
     );
+    print!("{table}");
     let written = write_outputs(&plan, &rows, &table, elapsed);
     if !failed.is_empty() {
         eprintln!(
@@ -366,6 +367,9 @@ mod tests {
             .collect();
         assert_eq!(handoff.len(), Design::ALL.len());
         assert!(handoff.iter().all(|j| j.threads == 2));
+        // Per design: uncontended, hot-key twice (busy 0 and 1), zipf and
+        // million-keys at 3 thread counts; handoff and deadline once.
+        assert_eq!(p.jobs.len(), (5 * 3 + 2) * Design::ALL.len());
     }
 
     #[test]

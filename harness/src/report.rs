@@ -144,20 +144,27 @@ pub fn table(rows: &[Row], cfg: &Cfg) -> String {
     out
 }
 
-/// What the table's columns mean, for below it.
+/// What the table's columns mean, one line each, for below it.
 pub fn legend(runs: usize) -> String {
     let of = if runs > 1 {
-        format!("rate and p99 are the median of {runs} runs (min-max beside them); other latencies the median, max the largest of any run")
+        format!(
+            "rate, p99: the median of {runs} runs, their min-max beside; p50, p999: the median; max: the largest of any run"
+        )
     } else {
         "one run per row".into()
     };
-    format!(
-        "{of}; busy = CPU-bound threads spinning beside the row; FIFO = grants in arrival order; \
-         deadline LACKS = no bounded wait; \
-         ooo = grants out of arrival order / grants sampled (a ticket taken just before each hold, so FIFO locks can show a few from preemption between ticket and queueing); \
-         time vs hl = the design's time per operation relative to holdline's (holdline's rate / the design's): above 1 = slower than holdline; \
-         p99 vs hl = the design's p99 / holdline's: above 1 = worse than holdline"
-    )
+    [
+        of.as_str(),
+        "time vs hl: the design's time per operation relative to holdline's (holdline's rate / the design's): above 1 = slower than holdline",
+        "p99 vs hl: the design's p99 / holdline's: above 1 = worse than holdline",
+        "busy: CPU-bound threads spinning beside the row",
+        "fifo: grants in arrival order; deadline LACKS: no bounded wait",
+        "ooo: grants out of arrival order / grants sampled (a ticket taken just before each hold, \
+         so FIFO locks can show a few from preemption between ticket and queueing)",
+    ]
+    .iter()
+    .map(|l| format!("  {l}\n"))
+    .collect()
 }
 
 #[cfg(test)]
