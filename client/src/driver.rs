@@ -4,6 +4,14 @@
 //! marks that lease lost the moment the server pushes `lost` or the
 //! connection drops. Reading never stops while a `HOLD` waits, so the
 //! renewals and the push are seen at once.
+//!
+//! It also marks the lease lost when the server has confirmed nothing for
+//! a whole ttl (a stalled server or a silent network, where no `lost` push
+//! and no closed socket will come): the server renews a lease when it
+//! reads a command, so a lease whose last answered command was sent at
+//! `t` lives on the server until `t + ttl` at least, and no longer for
+//! sure. The lease's grant stands for its first such command. Such a
+//! connection is never reused.
 
 use crate::connection::{io_error, Connection};
 use crate::error::{Error, Scope};
@@ -12,7 +20,7 @@ use holdline::ErrorKind;
 use holdline_resp::{encode_command, Value};
 use std::collections::VecDeque;
 use std::io;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
@@ -36,6 +44,10 @@ pub(crate) struct Conn {
 pub(crate) struct ConnShared {
     /// The renewal period in ms; 0: none (no lease, no waiting `HOLD`).
     renew_ms: AtomicU64,
+    /// The ttl of the lock in use on this connection, in ms.
+    ttl_ms: AtomicU64,
+    /// Set when the server went a whole ttl without answering.
+    silent: AtomicBool,
     slot: Mutex<LeaseSlot>,
 }
 
@@ -46,6 +58,8 @@ struct LeaseSlot {
     /// A `lost` push for a lease not registered yet: the grant's reply and
     /// the push can both be read before the holder registers the lease.
     early_loss: Option<(i64, String)>,
+    /// When the lease's grant arrived.
+    granted_at: Option<Instant>,
     /// Why the task ended, once it has.
     dead: Option<Error>,
 }
@@ -62,6 +76,8 @@ impl Conn {
         let (requests, rx) = mpsc::unbounded_channel();
         let shared = Arc::new(ConnShared {
             renew_ms: AtomicU64::new(0),
+            ttl_ms: AtomicU64::new(0),
+            silent: AtomicBool::new(false),
             slot: Mutex::new(LeaseSlot::default()),
         });
         tokio::spawn(drive(conn, rx, shared.clone()));
@@ -70,7 +86,13 @@ impl Conn {
 
     /// Whether the task has ended (the connection is gone).
     pub(crate) fn is_dead(&self) -> bool {
-        self.requests.is_closed() || self.shared.slot().dead.is_some()
+        self.requests.is_closed() || self.went_silent() || self.shared.slot().dead.is_some()
+    }
+
+    /// Whether the server went a whole ttl without answering while a lease
+    /// was held here (the lease was then marked lost).
+    pub(crate) fn went_silent(&self) -> bool {
+        self.shared.silent.load(Ordering::Acquire)
     }
 
     /// Sends a command and waits for its reply. A failed connection is a
@@ -110,10 +132,13 @@ impl Conn {
         })
     }
 
-    /// Renews every `period` (one third of the ttl) from now on; `None` stops.
-    pub(crate) fn renew_every(&self, period: Option<Duration>) {
-        let ms = period.map_or(0, |p| (p.as_millis() as u64).max(1));
-        self.shared.renew_ms.store(ms, Ordering::Relaxed);
+    /// Renews every third of `ttl` from now on; `None` stops.
+    pub(crate) fn renew_for(&self, ttl: Option<Duration>) {
+        let ttl_ms = ttl.map_or(0, |t| (t.as_millis() as u64).max(1));
+        self.shared.ttl_ms.store(ttl_ms, Ordering::Relaxed);
+        self.shared
+            .renew_ms
+            .store((ttl_ms / 3).max(ttl_ms.min(1)), Ordering::Relaxed);
     }
 
     /// Makes `lease` the one this connection's pushes and failure concern.
@@ -130,6 +155,7 @@ impl Conn {
             }
         }
         slot.lease = Some(lease.clone());
+        slot.granted_at = Some(Instant::now());
     }
 
     /// Forgets the registered lease (after its release).
@@ -137,6 +163,7 @@ impl Conn {
         let mut slot = self.shared.slot();
         slot.lease = None;
         slot.early_loss = None;
+        slot.granted_at = None;
     }
 }
 
@@ -162,11 +189,15 @@ async fn drive(
     mut rx: mpsc::UnboundedReceiver<Request>,
     shared: Arc<ConnShared>,
 ) {
-    let mut waiting: VecDeque<Option<oneshot::Sender<Result<Value, Error>>>> = VecDeque::new();
+    // Each reply slot with the instant its command was written.
+    let mut waiting: VecDeque<(Option<ReplyTo>, Instant)> = VecDeque::new();
     let mut last_write = Instant::now();
+    // The send instant of the latest command the server answered.
+    let mut confirmed: Option<Instant> = None;
     let ended: Result<(), io::Error> = loop {
         let renew_ms = shared.renew_ms.load(Ordering::Relaxed);
         let ping_at = last_write + Duration::from_millis(renew_ms);
+        let silent_at = silence_deadline(&shared, confirmed);
         let Connection { reader, writer, .. } = &mut conn;
         tokio::select! {
             // Replies first: they free the slots the next requests queue behind.
@@ -174,14 +205,15 @@ async fn drive(
             frame = reader.read_frame() => match frame {
                 Ok(Value::Push(items)) => on_push(&shared, items),
                 Ok(reply) => match waiting.pop_front() {
-                    Some(Some(tx)) => {
+                    Some((to, sent)) => {
+                        confirmed = Some(confirmed.map_or(sent, |c| c.max(sent)));
+                        let Some(tx) = to else { continue };
                         let reply = match reply {
                             Value::Error(text) => Err(Error::from_reply(&text)),
                             other => Ok(other),
                         };
                         let _ = tx.send(reply);
                     }
-                    Some(None) => {}
                     None => {
                         break Err(io::Error::new(
                             io::ErrorKind::InvalidData,
@@ -195,9 +227,10 @@ async fn drive(
                 let Some(first) = request else { break Ok(()) };
                 // Write every request already sent in one flush.
                 let mut next = Some(first);
+                let now = Instant::now();
                 while let Some(Request { frame, reply }) = next {
                     writer.queue_encoded(&frame);
-                    waiting.push_back(reply);
+                    waiting.push_back((reply, now));
                     next = rx.try_recv().ok();
                 }
                 if let Err(e) = writer.flush().await {
@@ -207,11 +240,14 @@ async fn drive(
             }
             _ = tokio::time::sleep_until(ping_at), if renew_ms > 0 => {
                 writer.queue(&["PING"]);
-                waiting.push_back(None);
+                waiting.push_back((None, Instant::now()));
                 if let Err(e) = writer.flush().await {
                     break Err(e);
                 }
                 last_write = Instant::now();
+            }
+            _ = tokio::time::sleep_until(silent_at.unwrap_or(ping_at)), if silent_at.is_some() => {
+                went_silent(&shared);
             }
         }
     };
@@ -234,10 +270,60 @@ async fn drive(
     if let (Some(lease), true) = (lease, failed) {
         lease.mark_lost(lost_on_drop(&lease, &dead));
     }
-    for tx in waiting.into_iter().flatten() {
+    for tx in waiting.into_iter().filter_map(|(to, _)| to) {
         let _ = tx.send(Err(dead.clone()));
     }
     drop(conn);
+}
+
+type ReplyTo = oneshot::Sender<Result<Value, Error>>;
+
+/// When the registered lease must be taken for lost if nothing more is
+/// answered: a ttl after the later of its grant and the latest answered
+/// command's send. `None` without a live lease.
+fn silence_deadline(shared: &ConnShared, confirmed: Option<Instant>) -> Option<Instant> {
+    let slot = shared.slot();
+    let lease = slot.lease.as_ref()?;
+    if lease.lost_error().is_some() {
+        return None;
+    }
+    let from = match (slot.granted_at, confirmed) {
+        (Some(g), Some(c)) => g.max(c),
+        (Some(g), None) => g,
+        (None, _) => return None,
+    };
+    Some(from + Duration::from_millis(shared.ttl_ms.load(Ordering::Relaxed)))
+}
+
+/// The server answered nothing for a whole ttl: the lease is lost for sure
+/// by now (or soon), and this connection is not to be trusted again.
+fn went_silent(shared: &ConnShared) {
+    shared.silent.store(true, Ordering::Release);
+    let slot = shared.slot();
+    if let Some(lease) = &slot.lease {
+        let ttl = ttl_text(shared.ttl_ms.load(Ordering::Relaxed));
+        lease.mark_lost(silent_error(lease, &ttl));
+    }
+}
+
+/// The lost error of a lease whose server stopped answering.
+pub(crate) fn silent_error(lease: &LeaseShared, ttl: &str) -> Error {
+    Error::local(
+        ErrorKind::Lost,
+        Scope::Key(&lease.lock, &lease.key),
+        &format!("the server answered nothing for its ttl ({ttl})"),
+    )
+}
+
+/// A ttl as the core writes it: `10s`, `2m`, `300ms`.
+pub(crate) fn ttl_text(ms: u64) -> String {
+    if ms >= 60_000 && ms % 60_000 == 0 {
+        format!("{}m", ms / 60_000)
+    } else if ms >= 1000 && ms % 1000 == 0 {
+        format!("{}s", ms / 1000)
+    } else {
+        format!("{ms}ms")
+    }
 }
 
 /// A push: `["lost", lease, text]` marks that lease lost; others are ignored.

@@ -8,7 +8,7 @@
 //! connection, which takes it out of the line on the server at once.
 
 use crate::check::{check_key, key_text, wait_ms};
-use crate::driver::Conn;
+use crate::driver::{silent_error, ttl_text, Conn};
 use crate::error::{Error, Scope};
 use crate::lease::{Lease, LeaseShared};
 use crate::store::{Store, StoreInner};
@@ -135,7 +135,8 @@ impl Lock {
         let inner = &self.store.inner;
         let conn = inner.checkout(scope).await?;
         // Renew while the HOLD waits, too: from now on.
-        conn.renew_every(Some(Duration::from_millis(self.ttl_ms / 3)));
+        let ttl = Duration::from_millis(self.ttl_ms);
+        conn.renew_for(Some(ttl));
         let wait_arg;
         let mut args: [&[u8]; 9] = [b""; 9];
         let mut n = 0;
@@ -164,9 +165,25 @@ impl Lock {
             args[n + 1] = max_hold.as_bytes();
             n += 2;
         }
-        // Dropping this future here drops `conn`, which closes the
-        // connection: the server takes the HOLD out of its line.
-        let reply = conn.request(&args[..n]).await;
+        // A server that stays silent past the wait (and then some) is
+        // stalled: give up rather than hang. Dropping this future here drops
+        // `conn`, which closes the connection: the server takes the HOLD out
+        // of its line.
+        let patience = match mode {
+            Mode::Wait(ms) => Duration::from_millis(ms),
+            Mode::Try => Duration::ZERO,
+        } + ttl.max(MIN_PATIENCE);
+        let Ok(reply) = tokio::time::timeout(patience, conn.request(&args[..n])).await else {
+            return Err(Error::connection(
+                ErrorKind::Closed,
+                scope,
+                "the server did not answer",
+                io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("nothing within {}ms", patience.as_millis()),
+                ),
+            ));
+        };
         let (id, fence) = match reply {
             Ok(Value::Array(items)) => match (items.first(), items.get(1)) {
                 (Some(Value::Integer(id)), Some(Value::Integer(fence))) if *fence >= 0 => {
@@ -175,7 +192,7 @@ impl Lock {
                 _ => return Err(unexpected(scope, &Value::Array(items))),
             },
             Ok(Value::Null) if matches!(mode, Mode::Try) => {
-                conn.renew_every(None);
+                conn.renew_for(None);
                 inner.give_back(conn);
                 return Ok(None);
             }
@@ -184,7 +201,7 @@ impl Lock {
                 return Err(e.rescoped(scope, "the connection to the server failed"))
             }
             Err(e) => {
-                conn.renew_every(None);
+                conn.renew_for(None);
                 inner.give_back(conn);
                 return Err(e);
             }
@@ -195,6 +212,7 @@ impl Lock {
             lease: Lease { shared },
             conn: Some(conn),
             store: inner.clone(),
+            ttl,
         }))
     }
 }
@@ -214,6 +232,9 @@ async fn run_holding<R>(held: &HeldLease, f: impl AsyncFnOnce(&Lease) -> R) -> R
     ));
     HOLDING.scope(holding, f(held.lease())).await
 }
+
+/// The least a call waits for the server beyond its own wait.
+const MIN_PATIENCE: Duration = Duration::from_secs(1);
 
 /// A reply of the wrong shape: the server is not holdline, or a newer one.
 fn unexpected(scope: Scope<'_>, reply: &Value) -> Error {
@@ -310,6 +331,7 @@ pub struct HeldLease {
     /// `None` once released.
     conn: Option<Conn>,
     store: Arc<StoreInner>,
+    ttl: Duration,
 }
 
 impl HeldLease {
@@ -325,7 +347,7 @@ impl HeldLease {
             .as_ref()
             .expect("a HeldLease has its connection until released");
         let id = self.lease.id().to_string();
-        match conn.request(&["RENEW", &id]).await {
+        match self.answered(conn.request(&["RENEW", &id])).await {
             Ok(_) => Ok(()),
             Err(e) if e.is_connection() => Err(self.lost_on_failure(e)),
             Err(e) => Err(e),
@@ -339,9 +361,14 @@ impl HeldLease {
             .conn
             .take()
             .expect("a HeldLease has its connection until released");
+        if conn.went_silent() {
+            // The lease is lost and the server may not read this connection
+            // for a long while: closing it lets the key go whenever it does.
+            return Err(self.lost_on_failure(Error::new(ErrorKind::Lost, "")));
+        }
         let id = self.lease.id().to_string();
-        let reply = conn.request(&["RELEASE", &id]).await;
-        conn.renew_every(None);
+        let reply = self.answered(conn.request(&["RELEASE", &id])).await;
+        conn.renew_for(None);
         conn.unregister();
         match reply {
             Ok(_) => {
@@ -356,16 +383,44 @@ impl HeldLease {
         }
     }
 
-    /// The connection failed under the lease: its task marked it lost.
+    /// The reply of `request`, or a `closed` connection error when the
+    /// server answers nothing for a ttl (the lease is lost by then).
+    async fn answered(
+        &self,
+        request: impl std::future::Future<Output = Result<Value, Error>>,
+    ) -> Result<Value, Error> {
+        let patience = self.ttl.max(MIN_PATIENCE);
+        tokio::time::timeout(patience, request)
+            .await
+            .unwrap_or_else(|_| {
+                Err(Error::connection(
+                    ErrorKind::Closed,
+                    Scope::Store,
+                    "the server did not answer",
+                    io::Error::new(io::ErrorKind::TimedOut, "nothing within the ttl"),
+                ))
+            })
+    }
+
+    /// The connection failed under the lease: its task marked it lost (or
+    /// the server answered nothing for a ttl, which loses it too).
     fn lost_on_failure(&self, e: Error) -> Error {
-        match self.lease.shared.lost_error() {
-            Some(lost) => lost.clone(),
-            None => Error::local(
+        if let Some(lost) = self.lease.shared.lost_error() {
+            return lost.clone();
+        }
+        let lost = match e.io_error().map(io::Error::kind) {
+            Some(io::ErrorKind::TimedOut) => {
+                let ttl = ttl_text(self.ttl.as_millis() as u64);
+                silent_error(&self.lease.shared, &ttl)
+            }
+            _ => Error::local(
                 ErrorKind::Lost,
                 Scope::Key(self.lease.lock_name(), self.lease.key()),
                 &format!("its connection to the server dropped ({e})"),
             ),
-        }
+        };
+        self.lease.shared.mark_lost(lost.clone());
+        lost
     }
 }
 
@@ -383,7 +438,7 @@ impl Drop for HeldLease {
             // The task writes it and discards the answer; the connection is
             // reusable at once, its next command queued behind this one.
             conn.send_detached(&["RELEASE", &self.lease.id().to_string()]);
-            conn.renew_every(None);
+            conn.renew_for(None);
             conn.unregister();
             self.store.give_back(conn);
         }

@@ -587,3 +587,47 @@ async fn a_hold_inside_a_hold_of_the_same_key_is_invalid() {
     assert_eq!(tried, None);
     assert_eq!(spawned.kind(), ErrorKind::InUse);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_server_loses_the_lease_after_its_ttl_without_hanging() {
+    let mut server = Server::start();
+    let s = store(&server).await;
+    let lock = s
+        .lock("stall")
+        .ttl(Duration::from_millis(500))
+        .open()
+        .unwrap();
+    let held = lock.acquire("k").await.unwrap();
+    // Renewals are answered: nothing is lost over several ttls.
+    sleep(Duration::from_millis(1200)).await;
+    assert!(!held.is_lost());
+    let stalled = Instant::now();
+    server.stop();
+    timeout(PATIENCE, held.signal().aborted())
+        .await
+        .expect("the lease is taken for lost when the server stays silent");
+    // Not before the server could have let it go: a renewal sent at most a
+    // third of the ttl before the stall keeps it at least two thirds after.
+    assert!(stalled.elapsed() >= Duration::from_millis(300));
+    let lost = held.check().unwrap_err();
+    assert_eq!(lost.kind(), ErrorKind::Lost);
+    assert_eq!(
+        lost.to_string(),
+        "lock stall: key \"k\": the lease was lost: the server answered nothing for its ttl (500ms)"
+    );
+    // Release does not wait for the stalled server.
+    let released = timeout(Duration::from_secs(5), held.release())
+        .await
+        .expect("release returns at once");
+    assert_eq!(released.unwrap_err(), lost);
+    server.resume();
+    // The server, running again, serves the next holder (the stalled
+    // connection was closed, so the key is free or runs out at its ttl).
+    let fence = lock
+        .key("k")
+        .wait(PATIENCE)
+        .hold(async |l| l.fence())
+        .await
+        .unwrap();
+    assert!(fence > 0);
+}

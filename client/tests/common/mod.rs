@@ -83,10 +83,25 @@ impl Server {
         let _ = self.child.wait();
     }
 
+    /// SIGSTOP: the process stalls, its connections stay open, silent.
+    pub fn stop(&mut self) {
+        self.signal("-STOP");
+    }
+
+    /// SIGCONT after [`stop`](Server::stop).
+    pub fn resume(&mut self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, sig: &str) {
+        let pid = self.child.id().to_string();
+        let status = Command::new("kill").args([sig, &pid]).status().unwrap();
+        assert!(status.success(), "kill {sig} {pid}");
+    }
+
     /// SIGTERM: the server closes its store (waiters `CLOSED`) and exits.
     pub fn terminate(&mut self) {
-        let pid = self.child.id().to_string();
-        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        self.signal("-TERM");
         let _ = self.child.wait();
     }
 }
