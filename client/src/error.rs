@@ -12,7 +12,9 @@
 //!   cannot be reached: the same kind a server shutting down answers, and a
 //!   caller that retries on it gets a fresh connection); a lease held on
 //!   that connection is [`ErrorKind::Lost`], because the server lets a
-//!   closed connection's keys go at once.
+//!   closed connection's keys go at once;
+//! - silence: a server that answers nothing for a lease's whole ttl may
+//!   have let it go, so the lease is [`ErrorKind::Lost`] then too.
 
 use holdline::ErrorKind;
 use std::fmt;

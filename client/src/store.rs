@@ -36,7 +36,8 @@ pub(crate) struct StoreInner {
 
 impl Store {
     /// Connects to `holdline serve` at `addr` (`"127.0.0.1:7380"`). One
-    /// connection is made now, so a wrong address fails here.
+    /// connection is made now, so a wrong address fails here. Call it inside
+    /// a tokio runtime: each pooled connection's task is spawned on it.
     pub async fn connect(addr: &str) -> Result<Store, Error> {
         Store::open(addr, None).await
     }

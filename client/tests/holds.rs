@@ -631,3 +631,34 @@ async fn a_stalled_server_loses_the_lease_after_its_ttl_without_hanging() {
         .unwrap();
     assert!(fence > 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fenced_writes_refuse_a_stale_fence() {
+    let server = Server::start();
+    let s = store(&server).await;
+    let lock = s.lock("fenced").open().unwrap();
+    let old = lock
+        .hold("k", async |lease| {
+            s.put_fenced(&lock, lease.key(), lease.fence(), "row", b"first")
+                .await
+                .unwrap();
+            lease.fence()
+        })
+        .await
+        .unwrap();
+    assert_eq!(s.get("row").await.unwrap().as_deref(), Some(&b"first"[..]));
+    lock.hold("k", async |lease| {
+        let err = s
+            .put_fenced(&lock, "k", old, "row", b"stale")
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Lost);
+        s.put_fenced(&lock, "k", lease.fence(), "row", b"second")
+            .await
+            .unwrap();
+    })
+    .await
+    .unwrap();
+    assert_eq!(s.get("row").await.unwrap().as_deref(), Some(&b"second"[..]));
+    assert_eq!(s.get("nothing").await.unwrap(), None);
+}
