@@ -1,0 +1,96 @@
+"""Python tasks and a Rust client (holdline-client) in one FIFO line.
+
+The Rust holder is the example `client/examples/holder.rs`: `holder ADDRESS
+LOCK KEY` prints `held FENCE`, holds until a line on stdin, prints
+`released`. Found at $HOLDLINE_RUST_HOLDER, else
+<repo>/target/release/examples/holder (`cargo build --release -p
+holdline-client --example holder`); the test is skipped without it.
+"""
+
+import asyncio
+import os
+import subprocess
+from pathlib import Path
+from typing import List
+
+import pytest
+from conftest import REPO, Server
+
+import holdline
+
+
+def rust_holder() -> Path:
+    configured = os.environ.get("HOLDLINE_RUST_HOLDER")
+    path = Path(configured) if configured else REPO / "target" / "release" / "examples" / "holder"
+    if not path.is_file():
+        pytest.skip(
+            f"no Rust holder at {path} (cargo build --release -p holdline-client --example holder)"
+        )
+    return path
+
+
+async def waiters(store: holdline.Store, lock: str, count: int) -> None:
+    for _ in range(1000):
+        if (await store.stats(lock))["waiters"] == count:
+            return
+        await asyncio.sleep(0.01)
+    pytest.fail(f"the line of {lock} never reached {count}")
+
+
+async def test_fifo_across_python_tasks_and_a_rust_client(
+    server: Server, store: holdline.Store
+) -> None:
+    lock = store.lock("mixed")
+    order: List[str] = []
+
+    async def python_waiter(name: str) -> None:
+        async with lock.hold("k", wait="60s") as lease:
+            order.append(f"{name} {lease.fence}")
+
+    release_first = asyncio.Event()
+    first_in = asyncio.Event()
+
+    async def first() -> None:
+        async with lock.hold("k") as lease:
+            order.append(f"python-1 {lease.fence}")
+            first_in.set()
+            await release_first.wait()
+
+    tasks = [asyncio.create_task(first())]
+    await first_in.wait()
+    # The line: python-2, then the Rust client, then python-3.
+    tasks.append(asyncio.create_task(python_waiter("python-2")))
+    await waiters(store, "mixed", 1)
+    rust = await asyncio.create_subprocess_exec(
+        str(rust_holder()),
+        server.address,
+        "mixed",
+        "k",
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    assert rust.stdin is not None and rust.stdout is not None
+    try:
+        await waiters(store, "mixed", 2)
+        tasks.append(asyncio.create_task(python_waiter("python-3")))
+        await waiters(store, "mixed", 3)
+
+        release_first.set()
+        await asyncio.wait_for(tasks[1], 10)  # python-2 first
+        held = (await asyncio.wait_for(rust.stdout.readline(), 10)).decode().split()
+        assert held[0] == "held"
+        order.append(f"rust {held[1]}")
+        await asyncio.sleep(0.3)
+        assert not tasks[2].done()  # python-3 waits behind the Rust client
+        rust.stdin.write(b"go\n")
+        await rust.stdin.drain()
+        assert (await asyncio.wait_for(rust.stdout.readline(), 10)) == b"released\n"
+        await asyncio.wait_for(asyncio.gather(*tasks), 10)
+        names = [entry.split()[0] for entry in order]
+        fences = [int(entry.split()[1]) for entry in order]
+        assert names == ["python-1", "python-2", "rust", "python-3"]
+        assert fences == sorted(fences) and len(set(fences)) == 4
+    finally:
+        if rust.returncode is None:
+            rust.kill()
+        await rust.wait()
