@@ -131,6 +131,25 @@ impl LeaseState {
         }
     }
 
+    /// The address of the grant's record: the key of the store's registry
+    /// of timed leases.
+    pub(crate) fn record_addr(&self) -> usize {
+        self.record as usize
+    }
+
+    /// How long the grant has been held, and how long it has left before
+    /// its maxHold or ttl ends it (`None`: neither applies), at `now_ms` on
+    /// the store's clock. Meaningful only for a lease with a timer, whose
+    /// grant time was read at the grant.
+    pub(crate) fn timing(&self, now_ms: u64) -> (Duration, Option<Duration>) {
+        let held = now_ms.saturating_sub(self.granted_ms);
+        // `expiry_ms` adds 1 ms so the timer never fires early; take it off.
+        let left = self
+            .expiry_ms()
+            .map(|(at, _)| Duration::from_millis(at.saturating_sub(1).saturating_sub(now_ms)));
+        (Duration::from_millis(held), left)
+    }
+
     /// Only under the wheel lock (which orders this Relaxed load).
     pub(crate) fn timer_key(&self) -> Option<TimerKey> {
         TimerKey::unpack(self.timer.load(Ordering::Relaxed))
@@ -226,6 +245,9 @@ impl LeaseState {
             if let Some(counter) = counter {
                 counter.fetch_add(1, Ordering::Relaxed);
             }
+            // Out of the timed registry before the key moves on, so the
+            // record's entry never names a grant that has ended.
+            self.store.forget_expired(self);
             // SAFETY: we won the CAS: the holder will not release, so the
             // grant is still HELD and the record alive.
             unsafe { (*self.record).release(self.fence) };

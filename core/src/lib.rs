@@ -40,10 +40,13 @@
 
 mod ctx;
 mod error;
+mod inspect;
 mod key;
 mod lease;
 mod line_wait;
 mod lock;
+mod many;
+mod outcome;
 mod record;
 mod store;
 mod sync;
@@ -52,9 +55,12 @@ mod timer;
 mod tx;
 
 pub use error::{Error, ErrorKind};
+pub use inspect::KeyInfo;
 pub use key::{Key, KeyRef, MAX_KEY_BYTES, MAX_NAME_BYTES};
 pub use lease::{Aborted, EndReason, HeldLease, Lease, Signal};
 pub use lock::{KeyHold, Lock, LockStats, DEFAULT_WAIT, MAX_WAITERS};
+pub use many::KeySet;
+pub use outcome::Outcome;
 pub use store::{LockBuilder, Store};
 pub use tx::Tx;
 

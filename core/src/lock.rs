@@ -11,6 +11,7 @@ use crate::error::{Error, ErrorKind};
 use crate::key::{check_key, Key, KeyBuf, KeyRef};
 use crate::lease::{HeldLease, Lease, LeaseState};
 use crate::line_wait::LineWait;
+use crate::outcome::Outcome;
 use crate::record::{Enqueued, Record, Tried, WaitEnd, Waiter};
 use crate::store::StoreShared;
 use crate::sync::AtomicBool;
@@ -51,7 +52,7 @@ impl LockShared {
         }
     }
 
-    fn id(&self) -> usize {
+    pub(crate) fn id(&self) -> usize {
         self as *const LockShared as usize
     }
 }
@@ -181,9 +182,17 @@ impl Lock {
     }
 
     /// Holds `key` while `f` runs, waiting in line up to 10 s, and answers
-    /// what `f` answered. Fails `in use` past the wait, `lost` if the lease
-    /// was lost meanwhile (maxHold, store closed; `f`'s value is dropped).
-    /// If `f` panics, the key is let go and the panic continues.
+    /// what `f` answered. Fails `in use` past the wait, `limit` when the
+    /// line is full, `closed`, or `invalid` (a bad key, a hold of a key this
+    /// thread already holds, a hold inside a transaction).
+    ///
+    /// Fails `lost` when the lease was lost while `f` ran (revoked at
+    /// maxHold, or the store closed): then **`f`'s value is dropped**, since
+    /// the key may have had another holder meanwhile. When `f` did
+    /// something that must not go unseen, use
+    /// [`hold_outcome`](Lock::hold_outcome), which answers the value and the
+    /// loss together. If `f` panics, the key is let go and the panic
+    /// continues.
     #[inline]
     pub fn hold<K: Key + ?Sized, R>(
         &self,
@@ -284,6 +293,21 @@ impl Lock {
         mode: Mode,
         f: impl FnOnce(&Lease<'_>) -> R,
     ) -> Result<Option<R>, Error> {
+        match self.hold_run(key, mode, f)? {
+            Some(outcome) => outcome.into_result().map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// A hold's run: `None` when `Try` found the key held, else what `f`
+    /// answered and whether the lease was lost meanwhile.
+    #[inline]
+    pub(crate) fn hold_run<R>(
+        &self,
+        key: KeyRef<'_>,
+        mode: Mode,
+        f: impl FnOnce(&Lease<'_>) -> R,
+    ) -> Result<Option<Outcome<R>>, Error> {
         let mut buf = KeyBuf::new();
         let text = key.text(&mut buf);
         let hash = self.shared.table.hash(text);
@@ -294,11 +318,9 @@ impl Lock {
         // SAFETY: `text` lives in this frame (or the caller's), which outlives
         // the lease; the lease pops the entry when it ends (unwinding too).
         unsafe { ctx::push_hold(self.shared.id(), hash, text) };
-        let r = f(&lease);
-        match lease.end() {
-            Ok(()) => Ok(Some(r)),
-            Err(reason) => Err(lease.lost_error(reason)),
-        }
+        let value = f(&lease);
+        let lost = lease.end().err().map(|reason| lease.lost_error(reason));
+        Ok(Some(Outcome { value, lost }))
     }
 
     /// A closure's lease over `grant`, with its maxHold timer armed. The
@@ -371,7 +393,19 @@ impl Lock {
     /// Past the fast path: wait in line on this thread.
     #[cold]
     fn acquire_slow(&self, text: &str, hash: u64, mode: Mode) -> Result<Option<Grant>, Error> {
-        let deadline = self.deadline_us(mode);
+        self.acquire_slow_until(text, hash, mode, self.deadline_us(mode))
+    }
+
+    /// Past the fast path: wait in line on this thread until `deadline`
+    /// (µs on the store's clock; used only when `mode` waits at all).
+    #[cold]
+    pub(crate) fn acquire_slow_until(
+        &self,
+        text: &str,
+        hash: u64,
+        mode: Mode,
+        deadline: u64,
+    ) -> Result<Option<Grant>, Error> {
         let waiter = Waiter::for_thread();
         // The node lives in this frame, which does not return until it has
         // left every line: pin it here.
@@ -565,7 +599,8 @@ impl Lock {
     }
 }
 
-fn ms(d: Duration) -> u64 {
+/// A wait in whole milliseconds, as `Mode::Wait` takes it.
+pub(crate) fn ms(d: Duration) -> u64 {
     if d.is_zero() {
         0
     } else {
@@ -588,9 +623,9 @@ impl fmt::Debug for Lock {
 #[derive(Clone, Copy, Debug)]
 #[must_use = "a KeyHold does nothing until .hold(), .try_hold() or .acquire()"]
 pub struct KeyHold<'l> {
-    lock: &'l Lock,
-    key: KeyRef<'l>,
-    wait: Duration,
+    pub(crate) lock: &'l Lock,
+    pub(crate) key: KeyRef<'l>,
+    pub(crate) wait: Duration,
 }
 
 impl KeyHold<'_> {
@@ -654,6 +689,9 @@ impl<'l> KeyHold<'l> {
 
     /// A handle-style lease, waiting up to `wait` without blocking the
     /// thread; see [`Lock::acquire_async`].
+    // Not an `async fn`: the signature promises `Send`, which an `async fn`
+    // would leave to inference (and to breaking silently).
+    #[allow(clippy::manual_async_fn)]
     pub fn acquire_async(self) -> impl Future<Output = Result<HeldLease, Error>> + Send + 'l {
         async move {
             let lock = self.lock;

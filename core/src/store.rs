@@ -16,7 +16,9 @@ use crate::error::{Error, ErrorKind};
 use crate::key::check_name;
 use crate::lease::{LeaseState, SignalHub};
 use crate::lock::{Lock, LockShared};
-use crate::sync::{lock, Arc, AtomicBool, Clock, Condvar, Mutex, Ordering};
+use crate::sync::{
+    downgrade, lock, upgrade, Arc, AtomicBool, Clock, Condvar, Mutex, Ordering, Weak,
+};
 use crate::timer::{TimerKey, Wheel};
 use crate::tx::{Rows, Tx};
 use crossbeam_epoch as epoch;
@@ -70,6 +72,13 @@ struct TimerState {
     sleeping_until: u64,
     sweep_at: Option<u64>,
     sweep_delay: u64,
+    /// The timed leases now active, by their record's address, so
+    /// `Lock::inspect` can tell how long a key has been held and how long
+    /// its lease has left. Kept beside the wheel so that a lease joins and
+    /// leaves it under the wheel lock it takes anyway (a hold with no timer
+    /// never touches it). An entry leaves before its grant is let go, so a
+    /// record's entry always names its current grant, if any.
+    timed: HashMap<usize, (u64, Weak<LeaseState>)>,
 }
 
 impl Default for Store {
@@ -94,6 +103,7 @@ impl Store {
                         sleeping_until: 0,
                         sweep_at: None,
                         sweep_delay: SWEEP_MIN_MS,
+                        timed: HashMap::new(),
                     }),
                     cv: Condvar::new(),
                 }),
@@ -322,7 +332,37 @@ impl StoreShared {
         }
         let key = st.wheel.insert(Due::Lease(lease.clone()), at);
         lease.set_timer_key(Some(key));
+        st.timed
+            .insert(lease.record_addr(), (lease.fence, downgrade(lease)));
         Self::wake_driver(this, &mut st, at);
+    }
+
+    /// The active timed lease of the grant with `fence` on the record at
+    /// `record_addr`, if that grant has one.
+    pub(crate) fn timed_lease(&self, record_addr: usize, fence: u64) -> Option<Arc<LeaseState>> {
+        let st = lock(&self.timer.state);
+        let (f, lease) = st.timed.get(&record_addr)?;
+        if *f != fence {
+            return None;
+        }
+        upgrade(lease).filter(|l| l.is_active())
+    }
+
+    /// A timed lease ended: it leaves the registry (before its grant is let
+    /// go; see `TimerState::timed`).
+    fn forget_timed(st: &mut TimerState, lease: &LeaseState) {
+        let addr = lease.record_addr();
+        // One grant, one fence: the entry is this lease's if its fence is.
+        if st.timed.get(&addr).is_some_and(|(f, _)| *f == lease.fence) {
+            st.timed.remove(&addr);
+        }
+    }
+
+    /// A timed lease ran out or was revoked: see [`forget_timed`](Self::forget_timed).
+    pub(crate) fn forget_expired(&self, lease: &LeaseState) {
+        if lease.expiry_ms().is_some() {
+            Self::forget_timed(&mut lock(&self.timer.state), lease);
+        }
     }
 
     /// Wakes `waker` at `at_us` on the store's clock (a waiting task's
@@ -355,6 +395,7 @@ impl StoreShared {
             let mut st = lock(&self.timer.state);
             let entry = lease.timer_key().and_then(|k| st.wheel.cancel(k));
             lease.set_timer_key(None);
+            Self::forget_timed(&mut st, lease);
             entry
         };
         // Dropped outside the wheel lock (it is not the last reference:
@@ -456,7 +497,7 @@ impl StoreShared {
             st.shutdown = true;
             st.sweep_at = None;
             self.timer.cv.notify_all();
-            std::mem::take(&mut st.wheel)
+            (std::mem::take(&mut st.wheel), std::mem::take(&mut st.timed))
         };
         drop(old);
     }

@@ -1,0 +1,112 @@
+//! Per-key introspection: [`Lock::inspect`] and the [`KeyInfo`] it answers.
+//!
+//! It reads the key's record (state word, fence, line length) without
+//! taking the key or its line lock, so it never changes who holds the key
+//! or the order of its line. Times come from the store's registry of timed
+//! leases (see `TimerState::timed` in `store.rs`): a lease with a maxHold
+//! or a ttl read the clock at its grant anyway, so only those leases are
+//! listed there, and a plain closure hold (no maxHold) pays nothing for
+//! this: its `held_for` is `None`.
+
+use crate::key::{check_key, Key, KeyBuf};
+use crate::lock::Lock;
+use crate::record::Record;
+use crossbeam_epoch as epoch;
+use std::time::Duration;
+
+/// A snapshot of one key; from [`Lock::inspect`].
+///
+/// Taken without stopping anyone: a key changing hands while it is read
+/// may show the incoming grant's fence a moment before it is held.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeyInfo {
+    /// Whether the key has a holder (a revoked holder whose closure still
+    /// runs does not count: the key has gone to the next in line).
+    pub held: bool,
+    /// While held, the current grant's fence (the one its lease's
+    /// [`fence`](crate::Lease::fence) answers); while free, the fence of
+    /// the last grant. Every later grant's fence is greater.
+    pub fence: u64,
+    /// How long the current grant has been held (to the millisecond), when
+    /// its lease has a timer: a lock opened with `max_hold`, or a
+    /// handle-style lease ([`Lock::acquire`]). `None` when the key is free,
+    /// and for a closure hold without `max_hold`, whose uncontended path
+    /// reads no clock.
+    pub held_for: Option<Duration>,
+    /// How long the current lease has left before it is revoked at its
+    /// maxHold or runs out at its ttl, whichever comes first (a renewal
+    /// pushes the ttl back). `None` when the key is free or its lease has
+    /// no timer (as for `held_for`).
+    pub lease_left: Option<Duration>,
+    /// How many threads and tasks wait in the key's line (the holder not
+    /// counted).
+    pub waiters: usize,
+}
+
+impl Lock {
+    /// A snapshot of `key`: whether it is held, the current grant's fence,
+    /// how long it has been held, how long its lease has left, and how many
+    /// wait for it. `None` when the key has no state: never used, or idle
+    /// and already reclaimed (an idle key lingers until the next sweep,
+    /// about a second, answering `held: false`). An invalid key has no state.
+    ///
+    /// It takes nothing: the holder, the line and its order are as they were.
+    ///
+    /// ```
+    /// use holdline::Store;
+    /// use std::time::Duration;
+    ///
+    /// let store = Store::new();
+    /// let jobs = store.lock("jobs").max_hold(Duration::from_secs(60)).open()?;
+    /// assert_eq!(jobs.inspect("job-1"), None);
+    /// jobs.hold("job-1", |lease| {
+    ///     let info = jobs.inspect("job-1").unwrap();
+    ///     assert!(info.held);
+    ///     assert_eq!(info.fence, lease.fence());
+    ///     assert_eq!(info.waiters, 0);
+    ///     assert!(info.lease_left.unwrap() <= Duration::from_secs(60));
+    /// })?;
+    /// assert!(!jobs.inspect("job-1").unwrap().held);
+    /// # Ok::<(), holdline::Error>(())
+    /// ```
+    pub fn inspect<K: Key + ?Sized>(&self, key: &K) -> Option<KeyInfo> {
+        let mut buf = KeyBuf::new();
+        let text = key.key_ref().text(&mut buf);
+        check_key(&self.shared.name, text).ok()?;
+        let table = &self.shared.table;
+        let hash = table.hash(text);
+        let guard = epoch::pin();
+        // Authoritative: a quick miss is confirmed under the shard lock,
+        // which makes nothing and takes nothing from the key.
+        let record = table.find_authoritative(hash, text, &guard)?;
+        Some(self.info_of(record))
+    }
+
+    fn info_of(&self, record: &Record) -> KeyInfo {
+        let waiters = record.waiter_count() as usize;
+        match record.current_fence_if_held() {
+            Some(fence) => {
+                let timing = self
+                    .store
+                    .timed_lease(record as *const Record as usize, fence)
+                    .map(|lease| lease.timing(self.store.clock.now_ms()));
+                KeyInfo {
+                    held: true,
+                    fence,
+                    held_for: timing.map(|t| t.0),
+                    lease_left: timing.and_then(|t| t.1),
+                    waiters,
+                }
+            }
+            None => KeyInfo {
+                held: false,
+                // Free: the record keeps the next grant's fence; every
+                // record was made by a grant, so there was a last one.
+                fence: record.next_fence_after_retire().saturating_sub(1),
+                held_for: None,
+                lease_left: None,
+                waiters,
+            },
+        }
+    }
+}
