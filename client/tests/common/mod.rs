@@ -1,8 +1,8 @@
 //! A real `holdline serve` process on loopback, started by the tests.
 //!
-//! The binary: `$HOLDLINE_BIN`, else `release/holdline` or `debug/holdline`
-//! in the target dir this test executable was built into, else built there
-//! with `cargo build --release --bin holdline`.
+//! The binary: `$HOLDLINE_BIN`, else the newer of `release/holdline` and
+//! `debug/holdline` in the target dir this test executable was built into,
+//! else built there with `cargo build --release --bin holdline`.
 
 #![allow(dead_code)]
 
@@ -132,11 +132,14 @@ pub fn binary() -> &'static Path {
             .and_then(Path::parent)
             .expect("the test runs from <target>/<profile>/deps")
             .to_path_buf();
-        for profile in ["release", "debug"] {
-            let bin = target.join(profile).join("holdline");
-            if bin.is_file() {
-                return bin;
-            }
+        // The newer of the two, so a stale build of one profile is not used.
+        let built = ["release", "debug"]
+            .iter()
+            .map(|profile| target.join(profile).join("holdline"))
+            .filter_map(|bin| Some((bin.metadata().ok()?.modified().ok()?, bin)))
+            .max();
+        if let Some((_, bin)) = built {
+            return bin;
         }
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
