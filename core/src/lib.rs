@@ -1,38 +1,135 @@
-//! Keyed locks with leases.
+//! Keyed locks with leases, in process.
 //!
-//! A [`Store`] holds named [`Lock`]s; a lock holds any number of keys, each
-//! created on first use and forgotten when idle. [`Lock::hold`] waits in a
-//! FIFO line for a key (up to a deadline), holds it while a closure runs, and
-//! lets it go after. Each grant carries a fencing token ([`Lease::fence`])
-//! and a loss [`Signal`]; `max_hold` revokes a hung holder, and `ttl` lets a
-//! handle-style [`HeldLease`] run out when its holder stops renewing.
+//! One thing at a time per invoice, per chat, per account: a caller holds a
+//! *key* of a named [`Lock`] while a closure runs, and everyone else who
+//! wants that key waits in line. A lock has any number of keys, each made
+//! on first use and forgotten (its memory given back) once idle.
+//!
+//! - **FIFO waiting.** Waiters for a key are served in the order they
+//!   arrived, threads and async tasks in one line; a release hands the key
+//!   straight to the first of them.
+//! - **Deadlines and tries.** [`Lock::hold`] waits up to 10 s (choose with
+//!   [`KeyHold::wait`]); [`Lock::try_hold`] never waits.
+//! - **Fencing tokens.** Every grant of a key carries a [`fence`](Lease::fence)
+//!   greater than every earlier grant's, so storage can refuse a writer
+//!   whose turn is over ([`Tx::put_fenced`]).
+//! - **Losing a lease.** A lock opened with
+//!   [`max_hold`](LockBuilder::max_hold) revokes a holder that keeps a key
+//!   too long: the key goes to the next in line, the lease's [`Signal`]
+//!   aborts, and `hold` answers [`ErrorKind::Lost`]. A handle-style
+//!   [`HeldLease`] (for holders outside the process) also runs out `ttl`
+//!   after its last renewal.
+//! - **Several keys.** [`Lock::hold_many`] takes a set of keys in one
+//!   canonical order under one deadline, so two callers never wait on each
+//!   other in a cycle.
+//! - **Looking without touching.** [`Lock::inspect`] tells whether a key
+//!   is held, its fence, for how long, and how many wait for it;
+//!   [`Lock::stats`] counts a lock's keys and events.
+//! - **A small transactional table** per [`Store`] ([`Store::tx`]), whose
+//!   fenced writes are how a revoked holder is kept from writing late.
+//!
+//! # A first example
 //!
 //! ```
-//! use holdline::{Store, ErrorKind};
+//! use holdline::{ErrorKind, Store};
 //! use std::time::Duration;
 //!
 //! let store = Store::new();
 //! let invoices = store.lock("invoices").max_hold(Duration::from_secs(120)).open()?;
 //!
-//! let charged = invoices.hold("inv-9", |lease| {
-//!     // Do the work; pass the fence to whatever it writes to.
+//! // Wait in line (10 s by default) and hold the key while the closure runs.
+//! let fence = invoices.hold("inv-9", |lease| {
+//!     // Do the work; pass the fence along to whatever it writes.
 //!     lease.fence()
 //! })?;
-//! assert!(charged > 0);
+//!
+//! // Stand in line at most 30 s.
+//! let next = invoices.key("inv-9").wait(Duration::from_secs(30)).hold(|lease| lease.fence())?;
+//! assert!(next > fence);
+//!
+//! // Never wait: `None` (the closure not run) when the key is held.
+//! let inner = invoices.hold("inv-9", |_| invoices.try_hold("inv-9", |_| ()))?;
+//! assert_eq!(inner?, None);
 //!
 //! // Numbers are their decimal text: 9 and "9" are one key.
-//! let inner = invoices.hold(&9, |_| invoices.try_hold("9", |_| ()))?;
-//! assert_eq!(inner?, None); // held (by us), so not run
+//! invoices.hold(&9, |_| assert!(invoices.inspect("9").unwrap().held))?;
 //!
-//! let err = invoices.key("").hold(|_| ()).unwrap_err();
+//! // Errors name the lock and the key, and end with their kind.
+//! let err = invoices.hold("inv-9", |_| invoices.hold("inv-9", |_| ()))?.unwrap_err();
 //! assert_eq!(err.kind(), ErrorKind::Invalid);
+//! assert_eq!(
+//!     err.to_string(),
+//!     r#"lock invoices: key "inv-9": hold inside a hold of the same key: invalid"#
+//! );
 //! # Ok::<(), holdline::Error>(())
 //! ```
 //!
-//! Module map: [`sync`](crate) is the loom facade every atomic goes through;
-//! `record` is one key's state word and waiter line; `table` maps key text to
-//! records and reclaims idle ones; `timer` is the wheel behind maxHold and
-//! ttl; `lease`, `lock`, `store` and `tx` are the public surface.
+//! # Async tasks
+//!
+//! [`Lock::hold_async`] and [`Lock::acquire_async`] wait without blocking
+//! the thread, in the same line as threads, with the same rules. The crate
+//! depends on no runtime; this example uses tokio. A lease's
+//! [`Signal::aborted`] resolves when the lease is lost, for `select!`
+//! beside the work it guards.
+//!
+//! ```
+//! use holdline::Store;
+//! use std::time::Duration;
+//!
+//! let rt = tokio::runtime::Builder::new_multi_thread()
+//!     .worker_threads(2)
+//!     .enable_time()
+//!     .build()
+//!     .unwrap();
+//! let store = Store::new();
+//! let jobs = store.lock("jobs").max_hold(Duration::from_millis(50)).open()?;
+//!
+//! rt.block_on(async {
+//!     // Hold while an async closure runs.
+//!     let fence = jobs
+//!         .hold_async("job-1", async |lease| {
+//!             tokio::time::sleep(Duration::from_millis(1)).await;
+//!             lease.fence()
+//!         })
+//!         .await?;
+//!     assert!(fence > 0);
+//!
+//!     // Stop the work when the lease is lost (here: at its 50 ms maxHold).
+//!     let lease = jobs.key("job-2").wait(Duration::from_secs(5)).acquire_async().await?;
+//!     let answer = tokio::select! {
+//!         _ = lease.signal().aborted() => "stopped: the lease was lost",
+//!         _ = tokio::time::sleep(Duration::from_secs(30)) => "done",
+//!     };
+//!     assert_eq!(answer, "stopped: the lease was lost");
+//!     assert!(lease.release().is_err()); // lost before it was released
+//!     Ok::<(), holdline::Error>(())
+//! })?;
+//! # Ok::<(), holdline::Error>(())
+//! ```
+//!
+//! # Errors
+//!
+//! Every call fails with one [`Error`] type; branch on its [`ErrorKind`].
+//! Its text names the lock and the key, says what happened, and ends with
+//! the kind:
+//!
+//! | kind | when | example text |
+//! | --- | --- | --- |
+//! | [`InUse`](ErrorKind::InUse) | the wait passed with the key still held | `lock invoices: key "9": held past the hold's wait: in use` |
+//! | [`Lost`](ErrorKind::Lost) | the lease was revoked at its maxHold, ran out at its ttl, or its store closed | `lock invoices: key "m": the lease was lost: it was revoked at its maxHold` |
+//! | [`Limit`](ErrorKind::Limit) | the key's line already holds [`MAX_WAITERS`] waiters | `lock invoices: key "7": 10000 waiters already stand in line: limit` |
+//! | [`Invalid`](ErrorKind::Invalid) | a bad lock name or key, a hold of a key this thread holds, a hold inside a transaction | `lock invoices: key "7": hold inside a hold of the same key: invalid` |
+//! | [`Closed`](ErrorKind::Closed) | the store was closed | `lock invoices: key "7": the store is closed: closed` |
+//!
+//! Lock names are 1 to 128 ASCII letters, digits and `_ - . :`; keys are 1
+//! to 1,024 bytes of UTF-8 without control characters.
+
+// Module map (private): `sync` is the loom facade every atomic goes
+// through; `record` is one key's state word and waiter line; `table` maps
+// key text to records and reclaims idle ones; `timer` is the wheel behind
+// maxHold and ttl; `ctx` lists a thread's running holds; `line_wait` is a
+// task's wait in a line; `lease`, `lock`, `outcome`, `inspect`, `many`,
+// `store` and `tx` are the public surface.
 
 #![warn(missing_docs)]
 // Under loom the background thread and some clock helpers are not built.
