@@ -662,3 +662,22 @@ async fn fenced_writes_refuse_a_stale_fence() {
     assert_eq!(s.get("row").await.unwrap().as_deref(), Some(&b"second"[..]));
     assert_eq!(s.get("nothing").await.unwrap(), None);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_closure_lets_the_key_go() {
+    let server = Server::start();
+    let s = store(&server).await;
+    let lock = s.lock("panics").open().unwrap();
+    let l2 = lock.clone();
+    let joined =
+        tokio::spawn(async move { l2.hold("k", async |_| -> () { panic!("boom") }).await }).await;
+    assert!(joined.unwrap_err().is_panic());
+    // Let go at once (RELEASE on drop), not at the ttl (10 s).
+    let fence = lock
+        .key("k")
+        .wait(Duration::from_secs(5))
+        .hold(async |l| l.fence())
+        .await
+        .unwrap();
+    assert!(fence > 0);
+}
