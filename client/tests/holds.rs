@@ -681,3 +681,23 @@ async fn a_panicking_closure_lets_the_key_go() {
         .unwrap();
     assert!(fence > 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renew_answers_ok_then_the_loss() {
+    let server = Server::start();
+    let s = store(&server).await;
+    let lock = s
+        .lock("renewing")
+        .max_hold(Duration::from_millis(300))
+        .open()
+        .unwrap();
+    let held = lock.acquire(&7).await.unwrap();
+    held.renew().await.unwrap();
+    timeout(PATIENCE, held.signal().aborted()).await.unwrap();
+    let err = held.renew().await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "lock renewing: key \"7\": the lease was lost: it was revoked at its maxHold"
+    );
+    assert_eq!(held.release().await.unwrap_err(), err);
+}
