@@ -132,18 +132,20 @@ export class Connection {
 	}
 
 	/**
-	 * In use: keep the process alive and send `PING` every `periodMs`, since
-	 * every command the server reads renews the connection's leases, even
-	 * while a `HOLD` of it still waits.
+	 * In use: keep the process alive and call `renew` every `periodMs` (by
+	 * default a `PING`: every command the server reads renews the
+	 * connection's leases, even while a `HOLD` of it still waits).
 	 */
-	busy(periodMs: number): void {
+	busy(periodMs: number, renew: () => void = () => this.#ping()): void {
 		this.#socket.ref()
 		clearInterval(this.#renewal)
-		this.#renewal = setInterval(() => {
-			// A failed PING means the connection closed; `onClose` reports that.
-			this.send(['PING']).catch(() => {})
-		}, periodMs)
+		this.#renewal = setInterval(renew, periodMs)
 		this.#renewal.unref()
+	}
+
+	#ping(): void {
+		// A failed PING means the connection closed; `onClose` reports that.
+		this.send(['PING']).catch(() => {})
 	}
 
 	/** Not in use: no renewal, and the process may exit while it idles. */

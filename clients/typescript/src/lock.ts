@@ -141,10 +141,9 @@ export class Lock {
 			if (this.#pool.closed) throw this.#storeClosed(key)
 			throw e
 		}
-		// Renew every third of the ttl from now on: a lease is granted as
-		// alive as the connection's last command, so it must keep talking
-		// while it waits too.
-		connection.busy(Math.max(1, Math.floor(this.#ttlMs / 3)))
+		// Renew from now on: a lease is granted as alive as its connection's
+		// last command, so the connection keeps talking while it waits too.
+		connection.busy(this.#renewalPeriod)
 		const onAbort = () => connection.destroy(new ConnectionClosed('the hold was aborted'))
 		signal?.addEventListener('abort', onAbort, { once: true })
 		let reply: Reply
@@ -182,11 +181,26 @@ export class Lock {
 		return errorFor('closed', 'the store is closed', this.name, key)
 	}
 
+	/** Every third of the ttl, as Redisson's watchdog does. */
+	get #renewalPeriod(): number {
+		return Math.max(1, Math.floor(this.#ttlMs / 3))
+	}
+
 	/** Runs `fn` under a granted lease, then lets the key go. */
 	async #run<T>({ connection, lease }: Grant, fn: (lease: Lease) => T | PromiseLike<T>): Promise<T> {
+		// The loss is pushed the moment it happens; a RENEW answering LOST
+		// is the second way to learn it (as a RESP2 client would).
 		connection.onPush = items => {
 			if (items[0] === 'lost' && items[1] === lease.id) lease.lose(new HoldlineError('lost', String(items[2])))
 		}
+		connection.busy(this.#renewalPeriod, () => {
+			connection.send(['RENEW', lease.id]).then(
+				reply => {
+					if (reply instanceof RespError && reply.word === 'LOST') lease.lose(fromServer(reply.word, reply.text))
+				},
+				() => {}, // closed: `onClose` below reports it
+			)
+		})
 		const stopWatching = connection.onClose(() => {
 			if (lease.settled) return
 			const why = this.#pool.closed ? 'its store closed' : 'its connection to the server closed'

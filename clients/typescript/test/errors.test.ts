@@ -70,13 +70,17 @@ test('in use: the seed text, after a wait and with a zero wait', async () => {
 })
 
 test('lost: maxHold revokes, the signal aborts, the next in line gets the key, hold rejects', async () => {
-	const invoices = store.lock('invoices', { ttl: '10s', maxHold: '300ms' })
+	// A ttl of 60 s renews every 20 s: a signal aborted well before that was pushed, not polled.
+	const invoices = store.lock('invoices', { ttl: '60s', maxHold: '300ms' })
 	const text = 'lock invoices: key "m": the lease was lost: it was revoked at its maxHold'
+	const started = Date.now()
+	let abortedAfter = Infinity
 	let reason: unknown
 	let nextGotIt = false
 	const next = store.lock('invoices').hold('m', () => (nextGotIt = true), { wait: '30s' })
 	const held = invoices.hold('m', async lease => {
 		await new Promise(resolve => lease.signal.addEventListener('abort', resolve))
+		abortedAfter = Date.now() - started
 		reason = lease.signal.reason
 		assert.equal(lease.lost, true)
 		assert.throws(() => lease.check(), isError('lost', text))
@@ -87,6 +91,7 @@ test('lost: maxHold revokes, the signal aborts, the next in line gets the key, h
 	})
 	await assert.rejects(held, isError('lost', text))
 	assert.ok(reason instanceof HoldlineError && reason.kind === 'lost' && reason.message === text)
+	assert.ok(abortedAfter >= 250 && abortedAfter < 15_000, `aborted after ${abortedAfter}ms: at the maxHold, by the push`)
 	assert.equal((await store.stats('invoices')).revocations, 1)
 })
 
@@ -179,6 +184,8 @@ test('closed: after store.close every call fails closed, waiters fail closed, ho
 		await new Promise(resolve => lease.signal.addEventListener('abort', resolve))
 		reason = lease.signal.reason
 	})
+	holding.catch(() => {})
+	waiting.catch(() => {})
 	await until('d held', async () => (await store.stats('invoices')).held_keys === 2)
 	await s.close()
 	await s.close()
@@ -204,6 +211,9 @@ test('closed: the server shutting down fails waiters closed and loses holders', 
 		reason = lease.signal.reason
 	})
 	const waiting = lock.hold('7', () => 1, { wait: '30s' })
+	// Both settle while the server stops, before the asserts below look at them.
+	holding.catch(() => {})
+	waiting.catch(() => {})
 	await until('one waiter', async () => (await s.stats('invoices')).waiters === 1)
 	assert.equal(await own.stop('SIGTERM'), 0)
 	await assert.rejects(waiting, (e: unknown) => e instanceof HoldlineError && e.kind === 'closed' && e.message.startsWith('lock invoices: key "7": '))
