@@ -41,7 +41,7 @@ mod store;
 pub use connection::{Connection, PushHandler, MAX_REPLY_FRAME};
 pub use error::Error;
 pub use holdline::{ErrorKind, Key, LockStats};
-pub use holdline_resp::{Proto, Value};
+pub use holdline_resp::Value;
 pub use lease::{Lease, Signal};
 pub use lock::{HeldLease, KeyHold, Lock};
 pub use store::{LockBuilder, Store, DEFAULT_TTL, MAX_IDLE_CONNECTIONS};
