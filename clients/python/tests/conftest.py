@@ -52,6 +52,7 @@ class Server:
             stderr=self.log,
         )
         assert self.proc.stdout is not None
+        self.drain: Optional[threading.Thread] = None
         with selectors.DefaultSelector() as sel:
             sel.register(self.proc.stdout, selectors.EVENT_READ)
             ready = sel.select(15)
@@ -63,7 +64,8 @@ class Server:
         self.address = first[len(prefix) :].strip()
         self.port = int(self.address.rsplit(":", 1)[1])
         # Whatever else it prints must not fill a pipe and stall it.
-        threading.Thread(target=self._drain, daemon=True).start()
+        self.drain = threading.Thread(target=self._drain, daemon=True)
+        self.drain.start()
 
     def _drain(self) -> None:
         assert self.proc.stdout is not None
@@ -83,6 +85,10 @@ class Server:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(timeout=15)
+        if self.drain is not None:
+            self.drain.join(5)  # it ends at end of file, once the process is gone
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
 
 
 @pytest.fixture
@@ -120,6 +126,7 @@ class Holder:
         """The holder's next line (blocking the test's thread: call it via
         asyncio.to_thread from async tests)."""
         assert self.proc.stdout is not None
+        self.drain: Optional[threading.Thread] = None
         with selectors.DefaultSelector() as sel:
             sel.register(self.proc.stdout, selectors.EVENT_READ)
             if not sel.select(timeout):
