@@ -596,3 +596,70 @@ fn drive(store: std::sync::Weak<StoreShared>, timer: Arc<TimerShared>, clock: Ar
         st.sleeping_until = 0;
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn timed(store: &Store) -> usize {
+        lock(&store.shared.timer.state).timed.len()
+    }
+
+    #[test]
+    fn the_timed_registry_lists_a_timed_lease_only_while_it_is_active() {
+        let store = Store::new();
+        let jobs = store
+            .lock("jobs")
+            .max_hold(Duration::from_secs(60))
+            .open()
+            .unwrap();
+        assert_eq!(jobs.hold("a", |_| timed(&store)).unwrap(), 1);
+        assert_eq!(timed(&store), 0);
+        let lease = jobs.acquire("b").unwrap();
+        assert_eq!(timed(&store), 1);
+        lease.release().unwrap();
+        assert_eq!(timed(&store), 0);
+        // A plain hold without maxHold never touches it.
+        let plain = store.lock("plain").open().unwrap();
+        assert_eq!(plain.hold("a", |_| timed(&store)).unwrap(), 0);
+    }
+
+    #[test]
+    fn a_revoked_or_expired_lease_leaves_the_timed_registry() {
+        let store = Store::new();
+        let short = store
+            .lock("jobs")
+            .max_hold(Duration::from_millis(20))
+            .open()
+            .unwrap();
+        let err = short
+            .hold("a", |lease| {
+                assert!(lease.signal().wait_timeout(Duration::from_secs(20)));
+            })
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Lost);
+        assert_eq!(timed(&store), 0);
+        let conns = store
+            .lock("conns")
+            .ttl(Duration::from_millis(20))
+            .open()
+            .unwrap();
+        let lease = conns.acquire("c").unwrap();
+        assert!(lease.signal().wait_timeout(Duration::from_secs(20)));
+        // Ran out, not yet dropped: already gone from the registry.
+        assert_eq!(timed(&store), 0);
+        drop(lease);
+    }
+
+    #[test]
+    fn close_empties_the_timed_registry() {
+        let store = Store::new();
+        let conns = store.lock("conns").open().unwrap();
+        let lease = conns.acquire("c").unwrap();
+        assert_eq!(timed(&store), 1);
+        store.close();
+        assert_eq!(timed(&store), 0);
+        assert_eq!(lease.release().unwrap_err().kind(), ErrorKind::Lost);
+        assert_eq!(timed(&store), 0);
+    }
+}
