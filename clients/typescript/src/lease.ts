@@ -7,11 +7,11 @@ import type { HoldlineError } from './errors.js'
 
 export class Lease {
 	readonly #controller = new AbortController()
-	/** Set once the holder's function has settled: a later close of the
-	 * connection is the key being let go, not a loss. */
+	/** @internal Set once the holder's function has settled: a later close
+	 * of the connection is the key being let go, not a loss. */
 	settled = false
 
-	/** @internal */
+	/** Made by `hold` and `tryHold`. */
 	constructor(
 		/** The key, as text (a number key is its decimal text). */
 		readonly key: string,

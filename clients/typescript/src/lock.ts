@@ -62,7 +62,7 @@ export class Lock {
 	/** The lease options every HOLD and TRYHOLD of this handle carries. */
 	readonly #leaseArgs: Arg[]
 
-	/** @internal Use `store.lock(name, options)`. */
+	/** Made by `store.lock(name, options)`. */
 	constructor(
 		pool: Pool,
 		/** The lock's name. */

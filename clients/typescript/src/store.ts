@@ -40,7 +40,16 @@ export async function connect(address = '127.0.0.1:7380', options: ConnectOption
 	const maxIdle = options.maxIdle ?? 8
 	if (!Number.isSafeInteger(maxIdle) || maxIdle < 0) throw errorFor('invalid', `maxIdle is a count, not ${String(maxIdle)}`)
 	const pool = new Pool(parseAddress(address), { token: options.token, connectTimeoutMs: Math.max(1, timeout), maxIdle })
-	pool.giveBack(await pool.take())
+	// A PING proves the connection usable: a server that wants a token
+	// answers HELLO without one, and only the next command NOAUTH.
+	const first = await pool.take()
+	const pong = await first.send(['PING']).catch(() => null)
+	if (!(pong === 'PONG')) {
+		first.destroy()
+		const why = pong instanceof RespError ? fromServer(pong.word, pong.text).message : 'it closed the connection'
+		throw errorFor('invalid', `the server at ${pool.where} refused the connection (${why})`)
+	}
+	pool.giveBack(first)
 	return new Store(pool)
 }
 
@@ -50,7 +59,7 @@ const LOCK_NAME = /^[A-Za-z0-9_.:-]{1,128}$/
 export class Store {
 	readonly #pool: Pool
 
-	/** @internal Use `connect`. */
+	/** Made by `connect`. */
 	constructor(pool: Pool) {
 		this.#pool = pool
 	}
@@ -119,7 +128,13 @@ export class Store {
 	/** A one-off command on a free connection. */
 	async #command(args: Arg[], lock: string | undefined): Promise<Reply> {
 		if (this.#pool.closed) throw errorFor('closed', 'the store is closed', lock)
-		const connection: Connection = await this.#pool.take()
+		let connection: Connection
+		try {
+			connection = await this.#pool.take()
+		} catch (e) {
+			if (this.#pool.closed) throw errorFor('closed', 'the store is closed', lock)
+			throw e
+		}
 		connection.busy(60_000)
 		let reply: Reply
 		try {
