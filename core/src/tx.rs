@@ -49,15 +49,39 @@ struct FencedWrite {
 /// ```
 /// use holdline::Store;
 ///
+/// #[derive(Debug, PartialEq)]
+/// enum ShopError {
+///     CardDeclined,
+///     Store(holdline::ErrorKind),
+/// }
+/// impl From<holdline::Error> for ShopError {
+///     fn from(e: holdline::Error) -> Self {
+///         ShopError::Store(e.kind())
+///     }
+/// }
+///
 /// let store = Store::new();
+/// // Commit: `Ok` makes every write visible.
 /// store.tx(|tx| {
 ///     tx.put("stock:apples", "3");
 ///     // The transaction sees its own writes before they commit.
 ///     assert_eq!(tx.get("stock:apples"), Some(&b"3"[..]));
 ///     Ok(())
 /// })?;
-/// let left = store.tx(|tx| Ok(tx.get("stock:apples").map(<[u8]>::to_vec)))?;
-/// assert_eq!(left.as_deref(), Some(&b"3"[..]));
+///
+/// // Rollback: an `Err` of your own drops every write.
+/// let sold: Result<(), ShopError> = store.tx_with(|tx| {
+///     tx.put("stock:apples", "2");
+///     tx.put("order:1", "1 apple");
+///     Err(ShopError::CardDeclined) // card declined
+/// });
+/// assert_eq!(sold, Err(ShopError::CardDeclined));
+///
+/// let (stock, order) = store.tx(|tx| {
+///     Ok((tx.get("stock:apples").map(<[u8]>::to_vec), tx.get("order:1").is_some()))
+/// })?;
+/// assert_eq!(stock.as_deref(), Some(&b"3"[..]));
+/// assert!(!order);
 /// # Ok::<(), holdline::Error>(())
 /// ```
 pub struct Tx<'s> {
