@@ -220,7 +220,8 @@ async def test_a_stalled_holders_old_fence_is_refused(store: holdline.Store) -> 
 
 
 async def test_max_hold_revokes_and_hands_the_key_on(store: holdline.Store) -> None:
-    invoices = store.lock("invoices", ttl="10s", max_hold="500ms")
+    # A ttl far beyond the test: only the push can tell the loss in time.
+    invoices = store.lock("invoices", ttl="60s", max_hold="500ms")
     handed_on = asyncio.Event()
     fences: List[int] = []
 
