@@ -125,6 +125,7 @@ test('invalid: names, keys, durations, a hold inside a hold of the same key', as
 	await assert.rejects(invoices.hold('', () => 1), isError('invalid', 'lock invoices: key "": the key is empty: invalid'))
 	await assert.rejects(invoices.tryHold('a\nb', () => 1), isError('invalid', 'lock invoices: key "a\\nb": the key holds a control character: invalid'))
 	await assert.rejects(invoices.hold(1.5, () => 1), isError('invalid', 'lock invoices: a key is text or a whole number, not 1.5: invalid'))
+	await assert.rejects(invoices.hold('7', 'work' as never), isError('invalid', 'lock invoices: key "7": the holder is a function, not string: invalid'))
 	await invoices.hold('7', async () => {
 		await assert.rejects(invoices.hold('7', () => 1), isError('invalid', 'lock invoices: key "7": hold inside a hold of the same key: invalid'))
 		// Through another handle on the same name, and from a task started inside.
@@ -222,6 +223,28 @@ test('closed: the server shutting down fails waiters closed and loses holders', 
 	assert.ok(reason instanceof HoldlineError && reason.kind === 'lost')
 	// A later hold cannot connect.
 	await assert.rejects(lock.hold('8', () => 1), (e: unknown) => e instanceof HoldlineError && e.kind === 'closed' && e.message.startsWith(`store: cannot connect to ${own.address}`))
+	await s.close()
+})
+
+test('the connection dropping: holders lost, waiters closed', async () => {
+	const own = await startServer()
+	const s = await connect(own.address)
+	const lock = s.lock('dropped')
+	let reason: unknown
+	const holding = lock.hold('k', async lease => {
+		await new Promise(resolve => lease.signal.addEventListener('abort', resolve))
+		reason = lease.signal.reason
+		return 'dropped'
+	})
+	const waiting = lock.hold('k', () => 1, { wait: '30s' })
+	holding.catch(() => {})
+	waiting.catch(() => {})
+	await until('one waiter', async () => (await s.stats('dropped')).waiters === 1)
+	// SIGKILL: no CLOSED, no push; only the connections drop.
+	await own.stop('SIGKILL')
+	await assert.rejects(holding, isError('lost', 'lock dropped: key "k": the lease was lost: its connection to the server closed'))
+	assert.equal(reason, await holding.catch(e => e))
+	await assert.rejects(waiting, isError('closed', 'lock dropped: key "k": the connection to the server closed: closed'))
 	await s.close()
 })
 
