@@ -100,3 +100,34 @@ def test_hold_inside_a_hold_of_the_same_key_on_one_thread_is_invalid(
         assert str(caught.value) == expected
         with lock.try_hold("k") as inner:
             assert inner is None
+
+
+def test_an_abandoned_wait_leaves_the_line(sync_store: holdline.SyncStore) -> None:
+    # What KeyboardInterrupt in a waiting thread leads to: the loop thread
+    # is asked to abandon the hold, and cancels it there.
+    lock = sync_store.lock("abandon")
+    outcome: List[BaseException] = []
+    with lock.hold("k"):
+        waiting = lock.hold("k", wait="30s")
+
+        def wait() -> None:
+            try:
+                with waiting:
+                    pass
+            except BaseException as err:
+                outcome.append(err)
+
+        thread = threading.Thread(target=wait)
+        thread.start()
+        deadline = time.monotonic() + 10
+        while sync_store.stats("abandon")["waiters"] != 1:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        sync_store._runner.loop.call_soon_threadsafe(waiting._abandon)
+        thread.join(10)
+        assert len(outcome) == 1 and not isinstance(outcome[0], holdline.Error)
+        while sync_store.stats("abandon")["waiters"] != 0:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+    with lock.try_hold("k") as lease:
+        assert lease is not None

@@ -125,13 +125,11 @@ class SyncLock:
         """`Lock.hold`, blocking: waits in line up to `wait` (default 10 s)."""
         text = key_text(key)
         wait_ms = 10_000 if wait is None else to_ms(wait, "wait", self.name, text)
-        owner = threading.current_thread()
-        return SyncHold(self.store, Hold(self._lock, text, wait_ms, owner))
+        return SyncHold(self.store, Hold(self._lock, text, wait_ms))
 
     def try_hold(self, key: Key) -> "SyncHold":
         """`Lock.try_hold`, blocking: the lease is None when the key is held."""
-        owner = threading.current_thread()
-        return SyncHold(self.store, Hold(self._lock, key_text(key), None, owner))
+        return SyncHold(self.store, Hold(self._lock, key_text(key), None))
 
 
 class SyncLease:
@@ -215,6 +213,9 @@ class SyncHold:
             pass
 
     def __enter__(self) -> Optional[SyncLease]:
+        # The holder is the thread that enters (the loop thread's tasks only
+        # carry out its commands): a hold it makes inside is `Invalid`.
+        self._hold._owner = threading.current_thread()
         future = asyncio.run_coroutine_threadsafe(self._enter(), self._runner.loop)
         try:
             return future.result()
