@@ -50,8 +50,11 @@ export class Connection {
 	#closed: ConnectionClosed | undefined
 	#closeListeners: Array<(why: ConnectionClosed) => void> = []
 	#renewal: NodeJS.Timeout | undefined
-	/** Called with each push's items (`['lost', lease, text]`). */
-	onPush: (items: Reply[]) => void = () => {}
+	/** Who is told of each lease's loss, by lease id. */
+	#lossWatchers = new Map<bigint, (text: string) => void>()
+	/** Losses pushed before anyone watched their lease: a grant and its loss
+	 * can arrive in one read, before the grant's awaiter has run. */
+	#unclaimedLosses = new Map<bigint, string>()
 
 	private constructor(socket: net.Socket) {
 		this.#socket = socket
@@ -160,9 +163,33 @@ export class Connection {
 		this.#shut(why)
 	}
 
+	/**
+	 * Calls `listener` with the server's text when lease `id` is reported
+	 * lost (at once if it was already); answers a function that stops it.
+	 */
+	watchLoss(id: bigint, listener: (text: string) => void): () => void {
+		const text = this.#unclaimedLosses.get(id)
+		if (text !== undefined) {
+			this.#unclaimedLosses.delete(id)
+			listener(text)
+		}
+		this.#lossWatchers.set(id, listener)
+		return () => {
+			this.#lossWatchers.delete(id)
+		}
+	}
+
+	#onPush([kind, id, text]: Reply[]): void {
+		// `["lost", lease, text]`; other pushes mean nothing to a holder.
+		if (kind !== 'lost' || typeof id !== 'bigint') return
+		const watcher = this.#lossWatchers.get(id)
+		if (watcher) watcher(String(text))
+		else this.#unclaimedLosses.set(id, String(text))
+	}
+
 	#onFrame(frame: Reply | RespPush): void {
 		if (frame instanceof RespPush) {
-			this.onPush(frame.items)
+			this.#onPush(frame.items)
 			return
 		}
 		const pending = this.#pending.shift()

@@ -141,6 +141,10 @@ export class Lock {
 			if (this.#pool.closed) throw this.#storeClosed(key)
 			throw e
 		}
+		if (signal?.aborted) {
+			this.#pool.giveBack(connection)
+			throw signal.reason
+		}
 		// Renew from now on: a lease is granted as alive as its connection's
 		// last command, so the connection keeps talking while it waits too.
 		connection.busy(this.#renewalPeriod)
@@ -190,9 +194,7 @@ export class Lock {
 	async #run<T>({ connection, lease }: Grant, fn: (lease: Lease) => T | PromiseLike<T>): Promise<T> {
 		// The loss is pushed the moment it happens; a RENEW answering LOST
 		// is the second way to learn it (as a RESP2 client would).
-		connection.onPush = items => {
-			if (items[0] === 'lost' && items[1] === lease.id) lease.lose(new HoldlineError('lost', String(items[2])))
-		}
+		const stopLossWatch = connection.watchLoss(lease.id, text => lease.lose(new HoldlineError('lost', text)))
 		connection.busy(this.#renewalPeriod, () => {
 			connection.send(['RENEW', lease.id]).then(
 				reply => {
@@ -222,7 +224,7 @@ export class Lock {
 		} catch {
 			// The connection closed: the server let the key go with it.
 		}
-		connection.onPush = () => {}
+		stopLossWatch()
 		this.#pool.giveBack(connection)
 		if (released instanceof RespError) {
 			const error = fromServer(released.word, released.text)
