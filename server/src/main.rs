@@ -55,8 +55,7 @@ fn main() -> ExitCode {
         }
     };
     let result = runtime.block_on(async {
-        let listener = tokio::net::TcpListener::bind(config.listen)
-            .await
+        let listener = listen(config.listen)
             .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
         let local = listener.local_addr().map_err(|e| e.to_string())?;
         // The one line on stdout: scripts and tests read the port from it.
@@ -86,12 +85,30 @@ fn main() -> ExitCode {
     }
 }
 
+/// Room for connections the kernel completed before they were accepted: a
+/// burst of thousands of clients (each waiter is a connection) would
+/// otherwise overflow tokio's default of 1024 and stall in SYN retries.
+const LISTEN_BACKLOG: u32 = 4096;
+
+fn listen(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    // A restarted server can listen again while old connections linger.
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
 fn init_logging() {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_env("HOLDLINE_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
 }
 

@@ -1,0 +1,289 @@
+//! What the server's tests share: a real `holdline serve` process on a free
+//! loopback port, a small blocking RESP client, and the checks for
+//! external tools (`redis-cli`, redis-py).
+
+#![allow(dead_code)]
+
+use bytes::BytesMut;
+use holdline_resp::{encode_command, Decoder, Value};
+use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long any single answer may take before a test gives up: far above
+/// what a loaded 2-core machine needs, so only a hang trips it.
+pub const PATIENCE: Duration = Duration::from_secs(20);
+
+/// A running server, killed when dropped.
+pub struct Server {
+    pub child: Child,
+    pub addr: SocketAddr,
+}
+
+impl Server {
+    /// Starts `holdline serve --listen 127.0.0.1:0 EXTRA...` and waits for
+    /// the line that names its port.
+    pub fn start(extra: &[&str]) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_holdline"))
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(extra)
+            .env(
+                "HOLDLINE_LOG",
+                std::env::var("HOLDLINE_LOG").unwrap_or("warn".into()),
+            )
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start holdline");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .expect("read the listening line");
+        let addr = line
+            .trim()
+            .strip_prefix("holdline: listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .parse()
+            .unwrap();
+        Server { child, addr }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    pub fn port(&self) -> String {
+        self.addr.port().to_string()
+    }
+
+    pub fn connect(&self) -> Client {
+        Client::connect(self.addr)
+    }
+
+    /// The server's resident memory, in KiB.
+    pub fn rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmRSS")
+    }
+
+    pub fn signal(&self, signal: i32) {
+        // SAFETY: kill(2) on our own child's pid has no memory effects.
+        let rc = unsafe { libc::kill(self.pid(), signal) };
+        assert_eq!(rc, 0, "kill failed");
+    }
+
+    /// Waits for the process to end, answering its exit status.
+    pub fn wait_exit(&mut self, within: Duration) -> std::process::ExitStatus {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the server did not exit within {within:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A blocking RESP client, as plain as a test needs.
+pub struct Client {
+    pub stream: TcpStream,
+    buf: BytesMut,
+    decoder: Decoder,
+}
+
+impl Client {
+    pub fn connect(addr: SocketAddr) -> Client {
+        let stream = TcpStream::connect(addr).expect("connect");
+        stream.set_nodelay(true).unwrap();
+        stream.set_read_timeout(Some(PATIENCE)).unwrap();
+        Client {
+            stream,
+            buf: BytesMut::new(),
+            decoder: Decoder::new(usize::MAX),
+        }
+    }
+
+    /// Sends a command without reading its answer.
+    pub fn send(&mut self, args: &[&str]) {
+        let mut out = Vec::new();
+        encode_command(args, &mut out);
+        self.raw(&out);
+    }
+
+    pub fn raw(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).expect("write");
+    }
+
+    /// Sends a command and reads one answer (pushes come first if any).
+    pub fn call(&mut self, args: &[&str]) -> Value {
+        self.send(args);
+        self.read()
+    }
+
+    /// One value, or `None` if nothing whole came within `within`.
+    pub fn read_within(&mut self, within: Duration) -> Option<Value> {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(v) = self.decoder.decode(&mut self.buf).expect("a valid answer") {
+                return Some(v);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return None;
+            }
+            self.stream.set_read_timeout(Some(left)).unwrap();
+            let mut chunk = [0u8; 4096];
+            match self.stream.read(&mut chunk) {
+                Ok(0) => panic!("the server closed the connection"),
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                    return None
+                }
+                Err(e) => panic!("read: {e}"),
+            }
+        }
+    }
+
+    pub fn read(&mut self) -> Value {
+        self.read_within(PATIENCE).expect("an answer in time")
+    }
+
+    /// Reads until the server closes; answers what came before.
+    pub fn read_to_close(&mut self) -> Vec<Value> {
+        let mut values = Vec::new();
+        self.stream.set_read_timeout(Some(PATIENCE)).unwrap();
+        loop {
+            while let Some(v) = self.decoder.decode(&mut self.buf).expect("a valid answer") {
+                values.push(v);
+            }
+            let mut chunk = [0u8; 4096];
+            match self.stream.read(&mut chunk) {
+                Ok(0) => return values,
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == ErrorKind::ConnectionReset => return values,
+                Err(e) => panic!("read: {e} (the server did not close)"),
+            }
+        }
+    }
+
+    /// `HOLD`/`TRYHOLD` answered a grant: `(lease, fence)`.
+    pub fn grant(&mut self, args: &[&str]) -> (i64, i64) {
+        match self.call(args) {
+            Value::Array(pair) if pair.len() == 2 => {
+                (pair[0].as_integer().unwrap(), pair[1].as_integer().unwrap())
+            }
+            other => panic!("{args:?} answered {other:?}"),
+        }
+    }
+
+    /// `STATS lock` as (name, count) pairs, whichever protocol.
+    pub fn stats(&mut self, lock: &str) -> Vec<(String, i64)> {
+        let flat = match self.call(&["STATS", lock]) {
+            Value::Map(pairs) => pairs.into_iter().flat_map(|(k, v)| [k, v]).collect(),
+            Value::Array(items) => items,
+            other => panic!("STATS answered {other:?}"),
+        };
+        flat.chunks(2)
+            .map(|kv| {
+                (
+                    kv[0].as_str().unwrap().to_owned(),
+                    kv[1].as_integer().unwrap(),
+                )
+            })
+            .collect()
+    }
+
+    pub fn stat(&mut self, lock: &str, name: &str) -> i64 {
+        self.stats(lock)
+            .into_iter()
+            .find(|(n, _)| n == name)
+            .unwrap_or_else(|| panic!("no {name} in STATS"))
+            .1
+    }
+
+    /// Polls `STATS lock` until `name` reads `want`.
+    pub fn await_stat(&mut self, lock: &str, name: &str, want: i64) {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let got = self.stat(lock, name);
+            if got == want {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{lock} {name} stayed {got}, not {want}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+/// An error reply's text, or a panic naming what came instead.
+pub fn error_text(v: Value) -> String {
+    match v {
+        Value::Error(text) => text,
+        other => panic!("expected an error, got {other:?}"),
+    }
+}
+
+/// Whether a test needing `tool` may run: `false` (with a note) when it is
+/// missing, unless `HOLDLINE_REQUIRE_TOOLS=1` (CI), which fails instead.
+pub fn tool_available(tool: &str, present: bool) -> bool {
+    if present {
+        return true;
+    }
+    if std::env::var("HOLDLINE_REQUIRE_TOOLS").as_deref() == Ok("1") {
+        panic!("{tool} is required (HOLDLINE_REQUIRE_TOOLS=1) but missing");
+    }
+    eprintln!("note: {tool} is missing; skipping this test (set HOLDLINE_REQUIRE_TOOLS=1 to fail instead)");
+    false
+}
+
+/// Whether `program args` runs and exits 0.
+pub fn runs(program: &str, args: &[&str]) -> bool {
+    Command::new(program)
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Raises this process's descriptor soft limit to at least `want`;
+/// answers whether it now is.
+pub fn raise_descriptor_limit(want: u64) -> bool {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit write or read only the struct we pass.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return false;
+        }
+        if lim.rlim_cur >= want {
+            return true;
+        }
+        if lim.rlim_max < want {
+            return false;
+        }
+        lim.rlim_cur = lim.rlim_max;
+        libc::setrlimit(libc::RLIMIT_NOFILE, &lim) == 0
+    }
+}
