@@ -52,9 +52,9 @@ test('waiters get the key in the order they began to wait, across stores', async
 })
 
 test('a lease is renewed while its function runs, past many ttls', async () => {
-	const lock = store.lock('renewed', { ttl: '300ms' })
+	const lock = store.lock('renewed', { ttl: '1s' })
 	await lock.hold('r', async lease => {
-		await sleep(1500)
+		await sleep(3500)
 		assert.equal(lease.lost, false)
 		assert.equal(lease.signal.aborted, false)
 	})
@@ -63,15 +63,15 @@ test('a lease is renewed while its function runs, past many ttls', async () => {
 })
 
 test('a hold that waits past its ttl is granted a live lease', async () => {
-	const lock = store.lock('waited', { ttl: '300ms' })
+	const lock = store.lock('waited', { ttl: '1s' })
 	const held = gate()
 	const holder = lock.hold('w', async () => {
 		held.open()
-		await sleep(1200)
+		await sleep(2500)
 	})
 	await held.opened
 	const after = await lock.hold('w', async lease => {
-		await sleep(600)
+		await sleep(1500)
 		return lease.lost
 	})
 	await holder
@@ -80,7 +80,7 @@ test('a hold that waits past its ttl is granted a live lease', async () => {
 })
 
 test("a waiting hold never delays another hold's renewal or release", async () => {
-	const lock = store.lock('busy', { ttl: '300ms' })
+	const lock = store.lock('busy', { ttl: '1s' })
 	const releaseA = gate()
 	const heldA = gate()
 	const a = lock.hold('a', async () => {
@@ -93,7 +93,7 @@ test("a waiting hold never delays another hold's renewal or release", async () =
 	await until('three waiters', async () => (await store.stats('busy')).waiters === 3)
 	// ... while this one holds `b` past several ttls and lets it go.
 	await lock.hold('b', async lease => {
-		await sleep(1000)
+		await sleep(3000)
 		assert.equal(lease.lost, false)
 	})
 	// `b` is free the moment hold answered, seen from another store.

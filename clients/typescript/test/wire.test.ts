@@ -8,16 +8,23 @@ import { connect, HoldlineError } from '../src/index.js'
 
 const LOST = 'lock s: key "k": the lease was lost: it was revoked at its maxHold'
 
-/** A server that answers each command by its name, with `answers[name]`. */
-async function scripted(answers: Record<string, string>) {
+/**
+ * A server that answers each command by its name, with `answers[name]`,
+ * after `delays[name]` ms, in order (as the real one does); `seen` lists the
+ * names read, when read.
+ */
+async function scripted(answers: Record<string, string>, delays: Record<string, number> = {}) {
 	const seen: string[] = []
 	const server = net.createServer(socket => {
+		let answered = Promise.resolve()
 		socket.on('data', chunk => {
 			// Each command is one array of bulk strings; its name is the first.
 			for (const match of chunk.toString().matchAll(/\*\d+\r\n\$\d+\r\n([A-Z]+)\r\n/g)) {
 				const name = match[1]!
 				seen.push(name)
-				socket.write(answers[name] ?? `-ERR unknown command '${name}'\r\n`)
+				answered = answered
+					.then(() => new Promise(r => setTimeout(r, delays[name] ?? 0)))
+					.then(() => void socket.write(answers[name] ?? `-ERR unknown command '${name}'\r\n`))
 			}
 		})
 		socket.on('error', () => {})
@@ -83,6 +90,23 @@ test('an answer that is no RESP closes the connection and fails what waited on i
 			store.lock('s').hold('k', () => 1),
 			(e: unknown) => e instanceof HoldlineError && e.kind === 'closed' && e.message === 'lock s: key "k": the connection to the server closed: closed',
 		)
+	} finally {
+		await store.close()
+		server.close()
+	}
+})
+
+test('a hold keeps its connection talking while it waits in line', async () => {
+	const server = await scripted(
+		{ HELLO: '%1\r\n+server\r\n+scripted\r\n', PING: '+PONG\r\n', HOLD: '*2\r\n:3\r\n:30\r\n', RELEASE: '+OK\r\n' },
+		{ HOLD: 1000 },
+	)
+	const store = await connect(server.address)
+	try {
+		// A ttl of 90 ms renews every 30 ms: a one-second wait sends many PINGs.
+		assert.equal(await store.lock('s', { ttl: '90ms' }).hold('k', lease => lease.fence), 30n)
+		const pingsWhileWaiting = server.seen.slice(server.seen.indexOf('HOLD'), server.seen.indexOf('RELEASE')).filter(n => n === 'PING')
+		assert.ok(pingsWhileWaiting.length >= 5, `${pingsWhileWaiting.length} PINGs while waiting`)
 	} finally {
 		await store.close()
 		server.close()
