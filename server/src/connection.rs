@@ -92,6 +92,12 @@ pub async fn serve(
     let mut closing = false;
 
     loop {
+        // After a fault the stream means nothing: bytes are read only to
+        // notice the client leaving (which takes a waiting HOLD out of
+        // its line), and dropped.
+        if !reading {
+            input.clear();
+        }
         // Decode what is buffered, as far as the queue has room.
         while reading && !input.is_empty() && queue.has_room(decoder.max_frame()) {
             match decoder.decode(&mut input) {
@@ -148,7 +154,7 @@ pub async fn serve(
             let _ = writer.shutdown().await;
             return;
         }
-        let can_read = reading && queue.has_room(decoder.max_frame());
+        let can_read = !reading || queue.has_room(decoder.max_frame());
         if can_read && input.capacity() - input.len() < READ_CHUNK / 2 {
             input.reserve(READ_CHUNK);
         }

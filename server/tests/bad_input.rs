@@ -293,3 +293,18 @@ fn a_public_address_without_a_token_is_refused_at_start() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_broken_stream_behind_a_waiting_hold_still_leaves_the_line_on_close() {
+    let server = Server::start(&[]);
+    let mut holder = server.connect();
+    let (lease, _) = holder.grant(&["HOLD", "broken", "k"]);
+    let mut c = server.connect();
+    c.send(&["HOLD", "broken", "k", "WAIT", "60000"]);
+    c.raw(b"*x\r\n");
+    holder.await_stat("broken", "waiters", 1);
+    drop(c);
+    holder.await_stat("broken", "waiters", 0);
+    holder.call(&["RELEASE", &lease.to_string()]);
+    still_serves(&server);
+}
