@@ -178,7 +178,8 @@ impl Drop for LineWait<'_> {
                 }
             }
         };
-        if end == WaitEnd::Granted {
+        // Mutant for loom-tests/README.md: forget a grant that raced the drop.
+        if end == WaitEnd::Granted && !cfg!(holdline_mutant = "drop_forgets_grant") {
             // The grant raced the drop: it is ours, so let it go, to the
             // next in line.
             drop(Grant::of(record));

@@ -1,0 +1,145 @@
+//! Loom models of async holders: a task's future in the same line as
+//! threads, its waker registration, and its drop (cancellation).
+//! Same conventions as `models.rs` (run with the same command).
+#![cfg(loom)]
+
+use holdline::Store;
+use loom::sync::atomic::{AtomicUsize, Ordering};
+use loom::sync::Arc;
+use loom::thread;
+use std::future::Future;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+const FOREVER: Duration = Duration::from_secs(2 * 3600);
+
+fn check(bound: usize, f: impl Fn() + Sync + Send + 'static) {
+    let mut b = loom::model::Builder::new();
+    b.max_branches = 1_000_000;
+    if std::env::var("LOOM_MAX_PREEMPTIONS").is_err() {
+        b.preemption_bound = Some(bound);
+    }
+    b.check(f);
+}
+
+/// Never two inside: every holder's body runs through this.
+fn inside(count: &AtomicUsize) {
+    assert_eq!(
+        count.fetch_add(1, Ordering::SeqCst),
+        0,
+        "two holders inside"
+    );
+    count.fetch_sub(1, Ordering::SeqCst);
+}
+
+fn assert_idle_and_reclaimed(store: &Store, lock: &holdline::Lock, key: &str) {
+    assert_eq!(
+        lock.try_hold(key, |_| ()).unwrap(),
+        Some(()),
+        "the key ends free"
+    );
+    let s = lock.stats();
+    assert_eq!((s.held_keys, s.waiters), (0, 0));
+    store.reclaim_idle();
+    assert_eq!(
+        lock.stats().live_keys,
+        0,
+        "the idle key's state is reclaimed"
+    );
+}
+
+/// 9. A task's future is dropped while the holder lets go: either it left
+/// the line first (the key goes free) or the grant reached it first and
+/// the drop hands it on. Never lost, never left held.
+#[test]
+fn a_dropped_future_racing_a_grant() {
+    check(3, || {
+        let store = Store::new();
+        let lock = store.lock("l").open().unwrap();
+        let held = lock.acquire("k").unwrap();
+        let task = {
+            let lock = lock.clone();
+            thread::spawn(move || {
+                let mut fut = std::pin::pin!(lock.key("k").wait(FOREVER).acquire_async());
+                let mut cx = Context::from_waker(Waker::noop());
+                match fut.as_mut().poll(&mut cx) {
+                    // The release came first: it is ours; let it go.
+                    Poll::Ready(lease) => drop(lease.unwrap()),
+                    // In line (or granted since): dropped here, either way.
+                    Poll::Pending => {}
+                }
+            })
+        };
+        held.release().unwrap();
+        task.join().unwrap();
+        assert_idle_and_reclaimed(&store, &lock, "k");
+    });
+}
+
+/// 10. A task parks (loom's `block_on` sleeps until its waker is called)
+/// while the holder lets go: the grant always wakes it (a lost wake-up is
+/// a loom deadlock).
+#[test]
+fn waker_registration_racing_a_release() {
+    check(3, || {
+        let store = Store::new();
+        let lock = store.lock("l").open().unwrap();
+        let count = Arc::new(AtomicUsize::new(0));
+        let held = lock.acquire("k").unwrap();
+        let task = {
+            let (lock, count) = (lock.clone(), count.clone());
+            thread::spawn(move || {
+                let lease =
+                    loom::future::block_on(lock.key("k").wait(FOREVER).acquire_async()).unwrap();
+                inside(&count);
+                lease.release().unwrap();
+            })
+        };
+        held.release().unwrap();
+        task.join().unwrap();
+        assert_idle_and_reclaimed(&store, &lock, "k");
+    });
+}
+
+/// 11. A thread and a task in one line: granted in arrival order, one at a
+/// time, and the task woken through the waker of its latest poll (it first
+/// polls with a no-op waker, then `block_on` polls with its own, racing the
+/// grants). The main thread plays the holder and the task, so the model
+/// needs two threads, not three.
+#[test]
+fn a_thread_and_a_task_in_one_line() {
+    check(2, || {
+        let store = Store::new();
+        let lock = store.lock("l").open().unwrap();
+        let count = Arc::new(AtomicUsize::new(0));
+        let order = Arc::new(loom::sync::Mutex::new(Vec::new()));
+        let held = lock.acquire("k").unwrap();
+        let thread_waiter = {
+            let (lock, count, order) = (lock.clone(), count.clone(), order.clone());
+            thread::spawn(move || {
+                lock.key("k")
+                    .wait(FOREVER)
+                    .hold(|_| {
+                        inside(&count);
+                        order.lock().unwrap().push("thread");
+                    })
+                    .unwrap();
+            })
+        };
+        while lock.waiters_of("k") != 1 {
+            thread::yield_now();
+        }
+        let mut task = std::pin::pin!(lock.key("k").wait(FOREVER).acquire_async());
+        let mut cx = Context::from_waker(Waker::noop());
+        assert!(task.as_mut().poll(&mut cx).is_pending(), "the key is held");
+        assert_eq!(lock.waiters_of("k"), 2, "the task stands behind the thread");
+        held.release().unwrap();
+        let lease = loom::future::block_on(task).unwrap();
+        inside(&count);
+        order.lock().unwrap().push("task");
+        lease.release().unwrap();
+        thread_waiter.join().unwrap();
+        assert_eq!(*order.lock().unwrap(), ["thread", "task"]);
+        assert_idle_and_reclaimed(&store, &lock, "k");
+    });
+}
