@@ -98,8 +98,15 @@ pub async fn serve(
         if !reading {
             input.clear();
         }
-        // Decode what is buffered, as far as the queue has room.
-        while reading && !input.is_empty() && queue.has_room(decoder.max_frame()) {
+        // Decode what is buffered, as far as the queue has room. Before
+        // authentication, one frame at a time: the frame limit grows once
+        // AUTH has run, and a pipelined AUTH must not be judged by the
+        // stranger's limit for what follows it.
+        while reading
+            && !input.is_empty()
+            && queue.has_room(decoder.max_frame())
+            && (session.is_authenticated() || queue.items.is_empty())
+        {
             match decoder.decode(&mut input) {
                 Ok(Some(frame)) => {
                     session.renew_all();

@@ -160,6 +160,11 @@ impl Session {
         self.proto
     }
 
+    /// Whether the client may run every command (no token, or it gave it).
+    pub fn is_authenticated(&self) -> bool {
+        self.authenticated
+    }
+
     /// The frame limit for this connection now.
     pub fn frame_limit(&self) -> usize {
         if self.authenticated {

@@ -267,6 +267,14 @@ fn a_token_is_required_when_configured() {
     big.raw(format!("*2\r\n$4\r\nAUTH\r\n${}\r\n", 100_000).as_bytes());
     assert!(error_text(big.read_to_close()[0].clone())
         .starts_with("ERR protocol error: frame larger than"));
+    // A pipelined AUTH lifts the limit for the frames behind it.
+    let mut piped = server.connect();
+    let mut frames = Vec::new();
+    holdline_resp::encode_command(&["AUTH", "open-sesame"], &mut frames);
+    holdline_resp::encode_command(&["ECHO", &"e".repeat(100_000)], &mut frames);
+    piped.raw(&frames);
+    assert_eq!(piped.read(), Value::ok());
+    assert_eq!(piped.read(), Value::bulk("e".repeat(100_000)));
     // The right token, by AUTH or by HELLO.
     assert_eq!(c.call(&["AUTH", "open-sesame"]), Value::ok());
     assert_eq!(c.call(&["PING"]), Value::simple("PONG"));
