@@ -262,6 +262,7 @@ fn the_10001st_waiter_is_refused_limit() {
         }
         holder.await_stat("crowd", "waiters", waiters.len() as i64);
     }
+    eprintln!("10,000 waiters: server RSS {} KiB", server.rss_kib());
     let mut one_more = server.connect();
     let started = Instant::now();
     assert_eq!(
