@@ -12,15 +12,33 @@ use crate::busy::Spinners;
 use crate::cli::BenchArgs;
 use crate::designs::Design;
 use crate::row::{Row, Run};
-use crate::scenarios::{Cfg, Scenario};
-use crate::{for_design, plots, report, schema, workspace_path};
+use crate::scenarios::{Cfg, Kind, Scenario};
+use crate::servers::ServerKind;
+use crate::{for_async_design, for_design, plots, report, schema, workspace_path};
 
-/// One row to run: a scenario with a design at a thread count and busy level.
+/// What a row measures: an in-process design, or a server over loopback.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Subject {
+    Design(Design),
+    Server(ServerKind),
+}
+
+impl Subject {
+    pub fn name(self) -> &'static str {
+        match self {
+            Subject::Design(d) => d.name(),
+            Subject::Server(s) => s.name(),
+        }
+    }
+}
+
+/// One row to run: a scenario with a design (or server) at a thread
+/// (task, connection) count and busy level.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Job {
     pub scenario: Scenario,
     pub threads: usize,
-    pub design: Design,
+    pub design: Subject,
     pub busy: usize,
 }
 
@@ -33,6 +51,34 @@ impl Job {
             self.busy,
             self.design.name()
         )
+    }
+
+    /// One run of the job; panics as the scenario does.
+    fn run(&self, cfg: &Cfg) -> Run {
+        let (s, t) = (self.scenario, self.threads);
+        match self.design {
+            Subject::Server(kind) => crate::server_scenarios::run(s, kind, cfg, t),
+            Subject::Design(d) if s.kind() == Kind::Async => for_async_design!(d,
+                D => s.run_async::<D>(cfg, t),
+                else for_design!(d, D => s.run::<D>(cfg, t))),
+            Subject::Design(d) => for_design!(d, D => s.run::<D>(cfg, t)),
+        }
+    }
+
+    /// The run of a job whose run panicked.
+    fn failed(&self) -> Run {
+        match self.design {
+            Subject::Design(d) => {
+                for_design!(d, D => self.scenario.failed::<D>(self.threads))
+            }
+            Subject::Server(kind) => {
+                let mut run = Run::new(self.scenario, self.threads, kind.name());
+                run.fifo = kind.fifo();
+                run.na = Some("PANICKED");
+                run.note = "the run panicked (see stderr)".into();
+                run
+            }
+        }
     }
 }
 
@@ -61,16 +107,32 @@ fn busy_levels(asked: &[usize], scenario: Scenario) -> Vec<usize> {
     }
 }
 
+/// What runs `scenario`: every design for a blocking one, the designs
+/// with an async hold for an async one, both servers for a server one
+/// (`--design` picks the designs, not the servers).
+fn subjects(scenario: Scenario, designs: &[Design]) -> Vec<Subject> {
+    match scenario.kind() {
+        Kind::Blocking => designs.iter().map(|&d| Subject::Design(d)).collect(),
+        Kind::Async => designs
+            .iter()
+            .filter(|d| d.has_async())
+            .map(|&d| Subject::Design(d))
+            .collect(),
+        Kind::Server => ServerKind::ALL.map(Subject::Server).to_vec(),
+    }
+}
+
 /// Every row, grouped by scenario, then busy level, then threads, designs in table order.
 fn jobs(scenarios: &[Scenario], designs: &[Design], threads: &[usize], busy: &[usize]) -> Vec<Job> {
     let mut jobs = Vec::new();
     for &scenario in scenarios {
         let ts = scenario
             .fixed_threads()
-            .map_or_else(|| threads.to_vec(), |t| vec![t]);
+            .map_or_else(|| threads.to_vec(), <[usize]>::to_vec);
+        let subjects = subjects(scenario, designs);
         for b in busy_levels(busy, scenario) {
             for &t in &ts {
-                for &design in designs {
+                for &design in &subjects {
                     jobs.push(Job {
                         scenario,
                         threads: t,
@@ -103,7 +165,11 @@ impl Plan {
             ([], false) => vec![1, 2, 4],
             (t, _) => t.to_vec(),
         };
-        let scenarios = chosen(&Scenario::ALL, &args.scenarios);
+        let asked: Vec<Scenario> = args.scenarios.iter().flat_map(|s| s.0.clone()).collect();
+        let mut scenarios = chosen(&Scenario::ALL, &asked);
+        if args.quick && asked.is_empty() {
+            scenarios.retain(|s| s.in_quick());
+        }
         let designs = chosen(&Design::ALL, &args.designs);
         let out_dir = args.out.clone().unwrap_or_else(|| {
             std::env::var_os("CARGO_TARGET_DIR")
@@ -162,9 +228,7 @@ impl Watchdog {
 /// One run of `job` beside its busy threads; `None` when the run panicked.
 fn run_job(job: &Job, cfg: &Cfg) -> Option<Run> {
     let busy = Spinners::start(job.busy);
-    let run = std::panic::catch_unwind(
-        || for_design!(job.design, D => job.scenario.run::<D>(cfg, job.threads)),
-    );
+    let run = std::panic::catch_unwind(|| job.run(cfg));
     if job.busy > 0 && busy.rounds() == 0 {
         eprintln!(
             "harness: {}: the busy threads got no CPU during the run",
@@ -205,8 +269,7 @@ fn run_all(plan: &Plan) -> (Vec<Row>, Vec<String>) {
                 Some(run) => done.push(run),
                 None => {
                     failed.push(job.label());
-                    let run = for_design!(job.design, D => job.scenario.failed::<D>(job.threads));
-                    *done = vec![run];
+                    *done = vec![job.failed()];
                 }
             }
         }
@@ -292,8 +355,20 @@ fn write_outputs(plan: &Plan, rows: &[Row], table: &str, elapsed: Duration) -> b
     ok
 }
 
+/// Says, once, which planned servers cannot start here and how to get them.
+fn say_missing_servers(plan: &Plan) {
+    for kind in ServerKind::ALL {
+        if plan.jobs.iter().any(|j| j.design == Subject::Server(kind)) {
+            if let Err(m) = kind.binary() {
+                eprintln!("harness: {}", m.how);
+            }
+        }
+    }
+}
+
 pub fn bench(args: &BenchArgs) -> ExitCode {
     let plan = Plan::new(args);
+    say_missing_servers(&plan);
     eprintln!(
         "harness: {} rows x {} runs (threads {:?}), {} ms + {} ms per run, {} keys in million-keys, {} CPUs",
         plan.jobs.len(),
@@ -353,6 +428,7 @@ mod tests {
             .iter()
             .all(|j| j.scenario == Scenario::HotKey && j.busy == 1));
         assert_eq!(busy.len(), 3 * Design::ALL.len());
+        let blocking = |j: &&Job| j.scenario.kind() == Kind::Blocking;
         let quiet_hot = p
             .jobs
             .iter()
@@ -369,7 +445,78 @@ mod tests {
         assert!(handoff.iter().all(|j| j.threads == 2));
         // Per design: uncontended, hot-key twice (busy 0 and 1), zipf and
         // million-keys at 3 thread counts; handoff and deadline once.
-        assert_eq!(p.jobs.len(), (5 * 3 + 2) * Design::ALL.len());
+        assert_eq!(
+            p.jobs.iter().filter(blocking).count(),
+            (5 * 3 + 2) * Design::ALL.len()
+        );
+        // Async: holdline and dashmap+tokio; uncontended and fresh keys at
+        // 3 task counts, hot key at 2, 4 and 64 tasks, deadline once.
+        let asyncs: Vec<&Job> = p
+            .jobs
+            .iter()
+            .filter(|j| j.scenario.kind() == Kind::Async)
+            .collect();
+        assert_eq!(asyncs.len(), (3 + 3 + 3 + 1) * 2);
+        assert!(asyncs.iter().all(|j| matches!(
+            j.design,
+            Subject::Design(Design::Holdline | Design::DashTokio)
+        )));
+        let hot: Vec<usize> = asyncs
+            .iter()
+            .filter(|j| j.scenario == Scenario::AsyncHotKey && j.design.name() == "holdline")
+            .map(|j| j.threads)
+            .collect();
+        assert_eq!(hot, [2, 4, 64]);
+        // Server: both servers; 1, 16, 64 connections uncontended, 16 on the
+        // hot key, and the memory row.
+        let servers: Vec<(Scenario, usize, &str)> = p
+            .jobs
+            .iter()
+            .filter(|j| j.scenario.kind() == Kind::Server)
+            .map(|j| (j.scenario, j.threads, j.design.name()))
+            .collect();
+        assert_eq!(
+            servers,
+            [
+                (Scenario::ServerUncontended, 1, "holdline"),
+                (Scenario::ServerUncontended, 1, "redis"),
+                (Scenario::ServerUncontended, 16, "holdline"),
+                (Scenario::ServerUncontended, 16, "redis"),
+                (Scenario::ServerUncontended, 64, "holdline"),
+                (Scenario::ServerUncontended, 64, "redis"),
+                (Scenario::ServerHotKey, 16, "holdline"),
+                (Scenario::ServerHotKey, 16, "redis"),
+                (Scenario::ServerMemory, 16, "holdline"),
+                (Scenario::ServerMemory, 16, "redis"),
+            ]
+        );
+    }
+
+    #[test]
+    fn quick_runs_the_async_scenarios_but_not_the_servers_unless_asked() {
+        let p = plan(&["--quick"]);
+        assert!(p.jobs.iter().any(|j| j.scenario == Scenario::AsyncHotKey));
+        assert!(!p.jobs.iter().any(|j| j.scenario.kind() == Kind::Server));
+        let p = plan(&["--quick", "--scenario", "server-hot-key"]);
+        assert_eq!(p.jobs.len(), 2);
+    }
+
+    #[test]
+    fn a_group_name_picks_its_scenarios() {
+        let p = plan(&["--scenario", "server,deadline", "--design", "holdline"]);
+        let mut got: Vec<&str> = p.jobs.iter().map(|j| j.scenario.name()).collect();
+        got.dedup();
+        assert_eq!(
+            got,
+            [
+                "deadline",
+                "server-uncontended",
+                "server-hot-key",
+                "server-memory"
+            ]
+        );
+        let p = plan(&["--scenario", "async", "--design", "dashmap+pl"]);
+        assert!(p.jobs.is_empty(), "dashmap+pl has no async hold");
     }
 
     #[test]

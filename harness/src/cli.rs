@@ -51,14 +51,18 @@ pub struct BenchArgs {
     /// [default: 1000; --quick: 120].
     #[arg(long, value_parser = millis)]
     pub duration: Option<u64>,
-    /// Scenarios to run [default: all].
+    /// Scenarios to run: uncontended, hot-key, zipf, million-keys, handoff,
+    /// deadline, async-uncontended, async-hot-key, async-fresh-keys,
+    /// async-deadline, server-uncontended, server-hot-key, server-memory; or
+    /// a group: blocking, async, server [default: all; --quick: all but the
+    /// server ones].
     #[arg(
         long = "scenario",
         alias = "scenarios",
         value_delimiter = ',',
-        value_enum
+        value_parser = scenarios
     )]
-    pub scenarios: Vec<Scenario>,
+    pub scenarios: Vec<Scenarios>,
     /// Designs to run [default: all].
     #[arg(long = "design", alias = "designs", value_delimiter = ',', value_enum)]
     pub designs: Vec<Design>,
@@ -95,6 +99,30 @@ pub struct FlameArgs {
     /// Output folder [default: <workspace>/flamegraphs].
     #[arg(long)]
     pub out: Option<PathBuf>,
+}
+
+/// One `--scenario` value: a scenario, or the scenarios of a group.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Scenarios(pub Vec<Scenario>);
+
+fn scenarios(s: &str) -> Result<Scenarios, String> {
+    use clap::ValueEnum;
+    let s = s.trim();
+    if let Some((_, kind)) = Scenario::GROUPS.iter().find(|(name, _)| *name == s) {
+        let of_kind = Scenario::ALL.into_iter().filter(|x| x.kind() == *kind);
+        return Ok(Scenarios(of_kind.collect()));
+    }
+    Scenario::from_str(s, false)
+        .map(|x| Scenarios(vec![x]))
+        .map_err(|_| {
+            let names: Vec<&str> = Scenario::ALL.iter().map(|x| x.name()).collect();
+            let groups: Vec<&str> = Scenario::GROUPS.iter().map(|g| g.0).collect();
+            format!(
+                "{s:?} is not a scenario: one of {}, or a group: {}",
+                names.join(", "),
+                groups.join(", ")
+            )
+        })
 }
 
 fn positive(s: &str) -> Result<usize, String> {
@@ -148,7 +176,13 @@ mod tests {
         .unwrap();
         let b = cli.bench;
         assert_eq!(b.threads, [2, 4]);
-        assert_eq!(b.scenarios, [Scenario::HotKey, Scenario::MillionKeys]);
+        assert_eq!(
+            b.scenarios,
+            [
+                Scenarios(vec![Scenario::HotKey]),
+                Scenarios(vec![Scenario::MillionKeys])
+            ]
+        );
         assert_eq!(b.designs, [Design::Holdline, Design::NaiveStd]);
         assert_eq!(b.busy, [0, 1, 2]);
         assert_eq!(
@@ -159,11 +193,31 @@ mod tests {
     }
 
     #[test]
+    fn groups_stand_for_their_scenarios() {
+        let b = parse(&["--scenario", "async,server-memory"]).unwrap().bench;
+        assert_eq!(
+            b.scenarios,
+            [
+                Scenarios(vec![
+                    Scenario::AsyncUncontended,
+                    Scenario::AsyncHotKey,
+                    Scenario::AsyncFreshKeys,
+                    Scenario::AsyncDeadline
+                ]),
+                Scenarios(vec![Scenario::ServerMemory])
+            ]
+        );
+        let server = parse(&["--scenario", "server"]).unwrap().bench.scenarios;
+        assert_eq!(server[0].0.len(), 3);
+    }
+
+    #[test]
     fn bad_values_are_refused() {
         for bad in [
             &["--threads", "0"][..],
             &["--runs", "0"],
             &["--scenario", "hotkey"],
+            &["--scenario", "servers"],
             &["--design", "mutex"],
             &["--busy", "-1"],
             &["--frobnicate"],

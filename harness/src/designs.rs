@@ -2,9 +2,12 @@
 //!
 //! The trait is generic (closures as `impl FnOnce`), so every scenario is
 //! monomorphised per design: no dynamic dispatch inside the measured loops.
+//! [`AsyncKeyedLock`] adds the async hold of the designs that have one
+//! (holdline and dashmap+tokio), for the `async-*` scenarios.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -40,6 +43,31 @@ pub trait KeyedLock: Send + Sync + Sized + 'static {
     fn reclaim(&self) {}
 }
 
+/// A design whose tasks wait for a key without blocking their thread.
+///
+/// The hold's body is a plain closure run while the key is held, as in
+/// [`KeyedLock::hold`]: the rows measure taking and giving back the key.
+pub trait AsyncKeyedLock: KeyedLock {
+    /// The async API used, for the rows' notes.
+    const ASYNC_API: &'static str;
+
+    /// Hold `key` while `f` runs, the task waiting as long as it takes.
+    fn hold_async<R: Send>(
+        &self,
+        key: &str,
+        f: impl FnOnce() -> R + Send,
+    ) -> impl Future<Output = R> + Send;
+
+    /// Hold `key` while `f` runs, the task waiting at most `wait`; `None`
+    /// when the wait ran out. Needs a runtime with its timer for tokio.
+    fn hold_within_async<R: Send>(
+        &self,
+        key: &str,
+        wait: Duration,
+        f: impl FnOnce() -> R + Send,
+    ) -> impl Future<Output = Option<R>> + Send;
+}
+
 // ---------------------------------------------------------------- holdline
 
 pub struct Holdline {
@@ -72,6 +100,48 @@ impl KeyedLock for Holdline {
     }
     fn reclaim(&self) {
         self.store.reclaim_idle();
+    }
+}
+
+impl AsyncKeyedLock for Holdline {
+    const ASYNC_API: &'static str = "hold_async / key().wait(d).hold_async()";
+
+    // Not `async fn`: the signature promises `Send`, which the spawned tasks need.
+    #[allow(clippy::manual_async_fn)]
+    #[inline]
+    fn hold_async<R: Send>(
+        &self,
+        key: &str,
+        f: impl FnOnce() -> R + Send,
+    ) -> impl Future<Output = R> + Send {
+        async move {
+            self.lock
+                .hold_async(key, async |_lease| f())
+                .await
+                .expect("holdline hold_async")
+        }
+    }
+
+    #[allow(clippy::manual_async_fn)]
+    fn hold_within_async<R: Send>(
+        &self,
+        key: &str,
+        wait: Duration,
+        f: impl FnOnce() -> R + Send,
+    ) -> impl Future<Output = Option<R>> + Send {
+        async move {
+            match self
+                .lock
+                .key(key)
+                .wait(wait)
+                .hold_async(async |_lease| f())
+                .await
+            {
+                Ok(r) => Some(r),
+                Err(e) if e.kind() == holdline::ErrorKind::InUse => None,
+                Err(e) => panic!("holdline hold_async: {e}"),
+            }
+        }
     }
 }
 
@@ -222,6 +292,38 @@ impl KeyedLock for DashTokio {
     }
 }
 
+impl AsyncKeyedLock for DashTokio {
+    const ASYNC_API: &'static str = "lock().await / timeout(d, lock())";
+
+    #[allow(clippy::manual_async_fn)]
+    #[inline]
+    fn hold_async<R: Send>(
+        &self,
+        key: &str,
+        f: impl FnOnce() -> R + Send,
+    ) -> impl Future<Output = R> + Send {
+        async move {
+            let m = self.get(key);
+            let _g = m.lock().await;
+            f()
+        }
+    }
+
+    #[allow(clippy::manual_async_fn)]
+    fn hold_within_async<R: Send>(
+        &self,
+        key: &str,
+        wait: Duration,
+        f: impl FnOnce() -> R + Send,
+    ) -> impl Future<Output = Option<R>> + Send {
+        async move {
+            let m = self.get(key);
+            let _g = tokio::time::timeout(wait, m.lock()).await.ok()?;
+            Some(f())
+        }
+    }
+}
+
 // ------------------------------------------- lockable::LockPool<String>
 
 /// The `lockable` crate's `LockPool`: a map mutex taken around each lock
@@ -343,6 +445,30 @@ impl Design {
     pub fn name(self) -> &'static str {
         crate::for_design!(self, D => D::NAME)
     }
+
+    /// The design has an async hold ([`AsyncKeyedLock`]): it runs the `async-*` scenarios.
+    pub fn has_async(self) -> bool {
+        crate::for_async_design!(self, _D => true, else false)
+    }
+}
+
+/// Calls `$body` with `$d` bound to the type of the [`Design`] `$design`
+/// when that design has an async hold ([`AsyncKeyedLock`]); `$other` when not.
+#[macro_export]
+macro_rules! for_async_design {
+    ($design:expr, $d:ident => $body:expr, else $other:expr) => {
+        match $design {
+            $crate::designs::Design::Holdline => {
+                type $d = $crate::designs::Holdline;
+                $body
+            }
+            $crate::designs::Design::DashTokio => {
+                type $d = $crate::designs::DashTokio;
+                $body
+            }
+            _ => $other,
+        }
+    };
 }
 
 /// Calls `$body` with `$d` bound to the type of the [`Design`] `$design`,
@@ -395,5 +521,81 @@ mod tests {
             assert_eq!(flag.get_name(), d.name());
         }
         assert_eq!(Design::ALL.len(), Design::value_variants().len());
+    }
+
+    #[test]
+    fn async_holds_are_holdlines_and_tokios() {
+        let with: Vec<&str> = Design::ALL
+            .iter()
+            .filter(|d| d.has_async())
+            .map(|d| d.name())
+            .collect();
+        assert_eq!(with, ["holdline", "dashmap+tokio"]);
+    }
+
+    /// Both async holds exclude each other's tasks on one key and give
+    /// `None` when a bounded wait runs out behind a holder.
+    fn async_hold_excludes_and_times_out<D: AsyncKeyedLock>() {
+        use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_time()
+            .build()
+            .unwrap();
+        let d = Arc::new(D::new());
+        let inside = Arc::new(AtomicUsize::new(0));
+        let total = Arc::new(AtomicUsize::new(0));
+        rt.block_on(async {
+            let tasks: Vec<_> = (0..8)
+                .map(|_| {
+                    let (d, inside, total) = (d.clone(), inside.clone(), total.clone());
+                    tokio::spawn(async move {
+                        for _ in 0..200 {
+                            d.hold_async("k", || {
+                                assert_eq!(inside.fetch_add(1, SeqCst), 0, "two holders");
+                                std::thread::yield_now();
+                                inside.fetch_sub(1, SeqCst);
+                                total.fetch_add(1, SeqCst);
+                            })
+                            .await;
+                            tokio::task::yield_now().await;
+                        }
+                    })
+                })
+                .collect();
+            for t in tasks {
+                t.await.unwrap();
+            }
+        });
+        assert_eq!(total.load(SeqCst), 1600);
+        // A thread holds the key; a task's 20 ms wait runs out.
+        let (held_tx, held_rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let holder = {
+            let d = d.clone();
+            std::thread::spawn(move || {
+                d.hold("k", || {
+                    held_tx.send(()).unwrap();
+                    let _ = done_rx.recv_timeout(std::time::Duration::from_secs(30));
+                })
+            })
+        };
+        held_rx.recv().unwrap();
+        let got = rt.block_on(d.hold_within_async("k", Duration::from_millis(20), || ()));
+        assert_eq!(got, None, "{}: a wait behind a holder was granted", D::NAME);
+        done_tx.send(()).unwrap();
+        holder.join().unwrap();
+        let got = rt.block_on(d.hold_within_async("k", Duration::from_secs(10), || 7));
+        assert_eq!(got, Some(7));
+    }
+
+    #[test]
+    fn holdline_async_hold_excludes_and_times_out() {
+        async_hold_excludes_and_times_out::<Holdline>();
+    }
+
+    #[test]
+    fn tokio_async_hold_excludes_and_times_out() {
+        async_hold_excludes_and_times_out::<DashTokio>();
     }
 }

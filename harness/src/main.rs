@@ -4,13 +4,16 @@
 //! uncontended and hot-key paths (pprof).
 //!
 //! Modules: `cli` (the command line), `bench` (plans and runs the rows),
-//! `scenarios` and `designs` (what is measured, on what), `row` (a run and
+//! `scenarios` and `designs` (what is measured, on what), `async_scenarios`
+//! (tasks on a tokio runtime), `server_scenarios` and `servers` (holdline
+//! serve against redis-server over loopback), `row` (a run and
 //! the median of a row's runs), `busy` (CPU-bound threads beside a row),
 //! `schema` (a row's fields, once, for the table, CSV and JSON), `report`
 //! (the table and ratios), `plots` (SVGs), `flame` (flamegraphs), `alloc`
 //! (the allocation-counting allocator), `zipf` (key sequences).
 
 mod alloc;
+mod async_scenarios;
 mod bench;
 mod busy;
 mod cli;
@@ -21,6 +24,8 @@ mod report;
 mod row;
 mod scenarios;
 mod schema;
+mod server_scenarios;
+mod servers;
 mod zipf;
 
 use std::path::PathBuf;

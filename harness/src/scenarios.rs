@@ -1,5 +1,7 @@
-//! The scenarios. Every runner is generic over the design, so the measured
-//! loops are monomorphised per design.
+//! The scenarios, and the blocking ones' runners. Every runner is generic
+//! over the design, so the measured loops are monomorphised per design.
+//! The `async-*` runners are in `async_scenarios`, the `server-*` ones in
+//! `server_scenarios`.
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
@@ -9,7 +11,7 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 
 use crate::alloc::live_bytes;
-use crate::designs::{Deadline, KeyedLock};
+use crate::designs::{AsyncKeyedLock, Deadline, KeyedLock};
 use crate::report::fmt_ns;
 use crate::row::{Run, QUANTILES};
 use crate::zipf::{Rng, Zipf, ZIPF_KEYS, ZIPF_S};
@@ -23,26 +25,84 @@ pub enum Scenario {
     MillionKeys,
     Handoff,
     Deadline,
+    AsyncUncontended,
+    AsyncHotKey,
+    AsyncFreshKeys,
+    AsyncDeadline,
+    ServerUncontended,
+    ServerHotKey,
+    ServerMemory,
+}
+
+/// What a scenario runs on.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Kind {
+    /// Threads, through every design's blocking hold.
+    Blocking,
+    /// Tasks on a tokio multi-thread runtime, through the designs with an async hold.
+    Async,
+    /// Connections to `holdline serve` and to `redis-server`.
+    Server,
 }
 
 /// Keys each thread holds round robin in `uncontended`.
 pub const UNCONTENDED_KEYS: usize = 64;
 
 /// Waiters beside the one holder in `deadline`.
-const DEADLINE_WAITERS: usize = 3;
+pub const DEADLINE_WAITERS: usize = 3;
 
 /// `million-keys` times one hold in this many.
-const MILLION_TIMED_EVERY: usize = 16;
+pub const MILLION_TIMED_EVERY: usize = 16;
+
+/// Tasks in the rows of `async-hot-key`.
+pub const ASYNC_HOT_TASKS: [usize; 3] = [2, 4, 64];
+
+/// Connections in the rows of `server-uncontended`, and of the other server scenarios.
+pub const SERVER_CONNECTIONS: [usize; 3] = [1, 16, 64];
+pub const SERVER_HOT_CONNECTIONS: usize = 16;
 
 impl Scenario {
-    pub const ALL: [Scenario; 6] = [
+    pub const ALL: [Scenario; 13] = [
         Scenario::Uncontended,
         Scenario::HotKey,
         Scenario::Zipf,
         Scenario::MillionKeys,
         Scenario::Handoff,
         Scenario::Deadline,
+        Scenario::AsyncUncontended,
+        Scenario::AsyncHotKey,
+        Scenario::AsyncFreshKeys,
+        Scenario::AsyncDeadline,
+        Scenario::ServerUncontended,
+        Scenario::ServerHotKey,
+        Scenario::ServerMemory,
     ];
+
+    /// Names that stand for several scenarios on the command line.
+    pub const GROUPS: [(&'static str, Kind); 3] = [
+        ("blocking", Kind::Blocking),
+        ("async", Kind::Async),
+        ("server", Kind::Server),
+    ];
+
+    pub fn kind(self) -> Kind {
+        match self {
+            Scenario::AsyncUncontended
+            | Scenario::AsyncHotKey
+            | Scenario::AsyncFreshKeys
+            | Scenario::AsyncDeadline => Kind::Async,
+            Scenario::ServerUncontended | Scenario::ServerHotKey | Scenario::ServerMemory => {
+                Kind::Server
+            }
+            _ => Kind::Blocking,
+        }
+    }
+
+    /// Part of `--quick`'s default set: the server scenarios need two
+    /// servers built or installed, so CI's smoke run leaves them out.
+    pub fn in_quick(self) -> bool {
+        self.kind() != Kind::Server
+    }
 
     /// The name in tables, CSV, plots' file names and `--scenario`.
     pub fn name(self) -> &'static str {
@@ -53,14 +113,25 @@ impl Scenario {
             Scenario::MillionKeys => "million-keys",
             Scenario::Handoff => "handoff",
             Scenario::Deadline => "deadline",
+            Scenario::AsyncUncontended => "async-uncontended",
+            Scenario::AsyncHotKey => "async-hot-key",
+            Scenario::AsyncFreshKeys => "async-fresh-keys",
+            Scenario::AsyncDeadline => "async-deadline",
+            Scenario::ServerUncontended => "server-uncontended",
+            Scenario::ServerHotKey => "server-hot-key",
+            Scenario::ServerMemory => "server-memory",
         }
     }
 
-    /// Scenarios run once (at a fixed thread count) rather than per `--threads` entry.
-    pub fn fixed_threads(self) -> Option<usize> {
+    /// Scenarios run at fixed thread (task, connection) counts rather than
+    /// at each `--threads` entry.
+    pub fn fixed_threads(self) -> Option<&'static [usize]> {
         match self {
-            Scenario::Handoff => Some(2),
-            Scenario::Deadline => Some(DEADLINE_WAITERS + 1),
+            Scenario::Handoff => Some(&[2]),
+            Scenario::Deadline | Scenario::AsyncDeadline => Some(&[DEADLINE_WAITERS + 1]),
+            Scenario::AsyncHotKey => Some(&ASYNC_HOT_TASKS),
+            Scenario::ServerUncontended => Some(&SERVER_CONNECTIONS),
+            Scenario::ServerHotKey | Scenario::ServerMemory => Some(&[SERVER_HOT_CONNECTIONS]),
             _ => None,
         }
     }
@@ -93,6 +164,46 @@ impl Scenario {
                 fmt_ns(cfg.dl_hold.as_nanos() as u64),
                 fmt_ns(cfg.dl_wait.as_nanos() as u64)
             ),
+            Scenario::AsyncUncontended => format!(
+                "threads = tasks on a tokio runtime of {} workers, each task its own {UNCONTENDED_KEYS} keys; \
+                 rate = holds/s; latency = one async hold",
+                crate::async_scenarios::workers()
+            ),
+            Scenario::AsyncHotKey => format!(
+                "threads = tasks on a tokio runtime of {} workers, all on one key; rate = holds/s; \
+                 latency = one async hold incl. waiting; ooo = grants out of arrival order (approx.)",
+                crate::async_scenarios::workers()
+            ),
+            Scenario::AsyncFreshKeys => format!(
+                "threads = tasks; {} distinct fresh keys, each held once by a task; rate = holds/s; \
+                 latency = 1 hold in {MILLION_TIMED_EVERY}; mem = bytes still allocated once all keys are idle",
+                cfg.million
+            ),
+            Scenario::AsyncDeadline => format!(
+                "1 holder thread ({} holds) + {DEADLINE_WAITERS} tasks waiting with a {} deadline; \
+                 rate = timeouts/s; latency = how late a timeout returned (thread waiters: `deadline`)",
+                fmt_ns(cfg.dl_hold.as_nanos() as u64),
+                fmt_ns(cfg.dl_wait.as_nanos() as u64)
+            ),
+            Scenario::ServerUncontended => format!(
+                "threads = connections, each on its own key; rate = hold+release pairs/s \
+                 (holdline: HOLD, RELEASE; redis: SET NX PX, EVALSHA compare-and-delete); \
+                 latency = one pair (2 round trips); {}",
+                crate::server_scenarios::SERVERS_NOTE
+            ),
+            Scenario::ServerHotKey => format!(
+                "threads = connections, all on one key; rate = grants/s (holdline: HOLD waits in line; \
+                 redis: SET NX retried every {}); latency = wait from first try to grant; \
+                 ooo = grants out of arrival order",
+                fmt_ns(crate::server_scenarios::REDIS_POLL.as_nanos() as u64)
+            ),
+            Scenario::ServerMemory => format!(
+                "{} distinct keys held at once over 16 pipelining connections, then released; \
+                 rate = keys held+released/s; latency = one pipelined batch of {} holds; \
+                 mem = server RSS after release - RSS at start (note: start/held/released RSS)",
+                cfg.million,
+                crate::server_scenarios::PIPELINE
+            ),
         }
     }
 
@@ -105,6 +216,29 @@ impl Scenario {
             Scenario::MillionKeys => million_keys::<D>(cfg, threads),
             Scenario::Handoff => handoff::<D>(cfg),
             Scenario::Deadline => deadline::<D>(cfg),
+            // Reached for the designs without an async hold (bench sends the
+            // others to `run_async`) and never for a server scenario.
+            _ => {
+                let mut run = base_run::<D>(self, threads);
+                run.na = Some(match self.kind() {
+                    Kind::Server => "a server scenario",
+                    _ => "no async hold",
+                });
+                run
+            }
+        }
+    }
+
+    /// One run of this async scenario with design `D`; a blocking or server
+    /// scenario is answered by [`Scenario::run`].
+    pub fn run_async<D: AsyncKeyedLock>(self, cfg: &Cfg, tasks: usize) -> Run {
+        use crate::async_scenarios as a;
+        match self {
+            Scenario::AsyncUncontended => a::uncontended::<D>(cfg, tasks),
+            Scenario::AsyncHotKey => a::hot_key::<D>(cfg, tasks),
+            Scenario::AsyncFreshKeys => a::fresh_keys::<D>(cfg, tasks),
+            Scenario::AsyncDeadline => a::deadline::<D>(cfg),
+            _ => self.run::<D>(cfg, tasks),
         }
     }
 
@@ -155,11 +289,11 @@ impl Cfg {
     }
 }
 
-fn hist() -> Histogram<u64> {
+pub fn hist() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("histogram")
 }
 
-fn fill_lat(run: &mut Run, h: &Histogram<u64>) {
+pub fn fill_lat(run: &mut Run, h: &Histogram<u64>) {
     if h.is_empty() {
         return;
     }
@@ -173,7 +307,7 @@ fn fill_lat(run: &mut Run, h: &Histogram<u64>) {
         .collect();
 }
 
-fn base_run<D: KeyedLock>(scenario: Scenario, threads: usize) -> Run {
+pub fn base_run<D: KeyedLock>(scenario: Scenario, threads: usize) -> Run {
     let mut run = Run::new(scenario, threads, D::NAME);
     run.fifo = D::FIFO;
     run.deadline = matches!(D::DEADLINE, Deadline::Native(_));
@@ -208,7 +342,7 @@ fn run_for<T: Send>(
     })
 }
 
-const BATCH: usize = 32;
+pub const BATCH: usize = 32;
 
 /// One design instance on cache lines of its own (per-thread baselines must
 /// not share a line, or false sharing is what gets measured).
@@ -570,7 +704,10 @@ mod tests {
         let mut cfg = Cfg::new(Duration::from_millis(5), 1000);
         cfg.dl_hold = Duration::from_millis(2);
         for d in crate::designs::Design::ALL {
-            for s in Scenario::ALL {
+            for s in Scenario::ALL
+                .into_iter()
+                .filter(|s| s.kind() == Kind::Blocking)
+            {
                 let run = crate::for_design!(d, D => s.run::<D>(&cfg, 2));
                 assert_eq!((run.design, run.scenario), (d.name(), s));
                 if run.na.is_none() {
@@ -578,5 +715,71 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn async_scenarios_run_on_the_async_designs_and_are_na_on_the_others() {
+        let mut cfg = Cfg::new(Duration::from_millis(5), 1000);
+        cfg.dl_hold = Duration::from_millis(2);
+        let asyncs = Scenario::ALL
+            .into_iter()
+            .filter(|s| s.kind() == Kind::Async);
+        for s in asyncs {
+            let tasks = s.fixed_threads().map_or(2, |t| t[0]);
+            for d in crate::designs::Design::ALL {
+                let run = crate::for_async_design!(d, D => s.run_async::<D>(&cfg, tasks),
+                    else crate::for_design!(d, D => s.run::<D>(&cfg, tasks)));
+                assert_eq!((run.design, run.scenario), (d.name(), s));
+                if d.has_async() {
+                    assert_eq!(run.na, None, "{s:?} {d:?}");
+                    assert!(run.secs > 0.0 && run.ops > 0, "{s:?} {d:?}");
+                    assert!(run.p99 > 0, "{s:?} {d:?}: no latency recorded");
+                } else {
+                    assert_eq!(run.na, Some("no async hold"), "{s:?} {d:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn async_fresh_keys_gives_holdlines_memory_back_and_tokios_map_keeps_it() {
+        let cfg = Cfg::new(Duration::from_millis(5), 20_000);
+        let hl = Scenario::AsyncFreshKeys.run_async::<crate::designs::Holdline>(&cfg, 2);
+        let tk = Scenario::AsyncFreshKeys.run_async::<crate::designs::DashTokio>(&cfg, 2);
+        assert_eq!(hl.ops, 20_000);
+        // 20,000 entries of a map of Arc<Mutex> are well over 200 KiB.
+        assert!(tk.mem_idle.unwrap() > 200 << 10, "{:?}", tk.mem_idle);
+        assert!(
+            hl.mem_settled.unwrap() < tk.mem_idle.unwrap() / 4,
+            "holdline kept {:?} bytes of 20,000 idle keys, tokio's map {:?}",
+            hl.mem_settled,
+            tk.mem_idle
+        );
+    }
+
+    #[test]
+    fn async_deadline_waits_time_out_late_never_early() {
+        let mut cfg = Cfg::new(Duration::from_millis(100), 10);
+        cfg.dl_hold = Duration::from_millis(20);
+        for run in [
+            Scenario::AsyncDeadline.run_async::<crate::designs::Holdline>(&cfg, 4),
+            Scenario::AsyncDeadline.run_async::<crate::designs::DashTokio>(&cfg, 4),
+        ] {
+            assert!(run.ops > 0, "{}: {}", run.design, run.note);
+            assert!(
+                run.note.contains("(0 early)"),
+                "{}: {}",
+                run.design,
+                run.note
+            );
+        }
+    }
+
+    #[test]
+    fn async_hot_key_counts_grants_in_order_for_fifo_designs() {
+        let cfg = Cfg::new(Duration::from_millis(20), 10);
+        let run = Scenario::AsyncHotKey.run_async::<crate::designs::Holdline>(&cfg, 4);
+        let (ooo, grants) = run.out_of_order.expect("hot key samples order");
+        assert!(grants > 0 && ooo <= grants, "{ooo}/{grants}");
     }
 }

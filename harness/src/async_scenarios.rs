@@ -1,0 +1,315 @@
+//! The `async-*` scenarios: tasks on a tokio multi-thread runtime hold keys
+//! through a design's async hold ([`AsyncKeyedLock`]). The `threads` of a
+//! row is its number of tasks; the runtime has one worker per CPU.
+
+use std::future::Future;
+use std::hint::black_box;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use tokio::runtime::Runtime;
+
+use crate::alloc::live_bytes;
+use crate::designs::AsyncKeyedLock;
+use crate::row::Run;
+use crate::scenarios::{
+    base_run, fill_lat, hist, Cfg, Scenario, BATCH, DEADLINE_WAITERS, MILLION_TIMED_EVERY,
+    UNCONTENDED_KEYS,
+};
+
+/// Worker threads of the runtime the async rows run on: one per CPU, as
+/// `#[tokio::main]` would have.
+pub fn workers() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+}
+
+fn runtime() -> Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers())
+        .enable_time()
+        .build()
+        .expect("tokio runtime")
+}
+
+/// Runs `work(task_index, stop)` as `tasks` tasks for `dur`, starting them
+/// together; answers their results and the measured wall time.
+pub fn run_tasks<T, F>(
+    rt: &Runtime,
+    tasks: usize,
+    dur: Duration,
+    work: impl Fn(usize, Arc<AtomicBool>) -> F,
+) -> (Vec<T>, f64)
+where
+    T: Send + 'static,
+    F: Future<Output = T> + Send + 'static,
+{
+    let stop = Arc::new(AtomicBool::new(false));
+    rt.block_on(async {
+        let start_line = Arc::new(tokio::sync::Barrier::new(tasks + 1));
+        let handles: Vec<_> = (0..tasks)
+            .map(|t| {
+                let fut = work(t, stop.clone());
+                let start_line = start_line.clone();
+                tokio::spawn(async move {
+                    start_line.wait().await;
+                    fut.await
+                })
+            })
+            .collect();
+        start_line.wait().await;
+        let start = Instant::now();
+        tokio::time::sleep(dur).await;
+        stop.store(true, Relaxed);
+        let mut out = Vec::with_capacity(tasks);
+        for h in handles {
+            out.push(h.await.expect("task"));
+        }
+        (out, start.elapsed().as_secs_f64())
+    })
+}
+
+/// Throughput then latency, each task holding the keys of `seqs[t]` round
+/// robin. A task yields after every batch of holds, so that a runtime with
+/// fewer workers than tasks runs them all (and tokio's mutex never meets
+/// its cooperative budget, which would yield for it).
+fn rate_and_latency<D: AsyncKeyedLock>(
+    run: &mut Run,
+    cfg: &Cfg,
+    rt: &Runtime,
+    d: &Arc<D>,
+    seqs: &Arc<Vec<Vec<String>>>,
+    fairness: bool,
+) {
+    let tasks = seqs.len();
+    let (counts, secs) = run_tasks(rt, tasks, cfg.duration, |t, stop| {
+        let (d, seqs) = (d.clone(), seqs.clone());
+        async move {
+            let seq = &seqs[t];
+            let (mut i, mut n) = (0usize, 0u64);
+            while !stop.load(Relaxed) {
+                for _ in 0..BATCH {
+                    d.hold_async(&seq[i % seq.len()], || black_box(())).await;
+                    i = i.wrapping_add(1);
+                }
+                n += BATCH as u64;
+                tokio::task::yield_now().await;
+            }
+            n
+        }
+    });
+    run.set_rate(counts.iter().sum(), secs);
+
+    let ticket = Arc::new(AtomicU64::new(0));
+    let max_granted = Arc::new(AtomicU64::new(0));
+    let (outs, _) = run_tasks(rt, tasks, cfg.lat_duration, |t, stop| {
+        let (d, seqs) = (d.clone(), seqs.clone());
+        let (ticket, max_granted) = (ticket.clone(), max_granted.clone());
+        async move {
+            let seq = &seqs[t];
+            let mut h = hist();
+            let (mut i, mut ooo, mut grants) = (0usize, 0u64, 0u64);
+            while !stop.load(Relaxed) {
+                for _ in 0..BATCH {
+                    let k = &seq[i % seq.len()];
+                    i = i.wrapping_add(1);
+                    let t0;
+                    let late = if fairness {
+                        let my = ticket.fetch_add(1, Relaxed) + 1;
+                        t0 = Instant::now();
+                        d.hold_async(k, || {
+                            // Inside the hold: the lock orders these accesses.
+                            let late = my < max_granted.load(Relaxed);
+                            if !late {
+                                max_granted.store(my, Relaxed);
+                            }
+                            late
+                        })
+                        .await
+                    } else {
+                        t0 = Instant::now();
+                        d.hold_async(k, || black_box(false)).await
+                    };
+                    let _ = h.record(t0.elapsed().as_nanos() as u64);
+                    ooo += u64::from(late);
+                    grants += 1;
+                }
+                tokio::task::yield_now().await;
+            }
+            (h, ooo, grants)
+        }
+    });
+    let mut all = hist();
+    let (mut ooo, mut grants) = (0, 0);
+    for (h, o, g) in outs {
+        all.add(h).expect("merge");
+        ooo += o;
+        grants += g;
+    }
+    fill_lat(run, &all);
+    if fairness {
+        run.out_of_order = Some((ooo, grants));
+    }
+}
+
+pub fn uncontended<D: AsyncKeyedLock>(cfg: &Cfg, tasks: usize) -> Run {
+    let mut run = base_run::<D>(Scenario::AsyncUncontended, tasks);
+    let rt = runtime();
+    let seqs: Vec<Vec<String>> = (0..tasks)
+        .map(|t| (0..UNCONTENDED_KEYS).map(|j| format!("u{t}-{j}")).collect())
+        .collect();
+    let d = Arc::new(D::new());
+    rate_and_latency(&mut run, cfg, &rt, &d, &Arc::new(seqs), false);
+    run.note = format!(
+        "{UNCONTENDED_KEYS} own keys per task, {} workers; {}",
+        workers(),
+        D::ASYNC_API
+    );
+    run
+}
+
+pub fn hot_key<D: AsyncKeyedLock>(cfg: &Cfg, tasks: usize) -> Run {
+    let mut run = base_run::<D>(Scenario::AsyncHotKey, tasks);
+    let rt = runtime();
+    let seqs: Vec<Vec<String>> = (0..tasks).map(|_| vec!["hot".to_string()]).collect();
+    let d = Arc::new(D::new());
+    rate_and_latency(&mut run, cfg, &rt, &d, &Arc::new(seqs), true);
+    run.note = format!("{tasks} tasks on {} workers; {}", workers(), D::ASYNC_API);
+    run
+}
+
+pub fn fresh_keys<D: AsyncKeyedLock>(cfg: &Cfg, tasks: usize) -> Run {
+    let mut run = base_run::<D>(Scenario::AsyncFreshKeys, tasks);
+    let n = cfg.million;
+    let chunk = n.div_ceil(tasks);
+    let keys: Vec<Vec<String>> = (0..n)
+        .map(|i| format!("m{i:07}"))
+        .collect::<Vec<_>>()
+        .chunks(chunk)
+        .map(<[String]>::to_vec)
+        .collect();
+    let keys = Arc::new(keys);
+    // The runtime exists before the baseline: its own memory is not the design's.
+    let rt = runtime();
+    let d = Arc::new(D::new());
+    let base = live_bytes();
+    let start = Instant::now();
+    let hs: Vec<Histogram<u64>> = rt.block_on(async {
+        let handles: Vec<_> = (0..keys.len())
+            .map(|t| {
+                let (d, keys) = (d.clone(), keys.clone());
+                tokio::spawn(async move {
+                    let mut h = hist();
+                    for (i, k) in keys[t].iter().enumerate() {
+                        if i % MILLION_TIMED_EVERY == 0 {
+                            let t0 = Instant::now();
+                            d.hold_async(k, || black_box(())).await;
+                            let _ = h.record(t0.elapsed().as_nanos() as u64);
+                        } else {
+                            d.hold_async(k, || black_box(())).await;
+                        }
+                        if i % BATCH == BATCH - 1 {
+                            tokio::task::yield_now().await;
+                        }
+                    }
+                    h
+                })
+            })
+            .collect();
+        let mut hs = Vec::with_capacity(handles.len());
+        for h in handles {
+            hs.push(h.await.expect("task"));
+        }
+        hs
+    });
+    run.set_rate(n as u64, start.elapsed().as_secs_f64());
+    let mut all = hist();
+    for h in hs {
+        all.add(h).expect("merge");
+    }
+    fill_lat(&mut run, &all);
+    drop(all);
+    run.mem_live = Some((live_bytes() - base) as i64);
+    d.reclaim();
+    run.mem_idle = Some((live_bytes() - base) as i64);
+    for _ in 0..5 {
+        std::thread::sleep(Duration::from_millis(20));
+        d.reclaim();
+    }
+    run.mem_settled = Some((live_bytes() - base) as i64);
+    run.note = format!(
+        "{n} fresh keys, each held once by a task; 1 in {MILLION_TIMED_EVERY} timed; idle: {}; 100 ms later: {}",
+        D::IDLE,
+        crate::report::fmt_bytes(run.mem_settled.unwrap_or(0))
+    );
+    drop(d);
+    drop(rt);
+    run
+}
+
+/// One thread holds the key `dl_hold` at a time, again and again (a
+/// blocking hold: the same line); [`DEADLINE_WAITERS`] tasks wait on it
+/// with a `dl_wait` deadline. Latency is how late each timeout came back.
+pub fn deadline<D: AsyncKeyedLock>(cfg: &Cfg) -> Run {
+    let waiters = DEADLINE_WAITERS;
+    let mut run = base_run::<D>(Scenario::AsyncDeadline, waiters + 1);
+    run.unit = "timeouts";
+    run.lat_of = "lateness";
+    let rt = runtime();
+    let d = Arc::new(D::new());
+    let (wait, hold_for) = (cfg.dl_wait, cfg.dl_hold);
+    let total = (cfg.duration + cfg.lat_duration).max(hold_for * 60);
+    let holder_stop = Arc::new(AtomicBool::new(false));
+    let holder = {
+        let (d, stop) = (d.clone(), holder_stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Relaxed) {
+                d.hold("dl", || std::thread::sleep(hold_for));
+            }
+        })
+    };
+    let (outs, secs) = run_tasks(&rt, waiters, total, |_, stop| {
+        let d = d.clone();
+        async move {
+            let mut h = hist();
+            let (mut timeouts, mut early, mut grants) = (0u64, 0u64, 0u64);
+            while !stop.load(Relaxed) {
+                let t0 = Instant::now();
+                match d.hold_within_async("dl", wait, || black_box(())).await {
+                    Some(()) => grants += 1,
+                    None => {
+                        let el = t0.elapsed();
+                        timeouts += 1;
+                        if el < wait {
+                            early += 1;
+                        } else {
+                            let _ = h.record(((el - wait).as_nanos() as u64).max(1));
+                        }
+                    }
+                }
+                // A granted waiter comes straight back: let the holder in line.
+                tokio::task::yield_now().await;
+            }
+            (h, timeouts, early, grants)
+        }
+    });
+    holder_stop.store(true, Relaxed);
+    holder.join().expect("holder");
+    let mut all = hist();
+    let (mut timeouts, mut early, mut grants) = (0, 0, 0);
+    for (h, a, b, c) in outs {
+        all.add(h).expect("merge");
+        timeouts += a;
+        early += b;
+        grants += c;
+    }
+    fill_lat(&mut run, &all);
+    run.set_rate(timeouts, secs);
+    run.note = format!(
+        "{waiters} waiting tasks, wait {wait:?}, holder thread {hold_for:?}: {timeouts} timed out ({early} early), {grants} granted; compare `deadline` (thread waiters)"
+    );
+    run
+}

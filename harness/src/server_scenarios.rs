@@ -1,0 +1,557 @@
+//! The `server-*` scenarios: `holdline serve` against `redis-server` doing
+//! the usual single-instance lock, both driven by the same client code path
+//! (`holdline_client::Connection`, one tokio task per connection).
+//!
+//! holdline: `HOLD bench key` (waits in the key's line, answered on grant),
+//! `RELEASE lease`. Redis: `SET key token NX PX 30000` (retried every
+//! [`REDIS_POLL`] while the key is taken), released by `EVALSHA` of the
+//! compare-and-delete script.
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use holdline_client::{Connection, Value};
+use tokio::runtime::Runtime;
+
+use crate::async_scenarios::{run_tasks, workers};
+use crate::report::fmt_bytes;
+use crate::row::Run;
+use crate::scenarios::{fill_lat, hist, Cfg, Scenario};
+use crate::servers::{ServerKind, ServerProcess};
+
+/// How often a Redis lock client retries a taken key (redis-py's default is 100 ms).
+pub const REDIS_POLL: Duration = Duration::from_millis(1);
+
+/// Commands queued before one flush in `server-memory`.
+pub const PIPELINE: usize = 64;
+
+pub const SERVERS_NOTE: &str =
+    "both servers started by the harness on loopback, one client code path (holdline_client::Connection)";
+
+/// The lock name holdline's commands use.
+const LOCK: &str = "bench";
+
+/// A Redis lock's time to live, as the recipe sets it.
+const REDIS_PX: &str = "30000";
+
+/// The release half of the Redis recipe: delete the key only if it still
+/// holds this client's token.
+const RELEASE_SCRIPT: &str =
+    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
+
+/// How long [`SETTLE`] waits before the last memory reading (holdline
+/// reclaims idle keys within about a second).
+const SETTLE: Duration = Duration::from_millis(1500);
+
+/// One connection and what a hold on it needs.
+struct Client {
+    conn: Connection,
+    kind: ServerKind,
+    /// The release script's SHA1 (Redis).
+    sha: Arc<str>,
+    /// Reused text buffers: the Redis token (unique per hold) and a lease id.
+    token: String,
+    number: String,
+    id: usize,
+    holds: u64,
+}
+
+/// What a hold answered: holdline's lease id (Redis's token stays in `Client::token`).
+struct Held(i64);
+
+fn expect_ok(reply: &Value, what: &str) {
+    assert!(
+        matches!(reply, Value::Simple(s) if s == "OK"),
+        "{what}: answered {reply:?}"
+    );
+}
+
+impl Client {
+    async fn connect(addr: SocketAddr, kind: ServerKind, sha: Arc<str>, id: usize) -> Client {
+        let conn = Connection::connect(addr)
+            .await
+            .unwrap_or_else(|e| panic!("connect to {} at {addr}: {e}", kind.name()));
+        Client {
+            conn,
+            kind,
+            sha,
+            token: String::with_capacity(32),
+            number: String::with_capacity(24),
+            id,
+            holds: 0,
+        }
+    }
+
+    /// Makes the next unique Redis token.
+    fn next_token(&mut self) {
+        self.holds += 1;
+        self.token.clear();
+        let _ = write!(self.token, "c{}-{}", self.id, self.holds);
+    }
+
+    /// Queues a hold of `key`: `HOLD` (with `extra` options), or `SET NX PX`
+    /// with a fresh token.
+    fn queue_hold(&mut self, key: &str, extra: &[&str]) {
+        match self.kind {
+            ServerKind::Holdline => {
+                let mut args = vec!["HOLD", LOCK, key];
+                args.extend_from_slice(extra);
+                self.conn.queue(&args);
+            }
+            ServerKind::Redis => {
+                self.next_token();
+                let token = &self.token;
+                self.conn
+                    .queue(&["SET", key, token.as_str(), "NX", "PX", REDIS_PX]);
+            }
+        }
+    }
+
+    /// Reads a hold's answer: `Some` when granted, `None` when Redis said
+    /// the key is taken.
+    async fn read_hold(&mut self, key: &str) -> Option<Held> {
+        let reply = self.conn.read_reply().await.expect("read a hold's answer");
+        match (self.kind, &reply) {
+            (ServerKind::Holdline, Value::Array(a)) => match a.as_slice() {
+                [Value::Integer(lease), Value::Integer(_fence)] => Some(Held(*lease)),
+                _ => panic!("HOLD {key}: answered {reply:?}"),
+            },
+            (ServerKind::Redis, Value::Null) => None,
+            (ServerKind::Redis, _) => {
+                expect_ok(&reply, &format!("SET {key} NX"));
+                Some(Held(0))
+            }
+            _ => panic!("HOLD {key}: answered {reply:?}"),
+        }
+    }
+
+    /// Queues the release of `held` (on `key`, whose token is `token` for Redis).
+    fn queue_release(&mut self, key: &str, held: &Held, token: Option<&str>) {
+        match self.kind {
+            ServerKind::Holdline => {
+                self.number.clear();
+                let _ = write!(self.number, "{}", held.0);
+                let lease = &self.number;
+                self.conn.queue(&["RELEASE", lease.as_str()]);
+            }
+            ServerKind::Redis => {
+                let token = token.unwrap_or(&self.token);
+                self.conn.queue(&["EVALSHA", &self.sha, "1", key, token]);
+            }
+        }
+    }
+
+    async fn read_release(&mut self, key: &str) {
+        let reply = self
+            .conn
+            .read_reply()
+            .await
+            .expect("read a release's answer");
+        match self.kind {
+            ServerKind::Holdline => expect_ok(&reply, &format!("RELEASE ({key})")),
+            ServerKind::Redis => assert_eq!(
+                reply,
+                Value::Integer(1),
+                "EVALSHA release of {key}: the key was no longer this client's"
+            ),
+        }
+    }
+
+    /// Holds `key`, waiting as each server's clients do: holdline's HOLD
+    /// waits in line; a Redis client retries `SET NX` every [`REDIS_POLL`].
+    async fn hold(&mut self, key: &str) -> Held {
+        loop {
+            self.queue_hold(key, &[]);
+            self.conn.flush().await.expect("send a hold");
+            if let Some(held) = self.read_hold(key).await {
+                return held;
+            }
+            tokio::time::sleep(REDIS_POLL).await;
+        }
+    }
+
+    async fn release(&mut self, key: &str, held: Held) {
+        self.queue_release(key, &held, None);
+        self.conn.flush().await.expect("send a release");
+        self.read_release(key).await;
+    }
+}
+
+fn runtime() -> Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers())
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+/// `n` connected clients (and, for Redis, the script loaded).
+fn connect_all(rt: &Runtime, server: &ServerProcess, kind: ServerKind, n: usize) -> Vec<Client> {
+    rt.block_on(async {
+        let sha: Arc<str> = match kind {
+            ServerKind::Holdline => Arc::from(""),
+            ServerKind::Redis => {
+                let mut c = Connection::connect(server.addr).await.expect("connect");
+                match c.command(&["SCRIPT", "LOAD", RELEASE_SCRIPT]).await {
+                    Ok(Value::Bulk(b)) => Arc::from(String::from_utf8(b).expect("sha").as_str()),
+                    other => panic!("SCRIPT LOAD answered {other:?}"),
+                }
+            }
+        };
+        let mut clients = Vec::with_capacity(n);
+        for id in 0..n {
+            clients.push(Client::connect(server.addr, kind, sha.clone(), id).await);
+        }
+        clients
+    })
+}
+
+/// Hands each task its client: `run_tasks` builds a task per index.
+struct Clients(Vec<parking_lot::Mutex<Option<Client>>>);
+
+impl Clients {
+    fn new(clients: Vec<Client>) -> Arc<Clients> {
+        Arc::new(Clients(
+            clients
+                .into_iter()
+                .map(|c| parking_lot::Mutex::new(Some(c)))
+                .collect(),
+        ))
+    }
+    fn take(&self, i: usize) -> Client {
+        self.0[i].lock().take().expect("each client is taken once")
+    }
+}
+
+/// One run of a server scenario on `kind` with `conns` connections; a row
+/// `n/a` (saying how to get the server) where it cannot start.
+pub fn run(scenario: Scenario, kind: ServerKind, cfg: &Cfg, conns: usize) -> Run {
+    let mut run = Run::new(scenario, conns, kind.name());
+    run.fifo = kind.fifo();
+    // Both have a bounded wait: HOLD's WAIT; a polling client gives up when it likes.
+    run.deadline = true;
+    if let Err(missing) = kind.binary() {
+        run.na = Some(missing.na);
+        run.note = missing.how;
+        return run;
+    }
+    let server = ServerProcess::start(kind).unwrap_or_else(|e| panic!("{e}"));
+    let rt = runtime();
+    match scenario {
+        Scenario::ServerUncontended => uncontended(&mut run, cfg, &rt, &server, kind, conns),
+        Scenario::ServerHotKey => hot_key(&mut run, cfg, &rt, &server, kind, conns),
+        Scenario::ServerMemory => memory(&mut run, cfg, &rt, &server, kind, conns),
+        other => panic!("{} is not a server scenario", other.name()),
+    }
+    run
+}
+
+/// Each connection holds and releases its own key, again and again.
+fn uncontended(
+    run: &mut Run,
+    cfg: &Cfg,
+    rt: &Runtime,
+    server: &ServerProcess,
+    kind: ServerKind,
+    conns: usize,
+) {
+    let clients = Clients::new(connect_all(rt, server, kind, conns));
+    let (outs, secs) = run_tasks(rt, conns, cfg.duration, |t, stop| {
+        let clients = clients.clone();
+        async move {
+            let mut c = clients.take(t);
+            let key = format!("own-{t}");
+            let mut h = hist();
+            let mut n = 0u64;
+            while !stop.load(SeqCst) {
+                let t0 = Instant::now();
+                let held = c.hold(&key).await;
+                c.release(&key, held).await;
+                let _ = h.record(t0.elapsed().as_nanos() as u64);
+                n += 1;
+            }
+            (h, n)
+        }
+    });
+    let mut all = hist();
+    let mut pairs = 0;
+    for (h, n) in outs {
+        all.add(h).expect("merge");
+        pairs += n;
+    }
+    run.unit = "hold+release";
+    run.lat_of = "hold+release";
+    run.set_rate(pairs, secs);
+    fill_lat(run, &all);
+    run.note = format!("{conns} connections, each its own key; {}", recipe(kind));
+}
+
+fn recipe(kind: ServerKind) -> &'static str {
+    match kind {
+        ServerKind::Holdline => "HOLD bench key / RELEASE lease",
+        ServerKind::Redis => "SET key token NX PX 30000 / EVALSHA compare-and-delete",
+    }
+}
+
+/// Every connection on one key: wait (from the first try), hold, release.
+fn hot_key(
+    run: &mut Run,
+    cfg: &Cfg,
+    rt: &Runtime,
+    server: &ServerProcess,
+    kind: ServerKind,
+    conns: usize,
+) {
+    let clients = Clients::new(connect_all(rt, server, kind, conns));
+    // A ticket when a connection begins to wait; a grant whose ticket is
+    // older than one already granted came out of arrival order.
+    let ticket = Arc::new(AtomicU64::new(0));
+    let max_granted = Arc::new(AtomicU64::new(0));
+    let (outs, secs) = run_tasks(rt, conns, cfg.duration, |t, stop| {
+        let clients = clients.clone();
+        let (ticket, max_granted) = (ticket.clone(), max_granted.clone());
+        async move {
+            let mut c = clients.take(t);
+            let mut h = hist();
+            let (mut grants, mut ooo) = (0u64, 0u64);
+            while !stop.load(SeqCst) {
+                let my = ticket.fetch_add(1, SeqCst) + 1;
+                let t0 = Instant::now();
+                let held = c.hold("hot").await;
+                let _ = h.record(t0.elapsed().as_nanos() as u64);
+                // Holding the key orders these with the other holders'.
+                if my < max_granted.load(SeqCst) {
+                    ooo += 1;
+                } else {
+                    max_granted.store(my, SeqCst);
+                }
+                grants += 1;
+                c.release("hot", held).await;
+            }
+            (h, grants, ooo)
+        }
+    });
+    let mut all = hist();
+    let (mut grants, mut ooo) = (0, 0);
+    for (h, g, o) in outs {
+        all.add(h).expect("merge");
+        grants += g;
+        ooo += o;
+    }
+    run.unit = "grants";
+    run.lat_of = "wait";
+    run.set_rate(grants, secs);
+    fill_lat(run, &all);
+    run.out_of_order = Some((ooo, grants));
+    run.note = match kind {
+        ServerKind::Holdline => {
+            format!("{conns} connections; HOLD waits in line, answered on grant")
+        }
+        ServerKind::Redis => {
+            format!("{conns} connections; SET NX retried every {REDIS_POLL:?} until it succeeds")
+        }
+    };
+}
+
+/// `cfg.million` distinct keys, each held once and released, in pipelined
+/// batches ([`PIPELINE`] holds, then their releases) over `conns`
+/// connections; the server's memory at start, at its peak, after the last
+/// release and [`SETTLE`] later.
+///
+/// Batches rather than every key held at once: holdline renews all of a
+/// connection's leases on every command it reads, so one connection holding
+/// tens of thousands of leases makes each command cost as many renewals.
+fn memory(
+    run: &mut Run,
+    cfg: &Cfg,
+    rt: &Runtime,
+    server: &ServerProcess,
+    kind: ServerKind,
+    conns: usize,
+) {
+    let clients = connect_all(rt, server, kind, conns);
+    let start_rss = server.rss().expect("server RSS");
+    let n = cfg.million;
+    let per = n.div_ceil(conns);
+    let t_start = Instant::now();
+    let outs: Vec<(Histogram<u64>, Client)> = rt.block_on(async {
+        let handles: Vec<_> = clients
+            .into_iter()
+            .enumerate()
+            .map(|(t, mut c)| {
+                tokio::spawn(async move {
+                    let mut h = hist();
+                    let keys: Vec<String> = (t * per..((t + 1) * per).min(n))
+                        .map(|i| format!("m{i:07}"))
+                        .collect();
+                    let mut tokens: Vec<String> = Vec::with_capacity(PIPELINE);
+                    let mut leases: Vec<Held> = Vec::with_capacity(PIPELINE);
+                    for batch in keys.chunks(PIPELINE) {
+                        let t0 = Instant::now();
+                        tokens.clear();
+                        for k in batch {
+                            c.queue_hold(k, &["TTL", REDIS_PX]);
+                            tokens.push(c.token.clone());
+                        }
+                        c.conn.flush().await.expect("send holds");
+                        leases.clear();
+                        for k in batch {
+                            let held = c.read_hold(k).await;
+                            leases.push(held.unwrap_or_else(|| panic!("fresh key {k} was taken")));
+                        }
+                        let _ = h.record(t0.elapsed().as_nanos() as u64);
+                        for ((k, held), token) in batch.iter().zip(&leases).zip(&tokens) {
+                            c.queue_release(k, held, Some(token));
+                        }
+                        c.conn.flush().await.expect("send releases");
+                        for k in batch {
+                            c.read_release(k).await;
+                        }
+                    }
+                    (h, c)
+                })
+            })
+            .collect();
+        let mut outs = Vec::with_capacity(handles.len());
+        for h in handles {
+            outs.push(h.await.expect("task"));
+        }
+        outs
+    });
+    let secs = t_start.elapsed().as_secs_f64();
+    let released_rss = server.rss().expect("server RSS");
+    let peak_rss = server.peak_rss().expect("server peak RSS");
+    let mut all = hist();
+    let mut clients: Vec<Client> = Vec::new();
+    for (h, c) in outs {
+        all.add(h).expect("merge");
+        clients.push(c);
+    }
+    std::thread::sleep(SETTLE);
+    let settled_rss = server.rss().expect("server RSS");
+    let left = rt.block_on(keys_left(&mut clients[0]));
+    run.unit = "keys";
+    run.lat_of = "batch of holds";
+    run.set_rate(n as u64, secs);
+    fill_lat(run, &all);
+    run.mem_live = Some(peak_rss - start_rss);
+    run.mem_idle = Some(released_rss - start_rss);
+    run.mem_settled = Some(settled_rss - start_rss);
+    run.note = format!(
+        "RSS: start {}, peak {}, after release {}, {SETTLE:?} later {}; {left}",
+        fmt_bytes(start_rss),
+        fmt_bytes(peak_rss),
+        fmt_bytes(released_rss),
+        fmt_bytes(settled_rss),
+    );
+}
+
+/// What the server still keeps: holdline's `live_keys` (STATS), Redis's `DBSIZE`.
+async fn keys_left(c: &mut Client) -> String {
+    match c.kind {
+        ServerKind::Holdline => {
+            let reply = c.conn.command(&["STATS", LOCK]).await.expect("STATS");
+            let live = match &reply {
+                Value::Map(pairs) => pairs.iter().find_map(|(k, v)| match (k, v) {
+                    (Value::Bulk(k), Value::Integer(n)) if k == b"live_keys" => Some(*n),
+                    (Value::Simple(k), Value::Integer(n)) if k == "live_keys" => Some(*n),
+                    _ => None,
+                }),
+                _ => None,
+            };
+            match live {
+                Some(n) => format!("live_keys {n}"),
+                None => format!("STATS answered {reply:?}"),
+            }
+        }
+        ServerKind::Redis => match c.conn.command(&["DBSIZE"]).await {
+            Ok(Value::Integer(n)) => format!("DBSIZE {n}"),
+            other => format!("DBSIZE answered {other:?}"),
+        },
+    }
+}
+
+/// Whether a hold by another connection is refused while one holds the
+/// key, on both servers: the recipes the rows time really exclude.
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn available(kind: ServerKind) -> bool {
+        match kind.binary() {
+            Ok(_) => true,
+            Err(m) => {
+                eprintln!("skipped for {}: {}", kind.name(), m.how);
+                false
+            }
+        }
+    }
+
+    #[test]
+    fn both_recipes_exclude_and_release() {
+        for kind in ServerKind::ALL {
+            if !available(kind) {
+                continue;
+            }
+            let server = ServerProcess::start(kind).expect("server starts");
+            let rt = runtime();
+            let mut cs = connect_all(&rt, &server, kind, 2);
+            rt.block_on(async {
+                let held = cs[0].hold("k").await;
+                // The other connection cannot take it now.
+                cs[1].queue_hold("k", &["WAIT", "0"]);
+                cs[1].conn.flush().await.unwrap();
+                match kind {
+                    ServerKind::Holdline => {
+                        let reply = cs[1].conn.read_reply().await.unwrap();
+                        assert!(
+                            matches!(&reply, Value::Error(e) if e.starts_with("INUSE")),
+                            "{reply:?}"
+                        );
+                    }
+                    ServerKind::Redis => assert!(cs[1].read_hold("k").await.is_none()),
+                }
+                cs[0].release("k", held).await;
+                let again = cs[1].hold("k").await;
+                cs[1].release("k", again).await;
+            });
+        }
+    }
+
+    #[test]
+    fn server_scenarios_measure_on_both_servers() {
+        let cfg = Cfg::new(Duration::from_millis(60), 3_000);
+        for kind in ServerKind::ALL {
+            if !available(kind) {
+                continue;
+            }
+            for (s, conns) in [
+                (Scenario::ServerUncontended, 2),
+                (Scenario::ServerHotKey, 4),
+                (Scenario::ServerMemory, 4),
+            ] {
+                let r = run(s, kind, &cfg, conns);
+                assert_eq!(r.na, None, "{s:?} {kind:?}");
+                assert!(r.ops > 0 && r.p50 > 0, "{s:?} {kind:?}: {r:?}");
+                if s == Scenario::ServerMemory {
+                    assert_eq!(r.ops, 3_000);
+                    assert!(r.note.contains("RSS: start"), "{}", r.note);
+                    // Every key was released: nothing is left held.
+                    assert!(
+                        r.note.ends_with("live_keys 0") || r.note.ends_with("DBSIZE 0"),
+                        "{kind:?}: {}",
+                        r.note
+                    );
+                }
+                if s == Scenario::ServerHotKey && kind == ServerKind::Holdline {
+                    let (ooo, grants) = r.out_of_order.unwrap();
+                    assert!(grants > 0 && ooo <= grants);
+                }
+            }
+        }
+    }
+}
