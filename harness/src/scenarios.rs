@@ -198,9 +198,10 @@ impl Scenario {
                 fmt_ns(crate::server_scenarios::REDIS_POLL.as_nanos() as u64)
             ),
             Scenario::ServerMemory => format!(
-                "{} distinct keys held at once over 16 pipelining connections, then released; \
-                 rate = keys held+released/s; latency = one pipelined batch of {} holds; \
-                 mem = server RSS after release - RSS at start (note: start/held/released RSS)",
+                "{} distinct keys, each held once and released, over {SERVER_HOT_CONNECTIONS} connections \
+                 pipelining {} holds then their releases; rate = keys/s; latency = one batch of holds; \
+                 mem idle = server RSS after the last release - RSS at start (note: RSS at start, peak, \
+                 after release, and later; keys the server still has)",
                 cfg.million,
                 crate::server_scenarios::PIPELINE
             ),
