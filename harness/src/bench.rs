@@ -359,8 +359,14 @@ fn write_outputs(plan: &Plan, rows: &[Row], table: &str, elapsed: Duration) -> b
 fn say_missing_servers(plan: &Plan) {
     for kind in ServerKind::ALL {
         if plan.jobs.iter().any(|j| j.design == Subject::Server(kind)) {
-            if let Err(m) = kind.binary() {
-                eprintln!("harness: {}", m.how);
+            match kind.binary() {
+                Err(m) => eprintln!("harness: {}", m.how),
+                Ok(p) if crate::servers::is_debug_build(&p) => eprintln!(
+                    "harness: only a debug build of holdline at {}: its rows mean little; \
+                     `cargo build --release --bin holdline`",
+                    p.display()
+                ),
+                Ok(_) => {}
             }
         }
     }

@@ -194,7 +194,7 @@ impl Scenario {
             Scenario::ServerHotKey => format!(
                 "threads = connections, all on one key; rate = grants/s (holdline: HOLD waits in line; \
                  redis: SET NX retried every {}); latency = wait from first try to grant; \
-                 ooo = grants out of arrival order",
+                 ooo = grants made while a connection that began waiting earlier still waited",
                 fmt_ns(crate::server_scenarios::REDIS_POLL.as_nanos() as u64)
             ),
             Scenario::ServerMemory => format!(

@@ -234,11 +234,14 @@ pub fn run(scenario: Scenario, kind: ServerKind, cfg: &Cfg, conns: usize) -> Run
     run.fifo = kind.fifo();
     // Both have a bounded wait: HOLD's WAIT; a polling client gives up when it likes.
     run.deadline = true;
-    if let Err(missing) = kind.binary() {
-        run.na = Some(missing.na);
-        run.note = missing.how;
-        return run;
-    }
+    let debug = match kind.binary() {
+        Ok(path) => crate::servers::is_debug_build(&path),
+        Err(missing) => {
+            run.na = Some(missing.na);
+            run.note = missing.how;
+            return run;
+        }
+    };
     let server = ServerProcess::start(kind).unwrap_or_else(|e| panic!("{e}"));
     let rt = runtime();
     match scenario {
@@ -246,6 +249,9 @@ pub fn run(scenario: Scenario, kind: ServerKind, cfg: &Cfg, conns: usize) -> Run
         Scenario::ServerHotKey => hot_key(&mut run, cfg, &rt, &server, kind, conns),
         Scenario::ServerMemory => memory(&mut run, cfg, &rt, &server, kind, conns),
         other => panic!("{} is not a server scenario", other.name()),
+    }
+    if debug {
+        run.note = format!("DEBUG BUILD of holdline (build --release); {}", run.note);
     }
     run
 }
@@ -307,28 +313,31 @@ fn hot_key(
     conns: usize,
 ) {
     let clients = Clients::new(connect_all(rt, server, kind, conns));
-    // A ticket when a connection begins to wait; a grant whose ticket is
-    // older than one already granted came out of arrival order.
-    let ticket = Arc::new(AtomicU64::new(0));
-    let max_granted = Arc::new(AtomicU64::new(0));
+    // A ticket when a connection begins to wait, kept in `waiting` until it
+    // is granted (0: not waiting). A grant made while a connection with an
+    // older ticket still waits passed over it: out of arrival order. (A
+    // barging client passes over every poller, and each such grant counts.)
+    let ticket = Arc::new(AtomicU64::new(1));
+    let waiting: Arc<Vec<AtomicU64>> = Arc::new((0..conns).map(|_| AtomicU64::new(0)).collect());
     let (outs, secs) = run_tasks(rt, conns, cfg.duration, |t, stop| {
         let clients = clients.clone();
-        let (ticket, max_granted) = (ticket.clone(), max_granted.clone());
+        let (ticket, waiting) = (ticket.clone(), waiting.clone());
         async move {
             let mut c = clients.take(t);
             let mut h = hist();
             let (mut grants, mut ooo) = (0u64, 0u64);
             while !stop.load(SeqCst) {
-                let my = ticket.fetch_add(1, SeqCst) + 1;
+                let my = ticket.fetch_add(1, SeqCst);
+                waiting[t].store(my, SeqCst);
                 let t0 = Instant::now();
                 let held = c.hold("hot").await;
                 let _ = h.record(t0.elapsed().as_nanos() as u64);
-                // Holding the key orders these with the other holders'.
-                if my < max_granted.load(SeqCst) {
-                    ooo += 1;
-                } else {
-                    max_granted.store(my, SeqCst);
-                }
+                waiting[t].store(0, SeqCst);
+                let older_waits = waiting.iter().any(|w| {
+                    let since = w.load(SeqCst);
+                    since != 0 && since < my
+                });
+                ooo += u64::from(older_waits);
                 grants += 1;
                 c.release("hot", held).await;
             }

@@ -54,18 +54,26 @@ pub struct Missing {
     pub how: String,
 }
 
-/// `$HOLDLINE_BIN`, else `release/holdline` under the target folder.
+/// `$HOLDLINE_BIN`, else `release/holdline` under the target folder, else
+/// (so that `cargo test` finds the one it built) `debug/holdline`, which
+/// [`is_debug_build`] tells apart.
 fn holdline_binary() -> Result<PathBuf, Missing> {
-    let path = std::env::var_os("HOLDLINE_BIN")
+    if let Some(p) = std::env::var_os("HOLDLINE_BIN") {
+        return holdline_at(PathBuf::from(p));
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            std::env::var_os("CARGO_TARGET_DIR")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| crate::workspace_path("target"))
-                .join("release")
-                .join("holdline")
-        });
-    holdline_at(path)
+        .unwrap_or_else(|| crate::workspace_path("target"));
+    let release = target.join("release").join("holdline");
+    let debug = target.join("debug").join("holdline");
+    holdline_at(release).or_else(|missing| holdline_at(debug).map_err(|_| missing))
+}
+
+/// A `holdline` from a debug build: its rows say so, their numbers mean little.
+pub fn is_debug_build(path: &Path) -> bool {
+    path.parent()
+        .and_then(Path::file_name)
+        .is_some_and(|dir| dir == "debug")
 }
 
 /// `path` when it is a file; else why not and how to build one.
@@ -87,7 +95,16 @@ fn holdline_at(path: PathBuf) -> Result<PathBuf, Missing> {
 /// `$REDIS_SERVER`, else `redis-server` on the PATH (or in /usr/bin, /usr/sbin).
 fn redis_binary() -> Result<PathBuf, Missing> {
     if let Some(p) = std::env::var_os("REDIS_SERVER") {
-        return Ok(PathBuf::from(p));
+        let p = PathBuf::from(p);
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            // Said as for no redis-server at all, with where it looked.
+            redis_in([]).map_err(|m| Missing {
+                how: format!("REDIS_SERVER={}: no such file; {}", p.display(), m.how),
+                ..m
+            })
+        };
     }
     let path = std::env::var_os("PATH").unwrap_or_default();
     redis_in(
@@ -259,6 +276,13 @@ mod tests {
             "{}",
             m.how
         );
+    }
+
+    #[test]
+    fn a_debug_build_is_told_apart() {
+        assert!(is_debug_build(Path::new("/w/target/debug/holdline")));
+        assert!(!is_debug_build(Path::new("/w/target/release/holdline")));
+        assert!(!is_debug_build(Path::new("holdline")));
     }
 
     #[test]
