@@ -136,6 +136,8 @@
 #![cfg_attr(loom, allow(dead_code))]
 
 mod ctx;
+/// Wait diagnostics (counted only with the `wait-counters` feature).
+pub mod counters;
 mod error;
 mod inspect;
 mod key;

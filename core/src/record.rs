@@ -85,9 +85,10 @@
 //!   too (a DEAD peek is confirmed under the shard lock).
 
 use crate::sync::{
-    park_timeout, spin_loop, yield_now, AtomicU32, AtomicU64, Backoff, Clock, Ordering, Thread,
-    UnsafeCell, SPIN_BEHIND, SPIN_FIRST_IN_LINE, YIELDS_FIRST_IN_LINE,
+    first_in_line_spin_rounds, park_timeout, spin_loop, spin_paid, AtomicU32, AtomicU64, Backoff,
+    Clock, Ordering, Thread, UnsafeCell, SPIN_BEHIND, SPIN_PAUSES,
 };
+use crate::counters::{count, Event};
 use crossbeam_epoch as epoch;
 use std::marker::PhantomPinned;
 use std::ptr;
@@ -491,25 +492,25 @@ impl Record {
         deadline_us: u64,
     ) -> WaitEnd {
         let spins = if first {
-            SPIN_FIRST_IN_LINE
+            first_in_line_spin_rounds()
         } else {
             SPIN_BEHIND
         };
         for i in 0..spins {
             if let Some(end) = end_of(waiter.status.load(Ordering::Acquire)) {
+                count(Event::GrantedSpinning);
+                if first {
+                    spin_paid(true);
+                }
                 return end;
             }
-            for _ in 0..(1u32 << (i / 16).min(3)) {
+            // Short rounds first, so a quick handoff is seen at once.
+            for _ in 0..(1u32 << (i / 16).min(3)).min(SPIN_PAUSES) {
                 spin_loop();
             }
         }
         if first {
-            for _ in 0..YIELDS_FIRST_IN_LINE {
-                if let Some(end) = end_of(waiter.status.load(Ordering::Acquire)) {
-                    return end;
-                }
-                yield_now();
-            }
+            spin_paid(false);
         }
         // Acquire on failure: a final status was published with Release.
         if let Err(now) =
@@ -535,10 +536,12 @@ impl Record {
                 return unsafe { self.leave(waiter) };
             }
             // Cap one park at a day so huge deadlines cannot overflow the call.
+            count(Event::Park);
             park_timeout(Duration::from_micros(
                 (deadline_us - now).min(86_400_000_000),
             ));
             if let Some(end) = end_of(waiter.status.load(Ordering::Acquire)) {
+                count(Event::GrantedParked);
                 return end;
             }
         }
@@ -809,8 +812,12 @@ unsafe fn finish_waiter(w: *const Waiter, to: u32) -> Option<Wake> {
         .status
         .compare_exchange(WAITING, to, Ordering::Release, Ordering::Relaxed)
     {
-        Ok(_) => None,
+        Ok(_) => {
+            count(Event::HandoffToSpinner);
+            None
+        }
         Err(_parked) => {
+            count(Event::HandoffToParked);
             // PARKED: it sleeps (or is about to), or it is a task. Copy the
             // handle first: once the status is final the node may vanish.
             // SAFETY: we own QLOCK, which guards `wake` of a linked node.

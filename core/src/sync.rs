@@ -86,14 +86,41 @@ mod imp {
         }
     }
 
-    /// How a waiter waits before it parks (see `Record::wait`): the first
-    /// in line spins briefly (a handoff to a spinning thread costs ~250 ns,
-    /// a futex wake ~40 us here), then yields, which costs little when a
-    /// core is free and gives the holder the core when none is; the rest
-    /// spin a little and park.
-    pub(crate) const SPIN_FIRST_IN_LINE: u32 = 64;
+    /// How long the first in line spins before it parks, in rounds of
+    /// [`SPIN_PAUSES`] pause instructions, adapted per thread: a spin pays
+    /// when the grant comes within about a futex wake's cost (~40 us here;
+    /// a handoff to a spinning thread costs ~250 ns), so a thread whose
+    /// spins keep ending in a grant spins longer, and one whose spins keep
+    /// ending in a park (the holder was preempted, or the line is longer
+    /// than the cores) parks sooner. Never a `yield_now`: beside a CPU-bound
+    /// process a yield gives it a whole slice while the key, handed to the
+    /// yielder, waits. Waiters behind the first spin only [`SPIN_BEHIND`].
+    pub(crate) fn first_in_line_spin_rounds() -> u32 {
+        SPIN_BUDGET.try_with(std::cell::Cell::get).unwrap_or(SPIN_MIN)
+    }
+
+    /// Tells the adaptation whether the last spin ended in a grant.
+    pub(crate) fn spin_paid(paid: bool) {
+        let _ = SPIN_BUDGET.try_with(|b| {
+            let r = b.get();
+            b.set(if paid {
+                (r + r / 2 + 8).min(SPIN_MAX)
+            } else {
+                (r / 2).max(SPIN_MIN)
+            });
+        });
+    }
+
+    std::thread_local! {
+        static SPIN_BUDGET: std::cell::Cell<u32> = const { std::cell::Cell::new(SPIN_START) };
+    }
+    const SPIN_MIN: u32 = 8;
+    const SPIN_START: u32 = 64;
+    /// About 45 us: past a futex wake's cost, spinning cannot pay.
+    const SPIN_MAX: u32 = 256;
+    /// Pause instructions per spin round (a pause is ~21 ns here).
+    pub(crate) const SPIN_PAUSES: u32 = 8;
     pub(crate) const SPIN_BEHIND: u32 = 16;
-    pub(crate) const YIELDS_FIRST_IN_LINE: u32 = 48;
 }
 
 #[cfg(loom)]
@@ -157,15 +184,18 @@ mod imp {
     }
 
     // Under loom spinning only multiplies interleavings: check once, then park.
-    pub(crate) const SPIN_FIRST_IN_LINE: u32 = 1;
+    pub(crate) fn first_in_line_spin_rounds() -> u32 {
+        1
+    }
+    pub(crate) fn spin_paid(_: bool) {}
+    pub(crate) const SPIN_PAUSES: u32 = 1;
     pub(crate) const SPIN_BEHIND: u32 = 0;
-    pub(crate) const YIELDS_FIRST_IN_LINE: u32 = 0;
 }
 
 pub(crate) use imp::*;
 
 /// Waiting for the `QLOCK` bit: held for a few pointer writes, but its owner
-/// may be preempted on an oversubscribed machine, so spin a little, then yield.
+/// may be preempted on an oversubscribed machine, so spin, then yield.
 pub(crate) struct Backoff(u32);
 
 impl Backoff {
@@ -174,12 +204,17 @@ impl Backoff {
     }
 
     pub(crate) fn snooze(&mut self) {
-        if self.0 < 6 {
+        // 1 + 2 + ... + 512 pauses (~21 us here) before the first yield:
+        // the bit is held for a few pointer writes, so a wait longer than
+        // that means its owner was preempted, and only then does giving up
+        // the slice (to it, with luck) help.
+        if self.0 < 10 {
             for _ in 0..1u32 << self.0 {
                 spin_loop();
             }
             self.0 += 1;
         } else {
+            crate::counters::count(crate::counters::Event::LineLockYield);
             yield_now();
         }
     }
