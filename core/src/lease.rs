@@ -1,25 +1,40 @@
 //! Leases: the closure-scoped [`Lease`], the handle-style [`HeldLease`], the
 //! shared [`LeaseState`] behind them, and the loss [`Signal`].
 //!
-//! A grant is let go exactly once. While a lease has a `LeaseState`, whoever
-//! moves its `status` from `ACTIVE` owns that duty: the holder (to
-//! `RELEASED`, or `CLOSED` when its store closed meanwhile) or the timer
-//! (to `REVOKED` at maxHold, `EXPIRED` at ttl). The loser of that CAS never
+//! # A lease's status
+//!
+//! A `LeaseState`'s [`Status`] starts `Active` and moves once, by one CAS in
+//! [`LeaseState::end`], which every path calls:
+//!
+//! | from     | to         | by                         | when                                   |
+//! |----------|------------|----------------------------|----------------------------------------|
+//! | `Active` | `Released` | the holder                 | it lets go (release, drop, the closure returned) |
+//! | `Active` | `Revoked`  | the timer                  | its maxHold passed since the grant     |
+//! | `Active` | `Expired`  | the timer, or a late renewal | its ttl passed since the last renewal |
+//! | `Active` | `Closed`   | the holder or the timer    | either of the above, after its store closed |
+//!
+//! The other statuses are final. The winner of the CAS ends the grant, once:
+//! it counts a revocation or expiry, takes the lease's timer off the wheel,
+//! lets the key go, and wakes whoever waits for the news. The loser never
 //! touches the key's record again, which is what keeps the record pointer
 //! valid for the winner: the record cannot be retired while it is `HELD`,
-//! and it stays `HELD` until the winner releases it.
+//! and it stays `HELD` until the winner releases it. A lease still `Active`
+//! in a closed store is lost too (`close` ends every lease without touching
+//! each); its holder's end moves it to `Closed`.
 //!
 //! A plain `hold` without maxHold has no timer and so no `LeaseState` until
-//! `signal()` asks for one: the uncontended path allocates nothing.
+//! `signal()` asks for one: the uncontended path allocates nothing; its
+//! holder lets the key go directly.
 
+use crate::driver::Due;
 use crate::error::Error;
-use crate::lock::{Lock, LockShared};
+use crate::lock_shared::LockShared;
 use crate::record::Record;
-use crate::store::StoreShared;
+use crate::signal_hub::Watched;
+use crate::store_core::StoreCore;
 use crate::sync::AtomicBool;
-use crate::sync::{downgrade, lock, upgrade, Arc, AtomicU32, AtomicU64, Mutex, Ordering, Weak};
+use crate::sync::{lock, Arc, AtomicU32, AtomicU64, Mutex, Ordering};
 use crate::timer::TimerKey;
-use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -27,11 +42,37 @@ use std::sync::OnceLock;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-const ACTIVE: u32 = 0;
-const RELEASED: u32 = 1;
-const REVOKED: u32 = 2;
-const EXPIRED: u32 = 3;
-const CLOSED: u32 = 4;
+/// The store's shared state, with this crate's leases.
+pub(crate) type Core = StoreCore<LeaseState>;
+
+/// Where a lease stands: see the module doc's table.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[repr(u32)]
+pub(crate) enum Status {
+    /// Held; no path has ended it yet.
+    Active = 0,
+    /// Its holder let it go.
+    Released = 1,
+    /// The timer ended it at its maxHold.
+    Revoked = 2,
+    /// It ran out at its ttl.
+    Expired = 3,
+    /// Ended after its store closed.
+    Closed = 4,
+}
+
+impl Status {
+    fn from_u32(v: u32) -> Status {
+        match v {
+            0 => Status::Active,
+            1 => Status::Released,
+            2 => Status::Revoked,
+            3 => Status::Expired,
+            4 => Status::Closed,
+            _ => unreachable!("a lease status is only ever written from a Status"),
+        }
+    }
+}
 
 const NO_TIMER: u64 = u64::MAX;
 
@@ -48,10 +89,35 @@ pub enum EndReason {
     StoreClosed,
 }
 
+/// How a lease was lost: what its `lost` error says.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Loss {
+    /// Revoked at its maxHold.
+    Revoked,
+    /// Ran out at its ttl.
+    Expired { ttl_ms: u64 },
+    /// Its store closed.
+    StoreClosed,
+}
+
+impl Loss {
+    /// The error a holder gets, before its lock and key are named.
+    pub(crate) fn error(self) -> Error {
+        match self {
+            Loss::Revoked => Error::lost("it was revoked at its maxHold"),
+            Loss::Expired { ttl_ms } => {
+                Error::lost(format!("it ran out (ttl {})", show_ms(ttl_ms)))
+            }
+            Loss::StoreClosed => Error::lost("its store closed"),
+        }
+    }
+}
+
 /// What one grant shares with the timer and with signals.
 pub(crate) struct LeaseState {
+    /// A [`Status`].
     status: AtomicU32,
-    pub(crate) store: Arc<StoreShared>,
+    pub(crate) store: Arc<Core>,
     pub(crate) lock: Arc<LockShared>,
     record: *const Record,
     pub(crate) fence: u64,
@@ -86,21 +152,22 @@ unsafe impl Sync for LeaseState {}
 
 impl LeaseState {
     pub(crate) fn new(
-        lock: &Lock,
+        store: &Arc<Core>,
+        lock: &Arc<LockShared>,
         record: *const Record,
         fence: u64,
         max_hold_ms: u64,
         ttl_ms: u64,
     ) -> Arc<LeaseState> {
         let now = if max_hold_ms | ttl_ms != 0 {
-            lock.store.clock.now_ms()
+            store.clock.now_ms()
         } else {
             0
         };
         Arc::new(LeaseState {
-            status: AtomicU32::new(ACTIVE),
-            store: lock.store.clone(),
-            lock: lock.shared.clone(),
+            status: AtomicU32::new(Status::Active as u32),
+            store: store.clone(),
+            lock: lock.clone(),
             record,
             fence,
             granted_ms: now,
@@ -113,28 +180,23 @@ impl LeaseState {
         })
     }
 
-    /// When the lease must end if nothing changes: the earlier of maxHold
-    /// (from the grant) and ttl (from the last renewal). `None`: never.
-    pub(crate) fn expiry_ms(&self) -> Option<(u64, u32)> {
+    /// When the lease must end if nothing changes, and what it then moves
+    /// to: the earlier of maxHold (from the grant, `Revoked`) and ttl (from
+    /// the last renewal, `Expired`). `None`: never.
+    fn expiry_ms(&self) -> Option<(u64, Status)> {
         // +1: the clock reads whole milliseconds, so this never ends early.
-        let by_max =
-            (self.max_hold_ms != 0).then(|| (self.granted_ms + self.max_hold_ms + 1, REVOKED));
+        let by_max = (self.max_hold_ms != 0)
+            .then(|| (self.granted_ms + self.max_hold_ms + 1, Status::Revoked));
         let by_ttl = (self.ttl_ms != 0).then(|| {
             (
                 self.renewed_ms.load(Ordering::Relaxed) + self.ttl_ms + 1,
-                EXPIRED,
+                Status::Expired,
             )
         });
         match (by_max, by_ttl) {
             (Some(a), Some(b)) => Some(if b.0 < a.0 { b } else { a }),
             (a, b) => a.or(b),
         }
-    }
-
-    /// The address of the grant's record: the key of the store's registry
-    /// of timed leases.
-    pub(crate) fn record_addr(&self) -> usize {
-        self.record as usize
     }
 
     /// How long the grant has been held, and how long it has left before
@@ -150,116 +212,133 @@ impl LeaseState {
         (Duration::from_millis(held), left)
     }
 
-    /// Only under the wheel lock (which orders this Relaxed load).
-    pub(crate) fn timer_key(&self) -> Option<TimerKey> {
-        TimerKey::unpack(self.timer.load(Ordering::Relaxed))
-    }
-
-    /// Only under the wheel lock (which orders these Relaxed accesses).
-    pub(crate) fn set_timer_key(&self, key: Option<TimerKey>) {
-        self.timer
-            .store(key.map_or(NO_TIMER, TimerKey::pack), Ordering::Relaxed);
-    }
-
-    pub(crate) fn is_active(&self) -> bool {
-        self.status.load(Ordering::SeqCst) == ACTIVE
+    fn status(&self) -> Status {
+        Status::from_u32(self.status.load(Ordering::SeqCst))
     }
 
     /// Why it ended, if it has; a lease still active in a closed store has
     /// lost it too.
     pub(crate) fn end_reason(&self) -> Option<EndReason> {
-        match self.status.load(Ordering::SeqCst) {
-            RELEASED => Some(EndReason::Released),
-            REVOKED => Some(EndReason::Revoked),
-            EXPIRED => Some(EndReason::Expired),
-            CLOSED => Some(EndReason::StoreClosed),
-            _ if self.store.closed.load(Ordering::SeqCst) => Some(EndReason::StoreClosed),
-            _ => None,
+        match self.status() {
+            Status::Released => Some(EndReason::Released),
+            Status::Revoked => Some(EndReason::Revoked),
+            Status::Expired => Some(EndReason::Expired),
+            Status::Closed => Some(EndReason::StoreClosed),
+            Status::Active if self.store.closed.load(Ordering::SeqCst) => {
+                Some(EndReason::StoreClosed)
+            }
+            Status::Active => None,
+        }
+    }
+
+    /// How it was lost, if it was (released is not lost).
+    pub(crate) fn loss(&self) -> Option<Loss> {
+        match self.end_reason()? {
+            EndReason::Released => None,
+            EndReason::Revoked => Some(Loss::Revoked),
+            EndReason::Expired => Some(Loss::Expired {
+                ttl_ms: self.ttl_ms,
+            }),
+            EndReason::StoreClosed => Some(Loss::StoreClosed),
         }
     }
 
     pub(crate) fn is_lost(&self) -> bool {
-        !matches!(self.end_reason(), None | Some(EndReason::Released))
+        self.loss().is_some()
     }
 
-    pub(crate) fn lost_error(&self, reason: EndReason) -> Error {
-        lost_error(reason, self.ttl_ms)
-    }
-
-    /// The holder ends its grant. `Ok`: it still owned it, and the key has
-    /// been let go; `Err`: the timer took it first (the key is already gone).
-    pub(crate) fn finish(&self) -> Result<(), EndReason> {
-        let closed = self.store.closed.load(Ordering::SeqCst);
-        let to = if closed { CLOSED } else { RELEASED };
+    /// Ends the lease: moves it from `Active` to `to` and, if that won,
+    /// ends its grant (see the module doc). `Err`: another path ended it
+    /// first, with the status it left.
+    fn end(&self, to: Status) -> Result<(), Status> {
+        debug_assert_ne!(to, Status::Active);
         // SeqCst: a signal waiter reads `status` after announcing itself in
         // the hub's SeqCst counter (see `SignalHub`).
-        match self
-            .status
-            .compare_exchange(ACTIVE, to, Ordering::SeqCst, Ordering::SeqCst)
-        {
-            Ok(_) => {
-                self.store.cancel_timer(self);
-                // SAFETY: we won the CAS, so the grant is still HELD by us and
-                // the record alive (module doc).
-                unsafe { (*self.record).release(self.fence) };
-                self.store.signals.notify();
-                self.wake_aborted();
-                if closed {
-                    Err(EndReason::StoreClosed)
-                } else {
-                    Ok(())
-                }
-            }
-            Err(_) => Err(self.end_reason().unwrap_or(EndReason::StoreClosed)),
+        if let Err(now) = self.status.compare_exchange(
+            Status::Active as u32,
+            to as u32,
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        ) {
+            return Err(Status::from_u32(now));
+        }
+        let counter = match to {
+            Status::Revoked => Some(&self.lock.revocations),
+            Status::Expired => Some(&self.lock.expirations),
+            _ => None,
+        };
+        // Counted before the key moves on, so whoever the key goes to
+        // (and whoever hears from them) sees the count. Relaxed: the
+        // release below publishes it.
+        if let Some(counter) = counter {
+            counter.fetch_add(1, Ordering::Relaxed);
+        }
+        // Off the wheel and out of the timed registry before the key moves
+        // on, so the record's entry never names a grant that has ended.
+        self.store.timer.cancel(self);
+        // SAFETY: we won the CAS, so no other path will release: the grant
+        // is still HELD by this lease and the record alive (module doc).
+        unsafe { (*self.record).release(self.fence) };
+        self.store.signals.notify();
+        self.wake_aborted();
+        Ok(())
+    }
+
+    /// The holder lets go. `Ok`: it still owned the grant, and the key has
+    /// been let go; `Err`: the lease was lost (the timer ended it first, or
+    /// the store closed).
+    pub(crate) fn end_by_holder(&self) -> Result<(), Loss> {
+        let closed = self.store.closed.load(Ordering::SeqCst);
+        let to = if closed {
+            Status::Closed
+        } else {
+            Status::Released
+        };
+        match self.end(to) {
+            Ok(()) if closed => Err(Loss::StoreClosed),
+            Ok(()) => Ok(()),
+            Err(by) => Err(self.lost_to(by)),
         }
     }
 
-    /// The timer found the lease due at `now`. Answers false when it is not
+    /// The loss behind a final status another path left. The holder ends
+    /// its lease once, so that status is never `Released`.
+    fn lost_to(&self, by: Status) -> Loss {
+        match by {
+            Status::Revoked => Loss::Revoked,
+            Status::Expired => Loss::Expired {
+                ttl_ms: self.ttl_ms,
+            },
+            Status::Closed => Loss::StoreClosed,
+            Status::Active | Status::Released => {
+                unreachable!("a lease ended by another path has a lost status")
+            }
+        }
+    }
+
+    /// The lease's time is up at `now`: end it, `Revoked` or `Expired` (or
+    /// `Closed`, its store closed meanwhile). Answers false when it is not
     /// due after all (renewed) and should be re-armed.
-    pub(crate) fn expire(&self, now: u64) -> bool {
+    fn end_if_due(&self, now: u64) -> bool {
         let Some((at, to)) = self.expiry_ms() else {
             return true;
         };
         if now < at {
             return false;
         }
-        // A store closed meanwhile: its leases are lost to the close.
         let to = if self.store.closed.load(Ordering::SeqCst) {
-            CLOSED
+            Status::Closed
         } else {
             to
         };
-        if self
-            .status
-            .compare_exchange(ACTIVE, to, Ordering::SeqCst, Ordering::SeqCst)
-            .is_ok()
-        {
-            let counter = match to {
-                REVOKED => Some(&self.lock.revocations),
-                EXPIRED => Some(&self.lock.expirations),
-                _ => None,
-            };
-            // Counted before the key moves on, so whoever the key goes to
-            // (and whoever hears from them) sees the count. Relaxed: the
-            // release below publishes it.
-            if let Some(counter) = counter {
-                counter.fetch_add(1, Ordering::Relaxed);
-            }
-            // Out of the timed registry before the key moves on, so the
-            // record's entry never names a grant that has ended.
-            self.store.forget_expired(self);
-            // SAFETY: we won the CAS: the holder will not release, so the
-            // grant is still HELD and the record alive.
-            unsafe { (*self.record).release(self.fence) };
-            self.store.signals.notify();
-            self.wake_aborted();
-        }
+        // Lost the race: the holder (or a renewal) ended it first.
+        let _ = self.end(to);
         true
     }
 
     /// After the lease ended (its status moved, SeqCst) or its store closed:
     /// wakes the tasks awaiting its loss.
-    pub(crate) fn wake_aborted(&self) {
+    fn wake_aborted(&self) {
         // SeqCst: with the ending's SeqCst write before this load and the
         // poller's SeqCst `has_wakers` store before its re-check of the
         // status, either we see its waker or it sees the end.
@@ -311,32 +390,62 @@ impl LeaseState {
     }
 
     /// Renews a handle-style lease: its ttl counts again from now.
-    pub(crate) fn renew(&self) -> Result<(), EndReason> {
-        if let Some(r) = self.end_reason() {
-            return Err(r);
+    fn renew(&self) -> Result<(), Loss> {
+        if let Some(loss) = self.loss() {
+            return Err(loss);
         }
         let now = self.store.clock.now_ms();
         if self.expiry_ms().is_some_and(|(at, _)| now >= at) {
             // Too late: it ran out before this renewal. End it now rather
             // than answer Ok and let the timer end it a moment later.
-            self.expire(now);
-            return Err(self.end_reason().unwrap_or(EndReason::Expired));
+            self.end_if_due(now);
+            // A renewal racing this one on another thread may have saved it.
+            return Err(self.loss().unwrap_or(Loss::Expired {
+                ttl_ms: self.ttl_ms,
+            }));
         }
         // Relaxed: the timer re-reads it when it fires; a renewal racing the
         // expiry may lose, which is the ttl's meaning.
         self.renewed_ms.store(now, Ordering::Relaxed);
-        match self.end_reason() {
-            Some(r) => Err(r),
+        match self.loss() {
+            Some(loss) => Err(loss),
             None => Ok(()),
         }
     }
 }
 
-fn lost_error(reason: EndReason, ttl_ms: u64) -> Error {
-    match reason {
-        EndReason::Revoked => Error::lost("it was revoked at its maxHold"),
-        EndReason::Expired => Error::lost(format!("it ran out (ttl {})", show_ms(ttl_ms))),
-        EndReason::StoreClosed | EndReason::Released => Error::lost("its store closed"),
+impl Due for LeaseState {
+    fn due_ms(&self) -> Option<u64> {
+        self.expiry_ms().map(|(at, _)| at)
+    }
+
+    fn fire(&self, now_ms: u64) -> bool {
+        self.end_if_due(now_ms)
+    }
+
+    fn is_active(&self) -> bool {
+        self.status() == Status::Active
+    }
+
+    fn timed_key(&self) -> (usize, u64) {
+        (self.record as usize, self.fence)
+    }
+
+    /// Only under the wheel lock (which orders this Relaxed load).
+    fn timer_key(&self) -> Option<TimerKey> {
+        TimerKey::unpack(self.timer.load(Ordering::Relaxed))
+    }
+
+    /// Only under the wheel lock (which orders this Relaxed store).
+    fn set_timer_key(&self, key: Option<TimerKey>) {
+        self.timer
+            .store(key.map_or(NO_TIMER, TimerKey::pack), Ordering::Relaxed);
+    }
+}
+
+impl Watched for LeaseState {
+    fn wake_aborted(&self) {
+        LeaseState::wake_aborted(self);
     }
 }
 
@@ -354,7 +463,8 @@ pub(crate) fn show_ms(ms: u64) -> String {
 /// The lease a `hold` closure runs under. `Sync`, so an async closure can
 /// keep `&Lease` across its awaits on a multi-thread runtime.
 pub struct Lease<'a> {
-    pub(crate) lock: &'a Lock,
+    pub(crate) store: &'a Arc<Core>,
+    pub(crate) lock: &'a Arc<LockShared>,
     pub(crate) key: &'a str,
     pub(crate) record: *const Record,
     pub(crate) fence: u64,
@@ -388,30 +498,33 @@ impl<'a> Lease<'a> {
 
     /// Whether the lease was lost (revoked at maxHold, or its store closed).
     pub fn is_lost(&self) -> bool {
-        match self.state.get() {
-            Some(s) => s.is_lost(),
-            None => self.lock.store.closed.load(Ordering::Acquire),
-        }
+        self.loss().is_some()
     }
 
     /// `Err` of kind `Lost` once the lease is lost.
     pub fn check(&self) -> Result<(), Error> {
-        if !self.is_lost() {
-            return Ok(());
+        match self.loss() {
+            None => Ok(()),
+            Some(loss) => Err(self.lost_error(loss)),
         }
-        let reason = self
-            .state
-            .get()
-            .and_then(|s| s.end_reason())
-            .unwrap_or(EndReason::StoreClosed);
-        Err(lost_error(reason, 0).for_key(&self.lock.shared.name, self.key))
+    }
+
+    fn loss(&self) -> Option<Loss> {
+        match self.state.get() {
+            Some(s) => s.loss(),
+            None => self
+                .store
+                .closed
+                .load(Ordering::Acquire)
+                .then_some(Loss::StoreClosed),
+        }
     }
 
     /// A handle that aborts when the lease is lost, and tells why it ended.
     pub fn signal(&self) -> Signal {
         let state = self
             .state
-            .get_or_init(|| LeaseState::new(self.lock, self.record, self.fence, 0, 0));
+            .get_or_init(|| LeaseState::new(self.store, self.lock, self.record, self.fence, 0, 0));
         Signal {
             state: state.clone(),
         }
@@ -419,7 +532,7 @@ impl<'a> Lease<'a> {
 
     /// Ends the hold: lets the key go unless it was taken away. Idempotent.
     #[inline]
-    pub(crate) fn end(&self) -> Result<(), EndReason> {
+    pub(crate) fn end(&self) -> Result<(), Loss> {
         // Relaxed: only the owning hold reads or writes `ended`, in program
         // order (a load and a store, no read-modify-write on the hot path).
         if self.ended.load(Ordering::Relaxed) {
@@ -430,13 +543,13 @@ impl<'a> Lease<'a> {
             crate::ctx::pop_hold();
         }
         match self.state.get() {
-            Some(s) => s.finish(),
+            Some(s) => s.end_by_holder(),
             None => {
                 // SAFETY: no LeaseState means no timer: only we can let this
                 // grant go, so it is still HELD by us and the record alive.
                 unsafe { (*self.record).release(self.fence) };
-                if self.lock.store.closed.load(Ordering::Acquire) {
-                    Err(EndReason::StoreClosed)
+                if self.store.closed.load(Ordering::Acquire) {
+                    Err(Loss::StoreClosed)
                 } else {
                     Ok(())
                 }
@@ -445,8 +558,8 @@ impl<'a> Lease<'a> {
     }
 
     #[cold]
-    pub(crate) fn lost_error(&self, reason: EndReason) -> Error {
-        lost_error(reason, self.lock.ttl_ms).for_key(&self.lock.shared.name, self.key)
+    pub(crate) fn lost_error(&self, loss: Loss) -> Error {
+        loss.error().for_key(&self.lock.name, self.key)
     }
 }
 
@@ -461,7 +574,7 @@ impl Drop for Lease<'_> {
 impl fmt::Debug for Lease<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Lease")
-            .field("lock", &self.lock.shared.name)
+            .field("lock", &self.lock.name)
             .field("key", &self.key)
             .field("fence", &self.fence)
             .finish()
@@ -612,9 +725,9 @@ impl HeldLease {
 
     /// `Err` of kind `Lost` once the lease is lost.
     pub fn check(&self) -> Result<(), Error> {
-        match self.state.end_reason() {
-            Some(r) if r != EndReason::Released => Err(self.error(r)),
-            _ => Ok(()),
+        match self.state.loss() {
+            Some(loss) => Err(self.error(loss)),
+            None => Ok(()),
         }
     }
 
@@ -628,26 +741,24 @@ impl HeldLease {
     /// Keeps the lease: its ttl counts again from now. `Err` (`lost`) when
     /// it already ran out or was revoked.
     pub fn renew(&self) -> Result<(), Error> {
-        self.state.renew().map_err(|r| self.error(r))
+        self.state.renew().map_err(|loss| self.error(loss))
     }
 
     /// Lets the key go. `Err` (`lost`) when the lease had been lost before.
     pub fn release(mut self) -> Result<(), Error> {
         self.released = true;
-        self.state.finish().map_err(|r| self.error(r))
+        self.state.end_by_holder().map_err(|loss| self.error(loss))
     }
 
-    fn error(&self, reason: EndReason) -> Error {
-        self.state
-            .lost_error(reason)
-            .for_key(&self.state.lock.name, &self.key)
+    fn error(&self, loss: Loss) -> Error {
+        loss.error().for_key(&self.state.lock.name, &self.key)
     }
 }
 
 impl Drop for HeldLease {
     fn drop(&mut self) {
         if !self.released {
-            let _ = self.state.finish();
+            let _ = self.state.end_by_holder();
         }
     }
 }
@@ -659,80 +770,5 @@ impl fmt::Debug for HeldLease {
             .field("key", &self.key)
             .field("fence", &self.state.fence)
             .finish()
-    }
-}
-
-/// Wakes threads waiting on signals. One per store: lease endings are rare
-/// next to grants, and a waiter re-checks its own lease after every wake.
-/// Also lists the leases that tasks await (`Signal::aborted`), so that
-/// `close`, which ends every lease at once without touching each, can wake
-/// those tasks.
-pub(crate) struct SignalHub {
-    mutex: crate::sync::Mutex<()>,
-    cv: crate::sync::Condvar,
-    waiting: crate::sync::AtomicUsize,
-    watched: Mutex<HashMap<usize, Weak<LeaseState>>>,
-}
-
-impl SignalHub {
-    pub(crate) fn new() -> Self {
-        SignalHub {
-            mutex: crate::sync::Mutex::new(()),
-            cv: crate::sync::Condvar::new(),
-            waiting: crate::sync::AtomicUsize::new(0),
-            watched: Mutex::new(HashMap::new()),
-        }
-    }
-
-    fn watch(&self, lease: &Arc<LeaseState>) {
-        let id = Arc::as_ptr(lease) as usize;
-        lock(&self.watched).insert(id, downgrade(lease));
-    }
-
-    fn unwatch(&self, lease: &LeaseState) {
-        lock(&self.watched).remove(&(lease as *const LeaseState as usize));
-    }
-
-    /// The store closed: every awaited lease is lost; wake its tasks.
-    pub(crate) fn wake_all_aborted(&self) {
-        let leases: Vec<Weak<LeaseState>> = lock(&self.watched).values().cloned().collect();
-        for lease in leases.iter().filter_map(upgrade) {
-            lease.wake_aborted();
-        }
-    }
-
-    /// After a lease's status changed (SeqCst): wakes the waiters, if any.
-    pub(crate) fn notify(&self) {
-        // SeqCst: with the status write before it and the waiter's SeqCst
-        // increment-then-read, either we see the waiter or it sees the status.
-        if self.waiting.load(Ordering::SeqCst) != 0 {
-            let _g = lock(&self.mutex);
-            self.cv.notify_all();
-        }
-    }
-
-    pub(crate) fn wait_until(&self, timeout: Duration, done: impl Fn() -> bool) {
-        if done() {
-            return;
-        }
-        // No deadline at all when `timeout` is too long to add to now.
-        let deadline = std::time::Instant::now().checked_add(timeout);
-        self.waiting.fetch_add(1, Ordering::SeqCst);
-        let mut g = lock(&self.mutex);
-        while !done() {
-            let left = match deadline {
-                Some(d) => d.saturating_duration_since(std::time::Instant::now()),
-                None => Duration::from_secs(86_400),
-            };
-            if left.is_zero() {
-                break;
-            }
-            g = match self.cv.wait_timeout(g, left) {
-                Ok((g, _)) => g,
-                Err(p) => p.into_inner().0,
-            };
-        }
-        drop(g);
-        self.waiting.fetch_sub(1, Ordering::SeqCst);
     }
 }

@@ -124,30 +124,49 @@
 //! Lock names are 1 to 128 ASCII letters, digits and `_ - . :`; keys are 1
 //! to 1,024 bytes of UTF-8 without control characters.
 
-// Module map (private): `sync` is the loom facade every atomic goes
-// through; `record` is one key's state word and waiter line; `table` maps
-// key text to records and reclaims idle ones; `timer` is the wheel behind
-// maxHold and ttl; `ctx` lists a thread's running holds; `line_wait` is a
-// task's wait in a line; `lease`, `lock`, `outcome`, `inspect`, `many`,
-// `store` and `tx` are the public surface.
+// Module map, bottom-up: each module uses only modules listed before it
+// (none imports one that imports it back).
+//
+// - `sync`: the loom facade every atomic, lock, park and clock read goes
+//   through. `error`: the one error type. `ctx`: a thread's running holds.
+//   `timer`: the wheel, a plain data structure.
+// - `key`: key and lock-name text. `outcome`: a hold's value with its loss.
+// - `record`: one key's state word and waiter line. `table`: key text to
+//   records, reclaiming idle ones. `lock_shared`: a lock's table and counters.
+// - `signal_hub`: wakes who waits on lease signals. `driver`: the timer
+//   wheel, the registry of timed leases and the background thread (fires
+//   due leases through its `Due` trait, sweeps through a callback).
+// - `store_core`: what a store's locks and leases share (closed flag,
+//   clock, signal hub, driver, locks by name); sweeps and `close`.
+// - `lease`: a lease's status machine and its one `end`; `Lease`,
+//   `HeldLease`, `Signal`.
+// - `lock`: `Lock`, `KeyHold`, `Grant`; the fast path and a thread's wait.
+//   `line_wait`: a task's wait in a line. `hold_async`: the async holds.
+// - `inspect`, `many`, `tx`: a key's snapshot, several keys, transactions.
+// - `store`: the `Store` handle, opening locks, `close`, `tx`.
 
 #![warn(missing_docs)]
 // Under loom the background thread and some clock helpers are not built.
 #![cfg_attr(loom, allow(dead_code))]
 
-mod ctx;
 /// Wait diagnostics (counted only with the `wait-counters` feature).
 pub mod counters;
+mod ctx;
+mod driver;
 mod error;
+mod hold_async;
 mod inspect;
 mod key;
 mod lease;
 mod line_wait;
 mod lock;
+mod lock_shared;
 mod many;
 mod outcome;
 mod record;
+mod signal_hub;
 mod store;
+mod store_core;
 mod sync;
 mod table;
 mod timer;

@@ -15,10 +15,10 @@
 //! ([`Record::leave`]), which frees its place for the limit; if a grant won
 //! that race, the grant is let go at once, to the next in line.
 
+use crate::driver::Driver;
 use crate::error::Error;
 use crate::lock::{Entered, Grant, Lock, Mode};
 use crate::record::{Record, WaitEnd, Waiter};
-use crate::store::StoreShared;
 use crate::timer::TimerKey;
 use crossbeam_epoch as epoch;
 use std::future::Future;
@@ -70,7 +70,7 @@ impl<'a> LineWait<'a> {
         self.done = true;
         self.record = ptr::null();
         if let Some((key, _)) = self.timer.take() {
-            self.lock.store.cancel_wake(key);
+            self.lock.store.timer.cancel_wake(key);
         }
         Poll::Ready(self.lock.wait_ended(record, end, self.text).map(Some))
     }
@@ -84,9 +84,9 @@ impl<'a> LineWait<'a> {
             if old.will_wake(waker) {
                 return;
             }
-            self.lock.store.cancel_wake(*key);
+            self.lock.store.timer.cancel_wake(*key);
         }
-        self.timer = StoreShared::arm_wake(&self.lock.store, self.deadline_us, waker.clone())
+        self.timer = Driver::arm_wake(&self.lock.store.timer, self.deadline_us, waker.clone())
             .map(|key| (key, waker.clone()));
     }
 }
@@ -161,7 +161,7 @@ impl Drop for LineWait<'_> {
             return;
         }
         if let Some((key, _)) = self.timer.take() {
-            self.lock.store.cancel_wake(key);
+            self.lock.store.timer.cancel_wake(key);
         }
         let node = self.node.as_ref().expect("linked");
         // SAFETY: `record` is set and not answered: the node was linked, so

@@ -7,23 +7,20 @@
 //! (creating the record, waiting in line, timers) is the slow path.
 
 use crate::ctx::{self, Refusal};
+use crate::driver::Driver;
 use crate::error::{Error, ErrorKind};
 use crate::key::{check_key, Key, KeyBuf, KeyRef};
-use crate::lease::{HeldLease, Lease, LeaseState};
-use crate::line_wait::LineWait;
+use crate::lease::{Core, HeldLease, Lease, LeaseState};
+use crate::lock_shared::LockShared;
 use crate::outcome::Outcome;
 use crate::record::{Enqueued, Record, Tried, WaitEnd, Waiter};
-use crate::store::StoreShared;
 use crate::sync::AtomicBool;
-use crate::sync::{Arc, AtomicU64, Ordering};
-use crate::table::Table;
+use crate::sync::{Arc, Ordering};
 use crossbeam_epoch as epoch;
 use std::fmt;
-use std::future::Future;
 use std::mem::ManuallyDrop;
 use std::pin::Pin;
 use std::sync::OnceLock;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 /// Default wait of `hold`.
@@ -32,36 +29,11 @@ const DEFAULT_WAIT_MS: u64 = DEFAULT_WAIT.as_millis() as u64;
 /// Most waiters one key's line holds (the holder not counted).
 pub const MAX_WAITERS: u32 = 10_000;
 
-/// What a lock's handles share: its keys and counters.
-pub(crate) struct LockShared {
-    pub(crate) name: Box<str>,
-    pub(crate) table: Table,
-    pub(crate) timeouts: AtomicU64,
-    pub(crate) revocations: AtomicU64,
-    pub(crate) expirations: AtomicU64,
-}
-
-impl LockShared {
-    pub(crate) fn new(name: &str, fence_floor: u64) -> LockShared {
-        LockShared {
-            name: name.into(),
-            table: Table::new(fence_floor),
-            timeouts: AtomicU64::new(0),
-            revocations: AtomicU64::new(0),
-            expirations: AtomicU64::new(0),
-        }
-    }
-
-    pub(crate) fn id(&self) -> usize {
-        self as *const LockShared as usize
-    }
-}
-
 /// A handle to a named lock of a store. Cheap to clone. Its `ttl` and
 /// `maxHold` apply to the holds made through it.
 #[derive(Clone)]
 pub struct Lock {
-    pub(crate) store: Arc<StoreShared>,
+    pub(crate) store: Arc<Core>,
     pub(crate) shared: Arc<LockShared>,
     pub(crate) ttl_ms: u64,
     pub(crate) max_hold_ms: u64,
@@ -163,7 +135,7 @@ pub(crate) enum Entered {
 
 impl Lock {
     pub(crate) fn new(
-        store: Arc<StoreShared>,
+        store: Arc<Core>,
         shared: Arc<LockShared>,
         ttl_ms: u64,
         max_hold_ms: u64,
@@ -227,36 +199,6 @@ impl Lock {
     /// released or dropped, or until it runs out `ttl` after its last renewal.
     pub fn acquire<K: Key + ?Sized>(&self, key: &K) -> Result<HeldLease, Error> {
         self.key(key).acquire()
-    }
-
-    /// Holds `key` while the future `f` makes runs, waiting in line (up to
-    /// 10 s) without blocking the thread: the async [`hold`](Lock::hold).
-    /// Same rules: FIFO with threads, `in use`, `limit`, `closed`, `lost`.
-    /// Dropping the returned future leaves the line, or lets the key go.
-    pub async fn hold_async<K: Key + ?Sized, R>(
-        &self,
-        key: &K,
-        f: impl AsyncFnOnce(&Lease<'_>) -> R,
-    ) -> Result<R, Error> {
-        self.key(key).hold_async(f).await
-    }
-
-    /// A handle-style lease on `key`, waiting (up to 10 s) without blocking
-    /// the thread: the async [`acquire`](Lock::acquire).
-    pub fn acquire_async<'a, K: Key + ?Sized>(
-        &'a self,
-        key: &'a K,
-    ) -> impl Future<Output = Result<HeldLease, Error>> + Send + 'a {
-        self.key(key).acquire_async()
-    }
-
-    /// The grant for `text`, waited for as a task.
-    async fn grant_async(&self, text: &str, hash: u64, mode: Mode) -> Result<Option<Grant>, Error> {
-        match self.acquire_fast(text, hash, mode)? {
-            Fast::Granted(g) => Ok(Some(g)),
-            Fast::HeldHere => Ok(None),
-            Fast::Slow => LineWait::new(self, text, hash, mode).await,
-        }
     }
 
     /// Counts of this lock's keys and events. Walks the table: O(live keys).
@@ -333,7 +275,8 @@ impl Lock {
     ) -> Lease<'a> {
         let (record, fence) = grant.into_parts();
         let lease = Lease {
-            lock: self,
+            store: &self.store,
+            lock: &self.shared,
             key: text,
             record,
             fence,
@@ -342,9 +285,16 @@ impl Lock {
             listed,
         };
         if self.max_hold_ms != 0 {
-            let state = LeaseState::new(self, record, fence, self.max_hold_ms, 0);
+            let state = LeaseState::new(
+                &self.store,
+                &self.shared,
+                record,
+                fence,
+                self.max_hold_ms,
+                0,
+            );
             let state = lease.state.get_or_init(|| state);
-            StoreShared::arm_timer(&self.store, state);
+            Driver::arm(&self.store.timer, state);
         }
         lease
     }
@@ -534,7 +484,7 @@ impl Lock {
         }
         let (r, created) = self.shared.table.find_or_create(hash, text, guard);
         if created {
-            StoreShared::want_sweep(&self.store);
+            Driver::want_sweep(&self.store.timer);
             Found::Made(r)
         } else {
             Found::Existing(r)
@@ -581,9 +531,16 @@ impl Lock {
     /// the grant before anything that could panic runs.
     pub(crate) fn held_lease(&self, text: &str, grant: Grant) -> HeldLease {
         let (record, fence) = grant.into_parts();
-        let state = LeaseState::new(self, record, fence, self.max_hold_ms, self.ttl_ms);
+        let state = LeaseState::new(
+            &self.store,
+            &self.shared,
+            record,
+            fence,
+            self.max_hold_ms,
+            self.ttl_ms,
+        );
         let lease = HeldLease::new(state, text);
-        StoreShared::arm_timer(&self.store, lease.state());
+        Driver::arm(&self.store.timer, lease.state());
         lease
     }
 
@@ -660,82 +617,47 @@ impl KeyHold<'_> {
         self.lock.acquire_lease(self.key, Mode::Try)
     }
 }
-
-impl<'l> KeyHold<'l> {
-    /// Holds the key while the future `f` makes runs, waiting up to `wait`
-    /// without blocking the thread; see [`Lock::hold_async`].
-    pub async fn hold_async<R>(self, f: impl AsyncFnOnce(&Lease<'_>) -> R) -> Result<R, Error> {
-        let lock = self.lock;
-        let mut buf = KeyBuf::new();
-        let text = self.key.text(&mut buf);
-        let hash = lock.shared.table.hash(text);
-        let grant = lock
-            .grant_async(text, hash, Mode::Wait(ms(self.wait)))
-            .await?
-            .expect("a waiting hold grants");
-        let lease = lock.closure_lease(text, grant, false);
-        let r = Listed {
-            inner: f(&lease),
-            lock: lock.shared.id(),
-            hash,
-            key: text,
-        }
-        .await;
-        match lease.end() {
-            Ok(()) => Ok(r),
-            Err(reason) => Err(lease.lost_error(reason)),
-        }
-    }
-
-    /// A handle-style lease, waiting up to `wait` without blocking the
-    /// thread; see [`Lock::acquire_async`].
-    // Not an `async fn`: the signature promises `Send`, which an `async fn`
-    // would leave to inference (and to breaking silently).
-    #[allow(clippy::manual_async_fn)]
-    pub fn acquire_async(self) -> impl Future<Output = Result<HeldLease, Error>> + Send + 'l {
-        async move {
-            let lock = self.lock;
-            let mut buf = KeyBuf::new();
-            let text = self.key.text(&mut buf);
-            let hash = lock.shared.table.hash(text);
-            let grant = lock
-                .grant_async(text, hash, Mode::Wait(ms(self.wait)))
-                .await?
-                .expect("a waiting acquire grants");
-            Ok(lock.held_lease(text, grant))
-        }
+impl Lock {
+    /// [`hold`](Lock::hold), answering the closure's value even when the
+    /// lease was lost while it ran: `Ok(Outcome { value, lost })`, with
+    /// `lost` the error `hold` would have answered. `Err` only when `f`
+    /// never ran (`in use`, `limit`, `closed`, `invalid`).
+    ///
+    /// ```
+    /// use holdline::{ErrorKind, Store};
+    /// use std::time::Duration;
+    ///
+    /// let store = Store::new();
+    /// let mail = store.lock("mail").max_hold(Duration::from_millis(20)).open()?;
+    /// let outcome = mail.hold_outcome("welcome:7", |lease| {
+    ///     // A slow step: the lease is revoked at its 20 ms maxHold.
+    ///     lease.signal().wait_timeout(Duration::from_secs(10));
+    ///     "sent"
+    /// })?;
+    /// assert_eq!(outcome.value, "sent"); // the side effect is not lost
+    /// let lost = outcome.lost.expect("revoked");
+    /// assert_eq!(lost.kind(), ErrorKind::Lost);
+    /// assert_eq!(
+    ///     lost.to_string(),
+    ///     "lock mail: key \"welcome:7\": the lease was lost: it was revoked at its maxHold"
+    /// );
+    /// # Ok::<(), holdline::Error>(())
+    /// ```
+    pub fn hold_outcome<K: Key + ?Sized, R>(
+        &self,
+        key: &K,
+        f: impl FnOnce(&Lease<'_>) -> R,
+    ) -> Result<Outcome<R>, Error> {
+        self.key(key).wait(DEFAULT_WAIT).hold_outcome(f)
     }
 }
 
-/// Polls a hold's future with the hold listed in the polling thread's
-/// context, so a hold of the same key made inside it (async or blocking)
-/// is refused at once, as it is for a thread. Listing per poll, not for
-/// the whole hold, because other tasks run on the thread between polls.
-struct Listed<'k, F> {
-    inner: F,
-    lock: usize,
-    hash: u64,
-    key: &'k str,
-}
-
-impl<F: Future> Future for Listed<'_, F> {
-    type Output = F::Output;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        struct Unlist;
-        impl Drop for Unlist {
-            fn drop(&mut self) {
-                ctx::pop_hold();
-            }
-        }
-        // SAFETY: `inner` is structurally pinned: never moved out, and
-        // dropped in place with the wrapper.
-        let this = unsafe { self.get_unchecked_mut() };
-        // SAFETY: `key` outlives this poll; the entry is popped before the
-        // poll returns (unwinding too), so it never outlives `key`.
-        unsafe { ctx::push_hold(this.lock, this.hash, this.key) };
-        let _unlist = Unlist;
-        // SAFETY: see above: `inner` is pinned with `self`.
-        unsafe { Pin::new_unchecked(&mut this.inner) }.poll(cx)
+impl KeyHold<'_> {
+    /// Holds the key while `f` runs, waiting up to `wait`, and answers the
+    /// value with the loss; see [`Lock::hold_outcome`].
+    pub fn hold_outcome<R>(self, f: impl FnOnce(&Lease<'_>) -> R) -> Result<Outcome<R>, Error> {
+        self.lock
+            .hold_run(self.key, Mode::Wait(ms(self.wait)), f)
+            .map(|o| o.expect("a waiting hold runs f"))
     }
 }

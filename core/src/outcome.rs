@@ -1,16 +1,14 @@
 //! [`Outcome`]: a hold's value together with the loss of its lease, for
 //! callers that must see what the closure did even when the lease was lost
-//! ([`Lock::hold_outcome`], [`KeyHold::hold_outcome`]).
+//! ([`Lock::hold_outcome`](crate::Lock::hold_outcome),
+//! [`KeyHold::hold_outcome`](crate::KeyHold::hold_outcome)).
 
 use crate::error::Error;
-use crate::key::Key;
-use crate::lease::Lease;
-use crate::lock::{ms, KeyHold, Lock, Mode, DEFAULT_WAIT};
 
 /// What a hold's closure answered, and whether its lease was lost before
-/// the closure returned; from [`Lock::hold_outcome`].
+/// the closure returned; from [`Lock::hold_outcome`](crate::Lock::hold_outcome).
 ///
-/// [`Lock::hold`] turns a loss into `Err` and drops the value; an `Outcome`
+/// [`Lock::hold`](crate::Lock::hold) turns a loss into `Err` and drops the value; an `Outcome`
 /// keeps both, so a side effect made outside the fenced store (a mail sent,
 /// a file written) is not invisible when the lease was lost meanwhile.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,57 +28,12 @@ impl<R> Outcome<R> {
         self.lost.is_some()
     }
 
-    /// What [`Lock::hold`] answers: the value, or the loss (dropping the value).
+    /// What [`Lock::hold`](crate::Lock::hold) answers: the value, or the loss (dropping the value).
     pub fn into_result(self) -> Result<R, Error> {
         match self.lost {
             None => Ok(self.value),
             Some(e) => Err(e),
         }
-    }
-}
-
-impl Lock {
-    /// [`hold`](Lock::hold), answering the closure's value even when the
-    /// lease was lost while it ran: `Ok(Outcome { value, lost })`, with
-    /// `lost` the error `hold` would have answered. `Err` only when `f`
-    /// never ran (`in use`, `limit`, `closed`, `invalid`).
-    ///
-    /// ```
-    /// use holdline::{ErrorKind, Store};
-    /// use std::time::Duration;
-    ///
-    /// let store = Store::new();
-    /// let mail = store.lock("mail").max_hold(Duration::from_millis(20)).open()?;
-    /// let outcome = mail.hold_outcome("welcome:7", |lease| {
-    ///     // A slow step: the lease is revoked at its 20 ms maxHold.
-    ///     lease.signal().wait_timeout(Duration::from_secs(10));
-    ///     "sent"
-    /// })?;
-    /// assert_eq!(outcome.value, "sent"); // the side effect is not lost
-    /// let lost = outcome.lost.expect("revoked");
-    /// assert_eq!(lost.kind(), ErrorKind::Lost);
-    /// assert_eq!(
-    ///     lost.to_string(),
-    ///     "lock mail: key \"welcome:7\": the lease was lost: it was revoked at its maxHold"
-    /// );
-    /// # Ok::<(), holdline::Error>(())
-    /// ```
-    pub fn hold_outcome<K: Key + ?Sized, R>(
-        &self,
-        key: &K,
-        f: impl FnOnce(&Lease<'_>) -> R,
-    ) -> Result<Outcome<R>, Error> {
-        self.key(key).wait(DEFAULT_WAIT).hold_outcome(f)
-    }
-}
-
-impl KeyHold<'_> {
-    /// Holds the key while `f` runs, waiting up to `wait`, and answers the
-    /// value with the loss; see [`Lock::hold_outcome`].
-    pub fn hold_outcome<R>(self, f: impl FnOnce(&Lease<'_>) -> R) -> Result<Outcome<R>, Error> {
-        self.lock
-            .hold_run(self.key, Mode::Wait(ms(self.wait)), f)
-            .map(|o| o.expect("a waiting hold runs f"))
     }
 }
 

@@ -11,9 +11,9 @@
 use crate::ctx;
 use crate::error::{Error, ErrorKind};
 use crate::key::{check_key, Key, KeyBuf};
+use crate::lease::Core;
 use crate::lock::Lock;
-use crate::store::Store;
-use crate::sync::{lock, Ordering};
+use crate::sync::{lock, Mutex, Ordering};
 use std::collections::BTreeMap;
 
 #[derive(Default)]
@@ -35,8 +35,8 @@ struct FencedWrite {
     fence: u64,
 }
 
-/// A transaction in progress: the view `f` gets in [`Store::tx`] and
-/// [`Store::tx_with`].
+/// A transaction in progress: the view `f` gets in
+/// [`Store::tx`](crate::Store::tx) and [`Store::tx_with`](crate::Store::tx_with).
 ///
 /// Reads see the table as it stood when the transaction began, plus this
 /// transaction's own writes. Writes ([`put`](Tx::put),
@@ -186,13 +186,13 @@ fn check_fence(lock: &Lock, key: &str, fence: u64) -> Result<(), Error> {
 /// `Ok`, drops them when it answers `Err` (the caller's own error type, any
 /// of the store's errors converted into it) or panics.
 pub(crate) fn run<R, E: From<Error>>(
-    store: &Store,
+    store: &Core,
+    rows: &Mutex<Rows>,
     f: impl FnOnce(&mut Tx<'_>) -> Result<R, E>,
 ) -> Result<R, E> {
-    let shared = &store.shared;
     // Acquire: pairs with close's SeqCst store; a tx racing close may run
     // once more, as a call that began before it.
-    if shared.closed.load(Ordering::Acquire) {
+    if store.closed.load(Ordering::Acquire) {
         return Err(Error::closed().into());
     }
     // Nested transactions, of this store or another, are refused: of this
@@ -202,11 +202,11 @@ pub(crate) fn run<R, E: From<Error>>(
         return Err(Error::new(ErrorKind::Invalid, "a transaction inside a transaction").into());
     }
     let _mark = ctx::enter_tx();
-    let mut rows = lock(&shared.rows);
+    let mut rows = lock(rows);
     let (value, writes, fenced) = {
         let mut tx = Tx {
             rows: &rows,
-            store_id: shared.id(),
+            store_id: store.id(),
             writes: BTreeMap::new(),
             fenced: Vec::new(),
         };
@@ -216,7 +216,7 @@ pub(crate) fn run<R, E: From<Error>>(
     for w in &fenced {
         check_fence(&w.lock, &w.key, w.fence)?;
     }
-    if shared.closed.load(Ordering::Acquire) {
+    if store.closed.load(Ordering::Acquire) {
         return Err(Error::closed().into());
     }
     for (k, w) in writes {

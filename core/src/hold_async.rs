@@ -1,0 +1,125 @@
+//! Holding as a task: [`Lock::hold_async`], [`Lock::acquire_async`] and
+//! their [`KeyHold`] forms. The fast path is the threads' own; past it a
+//! task waits in the same line through a [`LineWait`], and its closure's
+//! future is polled with the hold listed on the polling thread.
+
+use crate::ctx;
+use crate::error::Error;
+use crate::key::{Key, KeyBuf};
+use crate::lease::{HeldLease, Lease};
+use crate::line_wait::LineWait;
+use crate::lock::{ms, Fast, Grant, KeyHold, Lock, Mode};
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+impl Lock {
+    /// Holds `key` while the future `f` makes runs, waiting in line (up to
+    /// 10 s) without blocking the thread: the async [`hold`](Lock::hold).
+    /// Same rules: FIFO with threads, `in use`, `limit`, `closed`, `lost`.
+    /// Dropping the returned future leaves the line, or lets the key go.
+    pub async fn hold_async<K: Key + ?Sized, R>(
+        &self,
+        key: &K,
+        f: impl AsyncFnOnce(&Lease<'_>) -> R,
+    ) -> Result<R, Error> {
+        self.key(key).hold_async(f).await
+    }
+
+    /// A handle-style lease on `key`, waiting (up to 10 s) without blocking
+    /// the thread: the async [`acquire`](Lock::acquire).
+    pub fn acquire_async<'a, K: Key + ?Sized>(
+        &'a self,
+        key: &'a K,
+    ) -> impl Future<Output = Result<HeldLease, Error>> + Send + 'a {
+        self.key(key).acquire_async()
+    }
+
+    /// The grant for `text`, waited for as a task.
+    async fn grant_async(&self, text: &str, hash: u64, mode: Mode) -> Result<Option<Grant>, Error> {
+        match self.acquire_fast(text, hash, mode)? {
+            Fast::Granted(g) => Ok(Some(g)),
+            Fast::HeldHere => Ok(None),
+            Fast::Slow => LineWait::new(self, text, hash, mode).await,
+        }
+    }
+}
+
+impl<'l> KeyHold<'l> {
+    /// Holds the key while the future `f` makes runs, waiting up to `wait`
+    /// without blocking the thread; see [`Lock::hold_async`].
+    pub async fn hold_async<R>(self, f: impl AsyncFnOnce(&Lease<'_>) -> R) -> Result<R, Error> {
+        let lock = self.lock;
+        let mut buf = KeyBuf::new();
+        let text = self.key.text(&mut buf);
+        let hash = lock.shared.table.hash(text);
+        let grant = lock
+            .grant_async(text, hash, Mode::Wait(ms(self.wait)))
+            .await?
+            .expect("a waiting hold grants");
+        let lease = lock.closure_lease(text, grant, false);
+        let r = Listed {
+            inner: f(&lease),
+            lock: lock.shared.id(),
+            hash,
+            key: text,
+        }
+        .await;
+        match lease.end() {
+            Ok(()) => Ok(r),
+            Err(reason) => Err(lease.lost_error(reason)),
+        }
+    }
+
+    /// A handle-style lease, waiting up to `wait` without blocking the
+    /// thread; see [`Lock::acquire_async`].
+    // Not an `async fn`: the signature promises `Send`, which an `async fn`
+    // would leave to inference (and to breaking silently).
+    #[allow(clippy::manual_async_fn)]
+    pub fn acquire_async(self) -> impl Future<Output = Result<HeldLease, Error>> + Send + 'l {
+        async move {
+            let lock = self.lock;
+            let mut buf = KeyBuf::new();
+            let text = self.key.text(&mut buf);
+            let hash = lock.shared.table.hash(text);
+            let grant = lock
+                .grant_async(text, hash, Mode::Wait(ms(self.wait)))
+                .await?
+                .expect("a waiting acquire grants");
+            Ok(lock.held_lease(text, grant))
+        }
+    }
+}
+
+/// Polls a hold's future with the hold listed in the polling thread's
+/// context, so a hold of the same key made inside it (async or blocking)
+/// is refused at once, as it is for a thread. Listing per poll, not for
+/// the whole hold, because other tasks run on the thread between polls.
+struct Listed<'k, F> {
+    inner: F,
+    lock: usize,
+    hash: u64,
+    key: &'k str,
+}
+
+impl<F: Future> Future for Listed<'_, F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        struct Unlist;
+        impl Drop for Unlist {
+            fn drop(&mut self) {
+                ctx::pop_hold();
+            }
+        }
+        // SAFETY: `inner` is structurally pinned: never moved out, and
+        // dropped in place with the wrapper.
+        let this = unsafe { self.get_unchecked_mut() };
+        // SAFETY: `key` outlives this poll; the entry is popped before the
+        // poll returns (unwinding too), so it never outlives `key`.
+        unsafe { ctx::push_hold(this.lock, this.hash, this.key) };
+        let _unlist = Unlist;
+        // SAFETY: see above: `inner` is pinned with `self`.
+        unsafe { Pin::new_unchecked(&mut this.inner) }.poll(cx)
+    }
+}

@@ -1,0 +1,31 @@
+//! What every handle of one named lock shares: its key [`Table`] and its
+//! event counters. Beside the table, below leases and locks, so a lease can
+//! count its revocation without knowing what a `Lock` is.
+
+use crate::sync::AtomicU64;
+use crate::table::Table;
+
+/// A lock's keys and counters, one per name per store.
+pub(crate) struct LockShared {
+    pub(crate) name: Box<str>,
+    pub(crate) table: Table,
+    pub(crate) timeouts: AtomicU64,
+    pub(crate) revocations: AtomicU64,
+    pub(crate) expirations: AtomicU64,
+}
+
+impl LockShared {
+    pub(crate) fn new(name: &str, fence_floor: u64) -> LockShared {
+        LockShared {
+            name: name.into(),
+            table: Table::new(fence_floor),
+            timeouts: AtomicU64::new(0),
+            revocations: AtomicU64::new(0),
+            expirations: AtomicU64::new(0),
+        }
+    }
+
+    pub(crate) fn id(&self) -> usize {
+        self as *const LockShared as usize
+    }
+}

@@ -1,0 +1,113 @@
+//! [`StoreCore`]: what a store's locks and leases share, below both: the
+//! closed flag, the clock, the signal hub, the timer's [`Driver`], and the
+//! per-lock states by name (which sweeps and `close` walk).
+//!
+//! Generic over the lease type only so that it can sit below `lease.rs`;
+//! `lease::Core` names the one instance.
+
+use crate::driver::{Driver, Due};
+use crate::lock_shared::LockShared;
+use crate::signal_hub::{SignalHub, Watched};
+use crate::sync::{lock, Arc, AtomicBool, Clock, Mutex, Ordering};
+use crossbeam_epoch as epoch;
+use std::collections::HashMap;
+
+/// The shared state of one store.
+pub(crate) struct StoreCore<L> {
+    pub(crate) closed: AtomicBool,
+    pub(crate) clock: Arc<Clock>,
+    pub(crate) signals: SignalHub<L>,
+    pub(crate) timer: Arc<Driver<L>>,
+    fence_floor: u64,
+    locks: Mutex<HashMap<Box<str>, Arc<LockShared>>>,
+}
+
+impl<L: Due + Watched> StoreCore<L> {
+    /// A new store's core, its timer's sweeps installed.
+    pub(crate) fn new() -> Arc<Self> {
+        let clock = Arc::new(Clock::new());
+        let core = Arc::new(StoreCore {
+            closed: AtomicBool::new(false),
+            clock: clock.clone(),
+            signals: SignalHub::new(),
+            timer: Arc::new(Driver::new(clock)),
+            fence_floor: crate::sync::next_store_fence_floor(),
+            locks: Mutex::new(HashMap::new()),
+        });
+        // Weak: the timer's thread must not keep the store alive. (Under
+        // loom there is no thread, and no `Weak`.)
+        #[cfg(not(loom))]
+        {
+            let weak = Arc::downgrade(&core);
+            core.timer
+                .install_sweeper(Box::new(move || weak.upgrade().map(|c| c.sweep_all().1)));
+        }
+        core
+    }
+
+    /// The state of the lock `name`, made on its first opening.
+    pub(crate) fn lock_named(&self, name: &str) -> Arc<LockShared> {
+        lock(&self.locks)
+            .entry(name.into())
+            .or_insert_with(|| Arc::new(LockShared::new(name, self.fence_floor)))
+            .clone()
+    }
+
+    /// Sweeps every lock; answers (reclaimed, still live).
+    pub(crate) fn sweep_all(&self) -> (usize, usize) {
+        let locks: Vec<Arc<LockShared>> = lock(&self.locks).values().cloned().collect();
+        let mut reclaimed = 0;
+        let mut live = 0;
+        {
+            let guard = epoch::pin();
+            for l in &locks {
+                reclaimed += l.table.sweep(&guard);
+                live += l.table.live();
+            }
+        }
+        // Push this thread's deferred frees to the global queue and let the
+        // epoch advance past them: each flush may advance the epoch once and
+        // frees a few expired bags, so a burst of garbage (a million keys'
+        // worth of bucket arrays) takes a few dozen; each costs ~100 ns.
+        for _ in 0..if cfg!(loom) { 4 } else { 64 } {
+            epoch::pin().flush();
+        }
+        (reclaimed, live)
+    }
+
+    /// Closes the store: see `Store::close`.
+    pub(crate) fn close(&self) {
+        if self.closed.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        // Every waiter fails `closed`. A waiter that enqueues after we pass
+        // its record saw `closed` under that record's line lock, which we
+        // took after setting it (see `Record::close_line`).
+        let locks: Vec<Arc<LockShared>> = lock(&self.locks).values().cloned().collect();
+        let mut wake = Vec::new();
+        {
+            let guard = epoch::pin();
+            for l in &locks {
+                l.table.for_each(&guard, |r| r.close_line(&mut wake));
+            }
+        }
+        crate::record::wake_all(wake);
+        self.signals.notify();
+        self.signals.wake_all_aborted();
+        // No more timers: leases are lost now.
+        self.timer.close();
+    }
+}
+
+impl<L> StoreCore<L> {
+    /// Names the store: equal for every handle of one store.
+    pub(crate) fn id(&self) -> usize {
+        self as *const Self as usize
+    }
+}
+
+impl<L> Drop for StoreCore<L> {
+    fn drop(&mut self) {
+        self.timer.shut_down();
+    }
+}
