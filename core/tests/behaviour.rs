@@ -11,7 +11,7 @@ mod common;
 use common::Holder;
 
 #[test]
-fn hold_answers_the_closures_value_and_lets_go() {
+fn hold_answers_the_closures_value() {
     let store = Store::new();
     let lock = store.lock("invoices").open().unwrap();
     assert_eq!(
@@ -19,11 +19,26 @@ fn hold_answers_the_closures_value_and_lets_go() {
             .unwrap(),
         ("9".to_owned(), false)
     );
+}
+
+#[test]
+fn a_hold_lets_the_key_go_when_its_closure_returns() {
+    let store = Store::new();
+    let lock = store.lock("invoices").open().unwrap();
+    lock.hold("9", |_| ()).unwrap();
     assert_eq!(
         lock.try_hold("9", |_| 5).unwrap(),
         Some(5),
         "released after hold"
     );
+    let s = lock.stats();
+    assert_eq!((s.held_keys, s.waiters), (0, 0));
+}
+
+#[test]
+fn the_key_builder_holds_and_tries_like_the_lock() {
+    let store = Store::new();
+    let lock = store.lock("invoices").open().unwrap();
     assert_eq!(
         lock.key("9")
             .wait(Duration::from_secs(1))
@@ -33,7 +48,7 @@ fn hold_answers_the_closures_value_and_lets_go() {
     );
     assert_eq!(lock.key("9").try_hold(|_| 7).unwrap(), Some(7));
     let s = lock.stats();
-    assert_eq!((s.held_keys, s.waiters, s.grants), (0, 0, 4));
+    assert_eq!((s.held_keys, s.waiters, s.grants), (0, 0, 2));
 }
 
 #[test]
@@ -53,8 +68,23 @@ fn try_hold_never_runs_f_on_a_held_key() {
         started.elapsed() < Duration::from_secs(2),
         "try_hold never waits"
     );
-    // Another key is independent.
+    holder.release().unwrap();
+}
+
+#[test]
+fn a_held_key_does_not_hold_up_another_key() {
+    let store = Store::new();
+    let lock = store.lock("l").open().unwrap();
+    let holder = Holder::start(&lock, "k");
     assert_eq!(lock.try_hold("k2", |_| 1).unwrap(), Some(1));
+    holder.release().unwrap();
+}
+
+#[test]
+fn try_hold_takes_the_key_once_its_holder_lets_go() {
+    let store = Store::new();
+    let lock = store.lock("l").open().unwrap();
+    let holder = Holder::start(&lock, "k");
     holder.release().unwrap();
     assert_eq!(lock.try_hold("k", |_| 2).unwrap(), Some(2));
 }
@@ -171,8 +201,26 @@ fn hold_of_a_key_this_thread_holds_fails_at_once() {
             started.elapsed() < Duration::from_secs(2),
             "failed at once, not after wait"
         );
+    })
+    .unwrap();
+}
+
+#[test]
+fn try_hold_of_a_key_this_thread_holds_answers_none() {
+    let store = Store::new();
+    let lock = store.lock("invoices").open().unwrap();
+    let again = store.lock("invoices").open().unwrap();
+    lock.hold(&7, |_| {
         assert_eq!(again.try_hold("7", |_| ()).unwrap(), None);
-        // Other keys and other locks are fine.
+    })
+    .unwrap();
+}
+
+#[test]
+fn inside_a_hold_other_keys_and_other_locks_can_be_held() {
+    let store = Store::new();
+    let lock = store.lock("invoices").open().unwrap();
+    lock.hold(&7, |_| {
         assert_eq!(lock.hold("8", |_| 1).unwrap(), 1);
         let other = store.lock("other").open().unwrap();
         assert_eq!(other.hold("7", |_| 2).unwrap(), 2);
@@ -181,21 +229,48 @@ fn hold_of_a_key_this_thread_holds_fails_at_once() {
 }
 
 #[test]
-fn hold_inside_a_transaction_is_invalid_but_try_hold_is_allowed() {
+fn hold_inside_a_transaction_is_invalid() {
     let store = Store::new();
     let lock = store.lock("invoices").open().unwrap();
     let r = store.tx(|_tx| {
         let e = lock.hold(&7, |_| ()).unwrap_err();
         assert_eq!(e.to_string(), "lock invoices: key \"7\": hold inside a transaction: hold first, then begin it: invalid");
-        assert_eq!(lock.try_hold(&7, |_| 3).unwrap(), Some(3));
-        // Any store's transaction counts.
-        let other = Store::new();
-        let ol = other.lock("o").open().unwrap();
-        assert_eq!(ol.hold("x", |_| ()).unwrap_err().kind(), ErrorKind::Invalid);
         assert_eq!(lock.acquire("y").unwrap_err().kind(), ErrorKind::Invalid);
         Ok(1)
     });
     assert_eq!(r.unwrap(), 1);
+}
+
+#[test]
+fn try_hold_inside_a_transaction_is_allowed() {
+    let store = Store::new();
+    let lock = store.lock("invoices").open().unwrap();
+    let r = store.tx(|_tx| Ok(lock.try_hold(&7, |_| 3).unwrap()));
+    assert_eq!(r.unwrap(), Some(3));
+}
+
+#[test]
+fn a_transaction_of_any_store_refuses_a_hold() {
+    let store = Store::new();
+    let other = Store::new();
+    let ol = other.lock("o").open().unwrap();
+    let r = store.tx(|_tx| {
+        assert_eq!(ol.hold("x", |_| ()).unwrap_err().kind(), ErrorKind::Invalid);
+        Ok(1)
+    });
+    assert_eq!(r.unwrap(), 1);
+}
+
+#[test]
+fn a_hold_is_allowed_again_after_the_transaction() {
+    let store = Store::new();
+    let lock = store.lock("invoices").open().unwrap();
+    store
+        .tx(|_tx| {
+            assert!(lock.hold(&7, |_| ()).is_err());
+            Ok(())
+        })
+        .unwrap();
     assert_eq!(
         lock.hold(&7, |_| 4).unwrap(),
         4,
@@ -204,7 +279,7 @@ fn hold_inside_a_transaction_is_invalid_but_try_hold_is_allowed() {
 }
 
 #[test]
-fn bad_names_keys_and_durations_are_invalid_and_named() {
+fn bad_lock_names_are_invalid() {
     let store = Store::new();
     for name in ["", "has space", "slash/", "ünï", &"n".repeat(129)] {
         let e = store.lock(name).open().unwrap_err();
@@ -212,10 +287,20 @@ fn bad_names_keys_and_durations_are_invalid_and_named() {
         assert!(e.to_string().ends_with(": invalid"), "{e}");
     }
     assert!(store.lock(&"n".repeat(128)).open().is_ok());
+}
+
+#[test]
+fn a_zero_ttl_or_max_hold_is_invalid_and_named() {
+    let store = Store::new();
     let e = store.lock("l").ttl(Duration::ZERO).open().unwrap_err();
     assert_eq!(e.to_string(), "lock l: a ttl is at least 1ms: invalid");
     let e = store.lock("l").max_hold(Duration::ZERO).open().unwrap_err();
     assert_eq!(e.to_string(), "lock l: a maxHold is at least 1ms: invalid");
+}
+
+#[test]
+fn bad_keys_are_invalid_for_every_kind_of_hold() {
+    let store = Store::new();
     let lock = store.lock("l").open().unwrap();
     for key in ["", "a\nb", "nul\0", "del\u{7f}", "c1\u{9b}"] {
         let e = lock.hold(key, |_| ()).unwrap_err();
@@ -227,6 +312,12 @@ fn bad_names_keys_and_durations_are_invalid_and_named() {
         );
         assert_eq!(lock.acquire(key).unwrap_err().kind(), ErrorKind::Invalid);
     }
+}
+
+#[test]
+fn a_key_over_1024_bytes_is_invalid_and_shown_cut() {
+    let store = Store::new();
+    let lock = store.lock("l").open().unwrap();
     let long = "k".repeat(1025);
     let e = lock.hold(long.as_str(), |_| ()).unwrap_err();
     assert_eq!(
@@ -236,6 +327,12 @@ fn bad_names_keys_and_durations_are_invalid_and_named() {
             "k".repeat(64)
         )
     );
+}
+
+#[test]
+fn keys_of_1024_bytes_and_of_any_script_are_held() {
+    let store = Store::new();
+    let lock = store.lock("l").open().unwrap();
     assert_eq!(lock.hold("k".repeat(1024).as_str(), |_| 1).unwrap(), 1);
     assert_eq!(
         lock.hold("ключ 🔑", |l| l.key().to_owned()).unwrap(),
@@ -252,11 +349,17 @@ fn a_panicking_closure_lets_the_key_go_and_the_panic_continues() {
     let payload = r.unwrap_err();
     assert_eq!(payload.downcast_ref::<&str>(), Some(&"boom"));
     assert_eq!(lock.try_hold("k", |_| 1).unwrap(), Some(1));
-    // On this thread too, and the same-key bookkeeping unwound with it.
+}
+
+#[test]
+fn a_panic_caught_on_the_holding_thread_unlists_its_hold() {
+    let store = Store::new();
+    let lock = store.lock("l").open().unwrap();
     let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         lock.hold("k", |_| panic!("again"))
     }));
     assert!(caught.is_err());
+    // Not refused as a hold inside a hold of the same key.
     assert_eq!(lock.hold("k", |_| 2).unwrap(), 2);
 }
 
@@ -283,13 +386,29 @@ fn keys_are_independent() {
     }
 }
 
+fn row(store: &Store, key: &str) -> Option<Vec<u8>> {
+    store.tx(|tx| Ok(tx.get(key).map(<[u8]>::to_vec))).unwrap()
+}
+
 #[test]
-fn transactions_commit_on_ok_and_discard_on_err_or_panic() {
+fn a_transaction_that_answers_ok_commits_its_writes() {
     let store = Store::new();
     store
         .tx(|tx| {
             tx.put("a", "1");
-            assert_eq!(tx.get("a"), Some(&b"1"[..]));
+            assert_eq!(tx.get("a"), Some(&b"1"[..]), "sees its own write");
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(row(&store, "a"), Some(b"1".to_vec()));
+}
+
+#[test]
+fn a_transaction_that_answers_err_discards_its_writes_and_answers_the_error() {
+    let store = Store::new();
+    store
+        .tx(|tx| {
+            tx.put("a", "1");
             Ok(())
         })
         .unwrap();
@@ -305,6 +424,21 @@ fn transactions_commit_on_ok_and_discard_on_err_or_panic() {
         ErrorKind::Invalid,
         "the closure's own error, unchanged"
     );
+    assert_eq!(
+        (row(&store, "a"), row(&store, "b")),
+        (Some(b"1".to_vec()), None)
+    );
+}
+
+#[test]
+fn a_transaction_that_panics_discards_its_writes() {
+    let store = Store::new();
+    store
+        .tx(|tx| {
+            tx.put("a", "1");
+            Ok(())
+        })
+        .unwrap();
     let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         store.tx(|tx| -> Result<(), holdline::Error> {
             tx.put("a", "3");
@@ -312,10 +446,18 @@ fn transactions_commit_on_ok_and_discard_on_err_or_panic() {
         })
     }));
     assert!(caught.is_err());
-    let seen = store
-        .tx(|tx| Ok((tx.get("a").map(<[u8]>::to_vec), tx.get("b").is_none())))
+    assert_eq!(row(&store, "a"), Some(b"1".to_vec()));
+}
+
+#[test]
+fn a_transaction_deletes_a_row() {
+    let store = Store::new();
+    store
+        .tx(|tx| {
+            tx.put("a", "1");
+            Ok(())
+        })
         .unwrap();
-    assert_eq!(seen, (Some(b"1".to_vec()), true));
     store
         .tx(|tx| {
             tx.delete("a");
@@ -323,10 +465,19 @@ fn transactions_commit_on_ok_and_discard_on_err_or_panic() {
         })
         .unwrap();
     assert!(store.tx(|tx| Ok(tx.get("a").is_none())).unwrap());
+}
+
+#[test]
+fn a_transaction_inside_a_transaction_is_invalid() {
+    let store = Store::new();
     let e = store.tx(|_| store.tx(|_| Ok(()))).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Invalid);
-    // Of another store too: two threads nesting in opposite orders could
-    // otherwise deadlock.
+}
+
+#[test]
+fn a_transaction_of_another_store_inside_a_transaction_is_invalid() {
+    // Two threads nesting in opposite orders could otherwise deadlock.
+    let store = Store::new();
     let other = Store::new();
     let e = store.tx(|_| other.tx(|_| Ok(()))).unwrap_err();
     assert_eq!(
@@ -337,7 +488,7 @@ fn transactions_commit_on_ok_and_discard_on_err_or_panic() {
 }
 
 #[test]
-fn handle_leases_wait_in_the_same_line() {
+fn a_held_lease_keeps_others_out_of_the_key() {
     let store = Store::new();
     let lock = store.lock("l").open().unwrap();
     let lease = lock.acquire("k").unwrap();
@@ -350,18 +501,37 @@ fn handle_leases_wait_in_the_same_line() {
         .acquire()
         .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InUse);
+    drop(lease);
+}
+
+#[test]
+fn a_released_lease_hands_on_the_key_with_a_greater_fence() {
+    let store = Store::new();
+    let lock = store.lock("l").open().unwrap();
+    let lease = lock.acquire("k").unwrap();
     let f1 = lease.fence();
     lease.renew().unwrap();
     lease.check().unwrap();
     lease.release().unwrap();
     let f2 = lock.hold("k", |l| l.fence()).unwrap();
     assert!(f2 > f1);
+}
+
+#[test]
+fn dropping_a_lease_releases_it() {
+    let store = Store::new();
+    let lock = store.lock("l").open().unwrap();
     {
         let _dropped = lock.acquire("k").unwrap();
         assert_eq!(lock.try_hold("k", |_| ()).unwrap(), None);
     }
     assert_eq!(lock.try_hold("k", |_| 1).unwrap(), Some(1), "drop releases");
-    // A lease can move to another thread.
+}
+
+#[test]
+fn a_lease_can_be_released_on_another_thread() {
+    let store = Store::new();
+    let lock = store.lock("l").open().unwrap();
     let lease = lock.acquire("m").unwrap();
     thread::spawn(move || lease.release().unwrap())
         .join()
@@ -370,18 +540,23 @@ fn handle_leases_wait_in_the_same_line() {
 }
 
 #[test]
+fn the_signal_of_a_running_hold_has_not_ended() {
+    let store = Store::new();
+    let lock = store.lock("l").open().unwrap();
+    lock.hold("k", |lease| {
+        let s = lease.signal();
+        assert!(!s.is_aborted());
+        assert_eq!(s.reason(), None);
+        assert!(!s.wait_timeout(Duration::from_millis(10)));
+    })
+    .unwrap();
+}
+
+#[test]
 fn the_signal_reports_a_normal_end_without_aborting() {
     let store = Store::new();
     let lock = store.lock("l").open().unwrap();
-    let signal = lock
-        .hold("k", |lease| {
-            let s = lease.signal();
-            assert!(!s.is_aborted());
-            assert_eq!(s.reason(), None);
-            assert!(!s.wait_timeout(Duration::from_millis(10)));
-            s
-        })
-        .unwrap();
+    let signal = lock.hold("k", |lease| lease.signal()).unwrap();
     assert_eq!(signal.reason(), Some(holdline::EndReason::Released));
     assert!(!signal.is_aborted());
     assert!(
@@ -392,7 +567,12 @@ fn the_signal_reports_a_normal_end_without_aborting() {
         !signal.wait_timeout(Duration::MAX),
         "no overflow on a huge timeout"
     );
-    // A worker thread waiting on the signal learns when the hold is over.
+}
+
+#[test]
+fn a_thread_waiting_on_the_signal_learns_when_the_hold_is_over() {
+    let store = Store::new();
+    let lock = store.lock("l").open().unwrap();
     let (tx, rx) = mpsc::channel();
     lock.hold("k", |lease| {
         let s = lease.signal();

@@ -6,7 +6,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 #[test]
-fn max_hold_revokes_hands_the_key_on_and_hold_answers_lost() {
+fn max_hold_hands_the_key_on_while_the_revoked_closure_still_runs() {
     let store = Store::new();
     let invoices = store
         .lock("invoices")
@@ -17,45 +17,51 @@ fn max_hold_revokes_hands_the_key_on_and_hold_answers_lost() {
     let (next_tx, next_rx) = mpsc::channel();
     let l = invoices.clone();
     let hung = thread::spawn(move || {
-        let started = Instant::now();
         l.hold("m", |lease| {
             let signal = lease.signal();
             granted_tx.send(lease.fence()).unwrap();
             // A hung holder: it only notices through its signal.
-            let aborted = signal.wait_timeout(Duration::from_secs(20));
-            let revoked_after = started.elapsed();
+            assert!(signal.wait_timeout(Duration::from_secs(20)), "aborted");
             // The next holder got the key while this closure still runs.
             let next_fence: u64 = next_rx.recv_timeout(Duration::from_secs(20)).unwrap();
-            (
-                aborted,
-                lease.is_lost(),
-                lease.check().unwrap_err().to_string(),
-                signal.reason(),
-                revoked_after,
-                next_fence,
-            )
+            assert!(next_fence > lease.fence());
         })
     });
     let old_fence = granted_rx.recv().unwrap();
-    let l = invoices.clone();
-    let new_fence = l
+    let new_fence = invoices
         .key("m")
         .wait(Duration::from_secs(20))
         .hold(|lease| lease.fence())
         .unwrap();
     next_tx.send(new_fence).unwrap();
-    let err = hung.join().unwrap().unwrap_err();
+    assert!(new_fence > old_fence);
+    assert_eq!(hung.join().unwrap().unwrap_err().kind(), ErrorKind::Lost);
+}
+
+#[test]
+fn a_revoked_hold_answers_lost_with_the_seeds_text() {
+    let store = Store::new();
+    let invoices = store
+        .lock("invoices")
+        .max_hold(Duration::from_millis(150))
+        .open()
+        .unwrap();
+    let err = invoices
+        .hold("m", |lease| {
+            lease.signal().wait_timeout(Duration::from_secs(20));
+        })
+        .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Lost);
     assert_eq!(
         err.to_string(),
         "lock invoices: key \"m\": the lease was lost: it was revoked at its maxHold"
     );
-    assert!(new_fence > old_fence);
-    assert_eq!(invoices.stats().revocations, 1);
+    let s = invoices.stats();
+    assert_eq!((s.held_keys, s.revocations), (0, 1));
 }
 
 #[test]
-fn max_hold_details_signal_and_timing() {
+fn a_revoked_lease_reports_why_and_fails_its_check() {
     let store = Store::new();
     let lock = store
         .lock("l")
@@ -66,23 +72,45 @@ fn max_hold_details_signal_and_timing() {
     let r = lock.hold("k", |lease| {
         let s = lease.signal();
         assert!(s.wait_timeout(Duration::from_secs(20)), "aborted");
+        // Revoked at maxHold, not before.
         let at = started.elapsed();
+        assert!(at >= Duration::from_millis(100), "revoked early: {at:?}");
         assert!(lease.is_lost());
         assert_eq!(s.reason(), Some(EndReason::Revoked));
         assert_eq!(lease.check().unwrap_err().kind(), ErrorKind::Lost);
-        at
     });
     assert_eq!(r.unwrap_err().kind(), ErrorKind::Lost);
-    // Revoked at maxHold, not before; generous margin above.
-    let s = lock.stats();
-    assert_eq!((s.held_keys, s.revocations), (0, 1));
-    // A hold within maxHold is untouched, and nothing stays on the wheel.
-    assert!(!lock.hold("k", |l| l.is_lost()).unwrap());
-    // Holds of a handle without maxHold are never revoked.
-    let plain = store.lock("l").open().unwrap();
-    plain
-        .hold("k", |_| thread::sleep(Duration::from_millis(250)))
+}
+
+#[test]
+fn a_hold_within_max_hold_is_untouched() {
+    let store = Store::new();
+    let lock = store
+        .lock("l")
+        .max_hold(Duration::from_secs(60))
+        .open()
         .unwrap();
+    assert!(!lock.hold("k", |l| l.is_lost()).unwrap());
+    let s = lock.stats();
+    assert_eq!((s.held_keys, s.revocations), (0, 0));
+}
+
+#[test]
+fn holds_of_a_handle_without_max_hold_are_never_revoked() {
+    let store = Store::new();
+    let _revoking = store
+        .lock("l")
+        .max_hold(Duration::from_millis(100))
+        .open()
+        .unwrap();
+    let plain = store.lock("l").open().unwrap();
+    let lost = plain
+        .hold("k", |lease| {
+            thread::sleep(Duration::from_millis(250));
+            lease.is_lost()
+        })
+        .unwrap();
+    assert!(!lost);
 }
 
 #[test]
@@ -107,14 +135,13 @@ fn revocation_is_not_early() {
 }
 
 #[test]
-fn a_handle_lease_runs_out_at_its_ttl_unless_renewed() {
+fn a_renewed_handle_lease_outlives_its_ttl() {
     let store = Store::new();
     let lock = store
         .lock("invoices")
         .ttl(Duration::from_millis(150))
         .open()
         .unwrap();
-    // Renewed: outlives its ttl several times over.
     let kept = lock.acquire("m").unwrap();
     for _ in 0..8 {
         thread::sleep(Duration::from_millis(50));
@@ -122,7 +149,17 @@ fn a_handle_lease_runs_out_at_its_ttl_unless_renewed() {
     }
     assert!(!kept.is_lost());
     assert_eq!(lock.try_hold("m", |_| ()).unwrap(), None);
-    // Not renewed: runs out, and the next in line gets the key.
+}
+
+#[test]
+fn an_unrenewed_handle_lease_runs_out_and_the_next_in_line_gets_the_key() {
+    let store = Store::new();
+    let lock = store
+        .lock("invoices")
+        .ttl(Duration::from_millis(150))
+        .open()
+        .unwrap();
+    let kept = lock.acquire("m").unwrap();
     let signal = kept.signal();
     let started = Instant::now();
     let fence = lock
@@ -135,6 +172,18 @@ fn a_handle_lease_runs_out_at_its_ttl_unless_renewed() {
     assert!(kept.is_lost());
     assert!(signal.is_aborted());
     assert_eq!(signal.reason(), Some(EndReason::Expired));
+}
+
+#[test]
+fn a_lease_that_ran_out_fails_renew_and_release_with_its_ttl_in_the_text() {
+    let store = Store::new();
+    let lock = store
+        .lock("invoices")
+        .ttl(Duration::from_millis(150))
+        .open()
+        .unwrap();
+    let kept = lock.acquire("m").unwrap();
+    assert!(kept.signal().wait_timeout(Duration::from_secs(20)));
     let e = kept.renew().unwrap_err();
     assert_eq!(
         e.to_string(),
@@ -142,8 +191,6 @@ fn a_handle_lease_runs_out_at_its_ttl_unless_renewed() {
     );
     assert_eq!(kept.release().unwrap_err().kind(), ErrorKind::Lost);
     assert_eq!(lock.stats().expirations, 1);
-    let ten = store.lock("invoices").open().unwrap().acquire("z").unwrap();
-    drop(ten);
 }
 
 #[test]
@@ -186,26 +233,15 @@ fn max_hold_bounds_a_renewed_handle_lease() {
 }
 
 #[test]
-fn close_fails_waiters_loses_leases_and_closes_everything() {
+fn close_fails_every_waiter_at_once() {
     let store = Store::new();
     let lock = store.lock("invoices").open().unwrap();
-    let (held_tx, held_rx) = mpsc::channel();
-    let (go_tx, go_rx) = mpsc::channel::<()>();
-    let l = lock.clone();
-    let holder = thread::spawn(move || {
-        l.hold("7", |lease| {
-            let s = lease.signal();
-            held_tx.send(()).unwrap();
-            go_rx.recv().unwrap();
-            (
-                lease.is_lost(),
-                s.is_aborted(),
-                s.reason(),
-                lease.check().map_err(|e| e.to_string()),
-            )
-        })
-    });
-    held_rx.recv().unwrap();
+    let holder = thread::spawn({
+        let lock = lock.clone();
+        move || lock.acquire("7").unwrap()
+    })
+    .join()
+    .unwrap();
     let waiters: Vec<_> = (0..4)
         .map(|_| {
             let l = lock.clone();
@@ -222,9 +258,7 @@ fn close_fails_waiters_loses_leases_and_closes_everything() {
     while lock.stats().waiters < 4 && t.elapsed() < Duration::from_secs(20) {
         thread::sleep(Duration::from_millis(5));
     }
-    let handle = lock.acquire("8").unwrap();
     store.close();
-    store.close(); // idempotent
     for w in waiters {
         let (r, took) = w.join().unwrap();
         let e = r.unwrap_err();
@@ -238,18 +272,70 @@ fn close_fails_waiters_loses_leases_and_closes_everything() {
             "failed at close, not at the deadline"
         );
     }
+    drop(holder);
+}
+
+#[test]
+fn close_loses_a_handle_lease() {
+    let store = Store::new();
+    let lock = store.lock("invoices").open().unwrap();
+    let handle = lock.acquire("8").unwrap();
+    store.close();
     assert!(handle.is_lost());
     assert_eq!(
         handle.renew().unwrap_err().to_string(),
         "lock invoices: key \"8\": the lease was lost: its store closed"
     );
+}
+
+#[test]
+fn close_loses_a_running_hold() {
+    let store = Store::new();
+    let lock = store.lock("invoices").open().unwrap();
+    let (held_tx, held_rx) = mpsc::channel();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let l = lock.clone();
+    let holder = thread::spawn(move || {
+        l.hold("7", |lease| {
+            let s = lease.signal();
+            held_tx.send(()).unwrap();
+            go_rx.recv().unwrap();
+            assert!(lease.is_lost());
+            assert!(s.is_aborted());
+            assert_eq!(s.reason(), Some(EndReason::StoreClosed));
+            assert_eq!(
+                lease.check().unwrap_err().to_string(),
+                "lock invoices: key \"7\": the lease was lost: its store closed"
+            );
+        })
+    });
+    held_rx.recv().unwrap();
+    store.close();
     go_tx.send(()).unwrap();
     let e = holder.join().unwrap().unwrap_err();
     assert_eq!(
         e.to_string(),
         "lock invoices: key \"7\": the lease was lost: its store closed"
     );
-    // Later calls: closed, not None.
+}
+
+#[test]
+fn close_is_idempotent() {
+    let store = Store::new();
+    let lock = store.lock("invoices").open().unwrap();
+    let handle = lock.acquire("8").unwrap();
+    store.close();
+    store.close();
+    assert!(store.is_closed());
+    assert!(handle.is_lost());
+}
+
+#[test]
+fn every_call_after_close_fails_closed() {
+    let store = Store::new();
+    let lock = store.lock("invoices").open().unwrap();
+    store.close();
+    // Closed, not None.
     assert_eq!(
         lock.hold("1", |_| ()).unwrap_err().kind(),
         ErrorKind::Closed
@@ -271,34 +357,54 @@ fn close_fails_waiters_loses_leases_and_closes_everything() {
 }
 
 #[test]
-fn fences_rise_across_grants_revocations_reclaim_and_stores() {
+fn fences_rise_across_grants() {
     let store = Store::new();
-    let lock = store
-        .lock("l")
-        .max_hold(Duration::from_millis(20))
-        .open()
-        .unwrap();
+    let lock = store.lock("l").open().unwrap();
     let mut last = 0;
     for round in 0..50 {
         let f = lock.hold("k", |l| l.fence()).unwrap();
         assert!(f > last, "round {round}: {f} <= {last}");
         last = f;
     }
-    // Revoked grants count too.
+}
+
+#[test]
+fn fences_rise_across_a_revocation() {
+    let store = Store::new();
+    let lock = store
+        .lock("l")
+        .max_hold(Duration::from_millis(20))
+        .open()
+        .unwrap();
+    let before = lock.hold("k", |l| l.fence()).unwrap();
+    let (tx, rx) = mpsc::channel();
     let revoked = lock.hold("k", |l| {
         l.signal().wait_timeout(Duration::from_secs(20));
-        l.fence()
+        tx.send(l.fence()).unwrap();
     });
     assert!(revoked.is_err());
-    let f = lock.hold("k", |l| l.fence()).unwrap();
-    assert!(f > last);
-    last = f;
+    let revoked_fence = rx.recv().unwrap();
+    let after = lock.hold("k", |l| l.fence()).unwrap();
+    assert!(before < revoked_fence && revoked_fence < after);
+}
+
+#[test]
+fn fences_rise_across_a_reclaimed_key() {
+    let store = Store::new();
+    let lock = store.lock("l").open().unwrap();
+    let last = lock.hold("k", |l| l.fence()).unwrap();
     // The key's state is reclaimed, then made again: still rising.
     assert!(store.reclaim_idle() >= 1);
     assert_eq!(lock.stats().live_keys, 0);
     let f = lock.hold("k", |l| l.fence()).unwrap();
     assert!(f > last, "{f} <= {last} after reclaim");
-    last = f;
+}
+
+#[test]
+fn fences_rise_across_stores_of_one_process() {
+    let store = Store::new();
+    let lock = store.lock("l").open().unwrap();
+    let mut last = 0;
     // A burst of grants, then a store opened again in this process.
     for _ in 0..10_000 {
         last = lock.hold("k", |l| l.fence()).unwrap().max(last);
@@ -309,7 +415,14 @@ fn fences_rise_across_grants_revocations_reclaim_and_stores() {
     let lock = again.lock("l").open().unwrap();
     let f = lock.hold("k", |l| l.fence()).unwrap();
     assert!(f > last, "{f} <= {last} in a new store");
-    // Seeded from the clock: a new process would start above too.
+}
+
+#[test]
+fn a_stores_first_fences_are_seeded_from_the_clock() {
+    // So a new process starts above the last one too.
+    let store = Store::new();
+    let lock = store.lock("l").open().unwrap();
+    let f = lock.hold("k", |l| l.fence()).unwrap();
     let now_ns = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -318,14 +431,9 @@ fn fences_rise_across_grants_revocations_reclaim_and_stores() {
 }
 
 #[test]
-fn fenced_writes_are_refused_for_stale_fences() {
+fn a_fenced_write_is_accepted_while_its_fence_holds_the_key() {
     let store = Store::new();
-    let lock = store
-        .lock("invoices")
-        .max_hold(Duration::from_millis(100))
-        .open()
-        .unwrap();
-    // While held by its fence: accepted.
+    let lock = store.lock("invoices").open().unwrap();
     let fence = lock
         .hold("9", |lease| {
             store
@@ -334,7 +442,17 @@ fn fenced_writes_are_refused_for_stale_fences() {
             lease.fence()
         })
         .unwrap();
-    // Once let go: refused.
+    let row = store
+        .tx(|tx| Ok((tx.get("row").map(<[u8]>::to_vec), tx.fence_of("row"))))
+        .unwrap();
+    assert_eq!(row, (Some(b"a".to_vec()), Some(fence)));
+}
+
+#[test]
+fn a_fenced_write_is_refused_once_the_key_is_let_go() {
+    let store = Store::new();
+    let lock = store.lock("invoices").open().unwrap();
+    let fence = lock.hold("9", |lease| lease.fence()).unwrap();
     let e = store
         .tx(|tx| tx.put_fenced(&lock, "9", fence, "row", "b"))
         .unwrap_err();
@@ -344,7 +462,16 @@ fn fenced_writes_are_refused_for_stale_fences() {
             .starts_with("lock invoices: key \"9\": the lease was lost: "),
         "{e}"
     );
-    // A revoked holder, stalled past maxHold, is refused once the key moved on.
+}
+
+#[test]
+fn a_revoked_holder_stalled_past_max_hold_cannot_write() {
+    let store = Store::new();
+    let lock = store
+        .lock("invoices")
+        .max_hold(Duration::from_millis(100))
+        .open()
+        .unwrap();
     let (tx_done, rx_done) = mpsc::channel();
     let l = lock.clone();
     let s = store.clone();
@@ -375,8 +502,12 @@ fn fenced_writes_are_refused_for_stale_fences() {
         .tx(|tx| Ok((tx.get("row").map(<[u8]>::to_vec), tx.fence_of("row"))))
         .unwrap();
     assert_eq!(row, (Some(b"new".to_vec()), Some(newer.unwrap())));
-    // A row refuses a smaller fence, even from the current holder of
-    // another key: fresh keys start at the same floor, so "q" is behind "p".
+}
+
+#[test]
+fn a_row_refuses_a_smaller_fence_even_from_a_current_holder() {
+    // Fresh keys start at the same floor, so "q" is behind "p".
+    let store = Store::new();
     let fresh = store.lock("fresh").open().unwrap();
     let mut p_fence = 0;
     for _ in 0..5 {

@@ -4,49 +4,14 @@
 #![cfg(loom)]
 
 use holdline::Store;
-use loom::sync::atomic::{AtomicUsize, Ordering};
+use loom::sync::atomic::AtomicUsize;
 use loom::sync::Arc;
 use loom::thread;
 use std::future::Future;
 use std::task::{Context, Poll, Waker};
-use std::time::Duration;
 
-const FOREVER: Duration = Duration::from_secs(2 * 3600);
-
-fn check(bound: usize, f: impl Fn() + Sync + Send + 'static) {
-    let mut b = loom::model::Builder::new();
-    b.max_branches = 1_000_000;
-    if std::env::var("LOOM_MAX_PREEMPTIONS").is_err() {
-        b.preemption_bound = Some(bound);
-    }
-    b.check(f);
-}
-
-/// Never two inside: every holder's body runs through this.
-fn inside(count: &AtomicUsize) {
-    assert_eq!(
-        count.fetch_add(1, Ordering::SeqCst),
-        0,
-        "two holders inside"
-    );
-    count.fetch_sub(1, Ordering::SeqCst);
-}
-
-fn assert_idle_and_reclaimed(store: &Store, lock: &holdline::Lock, key: &str) {
-    assert_eq!(
-        lock.try_hold(key, |_| ()).unwrap(),
-        Some(()),
-        "the key ends free"
-    );
-    let s = lock.stats();
-    assert_eq!((s.held_keys, s.waiters), (0, 0));
-    store.reclaim_idle();
-    assert_eq!(
-        lock.stats().live_keys,
-        0,
-        "the idle key's state is reclaimed"
-    );
-}
+mod common;
+use common::{assert_idle_and_reclaimed, check, inside, FOREVER};
 
 /// 9. A task's future is dropped while the holder lets go: either it left
 /// the line first (the key goes free) or the grant reached it first and

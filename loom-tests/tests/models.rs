@@ -12,45 +12,13 @@
 #![cfg(loom)]
 
 use holdline::{ErrorKind, Store};
-use loom::sync::atomic::{AtomicUsize, Ordering};
+use loom::sync::atomic::AtomicUsize;
 use loom::sync::Arc;
 use loom::thread;
 use std::time::Duration;
 
-const FOREVER: Duration = Duration::from_secs(2 * 3600);
-
-/// Runs `f` in every interleaving with at most `bound` preemptions (unless
-/// `LOOM_MAX_PREEMPTIONS` says otherwise). Bugs in this code are races of
-/// two or three steps (a CAS against a store, a wake against a park), which
-/// a bound of 2 to 3 preemptions reaches; the loom authors report most
-/// real bugs need no more than 2.
-fn check(bound: usize, f: impl Fn() + Sync + Send + 'static) {
-    let mut b = loom::model::Builder::new();
-    // The store's setup and the final checks (stats, reclaim) run many
-    // steps on one thread; they add branches but no interleavings.
-    b.max_branches = 1_000_000;
-    if std::env::var("LOOM_MAX_PREEMPTIONS").is_err() {
-        b.preemption_bound = Some(bound);
-    }
-    b.check(f);
-}
-
-/// Asserts a key is free and nobody waits, then that its state goes away.
-fn assert_idle_and_reclaimed(store: &Store, lock: &holdline::Lock, key: &str) {
-    assert_eq!(
-        lock.try_hold(key, |_| ()).unwrap(),
-        Some(()),
-        "the key ends free"
-    );
-    let s = lock.stats();
-    assert_eq!((s.held_keys, s.waiters), (0, 0));
-    store.reclaim_idle();
-    assert_eq!(
-        lock.stats().live_keys,
-        0,
-        "the idle key's state is reclaimed"
-    );
-}
+mod common;
+use common::{assert_idle_and_reclaimed, check, inside, FOREVER};
 
 /// 1. Two threads hold one key: never both inside, both finish, the key
 /// ends free and its state is reclaimed.
@@ -59,28 +27,20 @@ fn two_holders_of_one_key() {
     check(2, || {
         let store = Store::new();
         let lock = store.lock("l").open().unwrap();
-        let inside = Arc::new(AtomicUsize::new(0));
-        let body = |inside: &AtomicUsize| {
-            assert_eq!(
-                inside.fetch_add(1, Ordering::SeqCst),
-                0,
-                "two holders inside"
-            );
-            inside.fetch_sub(1, Ordering::SeqCst);
-        };
+        let count = Arc::new(AtomicUsize::new(0));
         let t = {
-            let (lock, inside) = (lock.clone(), inside.clone());
+            let (lock, count) = (lock.clone(), count.clone());
             thread::spawn(move || {
                 lock.key("k")
                     .wait(FOREVER)
-                    .hold(|l| (body(&inside), l.fence()).1)
+                    .hold(|l| (inside(&count), l.fence()).1)
                     .unwrap()
             })
         };
         let mine = lock
             .key("k")
             .wait(FOREVER)
-            .hold(|l| (body(&inside), l.fence()).1)
+            .hold(|l| (inside(&count), l.fence()).1)
             .unwrap();
         let theirs = t.join().unwrap();
         assert_ne!(mine, theirs, "each grant has its own fence");
@@ -155,22 +115,14 @@ fn try_hold_racing_release_and_a_new_holder() {
     check(2, || {
         let store = Store::new();
         let lock = store.lock("l").open().unwrap();
-        let inside = Arc::new(AtomicUsize::new(0));
-        let enter = |inside: &AtomicUsize| {
-            assert_eq!(
-                inside.fetch_add(1, Ordering::SeqCst),
-                0,
-                "two holders inside"
-            );
-            inside.fetch_sub(1, Ordering::SeqCst);
-        };
+        let count = Arc::new(AtomicUsize::new(0));
         let held = lock.acquire("k").unwrap();
         let trier = {
-            let (l, inside) = (lock.clone(), inside.clone());
-            thread::spawn(move || l.try_hold("k", |_| enter(&inside)).unwrap())
+            let (l, count) = (lock.clone(), count.clone());
+            thread::spawn(move || l.try_hold("k", |_| inside(&count)).unwrap())
         };
         held.release().unwrap();
-        let again = lock.try_hold("k", |_| enter(&inside)).unwrap();
+        let again = lock.try_hold("k", |_| inside(&count)).unwrap();
         let tried = trier.join().unwrap();
         assert!(
             again.is_some() || tried.is_some(),
@@ -262,25 +214,16 @@ fn reclaim_racing_a_lookup() {
     check(2, || {
         let store = Store::new();
         let lock = store.lock("l").open().unwrap();
-        let inside = Arc::new(AtomicUsize::new(0));
-        let enter = |inside: &AtomicUsize, fence: u64| {
-            assert_eq!(
-                inside.fetch_add(1, Ordering::SeqCst),
-                0,
-                "two holders inside"
-            );
-            inside.fetch_sub(1, Ordering::SeqCst);
-            fence
-        };
+        let count = Arc::new(AtomicUsize::new(0));
         let first = lock.hold("k", |l| l.fence()).unwrap();
         let sweeper = {
-            let (s, l, inside) = (store.clone(), lock.clone(), inside.clone());
+            let (s, l, count) = (store.clone(), lock.clone(), count.clone());
             thread::spawn(move || {
                 s.reclaim_idle();
-                l.try_hold("k", |l| enter(&inside, l.fence())).unwrap()
+                l.try_hold("k", |l| (inside(&count), l.fence()).1).unwrap()
             })
         };
-        let second = lock.hold("k", |l| enter(&inside, l.fence())).unwrap();
+        let second = lock.hold("k", |l| (inside(&count), l.fence()).1).unwrap();
         let third = sweeper.join().unwrap();
         assert!(second > first);
         if let Some(third) = third {
