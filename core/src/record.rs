@@ -84,11 +84,11 @@
 //!   want a recent value and nothing it publishes; `is_dead` is such a peek
 //!   too (a DEAD peek is confirmed under the shard lock).
 
-use crate::sync::{
-    first_in_line_spin_rounds, park_timeout, spin_loop, spin_paid, AtomicU32, AtomicU64, Backoff,
-    Clock, Ordering, Thread, UnsafeCell, SPIN_BEHIND, SPIN_PAUSES,
-};
 use crate::counters::{count, Event};
+use crate::sync::{
+    first_in_line_spin_pauses, park_timeout, spin_loop, spin_paid, AtomicU32, AtomicU64, Backoff,
+    Clock, Ordering, Thread, UnsafeCell, SPIN_BEHIND, SPIN_ROUND,
+};
 use crossbeam_epoch as epoch;
 use std::marker::PhantomPinned;
 use std::ptr;
@@ -491,12 +491,13 @@ impl Record {
         clock: &Clock,
         deadline_us: u64,
     ) -> WaitEnd {
-        let spins = if first {
-            first_in_line_spin_rounds()
+        let budget = if first {
+            first_in_line_spin_pauses()
         } else {
             SPIN_BEHIND
         };
-        for i in 0..spins {
+        let (mut spent, mut round) = (0, 0);
+        while spent < budget {
             if let Some(end) = end_of(waiter.status.load(Ordering::Acquire)) {
                 count(Event::GrantedSpinning);
                 if first {
@@ -505,9 +506,12 @@ impl Record {
                 return end;
             }
             // Short rounds first, so a quick handoff is seen at once.
-            for _ in 0..(1u32 << (i / 16).min(3)).min(SPIN_PAUSES) {
+            let pauses = (1u32 << (round / 16).min(3)).min(SPIN_ROUND);
+            for _ in 0..pauses {
                 spin_loop();
             }
+            spent += pauses;
+            round += 1;
         }
         if first {
             spin_paid(false);

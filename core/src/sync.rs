@@ -86,8 +86,8 @@ mod imp {
         }
     }
 
-    /// How long the first in line spins before it parks, in rounds of
-    /// [`SPIN_PAUSES`] pause instructions, adapted per thread: a spin pays
+    /// How long the first in line spins before it parks, in pause
+    /// instructions (~21 ns each here), adapted per thread: a spin pays
     /// when the grant comes within about a futex wake's cost (~40 us here;
     /// a handoff to a spinning thread costs ~250 ns), so a thread whose
     /// spins keep ending in a grant spins longer, and one whose spins keep
@@ -95,8 +95,10 @@ mod imp {
     /// than the cores) parks sooner. Never a `yield_now`: beside a CPU-bound
     /// process a yield gives it a whole slice while the key, handed to the
     /// yielder, waits. Waiters behind the first spin only [`SPIN_BEHIND`].
-    pub(crate) fn first_in_line_spin_rounds() -> u32 {
-        SPIN_BUDGET.try_with(std::cell::Cell::get).unwrap_or(SPIN_MIN)
+    pub(crate) fn first_in_line_spin_pauses() -> u32 {
+        SPIN_BUDGET
+            .try_with(std::cell::Cell::get)
+            .unwrap_or(SPIN_MIN)
     }
 
     /// Tells the adaptation whether the last spin ended in a grant.
@@ -104,7 +106,7 @@ mod imp {
         let _ = SPIN_BUDGET.try_with(|b| {
             let r = b.get();
             b.set(if paid {
-                (r + r / 2 + 8).min(SPIN_MAX)
+                (r + r / 2 + 64).min(SPIN_MAX)
             } else {
                 (r / 2).max(SPIN_MIN)
             });
@@ -114,13 +116,16 @@ mod imp {
     std::thread_local! {
         static SPIN_BUDGET: std::cell::Cell<u32> = const { std::cell::Cell::new(SPIN_START) };
     }
-    const SPIN_MIN: u32 = 8;
-    const SPIN_START: u32 = 64;
+    /// About 2 us: a handoff to a running waiter takes ~250 ns.
+    const SPIN_MIN: u32 = 100;
+    const SPIN_START: u32 = 512;
     /// About 45 us: past a futex wake's cost, spinning cannot pay.
-    const SPIN_MAX: u32 = 256;
-    /// Pause instructions per spin round (a pause is ~21 ns here).
-    pub(crate) const SPIN_PAUSES: u32 = 8;
-    pub(crate) const SPIN_BEHIND: u32 = 16;
+    const SPIN_MAX: u32 = 2048;
+    /// Pauses in one spin round, at most (the first rounds are shorter, so
+    /// a quick handoff is seen at once).
+    pub(crate) const SPIN_ROUND: u32 = 8;
+    /// Pauses a waiter behind the first spins before it parks.
+    pub(crate) const SPIN_BEHIND: u32 = 64;
 }
 
 #[cfg(loom)]
@@ -184,11 +189,11 @@ mod imp {
     }
 
     // Under loom spinning only multiplies interleavings: check once, then park.
-    pub(crate) fn first_in_line_spin_rounds() -> u32 {
+    pub(crate) fn first_in_line_spin_pauses() -> u32 {
         1
     }
     pub(crate) fn spin_paid(_: bool) {}
-    pub(crate) const SPIN_PAUSES: u32 = 1;
+    pub(crate) const SPIN_ROUND: u32 = 1;
     pub(crate) const SPIN_BEHIND: u32 = 0;
 }
 
