@@ -286,7 +286,9 @@ impl LeaseState {
 
     /// The holder lets go. `Ok`: it still owned the grant, and the key has
     /// been let go; `Err`: the lease was lost (the timer ended it first, or
-    /// the store closed).
+    /// the store closed). Out of line, so that `Lease::end`, inlined into
+    /// every hold, stays small.
+    #[inline(never)]
     pub(crate) fn end_by_holder(&self) -> Result<(), Loss> {
         let closed = self.store.closed.load(Ordering::SeqCst);
         let to = if closed {
@@ -531,7 +533,9 @@ impl<'a> Lease<'a> {
     }
 
     /// Ends the hold: lets the key go unless it was taken away. Idempotent.
-    #[inline]
+    /// Always inlined: on the uncontended path (no `LeaseState`) it is a
+    /// few loads and the release's CAS, and a call would cost as much again.
+    #[inline(always)]
     pub(crate) fn end(&self) -> Result<(), Loss> {
         // Relaxed: only the owning hold reads or writes `ended`, in program
         // order (a load and a store, no read-modify-write on the hot path).
