@@ -127,7 +127,8 @@
 // Module map, bottom-up: each module uses only modules listed before it
 // (none imports one that imports it back).
 //
-// - `sync`: the loom facade every atomic, lock, park and clock read goes
+// - `counters`: how waiters waited (only with the `wait-counters` feature).
+//   `sync`: the loom facade every atomic, lock, park and clock read goes
 //   through. `error`: the one error type. `ctx`: a thread's running holds.
 //   `timer`: the wheel, a plain data structure.
 // - `key`: key and lock-name text. `outcome`: a hold's value with its loss.
