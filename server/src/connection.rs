@@ -11,12 +11,13 @@
 use crate::command::{self, NotACommand};
 use crate::session::{Outcome, PendingHold, Session, Shared};
 use bytes::BytesMut;
-use futures_util::{FutureExt, StreamExt};
+use futures_util::FutureExt;
 use holdline::{Error, HeldLease};
 use holdline_resp::{encode, Decoder, Value};
 use std::collections::VecDeque;
-use std::future::pending;
+use std::future::{pending, poll_fn};
 use std::sync::Arc;
+use std::task::Poll;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
@@ -135,7 +136,21 @@ pub async fn serve(
             match item {
                 Queued::Command(args) => match session.execute(args) {
                     Outcome::Reply(v) => encode(&v, session.proto(), &mut output),
-                    Outcome::Wait(hold) => waiting = Some(hold),
+                    Outcome::Wait(mut hold) => {
+                        // A free key is granted on the first poll: answer
+                        // it here, with the replies around it in one
+                        // write, rather than a turn of the loop later.
+                        // Polled with this task's waker, so a HOLD that
+                        // must wait is registered as the select would.
+                        let first = poll_fn(|cx| Poll::Ready(hold.future.as_mut().poll(cx))).await;
+                        match first {
+                            Poll::Ready(result) => {
+                                let v = session.granted(result, hold);
+                                encode(&v, session.proto(), &mut output);
+                            }
+                            Poll::Pending => waiting = Some(hold),
+                        }
+                    }
                     Outcome::Close(v) => {
                         encode(&v, session.proto(), &mut output);
                         closing = true;
@@ -172,8 +187,8 @@ pub async fn serve(
                 let v = session.granted(result, hold);
                 encode(&v, session.proto(), &mut output);
             }
-            Some(lost) = session.losses.next(), if !session.losses.is_empty() => {
-                if let Some(push) = lost.and_then(|id| session.loss_push(id)) {
+            lost = session.losses.next_lost() => {
+                if let Some(push) = session.loss_push(lost) {
                     encode(&push, session.proto(), &mut output);
                 }
             }
@@ -191,8 +206,8 @@ pub async fn serve(
                         encode(&v, session.proto(), &mut output);
                     }
                 }
-                while let Some(Some(lost)) = session.losses.next().now_or_never() {
-                    if let Some(push) = lost.and_then(|id| session.loss_push(id)) {
+                while let Some(lost) = session.losses.lost_now() {
+                    if let Some(push) = session.loss_push(lost) {
                         encode(&push, session.proto(), &mut output);
                     }
                 }

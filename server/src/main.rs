@@ -9,6 +9,7 @@ mod command;
 mod config;
 mod connection;
 mod docs;
+mod loss_watch;
 mod reply;
 mod server;
 mod session;

@@ -8,8 +8,8 @@
 
 use crate::command::{self, Command, LockOptions};
 use crate::docs;
+use crate::loss_watch::LossWatches;
 use crate::reply::{core_error, invalid_key, invalid_store};
-use futures_util::stream::FuturesUnordered;
 use holdline::{Error, HeldLease, Lock, Store};
 use holdline_resp::{Proto, Value};
 use std::collections::{HashMap, HashSet};
@@ -17,9 +17,8 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use subtle::ConstantTimeEq;
-use tokio::sync::oneshot;
 
 /// Frames a client may send before it authenticated, when a token is
 /// required: enough for HELLO with AUTH, too little to make the server
@@ -29,6 +28,11 @@ const UNAUTHENTICATED_MAX_FRAME: usize = 16 * 1024;
 /// Distinct (name, options) lock handles a connection keeps open before
 /// the cache starts afresh.
 const LOCK_CACHE_ENTRIES: usize = 256;
+
+/// Commands read within `1 / RENEW_SLACK` of the smallest ttl of the
+/// connection's leases since they were last renewed do not renew them again
+/// (see [`Session::renew_all`]).
+const RENEW_SLACK: u32 = 16;
 
 /// What every connection shares: the store and the server's settings.
 pub struct Shared {
@@ -54,10 +58,6 @@ impl Shared {
 /// A HOLD waiting in its key's line. Dropping it leaves the line.
 pub type HoldFuture = Pin<Box<dyn Future<Output = Result<HeldLease, Error>> + Send>>;
 
-/// Resolves to the lease's id once it is lost, or to `None` once it was
-/// let go (its cancel sender dropped).
-type LossWatch = Pin<Box<dyn Future<Output = Option<u64>> + Send>>;
-
 /// The one place the server waits for a key: the core's async acquire,
 /// which waits in the same FIFO line as threads and leaves it on drop.
 fn wait_for_key(lock: Lock, key: String, wait: Duration) -> HoldFuture {
@@ -68,6 +68,7 @@ fn wait_for_key(lock: Lock, key: String, wait: Duration) -> HoldFuture {
 pub struct PendingHold {
     pub future: HoldFuture,
     slot: Box<str>,
+    ttl: Duration,
 }
 
 /// What carrying out one command led to.
@@ -83,8 +84,6 @@ struct Held {
     lease: HeldLease,
     /// `lock\0key`: the connection's record that it holds this key.
     slot: Box<str>,
-    /// Dropped on release, which ends the loss watch.
-    _watching: oneshot::Sender<()>,
 }
 
 /// Lock handles by name, then by options: opening a handle per command
@@ -134,8 +133,14 @@ pub struct Session {
     leases: HashMap<u64, Held>,
     /// Slots (`lock\0key`) of the keys this connection holds.
     holding: HashSet<Box<str>>,
-    /// One watch per lease, polled by the connection.
-    pub losses: FuturesUnordered<LossWatch>,
+    /// When every lease was last renewed by a command read.
+    renewed_at: Instant,
+    /// The smallest ttl of the leases held since the connection last held
+    /// none (`Duration::MAX` when it holds none): at most the smallest ttl
+    /// of the leases it holds now.
+    min_ttl: Duration,
+    /// Which leases were lost, polled by the connection.
+    pub losses: LossWatches,
 }
 
 impl Session {
@@ -151,7 +156,9 @@ impl Session {
             locks: LockCache::default(),
             leases: HashMap::new(),
             holding: HashSet::new(),
-            losses: FuturesUnordered::new(),
+            renewed_at: Instant::now(),
+            min_ttl: Duration::MAX,
+            losses: LossWatches::default(),
         }
     }
 
@@ -175,7 +182,27 @@ impl Session {
     }
 
     /// A command was read: the connection is alive, so all its leases are.
-    pub fn renew_all(&self) {
+    ///
+    /// Renewing is O(leases), so it is skipped while less than
+    /// `W = min_ttl / RENEW_SLACK` has passed since the last renewal. The
+    /// bound that keeps: a lease was last renewed no earlier than
+    /// `renewed_at` (renewed there, or granted and renewed later in
+    /// [`Session::keep`]), and its ttl is at least `min_ttl`. A command read
+    /// at `t` either renews every lease at `t`, or finds `renewed_at > t - W`;
+    /// either way each lease has at least `ttl - W >= (1 - 1/RENEW_SLACK) *
+    /// ttl` left after it. So a lease never runs out while its connection
+    /// sends a command at least every 15/16 of the lease's ttl, and a silent
+    /// connection loses it between 15/16 of its ttl and its ttl after the
+    /// last command read.
+    pub fn renew_all(&mut self) {
+        if self.leases.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        if now.saturating_duration_since(self.renewed_at) < self.min_ttl / RENEW_SLACK {
+            return;
+        }
+        self.renewed_at = now;
         for held in self.leases.values() {
             // A lost lease stays lost; its holder learns it from a push or
             // from its next RENEW or RELEASE.
@@ -278,13 +305,14 @@ impl Session {
         Outcome::Wait(PendingHold {
             future: wait_for_key(lock, key, wait),
             slot,
+            ttl: options.ttl,
         })
     }
 
     /// The answer to a HOLD that waited.
     pub fn granted(&mut self, result: Result<HeldLease, Error>, pending: PendingHold) -> Value {
         match result {
-            Ok(lease) => self.keep(lease, pending.slot),
+            Ok(lease) => self.keep(lease, pending.slot, pending.ttl),
             Err(e) => core_error(&e),
         }
     }
@@ -300,34 +328,24 @@ impl Session {
             return Value::Null;
         }
         match lock.key(key.as_str()).try_acquire() {
-            Ok(Some(lease)) => self.keep(lease, slot),
+            Ok(Some(lease)) => self.keep(lease, slot, options.ttl),
             Ok(None) => Value::Null,
             Err(e) => core_error(&e),
         }
     }
 
     /// Files a granted lease under a fresh id: `[lease, fence]`.
-    fn keep(&mut self, lease: HeldLease, slot: Box<str>) -> Value {
+    fn keep(&mut self, lease: HeldLease, slot: Box<str>, ttl: Duration) -> Value {
         let id = self.shared.next_lease.fetch_add(1, Ordering::Relaxed);
         let fence = lease.fence();
-        let aborted = lease.signal().aborted();
-        let (watching, released) = oneshot::channel::<()>();
-        self.losses.push(Box::pin(async move {
-            tokio::select! {
-                biased;
-                () = aborted => Some(id),
-                _ = released => None,
-            }
-        }));
+        // A HOLD that waited may have been granted before the last
+        // `renewed_at`: renewed now, it keeps `renew_all`'s bound. (A lost
+        // lease stays lost; the watch tells.)
+        let _ = lease.renew();
+        self.min_ttl = self.min_ttl.min(ttl);
+        self.losses.watch(id, lease.signal().aborted());
         self.holding.insert(slot.clone());
-        self.leases.insert(
-            id,
-            Held {
-                lease,
-                slot,
-                _watching: watching,
-            },
-        );
+        self.leases.insert(id, Held { lease, slot });
         // Fences stay below 2^63 (SPEC), so they travel as RESP integers.
         Value::Array(vec![
             Value::Integer(id as i64),
@@ -343,6 +361,10 @@ impl Session {
             return not_ours(id);
         };
         self.holding.remove(&held.slot);
+        self.losses.forget(u64::try_from(id).unwrap_or_default());
+        if self.leases.is_empty() {
+            self.min_ttl = Duration::MAX;
+        }
         match held.lease.release() {
             Ok(()) => Value::ok(),
             Err(e) => core_error(&e),
@@ -587,6 +609,45 @@ mod tests {
                 "INVALID store: lease {id} is not held by this connection: invalid"
             ))
         );
+    }
+
+    fn grant_id(v: Value) -> String {
+        let Value::Array(pair) = v else {
+            panic!("not granted: {v:?}")
+        };
+        pair[0].as_integer().unwrap().to_string()
+    }
+
+    #[test]
+    fn commands_read_keep_leases_alive_past_their_ttl() {
+        let mut s = session(None);
+        let id = grant_id(run(&mut s, &["TRYHOLD", "inv", "1", "TTL", "1000"]));
+        // 1.5 s of commands read every 100 ms: past the 1 s ttl, which only
+        // renewals (at most one per ttl/16 = 62.5 ms) can get it through.
+        for _ in 0..15 {
+            std::thread::sleep(Duration::from_millis(100));
+            s.renew_all();
+        }
+        assert_eq!(run(&mut s, &["RENEW", &id]), Value::ok());
+    }
+
+    #[test]
+    fn renewals_are_skipped_within_a_sixteenth_of_the_smallest_ttl() {
+        let mut s = session(None);
+        s.renew_all();
+        let before = s.renewed_at;
+        grant_id(run(&mut s, &["TRYHOLD", "inv", "1", "TTL", "60000"]));
+        grant_id(run(&mut s, &["TRYHOLD", "inv", "2", "TTL", "160"]));
+        assert_eq!(s.min_ttl, Duration::from_millis(160));
+        // Within 10 ms of the last renewal: skipped.
+        s.renewed_at = Instant::now();
+        let skipped_at = s.renewed_at;
+        s.renew_all();
+        assert_eq!(s.renewed_at, skipped_at);
+        std::thread::sleep(Duration::from_millis(20));
+        s.renew_all();
+        assert!(s.renewed_at > skipped_at, "not renewed 20 ms after");
+        assert!(s.renewed_at > before);
     }
 
     #[test]
