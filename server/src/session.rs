@@ -354,14 +354,16 @@ impl Session {
     }
 
     fn release(&mut self, id: i64) -> Value {
-        let Some(held) = u64::try_from(id)
+        let Some((lease_id, held)) = u64::try_from(id)
             .ok()
-            .and_then(|id| self.leases.remove(&id))
+            .and_then(|id| Some((id, self.leases.remove(&id)?)))
         else {
             return not_ours(id);
         };
         self.holding.remove(&held.slot);
-        self.losses.forget(u64::try_from(id).unwrap_or_default());
+        self.losses.forget(lease_id);
+        // The smallest ttl is kept while any lease is (conservative: the
+        // renewal window only shrinks); with none held it starts afresh.
         if self.leases.is_empty() {
             self.min_ttl = Duration::MAX;
         }
