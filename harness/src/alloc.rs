@@ -41,25 +41,30 @@ pub struct Counting;
 // SAFETY: every call is forwarded unchanged to `System`; only counters are added.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let p = System.alloc(layout);
+        // SAFETY: the caller's contract for `alloc`, passed on unchanged.
+        let p = unsafe { System.alloc(layout) };
         if !p.is_null() {
             slot().fetch_add(layout.size() as isize, Relaxed);
         }
         p
     }
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        let p = System.alloc_zeroed(layout);
+        // SAFETY: the caller's contract for `alloc_zeroed`, passed on unchanged.
+        let p = unsafe { System.alloc_zeroed(layout) };
         if !p.is_null() {
             slot().fetch_add(layout.size() as isize, Relaxed);
         }
         p
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        System.dealloc(ptr, layout);
+        // SAFETY: the caller's contract: `ptr` came from this allocator
+        // (that is, from `System`) with `layout`.
+        unsafe { System.dealloc(ptr, layout) };
         slot().fetch_sub(layout.size() as isize, Relaxed);
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let p = System.realloc(ptr, layout, new_size);
+        // SAFETY: the caller's contract for `realloc`, passed on unchanged.
+        let p = unsafe { System.realloc(ptr, layout, new_size) };
         if !p.is_null() {
             slot().fetch_add(new_size as isize - layout.size() as isize, Relaxed);
         }
