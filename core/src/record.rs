@@ -86,7 +86,7 @@
 
 use crate::counters::{count, Event};
 use crate::sync::{
-    first_in_line_spin_pauses, park_timeout, spin_loop, spin_paid, AtomicU32, AtomicU64, Backoff,
+    first_in_line_spin_pauses, park_timeout, spin_learn, spin_loop, AtomicU32, AtomicU64, Backoff,
     Clock, Ordering, Thread, UnsafeCell, SPIN_BEHIND, SPIN_ROUND,
 };
 use crossbeam_epoch as epoch;
@@ -496,13 +496,13 @@ impl Record {
         } else {
             SPIN_BEHIND
         };
+        // When the first in line began to wait: it learns from how long its
+        // parked waits take how long to spin (`spin_learn`).
+        let started = if first { clock.now_us() } else { 0 };
         let (mut spent, mut round) = (0, 0);
         while spent < budget {
             if let Some(end) = end_of(waiter.status.load(Ordering::Acquire)) {
                 count(Event::GrantedSpinning);
-                if first {
-                    spin_paid(true);
-                }
                 return end;
             }
             // Short rounds first, so a quick handoff is seen at once.
@@ -513,9 +513,6 @@ impl Record {
             spent += pauses;
             round += 1;
         }
-        if first {
-            spin_paid(false);
-        }
         // Acquire on failure: a final status was published with Release.
         if let Err(now) =
             waiter
@@ -524,6 +521,17 @@ impl Record {
         {
             return end_of(now).unwrap_or(WaitEnd::TimedOut);
         }
+        let end = self.park_until(waiter, clock, deadline_us);
+        if first {
+            let waited = (end == WaitEnd::Granted).then(|| clock.now_us() - started);
+            spin_learn(waited);
+        }
+        end
+    }
+
+    /// The parked part of [`wait`](Record::wait): sleeps until a final
+    /// status arrives or the deadline passes (then leaves the line).
+    fn park_until(&self, waiter: &Waiter, clock: &Clock, deadline_us: u64) -> WaitEnd {
         loop {
             let now = clock.now_us();
             if now >= deadline_us {

@@ -87,40 +87,59 @@ mod imp {
     }
 
     /// How long the first in line spins before it parks, in pause
-    /// instructions (~21 ns each here), adapted per thread: a spin pays
-    /// when the grant comes within about a futex wake's cost (~40 us here;
-    /// a handoff to a spinning thread costs ~250 ns), so a thread whose
-    /// spins keep ending in a grant spins longer, and one whose spins keep
-    /// ending in a park (the holder was preempted, or the line is longer
-    /// than the cores) parks sooner. Never a `yield_now`: beside a CPU-bound
-    /// process a yield gives it a whole slice while the key, handed to the
-    /// yielder, waits. Waiters behind the first spin only [`SPIN_BEHIND`].
+    /// instructions, learned per thread from how long its waits took: a spin
+    /// pays when the grant comes within about a futex wake's cost (~40 us
+    /// here; a handoff to a spinning thread costs ~250 ns). A wait that
+    /// parked and was granted within that cost sets the budget to a little
+    /// more than that wait (next time the spin catches it); a longer one,
+    /// or one that never got the key, halves it (the holder was preempted,
+    /// or the line is longer than the cores: spinning only steals the
+    /// holder's core). A spin that ended in a grant leaves it as it is.
+    /// Never a `yield_now`: beside a CPU-bound process a yield gives it a
+    /// whole slice while the key, handed to the yielder, waits. Waiters
+    /// behind the first spin only [`SPIN_BEHIND`].
     pub(crate) fn first_in_line_spin_pauses() -> u32 {
         SPIN_BUDGET
             .try_with(std::cell::Cell::get)
             .unwrap_or(SPIN_MIN)
     }
 
-    /// Tells the adaptation whether the last spin ended in a grant.
-    pub(crate) fn spin_paid(paid: bool) {
+    /// The first in line parked: `waited_us` is how long its wait took if
+    /// it ended in a grant (`None`: timed out or closed).
+    pub(crate) fn spin_learn(waited_us: Option<u64>) {
         let _ = SPIN_BUDGET.try_with(|b| {
             let r = b.get();
-            b.set(if paid {
-                (r + r / 2 + 64).min(SPIN_MAX)
-            } else {
-                (r / 2).max(SPIN_MIN)
+            b.set(match waited_us {
+                Some(us) if us.saturating_mul(1000) <= SPIN_PAYS_NS => {
+                    let pauses = us.saturating_mul(1000) * 5 / 4 / pause_ns();
+                    (pauses as u32).clamp(SPIN_MIN, SPIN_MAX)
+                }
+                _ => (r / 2).max(SPIN_MIN),
             });
         });
+    }
+
+    /// What one pause instruction costs on this machine (ns), measured
+    /// once: it ranges from a few cycles to over a hundred across CPUs.
+    fn pause_ns() -> u64 {
+        static NS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+        *NS.get_or_init(|| {
+            let started = std::time::Instant::now();
+            for _ in 0..2_000 {
+                std::hint::spin_loop();
+            }
+            (started.elapsed().as_nanos() as u64 / 2_000).clamp(1, 200)
+        })
     }
 
     std::thread_local! {
         static SPIN_BUDGET: std::cell::Cell<u32> = const { std::cell::Cell::new(SPIN_START) };
     }
-    /// About 2 us: a handoff to a running waiter takes ~250 ns.
+    /// Past about a futex wake's cost here, spinning cannot pay.
+    const SPIN_PAYS_NS: u64 = 45_000;
     const SPIN_MIN: u32 = 100;
     const SPIN_START: u32 = 512;
-    /// About 45 us: past a futex wake's cost, spinning cannot pay.
-    const SPIN_MAX: u32 = 2048;
+    const SPIN_MAX: u32 = 4096;
     /// Pauses in one spin round, at most (the first rounds are shorter, so
     /// a quick handoff is seen at once).
     pub(crate) const SPIN_ROUND: u32 = 8;
@@ -192,7 +211,7 @@ mod imp {
     pub(crate) fn first_in_line_spin_pauses() -> u32 {
         1
     }
-    pub(crate) fn spin_paid(_: bool) {}
+    pub(crate) fn spin_learn(_: Option<u64>) {}
     pub(crate) const SPIN_ROUND: u32 = 1;
     pub(crate) const SPIN_BEHIND: u32 = 0;
 }
