@@ -568,6 +568,9 @@ impl<'a> Lease<'a> {
 }
 
 impl Drop for Lease<'_> {
+    // Inlined: after a normal end it is one load (callgrind: ~13
+    // instructions a hold as a call).
+    #[inline]
     fn drop(&mut self) {
         // Reached with `ended` unset only when the closure panicked: let the
         // key go and let the panic continue.

@@ -266,7 +266,10 @@ impl Lock {
     }
 
     /// A closure's lease over `grant`, with its maxHold timer armed. The
-    /// lease owns the grant before anything that could panic runs.
+    /// lease owns the grant before anything that could panic runs. Inlined:
+    /// it is on the uncontended path (callgrind: an out-of-line call here
+    /// cost ~40 instructions a hold).
+    #[inline(always)]
     pub(crate) fn closure_lease<'a>(
         &'a self,
         text: &'a str,
@@ -285,18 +288,25 @@ impl Lock {
             listed,
         };
         if self.max_hold_ms != 0 {
-            let state = LeaseState::new(
-                &self.store,
-                &self.shared,
-                record,
-                fence,
-                self.max_hold_ms,
-                0,
-            );
-            let state = lease.state.get_or_init(|| state);
-            Driver::arm(&self.store.timer, state);
+            self.arm_max_hold(&lease);
         }
         lease
+    }
+
+    /// A maxHold lease's state and timer: off the plain hold's path.
+    #[cold]
+    #[inline(never)]
+    fn arm_max_hold(&self, lease: &Lease<'_>) {
+        let state = LeaseState::new(
+            &self.store,
+            &self.shared,
+            lease.record,
+            lease.fence,
+            self.max_hold_ms,
+            0,
+        );
+        let state = lease.state.get_or_init(|| state);
+        Driver::arm(&self.store.timer, state);
     }
 
     /// From key text to a grant (`None`: `Try` found it held).
