@@ -86,22 +86,20 @@ fn a_waiting_task_does_not_block_the_holder_on_a_current_thread_runtime() {
     assert_eq!(order, ["first in", "first out", "second"]);
 }
 
-/// Threads and tasks standing in one line are granted in arrival order.
-fn mixed_line_is_fifo(rt: tokio::runtime::Runtime) {
+/// Threads and tasks standing in one line are granted in arrival order:
+/// waiter `i` is a task when `is_task(i)`, spawned on `handle`'s runtime
+/// (which something else drives), else a thread.
+fn mixed_line_is_fifo(handle: &tokio::runtime::Handle, n: usize, is_task: fn(usize) -> bool) {
     let store = Store::new();
     let lock = store.lock("mixed").open().unwrap();
     let holder = Holder::start(&lock, "k");
     let order = Arc::new(Mutex::new(Vec::new()));
     let mut threads = Vec::new();
     let mut tasks = Vec::new();
-    for i in 0..8 {
+    for i in 0..n {
         let (l, o) = (lock.clone(), order.clone());
-        if i % 2 == 0 {
-            threads.push(thread::spawn(move || {
-                l.hold("k", |_| o.lock().unwrap().push(i)).unwrap();
-            }));
-        } else {
-            tasks.push(rt.spawn(async move {
+        if is_task(i) {
+            tasks.push(handle.spawn(async move {
                 l.hold_async("k", async |_| {
                     tokio::task::yield_now().await;
                     o.lock().unwrap().push(i);
@@ -109,54 +107,12 @@ fn mixed_line_is_fifo(rt: tokio::runtime::Runtime) {
                 .await
                 .unwrap();
             }));
-        }
-        // The next one arrives only once this one stands in line.
-        wait_for("the waiter to stand in line", || waiters(&lock) == i + 1);
-    }
-    holder.release().unwrap();
-    for t in threads {
-        t.join().unwrap();
-    }
-    rt.block_on(async {
-        for t in tasks {
-            t.await.unwrap();
-        }
-    });
-    assert_eq!(*order.lock().unwrap(), (0..8).collect::<Vec<_>>());
-}
-
-#[test]
-fn threads_and_tasks_share_one_fifo_line_on_a_multi_thread_runtime() {
-    mixed_line_is_fifo(multi_thread());
-}
-
-#[test]
-fn threads_and_tasks_share_one_fifo_line_on_a_current_thread_runtime() {
-    // The runtime's one thread drives the tasks while this thread watches.
-    let rt = current_thread();
-    let handle = rt.handle().clone();
-    let stop = Arc::new(tokio::sync::Notify::new());
-    let s2 = stop.clone();
-    let driver = thread::spawn(move || rt.block_on(s2.notified()));
-    let store = Store::new();
-    let lock = store.lock("mixed").open().unwrap();
-    let holder = Holder::start(&lock, "k");
-    let order = Arc::new(Mutex::new(Vec::new()));
-    let mut threads = Vec::new();
-    let mut tasks = Vec::new();
-    for i in 0..6 {
-        let (l, o) = (lock.clone(), order.clone());
-        if i % 2 == 1 {
+        } else {
             threads.push(thread::spawn(move || {
                 l.hold("k", |_| o.lock().unwrap().push(i)).unwrap();
             }));
-        } else {
-            tasks.push(handle.spawn(async move {
-                l.hold_async("k", async |_| o.lock().unwrap().push(i))
-                    .await
-                    .unwrap();
-            }));
         }
+        // The next one arrives only once this one stands in line.
         wait_for("the waiter to stand in line", || waiters(&lock) == i + 1);
     }
     holder.release().unwrap();
@@ -168,9 +124,26 @@ fn threads_and_tasks_share_one_fifo_line_on_a_current_thread_runtime() {
             t.await.unwrap();
         }
     });
+    assert_eq!(*order.lock().unwrap(), (0..n).collect::<Vec<_>>());
+}
+
+#[test]
+fn threads_and_tasks_share_one_fifo_line_on_a_multi_thread_runtime() {
+    let rt = multi_thread();
+    mixed_line_is_fifo(rt.handle(), 8, |i| i % 2 == 1);
+}
+
+#[test]
+fn threads_and_tasks_share_one_fifo_line_on_a_current_thread_runtime() {
+    // The runtime's one thread drives the tasks while this thread watches.
+    let rt = current_thread();
+    let handle = rt.handle().clone();
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let s2 = stop.clone();
+    let driver = thread::spawn(move || rt.block_on(s2.notified()));
+    mixed_line_is_fifo(&handle, 6, |i| i % 2 == 0);
     stop.notify_one();
     driver.join().unwrap();
-    assert_eq!(*order.lock().unwrap(), (0..6).collect::<Vec<_>>());
 }
 
 #[test]
