@@ -15,8 +15,8 @@ use crate::alloc::live_bytes;
 use crate::designs::AsyncKeyedLock;
 use crate::row::Run;
 use crate::scenarios::{
-    base_run, fill_lat, hist, Cfg, Scenario, BATCH, DEADLINE_WAITERS, MILLION_TIMED_EVERY,
-    UNCONTENDED_KEYS,
+    base_run, fill_lat, hist, settle_fresh_keys, Cfg, Scenario, BATCH, DEADLINE_WAITERS,
+    MILLION_TIMED_EVERY, UNCONTENDED_KEYS,
 };
 
 /// Worker threads of the runtime the async rows run on: one per CPU, as
@@ -226,25 +226,9 @@ pub fn fresh_keys<D: AsyncKeyedLock>(cfg: &Cfg, tasks: usize) -> Run {
         hs
     });
     run.set_rate(n as u64, start.elapsed().as_secs_f64());
-    let mut all = hist();
-    for h in hs {
-        all.add(h).expect("merge");
-    }
-    fill_lat(&mut run, &all);
-    drop(all);
-    run.mem_live = Some((live_bytes() - base) as i64);
-    d.reclaim();
-    run.mem_idle = Some((live_bytes() - base) as i64);
-    for _ in 0..5 {
-        std::thread::sleep(Duration::from_millis(20));
-        d.reclaim();
-    }
-    run.mem_settled = Some((live_bytes() - base) as i64);
-    run.note = format!(
-        "{n} fresh keys, each held once by a task; 1 in {MILLION_TIMED_EVERY} timed; idle: {}; 100 ms later: {}",
-        D::IDLE,
-        crate::report::fmt_bytes(run.mem_settled.unwrap_or(0))
-    );
+    settle_fresh_keys(&mut run, hs, base, D::IDLE, "held once by a task", || {
+        d.reclaim()
+    });
     drop(d);
     drop(rt);
     run

@@ -477,6 +477,41 @@ fn zipf<D: KeyedLock>(cfg: &Cfg, threads: usize) -> Run {
     run
 }
 
+/// The end of a fresh-keys row (threads or tasks): the latencies, and the
+/// memory the design still has once every key is idle (`base`: the live
+/// bytes before the row), right after a reclaim and ~100 ms later.
+pub fn settle_fresh_keys(
+    run: &mut Run,
+    hs: Vec<Histogram<u64>>,
+    base: isize,
+    idle: &str,
+    held: &str,
+    reclaim: impl Fn(),
+) {
+    let mut all = hist();
+    for h in hs {
+        all.add(h).expect("merge");
+    }
+    fill_lat(run, &all);
+    // The histogram is the harness's own memory: gone before measuring.
+    drop(all);
+    run.mem_live = Some((live_bytes() - base) as i64);
+    reclaim();
+    run.mem_idle = Some((live_bytes() - base) as i64);
+    // Epoch reclamation may need a little further activity: a few more
+    // reclaims, 20 ms apart, show whether what is left is only late.
+    for _ in 0..5 {
+        std::thread::sleep(Duration::from_millis(20));
+        reclaim();
+    }
+    run.mem_settled = Some((live_bytes() - base) as i64);
+    run.note = format!(
+        "{} fresh keys, each {held}; 1 in {MILLION_TIMED_EVERY} timed; idle: {idle}; 100 ms later: {}",
+        run.ops,
+        crate::report::fmt_bytes(run.mem_settled.unwrap_or(0))
+    );
+}
+
 fn million_keys<D: KeyedLock>(cfg: &Cfg, threads: usize) -> Run {
     let mut run = base_run::<D>(Scenario::MillionKeys, threads);
     if D::SINGLE {
@@ -512,28 +547,7 @@ fn million_keys<D: KeyedLock>(cfg: &Cfg, threads: usize) -> Run {
         hs.into_iter().map(|h| h.join().expect("worker")).collect()
     });
     run.set_rate(n as u64, start.elapsed().as_secs_f64());
-    let mut all = hist();
-    for h in hs {
-        all.add(h).expect("merge");
-    }
-    fill_lat(&mut run, &all);
-    // The histogram is the harness's own memory: gone before measuring.
-    drop(all);
-    run.mem_live = Some((live_bytes() - base) as i64);
-    d.reclaim();
-    run.mem_idle = Some((live_bytes() - base) as i64);
-    // Epoch reclamation may need a little further activity: a few more
-    // reclaims, 20 ms apart, show whether what is left is only late.
-    for _ in 0..5 {
-        std::thread::sleep(Duration::from_millis(20));
-        d.reclaim();
-    }
-    run.mem_settled = Some((live_bytes() - base) as i64);
-    run.note = format!(
-        "{n} fresh keys, each held once; 1 in {MILLION_TIMED_EVERY} timed; idle: {}; 100 ms later: {}",
-        D::IDLE,
-        crate::report::fmt_bytes(run.mem_settled.unwrap_or(0))
-    );
+    settle_fresh_keys(&mut run, hs, base, D::IDLE, "held once", || d.reclaim());
     drop(d);
     run
 }
