@@ -446,6 +446,11 @@ impl Session {
             }
             self.authenticated = true;
         }
+        if !self.authenticated {
+            // Redis's answer: a client that connects without the token
+            // learns it at HELLO, not at its first real command.
+            return Value::error(HELLO_NOAUTH);
+        }
         if let Some(name) = setname {
             if let Err(refusal) = check_client_name(&name) {
                 return refusal;
@@ -502,6 +507,8 @@ fn slot(lock: &str, key: &str) -> Box<str> {
 fn not_ours(id: i64) -> Value {
     invalid_store(&format!("lease {id} is not held by this connection"))
 }
+
+const HELLO_NOAUTH: &str = "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time";
 
 fn noauth() -> Value {
     Value::error("NOAUTH Authentication required.")

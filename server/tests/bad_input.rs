@@ -258,6 +258,10 @@ fn a_token_is_required_when_configured() {
         error_text(c.call(&["AUTH", "open-sesamE"])),
         "WRONGPASS invalid username-password pair or user is disabled."
     );
+    // HELLO without the token fails as Redis's does, so a client learns
+    // at connect that it needs one.
+    assert!(error_text(c.call(&["HELLO", "3"]))
+        .starts_with("NOAUTH HELLO must be called with the client already authenticated"));
     assert_eq!(
         error_text(c.call(&["HELLO", "3", "AUTH", "default", "open"])),
         "WRONGPASS invalid username-password pair or user is disabled."
