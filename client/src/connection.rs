@@ -7,9 +7,9 @@
 //! a caller pipelines by queueing several before reading their replies; the
 //! only allocation per command is the decoded reply itself.
 
-use crate::error::{Error, Scope};
+use crate::error::Error;
+use crate::texts;
 use bytes::BytesMut;
-use holdline::ErrorKind;
 use holdline_resp::{encode_command, Decoder, Value};
 use std::fmt;
 use std::io;
@@ -124,34 +124,36 @@ impl FrameWriter {
 }
 
 impl Connection {
-    /// Connects and says `HELLO 3`.
-    pub async fn connect(addr: impl ToSocketAddrs) -> Result<Connection, Error> {
+    /// Connects to `addr` (anything tokio resolves: `"127.0.0.1:7380"`, a
+    /// `SocketAddr`) and says `HELLO 3`.
+    pub async fn connect(addr: impl ToSocketAddrs + fmt::Display) -> Result<Connection, Error> {
         Connection::open(addr, None).await
     }
 
     /// Connects and says `HELLO 3 AUTH default <token>`.
     pub async fn connect_with_token(
-        addr: impl ToSocketAddrs,
+        addr: impl ToSocketAddrs + fmt::Display,
         token: &str,
     ) -> Result<Connection, Error> {
         Connection::open(addr, Some(token)).await
     }
 
-    async fn open(addr: impl ToSocketAddrs, token: Option<&str>) -> Result<Connection, Error> {
-        let stream = TcpStream::connect(addr)
+    pub(crate) async fn open(
+        addr: impl ToSocketAddrs + fmt::Display,
+        token: Option<&str>,
+    ) -> Result<Connection, Error> {
+        let stream = TcpStream::connect(&addr)
             .await
-            .map_err(|e| io_error(Scope::Store, "could not connect to the server", e))?;
+            .map_err(|e| texts::cannot_connect(&addr.to_string(), e))?;
         Connection::from_stream(stream, token).await
     }
 
     /// Takes a connected stream and says `HELLO 3` (with `AUTH default
-    /// <token>` when given one). A refused HELLO (a wrong token: `-WRONGPASS`)
-    /// is the server's error, kind [`ErrorKind::Invalid`].
+    /// <token>` when given one). A server that wants a token and got none,
+    /// or refused it, fails here, kind [`ErrorKind::Invalid`](crate::ErrorKind).
     pub async fn from_stream(stream: TcpStream, token: Option<&str>) -> Result<Connection, Error> {
         // Small frames, one per round trip: do not let Nagle hold them back.
-        stream
-            .set_nodelay(true)
-            .map_err(|e| io_error(Scope::Store, "could not set up the connection", e))?;
+        stream.set_nodelay(true).map_err(texts::connection_closed)?;
         let (rd, wr) = stream.into_split();
         let mut conn = Connection {
             reader: FrameReader {
@@ -175,7 +177,7 @@ impl Connection {
             None => conn.command(&["HELLO", "3"]).await?,
         };
         if let Value::Error(text) = &reply {
-            return Err(Error::from_reply(text));
+            return Err(hello_refused(text));
         }
         conn.hello = reply;
         Ok(conn)
@@ -199,10 +201,7 @@ impl Connection {
 
     /// Sends every queued command.
     pub async fn flush(&mut self) -> Result<(), Error> {
-        self.writer
-            .flush()
-            .await
-            .map_err(|e| io_error(Scope::Store, "the connection to the server failed", e))
+        self.writer.flush().await.map_err(texts::connection_closed)
     }
 
     /// The next reply, in command order. Pushes that arrive first go to the
@@ -227,7 +226,7 @@ impl Connection {
         self.reader
             .read_frame()
             .await
-            .map_err(|e| io_error(Scope::Store, "the connection to the server failed", e))
+            .map_err(texts::connection_closed)
     }
 
     /// Sends one command (and anything queued before it) and reads its reply.
@@ -247,7 +246,12 @@ impl fmt::Debug for Connection {
     }
 }
 
-/// A connection failure seen below the lock layer: kind `closed`.
-pub(crate) fn io_error(scope: Scope<'_>, what: &str, e: io::Error) -> Error {
-    Error::connection(ErrorKind::Closed, scope, what, e)
+/// What a refused `HELLO` means: no token, a wrong one, or (from a
+/// server that is not holdline) whatever it said.
+fn hello_refused(text: &str) -> Error {
+    match text.split(' ').next() {
+        Some("NOAUTH") => texts::token_missing(),
+        Some("WRONGPASS") => texts::token_refused(),
+        _ => Error::from_reply(text),
+    }
 }

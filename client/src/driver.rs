@@ -5,17 +5,30 @@
 //! connection drops. Reading never stops while a `HOLD` waits, so the
 //! renewals and the push are seen at once.
 //!
-//! It also marks the lease lost when the server has confirmed nothing for
-//! a whole ttl (a stalled server or a silent network, where no `lost` push
-//! and no closed socket will come): the server renews a lease when it
-//! reads a command, so a lease whose last answered command was sent at
-//! `t` lives on the server until `t + ttl` at least, and no longer for
-//! sure. The lease's grant stands for its first such command. Such a
-//! connection is never reused.
+//! # Why a lease is safe to believe in
+//!
+//! The server renews every lease of a connection when it *reads* a command
+//! from it, and gives a lease away no sooner than `ttl` after the last
+//! such read. A command sent at `t` is read at `t` or later, so once the
+//! server has answered it, the lease lives on the server until `t + ttl`
+//! at least (a `HOLD`'s grant counts: it came after the `HOLD` was sent).
+//! The task therefore keeps `t`, the send time of the latest command the
+//! server answered, and gives the lease a local deadline of
+//! `t + ttl - margin`, the margin (a tenth of the ttl, at least 10 ms)
+//! covering this process's own timer lateness. At the deadline the lease is
+//! marked lost (signal aborted, `lost_silent`'s text) and the connection is
+//! closed, so a server that comes back lets the key go at once instead of
+//! keeping it for a holder that gave up. The only timing assumption is
+//! that the two clocks run at the same rate within a tenth of the ttl
+//! over one ttl; no clock is compared across machines. A frozen network,
+//! a stalled server or a stopped holder process all end the same way: the
+//! holder stops believing in the lease before anyone else can be granted
+//! the key.
 
-use crate::connection::{io_error, Connection};
-use crate::error::{Error, Scope};
+use crate::connection::Connection;
+use crate::error::Error;
 use crate::lease::LeaseShared;
+use crate::texts;
 use holdline::ErrorKind;
 use holdline_resp::{encode_command, Value};
 use std::collections::VecDeque;
@@ -30,8 +43,10 @@ use tokio::time::Instant;
 /// (`None`: nobody waits for it, as for a `RELEASE` sent on drop).
 struct Request {
     frame: Vec<u8>,
-    reply: Option<oneshot::Sender<Result<Value, Error>>>,
+    reply: Option<ReplyTo>,
 }
+
+type ReplyTo = oneshot::Sender<Result<Value, Error>>;
 
 /// The handle to one connection's task. Dropping it closes the connection
 /// (the server then lets its keys go and takes its `HOLD`s out of line).
@@ -46,7 +61,7 @@ pub(crate) struct ConnShared {
     renew_ms: AtomicU64,
     /// The ttl of the lock in use on this connection, in ms.
     ttl_ms: AtomicU64,
-    /// Set when the server went a whole ttl without answering.
+    /// Set when a lease's local deadline passed here: never reuse it.
     silent: AtomicBool,
     slot: Mutex<LeaseSlot>,
 }
@@ -58,8 +73,8 @@ struct LeaseSlot {
     /// A `lost` push for a lease not registered yet: the grant's reply and
     /// the push can both be read before the holder registers the lease.
     early_loss: Option<(i64, String)>,
-    /// When the lease's grant arrived.
-    granted_at: Option<Instant>,
+    /// The send time of the latest command the server answered.
+    confirmed: Option<Instant>,
     /// Why the task ended, once it has.
     dead: Option<Error>,
 }
@@ -68,6 +83,30 @@ impl ConnShared {
     fn slot(&self) -> MutexGuard<'_, LeaseSlot> {
         self.slot.lock().unwrap_or_else(|p| p.into_inner())
     }
+
+    fn ttl(&self) -> Duration {
+        // Relaxed: a value set by the holder before it sends the command the
+        // value is about; the request channel orders the two.
+        Duration::from_millis(self.ttl_ms.load(Ordering::Relaxed))
+    }
+
+    /// The server answered a command sent at `sent`: the registered lease
+    /// is held there until `sent + ttl` at least.
+    fn confirm(&self, sent: Instant) {
+        let mut slot = self.slot();
+        let confirmed = slot.confirmed.map_or(sent, |c| c.max(sent));
+        slot.confirmed = Some(confirmed);
+        if let Some(lease) = &slot.lease {
+            lease.extend_deadline(local_deadline(confirmed, self.ttl()));
+        }
+    }
+}
+
+/// `t + ttl - margin`: when a lease confirmed by a command sent at `t` is
+/// taken for lost here. The margin is a tenth of the ttl, at least 10 ms.
+pub(crate) fn local_deadline(t: Instant, ttl: Duration) -> std::time::Instant {
+    let margin = (ttl / 10).max(Duration::from_millis(10));
+    (t + ttl.saturating_sub(margin)).into_std()
 }
 
 impl Conn {
@@ -80,7 +119,17 @@ impl Conn {
             silent: AtomicBool::new(false),
             slot: Mutex::new(LeaseSlot::default()),
         });
-        tokio::spawn(drive(conn, rx, shared.clone()));
+        let task = Task {
+            conn,
+            requests: rx,
+            shared: shared.clone(),
+            waiting: VecDeque::new(),
+            last_write: Instant::now(),
+            written: 0,
+            answered: 0,
+            held_back: VecDeque::new(),
+        };
+        tokio::spawn(task.run());
         Conn { requests, shared }
     }
 
@@ -89,9 +138,10 @@ impl Conn {
         self.requests.is_closed() || self.went_silent() || self.shared.slot().dead.is_some()
     }
 
-    /// Whether the server went a whole ttl without answering while a lease
-    /// was held here (the lease was then marked lost).
+    /// Whether a lease's local deadline passed on this connection (the
+    /// lease was then marked lost and the connection closed).
     pub(crate) fn went_silent(&self) -> bool {
+        // Acquire: pairs with the task's Release, after it marked the lease.
         self.shared.silent.load(Ordering::Acquire)
     }
 
@@ -111,11 +161,7 @@ impl Conn {
         self.send(args, None);
     }
 
-    fn send<A: AsRef<[u8]>>(
-        &self,
-        args: &[A],
-        reply: Option<oneshot::Sender<Result<Value, Error>>>,
-    ) {
+    fn send<A: AsRef<[u8]>>(&self, args: &[A], reply: Option<ReplyTo>) {
         let mut frame = Vec::with_capacity(64);
         encode_command(args, &mut frame);
         // A closed channel drops `reply`, which `request` reads as the death.
@@ -124,25 +170,25 @@ impl Conn {
 
     fn death(&self) -> Error {
         self.shared.slot().dead.clone().unwrap_or_else(|| {
-            io_error(
-                Scope::Store,
-                "the connection to the server failed",
-                io::Error::new(io::ErrorKind::BrokenPipe, "its task ended"),
-            )
+            texts::connection_closed(io::Error::new(io::ErrorKind::BrokenPipe, "its task ended"))
         })
     }
 
     /// Renews every third of `ttl` from now on; `None` stops.
     pub(crate) fn renew_for(&self, ttl: Option<Duration>) {
         let ttl_ms = ttl.map_or(0, |t| (t.as_millis() as u64).max(1));
+        // Relaxed: read by the task at its next turn; a renewal one turn
+        // late is still within the third of the ttl it is planned for.
         self.shared.ttl_ms.store(ttl_ms, Ordering::Relaxed);
         self.shared
             .renew_ms
             .store((ttl_ms / 3).max(ttl_ms.min(1)), Ordering::Relaxed);
     }
 
-    /// Makes `lease` the one this connection's pushes and failure concern.
-    /// Marks it lost at once if that already happened.
+    /// Makes `lease` the one this connection's pushes, failure and silence
+    /// concern, with its local deadline from the latest answered command
+    /// (its own `HOLD` at the earliest). Marks it lost at once if that
+    /// already happened.
     pub(crate) fn register(&self, lease: &Arc<LeaseShared>) {
         let mut slot = self.shared.slot();
         if let Some(dead) = &slot.dead {
@@ -154,8 +200,10 @@ impl Conn {
                 lease.mark_lost(Error::new(ErrorKind::Lost, text));
             }
         }
+        if let Some(confirmed) = slot.confirmed {
+            lease.extend_deadline(local_deadline(confirmed, self.shared.ttl()));
+        }
         slot.lease = Some(lease.clone());
-        slot.granted_at = Some(Instant::now());
     }
 
     /// Forgets the registered lease (after its release).
@@ -163,7 +211,6 @@ impl Conn {
         let mut slot = self.shared.slot();
         slot.lease = None;
         slot.early_loss = None;
-        slot.granted_at = None;
     }
 }
 
@@ -173,156 +220,187 @@ fn lost_on_drop(lease: &LeaseShared, dead: &Error) -> Error {
         .io_error()
         .map(|e| io::Error::new(e.kind(), e.to_string()))
         .unwrap_or_else(|| io::Error::other(dead.to_string()));
-    Error::connection(
-        ErrorKind::Lost,
-        Scope::Key(&lease.lock, &lease.key),
-        "its connection to the server dropped",
-        e,
-    )
+    texts::lost_connection(&lease.lock, &lease.key, e)
 }
 
-/// The task's loop. Requests are written in the order sent and their
-/// reply slots queued in that order; `None` slots are our own `PING`s and
-/// detached requests.
-async fn drive(
-    mut conn: Connection,
-    mut rx: mpsc::UnboundedReceiver<Request>,
+/// The task: the socket, the request channel, and the reply slots of the
+/// commands written and not answered yet, each with its send time (`None`
+/// slots are our own `PING`s and detached requests).
+///
+/// A reply is handed to its caller only once every command written before
+/// it arrived has been answered too. Those are the renewals sent while a
+/// `HOLD` waited, answered right behind its grant; a grant handed over
+/// before them would carry only the `HOLD`'s send time, and a hold that
+/// waited most of a ttl would start out past its deadline.
+struct Task {
+    conn: Connection,
+    requests: mpsc::UnboundedReceiver<Request>,
     shared: Arc<ConnShared>,
-) {
-    // Each reply slot with the instant its command was written.
-    let mut waiting: VecDeque<(Option<ReplyTo>, Instant)> = VecDeque::new();
-    let mut last_write = Instant::now();
-    // The send instant of the latest command the server answered.
-    let mut confirmed: Option<Instant> = None;
-    let ended: Result<(), io::Error> = loop {
-        let renew_ms = shared.renew_ms.load(Ordering::Relaxed);
-        let ping_at = last_write + Duration::from_millis(renew_ms);
-        let silent_at = silence_deadline(&shared, confirmed);
-        let Connection { reader, writer, .. } = &mut conn;
+    waiting: VecDeque<(Option<ReplyTo>, Instant)>,
+    last_write: Instant,
+    /// Commands written and answered so far.
+    written: u64,
+    answered: u64,
+    /// Replies held back, each until `answered` reaches its count.
+    held_back: VecDeque<(ReplyTo, Result<Value, Error>, u64)>,
+}
+
+/// Why the task's loop ended.
+enum End {
+    /// The holder dropped the handle: a normal close.
+    Dropped,
+    /// The socket failed, or the server broke the protocol.
+    Failed(io::Error),
+    /// A lease's local deadline passed: lost, and the connection closed.
+    Silent,
+}
+
+impl Task {
+    async fn run(mut self) {
+        let end = loop {
+            if let Some(end) = self.turn().await {
+                break end;
+            }
+        };
+        self.finish(end);
+    }
+
+    /// One event: a frame read, requests to write, a renewal due, or a
+    /// lease's deadline. `Some` ends the task.
+    async fn turn(&mut self) -> Option<End> {
+        let renew_ms = self.shared.renew_ms.load(Ordering::Relaxed);
+        let ping_at = self.last_write + Duration::from_millis(renew_ms);
+        let deadline = self.lease_deadline();
+        let reader = &mut self.conn.reader;
         tokio::select! {
-            // Replies first: they free the slots the next requests queue behind.
+            // Replies first: they free the slots the next requests queue
+            // behind, and may move the deadline on.
             biased;
             frame = reader.read_frame() => match frame {
-                Ok(Value::Push(items)) => on_push(&shared, items),
-                Ok(reply) => match waiting.pop_front() {
-                    Some((to, sent)) => {
-                        confirmed = Some(confirmed.map_or(sent, |c| c.max(sent)));
-                        let Some(tx) = to else { continue };
-                        let reply = match reply {
-                            Value::Error(text) => Err(Error::from_reply(&text)),
-                            other => Ok(other),
-                        };
-                        let _ = tx.send(reply);
-                    }
-                    None => {
-                        break Err(io::Error::new(
-                            io::ErrorKind::InvalidData,
-                            "a reply to no command",
-                        ))
-                    }
-                },
-                Err(e) => break Err(e),
+                Ok(frame) => self.on_frame(frame).err().map(End::Failed),
+                Err(e) => Some(End::Failed(e)),
             },
-            request = rx.recv() => {
-                let Some(first) = request else { break Ok(()) };
-                // Write every request already sent in one flush.
-                let mut next = Some(first);
-                let now = Instant::now();
-                while let Some(Request { frame, reply }) = next {
-                    writer.queue_encoded(&frame);
-                    waiting.push_back((reply, now));
-                    next = rx.try_recv().ok();
-                }
-                if let Err(e) = writer.flush().await {
-                    break Err(e);
-                }
-                last_write = Instant::now();
-            }
+            request = self.requests.recv() => match request {
+                Some(first) => self.write_requests(first).await.err().map(End::Failed),
+                None => Some(End::Dropped),
+            },
             _ = tokio::time::sleep_until(ping_at), if renew_ms > 0 => {
-                writer.queue(&["PING"]);
-                waiting.push_back((None, Instant::now()));
-                if let Err(e) = writer.flush().await {
-                    break Err(e);
-                }
-                last_write = Instant::now();
+                self.conn.writer.queue(&["PING"]);
+                self.waiting.push_back((None, Instant::now()));
+                self.written += 1;
+                self.flush().await.err().map(End::Failed)
             }
-            _ = tokio::time::sleep_until(silent_at.unwrap_or(ping_at)), if silent_at.is_some() => {
-                went_silent(&shared);
+            _ = tokio::time::sleep_until(deadline.unwrap_or(ping_at)), if deadline.is_some() => {
+                self.deadline_passed()
             }
         }
-    };
-    // A holder that closed its own connection let its lease go; only a
-    // failure loses it.
-    let failed = ended.is_err();
-    let dead = match ended {
-        Ok(()) => io_error(
-            Scope::Store,
-            "the connection to the server was closed",
-            io::Error::new(io::ErrorKind::NotConnected, "closed by its holder"),
-        ),
-        Err(e) => io_error(Scope::Store, "the connection to the server failed", e),
-    };
-    let lease = {
-        let mut slot = shared.slot();
-        slot.dead = Some(dead.clone());
-        slot.lease.take()
-    };
-    if let (Some(lease), true) = (lease, failed) {
-        lease.mark_lost(lost_on_drop(&lease, &dead));
     }
-    for tx in waiting.into_iter().filter_map(|(to, _)| to) {
-        let _ = tx.send(Err(dead.clone()));
+
+    /// The registered lease's local deadline, while it is not lost.
+    fn lease_deadline(&self) -> Option<Instant> {
+        let slot = self.shared.slot();
+        let lease = slot.lease.as_ref()?;
+        if lease.lost_error().is_some() {
+            return None;
+        }
+        lease.deadline().map(Instant::from_std)
     }
-    drop(conn);
-}
 
-type ReplyTo = oneshot::Sender<Result<Value, Error>>;
-
-/// When the registered lease must be taken for lost if nothing more is
-/// answered: a ttl after the later of its grant and the latest answered
-/// command's send. `None` without a live lease.
-fn silence_deadline(shared: &ConnShared, confirmed: Option<Instant>) -> Option<Instant> {
-    let slot = shared.slot();
-    let lease = slot.lease.as_ref()?;
-    if lease.lost_error().is_some() {
-        return None;
+    fn on_frame(&mut self, frame: Value) -> io::Result<()> {
+        let reply = match frame {
+            Value::Push(items) => {
+                on_push(&self.shared, items);
+                return Ok(());
+            }
+            reply => reply,
+        };
+        let Some((to, sent)) = self.waiting.pop_front() else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "a reply to no command",
+            ));
+        };
+        self.shared.confirm(sent);
+        self.answered += 1;
+        if let Some(tx) = to {
+            let reply = match reply {
+                Value::Error(text) => Err(Error::from_reply(&text)),
+                other => Ok(other),
+            };
+            self.held_back.push_back((tx, reply, self.written));
+        }
+        while let Some((_, _, until)) = self.held_back.front() {
+            if *until > self.answered {
+                break;
+            }
+            if let Some((tx, reply, _)) = self.held_back.pop_front() {
+                let _ = tx.send(reply);
+            }
+        }
+        Ok(())
     }
-    let from = match (slot.granted_at, confirmed) {
-        (Some(g), Some(c)) => g.max(c),
-        (Some(g), None) => g,
-        (None, _) => return None,
-    };
-    Some(from + Duration::from_millis(shared.ttl_ms.load(Ordering::Relaxed)))
-}
 
-/// The server answered nothing for a whole ttl: the lease is lost for sure
-/// by now (or soon), and this connection is not to be trusted again.
-fn went_silent(shared: &ConnShared) {
-    shared.silent.store(true, Ordering::Release);
-    let slot = shared.slot();
-    if let Some(lease) = &slot.lease {
-        let ttl = ttl_text(shared.ttl_ms.load(Ordering::Relaxed));
-        lease.mark_lost(silent_error(lease, &ttl));
+    /// Writes `first` and every request already queued behind it, in one
+    /// flush.
+    async fn write_requests(&mut self, first: Request) -> io::Result<()> {
+        let mut next = Some(first);
+        let now = Instant::now();
+        while let Some(Request { frame, reply }) = next {
+            self.conn.writer.queue_encoded(&frame);
+            self.waiting.push_back((reply, now));
+            self.written += 1;
+            next = self.requests.try_recv().ok();
+        }
+        self.flush().await
     }
-}
 
-/// The lost error of a lease whose server stopped answering.
-pub(crate) fn silent_error(lease: &LeaseShared, ttl: &str) -> Error {
-    Error::local(
-        ErrorKind::Lost,
-        Scope::Key(&lease.lock, &lease.key),
-        &format!("the server answered nothing for its ttl ({ttl})"),
-    )
-}
+    async fn flush(&mut self) -> io::Result<()> {
+        self.conn.writer.flush().await?;
+        self.last_write = Instant::now();
+        Ok(())
+    }
 
-/// A ttl as the core writes it: `10s`, `2m`, `300ms`.
-pub(crate) fn ttl_text(ms: u64) -> String {
-    if ms >= 60_000 && ms % 60_000 == 0 {
-        format!("{}m", ms / 60_000)
-    } else if ms >= 1000 && ms % 1000 == 0 {
-        format!("{}s", ms / 1000)
-    } else {
-        format!("{ms}ms")
+    /// Nothing answered in time: the lease is taken for lost (unless a
+    /// reply moved its deadline meanwhile) and the connection closed.
+    fn deadline_passed(&mut self) -> Option<End> {
+        let slot = self.shared.slot();
+        let lease = slot.lease.as_ref()?;
+        lease.check_clock().then(|| {
+            // Release: `went_silent` readers see the lease marked first.
+            self.shared.silent.store(true, Ordering::Release);
+            End::Silent
+        })
+    }
+
+    /// Fails what still waits for a reply and, after a failure, the lease.
+    fn finish(self, end: End) {
+        // A holder that closed its own connection let its lease go; a
+        // silent one already marked it; only a failure loses it here.
+        let (dead, failed) = match end {
+            End::Dropped => (
+                io::Error::new(io::ErrorKind::NotConnected, "closed by its holder"),
+                false,
+            ),
+            End::Failed(e) => (e, true),
+            End::Silent => (
+                io::Error::new(io::ErrorKind::TimedOut, "nothing answered for the ttl"),
+                false,
+            ),
+        };
+        let dead = texts::connection_closed(dead);
+        let lease = {
+            let mut slot = self.shared.slot();
+            slot.dead = Some(dead.clone());
+            slot.lease.take()
+        };
+        if let (Some(lease), true) = (lease, failed) {
+            lease.mark_lost(lost_on_drop(&lease, &dead));
+        }
+        let held_back = self.held_back.into_iter().map(|(to, _, _)| to);
+        for tx in held_back.chain(self.waiting.into_iter().filter_map(|(to, _)| to)) {
+            let _ = tx.send(Err(dead.clone()));
+        }
+        // Dropping `self.conn` closes the socket.
     }
 }
 

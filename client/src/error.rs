@@ -8,7 +8,7 @@
 //!   [`ErrorKind::Invalid`], the whole line as its text;
 //! - local checks (names, keys, durations), worded as the core words them;
 //! - the connection: an I/O failure, a dropped connection or a malformed
-//!   reply. A call that held nothing fails [`ErrorKind::Closed`] (the store
+//!   reply (the texts every client shares, built in `texts`). A call that held nothing fails [`ErrorKind::Closed`] (the store
 //!   cannot be reached: the same kind a server shutting down answers, and a
 //!   caller that retries on it gets a fresh connection); a lease held on
 //!   that connection is [`ErrorKind::Lost`], because the server lets a
@@ -100,15 +100,12 @@ impl Error {
         Error::new(kind, scope.text(kind, &what))
     }
 
-    /// The same error about `scope` (for a connection error raised below
-    /// the lock layer, which knows only the store).
-    pub(crate) fn rescoped(self, scope: Scope<'_>, what: &str) -> Error {
-        match self.io {
-            Some(io) => {
-                let e = io::Error::new(io.kind(), io.to_string());
-                Error::connection(self.kind, scope, what, e)
-            }
-            None => self,
+    /// An error of `kind` with `text`, caused by the I/O failure `e`.
+    pub(crate) fn with_io(kind: ErrorKind, text: impl Into<Box<str>>, e: io::Error) -> Error {
+        Error {
+            kind,
+            text: text.into(),
+            io: Some(Arc::new(e)),
         }
     }
 }
@@ -140,7 +137,7 @@ impl Scope<'_> {
 
 /// The key as `{:?}` shows it, its first 64 characters only, with `...`
 /// inside the quotes when it was cut (the core's rule).
-fn shown_key(key: &str) -> String {
+pub(crate) fn shown_key(key: &str) -> String {
     match key.char_indices().nth(KEY_SHOWN_CHARS) {
         None => format!("{key:?}"),
         Some((cut, _)) => {

@@ -3,12 +3,21 @@
 //! The connection's background task marks a lease lost the moment the
 //! server pushes `lost` for it, or the connection drops; the [`Signal`]
 //! wakes both async waiters (`aborted()`) and threads (`wait_timeout`).
+//!
+//! A lease also carries its local deadline: the instant by which the
+//! server may have let it go because nothing this client sent was read
+//! (see the connection task's module for the rule). Every look at the
+//! lease (`is_lost`, `check`, the signal) compares the clock with it first,
+//! so a holder whose own process was stopped past it learns the loss on
+//! its first look, before any timer of the task has run.
 
 use crate::error::Error;
+use crate::texts;
 use std::fmt;
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
 /// What a lease, its signals and its connection's task share.
@@ -17,6 +26,11 @@ pub(crate) struct LeaseShared {
     pub(crate) fence: u64,
     pub(crate) lock: Arc<str>,
     pub(crate) key: Box<str>,
+    /// The lock's ttl, for the text of a loss by silence.
+    ttl: Duration,
+    /// The local deadline in nanoseconds after [`clock_base`]; `NO_DEADLINE`
+    /// until the task sets one. It only moves later (`fetch_max`).
+    deadline_ns: AtomicU64,
     /// Why it was lost, once it was.
     lost: OnceLock<Error>,
     /// Wakes `aborted()` futures.
@@ -26,18 +40,87 @@ pub(crate) struct LeaseShared {
     lost_cv: Condvar,
 }
 
+const NO_DEADLINE: u64 = u64::MAX;
+
+/// The instant deadlines are counted from (the first time one is needed).
+fn clock_base() -> Instant {
+    static BASE: OnceLock<Instant> = OnceLock::new();
+    *BASE.get_or_init(Instant::now)
+}
+
+/// `at` as nanoseconds after the base; an instant before it counts as the
+/// base itself (earlier is never later than the truth).
+fn to_ns(at: Instant) -> u64 {
+    let ns = at.saturating_duration_since(clock_base()).as_nanos();
+    u64::try_from(ns).unwrap_or(NO_DEADLINE - 1)
+}
+
 impl LeaseShared {
-    pub(crate) fn new(id: i64, fence: u64, lock: Arc<str>, key: Box<str>) -> Arc<LeaseShared> {
+    pub(crate) fn new(
+        id: i64,
+        fence: u64,
+        lock: Arc<str>,
+        key: Box<str>,
+        ttl: Duration,
+    ) -> Arc<LeaseShared> {
         Arc::new(LeaseShared {
             id,
             fence,
             lock,
             key,
+            ttl,
+            deadline_ns: AtomicU64::new(NO_DEADLINE),
             lost: OnceLock::new(),
             notify: Notify::new(),
             lost_flag: Mutex::new(false),
             lost_cv: Condvar::new(),
         })
+    }
+
+    /// Moves the local deadline to `at` if that is later.
+    pub(crate) fn extend_deadline(&self, at: Instant) {
+        // Relaxed: the number is the whole message (no other data is
+        // published through it), and `fetch_max` keeps it monotonic
+        // whatever order two updates land in.
+        let ns = to_ns(at);
+        let prev = self.deadline_ns.load(Ordering::Relaxed);
+        if prev == NO_DEADLINE {
+            // First deadline: set it outright (MAX would win any max).
+            if self
+                .deadline_ns
+                .compare_exchange(NO_DEADLINE, ns, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+            {
+                return;
+            }
+        }
+        self.deadline_ns.fetch_max(ns, Ordering::Relaxed);
+    }
+
+    /// The local deadline, once set.
+    pub(crate) fn deadline(&self) -> Option<Instant> {
+        match self.deadline_ns.load(Ordering::Relaxed) {
+            NO_DEADLINE => None,
+            ns => Some(clock_base() + Duration::from_nanos(ns)),
+        }
+    }
+
+    /// Whether the local deadline has passed (the lease is lost by silence).
+    pub(crate) fn past_deadline(&self) -> bool {
+        self.deadline().is_some_and(|at| Instant::now() >= at)
+    }
+
+    /// Marks the lease lost by silence if its deadline has passed; answers
+    /// whether it is lost (for any reason).
+    pub(crate) fn check_clock(&self) -> bool {
+        if self.lost.get().is_some() {
+            return true;
+        }
+        if !self.past_deadline() {
+            return false;
+        }
+        self.mark_lost(texts::lost_silent(&self.lock, &self.key, self.ttl));
+        true
     }
 
     /// Marks the lease lost (the first reason wins) and wakes every waiter.
@@ -50,7 +133,9 @@ impl LeaseShared {
         self.notify.notify_waiters();
     }
 
+    /// Why the lease was lost, once it was (the clock consulted first).
     pub(crate) fn lost_error(&self) -> Option<&Error> {
+        self.check_clock();
         self.lost.get()
     }
 }
@@ -85,12 +170,12 @@ impl Lease {
     /// Whether the lease was lost: the server reported it revoked, run out
     /// or its store closed, or the connection dropped.
     pub fn is_lost(&self) -> bool {
-        self.shared.lost.get().is_some()
+        self.shared.check_clock()
     }
 
     /// `Err` of kind `Lost` once the lease is lost, with the server's text.
     pub fn check(&self) -> Result<(), Error> {
-        match self.shared.lost.get() {
+        match self.shared.lost_error() {
             Some(e) => Err(e.clone()),
             None => Ok(()),
         }
@@ -126,12 +211,12 @@ pub struct Signal {
 impl Signal {
     /// Whether the lease was lost.
     pub fn is_aborted(&self) -> bool {
-        self.shared.lost.get().is_some()
+        self.shared.check_clock()
     }
 
     /// Why the lease was lost (the server's text), once it was.
     pub fn lost_error(&self) -> Option<Error> {
-        self.shared.lost.get().cloned()
+        self.shared.lost_error().cloned()
     }
 
     /// Resolves once the lease is lost (pending forever otherwise).
@@ -144,10 +229,18 @@ impl Signal {
                 // Registered before the check, so a loss between the two
                 // still wakes us.
                 notified.as_mut().enable();
-                if shared.lost.get().is_some() {
+                if shared.check_clock() {
                     return;
                 }
-                notified.await;
+                // The connection's task marks the loss at the deadline;
+                // waking here too keeps this future exact on its own.
+                match shared.deadline() {
+                    Some(at) => {
+                        let at = tokio::time::Instant::from_std(at);
+                        let _ = tokio::time::timeout_at(at, notified).await;
+                    }
+                    None => notified.await,
+                }
             }
         }
     }
@@ -155,17 +248,30 @@ impl Signal {
     /// Blocks the thread until the lease is lost or `timeout` passes;
     /// answers whether it was lost. For work handed to a thread.
     pub fn wait_timeout(&self, timeout: Duration) -> bool {
-        let flag = self
+        let until = Instant::now() + timeout;
+        let mut flag = self
             .shared
             .lost_flag
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        let (flag, _) = self
-            .shared
-            .lost_cv
-            .wait_timeout_while(flag, timeout, |lost| !*lost)
-            .unwrap_or_else(|p| p.into_inner());
-        *flag
+        loop {
+            if *flag {
+                return true;
+            }
+            // The deadline may fall first: wake for it and look at the clock.
+            let wake = self.shared.deadline().map_or(until, |d| d.min(until));
+            let now = Instant::now();
+            if now >= wake {
+                drop(flag);
+                return self.shared.check_clock();
+            }
+            flag = self
+                .shared
+                .lost_cv
+                .wait_timeout(flag, wake - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
     }
 }
 
@@ -184,7 +290,7 @@ mod tests {
 
     fn lease() -> Lease {
         Lease {
-            shared: LeaseShared::new(1, 7, "l".into(), "k".into()),
+            shared: LeaseShared::new(1, 7, "l".into(), "k".into(), Duration::from_secs(2)),
         }
     }
 
@@ -213,6 +319,42 @@ mod tests {
         assert_eq!(lease.check().unwrap_err().to_string(), "first");
         // Resolves at once after the fact, too.
         signal.aborted().await;
+    }
+
+    #[test]
+    fn the_first_look_past_the_deadline_answers_lost() {
+        let lease = lease();
+        lease
+            .shared
+            .extend_deadline(Instant::now() + Duration::from_millis(50));
+        assert!(!lease.is_lost());
+        // No task runs here: only the clock can tell.
+        std::thread::sleep(Duration::from_millis(80));
+        let lost = lease.check().unwrap_err();
+        assert_eq!(lost.kind(), holdline::ErrorKind::Lost);
+        assert_eq!(
+            lost.to_string(),
+            "lock l: key \"k\": the lease was lost: the server answered nothing for its ttl (2s)"
+        );
+        assert!(lease.signal().is_aborted());
+    }
+
+    #[test]
+    fn wait_timeout_wakes_at_the_deadline() {
+        let lease = lease();
+        let signal = lease.signal();
+        lease
+            .shared
+            .extend_deadline(Instant::now() + Duration::from_millis(50));
+        let started = Instant::now();
+        assert!(signal.wait_timeout(Duration::from_secs(30)));
+        assert!(started.elapsed() < Duration::from_secs(20));
+        // A later deadline moves it on; an earlier one does not.
+        let lease = self::lease();
+        let far = Instant::now() + Duration::from_secs(60);
+        lease.shared.extend_deadline(far);
+        lease.shared.extend_deadline(Instant::now());
+        assert!(!lease.is_lost());
     }
 
     #[test]

@@ -26,10 +26,13 @@
 //! Module map: `connection` is the low-level RESP [`Connection`]; `driver`
 //! is the background task of each pooled connection (renewal, pushes, loss
 //! on a dropped connection); `store`, `lock` and `lease` are the public
-//! surface; `check` holds the local checks; `error` the one error type.
+//! surface; `check` holds the local checks; `address` the address forms;
+//! `texts` the client-made texts every holdline client shares; `error` the
+//! one error type.
 
 #![warn(missing_docs)]
 
+mod address;
 mod check;
 mod connection;
 mod driver;
@@ -37,14 +40,17 @@ mod error;
 mod lease;
 mod lock;
 mod store;
+#[doc(hidden)]
+pub mod texts;
 
+pub use address::DEFAULT_PORT;
 pub use connection::{Connection, PushHandler, MAX_REPLY_FRAME};
 pub use error::Error;
 pub use holdline::{ErrorKind, Key, LockStats};
 pub use holdline_resp::Value;
 pub use lease::{Lease, Signal};
 pub use lock::{HeldLease, KeyHold, Lock};
-pub use store::{LockBuilder, Store, DEFAULT_TTL, MAX_IDLE_CONNECTIONS};
+pub use store::{LockBuilder, Store, CONNECT_TIMEOUT, DEFAULT_TTL, MAX_IDLE_CONNECTIONS};
 
 /// The README's example, compiled as a doctest.
 #[cfg(doctest)]

@@ -8,10 +8,11 @@
 //! connection, which takes it out of the line on the server at once.
 
 use crate::check::{check_key, key_text, wait_ms};
-use crate::driver::{silent_error, ttl_text, Conn};
+use crate::driver::Conn;
 use crate::error::{Error, Scope};
 use crate::lease::{Lease, LeaseShared};
 use crate::store::{Store, StoreInner};
+use crate::texts;
 use holdline::{ErrorKind, Key, LockStats, DEFAULT_WAIT};
 use holdline_resp::Value;
 use std::fmt;
@@ -165,24 +166,17 @@ impl Lock {
             args[n + 1] = max_hold.as_bytes();
             n += 2;
         }
-        // A server that stays silent past the wait (and then some) is
-        // stalled: give up rather than hang. Dropping this future here drops
-        // `conn`, which closes the connection: the server takes the HOLD out
-        // of its line.
-        let patience = match mode {
+        // A server that answers nothing past the wait (and a ttl more) is
+        // stalled or cut off: give up rather than hang. Returning drops
+        // `conn`, which closes the connection: the server takes the HOLD
+        // out of its line, and nothing can be granted to it later.
+        let wait = match mode {
             Mode::Wait(ms) => Duration::from_millis(ms),
             Mode::Try => Duration::ZERO,
-        } + ttl.max(MIN_PATIENCE);
-        let Ok(reply) = tokio::time::timeout(patience, conn.request(&args[..n])).await else {
-            return Err(Error::connection(
-                ErrorKind::Closed,
-                scope,
-                "the server did not answer",
-                io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!("nothing within {}ms", patience.as_millis()),
-                ),
-            ));
+        };
+        let grace = ttl.max(MIN_PATIENCE);
+        let Ok(reply) = tokio::time::timeout(wait + grace, conn.request(&args[..n])).await else {
+            return Err(texts::wait_silent(&self.name, &key, wait, grace));
         };
         let (id, fence) = match reply {
             Ok(Value::Array(items)) => match (items.first(), items.get(1)) {
@@ -197,16 +191,14 @@ impl Lock {
                 return Ok(None);
             }
             Ok(other) => return Err(unexpected(scope, &other)),
-            Err(e) if e.is_connection() => {
-                return Err(e.rescoped(scope, "the connection to the server failed"))
-            }
+            Err(e) if e.is_connection() => return Err(closed_for_key(&self.name, &key, e)),
             Err(e) => {
                 conn.renew_for(None);
                 inner.give_back(conn);
                 return Err(e);
             }
         };
-        let shared = LeaseShared::new(id, fence, self.name.clone(), key.into_boxed_str());
+        let shared = LeaseShared::new(id, fence, self.name.clone(), key.into_boxed_str(), ttl);
         conn.register(&shared);
         Ok(Some(HeldLease {
             lease: Lease { shared },
@@ -235,6 +227,15 @@ async fn run_holding<R>(held: &HeldLease, f: impl AsyncFnOnce(&Lease) -> R) -> R
 
 /// The least a call waits for the server beyond its own wait.
 const MIN_PATIENCE: Duration = Duration::from_secs(1);
+
+/// A call about one key lost its connection (before any lease was held).
+fn closed_for_key(lock: &str, key: &str, e: Error) -> Error {
+    let io = e
+        .io_error()
+        .map(|io| io::Error::new(io.kind(), io.to_string()))
+        .unwrap_or_else(|| io::Error::other(e.to_string()));
+    texts::connection_closed_key(lock, key, io)
+}
 
 /// A reply of the wrong shape: the server is not holdline, or a newer one.
 fn unexpected(scope: Scope<'_>, reply: &Value) -> Error {
@@ -361,9 +362,11 @@ impl HeldLease {
             .conn
             .take()
             .expect("a HeldLease has its connection until released");
-        if conn.went_silent() {
-            // The lease is lost and the server may not read this connection
-            // for a long while: closing it lets the key go whenever it does.
+        if conn.went_silent() || self.lease.shared.past_deadline() {
+            // Lost by silence: the server may not read this connection for
+            // a long while, and a late `OK` must not turn the loss into a
+            // success. Dropping the connection closes it, which lets the
+            // key go whenever the server reads again.
             return Err(self.lost_on_failure(Error::new(ErrorKind::Lost, "")));
         }
         let id = self.lease.id().to_string();
@@ -383,8 +386,8 @@ impl HeldLease {
         }
     }
 
-    /// The reply of `request`, or a `closed` connection error when the
-    /// server answers nothing for a ttl (the lease is lost by then).
+    /// The reply of `request`, or a time-out error when the server answers
+    /// nothing for a ttl (the lease is lost by then).
     async fn answered(
         &self,
         request: impl std::future::Future<Output = Result<Value, Error>>,
@@ -393,12 +396,8 @@ impl HeldLease {
         tokio::time::timeout(patience, request)
             .await
             .unwrap_or_else(|_| {
-                Err(Error::connection(
-                    ErrorKind::Closed,
-                    Scope::Store,
-                    "the server did not answer",
-                    io::Error::new(io::ErrorKind::TimedOut, "nothing within the ttl"),
-                ))
+                let e = io::Error::new(io::ErrorKind::TimedOut, "nothing within the ttl");
+                Err(texts::connection_closed(e))
             })
     }
 
@@ -408,16 +407,13 @@ impl HeldLease {
         if let Some(lost) = self.lease.shared.lost_error() {
             return lost.clone();
         }
+        let (lock, key) = (self.lease.lock_name(), self.lease.key());
         let lost = match e.io_error().map(io::Error::kind) {
-            Some(io::ErrorKind::TimedOut) => {
-                let ttl = ttl_text(self.ttl.as_millis() as u64);
-                silent_error(&self.lease.shared, &ttl)
+            Some(io::ErrorKind::TimedOut) => texts::lost_silent(lock, key, self.ttl),
+            _ => {
+                let io = io::Error::other(e.to_string());
+                texts::lost_connection(lock, key, io)
             }
-            _ => Error::local(
-                ErrorKind::Lost,
-                Scope::Key(self.lease.lock_name(), self.lease.key()),
-                &format!("its connection to the server dropped ({e})"),
-            ),
         };
         self.lease.shared.mark_lost(lost.clone());
         lost

@@ -3,11 +3,13 @@
 //! concurrent hold, so a waiting `HOLD` never delays another hold's
 //! renewal or release.
 
+use crate::address::Address;
 use crate::check::{check_name, lease_ms};
 use crate::connection::Connection;
 use crate::driver::Conn;
 use crate::error::{Error, Scope};
 use crate::lock::Lock;
+use crate::texts;
 use holdline::ErrorKind;
 use holdline_resp::Value;
 use std::fmt;
@@ -21,6 +23,9 @@ pub const MAX_IDLE_CONNECTIONS: usize = 64;
 /// The default `ttl` of a lock (the server's default too).
 pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
 
+/// How long a new connection may take to connect and answer `HELLO`.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// A holdline server reached over TCP: `Clone + Send + Sync`, cheap to clone.
 #[derive(Clone)]
 pub struct Store {
@@ -28,6 +33,7 @@ pub struct Store {
 }
 
 pub(crate) struct StoreInner {
+    /// `host:port`, as dialled.
     addr: String,
     token: Option<String>,
     idle: Mutex<Vec<Conn>>,
@@ -35,24 +41,29 @@ pub(crate) struct StoreInner {
 }
 
 impl Store {
-    /// Connects to `holdline serve` at `addr` (`"127.0.0.1:7380"`). One
-    /// connection is made now, so a wrong address fails here. Call it inside
-    /// a tokio runtime: each pooled connection's task is spawned on it.
+    /// Connects to `holdline serve` at `addr`: `host:port`, `host` (port
+    /// 7380), `[::1]:7380`, or `redis://[:token@]host[:port]`. One
+    /// connection is made now and says `HELLO 3`, so a wrong address, a
+    /// server that wants a token, or one that answers nothing (10 s) fails
+    /// here. Call it inside a tokio runtime: each pooled connection's task
+    /// is spawned on it.
     pub async fn connect(addr: &str) -> Result<Store, Error> {
         Store::open(addr, None).await
     }
 
-    /// Connects with the server's token (`HELLO 3 AUTH default <token>`).
-    /// A wrong token fails here, kind `invalid`, with the server's text.
+    /// Connects with the server's token (`HELLO 3 AUTH default <token>`);
+    /// it wins over a token in a `redis://` address. A wrong token fails
+    /// here, kind `invalid`.
     pub async fn connect_with_token(addr: &str, token: &str) -> Result<Store, Error> {
         Store::open(addr, Some(token)).await
     }
 
     async fn open(addr: &str, token: Option<&str>) -> Result<Store, Error> {
+        let address = Address::parse(addr)?;
         let store = Store {
             inner: Arc::new(StoreInner {
-                addr: addr.to_owned(),
-                token: token.map(str::to_owned),
+                addr: address.host_port(),
+                token: token.map(str::to_owned).or(address.token),
                 idle: Mutex::new(Vec::new()),
                 closed: AtomicBool::new(false),
             }),
@@ -161,10 +172,11 @@ impl StoreInner {
     }
 
     async fn new_connection(&self) -> Result<Connection, Error> {
-        match &self.token {
-            Some(token) => Connection::connect_with_token(self.addr.as_str(), token).await,
-            None => Connection::connect(self.addr.as_str()).await,
-        }
+        let addr = self.addr.as_str();
+        let open = Connection::open(addr, self.token.as_deref());
+        tokio::time::timeout(CONNECT_TIMEOUT, open)
+            .await
+            .unwrap_or_else(|_| Err(texts::connect_silent(addr, CONNECT_TIMEOUT)))
     }
 
     async fn new_conn(&self) -> Result<Conn, Error> {
@@ -180,9 +192,7 @@ impl StoreInner {
                 return Ok(conn);
             }
         }
-        self.new_conn()
-            .await
-            .map_err(|e| e.rescoped(scope, "could not connect to the server"))
+        self.new_conn().await
     }
 
     /// Back to the pool, unless it is dead, the pool full or the store closed.

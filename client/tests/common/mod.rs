@@ -156,3 +156,109 @@ pub fn binary() -> &'static Path {
         target.join("release").join("holdline")
     })
 }
+
+/// The repository's root (the workspace this crate is in).
+pub fn repo_root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap()
+}
+
+/// A TCP forwarder (`clients/testing/frozen_proxy.py`) between a client
+/// and the server: [`freeze`](Proxy::freeze) stops its process, so nothing
+/// flows either way while both sockets stay open.
+pub struct Proxy {
+    child: Child,
+    pub addr: String,
+}
+
+impl Proxy {
+    /// A proxy to `target` (`host:port`).
+    pub fn start(target: &str) -> Proxy {
+        use std::io::{BufRead, BufReader};
+        let script = repo_root().join("clients/testing/frozen_proxy.py");
+        let mut child = Command::new("python3")
+            .arg(script)
+            .arg(target)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start python3 clients/testing/frozen_proxy.py");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let port: u16 = line.trim().parse().expect("the proxy prints its port");
+        Proxy {
+            child,
+            addr: format!("127.0.0.1:{port}"),
+        }
+    }
+
+    /// SIGSTOP: every path through the proxy goes silent.
+    pub fn freeze(&self) {
+        signal(&self.child, "-STOP");
+    }
+
+    /// SIGCONT after [`freeze`](Proxy::freeze).
+    pub fn thaw(&self) {
+        signal(&self.child, "-CONT");
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.thaw();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn signal(child: &Child, sig: &str) {
+    let pid = child.id().to_string();
+    let status = Command::new("kill").args([sig, &pid]).status().unwrap();
+    assert!(status.success(), "kill {sig} {pid}");
+}
+
+/// The Rust holder example: `$HOLDLINE_RUST_HOLDER`, else the newer of
+/// the release and debug builds beside this test (`cargo test` builds the
+/// crate's examples; `cargo test --test NAME` alone does not).
+pub fn holder_binary() -> PathBuf {
+    if let Some(bin) = std::env::var_os("HOLDLINE_RUST_HOLDER") {
+        return PathBuf::from(bin);
+    }
+    let exe = std::env::current_exe().unwrap();
+    let target = exe.ancestors().nth(3).unwrap();
+    ["release", "debug"]
+        .iter()
+        .map(|profile| target.join(profile).join("examples").join("holder"))
+        .filter_map(|bin| Some((bin.metadata().ok()?.modified().ok()?, bin)))
+        .max()
+        .map(|(_, bin)| bin)
+        .expect("no holder example: cargo build --example holder -p holdline-client")
+}
+
+/// The client-made texts every client shares (`clients/texts.json`).
+pub fn client_text(name: &str) -> String {
+    static TABLE: OnceLock<serde_json::Value> = OnceLock::new();
+    let table = TABLE.get_or_init(|| {
+        let path = repo_root().join("clients/texts.json");
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    });
+    table["texts"][name]
+        .as_str()
+        .unwrap_or_else(|| panic!("clients/texts.json has no text {name}"))
+        .to_owned()
+}
+
+/// `name`'s text with each `{placeholder}` replaced.
+pub fn expected_text(name: &str, vars: &[(&str, &str)]) -> String {
+    let mut text = client_text(name);
+    for (k, v) in vars {
+        text = text.replace(&format!("{{{k}}}"), v);
+    }
+    assert!(
+        !text.contains('{') || name == "bad_address",
+        "unfilled: {text}"
+    );
+    text
+}

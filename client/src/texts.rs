@@ -1,0 +1,152 @@
+//! The texts this client makes itself (not the server's), worded as every
+//! holdline client words them: `clients/texts.json` is their one table and
+//! the tests compare each builder here against it.
+//!
+//! Each builder answers a whole [`Error`]: kind, text, and (for a failed
+//! connection) the I/O cause as its `source()`.
+
+use crate::error::{shown_key, Error};
+use holdline::ErrorKind;
+use std::io;
+use std::time::Duration;
+
+/// `bad_address`: an address that is none of the accepted forms.
+pub(crate) fn bad_address(address: &str) -> Error {
+    Error::new(
+        ErrorKind::Invalid,
+        format!(
+            "store: bad address {}: expected host, host:port, [ipv6]:port or redis://[:token@]host[:port]: invalid",
+            shown_key(address)
+        ),
+    )
+}
+
+/// `cannot_connect`: the TCP connect failed.
+pub(crate) fn cannot_connect(hostport: &str, e: io::Error) -> Error {
+    let text = format!("store: cannot connect to {hostport} ({e}): closed");
+    Error::with_io(ErrorKind::Closed, text, e)
+}
+
+/// `connect_silent`: connected, but `HELLO` went unanswered.
+pub(crate) fn connect_silent(hostport: &str, timeout: Duration) -> Error {
+    let text = format!(
+        "store: the server at {hostport} answered nothing for {}: closed",
+        duration_text(timeout)
+    );
+    let e = io::Error::new(io::ErrorKind::TimedOut, "no answer to HELLO");
+    Error::with_io(ErrorKind::Closed, text, e)
+}
+
+/// `token_missing`: the server wants a token and none was given.
+pub(crate) fn token_missing() -> Error {
+    Error::new(
+        ErrorKind::Invalid,
+        "store: the server wants a token: invalid",
+    )
+}
+
+/// `token_refused`: the token given is not the server's.
+pub(crate) fn token_refused() -> Error {
+    Error::new(
+        ErrorKind::Invalid,
+        "store: the server refused the token: invalid",
+    )
+}
+
+/// `connection_closed`: a call that held nothing lost its connection.
+pub(crate) fn connection_closed(e: io::Error) -> Error {
+    let text = "store: the connection to the server closed: closed";
+    Error::with_io(ErrorKind::Closed, text, e)
+}
+
+/// `connection_closed_key`: the same, for a call about one key.
+pub(crate) fn connection_closed_key(lock: &str, key: &str, e: io::Error) -> Error {
+    let text = format!(
+        "lock {lock}: key {}: the connection to the server closed: closed",
+        shown_key(key)
+    );
+    Error::with_io(ErrorKind::Closed, text, e)
+}
+
+/// `lost_connection`: a held lease's connection dropped (the server lets
+/// a closed connection's keys go at once).
+pub(crate) fn lost_connection(lock: &str, key: &str, e: io::Error) -> Error {
+    let text = format!(
+        "lock {lock}: key {}: the lease was lost: its connection to the server closed",
+        shown_key(key)
+    );
+    Error::with_io(ErrorKind::Lost, text, e)
+}
+
+/// `lost_silent`: nothing answered for the lease's ttl (less the margin).
+pub(crate) fn lost_silent(lock: &str, key: &str, ttl: Duration) -> Error {
+    Error::new(
+        ErrorKind::Lost,
+        format!(
+            "lock {lock}: key {}: the lease was lost: the server answered nothing for its ttl ({})",
+            shown_key(key),
+            duration_text(ttl)
+        ),
+    )
+}
+
+/// `wait_silent`: a waiting `HOLD` whose connection answered nothing for
+/// its wait plus `grace` (the ttl, at least 1 s).
+pub(crate) fn wait_silent(lock: &str, key: &str, wait: Duration, grace: Duration) -> Error {
+    let text = format!(
+        "lock {lock}: key {}: the server answered nothing for the hold's wait plus its ttl ({} + {}): closed",
+        shown_key(key),
+        duration_text(wait),
+        duration_text(grace)
+    );
+    let e = io::Error::new(io::ErrorKind::TimedOut, "no answer to HOLD");
+    Error::with_io(ErrorKind::Closed, text, e)
+}
+
+/// A duration as the core writes one: `300ms`, `2s`, `1m`.
+pub(crate) fn duration_text(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms >= 60_000 && ms % 60_000 == 0 {
+        format!("{}m", ms / 60_000)
+    } else if ms >= 1000 && ms % 1000 == 0 {
+        format!("{}s", ms / 1000)
+    } else {
+        format!("{ms}ms")
+    }
+}
+
+/// Every builder with sample arguments, by its name in the table, for the
+/// test that compares them with `clients/texts.json`.
+#[doc(hidden)]
+pub fn samples() -> Vec<(&'static str, String)> {
+    let e = || io::Error::new(io::ErrorKind::ConnectionRefused, "REASON");
+    let (lock, key) = ("invoices", "9");
+    let s = Duration::from_secs;
+    vec![
+        ("bad_address", bad_address("nope://x").to_string()),
+        (
+            "cannot_connect",
+            cannot_connect("127.0.0.1:1", e()).to_string(),
+        ),
+        (
+            "connect_silent",
+            connect_silent("127.0.0.1:1", s(10)).to_string(),
+        ),
+        ("token_missing", token_missing().to_string()),
+        ("token_refused", token_refused().to_string()),
+        ("connection_closed", connection_closed(e()).to_string()),
+        (
+            "connection_closed_key",
+            connection_closed_key(lock, key, e()).to_string(),
+        ),
+        (
+            "lost_connection",
+            lost_connection(lock, key, e()).to_string(),
+        ),
+        ("lost_silent", lost_silent(lock, key, s(2)).to_string()),
+        (
+            "wait_silent",
+            wait_silent(lock, key, s(3), s(2)).to_string(),
+        ),
+    ]
+}

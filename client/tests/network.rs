@@ -1,0 +1,250 @@
+//! Leases across a network that misbehaves: a TCP proxy frozen with
+//! SIGSTOP (both sockets open, nothing flowing), a holder process stopped
+//! past its ttl, and the client-made texts every client shares.
+
+mod common;
+
+use common::{expected_text, holder_binary, Proxy, Server};
+use holdline_client::{ErrorKind, Store};
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use tokio::time::timeout;
+
+const PATIENCE: Duration = Duration::from_secs(30);
+
+#[test]
+fn every_client_made_text_is_the_shared_tables() {
+    let vars = [
+        ("address", "\"nope://x\""),
+        ("hostport", "127.0.0.1:1"),
+        ("reason", "REASON"),
+        ("timeout", "10s"),
+        ("lock", "invoices"),
+        ("key", "\"9\""),
+        ("ttl", "2s"),
+        ("wait", "3s"),
+    ];
+    let samples = holdline_client::texts::samples();
+    assert_eq!(samples.len(), 10, "one sample per text of the table");
+    for (name, text) in samples {
+        assert_eq!(text, expected_text(name, &vars), "{name}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_link_loses_the_lease_before_anyone_else_is_granted() {
+    let server = Server::start();
+    let proxy = Proxy::start(&server.addr);
+    let far = Store::connect(&proxy.addr).await.unwrap();
+    let near = Store::connect(&server.addr).await.unwrap();
+    let ttl = Duration::from_secs(2);
+    let far_lock = far.lock("frozen").ttl(ttl).open().unwrap();
+    let near_lock = near.lock("frozen").open().unwrap();
+
+    let held = far_lock.acquire("k").await.unwrap();
+    // A renewal or two go through before the freeze.
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert!(!held.is_lost());
+    let waiter = tokio::spawn(async move {
+        near_lock
+            .key("k")
+            .wait(PATIENCE)
+            .hold(async |lease| (Instant::now(), lease.fence()))
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let frozen = Instant::now();
+    proxy.freeze();
+    timeout(PATIENCE, held.signal().aborted())
+        .await
+        .expect("the frozen link loses the lease");
+    let lost_at = Instant::now();
+    let (granted_at, _) = timeout(PATIENCE, waiter).await.unwrap().unwrap().unwrap();
+    assert!(
+        granted_at >= lost_at + Duration::from_millis(10),
+        "the holder learnt its loss {:?} after the next holder's grant",
+        lost_at.saturating_duration_since(granted_at)
+    );
+    assert!(
+        lost_at - frozen <= ttl + Duration::from_millis(500),
+        "lost {:?} after the freeze",
+        lost_at - frozen
+    );
+    let lost = held.check().unwrap_err();
+    assert_eq!(lost.kind(), ErrorKind::Lost);
+    let want = expected_text(
+        "lost_silent",
+        &[("lock", "frozen"), ("key", "\"k\""), ("ttl", "2s")],
+    );
+    assert_eq!(lost.to_string(), want);
+    // Release answers the loss at once (the link is still frozen).
+    let released = timeout(Duration::from_secs(5), held.release()).await;
+    assert_eq!(
+        released.expect("release returns at once").unwrap_err(),
+        lost
+    );
+    proxy.thaw();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_wait_gives_up_closed_and_keeps_nothing() {
+    let server = Server::start();
+    let proxy = Proxy::start(&server.addr);
+    let near = Store::connect(&server.addr).await.unwrap();
+    let far = Store::connect(&proxy.addr).await.unwrap();
+    let near_lock = near.lock("frozen-wait").open().unwrap();
+    let far_lock = far
+        .lock("frozen-wait")
+        .ttl(Duration::from_secs(2))
+        .open()
+        .unwrap();
+    let held = near_lock.acquire("k").await.unwrap();
+    let wait = Duration::from_secs(3);
+    let started = Instant::now();
+    let waiting = tokio::spawn(async move {
+        let r = far_lock.key("k").wait(wait).hold(async |_| ()).await;
+        (r, Instant::now())
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    proxy.freeze();
+    let (result, ended) = timeout(PATIENCE, waiting).await.unwrap().unwrap();
+    let err = result.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Closed);
+    let vars = [
+        ("lock", "frozen-wait"),
+        ("key", "\"k\""),
+        ("wait", "3s"),
+        ("ttl", "2s"),
+    ];
+    assert_eq!(err.to_string(), expected_text("wait_silent", &vars));
+    assert!(
+        ended - started <= wait + Duration::from_secs(3),
+        "gave up {:?} after it began",
+        ended - started
+    );
+    // The holder lets go while the link is still frozen: the server may
+    // grant the abandoned waiter, whose connection the client closed.
+    held.release().await.unwrap();
+    proxy.thaw();
+    // Once the close reaches the server, the key goes to the next holder.
+    let fence = near_lock
+        .key("k")
+        .wait(Duration::from_secs(20))
+        .hold(async |l| l.fence())
+        .await
+        .expect("the abandoned waiter keeps nothing");
+    assert!(fence > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_stopped_past_its_ttl_knows_at_its_first_look() {
+    let server = Server::start();
+    let mut holder = Command::new(holder_binary())
+        .args([&server.addr, "stopped", "k", "1000"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("run the holder example (cargo build --example holder)");
+    let mut out = BufReader::new(holder.stdout.take().unwrap());
+    let mut stdin = holder.stdin.take().unwrap();
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert!(line.starts_with("held "), "{line}");
+    writeln!(stdin, "look").unwrap();
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "look held");
+
+    let pid = holder.id().to_string();
+    let kill = |sig: &str| {
+        assert!(Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .unwrap()
+            .success())
+    };
+    kill("-STOP");
+    std::thread::sleep(Duration::from_millis(2500));
+    // The look is queued before the process runs again.
+    writeln!(stdin, "look").unwrap();
+    kill("-CONT");
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "look lost");
+    drop(stdin);
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    assert!(
+        line.starts_with("lost lock stopped: key \"k\": the lease was lost: "),
+        "{line}"
+    );
+    holder.wait().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connecting_verifies_the_address_and_the_token() {
+    let server = Server::start_with_token("s3cret");
+    let missing = Store::connect(&server.addr).await.unwrap_err();
+    assert_eq!(missing.kind(), ErrorKind::Invalid);
+    assert_eq!(missing.to_string(), expected_text("token_missing", &[]));
+    let refused = Store::connect_with_token(&server.addr, "wrong")
+        .await
+        .unwrap_err();
+    assert_eq!(refused.to_string(), expected_text("token_refused", &[]));
+    let port = server.addr.rsplit(':').next().unwrap();
+    let url = format!("redis://:s3cret@127.0.0.1:{port}");
+    let s = Store::connect(&url).await.expect("the URL's token");
+    let lock = s.lock("t").open().unwrap();
+    assert!(lock.hold("k", async |l| l.fence()).await.unwrap() > 0);
+    // An explicit token wins over the URL's.
+    let url = format!("redis://:wrong@127.0.0.1:{port}");
+    assert!(Store::connect_with_token(&url, "s3cret").await.is_ok());
+
+    for bad in ["127.0.0.1:", "rediss://127.0.0.1", "http://h:1", "[::1"] {
+        let e = Store::connect(bad).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Invalid);
+        let shown = format!("{bad:?}");
+        assert_eq!(
+            e.to_string(),
+            expected_text("bad_address", &[("address", &shown)])
+        );
+    }
+    // A refused connection names where it dialled; the default port is 7380.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = closed.local_addr().unwrap().to_string();
+    drop(closed);
+    let e = Store::connect(&dead).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Closed);
+    let prefix = expected_text("cannot_connect", &[("hostport", &dead), ("reason", "")]);
+    assert!(
+        e.to_string()
+            .starts_with(prefix.split("()").next().unwrap()),
+        "{e}"
+    );
+    if std::net::TcpStream::connect("127.0.0.1:7380").is_err() {
+        let e = Store::connect("127.0.0.1").await.unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("store: cannot connect to 127.0.0.1:7380 ("),
+            "{e}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_server_fails_connect_after_the_timeout() {
+    // A listener that accepts (the kernel does) and never answers HELLO.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let started = Instant::now();
+    let e = timeout(PATIENCE, Store::connect(&addr))
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert!(started.elapsed() >= Duration::from_secs(9));
+    assert_eq!(e.kind(), ErrorKind::Closed);
+    let want = expected_text("connect_silent", &[("hostport", &addr), ("timeout", "10s")]);
+    assert_eq!(e.to_string(), want);
+    drop(listener);
+}
