@@ -1,0 +1,3 @@
+module holdline/clients/go
+
+go 1.19

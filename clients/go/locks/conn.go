@@ -1,0 +1,372 @@
+package locks
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Why a connection was closed by this client. A connection is never
+// reused after it closed: a new socket would hold none of its leases.
+var (
+	errShutStoreClosed = errors.New("the store was closed")
+	errShutAbandoned   = errors.New("the hold was given up")
+	errShutSilent      = errors.New("the server answered nothing in time")
+)
+
+// writeTimeout bounds one write: a server that reads nothing for this
+// long is taken for gone.
+const writeTimeout = 10 * time.Second
+
+// conn is one connection to the server. Commands are answered in the
+// order they were written; a reader goroutine hands each reply to its
+// command, reads the server's pushes (which may come between any two
+// replies), and notices the connection's end. While a hold uses the
+// connection it renews (see renewFor), and the lease held on it is told of
+// every reply (see leaseState).
+type conn struct {
+	nc        net.Conn
+	br        *bufio.Reader
+	confirmed atomic.Int64 // send time of the last command answered
+	closed    chan struct{}
+
+	wmu sync.Mutex // one write at a time, in the order of pending
+
+	mu         sync.Mutex
+	pending    []*call     // written, not answered yet, oldest first
+	lease      *leaseState // the lease held here, from its grant
+	settleLeft int         // replies due before the lease settles
+	early      *Error      // a loss pushed before its grant was read
+	earlyID    int64
+	renewEvery time.Duration
+	renewGen   uint64 // a new one per renewFor and idle, to stop old timers
+	renewTimer *time.Timer
+	lastWrite  int64
+	dead       error
+}
+
+// call is one command written and what to do with its reply.
+type call struct {
+	sent  int64
+	reply chan result // buffered; nil when nobody waits for the reply
+	grant *leaseState // HOLD or TRYHOLD: a grant registers this lease
+	renew *leaseState // RENEW: a LOST answer loses this lease
+}
+
+// result is a reply, or the reason the connection ended before it came.
+type result struct {
+	v   value
+	err error
+}
+
+// dial opens a connection and says HELLO 3 (with AUTH when given a
+// token); timeout bounds both. A server that wants a token, or refuses
+// it, fails here.
+func dial(ctx context.Context, a address, token string, useToken bool, timeout time.Duration) (*conn, error) {
+	start := time.Now()
+	d := net.Dialer{Timeout: timeout}
+	nc, err := d.DialContext(ctx, "tcp", a.hostPort())
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, errCannotConnect(a.hostPort(), err)
+	}
+	c := &conn{nc: nc, br: bufio.NewReader(nc), closed: make(chan struct{})}
+	go c.readLoop()
+	hello := []string{"HELLO", "3"}
+	if useToken {
+		hello = append(hello, "AUTH", "default", token)
+	}
+	cl := c.request(hello...)
+	timer := time.NewTimer(timeout - time.Since(start))
+	defer timer.Stop()
+	select {
+	case r := <-cl.reply:
+		return c, helloAnswer(c, a, r)
+	case <-ctx.Done():
+		c.close(errShutAbandoned)
+		return nil, ctx.Err()
+	case <-timer.C:
+		c.close(errShutSilent)
+		return nil, errConnectSilent(a.hostPort(), timeout)
+	}
+}
+
+// helloAnswer: nil for a welcome, else the error (and c closed).
+func helloAnswer(c *conn, a address, r result) error {
+	switch {
+	case r.err != nil:
+		return errConnectionClosed(r.err)
+	case !r.v.isError():
+		return nil
+	}
+	c.close(errShutAbandoned)
+	switch word, _, _ := strings.Cut(r.v.text, " "); word {
+	case "NOAUTH":
+		return errTokenMissing()
+	case "WRONGPASS":
+		return errTokenRefused()
+	}
+	text := "store: the server at " + a.hostPort() + " refused the connection (" + r.v.text + "): closed"
+	return &Error{Kind: KindClosed, text: text}
+}
+
+// request writes a command whose reply the caller waits for.
+func (c *conn) request(args ...string) *call {
+	cl := &call{reply: make(chan result, 1)}
+	c.send(cl, args...)
+	return cl
+}
+
+// send writes a command. A failed write closes the connection, which
+// answers every command in flight with the reason.
+func (c *conn) send(cl *call, args ...string) {
+	frame := appendCommand(make([]byte, 0, 64), args...)
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.mu.Lock()
+	if c.dead != nil {
+		dead := c.dead
+		c.mu.Unlock()
+		if cl.reply != nil {
+			cl.reply <- result{err: dead}
+		}
+		return
+	}
+	// The send time is taken before the write: the server reads the
+	// command no sooner, so a lease deadline counted from it is safe.
+	cl.sent = monoNow()
+	c.lastWrite = cl.sent
+	c.pending = append(c.pending, cl)
+	c.mu.Unlock()
+	_ = c.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
+	if _, err := c.nc.Write(frame); err != nil {
+		c.close(err)
+	}
+}
+
+// readLoop reads until the connection ends.
+func (c *conn) readLoop() {
+	for {
+		v, err := readValue(c.br)
+		if err == nil {
+			if v.kind == '>' {
+				c.onPush(v)
+				continue
+			}
+			err = c.onReply(v)
+		}
+		if err != nil {
+			c.close(err)
+			return
+		}
+	}
+}
+
+// onReply hands a reply to the oldest command in flight.
+func (c *conn) onReply(v value) error {
+	c.mu.Lock()
+	if len(c.pending) == 0 {
+		c.mu.Unlock()
+		return errProtocol{"a reply to no command"}
+	}
+	cl := c.pending[0]
+	c.pending[0] = nil
+	c.pending = c.pending[1:]
+	ls := c.lease
+	settled := false
+	if ls != nil && c.settleLeft > 0 {
+		c.settleLeft--
+		settled = c.settleLeft == 0
+	}
+	c.mu.Unlock()
+	if ls != nil {
+		ls.confirm(cl.sent)
+	} else if cl.sent > c.confirmed.Load() {
+		c.confirmed.Store(cl.sent)
+	}
+	if settled {
+		ls.settle()
+	}
+	if cl.renew != nil && v.isError() && strings.HasPrefix(v.text, "LOST ") {
+		cl.renew.lose(fromReply(v.text, cl.renew.lock, cl.renew.key))
+	}
+	if cl.grant != nil {
+		c.register(cl.grant, v)
+	}
+	if cl.reply != nil {
+		cl.reply <- result{v: v}
+	}
+	return nil
+}
+
+// register makes a grant the lease of this connection. A reply that is
+// not a grant ([lease, fence]) registers nothing: the holder reads it.
+func (c *conn) register(ls *leaseState, v value) {
+	id, fence, ok := grantOf(v)
+	if !ok {
+		return
+	}
+	c.mu.Lock()
+	c.lease = ls
+	c.settleLeft = len(c.pending)
+	due := c.settleLeft > 0
+	var lastSent int64
+	if due {
+		lastSent = c.pending[c.settleLeft-1].sent
+	}
+	early := c.early
+	if c.earlyID != id {
+		early = nil
+	}
+	c.early = nil
+	c.mu.Unlock()
+	ls.granted(id, fence, due, lastSent)
+	if early != nil {
+		ls.lose(early)
+	}
+}
+
+// grantOf reads a grant: an array of two integers, lease and fence.
+func grantOf(v value) (id int64, fence uint64, ok bool) {
+	if v.kind != '*' || len(v.items) != 2 || v.items[0].kind != ':' || v.items[1].kind != ':' || v.items[1].num < 0 {
+		return 0, 0, false
+	}
+	return v.items[0].num, uint64(v.items[1].num), true
+}
+
+// onPush: ["lost", lease, text] loses that lease; other pushes mean
+// nothing to a holder.
+func (c *conn) onPush(v value) {
+	if len(v.items) != 3 || !strings.EqualFold(v.items[0].text, "lost") || v.items[1].kind != ':' {
+		return
+	}
+	id, text := v.items[1].num, v.items[2].text
+	c.mu.Lock()
+	ls := c.lease
+	if ls == nil || ls.id != id {
+		c.early, c.earlyID = &Error{Kind: KindLost, text: text}, id
+		ls = nil
+	}
+	c.mu.Unlock()
+	if ls != nil {
+		ls.lose(&Error{Kind: KindLost, Lock: ls.lock, Key: ls.key, text: text})
+	}
+}
+
+// close ends the connection for reason (the first reason stays): every
+// command in flight is answered with it, and the lease held here, if
+// any, is lost. The server lets a closed connection's keys go at once and
+// takes its waiting HOLD out of the line.
+func (c *conn) close(reason error) {
+	c.mu.Lock()
+	if c.dead != nil {
+		c.mu.Unlock()
+		return
+	}
+	c.dead = reason
+	pending := c.pending
+	c.pending = nil
+	ls := c.lease
+	c.stopRenewalLocked()
+	c.mu.Unlock()
+	close(c.closed)
+	_ = c.nc.Close()
+	for _, cl := range pending {
+		if cl.reply != nil {
+			cl.reply <- result{err: reason}
+		}
+	}
+	if ls != nil {
+		if reason == errShutStoreClosed {
+			ls.lose(errLostStoreClosed(ls.lock, ls.key))
+		} else {
+			ls.lose(errLostConnection(ls.lock, ls.key, reason))
+		}
+	}
+}
+
+// deadReason answers why the connection ended, or nil while it lives.
+func (c *conn) deadReason() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.dead
+}
+
+// newLease makes the state of a lease to be asked for on this connection:
+// lost by the clock, it closes the connection.
+func (c *conn) newLease(lock, key string, ttl time.Duration) *leaseState {
+	return newLeaseState(lock, key, ttl, &c.confirmed, func() { c.close(errShutSilent) })
+}
+
+// renewFor keeps the connection talking every third of ttl from now on:
+// PING while a HOLD waits (the server reads it, which renews, although its
+// reply comes after the HOLD's), RENEW once a lease is settled (its LOST
+// answer is a second way to learn of a loss).
+func (c *conn) renewFor(ttl time.Duration) {
+	every := ttl / 3
+	if every < time.Millisecond {
+		every = time.Millisecond
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stopRenewalLocked()
+	if c.dead != nil {
+		return
+	}
+	c.renewEvery = every
+	gen := c.renewGen
+	c.renewTimer = time.AfterFunc(every, func() { c.renewTick(gen) })
+}
+
+func (c *conn) renewTick(gen uint64) {
+	c.mu.Lock()
+	if c.dead != nil || gen != c.renewGen {
+		c.mu.Unlock()
+		return
+	}
+	if due := time.Duration(c.lastWrite + int64(c.renewEvery) - monoNow()); due > 0 {
+		// Something else was written meanwhile, which renews as well.
+		c.renewTimer = time.AfterFunc(due, func() { c.renewTick(gen) })
+		c.mu.Unlock()
+		return
+	}
+	ls := c.lease
+	c.mu.Unlock()
+	cl := &call{}
+	switch {
+	case ls == nil || !ls.isSettled():
+		c.send(cl, "PING")
+	case ls.check() == nil:
+		cl.renew = ls
+		c.send(cl, "RENEW", strconv.FormatInt(ls.id, 10))
+	}
+	c.mu.Lock()
+	if c.dead == nil && gen == c.renewGen {
+		c.renewTimer = time.AfterFunc(c.renewEvery, func() { c.renewTick(gen) })
+	}
+	c.mu.Unlock()
+}
+
+func (c *conn) stopRenewalLocked() {
+	c.renewGen++
+	if c.renewTimer != nil {
+		c.renewTimer.Stop()
+		c.renewTimer = nil
+	}
+}
+
+// idle: the hold using the connection is over; no renewal, no lease.
+func (c *conn) idle() {
+	c.mu.Lock()
+	c.stopRenewalLocked()
+	c.lease, c.settleLeft, c.early = nil, 0, nil
+	c.mu.Unlock()
+}

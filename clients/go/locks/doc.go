@@ -1,0 +1,22 @@
+// Package locks is the Go client of holdline: keyed locks with leases,
+// served by holdline serve, with Go's goroutines standing in the same
+// first-come, first-served lines as the holders of every other client.
+//
+//	store, err := locks.Connect(ctx, "127.0.0.1:7380")
+//	defer store.Close()
+//
+//	invoices, err := locks.OpenLock(store, "invoices", locks.TTL(10*time.Second))
+//	err = invoices.Hold(ctx, invoice.ID, func(ctx context.Context, lease *locks.Lease) error {
+//		return charge(ctx, invoice, lease.Fence) // ctx ends when the lease is lost
+//	})
+//	err = invoices.Hold(ctx, invoice.ID, work, locks.Wait(30*time.Second))
+//	acquired, err := invoices.TryHold(ctx, invoice.ID, work)
+//
+// Errors are *Error values: errors.Is matches them against ErrInUse,
+// ErrLost, ErrInvalid, ErrLimit and ErrClosed, errors.As gives their Kind,
+// and Error() is the server's text byte for byte.
+//
+// A lease stays safe across a network: the client takes it for lost (and
+// ends its function's context) by the time the server may give the key to
+// someone else, even when the server cannot be heard from at all.
+package locks

@@ -1,0 +1,247 @@
+package locks
+
+import (
+	"errors"
+	"net"
+	"os"
+	"strings"
+	"time"
+)
+
+// Kind is what went wrong, as a caller branches on it.
+type Kind int
+
+// The five kinds of error.
+const (
+	// KindInvalid: a bad lock name, key, option or address; a hold inside a
+	// hold of the same key; a token the server wants or refuses.
+	KindInvalid Kind = iota + 1
+	// KindInUse: the wait passed with the key still held.
+	KindInUse
+	// KindLost: the lease ran out, was revoked at its maxHold, or its
+	// connection or store closed while it was held.
+	KindLost
+	// KindLimit: the line of waiters for the key is full (10,000).
+	KindLimit
+	// KindClosed: the store is closed, or the server cannot be reached.
+	KindClosed
+)
+
+// String is the kind as the error texts spell it: "invalid", "in use",
+// "lost", "limit" or "closed".
+func (k Kind) String() string {
+	switch k {
+	case KindInvalid:
+		return "invalid"
+	case KindInUse:
+		return "in use"
+	case KindLost:
+		return "lost"
+	case KindLimit:
+		return "limit"
+	case KindClosed:
+		return "closed"
+	}
+	return "unknown"
+}
+
+// The sentinels that errors.Is matches an *Error against, one per kind.
+var (
+	ErrInvalid = errors.New("locks: invalid")
+	ErrInUse   = errors.New("locks: in use")
+	ErrLost    = errors.New("locks: lost")
+	ErrLimit   = errors.New("locks: limit")
+	ErrClosed  = errors.New("locks: closed")
+)
+
+func (k Kind) sentinel() error {
+	switch k {
+	case KindInvalid:
+		return ErrInvalid
+	case KindInUse:
+		return ErrInUse
+	case KindLost:
+		return ErrLost
+	case KindLimit:
+		return ErrLimit
+	case KindClosed:
+		return ErrClosed
+	}
+	return nil
+}
+
+// Error is an error of the store. Error() is the server's text byte for
+// byte ("lock invoices: key \"9\": held past the hold's wait: in use"),
+// and errors.Is matches it against the sentinel of its Kind.
+type Error struct {
+	// Kind says what went wrong.
+	Kind Kind
+	// Lock is the lock's name, "" for an error of the whole store.
+	Lock string
+	// Key is the key's text, uncut, "" when the error is about no key.
+	Key string
+
+	text string
+	// cause is what the error wraps: a network error, or the function's
+	// own error when a lease was lost while it ran.
+	cause error
+}
+
+// Error answers the text.
+func (e *Error) Error() string {
+	if e.text == "" {
+		return e.Kind.String()
+	}
+	return e.text
+}
+
+// Is reports whether target is the sentinel of e's kind.
+func (e *Error) Is(target error) bool {
+	return target != nil && target == e.Kind.sentinel()
+}
+
+// Unwrap answers the network error behind a connection's failure, or the
+// function's own error when a hold answers lost although its function
+// returned an error too.
+func (e *Error) Unwrap() error { return e.cause }
+
+// withCause is a copy of e that wraps cause.
+func (e *Error) withCause(cause error) *Error {
+	c := *e
+	c.cause = cause
+	return &c
+}
+
+// shaped builds an error in the server's shape: "lock NAME: key "KEY":
+// WHAT: KIND" ("store: " without a lock, no key part without a key), or
+// for a loss "...: the lease was lost: WHAT".
+func shaped(kind Kind, lock string, key *string, what string) *Error {
+	var b strings.Builder
+	if lock == "" {
+		b.WriteString("store: ")
+	} else {
+		b.WriteString("lock " + lock + ": ")
+	}
+	e := &Error{Kind: kind, Lock: lock}
+	if key != nil {
+		e.Key = *key
+		b.WriteString("key " + showKey(*key) + ": ")
+	}
+	if kind == KindLost {
+		b.WriteString("the lease was lost: " + what)
+	} else {
+		b.WriteString(what + ": " + kind.String())
+	}
+	e.text = b.String()
+	return e
+}
+
+// keyError is an error about one key of a lock.
+func keyError(kind Kind, lock, key, what string) *Error {
+	return shaped(kind, lock, &key, what)
+}
+
+// lockError is an error about a lock, no key.
+func lockError(kind Kind, lock, what string) *Error {
+	return shaped(kind, lock, nil, what)
+}
+
+// fromReply turns a server's error reply into an error. The first word of
+// the five kinds is dropped and the core's text kept; any other reply
+// (ERR, NOAUTH, ...) is kind invalid with the whole line.
+func fromReply(line, lock, key string) *Error {
+	word, text, _ := strings.Cut(line, " ")
+	kind, ok := kindOfWord[word]
+	if !ok {
+		kind, text = KindInvalid, line
+	}
+	return &Error{Kind: kind, Lock: lock, Key: key, text: text}
+}
+
+// kindOfWord: the first word of a server's error reply, for each kind.
+var kindOfWord = map[string]Kind{
+	"INVALID": KindInvalid, "INUSE": KindInUse, "LOST": KindLost,
+	"LIMIT": KindLimit, "CLOSED": KindClosed,
+}
+
+// The texts the client makes itself, worded as clients/texts.json words
+// them for every client.
+
+func errBadAddress(address string) *Error {
+	return &Error{Kind: KindInvalid, text: "store: bad address " + showKey(address) +
+		": expected host, host:port, [ipv6]:port or redis://[:token@]host[:port]: invalid"}
+}
+
+func errCannotConnect(hostport string, cause error) *Error {
+	text := "store: cannot connect to " + hostport + " (" + reason(cause) + "): closed"
+	return &Error{Kind: KindClosed, text: text, cause: cause}
+}
+
+func errConnectSilent(hostport string, timeout time.Duration) *Error {
+	text := "store: the server at " + hostport + " answered nothing for " + durationText(timeout) + ": closed"
+	return &Error{Kind: KindClosed, text: text, cause: os.ErrDeadlineExceeded}
+}
+
+func errTokenMissing() *Error {
+	return &Error{Kind: KindInvalid, text: "store: the server wants a token: invalid"}
+}
+
+func errTokenRefused() *Error {
+	return &Error{Kind: KindInvalid, text: "store: the server refused the token: invalid"}
+}
+
+func errConnectionClosed(cause error) *Error {
+	return &Error{Kind: KindClosed, text: "store: the connection to the server closed: closed", cause: cause}
+}
+
+func errConnectionClosedKey(lock, key string, cause error) *Error {
+	e := keyError(KindClosed, lock, key, "the connection to the server closed")
+	e.cause = cause
+	return e
+}
+
+func errLostConnection(lock, key string, cause error) *Error {
+	e := keyError(KindLost, lock, key, "its connection to the server closed")
+	e.cause = cause
+	return e
+}
+
+func errLostSilent(lock, key string, ttl time.Duration) *Error {
+	return keyError(KindLost, lock, key, "the server answered nothing for its ttl ("+durationText(ttl)+")")
+}
+
+func errWaitSilent(lock, key string, wait, grace time.Duration) *Error {
+	what := "the server answered nothing for the hold's wait plus its ttl (" +
+		durationText(wait) + " + " + durationText(grace) + ")"
+	e := keyError(KindClosed, lock, key, what)
+	e.cause = os.ErrDeadlineExceeded
+	return e
+}
+
+// The core's texts for what the client finds before asking the server.
+
+func errStoreClosed(lock, key string) *Error {
+	return keyError(KindClosed, lock, key, "the store is closed")
+}
+
+func errLostStoreClosed(lock, key string) *Error {
+	return keyError(KindLost, lock, key, "its store closed")
+}
+
+func errHoldInHold(lock, key string) *Error {
+	return keyError(KindInvalid, lock, key, "hold inside a hold of the same key")
+}
+
+// reason is the platform's own words for a failed dial or read, without
+// Go's "dial tcp ADDR:" preamble: "connection refused", "i/o timeout".
+func reason(err error) string {
+	var sys *os.SyscallError
+	if errors.As(err, &sys) {
+		return sys.Err.Error()
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Err != nil {
+		return op.Err.Error()
+	}
+	return err.Error()
+}

@@ -1,0 +1,307 @@
+package locks
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestMain doubles as a holder process for the tests that kill or stop
+// one: the test binary runs itself with LOCKS_TEST_HOLDER set.
+func TestMain(m *testing.M) {
+	if spec := os.Getenv("LOCKS_TEST_HOLDER"); spec != "" {
+		os.Exit(holderProcess(spec))
+	}
+	os.Exit(m.Run())
+}
+
+// repoRoot is the repository's root (the tests run in clients/go/locks).
+func repoRoot(t testing.TB) string {
+	root, err := filepath.Abs(filepath.Join("..", "..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+// requireTools: with HOLDLINE_REQUIRE_TOOLS=1 (CI), a missing tool fails
+// the test instead of skipping it.
+func skipOrFail(t testing.TB, why string) {
+	t.Helper()
+	if os.Getenv("HOLDLINE_REQUIRE_TOOLS") == "1" {
+		t.Fatalf("%s (HOLDLINE_REQUIRE_TOOLS=1)", why)
+	}
+	t.Skip(why)
+}
+
+// server is a holdline serve started for one test.
+type server struct {
+	addr string
+	cmd  *exec.Cmd
+}
+
+// startServer starts $HOLDLINE_BIN (else target/release/holdline) on a
+// free loopback port and stops it when the test ends.
+func startServer(t testing.TB, extra ...string) *server {
+	t.Helper()
+	bin := os.Getenv("HOLDLINE_BIN")
+	if bin == "" {
+		bin = filepath.Join(repoRoot(t), "target", "release", "holdline")
+	}
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("no holdline binary at %s: build it (cargo build --release -p holdline-server --bin holdline at the repository root) or set HOLDLINE_BIN", bin)
+	}
+	cmd := exec.Command(bin, append([]string{"serve", "--listen", "127.0.0.1:0"}, extra...)...)
+	cmd.Stderr = io.Discard
+	line := startLine(t, cmd, "holdline serve")
+	addr, ok := cutPrefix(line, "holdline: listening on ")
+	if !ok {
+		t.Fatalf("holdline serve said %q first", line)
+	}
+	return &server{addr: addr, cmd: cmd}
+}
+
+// startLine starts cmd, stops it (SIGKILL) when the test ends, and
+// answers its first line on stdout.
+func startLine(t testing.TB, cmd *exec.Cmd, what string) string {
+	t.Helper()
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGCONT)
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	lines := make(chan string, 1)
+	go func() {
+		line, _ := bufio.NewReader(out).ReadString('\n')
+		lines <- strings.TrimSpace(line)
+	}()
+	select {
+	case line := <-lines:
+		return line
+	case <-time.After(20 * time.Second):
+		t.Fatalf("%s printed nothing in 20s", what)
+		return ""
+	}
+}
+
+// connect connects to addr and closes the store when the test ends.
+func connect(t testing.TB, addr string, opts ...ConnectOption) *Store {
+	t.Helper()
+	store, err := Connect(context.Background(), addr, opts...)
+	if err != nil {
+		t.Fatalf("connect %s: %v", addr, err)
+	}
+	t.Cleanup(func() { _ = store.Close() })
+	return store
+}
+
+// openLock opens a lock or fails the test.
+func openLock(t testing.TB, store *Store, name string, opts ...LockOption) *Lock {
+	t.Helper()
+	l, err := OpenLock(store, name, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// stats answers a lock's counters (STATS), read on a connection of the
+// store's pool.
+func stats(t testing.TB, store *Store, lock string) map[string]int64 {
+	t.Helper()
+	c, err := store.pool.get(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.pool.put(c)
+	r := <-c.request("STATS", lock).reply
+	if r.err != nil || r.v.kind != '%' {
+		t.Fatalf("STATS %s: %v %+v", lock, r.err, r.v)
+	}
+	m := map[string]int64{}
+	for i := 0; i+1 < len(r.v.items); i += 2 {
+		m[r.v.items[i].text] = r.v.items[i+1].num
+	}
+	return m
+}
+
+// waitUntil polls cond every 10ms until it holds, failing after timeout.
+func waitUntil(t testing.TB, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// waitersAre waits until lock's key line holds n waiters.
+func waitersAre(t testing.TB, store *Store, lock string, n int64) {
+	t.Helper()
+	waitUntil(t, fmt.Sprintf("%d waiters on %s", n, lock), 20*time.Second, func() bool {
+		return stats(t, store, lock)["waiters"] == n
+	})
+}
+
+// within fails the test unless ch delivers within d.
+func within[T any](t testing.TB, what string, d time.Duration, ch <-chan T) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(d):
+		t.Fatalf("%s: nothing within %v", what, d)
+		var zero T
+		return zero
+	}
+}
+
+// proxy is clients/testing/frozen_proxy.py: a TCP forwarder that SIGSTOP
+// freezes with its sockets open.
+type proxy struct {
+	addr string
+	cmd  *exec.Cmd
+}
+
+func startProxy(t testing.TB, target string) *proxy {
+	t.Helper()
+	python, err := exec.LookPath("python3")
+	if err != nil {
+		skipOrFail(t, "python3 is not installed: the frozen-proxy tests need it")
+	}
+	script := filepath.Join(repoRoot(t), "clients", "testing", "frozen_proxy.py")
+	cmd := exec.Command(python, script, target)
+	port := startLine(t, cmd, "frozen_proxy.py")
+	if _, err := strconv.Atoi(port); err != nil {
+		t.Fatalf("frozen_proxy.py said %q first", port)
+	}
+	return &proxy{addr: "127.0.0.1:" + port, cmd: cmd}
+}
+
+func (p *proxy) freeze(t testing.TB) { signal(t, p.cmd, syscall.SIGSTOP) }
+func (p *proxy) thaw(t testing.TB)   { signal(t, p.cmd, syscall.SIGCONT) }
+
+func signal(t testing.TB, cmd *exec.Cmd, sig syscall.Signal) {
+	t.Helper()
+	if err := cmd.Process.Signal(sig); err != nil {
+		t.Fatalf("signal %v: %v", sig, err)
+	}
+}
+
+// lines reads a process's stdout lines into a channel.
+func lines(r io.Reader) <-chan string {
+	ch := make(chan string, 16)
+	go func() {
+		s := bufio.NewScanner(r)
+		for s.Scan() {
+			ch <- s.Text()
+		}
+		close(ch)
+	}()
+	return ch
+}
+
+// goHolder is this test binary run as a holder process (holderProcess).
+type goHolder struct {
+	cmd   *exec.Cmd
+	in    io.WriteCloser
+	out   <-chan string
+	fence uint64
+}
+
+// startGoHolder starts a holder process for lock's key with ttl, and
+// waits until it holds the key.
+func startGoHolder(t testing.TB, addr, lock, key string, ttl time.Duration) *goHolder {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), fmt.Sprintf("LOCKS_TEST_HOLDER=%s %s %s %d", addr, lock, key, ttl.Milliseconds()))
+	in, _ := cmd.StdinPipe()
+	outPipe, _ := cmd.StdoutPipe()
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	t.Cleanup(func() {
+		once.Do(func() {
+			_ = cmd.Process.Signal(syscall.SIGCONT)
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		})
+	})
+	h := &goHolder{cmd: cmd, in: in, out: lines(outPipe)}
+	line := within(t, "the holder process's grant", 20*time.Second, h.out)
+	f, ok := cutPrefix(line, "held ")
+	fence, err := strconv.ParseUint(f, 10, 64)
+	if !ok || err != nil {
+		t.Fatalf("the holder process said %q", line)
+	}
+	h.fence = fence
+	return h
+}
+
+// holderProcess is the holder's side: LOCKS_TEST_HOLDER="ADDR LOCK KEY
+// TTL_MS". It prints "held FENCE", answers each "look" line on stdin
+// with "look held" or "look lost TEXT" (the first thing it does on that
+// line is ask its context), leaves on "release" or the end of stdin, and
+// prints "exit ok" or "exit TEXT".
+func holderProcess(spec string) int {
+	var addr, lock, key string
+	var ttlMs int64
+	if _, err := fmt.Sscan(spec, &addr, &lock, &key, &ttlMs); err != nil {
+		fmt.Println("exit bad spec:", err)
+		return 2
+	}
+	ctx := context.Background()
+	store, err := Connect(ctx, addr)
+	if err != nil {
+		fmt.Println("exit", err)
+		return 1
+	}
+	defer store.Close()
+	l, err := OpenLock(store, lock, TTL(time.Duration(ttlMs)*time.Millisecond))
+	if err != nil {
+		fmt.Println("exit", err)
+		return 1
+	}
+	stdin := lines(os.Stdin)
+	err = l.Hold(ctx, key, func(ctx context.Context, lease *Lease) error {
+		fmt.Println("held", lease.Fence)
+		for line := range stdin {
+			if line != "look" {
+				break
+			}
+			if ctx.Err() != nil {
+				fmt.Println("look lost", Cause(ctx))
+			} else {
+				fmt.Println("look held")
+			}
+		}
+		return nil
+	}, Wait(60*time.Second))
+	if err != nil {
+		fmt.Println("exit", err)
+	} else {
+		fmt.Println("exit ok")
+	}
+	return 0
+}

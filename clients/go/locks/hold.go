@@ -1,0 +1,165 @@
+package locks
+
+import (
+	"context"
+	"strconv"
+	"time"
+)
+
+// keyHold is one hold of one key, from its HOLD (or TRYHOLD) to its
+// RELEASE.
+type keyHold struct {
+	store *Store
+	lock  string
+	key   string
+	ttl   time.Duration
+
+	conn  *conn
+	state *leaseState
+}
+
+// ask sends HOLD or TRYHOLD on a connection of its own and waits for the
+// answer: granted (true), or false when TRYHOLD found the key held. While
+// the HOLD waits the connection renews, ctx ending closes it (the server
+// then takes the HOLD out of its line), and a server silent for the
+// wait plus the ttl (at least 1s) is given up on.
+func (h *keyHold) ask(ctx context.Context, args []string, wait time.Duration) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	c, err := h.store.pool.get(ctx)
+	if err == errPoolClosed {
+		return false, errStoreClosed(h.lock, h.key)
+	} else if err != nil {
+		return false, err
+	}
+	h.conn, h.state = c, c.newLease(h.lock, h.key, h.ttl)
+	c.renewFor(h.ttl)
+	cl := &call{reply: make(chan result, 1), grant: h.state}
+	c.send(cl, args...)
+	if wait < 0 {
+		wait = 0
+	}
+	grace := waitGrace(h.ttl)
+	silent := time.NewTimer(wait + grace)
+	defer silent.Stop()
+	select {
+	case r := <-cl.reply:
+		granted, err := h.answer(r, args[0])
+		if granted && ctx.Err() != nil {
+			// Ended as the grant came: the function is not run.
+			h.release()
+			return false, ctx.Err()
+		}
+		return granted, err
+	case <-ctx.Done():
+		h.store.pool.discard(c, errShutAbandoned)
+		return false, ctx.Err()
+	case <-silent.C:
+		h.store.pool.discard(c, errShutSilent)
+		return false, errWaitSilent(h.lock, h.key, wait, grace)
+	}
+}
+
+// answer reads the reply to HOLD or TRYHOLD. A grant waits until it is
+// settled (see leaseState); one lost by then answers the loss.
+func (h *keyHold) answer(r result, command string) (bool, error) {
+	c := h.conn
+	switch {
+	case r.err == errShutStoreClosed:
+		h.store.pool.discard(c, r.err)
+		return false, errStoreClosed(h.lock, h.key)
+	case r.err != nil:
+		h.store.pool.discard(c, r.err)
+		return false, errConnectionClosedKey(h.lock, h.key, r.err)
+	case r.v.isError():
+		h.store.pool.put(c)
+		return false, fromReply(r.v.text, h.lock, h.key)
+	case r.v.null:
+		h.store.pool.put(c)
+		return false, nil
+	}
+	if _, _, ok := grantOf(r.v); !ok {
+		h.store.pool.discard(c, errShutAbandoned)
+		return false, keyError(KindInvalid, h.lock, h.key, "the server answered "+command+" with something other than a lease")
+	}
+	select {
+	case <-h.state.settledCh:
+	case <-h.state.lostCh:
+	}
+	if lost := h.state.check(); lost != nil {
+		h.release()
+		return false, lost
+	}
+	return true, nil
+}
+
+// run runs fn under the granted lease, then lets the key go. A panic in
+// fn closes the connection (the server lets the key go at once) and goes
+// on.
+func (h *keyHold) run(ctx context.Context, fn func(context.Context, *Lease) error) error {
+	held := &heldKey{owner: h.store, lock: h.lock, key: h.key, state: h.state, outer: heldIn(ctx)}
+	held.running.Store(true)
+	hctx := newHoldCtx(ctx, held)
+	stopWatch := hctx.watch()
+	over := func() {
+		held.running.Store(false)
+		stopWatch()
+		hctx.cancel(context.Canceled)
+	}
+	returned := false
+	defer func() {
+		if !returned {
+			over()
+			h.state.end()
+			h.store.pool.discard(h.conn, errShutAbandoned)
+		}
+	}()
+	fnErr := fn(hctx, &Lease{Fence: h.state.fence, Key: h.key, state: h.state})
+	returned = true
+	over()
+	if lost := h.release(); lost != nil {
+		if fnErr != nil {
+			return lost.withCause(fnErr)
+		}
+		return lost
+	}
+	return fnErr
+}
+
+// release ends the lease and lets the key go: RELEASE on a live
+// connection (kept for the next hold), nothing on a dead one (the server
+// let the key go when it closed). Answers the lost error, or nil; a LOST
+// answer to RELEASE is a loss whose news had not come yet.
+func (h *keyHold) release() *Error {
+	lost := h.state.end()
+	c := h.conn
+	c.idle()
+	if c.deadReason() != nil {
+		h.store.pool.discard(c, errShutAbandoned)
+		return lost
+	}
+	cl := c.request("RELEASE", strconv.FormatInt(h.state.id, 10))
+	silent := time.NewTimer(waitGrace(h.ttl))
+	defer silent.Stop()
+	select {
+	case r := <-cl.reply:
+		switch {
+		case r.err != nil:
+			h.store.pool.discard(c, r.err)
+		case !r.v.isError():
+			h.store.pool.put(c)
+		case r.v.text[:min(len(r.v.text), 5)] == "LOST ":
+			if lost == nil {
+				lost = fromReply(r.v.text, h.lock, h.key)
+			}
+			h.store.pool.put(c)
+		default:
+			h.store.pool.discard(c, errShutAbandoned)
+		}
+	case <-silent.C:
+		// The server lets the key go when it sees the connection close.
+		h.store.pool.discard(c, errShutSilent)
+	}
+	return lost
+}

@@ -1,0 +1,101 @@
+package locks
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+)
+
+// errPoolClosed: the store was closed before a connection could be had.
+var errPoolClosed = errors.New("the store is closed")
+
+// pool keeps the store's connections. The server carries out one
+// connection's commands one at a time, so a HOLD waiting on a shared
+// connection would hold up every command behind it: each hold has a
+// connection of its own from its HOLD to its RELEASE, and connections are
+// kept for the next hold once their hold is over (up to maxIdle of them).
+type pool struct {
+	addr     address
+	token    string
+	useToken bool
+	timeout  time.Duration
+	maxIdle  int
+
+	mu     sync.Mutex
+	idle   []*conn // the most recently used last
+	all    map[*conn]struct{}
+	closed bool
+}
+
+// get answers a free connection, opening one when none is free.
+func (p *pool) get(ctx context.Context) (*conn, error) {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, errPoolClosed
+	}
+	for n := len(p.idle); n > 0; n = len(p.idle) {
+		c := p.idle[n-1]
+		p.idle = p.idle[:n-1]
+		if c.deadReason() == nil {
+			p.mu.Unlock()
+			return c, nil
+		}
+		delete(p.all, c)
+	}
+	p.mu.Unlock()
+	c, err := dial(ctx, p.addr, p.token, p.useToken, p.timeout)
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		c.close(errShutStoreClosed)
+		return nil, errPoolClosed
+	}
+	p.all[c] = struct{}{}
+	return c, nil
+}
+
+// put takes back a connection whose hold is over, keeping it for the next
+// unless it died or enough are kept.
+func (p *pool) put(c *conn) {
+	c.idle()
+	p.mu.Lock()
+	if c.deadReason() != nil || p.closed || len(p.idle) >= p.maxIdle {
+		delete(p.all, c)
+		p.mu.Unlock()
+		c.close(errShutAbandoned)
+		return
+	}
+	p.idle = append(p.idle, c)
+	p.mu.Unlock()
+}
+
+// discard closes a connection for reason and forgets it.
+func (p *pool) discard(c *conn, reason error) {
+	c.close(reason)
+	p.mu.Lock()
+	delete(p.all, c)
+	p.mu.Unlock()
+}
+
+// close closes every connection, in use or not; later gets fail.
+func (p *pool) close() {
+	p.mu.Lock()
+	p.closed = true
+	all := p.all
+	p.all, p.idle = map[*conn]struct{}{}, nil
+	p.mu.Unlock()
+	for c := range all {
+		c.close(errShutStoreClosed)
+	}
+}
+
+func (p *pool) isClosed() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.closed
+}
