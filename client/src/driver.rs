@@ -463,14 +463,17 @@ mod tests {
     }
 
     /// A scripted server: grants the HOLD only after three PINGs arrived
-    /// while it waited, then pushes `lost`, answers RELEASE `-LOST`.
-    /// Answers the times of the PINGs it read before the grant.
+    /// while it waited (their answers late behind the grant), answers the
+    /// PINGs that follow and pushes `lost` with the third of them, answers
+    /// RELEASE `-LOST`. Answers the times of the PINGs it read before the
+    /// grant.
     async fn scripted(listener: TcpListener) -> Vec<Instant> {
         let (mut sock, _) = listener.accept().await.unwrap();
         let mut dec = Decoder::new(1 << 20);
         let mut buf = BytesMut::new();
         let mut pings = Vec::new();
         let mut hold_pending = false;
+        let mut after_grant = 0;
         while let Some(cmd) = read_command(&mut sock, &mut dec, &mut buf).await {
             match cmd[0].as_str() {
                 "HELLO" => {
@@ -493,14 +496,23 @@ mod tests {
                             Value::Array(vec![Value::Integer(1), Value::Integer(5)]),
                         )
                         .await;
+                        // The renewals' answers come late: the grant must
+                        // not be handed over (with only the HOLD's send
+                        // time, a ttl ago, as its deadline) before them.
+                        tokio::time::sleep(Duration::from_millis(150)).await;
                         for _ in 0..3 {
                             send(&mut sock, Value::simple("PONG")).await;
                         }
+                    }
+                }
+                "PING" => {
+                    send(&mut sock, Value::simple("PONG")).await;
+                    after_grant += 1;
+                    if after_grant == 3 {
                         let push = vec![Value::bulk("lost"), Value::Integer(1), Value::bulk(LOST)];
                         send(&mut sock, Value::Push(push)).await;
                     }
                 }
-                "PING" => send(&mut sock, Value::simple("PONG")).await,
                 "RELEASE" => {
                     assert_eq!(cmd[1], "1");
                     send(&mut sock, Value::error(format!("LOST {LOST}"))).await;
@@ -528,6 +540,7 @@ mod tests {
             Duration::from_secs(30),
             lock.hold("k", async |lease| {
                 assert_eq!(lease.fence(), 5);
+                assert!(!lease.is_lost(), "lost at its grant");
                 timeout(Duration::from_secs(20), lease.signal().aborted())
                     .await
                     .expect("the push aborts the signal");

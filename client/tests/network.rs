@@ -248,3 +248,34 @@ async fn a_silent_server_fails_connect_after_the_timeout() {
     assert_eq!(e.to_string(), want);
     drop(listener);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_that_waited_past_its_ttl_starts_with_a_fresh_deadline() {
+    // The renewals sent while the HOLD waited are answered right behind
+    // its grant; the lease counts from them, not from the HOLD's send.
+    let server = Server::start();
+    let s = Store::connect(&server.addr).await.unwrap();
+    let ttl = Duration::from_millis(600);
+    let lock = s.lock("long-wait").ttl(ttl).open().unwrap();
+    let first = lock.acquire("k").await.unwrap();
+    let l2 = lock.clone();
+    let waiter = tokio::spawn(async move {
+        l2.key("k")
+            .wait(PATIENCE)
+            .hold(async |lease| {
+                let at_grant = lease.is_lost();
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                (at_grant, lease.is_lost())
+            })
+            .await
+    });
+    // Three ttls of waiting, renewed all along.
+    tokio::time::sleep(ttl * 3).await;
+    assert!(!first.is_lost());
+    first.release().await.unwrap();
+    let (at_grant, later) = timeout(PATIENCE, waiter).await.unwrap().unwrap().unwrap();
+    assert!(
+        !at_grant && !later,
+        "lost at grant: {at_grant}, later: {later}"
+    );
+}
