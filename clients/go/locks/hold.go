@@ -87,6 +87,11 @@ func (h *keyHold) answer(r result, command string) (bool, error) {
 	case <-h.state.settledCh:
 	case <-h.state.lostCh:
 	}
+	if h.store.pool.isClosed() {
+		// The grant raced Close (which let the holder's key go first).
+		h.release()
+		return false, errStoreClosed(h.lock, h.key)
+	}
 	if lost := h.state.check(); lost != nil {
 		h.release()
 		return false, lost
