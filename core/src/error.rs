@@ -1,4 +1,4 @@
-//! Errors: one type, five kinds, and texts in the seed's shape.
+//! Errors: one type, five kinds, and texts in one shape.
 //!
 //! `lock NAME: key "KEY": WHAT: KIND`, except `lost`, which reads
 //! `lock NAME: key "KEY": the lease was lost: REASON`. An error without a key
@@ -42,7 +42,8 @@ impl fmt::Display for ErrorKind {
     }
 }
 
-/// An error from holdline. Its `Display` is the seed's text.
+/// An error from holdline. Its `Display` is the error's text, e.g.
+/// `lock invoices: key "9": held past the hold's wait: in use`.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Error {
     kind: ErrorKind,
@@ -121,7 +122,7 @@ impl fmt::Display for Error {
 
 /// Writes the key as `{:?}` shows it, its first 64 characters only, with
 /// `...` inside the quotes when it was cut.
-fn write_key(f: &mut fmt::Formatter<'_>, key: &str) -> fmt::Result {
+fn write_key(f: &mut impl fmt::Write, key: &str) -> fmt::Result {
     match key.char_indices().nth(KEY_SHOWN_CHARS) {
         None => write!(f, "{key:?}"),
         Some((cut, _)) => {
@@ -129,6 +130,14 @@ fn write_key(f: &mut fmt::Formatter<'_>, key: &str) -> fmt::Result {
             write!(f, "{}...\"", &shown[..shown.len() - 1])
         }
     }
+}
+
+/// The key as error texts show it (quoted, escaped, cut to 64 characters).
+#[doc(hidden)]
+pub fn shown_key(key: &str) -> String {
+    let mut out = String::with_capacity(key.len().min(256) + 2);
+    let _ = write_key(&mut out, key);
+    out
 }
 
 impl fmt::Debug for Error {
@@ -144,7 +153,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn texts_have_the_seed_shape() {
+    fn texts_have_their_shape() {
         let e = Error::new(ErrorKind::InUse, "held past the hold's wait").for_key("invoices", "9");
         assert_eq!(
             e.to_string(),

@@ -125,7 +125,8 @@ signed_keys!(i8 i16 i32 i64 i128 isize);
 
 /// Checks a key: 1 to 1,024 bytes of UTF-8 with no control characters.
 #[inline]
-pub(crate) fn check_key(lock: &str, key: &str) -> Result<(), Error> {
+#[doc(hidden)]
+pub fn check_key(lock: &str, key: &str) -> Result<(), Error> {
     let bytes = key.as_bytes();
     let bad = |what: &'static str| Err(Error::new(ErrorKind::Invalid, what).for_key(lock, key));
     if bytes.is_empty() {
@@ -148,7 +149,8 @@ pub(crate) fn check_key(lock: &str, key: &str) -> Result<(), Error> {
 const NAME_RULE: &str = r#"a lock name is 1 to 128 ASCII letters, digits and "_-.:""#;
 
 /// Checks a lock name: 1 to 128 bytes of ASCII letters, digits and `_ - . :`.
-pub(crate) fn check_name(name: &str) -> Result<(), Error> {
+#[doc(hidden)]
+pub fn check_name(name: &str) -> Result<(), Error> {
     let ok = !name.is_empty()
         && name.len() <= MAX_NAME_BYTES
         && name

@@ -152,6 +152,8 @@
 
 /// Wait diagnostics (counted only with the `wait-counters` feature).
 pub mod counters;
+#[doc(hidden)]
+pub mod wire;
 mod ctx;
 mod driver;
 mod error;
@@ -180,7 +182,7 @@ pub use lease::{Aborted, EndReason, HeldLease, Lease, Signal};
 pub use lock::{KeyHold, Lock, LockStats, DEFAULT_WAIT, MAX_WAITERS};
 pub use many::KeySet;
 pub use outcome::Outcome;
-pub use store::{LockBuilder, Store};
+pub use store::{LockBuilder, Store, DEFAULT_TTL};
 pub use tx::Tx;
 
 /// The README's examples, compiled and run as doctests.

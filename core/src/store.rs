@@ -13,7 +13,7 @@ use std::fmt;
 use std::time::Duration;
 
 /// Default `ttl`.
-pub(crate) const DEFAULT_TTL: Duration = Duration::from_secs(10);
+pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
 
 /// An embedded, in-memory store of locks. Cheap to clone; all clones are one
 /// store.
