@@ -1,0 +1,203 @@
+package locks
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// foreignHolder is a holder in another process and language: the Rust
+// client's holder example, else the Python client's tests/holder.py.
+type foreignHolder struct {
+	what    string
+	cmd     *exec.Cmd
+	in      io.WriteCloser
+	out     <-chan string
+	release func(t testing.TB)
+}
+
+// startForeignHolder starts a foreign holder waiting for lock's key (it
+// holds once granted, until released). It skips, saying why, when neither
+// is at hand (fails under HOLDLINE_REQUIRE_TOOLS=1).
+func startForeignHolder(t *testing.T, addr, lock, key string) *foreignHolder {
+	t.Helper()
+	rust := os.Getenv("HOLDLINE_RUST_HOLDER")
+	if rust == "" {
+		rust = filepath.Join(repoRoot(t), "target", "release", "examples", "holder")
+	}
+	var h foreignHolder
+	if _, err := os.Stat(rust); err == nil {
+		// holder ADDRESS LOCK KEY: "held FENCE", a line on stdin lets go.
+		h.what, h.cmd = "the Rust holder", exec.Command(rust, addr, lock, key)
+		h.release = func(t testing.TB) {
+			if _, err := io.WriteString(h.in, "go\n"); err != nil {
+				t.Fatal(err)
+			}
+			if line := within(t, "the Rust holder's release", 10*time.Second, h.out); line != "released" {
+				t.Fatalf("the Rust holder said %q", line)
+			}
+		}
+	} else if python, err := exec.LookPath("python3"); err == nil && exec.Command(python, "-c", "import holdline").Run() == nil {
+		// holder.py ADDRESS LOCK KEY: "held FENCE", holds until it is lost;
+		// ending its process lets the key go.
+		script := filepath.Join(repoRoot(t), "clients", "python", "tests", "holder.py")
+		h.what, h.cmd = "the Python holder", exec.Command(python, script, addr, lock, key)
+		h.release = func(t testing.TB) { _ = h.cmd.Process.Kill() }
+	} else {
+		skipOrFail(t, "neither the Rust holder ("+rust+", cargo build --release -p holdline-client --example holder, or HOLDLINE_RUST_HOLDER) nor python3 with the holdline package is at hand")
+	}
+	h.in, _ = h.cmd.StdinPipe()
+	out, _ := h.cmd.StdoutPipe()
+	h.cmd.Stderr = os.Stderr
+	if err := h.cmd.Start(); err != nil {
+		t.Fatalf("%s: %v", h.what, err)
+	}
+	t.Cleanup(func() { _ = h.cmd.Process.Kill(); _ = h.cmd.Wait() })
+	h.out = lines(out)
+	return &h
+}
+
+func TestFIFOWithAHolderInAnotherProcessAndLanguage(t *testing.T) {
+	srv := startServer(t)
+	store := connect(t, srv.addr)
+	l := openLock(t, store, "cross")
+	release := make(chan struct{})
+	first, firstDone := heldUntil(t, l, "k", release)
+	f0 := within(t, "the first grant", 10*time.Second, first).Fence
+	foreign := startForeignHolder(t, srv.addr, "cross", "k")
+	waitersAre(t, store, "cross", 1)
+	third := make(chan uint64, 1)
+	thirdDone := holdAsync(context.Background(), l, "k", func(ctx context.Context, lease *Lease) error {
+		third <- lease.Fence
+		return nil
+	}, Wait(30*time.Second))
+	waitersAre(t, store, "cross", 2)
+	close(release)
+	if err := <-firstDone; err != nil {
+		t.Fatal(err)
+	}
+	line := within(t, foreign.what+"'s grant", 10*time.Second, foreign.out)
+	f1, err := strconv.ParseUint(strings.TrimPrefix(line, "held "), 10, 64)
+	if err != nil || f1 <= f0 {
+		t.Fatalf("%s said %q after fence %d", foreign.what, line, f0)
+	}
+	select {
+	case f := <-third:
+		t.Fatalf("the third in line was granted (fence %d) while the second held", f)
+	default:
+	}
+	foreign.release(t)
+	if f2 := within(t, "the third grant", 10*time.Second, third); f2 <= f1 {
+		t.Fatalf("fences %d, %d, %d", f0, f1, f2)
+	}
+	if err := <-thirdDone; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestAKilledHolderProcessLetsTheKeyGoAtOnce(t *testing.T) {
+	srv := startServer(t)
+	store := connect(t, srv.addr)
+	const ttl = 60 * time.Second // far longer than the test: the kill, not the ttl, lets go
+	l := openLock(t, store, "killed", TTL(ttl))
+	holder := startGoHolder(t, srv.addr, "killed", "k", ttl)
+	granted := make(chan uint64, 1)
+	done := holdAsync(context.Background(), l, "k", func(ctx context.Context, lease *Lease) error {
+		granted <- lease.Fence
+		return nil
+	}, Wait(ttl))
+	waitersAre(t, store, "killed", 1)
+	if err := holder.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if f := within(t, "the grant after the kill", 20*time.Second, granted); f <= holder.fence {
+		t.Fatalf("fence %d after %d", f, holder.fence)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A holder process stopped past its ttl loses its lease to the next in
+// line, and once it runs again its first look at the lease says lost.
+func TestAStoppedHolderProcessLosesItsLeaseAndSaysSoOnItsFirstLook(t *testing.T) {
+	srv := startServer(t)
+	store := connect(t, srv.addr)
+	const ttl = time.Second
+	l := openLock(t, store, "stopped", TTL(ttl))
+	holder := startGoHolder(t, srv.addr, "stopped", "k", ttl)
+	if _, err := io.WriteString(holder.in, "look\n"); err != nil {
+		t.Fatal(err)
+	}
+	if line := within(t, "a look while held", 10*time.Second, holder.out); line != "look held" {
+		t.Fatalf("the holder said %q", line)
+	}
+	granted := make(chan uint64, 1)
+	done := holdAsync(context.Background(), l, "k", func(ctx context.Context, lease *Lease) error {
+		granted <- lease.Fence
+		return nil
+	}, Wait(30*time.Second))
+	waitersAre(t, store, "stopped", 1)
+	signal(t, holder.cmd, syscall.SIGSTOP)
+	if f := within(t, "the grant after the stop", 20*time.Second, granted); f <= holder.fence {
+		t.Fatalf("fence %d after %d", f, holder.fence)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	// The look is asked for while the holder is still stopped, so that it is
+	// the first thing it may do on waking, racing its timers and its reader.
+	if _, err := io.WriteString(holder.in, "look\n"); err != nil {
+		t.Fatal(err)
+	}
+	signal(t, holder.cmd, syscall.SIGCONT)
+	silent := `lock stopped: key "k": the lease was lost: the server answered nothing for its ttl (1s)`
+	ranOut := `lock stopped: key "k": the lease was lost: it ran out (ttl 1s)`
+	line := within(t, "the first look after the stop", 10*time.Second, holder.out)
+	t.Logf("the first look: %s", line)
+	if line != "look lost "+silent && line != "look lost "+ranOut {
+		t.Fatalf("the holder's first look said %q", line)
+	}
+	_ = holder.in.Close()
+	if line := within(t, "the holder's end", 10*time.Second, holder.out); line != "exit "+silent && line != "exit "+ranOut {
+		t.Fatalf("the holder's hold answered %q", line)
+	}
+}
+
+// The connection dropping (here: the server killed) ends a holder's ctx
+// and a waiter's wait, with the client's own texts.
+func TestADroppedConnectionEndsHoldsAndWaits(t *testing.T) {
+	srv := startServer(t)
+	store := connect(t, srv.addr)
+	l := openLock(t, store, "drop")
+	cause := make(chan error, 1)
+	held := holdAsync(context.Background(), l, "k", func(ctx context.Context, lease *Lease) error {
+		<-ctx.Done()
+		cause <- Cause(ctx)
+		return nil
+	})
+	waiting := holdAsync(context.Background(), l, "k", func(context.Context, *Lease) error { return nil }, Wait(60*time.Second))
+	waitersAre(t, store, "drop", 1)
+	if err := srv.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	lost := `lock drop: key "k": the lease was lost: its connection to the server closed`
+	if err := within(t, "the holder's ctx", 10*time.Second, cause); err == nil || err.Error() != lost {
+		t.Fatalf("cause: %v", err)
+	}
+	if err := within(t, "the holder", 10*time.Second, held); !errors.Is(err, ErrLost) || err.Error() != lost {
+		t.Fatalf("holder: %v", err)
+	}
+	closed := `lock drop: key "k": the connection to the server closed: closed`
+	if err := within(t, "the waiter", 10*time.Second, waiting); !errors.Is(err, ErrClosed) || err.Error() != closed {
+		t.Fatalf("waiter: %v", err)
+	}
+}
