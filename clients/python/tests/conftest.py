@@ -4,6 +4,7 @@ The binary is $HOLDLINE_BIN (an absolute path; CI sets it), else
 <repo>/target/release/holdline.
 """
 
+import asyncio
 import os
 import selectors
 import signal
@@ -12,12 +13,14 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
-from typing import AsyncIterator, Iterator, List, Optional
+from typing import AsyncIterator, Awaitable, Callable, Iterator, List, Optional
 
 import pytest
 
 import holdline
+from holdline._resp import Decoder
 
 REPO = Path(__file__).resolve().parents[3]
 HOLDER = Path(__file__).resolve().parent / "holder.py"
@@ -103,11 +106,8 @@ def server() -> Iterator[Server]:
 
 @pytest.fixture
 async def store(server: Server) -> AsyncIterator[holdline.Store]:
-    s = await holdline.connect(server.address)
-    try:
+    async with holdline.connect(server.address) as s:
         yield s
-    finally:
-        await s.close()
 
 
 class Holder:
@@ -152,3 +152,113 @@ class Holder:
         for stream in (self.proc.stdout, self.proc.stderr):
             if stream:
                 stream.close()
+
+
+PROXY = REPO / "clients" / "testing" / "frozen_proxy.py"
+
+
+class Proxy:
+    """`clients/testing/frozen_proxy.py` in front of a server: `freeze()`
+    (SIGSTOP) stops every byte both ways while the sockets stay open."""
+
+    def __init__(self, target: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, str(PROXY), target],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        with selectors.DefaultSelector() as sel:
+            sel.register(self.proc.stdout, selectors.EVENT_READ)
+            ready = sel.select(15)
+        line = self.proc.stdout.readline().strip() if ready else ""
+        if not line.isdigit():
+            self.close()
+            raise RuntimeError(f"the proxy did not start: {line!r}")
+        self.port = int(line)
+        self.address = f"127.0.0.1:{self.port}"
+
+    def freeze(self) -> float:
+        """Stops the proxy; answers the monotonic time just before."""
+        frozen_at = time.monotonic()
+        self.proc.send_signal(signal.SIGSTOP)
+        return frozen_at
+
+    def thaw(self) -> None:
+        self.proc.send_signal(signal.SIGCONT)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.kill()
+        self.proc.wait(timeout=15)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+@pytest.fixture
+def proxy(server: Server) -> Iterator[Proxy]:
+    p = Proxy(server.address)
+    try:
+        yield p
+    finally:
+        p.close()
+
+
+HANG_UP = b"hang up"
+"""What a scripted server's handler answers to close the connection."""
+
+Handler = Callable[[List[bytes]], Awaitable[Optional[bytes]]]
+
+
+class Scripted:
+    """A stand-in server on a free port, for what a real one will not do on
+    cue: it answers `HELLO` (unless told not to) and hands every other
+    command to `handler`, which answers the bytes to send, None to send
+    nothing, or HANG_UP. One connection's commands are handled in order."""
+
+    def __init__(self, handler: Handler, hello: bool = True) -> None:
+        self._handler = handler
+        self._hello = hello
+        self._server: Optional[asyncio.AbstractServer] = None
+        self.address = ""
+        self.commands: List[List[bytes]] = []
+
+    async def __aenter__(self) -> "Scripted":
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        port = self._server.sockets[0].getsockname()[1]
+        self.address = f"127.0.0.1:{port}"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        decoder = Decoder()
+        try:
+            while True:
+                data = await reader.read(65536)
+                if not data:
+                    return
+                for command in decoder.feed(data):
+                    assert isinstance(command, list), "a command is an array"
+                    args = [bytes(arg) for arg in command]
+                    self.commands.append(args)
+                    if self._hello and args[0].upper() == b"HELLO":
+                        writer.write(b"%1\r\n$6\r\nserver\r\n$8\r\nscripted\r\n")
+                        continue
+                    answer = await self._handler(args)
+                    if answer == HANG_UP:
+                        return
+                    if answer is not None:
+                        writer.write(answer)
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+
+
+async def never_answer(command: List[bytes]) -> Optional[bytes]:
+    return None

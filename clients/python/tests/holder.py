@@ -1,32 +1,48 @@
 """A holder in a process of its own, for the tests that kill or stop one.
 
-    python holder.py ADDRESS LOCK KEY [TTL]
+    python holder.py ADDRESS LOCK KEY [TTL] [look]
 
 Prints `held FENCE` once it holds the key, then waits for the lease's
 signal: `signal TEXT` when it is set, then `exit TEXT` with what leaving
 the block raised (or `exit ok`).
+
+With `look`, a SIGCONT makes it print `look LOST ERROR`: the lease's
+`lost` and `error` as they read the moment the process runs again. The
+look is a Python signal handler, which runs as soon as the interpreter
+gets control back (inside the event loop's interrupted wait), before any
+timer or reply of the event loop: the first thing it does on waking.
 """
 
 import asyncio
+import signal
 import sys
+from types import FrameType
+from typing import Optional
 
 import holdline
 
 
-async def main(address: str, lock: str, key: str, ttl: str) -> None:
-    store = await holdline.connect(address)
-    try:
-        async with store.lock(lock, ttl=ttl).hold(key, wait="30s") as lease:
-            print("held", lease.fence, flush=True)
-            await lease.signal.wait()
-            print("signal", lease.error, flush=True)
-    except holdline.Error as err:
-        print("exit", err, flush=True)
-    else:
-        print("exit ok", flush=True)
-    await store.close()
+async def main(address: str, lock: str, key: str, ttl: str, look: bool) -> None:
+    async with holdline.connect(address) as store:
+        try:
+            async with store.lock(lock, ttl=ttl).hold(key, wait="30s") as lease:
+                assert lease is not None
+
+                def on_wake(signum: int, frame: Optional[FrameType]) -> None:
+                    print("look", lease.lost, lease.error, flush=True)
+
+                if look:
+                    signal.signal(signal.SIGCONT, on_wake)
+                print("held", lease.fence, flush=True)
+                await lease.signal.wait()
+                print("signal", lease.error, flush=True)
+        except holdline.Error as err:
+            print("exit", err, flush=True)
+        else:
+            print("exit ok", flush=True)
 
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    asyncio.run(main(args[0], args[1], args[2], args[3] if len(args) > 3 else "10s"))
+    ttl = args[3] if len(args) > 3 else "10s"
+    asyncio.run(main(args[0], args[1], args[2], ttl, args[4:] == ["look"]))

@@ -3,14 +3,16 @@
 import pytest
 
 import holdline
+from holdline._address import Address
 from holdline._durations import to_ms
 from holdline._errors import from_reply, show_key, text_for
 from holdline._lock import key_text
-from holdline._store import Store, parse_address
+from holdline._pool import Pool
+from holdline._store import Store
 
 
 def offline_store() -> Store:
-    return Store("127.0.0.1", 1, None, 1.0, 0)
+    return Store(Pool(Address("127.0.0.1", 1), None, 1000, 0))
 
 
 @pytest.mark.parametrize(
@@ -30,7 +32,7 @@ def offline_store() -> Store:
         ("1.5ms", 2),
     ],
 )
-def test_durations_as_the_seed_writes_them(value: object, ms: int) -> None:
+def test_durations_in_holdlines_written_form(value: object, ms: int) -> None:
     assert to_ms(value, "wait") == ms  # type: ignore[arg-type]
 
 
@@ -141,12 +143,3 @@ def test_keys_in_texts_are_shown_as_the_core_shows_them() -> None:
     assert text_for(None, None, "the store is closed", "closed") == (
         "store: the store is closed: closed"
     )
-
-
-def test_addresses() -> None:
-    assert parse_address("127.0.0.1:7380") == ("127.0.0.1", 7380)
-    assert parse_address("localhost") == ("localhost", 7380)
-    assert parse_address("[::1]:9000") == ("::1", 9000)
-    for bad in ["", ":7380", "host:port", "host:0", "host:70000", "[::1"]:
-        with pytest.raises(holdline.Invalid):
-            parse_address(bad)

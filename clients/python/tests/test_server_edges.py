@@ -7,6 +7,7 @@ from typing import Iterator, List
 
 import pytest
 from conftest import Server
+from texts import assert_text
 
 import holdline
 
@@ -24,16 +25,24 @@ def token_server(tmp_path: Path) -> Iterator[Server]:
 
 
 async def test_a_token_is_presented_and_checked_at_connect(token_server: Server) -> None:
-    store = await holdline.connect(token_server.address, token="s3cret")
-    async with store.lock("t").hold("k") as lease:
-        assert lease is not None
-    await store.close()
+    async with holdline.connect(token_server.address, token="s3cret") as store:
+        async with store.lock("t").hold("k") as lease:
+            assert lease is not None
     with pytest.raises(holdline.Invalid) as caught:
         await holdline.connect(token_server.address, token="wrong")
-    assert str(caught.value).startswith("WRONGPASS ")
+    assert_text(caught.value, "token_refused")
+    assert caught.value.kind == "invalid"
     with pytest.raises(holdline.Invalid) as caught:
         await holdline.connect(token_server.address)
-    assert str(caught.value).startswith("NOAUTH ")
+    assert_text(caught.value, "token_missing")
+    # In the address, as a Redis URL's password; a token given apart wins.
+    async with holdline.connect(f"redis://:s3cret@{token_server.address}") as store:
+        assert (await store.stats("t"))["grants"] == 1
+    async with holdline.connect(f"redis://:wrong@{token_server.address}", token="s3cret"):
+        pass
+    with pytest.raises(holdline.Invalid) as caught:
+        await holdline.connect(f"redis://:s3cret@{token_server.address}", token="wrong")
+    assert_text(caught.value, "token_refused")
 
 
 WAITERS = 10_000

@@ -19,7 +19,7 @@ def sync_store(server: Server) -> Iterator[holdline.SyncStore]:
         store.close()
 
 
-def test_the_seeds_example_with_blocks(sync_store: holdline.SyncStore) -> None:
+def test_the_usage_example_with_blocks(sync_store: holdline.SyncStore) -> None:
     invoices = sync_store.lock("invoices", ttl="10s", max_hold="2m")
     with invoices.hold(9) as lease:
         assert lease is not None and lease.key == "9"
@@ -76,11 +76,11 @@ def test_threads_wait_in_line_and_time_out_in_use(sync_store: holdline.SyncStore
 def test_blocking_work_keeps_its_lease_and_max_hold_sets_the_event(
     sync_store: holdline.SyncStore,
 ) -> None:
-    lock = sync_store.lock("work", ttl="300ms", max_hold="1500ms")
+    lock = sync_store.lock("work", ttl="1s", max_hold="4s")
     with pytest.raises(holdline.Lost) as caught:
         with lock.hold("k") as lease:
             assert lease is not None
-            time.sleep(0.9)  # blocking work: renewals go on in the loop thread
+            time.sleep(2.5)  # blocking work past two ttls: renewals go on in the loop thread
             assert not lease.lost and not lease.signal.is_set()
             assert lease.signal.wait(10)
             assert lease.lost

@@ -1,5 +1,6 @@
-"""Durations as the seed writes them (`"10s"`, `"2m"`, `"500ms"`, also
-`"1h"`, `"1.5s"` and sums such as `"1m30s"`) or seconds as numbers.
+"""Durations as holdline writes them in every language (`"10s"`, `"2m"`,
+`"500ms"`, also `"1h"`, `"1.5s"` and sums such as `"1m30s"`), or seconds as
+numbers.
 
 The server takes whole milliseconds; a duration that is not a whole number
 of them is rounded up, so a positive duration never becomes zero (which

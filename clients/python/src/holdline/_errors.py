@@ -1,4 +1,5 @@
-"""Errors: one base class, five kinds, and the core's texts.
+"""Errors: one base class, five kinds, and the texts of holdline's core (the
+Rust library the server runs), which every client reproduces.
 
 The server sends an error as `-KIND text` (`-INUSE lock invoices: key "9":
 held past the hold's wait: in use`); the client raises the class of that kind

@@ -1,29 +1,36 @@
-"""A lock's holds: `hold` and `try_hold` as `async with` blocks, and the lease.
+"""A lock's holds: `hold` and `try_hold` as `async with` blocks.
 
-Each hold takes a connection of its own from the store's pool for as long as
-it waits and holds: the server carries out one connection's commands one at
-a time, so a HOLD waiting on a shared connection would delay every other
-task's RELEASE behind it. While the hold lives, a renewal task sends a
-command every third of the ttl (`PING` while the HOLD waits, since every
-command read renews the connection's leases; `RENEW lease` once granted,
-whose `LOST` answer is a second way to learn of a loss). Its replies are
-not awaited: one sent during a wait is answered only once the HOLD ends.
+Each hold takes a connection of its own from the store's pool for as long
+as it waits and holds. While its HOLD waits, the connection sends `PING`
+every third of the ttl (the server keeps reading during a wait, and every
+command read renews the connection's leases; the replies come only once
+the HOLD is answered). Once granted, the lease renews itself (`_lease`).
+
+A waiting hold whose connection answers nothing for its wait plus the ttl
+(at least 1 s more) gives up `Closed` and closes the connection, which
+takes the HOLD out of the server's line: nothing is granted to it later.
 """
 
 import asyncio
 import re
+import time
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Callable, List, Optional, Tuple, Type, Union
+from typing import List, Optional, Type, Union
 
 from ._durations import Duration, to_ms
-from ._errors import Closed, Error, Invalid, Lost, show_key, text_for
-from ._wire import Link
-
-if TYPE_CHECKING:
-    from ._store import Store
+from ._errors import Closed, Error, Invalid, Lost, from_reply, show_key, text_for
+from ._lease import Lease
+from ._pool import Holding, Pool
+from ._resp import Arg, Reply, RespError
+from ._texts import key_text as client_text
+from ._texts import show_ms, wait_grace_ms
+from ._wire import DROPPED, Link
 
 Key = Union[str, int]
 """A key: text, or an integer (key 9 and key "9" are the same key)."""
+
+DEFAULT_TTL_MS = 10_000
+DEFAULT_WAIT_MS = 10_000
 
 
 def key_text(key: Key) -> str:
@@ -35,89 +42,31 @@ def key_text(key: Key) -> str:
     raise TypeError(f"a key is a str or an int, not {type(key).__name__}")
 
 
-class Lease:
-    """The lease a hold runs under: its key, its fence and its loss signal."""
+class _Pinger:
+    """Sends `PING` on a link every `interval` seconds, never awaiting it."""
 
-    __slots__ = ("lock", "key", "fence", "id", "signal", "_error", "_on_loss")
-
-    def __init__(self, lock: str, key: str, fence: int, lease_id: int) -> None:
-        self.lock = lock
-        """The lock's name."""
-        self.key = key
-        """The key as text."""
-        self.fence = fence
-        """The fencing token: greater than every earlier grant's of this key."""
-        self.id = lease_id
-        """The server's id of the lease (its connection's to renew and release)."""
-        self.signal = asyncio.Event()
-        """Set the moment the lease is lost: the server's push, a `LOST`
-        answer to a renewal, or the connection dropping."""
-        self._error: Optional[Lost] = None
-        self._on_loss: List[Callable[[Lost], None]] = []
-
-    @property
-    def lost(self) -> bool:
-        """True once the lease is lost."""
-        return self._error is not None
-
-    @property
-    def error(self) -> Optional[Lost]:
-        """The `Lost` error once the lease is lost, with the server's text."""
-        return self._error
-
-    def check(self) -> None:
-        """Raises `Lost` once the lease is lost; a cheap check inside long work."""
-        if self._error is not None:
-            raise self._error
-
-    def _lose(self, error: Lost) -> None:
-        if self._error is not None:
-            return
-        self._error = error
-        self.signal.set()
-        for tell in self._on_loss:
-            tell(error)
-
-    def __repr__(self) -> str:
-        state = "lost" if self.lost else "held"
-        return f"<Lease lock={self.lock} key={self.key!r} fence={self.fence} {state}>"
-
-
-class _Renewal:
-    """Sends `command` every `interval` seconds on `link`, never awaiting the
-    reply; a `LOST` reply goes to `on_lost`."""
-
-    def __init__(self, link: Link, interval: float, command: List[Union[str, int]]) -> None:
+    def __init__(self, link: Link, interval: float) -> None:
         self._link = link
         self._interval = interval
-        self.command = command
-        self.on_lost: Optional[Callable[[Lost], None]] = None
-        self._task = asyncio.ensure_future(self._run())
+        self._loop = asyncio.get_running_loop()
+        self._handle = self._loop.call_later(interval, self._ping)
 
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self._interval)
-            try:
-                reply = await self._link.send(*self.command)
-            except Closed:
-                return  # the link is gone; its drop has told the lease
-            reply.add_done_callback(self._answered)
-
-    def _answered(self, reply: "asyncio.Future[Any]") -> None:
-        if reply.cancelled():
+    def _ping(self) -> None:
+        if self._link.dropped:
             return
-        error = reply.exception()
-        if isinstance(error, Lost) and self.on_lost is not None:
-            self.on_lost(error)
+        try:
+            self._link.send("PING")
+        except Closed:
+            return
+        self._handle = self._loop.call_later(self._interval, self._ping)
 
     def stop(self) -> None:
-        self._task.cancel()
+        self._handle.cancel()
 
 
-class Hold:
-    """`async with lock.hold(key) as lease:` (or `try_hold`, whose lease is
-    None when the key is held). Leaving the block releases the key; leaving
-    it after the lease was lost raises `Lost`, unless the block raised."""
+class HoldBase:
+    """What `hold` and `try_hold` share: the block's entry (wait in line or
+    try) and its exit (release; `Lost` if the lease was lost meanwhile)."""
 
     def __init__(
         self, lock: "Lock", key: str, wait_ms: Optional[int], owner: Optional[object] = None
@@ -128,123 +77,189 @@ class Hold:
         # Who holds: the task (async) or the thread (blocking flavour). A hold
         # of a key its owner already holds would wait for itself: `Invalid`.
         self._owner = owner
-        self._holding: Optional[Tuple[str, str, object]] = None
+        self._holding: Optional[Holding] = None
         self._link: Optional[Link] = None
-        self._renewal: Optional[_Renewal] = None
         self._lease: Optional[Lease] = None
         self._entered = False
 
-    async def __aenter__(self) -> Optional[Lease]:
+    async def _enter(self) -> Optional[Lease]:
         if self._entered:
             raise RuntimeError("a hold is entered once; call lock.hold(key) again")
         self._entered = True
-        lock = self._lock
+        lock, pool = self._lock, self._lock.pool
         owner = self._owner if self._owner is not None else asyncio.current_task()
         holding = (lock.name, self._key, owner)
-        if holding in lock.store._holding:
+        if holding in pool.holding:
             if self._wait_ms is None:
                 return None  # as in process: a try of a key its caller holds
             what = "hold inside a hold of the same key"
             raise Invalid(text_for(lock.name, self._key, what, "invalid"))
-        link = await lock.store._checkout(lock.name, self._key)
+        link = await pool.checkout(lock.name, self._key)
         self._link = link
-        renewal = _Renewal(link, max(lock.ttl_ms / 3000, 0.001), ["PING"])
-        limits: List[Union[str, int]] = ["TTL", lock.ttl_ms]
-        if lock.max_hold_ms is not None:
-            limits += ["MAXHOLD", lock.max_hold_ms]
         try:
-            if self._wait_ms is None:
-                reply = await link.call("TRYHOLD", lock.name, self._key, *limits)
-            else:
-                reply = await link.call(
-                    "HOLD", lock.name, self._key, "WAIT", self._wait_ms, *limits
-                )
-        except Closed:
-            renewal.stop()
-            lock.store._checkin(link)
-            if link.dropped:
-                raise self._closed_error(link) from None
-            raise  # the server's own: its store closed
-        except Error:
-            renewal.stop()
-            lock.store._checkin(link)
-            raise
+            reply = await self._ask(link)
         except BaseException:
-            # Cancelled (or worse) while in line: closing the connection is
+            # Cancelled while in line, or gave up: closing the connection is
             # how a HOLD leaves the line, and how a grant that raced the
             # cancel goes on to the next waiter.
-            renewal.stop()
-            await _close_quietly(link)
-            lock.store._checkin(link)
+            self._abandon(link)
             raise
-        if reply is None:
-            renewal.stop()
-            lock.store._checkin(link)
-            return None
-        lease_id, fence = int(reply[0]), int(reply[1])
-        lease = Lease(lock.name, self._key, fence, lease_id)
-        self._lease = lease
-        self._holding = holding
-        lock.store._holding.add(holding)
-        renewal.command = ["RENEW", lease_id]
-        renewal.on_lost = lease._lose
-        self._renewal = renewal
-        link.watch(lease_id, self._on_loss)
-        return lease
-
-    def _on_loss(self, text: Optional[str]) -> None:
+        if reply is DROPPED:
+            pool.checkin(link)
+            raise self._closed_error() from None
+        if isinstance(reply, RespError):
+            pool.checkin(link)
+            raise from_reply(reply.line)
         lease = self._lease
         if lease is None:
-            return
-        if text is None:
-            closed = self._lock.store.closed
-            why = "its store closed" if closed else "its connection to the server closed"
-            text = text_for(lease.lock, lease.key, why, "lost")
-        lease._lose(Lost(text))
+            pool.checkin(link)
+            return None  # TRYHOLD of a held key
+        if not lease.lost:
+            try:
+                await lease.settled()
+            except BaseException:
+                self._abandon(link)
+                raise
+        if lease.lost:
+            await self._let_go(lease, link)
+            assert lease.error is not None
+            raise lease.error
+        self._holding = holding
+        pool.holding.add(holding)
+        return lease
 
-    def _closed_error(self, link: Link) -> Closed:
+    async def _ask(self, link: Link) -> Reply:
+        """Sends HOLD (or TRYHOLD) and answers its reply; gives up `Closed`
+        when nothing is answered for the wait plus max(ttl, 1s)."""
         lock = self._lock
-        if lock.store.closed:
-            return Closed(text_for(lock.name, self._key, "the store is closed", "closed"))
-        what = "the connection to the server closed"
-        return Closed(text_for(lock.name, self._key, what, "closed"))
+        limits: List[Arg] = ["TTL", lock.ttl_ms]
+        if lock.max_hold_ms is not None:
+            limits += ["MAXHOLD", lock.max_hold_ms]
+        wait_ms = 0 if self._wait_ms is None else self._wait_ms
+        if self._wait_ms is None:
+            pending = link.send("TRYHOLD", lock.name, self._key, *limits, on_reply=self._granted)
+        else:
+            pending = link.send(
+                "HOLD", lock.name, self._key, "WAIT", wait_ms, *limits, on_reply=self._granted
+            )
+        pinger = _Pinger(link, lock.ttl_ms / 3000)
+        try:
+            grace_ms = wait_ms + wait_grace_ms(lock.ttl_ms)
+            timeout = pending.sent_at + grace_ms / 1000 - time.monotonic()
+            await asyncio.wait([pending.future], timeout=max(0.0, timeout))
+        finally:
+            pinger.stop()
+        if not pending.future.done():
+            raise Closed(
+                client_text(
+                    "wait_silent",
+                    lock.name,
+                    self._key,
+                    wait=show_ms(wait_ms),
+                    ttl=show_ms(wait_grace_ms(lock.ttl_ms)),
+                )
+            )
+        return pending.future.result()
+
+    def _granted(self, reply: Reply, sent_at: float, now: float) -> None:
+        """Makes the lease as the grant is handled, so that the answers
+        behind it (the PINGs of the wait) already count for its clock."""
+        if not (isinstance(reply, list) and len(reply) == 2):
+            return
+        lease_id, fence = reply
+        if not (isinstance(lease_id, int) and isinstance(fence, int)):
+            return
+        lock, link = self._lock, self._link
+        assert link is not None
+        self._lease = Lease(
+            lock.name,
+            self._key,
+            fence,
+            lease_id,
+            lock.ttl_ms,
+            link,
+            (sent_at, now),
+            lock.pool.is_closed,
+        )
+
+    def _abandon(self, link: Link) -> None:
+        link.close()
+        if self._lease is not None:
+            self._lease.end()
+        self._lock.pool.checkin(link)
+
+    def _closed_error(self) -> Closed:
+        lock = self._lock
+        if lock.pool.closed:
+            return lock.pool.closed_error(lock.name, self._key)
+        return Closed(client_text("connection_closed_key", lock.name, self._key))
+
+    async def _exit(self, exc_type: Optional[Type[BaseException]]) -> None:
+        lease, link = self._lease, self._link
+        if lease is None or link is None or self._holding is None:
+            return
+        try:
+            await self._let_go(lease, link)
+        finally:
+            self._lock.pool.holding.discard(self._holding)
+        if lease.lost and exc_type is None:
+            assert lease.error is not None
+            raise lease.error
+
+    async def _let_go(self, lease: Lease, link: Link) -> None:
+        """Releases the key (the server forgets a lost lease on its RELEASE
+        too) and gives the connection back."""
+        lease.stop_renewing()
+        try:
+            if not link.dropped:
+                await link.call("RELEASE", lease.id)
+        except Lost as err:
+            lease.lose(err)
+        except Error:
+            pass  # the connection closed: the lease was told by its drop
+        except BaseException:
+            # Cancelled during the release: closing lets the key go as surely.
+            link.close()
+            raise
+        finally:
+            lease.end()
+            self._lock.pool.checkin(link)
+
+
+class Hold(HoldBase):
+    """`async with lock.hold(key) as lease:` waits in the key's line up to
+    the hold's wait, then holds the key for the block (`InUse` past the
+    wait). Leaving the block releases the key; leaving it after the lease
+    was lost raises `Lost`, unless the block raised its own error."""
+
+    async def __aenter__(self) -> Lease:
+        lease = await self._enter()
+        assert lease is not None  # a waiting hold answers a lease or raises
+        return lease
 
     async def __aexit__(
         self,
         exc_type: Optional[Type[BaseException]],
         exc: Optional[BaseException],
         tb: Optional[TracebackType],
-    ) -> bool:
-        lease, link = self._lease, self._link
-        if lease is None or link is None:
-            return False
-        if self._renewal is not None:
-            self._renewal.stop()
-        try:
-            if not link.dropped:
-                await link.call("RELEASE", lease.id)
-        except Lost as err:
-            lease._lose(err)
-        except Closed:
-            self._on_loss(None)  # the release could not be confirmed
-        except BaseException:
-            # Cancelled during the release: closing lets the key go as surely.
-            await _close_quietly(link)
-            raise
-        finally:
-            link.unwatch(lease.id)
-            self._lock.store._checkin(link)
-            if self._holding is not None:
-                self._lock.store._holding.discard(self._holding)
-        if lease.lost and exc_type is None:
-            assert lease.error is not None
-            raise lease.error
-        return False
+    ) -> None:
+        await self._exit(exc_type)
 
 
-async def _close_quietly(link: Link) -> None:
-    # Shielded: a second cancel must not leave the socket open.
-    await asyncio.shield(link.close())
+class TryHold(HoldBase):
+    """`async with lock.try_hold(key) as lease:` holds the key for the block
+    if it is free; the lease is None when it is held, and nothing waits."""
+
+    async def __aenter__(self) -> Optional[Lease]:
+        return await self._enter()
+
+    async def __aexit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        await self._exit(exc_type)
 
 
 class Lock:
@@ -254,14 +269,18 @@ class Lock:
     command; `max_hold` (default off) bounds a lease from its grant."""
 
     def __init__(
-        self, store: "Store", name: str, ttl: Duration = "10s", max_hold: Optional[Duration] = None
+        self,
+        pool: Pool,
+        name: str,
+        ttl: Optional[Duration] = None,
+        max_hold: Optional[Duration] = None,
     ) -> None:
         check_name(name)
-        if store.closed:
-            raise Closed(text_for(name, None, "the store is closed", "closed"))
-        self.store = store
+        if pool.closed:
+            raise pool.closed_error(name)
+        self.pool = pool
         self.name = name
-        self.ttl_ms = to_ms(ttl, "ttl", name)
+        self.ttl_ms = DEFAULT_TTL_MS if ttl is None else to_ms(ttl, "ttl", name)
         if self.ttl_ms < 1:
             raise _invalid(name, "a ttl is at least 1ms")
         self.max_hold_ms: Optional[int] = None
@@ -270,17 +289,19 @@ class Lock:
             if self.max_hold_ms < 1:
                 raise _invalid(name, "a maxHold is at least 1ms")
 
+    def wait_ms(self, key: str, wait: Optional[Duration]) -> int:
+        return DEFAULT_WAIT_MS if wait is None else to_ms(wait, "wait", self.name, key)
+
     def hold(self, key: Key, *, wait: Optional[Duration] = None) -> Hold:
         """Waits in the key's line up to `wait` (default 10 s; 0: not at all)
         and holds the key for the `async with` block. Past the wait: `InUse`."""
         text = key_text(key)
-        wait_ms = 10_000 if wait is None else to_ms(wait, "wait", self.name, text)
-        return Hold(self, text, wait_ms)
+        return Hold(self, text, self.wait_ms(text, wait))
 
-    def try_hold(self, key: Key) -> Hold:
+    def try_hold(self, key: Key) -> TryHold:
         """Holds the key for the block if it is free; the lease is None when
         it is held, and nothing waits."""
-        return Hold(self, key_text(key), None)
+        return TryHold(self, key_text(key), None)
 
     def __repr__(self) -> str:
         return f"<Lock {self.name} ttl={self.ttl_ms}ms max_hold={self.max_hold_ms}>"

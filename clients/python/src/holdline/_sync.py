@@ -13,11 +13,14 @@ came first, lets the key go.
 
 import asyncio
 import threading
+import time
 from types import TracebackType
-from typing import Any, Awaitable, Dict, Optional, Type, TypeVar, Union
+from typing import Awaitable, Dict, Optional, Type, TypeVar, Union
 
-from ._durations import Duration, to_ms
-from ._lock import Hold, Key, Lease, Lock, key_text
+from ._durations import Duration
+from ._errors import Lost
+from ._lease import Lease
+from ._lock import Hold, HoldBase, Key, Lock, TryHold, key_text
 from ._store import DEFAULT_ADDRESS, Store, connect
 
 T = TypeVar("T")
@@ -49,15 +52,18 @@ def connect_sync(
     address: str = DEFAULT_ADDRESS,
     *,
     token: Optional[str] = None,
-    connect_timeout: Duration = "10s",
+    connect_timeout: Optional[Duration] = None,
     max_idle: int = 16,
 ) -> "SyncStore":
     """`connect`, blocking: a store whose holds are `with` blocks."""
+    connecting = connect(address, token=token, connect_timeout=connect_timeout, max_idle=max_idle)
     runner = _LoopThread()
+
+    async def opened() -> Store:
+        return await connecting
+
     try:
-        store = runner.run(
-            connect(address, token=token, connect_timeout=connect_timeout, max_idle=max_idle)
-        )
+        store = runner.run(opened())
     except BaseException:
         runner.stop()
         raise
@@ -77,7 +83,7 @@ class SyncStore:
         return self._store.closed
 
     def lock(
-        self, name: str, *, ttl: Duration = "10s", max_hold: Optional[Duration] = None
+        self, name: str, *, ttl: Optional[Duration] = None, max_hold: Optional[Duration] = None
     ) -> "SyncLock":
         """The lock `name`, as `Store.lock` opens it."""
         return SyncLock(self, self._store.lock(name, ttl=ttl, max_hold=max_hold))
@@ -98,7 +104,7 @@ class SyncStore:
         """Closes every connection and stops the loop thread. Idempotent."""
         if self._runner.loop.is_closed():
             return
-        self._runner.run(self._store.close())
+        self._runner.run(self._store.aclose())
         self._runner.stop()
 
     def __enter__(self) -> "SyncStore":
@@ -124,26 +130,38 @@ class SyncLock:
     def hold(self, key: Key, *, wait: Optional[Duration] = None) -> "SyncHold":
         """`Lock.hold`, blocking: waits in line up to `wait` (default 10 s)."""
         text = key_text(key)
-        wait_ms = 10_000 if wait is None else to_ms(wait, "wait", self.name, text)
-        return SyncHold(self.store, Hold(self._lock, text, wait_ms))
+        return SyncHold(self.store, Hold(self._lock, text, self._lock.wait_ms(text, wait)))
 
-    def try_hold(self, key: Key) -> "SyncHold":
+    def try_hold(self, key: Key) -> "SyncTryHold":
         """`Lock.try_hold`, blocking: the lease is None when the key is held."""
-        return SyncHold(self.store, Hold(self._lock, key_text(key), None))
+        return SyncTryHold(self.store, TryHold(self._lock, key_text(key), None))
 
 
 class SyncLease:
-    """A lease for threads: `signal` is a `threading.Event`."""
+    """A lease for threads: `signal` is a `threading.Event`.
 
-    __slots__ = ("_lease", "signal")
+    Its looks (`lost`, `error`, `check()`, `signal`) read the clock from the
+    calling thread without acting on the lease there; a lease whose time ran
+    out is then lost on the loop thread, which owns it."""
+
+    __slots__ = ("_lease", "_signal", "_loop")
 
     def __init__(self, lease: Lease) -> None:
         self._lease = lease
-        self.signal = threading.Event()
-        """Set the moment the lease is lost."""
-        lease._on_loss.append(lambda _error: self.signal.set())
+        self._loop = asyncio.get_running_loop()
+        self._signal = threading.Event()
+        lease._listeners.append(lambda _error: self._signal.set())
         if lease.lost:
-            self.signal.set()
+            self._signal.set()
+
+    def _look(self) -> bool:
+        if not self._lease.looks_lost(time.monotonic()):
+            return False
+        self._signal.set()
+        if self._lease._error is None:
+            # Lost by the clock: the loop thread closes the connection.
+            self._loop.call_soon_threadsafe(self._lease._look)
+        return True
 
     @property
     def lock(self) -> str:
@@ -162,61 +180,74 @@ class SyncLease:
         return self._lease.id
 
     @property
-    def lost(self) -> bool:
-        return self._lease.lost
+    def signal(self) -> threading.Event:
+        """Set the moment the lease is lost."""
+        self._look()
+        return self._signal
 
     @property
-    def error(self) -> Any:
-        return self._lease.error
+    def lost(self) -> bool:
+        """True once the lease is lost."""
+        return self._look()
+
+    @property
+    def error(self) -> Optional[Lost]:
+        """The `Lost` error once the lease is lost."""
+        if not self._look():
+            return None
+        return self._lease._error or self._lease.silent_error()
 
     def check(self) -> None:
         """Raises `Lost` once the lease is lost."""
-        self._lease.check()
+        error = self.error
+        if error is not None:
+            raise error
 
     def __repr__(self) -> str:
         return repr(self._lease).replace("<Lease", "<SyncLease", 1)
 
 
-class SyncHold:
-    """`with lock.hold(key) as lease:`; see `Hold`."""
+class _SyncHoldBase:
+    """What `SyncHold` and `SyncTryHold` share: a hold's block entered and
+    left from a thread, carried out on the loop thread."""
 
-    def __init__(self, store: SyncStore, hold: Hold) -> None:
+    def __init__(self, store: SyncStore, hold: HoldBase) -> None:
         self._runner = store._runner
         self._hold = hold
         self._task: "Optional[asyncio.Task[Optional[SyncLease]]]" = None
         self._abandoned = False
 
-    async def _enter(self) -> Optional[SyncLease]:
+    async def _enter_on_loop(self) -> Optional[SyncLease]:
         self._task = asyncio.current_task()
         if self._abandoned:
             return None
-        lease = await self._hold.__aenter__()
+        lease = await self._hold._enter()
         # Built on the loop thread, so no loss can slip between the lease's
         # grant and the hook that sets the threading.Event.
         return None if lease is None else SyncLease(lease)
 
     def _abandon(self) -> None:
-        """On the loop thread: the caller stopped waiting for `_enter`."""
+        """On the loop thread: the caller stopped waiting for `_enter_on_loop`."""
         self._abandoned = True
         task = self._task
         if task is None:
-            return  # not started: `_enter` will see the flag
+            return  # not started: `_enter_on_loop` will see the flag
         if not task.done():
-            task.cancel()  # Hold leaves the line by closing its connection
+            task.cancel()  # the hold leaves the line by closing its connection
         elif not task.cancelled() and task.exception() is None and task.result() is not None:
             asyncio.ensure_future(self._let_go())
 
     async def _let_go(self) -> None:
         try:
-            await self._hold.__aexit__(None, None, None)
+            await self._hold._exit(None)
         except Exception:
             pass
 
-    def __enter__(self) -> Optional[SyncLease]:
+    def _enter(self) -> Optional[SyncLease]:
         # The holder is the thread that enters (the loop thread's tasks only
         # carry out its commands): a hold it makes inside is `Invalid`.
         self._hold._owner = threading.current_thread()
-        future = asyncio.run_coroutine_threadsafe(self._enter(), self._runner.loop)
+        future = asyncio.run_coroutine_threadsafe(self._enter_on_loop(), self._runner.loop)
         try:
             return future.result()
         except BaseException:
@@ -230,5 +261,21 @@ class SyncHold:
         exc_type: Optional[Type[BaseException]],
         exc: Optional[BaseException],
         tb: Optional[TracebackType],
-    ) -> bool:
-        return self._runner.run(self._hold.__aexit__(exc_type, exc, tb))
+    ) -> None:
+        self._runner.run(self._hold._exit(exc_type))
+
+
+class SyncHold(_SyncHoldBase):
+    """`with lock.hold(key) as lease:`; see `Hold`."""
+
+    def __enter__(self) -> SyncLease:
+        lease = self._enter()
+        assert lease is not None  # a waiting hold answers a lease or raises
+        return lease
+
+
+class SyncTryHold(_SyncHoldBase):
+    """`with lock.try_hold(key) as lease:`; see `TryHold`."""
+
+    def __enter__(self) -> Optional[SyncLease]:
+        return self._enter()

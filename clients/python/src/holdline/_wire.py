@@ -1,141 +1,135 @@
-"""One connection to `holdline serve`, read by a task of its own.
+"""One connection to `holdline serve`: commands answered in order, pushes
+the moment they come, and the times a lease's clock needs.
 
-redis-py's asyncio `Connection` does the socket, `HELLO 3` (with `AUTH`
-when there is a token) and command packing. What it cannot do is deliver a
-RESP3 push that arrives while nobody is reading: its parser handles pushes
-only in the middle of reading some command's reply. A lease's loss must be
-seen the moment the server sends it, so a `Link` reads its connection
-without pause from one reader task: each reply goes to the oldest waiting
-command (the server answers in order), each push to the lease it names,
-and end of file to every lease and command of the link at once.
+A `Link` is an asyncio protocol: the event loop hands it bytes as they
+arrive, with no task of its own, so a RESP3 push telling of a lost lease
+is seen even while no command waits for a reply. Each reply goes to the
+oldest command still waiting (the server answers in order), each push to
+the lease it names, and the end of the connection to every command and
+lease of the link at once.
 
-The reader parses with `_Parser`, a redis-py RESP3 parser whose grammar is
-our own: it hands pushes back as `Push` instead of passing them to
-redis-py's handlers (whose calling convention changed between redis-py 5
-and 8), and turns every error reply into a plain `ResponseError` with its
-text whole (redis-py would map some first words to its own exception
-classes, some of them connection errors).
+For the leases held on it, a link tells each watcher when a command was
+answered: the time it was sent (the server renews a connection's leases
+when it reads a command, so an answer shows the server read it after that
+time) and the time the answer is being handled (before anything else of
+that answer happens, so that a lease whose time ran out is lost first).
+
+A link never reconnects: a new socket would hold none of the old one's
+leases, so a dropped link stays dropped and its leases are lost.
 """
 
 import asyncio
+import time
 from collections import deque
-from typing import Any, Callable, Deque, Dict, List, Optional, Union
+from typing import Callable, Deque, Dict, List, Optional, Protocol, cast
 
-from redis._parsers import _AsyncRESP3Parser
-from redis.asyncio.connection import Connection
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import InvalidResponse, RedisError, ResponseError
-from redis.exceptions import TimeoutError as RedisTimeoutError
-
-from ._errors import Closed, from_reply, text_for
+from ._address import Address
+from ._errors import Closed, Error, Invalid, from_reply
+from ._resp import Arg, Decoder, ProtocolFault, Push, Reply, RespError, encode
+from ._texts import show_ms, text
 
 
-class Push(list):  # type: ignore[type-arg]
-    """A RESP3 push (`>`), told apart from a reply that is an array."""
+class _Dropped:
+    """The reply of a command whose connection closed before it was answered."""
+
+    def __repr__(self) -> str:
+        return "DROPPED"
 
 
-class _Parser(_AsyncRESP3Parser):
-    """RESP3 with pushes returned as `Push` and errors kept whole."""
+DROPPED = _Dropped()
 
-    async def _read_response(
-        self, disable_decoding: bool = False, push_request: Optional[bool] = False
-    ) -> Any:
-        if not self._stream:
-            raise RedisConnectionError("the connection is closed")
-        raw = await self._readline()
-        kind, rest = raw[:1], raw[1:]
-        if kind == b"+":
-            return rest
-        if kind == b"-":
-            return ResponseError(rest.decode("utf-8", errors="replace"))
-        if kind == b"!":
-            blob = await self._read(int(rest))
-            return ResponseError(blob.decode("utf-8", errors="replace"))
-        if kind in (b":", b"("):
-            return int(rest)
-        if kind == b"$":
-            length = int(rest)
-            return None if length < 0 else await self._read(length)
-        if kind == b"_":
-            return None
-        if kind in (b"*", b"~", b">"):
-            count = int(rest)
-            if count < 0:
-                return None
-            items = [await self._read_response() for _ in range(count)]
-            return Push(items) if kind == b">" else items
-        if kind == b"%":
-            mapping = {}
-            for _ in range(int(rest)):
-                field = await self._read_response()
-                mapping[field] = await self._read_response()
-            return mapping
-        if kind == b"|":
-            # Attributes annotate the reply that follows; nothing here uses them.
-            for _ in range(2 * int(rest)):
-                await self._read_response()
-            return await self._read_response()
-        if kind == b",":
-            return float(rest)
-        if kind == b"#":
-            return rest == b"t"
-        if kind == b"=":
-            return (await self._read(int(rest)))[4:]
-        raise InvalidResponse(f"Protocol Error: {raw!r}")
+ReplyHook = Callable[[Reply, float, float], None]
+"""Told a command's reply as it is handled: (reply, sent_at, now)."""
 
 
-LossHandler = Callable[[Optional[str]], None]
-"""Told a lease's loss: the server's text, or None when the connection dropped."""
+class Watcher(Protocol):
+    """A lease held on a link, told what happens on it."""
+
+    def answered(self, sent_at: float, now: float) -> None:
+        """A command sent at `sent_at` is answered; `now` is the clock."""
+
+    def pushed_loss(self, text: str) -> None:
+        """The server pushed the lease's loss, with the core's text."""
+
+    def dropped(self) -> None:
+        """The connection is gone."""
 
 
-class Link:
-    """One connection: commands answered in order, pushes the moment they come.
+class Pending:
+    """A command sent and not answered yet."""
 
-    A link never reconnects: a new socket would hold none of the old one's
-    leases, so a dropped link stays dropped and its leases are lost."""
+    __slots__ = ("future", "sent_at", "on_reply")
 
-    def __init__(self, conn: Connection, address: str) -> None:
-        self._conn = conn
+    def __init__(
+        self, future: "asyncio.Future[Reply]", sent_at: float, on_reply: Optional[ReplyHook]
+    ) -> None:
+        self.future = future
+        self.sent_at = sent_at
+        self.on_reply = on_reply
+
+
+class Link(asyncio.Protocol):
+    """One connection: commands answered in order, pushes the moment they come."""
+
+    def __init__(self, address: Address) -> None:
         self.address = address
-        self._replies: Deque["asyncio.Future[Any]"] = deque()
-        self._losses: Dict[int, LossHandler] = {}
-        # Losses pushed before their lease was watched: the push can be read
-        # before the task that got the grant runs again.
-        self._early_losses: Dict[int, str] = {}
+        self._transport: Optional[asyncio.Transport] = None
+        self._decoder = Decoder()
+        self._pending: Deque[Pending] = deque()
+        self._watchers: Dict[int, Watcher] = {}
         self._dropped = False
-        self._reader = asyncio.ensure_future(self._read_loop())
+        self._gone: "asyncio.Future[None]" = asyncio.get_running_loop().create_future()
 
-    @classmethod
-    async def open(
-        cls, host: str, port: int, token: Optional[str], connect_timeout: Optional[float]
-    ) -> "Link":
-        """Connects, says `HELLO 3` (and `AUTH` with the token), starts reading."""
-        address = f"{host}:{port}"
-        conn = Connection(
-            host=host,
-            port=port,
-            password=token,
-            protocol=3,
-            parser_class=_Parser,
-            # No read timeout: a HOLD may wait as long as its WAIT says, and a
-            # write with a timeout would go through a task of its own, which
-            # could reorder two commands written from two tasks.
-            socket_timeout=None,
-            socket_connect_timeout=connect_timeout,
-            socket_keepalive=True,
-        )
+    # The event loop's side.
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        now = time.monotonic()
         try:
-            await conn.connect()  # type: ignore[no-untyped-call]
-        except ResponseError as err:
-            # A refused HELLO: WRONGPASS for a wrong token, or an error from a
-            # server that is not holdline's.
-            await conn.disconnect(nowait=True)
-            raise from_reply(str(err)) from None
-        except (RedisError, OSError) as err:
-            raise Closed(
-                text_for(None, None, f"cannot connect to {address} ({err})", "closed")
-            ) from None
-        return cls(conn, address)
+            frames = self._decoder.feed(data)
+        except ProtocolFault:
+            self.close()
+            return
+        for frame in frames:
+            if self._dropped:
+                return
+            if isinstance(frame, Push):
+                self._pushed(frame.items)
+            elif not self._pending:
+                self.close()  # a reply nobody asked for: the stream is not ours to trust
+            else:
+                self._answer(self._pending.popleft(), frame, now)
+
+    def _answer(self, pending: Pending, reply: Reply, now: float) -> None:
+        # Leases first: one whose time ran out before this answer was in hand
+        # is lost (and the link closed) before the answer can renew it.
+        for watcher in list(self._watchers.values()):
+            watcher.answered(pending.sent_at, now)
+        if self._dropped:
+            _settle(pending.future, DROPPED)
+            return
+        if pending.on_reply is not None:
+            pending.on_reply(reply, pending.sent_at, now)
+        _settle(pending.future, reply)
+
+    def _pushed(self, items: List[Reply]) -> None:
+        if len(items) >= 3 and items[0] == b"lost" and isinstance(items[1], int):
+            watcher = self._watchers.get(items[1])
+            if watcher is not None:
+                note = items[2]
+                shown = note.decode("utf-8", "replace") if isinstance(note, bytes) else str(note)
+                watcher.pushed_loss(shown)
+
+    def eof_received(self) -> Optional[bool]:
+        return False  # close our side too
+
+    def connection_lost(self, exc: Optional[Exception]) -> None:
+        self._drop()
+        _settle(self._gone, None)
+
+    # The client's side.
 
     @property
     def dropped(self) -> bool:
@@ -145,138 +139,118 @@ class Link:
     @property
     def holds_leases(self) -> bool:
         """True while some lease of this link is watched."""
-        return bool(self._losses)
+        return bool(self._watchers)
 
-    def watch(self, lease_id: int, on_loss: LossHandler) -> None:
-        """Tells `on_loss` when lease `lease_id` of this link is lost (at
-        once when it already was, or when the link is already gone)."""
+    def watch(self, lease_id: int, watcher: Watcher) -> None:
+        """Tells `watcher` what happens to lease `lease_id` of this link."""
         if self._dropped:
-            on_loss(None)
-        elif lease_id in self._early_losses:
-            on_loss(self._early_losses.pop(lease_id))
+            watcher.dropped()
         else:
-            self._losses[lease_id] = on_loss
+            self._watchers[lease_id] = watcher
 
     def unwatch(self, lease_id: int) -> None:
-        self._losses.pop(lease_id, None)
-        self._early_losses.pop(lease_id, None)
+        self._watchers.pop(lease_id, None)
 
-    async def send(self, *args: Union[str, int, bytes]) -> "asyncio.Future[Any]":
-        """Writes a command; answers the future of its reply without waiting for it.
+    def send(self, *args: Arg, on_reply: Optional[ReplyHook] = None) -> Pending:
+        """Writes a command at once (calls are sent in call order) and answers
+        its pending reply; `Closed` when the connection is gone.
 
-        Every write runs in a task of its own, created here: tasks start in
-        the order they were created, so commands reach the server in call
-        order, the order their futures stand in `_replies`. The task also
-        keeps a cancelled caller from cutting a write in half (redis-py
-        closes the socket when that happens)."""
-        if self._dropped:
-            raise self.closed_error()
-        reply = asyncio.get_running_loop().create_future()
-        # A caller may stop waiting (cancelled, or a renewal nobody awaits):
-        # its error reply is then nobody's to log.
-        reply.add_done_callback(_retrieve)
-        self._replies.append(reply)
-        write = asyncio.ensure_future(self._write(self._conn.pack_command(*args)))
-        write.add_done_callback(self._written)
-        await asyncio.shield(write)
-        return reply
+        The future's result is the reply (an error reply as a `RespError`
+        value), or `DROPPED`; it never holds an exception, so a reply that
+        nobody awaits (a renewal's) is never reported as unhandled."""
+        transport = self._transport
+        if self._dropped or transport is None or transport.is_closing():
+            raise closed_error()
+        pending = Pending(asyncio.get_running_loop().create_future(), time.monotonic(), on_reply)
+        self._pending.append(pending)
+        transport.write(encode(args))
+        return pending
 
-    async def _write(self, packed: List[bytes]) -> None:
-        # Checked in the same step as the write: redis-py would reconnect a
-        # closed connection, and a new socket holds none of our leases.
-        if self._dropped or not self._conn.is_connected:
-            raise self.closed_error()
-        await self._conn.send_packed_command(packed, check_health=False)
+    async def call(self, *args: Arg) -> Reply:
+        """Sends a command and answers its reply; an error reply raises its kind."""
+        return result(await self.send(*args).future)
 
-    def _written(self, write: "asyncio.Future[None]") -> None:
-        if write.cancelled() or write.exception() is not None:
-            self._drop()
+    def close(self) -> None:
+        """Closes the connection at once: the server lets its keys go and
+        takes its waiting HOLDs out of their lines; every waiting command
+        answers `DROPPED` and every watched lease is told."""
+        if self._transport is not None:
+            self._transport.abort()
+        self._drop()
 
-    async def call(self, *args: Union[str, int, bytes]) -> Any:
-        """Sends a command and answers its reply; an error reply raises."""
-        try:
-            reply = await self.send(*args)
-        except (RedisError, OSError, Closed):
-            raise self.closed_error() from None
-        return await reply
-
-    def closed_error(self) -> Closed:
-        return Closed(text_for(None, None, "the connection to the server closed", "closed"))
-
-    async def _read_loop(self) -> None:
-        try:
-            while True:
-                try:
-                    reply = await self._conn.read_response(
-                        push_request=True, disconnect_on_error=False
-                    )
-                except ResponseError as err:
-                    reply = err
-                if isinstance(reply, Push):
-                    self._pushed(reply)
-                    continue
-                if not self._replies:
-                    break  # a reply nobody asked for: the stream is not ours to trust
-                waiting = self._replies.popleft()
-                if waiting.done():
-                    continue  # its caller was cancelled; the reply keeps the order
-                if isinstance(reply, ResponseError):
-                    waiting.set_exception(from_reply(str(reply)))
-                else:
-                    waiting.set_result(reply)
-        except asyncio.CancelledError:
-            pass
-        except (RedisError, OSError, ValueError):
-            pass  # end of file, a reset, or a frame we cannot read: the link is gone
-        finally:
-            self._drop()
-
-    def _pushed(self, push: List[Any]) -> None:
-        if len(push) >= 3 and push[0] in (b"lost", "lost") and isinstance(push[1], int):
-            text = (
-                push[2].decode("utf-8", errors="replace")
-                if isinstance(push[2], bytes)
-                else str(push[2])
-            )
-            on_loss = self._losses.pop(push[1], None)
-            if on_loss is not None:
-                on_loss(text)
-            else:
-                self._early_losses[push[1]] = text
+    async def wait_closed(self, timeout: float = 1.0) -> None:
+        """Waits (a little) for the event loop to let the socket go."""
+        await asyncio.wait([self._gone], timeout=timeout)
 
     def _drop(self) -> None:
-        """The connection is gone: fail every waiting command, tell every lease."""
         if self._dropped:
             return
         self._dropped = True
-        error = self.closed_error()
-        while self._replies:
-            waiting = self._replies.popleft()
-            if not waiting.done():
-                waiting.set_exception(error)
-        losses, self._losses = self._losses, {}
-        for on_loss in losses.values():
-            on_loss(None)
-        if self._reader is not asyncio.current_task():
-            self._reader.cancel()
-        asyncio.ensure_future(self._disconnect())
-
-    async def _disconnect(self) -> None:
-        try:
-            await self._conn.disconnect(nowait=True)
-        except (RedisError, RedisTimeoutError, OSError):
-            pass
-
-    async def close(self) -> None:
-        """Closes the connection: the server lets its keys go and takes its
-        waiting HOLDs out of their lines."""
-        self._drop()
-        await self._disconnect()
-        # wait() rather than await: the reader ends cancelled, and that must
-        # not read as this caller being cancelled.
-        await asyncio.wait([self._reader])
+        while self._pending:
+            _settle(self._pending.popleft().future, DROPPED)
+        watchers, self._watchers = self._watchers, {}
+        for watcher in watchers.values():
+            watcher.dropped()
 
 
-def _retrieve(reply: "asyncio.Future[Any]") -> None:
-    if not reply.cancelled():
-        reply.exception()
+def result(reply: Reply) -> Reply:
+    """A reply as a caller takes it: an error reply raises its kind, a
+    dropped connection `Closed`."""
+    if reply is DROPPED:
+        raise closed_error()
+    if isinstance(reply, RespError):
+        raise from_reply(reply.line)
+    return reply
+
+
+def closed_error() -> Closed:
+    return Closed(text("connection_closed"))
+
+
+def _settle(future: "asyncio.Future[Reply]", value: Reply) -> None:
+    if not future.done():
+        future.set_result(value)
+
+
+async def open_link(address: Address, token: Optional[str], timeout_ms: int) -> Link:
+    """Connects and says `HELLO 3` (with `AUTH default TOKEN` given a token),
+    all within `timeout_ms`. A server that wants a token, or refuses the one
+    given, fails here (`Invalid`), never at the first hold."""
+    loop = asyncio.get_running_loop()
+    deadline = time.monotonic() + timeout_ms / 1000
+    silent = Closed(text("connect_silent", hostport=address.hostport, timeout=show_ms(timeout_ms)))
+    try:
+        _, link = await asyncio.wait_for(
+            loop.create_connection(lambda: Link(address), address.host, address.port),
+            timeout_ms / 1000,
+        )
+    except asyncio.TimeoutError:
+        raise silent from None
+    except OSError as err:
+        reason = err.strerror or str(err) or type(err).__name__
+        raise Closed(text("cannot_connect", hostport=address.hostport, reason=reason)) from None
+    try:
+        hello: List[Arg] = ["HELLO", "3"]
+        if token is not None:
+            hello += ["AUTH", "default", token]
+        pending = link.send(*hello)
+        await asyncio.wait([pending.future], timeout=max(0.0, deadline - time.monotonic()))
+        if not pending.future.done():
+            raise silent
+        _check_hello(pending.future.result())
+    except BaseException:
+        link.close()
+        raise
+    return link
+
+
+def _check_hello(reply: Reply) -> None:
+    if isinstance(reply, RespError):
+        if reply.word == "NOAUTH":
+            raise Invalid(text("token_missing"))
+        if reply.word == "WRONGPASS":
+            raise Invalid(text("token_refused"))
+        error: Error = from_reply(reply.line)
+        raise error
+    if reply is DROPPED:
+        raise closed_error()

@@ -1,0 +1,263 @@
+"""The lease a hold runs under: its key, its fence, its loss signal, and
+the clock that keeps it honest across a network.
+
+The clock. The server keeps a lease at least a ttl past the last command
+it read on the lease's connection, and an answer shows it read the
+command after the command was sent. So a lease is held here until
+`t + ttl - margin`, `t` being the send time of the last command answered
+on its connection, the margin (max(10ms, ttl/10)) covering a late timer.
+Past that the server may already have given the key to the next in line:
+the lease is lost, whatever arrives later, its connection is closed (a
+server that comes back then lets the key go at once), and the hold
+answers `Lost` ("the server answered nothing for its ttl"). A timer fires
+the loss on time; and since a stopped process runs no timer, `lost`,
+`error`, `check()` and `signal` each read the clock first, so the first
+look after a stall already answers lost.
+
+Only an answer handled before the lease's time ran out moves `t`: the
+server read that command while it still held the lease. A grant handled
+too late to tell whether the lease outlived its trip home is held only
+once a `RENEW` sent after it is answered `OK` in time.
+"""
+
+import asyncio
+import math
+import time
+from typing import Callable, List, Optional, Tuple
+
+from ._errors import Closed, Lost, text_for
+from ._resp import Reply, RespError
+from ._texts import key_text, lost_margin_ms, show_ms
+from ._wire import Link
+
+_HELD, _RELEASED = "held", "released"
+
+
+class Lease:
+    """The lease a hold runs under: `key`, `fence`, `lost`, `signal`."""
+
+    __slots__ = (
+        "lock",
+        "key",
+        "fence",
+        "id",
+        "_ttl_ms",
+        "_window",
+        "_link",
+        "_store_closed",
+        "_loop",
+        "_deadline",
+        "_confirmed",
+        "_state",
+        "_error",
+        "_signal",
+        "_listeners",
+        "_settled",
+        "_timer",
+        "_renewal",
+    )
+
+    def __init__(
+        self,
+        lock: str,
+        key: str,
+        fence: int,
+        lease_id: int,
+        ttl_ms: int,
+        link: Link,
+        granted: Tuple[float, float],
+        store_closed: Callable[[], bool],
+    ) -> None:
+        """Made as the grant is handled: `granted` is (the HOLD's send time,
+        the time its answer is handled)."""
+        self.lock = lock
+        """The lock's name."""
+        self.key = key
+        """The key as text."""
+        self.fence = fence
+        """The fencing token: greater than every earlier grant's of this key."""
+        self.id = lease_id
+        """The server's id of the lease (its connection's to renew and release)."""
+        self._ttl_ms = ttl_ms
+        self._window = (ttl_ms - lost_margin_ms(ttl_ms)) / 1000
+        self._link = link
+        self._store_closed = store_closed
+        self._loop = asyncio.get_running_loop()
+        self._state = _HELD
+        self._error: Optional[Lost] = None
+        self._signal = asyncio.Event()
+        self._listeners: List[Callable[[Lost], None]] = []
+        self._settled: "asyncio.Future[None]" = self._loop.create_future()
+        self._timer: Optional[asyncio.TimerHandle] = None
+        self._renewal: Optional[asyncio.TimerHandle] = None
+        sent_at, now = granted
+        self._confirmed = now < sent_at + self._window
+        self._deadline = sent_at + self._window if self._confirmed else math.inf
+        if self._confirmed:
+            self._settled.set_result(None)
+        link.watch(lease_id, self)
+        if not self._confirmed or now - sent_at > self._ttl_ms / 3000:
+            self._renew()  # the proof is old: renew (or confirm) at once
+        else:
+            self._renewal = self._loop.call_later(self._ttl_ms / 3000, self._renew)
+        self._arm()
+
+    # What users look at: each reads the clock first.
+
+    @property
+    def lost(self) -> bool:
+        """True once the lease is lost."""
+        return self._look()
+
+    @property
+    def error(self) -> Optional[Lost]:
+        """The `Lost` error once the lease is lost, with the reason in its text."""
+        self._look()
+        return self._error
+
+    @property
+    def signal(self) -> asyncio.Event:
+        """Set the moment the lease is lost: the server's push, a `LOST`
+        answer to a renewal, the connection dropping, or the clock."""
+        self._look()
+        return self._signal
+
+    def check(self) -> None:
+        """Raises `Lost` once the lease is lost; a cheap check inside long work."""
+        if self._look():
+            assert self._error is not None
+            raise self._error
+
+    def __repr__(self) -> str:
+        if self.looks_lost(time.monotonic()):
+            state = "lost"
+        else:
+            state = self._state
+        return f"<Lease lock={self.lock} key={self.key!r} fence={self.fence} {state}>"
+
+    # What the link tells (the `Watcher` side).
+
+    def answered(self, sent_at: float, now: float) -> None:
+        if not self._look(now) and self._confirmed:
+            self._deadline = max(self._deadline, sent_at + self._window)
+
+    def pushed_loss(self, text: str) -> None:
+        if not self._look():
+            self._lose(Lost(text))
+
+    def dropped(self) -> None:
+        if self._state != _HELD or self._look():
+            return
+        if self._store_closed():
+            why = text_for(self.lock, self.key, "its store closed", "lost")
+        else:
+            why = key_text("lost_connection", self.lock, self.key)
+        self._lose(Lost(why))
+
+    # For the hold, the blocking flavour and the tests.
+
+    def looks_lost(self, now: float) -> bool:
+        """Whether the lease is lost, the clock included, without acting on
+        it (safe from any thread)."""
+        if self._error is not None:
+            return True
+        return self._state == _HELD and now >= self._deadline
+
+    def silent_error(self) -> Lost:
+        """The error of a lease whose time ran out."""
+        text = key_text("lost_silent", self.lock, self.key, ttl=show_ms(self._ttl_ms))
+        return Lost(text)
+
+    async def settled(self) -> None:
+        """Returns once a late grant is confirmed by a renewal, or the lease is lost."""
+        await self._settled
+
+    def stop_renewing(self) -> None:
+        if self._renewal is not None:
+            self._renewal.cancel()
+            self._renewal = None
+
+    def end(self) -> None:
+        """The hold let the key go (or gave up on it): the clock stops."""
+        if self._state == _HELD:
+            self._look()
+        self._state = _RELEASED
+        self.stop_renewing()
+        self._disarm()
+        self._link.unwatch(self.id)
+
+    def lose(self, error: Lost) -> None:
+        """Marks the lease lost with `error` unless it already is."""
+        if not self._look():
+            self._lose(error)
+
+    # The clock and the renewals.
+
+    def _look(self, now: Optional[float] = None) -> bool:
+        """True once lost; loses the lease here when its time ran out."""
+        if self._error is not None:
+            return True
+        if self._state != _HELD:
+            return False
+        if (time.monotonic() if now is None else now) < self._deadline:
+            return False
+        self._lose(self.silent_error())
+        self._link.close()
+        return True
+
+    def _lose(self, error: Lost) -> None:
+        if self._error is not None:
+            return
+        self._error = error
+        self.stop_renewing()
+        self._disarm()
+        self._signal.set()
+        if not self._settled.done():
+            self._settled.set_result(None)
+        for tell in self._listeners:
+            tell(error)
+
+    def _renew(self) -> None:
+        self._renewal = None
+        if self._state != _HELD or self._look() or self._link.dropped:
+            return
+        try:
+            pending = self._link.send("RENEW", self.id, on_reply=self._renewed)
+        except Closed:
+            return  # the link is going: its drop tells the lease
+        if not self._confirmed and self._deadline == math.inf:
+            # A late grant is held only if this RENEW is answered in time.
+            self._deadline = pending.sent_at + self._window
+            self._arm()
+        self._renewal = self._loop.call_later(self._ttl_ms / 3000, self._renew)
+
+    def _renewed(self, reply: Reply, sent_at: float, now: float) -> None:
+        if self._error is not None or self._state != _HELD:
+            return
+        if isinstance(reply, RespError):
+            if reply.word == "LOST":
+                self._lose(Lost(reply.text))
+            return
+        # `answered` checked the clock already: the server held the lease
+        # when it read this RENEW, and renewed it then.
+        floor = self._deadline if self._confirmed else -math.inf
+        self._deadline = max(floor, sent_at + self._window)
+        if not self._confirmed:
+            self._confirmed = True
+            self._settled.set_result(None)
+
+    def _arm(self) -> None:
+        self._disarm()
+        if self._state == _HELD and self._error is None and self._deadline != math.inf:
+            delay = max(0.0, self._deadline - time.monotonic())
+            self._timer = self._loop.call_later(delay, self._on_timer)
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        if not self._look():
+            self._arm()  # answers moved the deadline on

@@ -1,0 +1,94 @@
+"""A store's connections: opened on demand, kept for reuse, closed together.
+
+Holds take connections from the pool and give them back when done (one
+connection per hold in flight: the server carries out one connection's
+commands one at a time, so a HOLD waiting on a shared connection would
+delay every other task's RELEASE behind it); `put`, `get` and `stats`
+borrow one for a single command.
+"""
+
+import asyncio
+from typing import List, Optional, Set, Tuple
+
+from ._address import Address
+from ._errors import Closed, text_for
+from ._resp import Arg, Reply
+from ._wire import Link, open_link
+
+Holding = Tuple[str, str, object]
+"""(lock, key, owner) of a hold in progress; the owner is a task or a thread."""
+
+
+class Pool:
+    """The connections of one store, and what the store's holds share."""
+
+    def __init__(
+        self, address: Address, token: Optional[str], connect_timeout_ms: int, max_idle: int
+    ) -> None:
+        self.address = address
+        self._token = token
+        self._connect_timeout_ms = connect_timeout_ms
+        self._max_idle = max_idle
+        self._idle: List[Link] = []
+        self._links: Set[Link] = set()
+        self._closed = False
+        self.holding: Set[Holding] = set()
+        """Every hold in progress: a hold of a key its owner holds is `Invalid`."""
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def is_closed(self) -> bool:
+        return self._closed
+
+    def closed_error(self, lock: Optional[str] = None, key: Optional[str] = None) -> Closed:
+        return Closed(text_for(lock, key, "the store is closed", "closed"))
+
+    async def open(self) -> Link:
+        """A new connection, said `HELLO` to."""
+        return await open_link(self.address, self._token, self._connect_timeout_ms)
+
+    async def checkout(self, lock: Optional[str] = None, key: Optional[str] = None) -> Link:
+        """An idle connection, or a new one."""
+        if self._closed:
+            raise self.closed_error(lock, key)
+        while self._idle:
+            link = self._idle.pop()
+            if not link.dropped:
+                return link
+            self._links.discard(link)
+        link = await self.open()
+        if self._closed:  # closed while this one was connecting
+            link.close()
+            raise self.closed_error(lock, key)
+        self._links.add(link)
+        return link
+
+    def checkin(self, link: Link) -> None:
+        """Takes a connection back; keeps it for the next hold if it is whole
+        and holds nothing, else closes it."""
+        if self._closed or link.dropped or link.holds_leases or len(self._idle) >= self._max_idle:
+            self._links.discard(link)
+            link.close()
+            return
+        self._links.add(link)
+        if link not in self._idle:
+            self._idle.append(link)
+
+    async def one_command(self, *args: Arg) -> Reply:
+        link = await self.checkout()
+        try:
+            return await link.call(*args)
+        finally:
+            self.checkin(link)
+
+    async def close(self) -> None:
+        """Closes every connection; later checkouts fail `Closed`. Idempotent."""
+        self._closed = True
+        links, self._links = list(self._links), set()
+        self._idle.clear()
+        for link in links:
+            link.close()
+        if links:
+            await asyncio.gather(*(link.wait_closed() for link in links))

@@ -1,0 +1,82 @@
+"""The texts this client writes itself, the same byte for byte in every
+holdline client (Rust, Python, TypeScript, Go).
+
+`TEXTS` is a copy of the table in the repository's `clients/texts.json`,
+which this package cannot read at run time (it is not installed with it);
+the tests compare the two. Placeholders are `str.format` fields: `{address}`
+an address as the caller wrote it, shown as a key is shown; `{hostport}`
+the `host:port` dialled (an IPv6 host in brackets); `{reason}` the
+platform's own words; `{lock}` a lock name; `{key}` a key shown quoted;
+`{ttl}`, `{wait}`, `{timeout}` durations as `show_ms` writes them.
+"""
+
+from typing import Dict
+
+from ._errors import show_key
+
+TEXTS: Dict[str, str] = {
+    "bad_address": (
+        "store: bad address {address}: expected host, host:port, [ipv6]:port "
+        "or redis://[:token@]host[:port]: invalid"
+    ),
+    "cannot_connect": "store: cannot connect to {hostport} ({reason}): closed",
+    "connect_silent": "store: the server at {hostport} answered nothing for {timeout}: closed",
+    "token_missing": "store: the server wants a token: invalid",
+    "token_refused": "store: the server refused the token: invalid",
+    "connection_closed": "store: the connection to the server closed: closed",
+    "connection_closed_key": (
+        "lock {lock}: key {key}: the connection to the server closed: closed"
+    ),
+    "lost_connection": (
+        "lock {lock}: key {key}: the lease was lost: its connection to the server closed"
+    ),
+    "lost_silent": (
+        "lock {lock}: key {key}: the lease was lost: "
+        "the server answered nothing for its ttl ({ttl})"
+    ),
+    "wait_silent": (
+        "lock {lock}: key {key}: the server answered nothing for the hold's wait plus its ttl "
+        "({wait} + {ttl}): closed"
+    ),
+}
+
+DEFAULT_PORT = 7380
+"""The port `holdline serve` listens on unless told otherwise."""
+
+CONNECT_TIMEOUT_MS = 10_000
+"""How long `connect` waits for the connection and the answer to `HELLO`."""
+
+LOST_MARGIN_FLOOR_MS = 10
+"""The least margin a lease keeps before the server may give its key away."""
+
+WAIT_GRACE_FLOOR_MS = 1_000
+"""The least time a waiting hold allows past its wait for the server's answer."""
+
+
+def text(name: str, **values: str) -> str:
+    """The text `name` with its placeholders filled in (keys already shown)."""
+    return TEXTS[name].format(**values)
+
+
+def key_text(name: str, lock: str, key: str, **values: str) -> str:
+    """A text about one key of a lock: the key is shown as the core shows it."""
+    return TEXTS[name].format(lock=lock, key=show_key(key), **values)
+
+
+def show_ms(ms: int) -> str:
+    """A duration as the core writes it: `2m`, `10s`, `1500ms`, `0s`."""
+    if ms != 0 and ms % 60_000 == 0:
+        return f"{ms // 60_000}m"
+    if ms % 1000 == 0:
+        return f"{ms // 1000}s"
+    return f"{ms}ms"
+
+
+def lost_margin_ms(ttl_ms: int) -> float:
+    """How long before `t + ttl` a lease is taken for lost: max(10ms, ttl/10)."""
+    return max(float(LOST_MARGIN_FLOOR_MS), ttl_ms / 10)
+
+
+def wait_grace_ms(ttl_ms: int) -> int:
+    """What a waiting hold allows past its wait: max(ttl, 1s)."""
+    return max(ttl_ms, WAIT_GRACE_FLOOR_MS)
