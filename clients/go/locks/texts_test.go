@@ -1,0 +1,234 @@
+package locks
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// texts reads clients/texts.json: the texts every client makes itself,
+// byte for byte alike.
+func texts(t *testing.T) map[string]string {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(repoRoot(t), "clients", "texts.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var table struct {
+		Texts map[string]string `json:"texts"`
+	}
+	if err := json.Unmarshal(raw, &table); err != nil {
+		t.Fatal(err)
+	}
+	return table.Texts
+}
+
+// expectText checks err against the table's text name, its placeholders
+// filled from vars ({reason} matches any text), and its kind.
+func expectText(t *testing.T, table map[string]string, name string, vars map[string]string, sentinel, err error) {
+	t.Helper()
+	template, ok := table[name]
+	if !ok {
+		t.Fatalf("clients/texts.json has no text %q", name)
+	}
+	pattern := regexp.QuoteMeta(template)
+	for k, v := range vars {
+		pattern = strings.ReplaceAll(pattern, regexp.QuoteMeta("{"+k+"}"), regexp.QuoteMeta(v))
+	}
+	pattern = strings.ReplaceAll(pattern, regexp.QuoteMeta("{reason}"), ".+")
+	if strings.Contains(pattern, `\{`) {
+		t.Fatalf("%s: a placeholder left unfilled in %s", name, pattern)
+	}
+	if err == nil || !regexp.MustCompile("^"+pattern+"$").MatchString(err.Error()) {
+		t.Errorf("%s: got %v, want %s", name, err, template)
+	}
+	if !errors.Is(err, sentinel) {
+		t.Errorf("%s: %v is not %v", name, err, sentinel)
+	}
+}
+
+// fakeServer answers each connection's commands with script; a reply of
+// "" answers nothing, "CLOSE" closes the connection.
+func fakeServer(t *testing.T, script func(args []string) string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	t.Cleanup(func() {
+		_ = ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			wg.Add(1)
+			go func() { defer wg.Done(); serveFake(c, script) }()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+func serveFake(c net.Conn, script func(args []string) string) {
+	defer c.Close()
+	r := bufio.NewReader(c)
+	for {
+		v, err := readValue(r)
+		if err != nil {
+			return
+		}
+		args := make([]string, len(v.items))
+		for i, item := range v.items {
+			args[i] = item.text
+		}
+		switch reply := script(args); reply {
+		case "":
+		case "CLOSE":
+			return
+		default:
+			if _, err := c.Write([]byte(reply)); err != nil {
+				return
+			}
+		}
+	}
+}
+
+const helloReply = "%1\r\n+proto\r\n:3\r\n"
+
+// fakeHolds: HELLO answered; HOLD as hold says; other commands nothing.
+func fakeHolds(hold string) func([]string) string {
+	return func(args []string) string {
+		switch args[0] {
+		case "HELLO":
+			return helloReply
+		case "HOLD":
+			return hold
+		}
+		return ""
+	}
+}
+
+func TestTheClientsOwnTextsAreTheSharedTable(t *testing.T) {
+	table := texts(t)
+	ctx := context.Background()
+
+	_, err := Connect(ctx, "nope://x")
+	expectText(t, table, "bad_address", map[string]string{"address": `"nope://x"`}, ErrInvalid, err)
+
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	free := ln.Addr().String()
+	_ = ln.Close()
+	_, err = Connect(ctx, free)
+	expectText(t, table, "cannot_connect", map[string]string{"hostport": free}, ErrClosed, err)
+
+	silent := fakeServer(t, func([]string) string { return "" })
+	_, err = Connect(ctx, silent, DialTimeout(300*time.Millisecond))
+	expectText(t, table, "connect_silent", map[string]string{"hostport": silent, "timeout": "300ms"}, ErrClosed, err)
+
+	hangUp := fakeServer(t, func([]string) string { return "CLOSE" })
+	_, err = Connect(ctx, hangUp)
+	expectText(t, table, "connection_closed", nil, ErrClosed, err)
+
+	t.Run("tokens", func(t *testing.T) { tokens(t, table) })
+	t.Run("a connection closed under a waiting HOLD", func(t *testing.T) {
+		store := connect(t, fakeServer(t, fakeHolds("CLOSE")))
+		err := openLock(t, store, "inv").Hold(ctx, 9, func(context.Context, *Lease) error { return nil })
+		expectText(t, table, "connection_closed_key", map[string]string{"lock": "inv", "key": `"9"`}, ErrClosed, err)
+	})
+	t.Run("a connection closed under a lease", func(t *testing.T) {
+		granted := false
+		store := connect(t, fakeServer(t, func(args []string) string {
+			switch {
+			case args[0] == "HELLO":
+				return helloReply
+			case args[0] == "HOLD":
+				granted = true
+				return "*2\r\n:1\r\n:5\r\n"
+			case granted:
+				return "CLOSE"
+			}
+			return ""
+		}))
+		l := openLock(t, store, "inv", TTL(300*time.Millisecond))
+		err := l.Hold(ctx, "k", func(ctx context.Context, lease *Lease) error { <-ctx.Done(); return nil })
+		expectText(t, table, "lost_connection", map[string]string{"lock": "inv", "key": `"k"`}, ErrLost, err)
+	})
+	t.Run("a server silent under a lease", func(t *testing.T) {
+		store := connect(t, fakeServer(t, fakeHolds("*2\r\n:1\r\n:5\r\n")))
+		l := openLock(t, store, "inv", TTL(300*time.Millisecond))
+		err := l.Hold(ctx, "k", func(ctx context.Context, lease *Lease) error { <-ctx.Done(); return nil })
+		expectText(t, table, "lost_silent", map[string]string{"lock": "inv", "key": `"k"`, "ttl": "300ms"}, ErrLost, err)
+	})
+	t.Run("a server silent under a waiting HOLD", func(t *testing.T) {
+		store := connect(t, fakeServer(t, fakeHolds("")))
+		l := openLock(t, store, "inv", TTL(300*time.Millisecond))
+		err := l.Hold(ctx, "k", func(context.Context, *Lease) error { return nil }, Wait(200*time.Millisecond))
+		vars := map[string]string{"lock": "inv", "key": `"k"`, "wait": "200ms", "ttl": "1s"}
+		expectText(t, table, "wait_silent", vars, ErrClosed, err)
+	})
+	for name := range table {
+		switch name {
+		case "bad_address", "cannot_connect", "connect_silent", "connection_closed", "token_missing",
+			"token_refused", "connection_closed_key", "lost_connection", "lost_silent", "wait_silent":
+		default:
+			t.Errorf("clients/texts.json's %q is not provoked here", name)
+		}
+	}
+}
+
+// tokens: a server that wants a token fails the connect without one or
+// with a wrong one; a token in the URL works, and the option wins.
+func tokens(t *testing.T, table map[string]string) {
+	file := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(file, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	srv := startServer(t, "--token-file", file)
+	ctx := context.Background()
+	_, err := Connect(ctx, srv.addr)
+	expectText(t, table, "token_missing", nil, ErrInvalid, err)
+	_, err = Connect(ctx, srv.addr, Token("wrong"))
+	expectText(t, table, "token_refused", nil, ErrInvalid, err)
+	_, err = Connect(ctx, "redis://:wrong@"+srv.addr, Token("s3cret"+"x"))
+	expectText(t, table, "token_refused", nil, ErrInvalid, err)
+	for _, ok := range []struct {
+		addr string
+		opts []ConnectOption
+	}{
+		{srv.addr, []ConnectOption{Token("s3cret")}},
+		{"redis://:s3cret@" + srv.addr, nil},
+		{"redis://:wrong@" + srv.addr, []ConnectOption{Token("s3cret")}},
+	} {
+		store := connect(t, ok.addr, ok.opts...)
+		l := openLock(t, store, "tok")
+		if err := l.Hold(ctx, strconv.Itoa(len(ok.opts)), func(context.Context, *Lease) error { return nil }); err != nil {
+			t.Fatalf("%s: %v", ok.addr, err)
+		}
+	}
+}
