@@ -16,6 +16,7 @@
 //! - silence: a server that answers nothing for a lease's whole ttl may
 //!   have let it go, so the lease is [`ErrorKind::Lost`] then too.
 
+use holdline::wire::{self, Scope};
 use holdline::ErrorKind;
 use std::fmt;
 use std::io;
@@ -30,9 +31,6 @@ pub struct Error {
     io: Option<Arc<io::Error>>,
 }
 
-/// Keys longer than this many characters are cut in error texts (as in the core).
-const KEY_SHOWN_CHARS: usize = 64;
-
 impl Error {
     /// An error of `kind` whose text is `text`, as it is.
     pub fn new(kind: ErrorKind, text: impl Into<Box<str>>) -> Error {
@@ -46,18 +44,15 @@ impl Error {
     /// The error an error reply stands for (`text` is the line after `-`).
     pub fn from_reply(text: &str) -> Error {
         let (word, rest) = text.split_once(' ').unwrap_or((text, ""));
-        let kind = match word {
-            "INUSE" => Some(ErrorKind::InUse),
-            "LOST" => Some(ErrorKind::Lost),
-            "LIMIT" => Some(ErrorKind::Limit),
-            "INVALID" => Some(ErrorKind::Invalid),
-            "CLOSED" => Some(ErrorKind::Closed),
-            _ => None,
-        };
-        match kind {
+        match ErrorKind::from_wire_word(word) {
             Some(kind) => Error::new(kind, rest),
             None => Error::new(ErrorKind::Invalid, text),
         }
+    }
+
+    /// The core's error, its kind and text as they are.
+    pub(crate) fn from_core(e: &holdline::Error) -> Error {
+        Error::new(e.kind(), e.to_string())
     }
 
     /// The kind, to branch on.
@@ -76,28 +71,15 @@ impl Error {
         self.io.is_some()
     }
 
-    /// A connection failure, `what` in the core's shape for `scope`.
+    /// A connection failure, `what (e)` in the core's shape for `scope`.
     pub(crate) fn connection(kind: ErrorKind, scope: Scope<'_>, what: &str, e: io::Error) -> Error {
-        let what = if kind == ErrorKind::Lost {
-            format!("{what} ({e})")
-        } else {
-            format!("{what} ({e}): {kind}")
-        };
-        Error {
-            kind,
-            text: scope.text(kind, &what).into(),
-            io: Some(Arc::new(e)),
-        }
+        let text = wire::error(kind, scope, format!("{what} ({e})")).to_string();
+        Error::with_io(kind, text, e)
     }
 
     /// A local error in the core's shape.
-    pub(crate) fn local(kind: ErrorKind, scope: Scope<'_>, what: &str) -> Error {
-        let what = if kind == ErrorKind::Lost {
-            what.to_owned()
-        } else {
-            format!("{what}: {kind}")
-        };
-        Error::new(kind, scope.text(kind, &what))
+    pub(crate) fn local(kind: ErrorKind, scope: Scope<'_>, what: &'static str) -> Error {
+        Error::new(kind, wire::error(kind, scope, what).to_string())
     }
 
     /// An error of `kind` with `text`, caused by the I/O failure `e`.
@@ -106,43 +88,6 @@ impl Error {
             kind,
             text: text.into(),
             io: Some(Arc::new(e)),
-        }
-    }
-}
-
-/// What an error is about: the store, a lock, or one key of a lock.
-#[derive(Clone, Copy)]
-pub(crate) enum Scope<'a> {
-    Store,
-    Lock(&'a str),
-    Key(&'a str, &'a str),
-}
-
-impl Scope<'_> {
-    /// `store: WHAT`, `lock NAME: WHAT` or `lock NAME: key "KEY": WHAT`, with
-    /// `the lease was lost: ` before a lost error's reason.
-    fn text(self, kind: ErrorKind, what: &str) -> String {
-        let mut s = match self {
-            Scope::Store => "store: ".to_owned(),
-            Scope::Lock(name) => format!("lock {name}: "),
-            Scope::Key(name, key) => format!("lock {name}: key {}: ", shown_key(key)),
-        };
-        if kind == ErrorKind::Lost {
-            s.push_str("the lease was lost: ");
-        }
-        s.push_str(what);
-        s
-    }
-}
-
-/// The key as `{:?}` shows it, its first 64 characters only, with `...`
-/// inside the quotes when it was cut (the core's rule).
-pub(crate) fn shown_key(key: &str) -> String {
-    match key.char_indices().nth(KEY_SHOWN_CHARS) {
-        None => format!("{key:?}"),
-        Some((cut, _)) => {
-            let shown = format!("{:?}", &key[..cut]);
-            format!("{}...\"", &shown[..shown.len() - 1])
         }
     }
 }

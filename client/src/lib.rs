@@ -23,20 +23,27 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Module map: `connection` is the low-level RESP [`Connection`]; `driver`
-//! is the background task of each pooled connection (renewal, pushes, loss
-//! on a dropped connection); `store`, `lock` and `lease` are the public
-//! surface; `check` holds the local checks; `address` the address forms;
-//! `texts` the client-made texts every holdline client shares; `error` the
-//! one error type.
+//! Module map, bottom-up (each module uses only those above it; checked by
+//! `tests/module_graph.rs`):
+//! - `error`: the one error type; `texts`: the texts every holdline client
+//!   makes itself (`clients/texts.json`); `address`: the address forms;
+//! - `connection`: the low-level RESP [`Connection`];
+//! - `lease`: a lease, its loss signal and its local deadline;
+//! - `driver`: each pooled connection's background task (renewal, replies,
+//!   pushes, loss on a dropped or silent connection);
+//! - `store`: the server's address and the connection pool;
+//! - `lock`: a named lock, its builder, counters and fenced writes;
+//! - `hold`: holding keys: `hold`, `try_hold`, `key(..)`, [`HeldLease`].
+//!
+//! Names, keys and texts in the core's shape come from `holdline::wire`.
 
 #![warn(missing_docs)]
 
 mod address;
-mod check;
 mod connection;
 mod driver;
 mod error;
+mod hold;
 mod lease;
 mod lock;
 mod store;
@@ -46,11 +53,13 @@ pub mod texts;
 pub use address::DEFAULT_PORT;
 pub use connection::{Connection, PushHandler, MAX_REPLY_FRAME};
 pub use error::Error;
+pub use hold::{HeldLease, KeyHold};
+pub use holdline::wire::DEFAULT_TTL;
 pub use holdline::{ErrorKind, Key, LockStats};
 pub use holdline_resp::Value;
 pub use lease::{Lease, Signal};
-pub use lock::{HeldLease, KeyHold, Lock};
-pub use store::{LockBuilder, Store, CONNECT_TIMEOUT, DEFAULT_TTL, MAX_IDLE_CONNECTIONS};
+pub use lock::{Lock, LockBuilder};
+pub use store::{Store, CONNECT_TIMEOUT, MAX_IDLE_CONNECTIONS};
 
 /// The README's example, compiled as a doctest.
 #[cfg(doctest)]

@@ -4,12 +4,11 @@
 //! renewal or release.
 
 use crate::address::Address;
-use crate::check::{check_name, lease_ms};
 use crate::connection::Connection;
 use crate::driver::Conn;
-use crate::error::{Error, Scope};
-use crate::lock::Lock;
+use crate::error::Error;
 use crate::texts;
+use holdline::wire::Scope;
 use holdline::ErrorKind;
 use holdline_resp::Value;
 use std::fmt;
@@ -19,9 +18,6 @@ use std::time::Duration;
 
 /// Idle connections kept for reuse; more than this are closed when let go.
 pub const MAX_IDLE_CONNECTIONS: usize = 64;
-
-/// The default `ttl` of a lock (the server's default too).
-pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
 
 /// How long a new connection may take to connect and answer `HELLO`.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -73,44 +69,11 @@ impl Store {
         Ok(store)
     }
 
-    /// Options for a lock of this store; `.open()` checks them locally (no
-    /// round trip: the server opens locks on first use).
-    pub fn lock(&self, name: &str) -> LockBuilder<'_> {
-        LockBuilder {
-            store: self,
-            name: name.to_owned(),
-            ttl: DEFAULT_TTL,
-            max_hold: None,
-        }
-    }
-
     /// A fresh low-level connection to the same server (same token), not
     /// pooled: for commands this API does not wrap.
     pub async fn connection(&self) -> Result<Connection, Error> {
         self.inner.check_open(Scope::Store)?;
         self.inner.new_connection().await
-    }
-
-    /// A fenced write: `PUT lock key fence row value`. `lost` when a newer
-    /// grant of the key exists than `fence` shows.
-    pub async fn put_fenced(
-        &self,
-        lock: &Lock,
-        key: &str,
-        fence: u64,
-        row: &str,
-        value: &[u8],
-    ) -> Result<(), Error> {
-        let fence = fence.to_string();
-        let args: [&[u8]; 6] = [
-            b"PUT",
-            lock.name().as_bytes(),
-            key.as_bytes(),
-            fence.as_bytes(),
-            row.as_bytes(),
-            value,
-        ];
-        self.command(&args).await.map(drop)
     }
 
     /// A row's value, or `None`.
@@ -216,45 +179,7 @@ impl fmt::Debug for Store {
     }
 }
 
-/// Options for opening a lock; from [`Store::lock`].
-#[derive(Debug)]
-#[must_use = "a LockBuilder does nothing until .open()"]
-pub struct LockBuilder<'s> {
-    store: &'s Store,
-    name: String,
-    ttl: Duration,
-    max_hold: Option<Duration>,
-}
-
-impl LockBuilder<'_> {
-    /// How long a lease lives past the last command its connection sent
-    /// (default 10 s; at least 1 ms). The client renews every third of it.
-    pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = ttl;
-        self
-    }
-
-    /// The longest any lease of this handle may be held, from its grant,
-    /// however it is renewed (default: off; at least 1 ms).
-    pub fn max_hold(mut self, max_hold: Duration) -> Self {
-        self.max_hold = Some(max_hold);
-        self
-    }
-
-    /// Opens the lock (checked locally, with the core's texts).
-    pub fn open(self) -> Result<Lock, Error> {
-        self.store.inner.check_open(Scope::Lock(&self.name))?;
-        check_name(&self.name)?;
-        let ttl_ms = lease_ms(&self.name, self.ttl, "a ttl is at least 1ms")?;
-        let max_hold_ms = match self.max_hold {
-            Some(d) => lease_ms(&self.name, d, "a maxHold is at least 1ms")?,
-            None => 0,
-        };
-        Ok(Lock::new(
-            self.store.clone(),
-            &self.name,
-            ttl_ms,
-            max_hold_ms,
-        ))
-    }
+/// Whole milliseconds, kept far from overflow when added to an instant.
+pub(crate) fn clamp_ms(d: Duration) -> u64 {
+    d.as_millis().min(u128::from(u64::MAX / 4)) as u64
 }

@@ -5,7 +5,8 @@
 //! Each builder answers a whole [`Error`]: kind, text, and (for a failed
 //! connection) the I/O cause as its `source()`.
 
-use crate::error::{shown_key, Error};
+use crate::error::Error;
+use holdline::wire::{duration_text, shown_key};
 use holdline::ErrorKind;
 use std::io;
 use std::time::Duration;
@@ -101,18 +102,6 @@ pub(crate) fn wait_silent(lock: &str, key: &str, wait: Duration, grace: Duration
     );
     let e = io::Error::new(io::ErrorKind::TimedOut, "no answer to HOLD");
     Error::with_io(ErrorKind::Closed, text, e)
-}
-
-/// A duration as the core writes one: `300ms`, `2s`, `1m`.
-pub(crate) fn duration_text(d: Duration) -> String {
-    let ms = d.as_millis();
-    if ms >= 60_000 && ms % 60_000 == 0 {
-        format!("{}m", ms / 60_000)
-    } else if ms >= 1000 && ms % 1000 == 0 {
-        format!("{}s", ms / 1000)
-    } else {
-        format!("{ms}ms")
-    }
 }
 
 /// Every builder with sample arguments, by its name in the table, for the

@@ -1,0 +1,393 @@
+//! Holding a lock's keys over the connection: `hold`, `try_hold`,
+//! `key(..).wait(..)`, and the handle-style [`HeldLease`] they are built on.
+//!
+//! Each hold takes a pooled connection for itself: `HOLD` (or `TRYHOLD`) on
+//! it, the closure, then `RELEASE`, and the connection goes back to the
+//! pool. Its background task renews every third of the ttl from the moment
+//! `HOLD` is sent. A hold future dropped while its `HOLD` waits closes its
+//! connection, which takes it out of the line on the server at once.
+
+use crate::driver::Conn;
+use crate::error::Error;
+use crate::lease::{Lease, LeaseShared};
+use crate::lock::{unexpected, Lock};
+use crate::store::{clamp_ms, StoreInner};
+use crate::texts;
+use holdline::wire::{self, Scope};
+use holdline::{ErrorKind, Key, DEFAULT_WAIT};
+use holdline_resp::Value;
+use std::fmt;
+use std::io;
+use std::ops::Deref;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A `HOLD` or `TRYHOLD`'s arguments, borrowed, on the stack: at most
+/// `HOLD lock key WAIT ms TTL ms MAXHOLD ms`.
+#[derive(Default)]
+struct Args<'a> {
+    items: [&'a [u8]; 9],
+    len: usize,
+}
+
+impl<'a> Args<'a> {
+    fn push(&mut self, arg: &'a [u8]) -> &mut Self {
+        self.items[self.len] = arg;
+        self.len += 1;
+        self
+    }
+
+    fn as_slice(&self) -> &[&'a [u8]] {
+        &self.items[..self.len]
+    }
+}
+
+/// How a hold asks for its key.
+#[derive(Clone, Copy)]
+enum Mode {
+    /// `HOLD ... WAIT ms`.
+    Wait(u64),
+    /// `TRYHOLD`: never waits.
+    Try,
+}
+
+impl Lock {
+    /// Holds `key` while `f` runs, waiting in its line up to 10 s; answers
+    /// what `f` answered. Fails `in use` past the wait, `lost` if the lease
+    /// was lost before `f` returned (the server's text; `f`'s value is
+    /// dropped), and with the server's error otherwise.
+    pub async fn hold<K: Key + ?Sized, R>(
+        &self,
+        key: &K,
+        f: impl AsyncFnOnce(&Lease) -> R,
+    ) -> Result<R, Error> {
+        self.key(key).hold(f).await
+    }
+
+    /// Runs `f` only if `key` is free now: `Ok(None)`, `f` not run, when held.
+    pub async fn try_hold<K: Key + ?Sized, R>(
+        &self,
+        key: &K,
+        f: impl AsyncFnOnce(&Lease) -> R,
+    ) -> Result<Option<R>, Error> {
+        self.key(key).try_hold(f).await
+    }
+
+    /// One key, with options: `lock.key(&k).wait(d).hold(..)`.
+    pub fn key<'a, K: Key + ?Sized>(&'a self, key: &'a K) -> KeyHold<'a> {
+        KeyHold {
+            lock: self,
+            key: wire::key_text(key),
+            wait: DEFAULT_WAIT,
+        }
+    }
+
+    /// A handle-style lease, waiting up to 10 s: renewed in the background,
+    /// let go by [`HeldLease::release`] or on drop.
+    pub async fn acquire<K: Key + ?Sized>(&self, key: &K) -> Result<HeldLease, Error> {
+        self.key(key).acquire().await
+    }
+
+    /// A handle-style lease only if `key` is free now.
+    pub async fn try_acquire<K: Key + ?Sized>(&self, key: &K) -> Result<Option<HeldLease>, Error> {
+        self.key(key).try_acquire().await
+    }
+
+    /// `HOLD` or `TRYHOLD` on a connection of its own; `None` when a try
+    /// found the key held.
+    async fn acquire_text(&self, key: String, mode: Mode) -> Result<Option<HeldLease>, Error> {
+        wire::check_key(&self.name, &key).map_err(|e| Error::from_core(&e))?;
+        let scope = Scope::Key(&self.name, &key);
+        let inner = &self.store.inner;
+        let conn = inner.checkout(scope).await?;
+        // Renew while the HOLD waits, too: from now on.
+        let ttl = Duration::from_millis(self.ttl_ms);
+        conn.renew_for(Some(ttl));
+        let wait_arg;
+        let mut args = Args::default();
+        match mode {
+            Mode::Wait(ms) => {
+                wait_arg = ms.to_string();
+                args.push(b"HOLD")
+                    .push(self.name.as_bytes())
+                    .push(key.as_bytes());
+                args.push(b"WAIT").push(wait_arg.as_bytes());
+            }
+            Mode::Try => {
+                args.push(b"TRYHOLD")
+                    .push(self.name.as_bytes())
+                    .push(key.as_bytes());
+            }
+        }
+        args.push(b"TTL").push(self.ttl_arg.as_bytes());
+        if let Some(max_hold) = &self.max_hold_arg {
+            args.push(b"MAXHOLD").push(max_hold.as_bytes());
+        }
+        // A server that answers nothing past the wait (and a ttl more) is
+        // stalled or cut off: give up rather than hang. Returning drops
+        // `conn`, which closes the connection: the server takes the HOLD
+        // out of its line, and nothing can be granted to it later.
+        let wait = match mode {
+            Mode::Wait(ms) => Duration::from_millis(ms),
+            Mode::Try => Duration::ZERO,
+        };
+        let grace = ttl.max(MIN_PATIENCE);
+        let Ok(reply) = tokio::time::timeout(wait + grace, conn.request(args.as_slice())).await
+        else {
+            return Err(texts::wait_silent(&self.name, &key, wait, grace));
+        };
+        let (id, fence) = match reply {
+            Ok(Value::Array(items)) => match (items.first(), items.get(1)) {
+                (Some(Value::Integer(id)), Some(Value::Integer(fence))) if *fence >= 0 => {
+                    (*id, *fence as u64)
+                }
+                _ => return Err(unexpected(scope, &Value::Array(items))),
+            },
+            Ok(Value::Null) if matches!(mode, Mode::Try) => {
+                conn.renew_for(None);
+                inner.give_back(conn);
+                return Ok(None);
+            }
+            Ok(other) => return Err(unexpected(scope, &other)),
+            Err(e) if e.is_connection() => return Err(closed_for_key(&self.name, &key, e)),
+            Err(e) => {
+                conn.renew_for(None);
+                inner.give_back(conn);
+                return Err(e);
+            }
+        };
+        let shared = LeaseShared::new(id, fence, self.name.clone(), key.into_boxed_str(), ttl);
+        conn.register(&shared);
+        Ok(Some(HeldLease {
+            lease: Lease { shared },
+            conn: Some(conn),
+            store: inner.clone(),
+            ttl,
+        }))
+    }
+}
+
+tokio::task_local! {
+    /// The keys the enclosing holds of this task hold: (store, lock, key).
+    static HOLDING: Vec<(usize, Arc<str>, Box<str>)>;
+}
+
+/// Runs `f` with `held`'s key added to this task's enclosing holds.
+async fn run_holding<R>(held: &HeldLease, f: impl AsyncFnOnce(&Lease) -> R) -> R {
+    let mut holding = HOLDING.try_with(Vec::clone).unwrap_or_default();
+    holding.push((
+        Arc::as_ptr(&held.store) as usize,
+        held.lease.shared.lock.clone(),
+        held.lease.shared.key.clone(),
+    ));
+    HOLDING.scope(holding, f(held.lease())).await
+}
+
+/// A wait in milliseconds: zero stays zero (do not wait), anything below
+/// 1 ms rounds up to 1 ms, as in the core.
+fn wait_ms(d: Duration) -> u64 {
+    if d.is_zero() {
+        0
+    } else {
+        clamp_ms(d).max(1)
+    }
+}
+
+/// The least a call waits for the server beyond its own wait.
+const MIN_PATIENCE: Duration = Duration::from_secs(1);
+
+/// A call about one key lost its connection (before any lease was held).
+fn closed_for_key(lock: &str, key: &str, e: Error) -> Error {
+    let io = e
+        .io_error()
+        .map(|io| io::Error::new(io.kind(), io.to_string()))
+        .unwrap_or_else(|| io::Error::other(e.to_string()));
+    texts::connection_closed_key(lock, key, io)
+}
+
+/// One key of a lock, with options; from [`Lock::key`].
+#[derive(Debug)]
+#[must_use = "a KeyHold does nothing until .hold(), .try_hold() or .acquire()"]
+pub struct KeyHold<'l> {
+    lock: &'l Lock,
+    key: String,
+    wait: Duration,
+}
+
+impl KeyHold<'_> {
+    /// How long to stand in line (default 10 s; zero: fail `in use` at once
+    /// if held; below 1 ms rounds up to 1 ms).
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = wait;
+        self
+    }
+
+    /// Holds the key while `f` runs; see [`Lock::hold`]. A hold of a key
+    /// that an enclosing hold of this task holds fails `invalid` at once
+    /// (it would wait for itself).
+    pub async fn hold<R>(self, f: impl AsyncFnOnce(&Lease) -> R) -> Result<R, Error> {
+        let store = self.lock.store.id();
+        let name = &self.lock.name;
+        let nested = HOLDING
+            .try_with(|held| {
+                held.iter()
+                    .any(|(s, n, k)| *s == store && n == name && **k == *self.key)
+            })
+            .unwrap_or(false);
+        if nested {
+            return Err(Error::local(
+                ErrorKind::Invalid,
+                Scope::Key(name, &self.key),
+                "hold inside a hold of the same key",
+            ));
+        }
+        let held = self.acquire().await?;
+        let r = run_holding(&held, f).await;
+        held.release().await.map(|()| r)
+    }
+
+    /// Runs `f` only if the key is free now; see [`Lock::try_hold`].
+    pub async fn try_hold<R>(self, f: impl AsyncFnOnce(&Lease) -> R) -> Result<Option<R>, Error> {
+        let Some(held) = self.try_acquire().await? else {
+            return Ok(None);
+        };
+        let r = run_holding(&held, f).await;
+        held.release().await.map(|()| Some(r))
+    }
+
+    /// A handle-style lease, waiting up to `wait`.
+    pub async fn acquire(self) -> Result<HeldLease, Error> {
+        let mode = Mode::Wait(wait_ms(self.wait));
+        let held = self.lock.acquire_text(self.key, mode).await?;
+        // A waiting HOLD answers a grant or an error, never a null.
+        held.ok_or_else(|| unexpected(Scope::Lock(&self.lock.name), &Value::Null))
+    }
+
+    /// A handle-style lease only if the key is free now.
+    pub async fn try_acquire(self) -> Result<Option<HeldLease>, Error> {
+        self.lock.acquire_text(self.key, Mode::Try).await
+    }
+}
+
+/// A lease not tied to a closure: its connection's task renews it every
+/// third of the ttl until [`release`](HeldLease::release) or drop (which
+/// sends `RELEASE` without waiting for the answer). Derefs to [`Lease`].
+pub struct HeldLease {
+    lease: Lease,
+    /// `None` once released.
+    conn: Option<Conn>,
+    store: Arc<StoreInner>,
+    ttl: Duration,
+}
+
+impl HeldLease {
+    /// The lease (what a `hold` closure gets).
+    pub fn lease(&self) -> &Lease {
+        &self.lease
+    }
+
+    /// Renews now (`RENEW`); `Err` (`lost`, the server's text) once lost.
+    pub async fn renew(&self) -> Result<(), Error> {
+        let conn = self
+            .conn
+            .as_ref()
+            .expect("a HeldLease has its connection until released");
+        let id = self.lease.id().to_string();
+        match self.answered(conn.request(&["RENEW", &id])).await {
+            Ok(_) => Ok(()),
+            Err(e) if e.is_connection() => Err(self.lost_on_failure(e)),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Lets the key go (`RELEASE`). `Err` (`lost`, the server's text) when
+    /// the lease had been lost before, or the connection dropped.
+    pub async fn release(mut self) -> Result<(), Error> {
+        let conn = self
+            .conn
+            .take()
+            .expect("a HeldLease has its connection until released");
+        if conn.went_silent() || self.lease.shared.past_deadline() {
+            // Lost by silence: the server may not read this connection for
+            // a long while, and a late `OK` must not turn the loss into a
+            // success. Dropping the connection closes it, which lets the
+            // key go whenever the server reads again.
+            return Err(self.lost_on_failure(Error::new(ErrorKind::Lost, "")));
+        }
+        let id = self.lease.id().to_string();
+        let reply = self.answered(conn.request(&["RELEASE", &id])).await;
+        conn.renew_for(None);
+        conn.unregister();
+        match reply {
+            Ok(_) => {
+                self.store.give_back(conn);
+                Ok(())
+            }
+            Err(e) if e.is_connection() => Err(self.lost_on_failure(e)),
+            Err(e) => {
+                self.store.give_back(conn);
+                Err(e)
+            }
+        }
+    }
+
+    /// The reply of `request`, or a time-out error when the server answers
+    /// nothing for a ttl (the lease is lost by then).
+    async fn answered(
+        &self,
+        request: impl std::future::Future<Output = Result<Value, Error>>,
+    ) -> Result<Value, Error> {
+        let patience = self.ttl.max(MIN_PATIENCE);
+        tokio::time::timeout(patience, request)
+            .await
+            .unwrap_or_else(|_| {
+                let e = io::Error::new(io::ErrorKind::TimedOut, "nothing within the ttl");
+                Err(texts::connection_closed(e))
+            })
+    }
+
+    /// The connection failed under the lease: its task marked it lost (or
+    /// the server answered nothing for a ttl, which loses it too).
+    fn lost_on_failure(&self, e: Error) -> Error {
+        if let Some(lost) = self.lease.shared.lost_error() {
+            return lost.clone();
+        }
+        let (lock, key) = (self.lease.lock_name(), self.lease.key());
+        let lost = match e.io_error().map(io::Error::kind) {
+            Some(io::ErrorKind::TimedOut) => texts::lost_silent(lock, key, self.ttl),
+            _ => {
+                let io = io::Error::other(e.to_string());
+                texts::lost_connection(lock, key, io)
+            }
+        };
+        self.lease.shared.mark_lost(lost.clone());
+        lost
+    }
+}
+
+impl Deref for HeldLease {
+    type Target = Lease;
+
+    fn deref(&self) -> &Lease {
+        &self.lease
+    }
+}
+
+impl Drop for HeldLease {
+    fn drop(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            // The task writes it and discards the answer; the connection is
+            // reusable at once, its next command queued behind this one.
+            conn.send_detached(&["RELEASE", &self.lease.id().to_string()]);
+            conn.renew_for(None);
+            conn.unregister();
+            self.store.give_back(conn);
+        }
+    }
+}
+
+impl fmt::Debug for HeldLease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("HeldLease").field(&self.lease).finish()
+    }
+}

@@ -1,0 +1,17 @@
+//! The client's modules form a layering (lib.rs's module map): none uses
+//! one that uses it back.
+
+#[path = "../../testing/module_graph.rs"]
+mod module_graph;
+
+use std::path::Path;
+
+#[test]
+fn no_module_of_the_client_uses_one_that_uses_it_back() {
+    module_graph::check_the_reader();
+    let graph = module_graph::assert_layered(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"));
+    // Guards the reader: these edges exist, so an empty graph cannot pass.
+    assert!(graph["lock"].contains("store"));
+    assert!(graph["hold"].contains("lock"));
+    assert!(graph["driver"].contains("lease"));
+}
