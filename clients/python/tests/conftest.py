@@ -47,10 +47,10 @@ class Server:
     """One `holdline serve` process on a port it picks itself (`--listen
     127.0.0.1:0`, the address it prints first); its log goes to a file."""
 
-    def __init__(self, *flags: str) -> None:
+    def __init__(self, *flags: str, listen: str = "127.0.0.1:0") -> None:
         self.log = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(
-            [str(server_binary()), "serve", "--listen", "127.0.0.1:0", *flags],
+            [str(server_binary()), "serve", "--listen", listen, *flags],
             stdout=subprocess.PIPE,
             stderr=self.log,
         )

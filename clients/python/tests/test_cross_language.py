@@ -80,8 +80,11 @@ async def test_fifo_across_python_tasks_and_a_rust_client(
         held = (await asyncio.wait_for(rust.stdout.readline(), 10)).decode().split()
         assert held[0] == "held"
         order.append(f"rust {held[1]}")
-        await asyncio.sleep(0.3)
-        assert not tasks[2].done()  # python-3 waits behind the Rust client
+        # The server's own view while the Rust client holds: python-3 still
+        # stands in line (granted, it would have left it), not holding.
+        stats = await store.stats("mixed")
+        assert (stats["held_keys"], stats["waiters"]) == (1, 1)
+        assert not tasks[2].done() and len(order) == 3
         rust.stdin.write(b"go\n")
         await rust.stdin.drain()
         assert (await asyncio.wait_for(rust.stdout.readline(), 10)) == b"released\n"

@@ -1,0 +1,166 @@
+"""Every text this client writes itself, checked against the table every
+holdline client shares (`clients/texts.json`): the copy in the package is
+the table byte for byte, and each text is provoked for real and compared.
+
+The provocations use a scripted stand-in server where a real one will not
+misbehave on cue (answer nothing, hang up); `test_network.py` shows the
+same texts through a frozen proxy in front of a real server.
+"""
+
+import asyncio
+from typing import Awaitable, Callable, Dict, List, Optional
+
+import pytest
+from conftest import HANG_UP, Scripted, Server, free_port, never_answer
+from texts import RULES, TEXTS, assert_text
+
+import holdline
+from holdline import _texts
+
+
+def test_the_packages_texts_are_the_table_byte_for_byte() -> None:
+    assert _texts.TEXTS == TEXTS
+
+
+def test_the_packages_rules_are_the_tables() -> None:
+    assert _texts.DEFAULT_PORT == RULES["default_port"] == 7380
+    assert _texts.CONNECT_TIMEOUT_MS == RULES["connect_timeout_ms"]
+    assert "max(10ms, ttl / 10)" in RULES["lost_margin"]
+    assert [_texts.lost_margin_ms(ms) for ms in (50, 100, 2000)] == [10, 10, 200]
+    assert "wait + max(ttl, 1s)" in RULES["wait_grace"]
+    assert [_texts.wait_grace_ms(ms) for ms in (300, 1000, 2000)] == [1000, 1000, 2000]
+    assert [_texts.show_ms(ms) for ms in (0, 300, 1000, 1500, 60_000, 90_000)] == [
+        "0s",
+        "300ms",
+        "1s",
+        "1500ms",
+        "1m",
+        "90s",
+    ]
+
+
+async def provoke_bad_address(server: Server) -> None:
+    for bad in ["ftp://h", "rediss://h:1", "h:port", "::1", "a b", "redis://user:pw@h"]:
+        with pytest.raises(holdline.Invalid) as caught:
+            await holdline.connect(bad)
+        assert_text(caught.value, "bad_address", address=f'"{bad}"')
+    with pytest.raises(holdline.Invalid) as caught:
+        holdline.connect('a"\n')  # shown as the core shows a key
+    assert_text(caught.value, "bad_address", address='"a\\"\\n"')
+
+
+async def provoke_cannot_connect(server: Server) -> None:
+    port = free_port()
+    with pytest.raises(holdline.Closed) as caught:
+        await holdline.connect(f"127.0.0.1:{port}")
+    assert_text(caught.value, "cannot_connect", hostport=f"127.0.0.1:{port}")
+
+
+async def provoke_connect_silent(server: Server) -> None:
+    async with Scripted(never_answer, hello=False) as silent:
+        with pytest.raises(holdline.Closed) as caught:
+            await holdline.connect(silent.address, connect_timeout="300ms")
+    assert_text(caught.value, "connect_silent", hostport=silent.address, timeout="300ms")
+    assert caught.value.kind == "closed"
+
+
+async def provoke_token_missing(server: Server) -> None:
+    async def noauth(command: List[bytes]) -> Optional[bytes]:
+        return b"-NOAUTH HELLO must be called with the client already authenticated\r\n"
+
+    async with Scripted(noauth, hello=False) as strict:
+        with pytest.raises(holdline.Invalid) as caught:
+            await holdline.connect(strict.address)
+    assert_text(caught.value, "token_missing")
+
+
+async def provoke_token_refused(server: Server) -> None:
+    async def wrongpass(command: List[bytes]) -> Optional[bytes]:
+        assert command[2:] == [b"AUTH", b"default", b"nope"]
+        return b"-WRONGPASS invalid username-password pair or user is disabled.\r\n"
+
+    async with Scripted(wrongpass, hello=False) as strict:
+        with pytest.raises(holdline.Invalid) as caught:
+            await holdline.connect(strict.address, token="nope")
+    assert_text(caught.value, "token_refused")
+
+
+async def hang_up(command: List[bytes]) -> Optional[bytes]:
+    return HANG_UP
+
+
+async def provoke_connection_closed(server: Server) -> None:
+    async with Scripted(hang_up) as rude, holdline.connect(rude.address) as store:
+        with pytest.raises(holdline.Closed) as caught:
+            await store.get("row")
+    assert_text(caught.value, "connection_closed")
+
+
+async def provoke_connection_closed_key(server: Server) -> None:
+    async with Scripted(hang_up) as rude, holdline.connect(rude.address) as store:
+        with pytest.raises(holdline.Closed) as caught:
+            async with store.lock("invoices").hold(7):
+                pass
+    assert_text(caught.value, "connection_closed_key", lock="invoices", key='"7"')
+
+
+def grant_then(later: Optional[bytes]) -> Callable[[List[bytes]], Awaitable[Optional[bytes]]]:
+    """A handler that grants every HOLD (lease 1, fence 1) and answers
+    everything else with `later` (None: nothing)."""
+
+    async def handler(command: List[bytes]) -> Optional[bytes]:
+        if command[0] == b"HOLD":
+            return b"*2\r\n:1\r\n:1\r\n"
+        return later
+
+    return handler
+
+
+async def provoke_lost_connection(server: Server) -> None:
+    async with holdline.connect(server.address) as store:
+        with pytest.raises(holdline.Lost) as caught:
+            async with store.lock("drop").hold("k") as lease:
+                server.stop()
+                await asyncio.wait_for(lease.signal.wait(), 10)
+    assert_text(caught.value, "lost_connection", lock="drop", key='"k"')
+
+
+async def provoke_lost_silent(server: Server) -> None:
+    async with Scripted(grant_then(None)) as mute, holdline.connect(mute.address) as store:
+        with pytest.raises(holdline.Lost) as caught:
+            async with store.lock("mute", ttl="300ms").hold("k") as lease:
+                await asyncio.wait_for(lease.signal.wait(), 10)
+    assert_text(caught.value, "lost_silent", lock="mute", key='"k"', ttl="300ms")
+
+
+async def provoke_wait_silent(server: Server) -> None:
+    async with Scripted(never_answer) as mute, holdline.connect(mute.address) as store:
+        with pytest.raises(holdline.Closed) as caught:
+            async with store.lock("mute", ttl="200ms").hold("k", wait="100ms"):
+                pass
+        assert_text(caught.value, "wait_silent", lock="mute", key='"k"', wait="100ms", ttl="1s")
+        with pytest.raises(holdline.Closed) as caught:
+            async with store.lock("mute", ttl="1500ms").try_hold("k"):
+                pass
+        assert_text(caught.value, "wait_silent", lock="mute", key='"k"', wait="0s", ttl="1500ms")
+
+
+PROVOKE: Dict[str, Callable[[Server], Awaitable[None]]] = {
+    "bad_address": provoke_bad_address,
+    "cannot_connect": provoke_cannot_connect,
+    "connect_silent": provoke_connect_silent,
+    "token_missing": provoke_token_missing,
+    "token_refused": provoke_token_refused,
+    "connection_closed": provoke_connection_closed,
+    "connection_closed_key": provoke_connection_closed_key,
+    "lost_connection": provoke_lost_connection,
+    "lost_silent": provoke_lost_silent,
+    "wait_silent": provoke_wait_silent,
+}
+
+
+@pytest.mark.parametrize("name", sorted(TEXTS))
+async def test_each_text_of_the_table_is_what_the_client_says(name: str, server: Server) -> None:
+    provoke = PROVOKE.get(name)
+    assert provoke is not None, f"no test provokes the table's text {name}"
+    await provoke(server)
