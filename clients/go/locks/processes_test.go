@@ -179,11 +179,14 @@ func TestADroppedConnectionEndsHoldsAndWaits(t *testing.T) {
 	store := connect(t, srv.addr)
 	l := openLock(t, store, "drop")
 	cause := make(chan error, 1)
+	granted := make(chan struct{})
 	held := holdAsync(context.Background(), l, "k", func(ctx context.Context, lease *Lease) error {
+		close(granted)
 		<-ctx.Done()
 		cause <- Cause(ctx)
 		return nil
 	})
+	within(t, "the grant", 10*time.Second, granted)
 	waiting := holdAsync(context.Background(), l, "k", func(context.Context, *Lease) error { return nil }, Wait(60*time.Second))
 	waitersAre(t, store, "drop", 1)
 	if err := srv.cmd.Process.Kill(); err != nil {
