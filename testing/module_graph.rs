@@ -1,6 +1,6 @@
-//! The module layering check every crate of the workspace runs on its own
+//! The source rules every crate of the workspace checks on its own
 //! sources: no module uses one that uses it back, directly or through
-//! others. Included by each crate's `tests/module_graph.rs` with
+//! others, and no function runs over a page (`long_functions`). Included by each crate's `tests/module_graph.rs` with
 //! `#[path = "../../testing/module_graph.rs"] mod module_graph;`.
 //!
 //! A module is a file of `src/` (or a folder of it: `src/cmd/*.rs` count as
@@ -137,4 +137,84 @@ pub fn check_the_reader() {
     .into();
     let cycle = find_cycle(&graph, "a", &mut Vec::new(), &mut BTreeSet::new());
     assert_eq!(cycle.unwrap(), ["a", "b", "a"]);
+}
+
+/// Functions of `src` (and its folders) longer than `max` lines, as
+/// `file:line name (n lines)`; unit tests excluded.
+pub fn long_functions(src: &Path, max: usize) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut files = Vec::new();
+    collect_rs(src, &mut files);
+    for path in files {
+        let text = fs::read_to_string(&path).unwrap();
+        let end = text.find("#[cfg(test)]\nmod tests").unwrap_or(text.len());
+        let lines: Vec<&str> = text[..end].lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            let t = line.trim_start();
+            let is_fn = !t.starts_with("//")
+                && (t.starts_with("fn ") || t.contains(" fn ") && !t.contains("=>"))
+                && t.contains('(');
+            if !is_fn {
+                continue;
+            }
+            if let Some(n) = body_lines(&lines[i..]) {
+                if n > max {
+                    found.push(format!("{}:{} {} ({n} lines)", path.display(), i + 1, t));
+                }
+            }
+        }
+    }
+    found
+}
+
+fn collect_rs(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+    for entry in fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            collect_rs(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The lines from a function's signature to its closing brace, counting
+/// braces outside strings, chars and comments; `None` for a declaration
+/// without a body.
+fn body_lines(lines: &[&str]) -> Option<usize> {
+    let mut depth = 0i64;
+    let mut opened = false;
+    for (n, line) in lines.iter().enumerate() {
+        let mut chars = line.chars().peekable();
+        let mut in_str = false;
+        while let Some(c) = chars.next() {
+            match c {
+                '\\' if in_str => {
+                    chars.next();
+                }
+                '"' => in_str = !in_str,
+                '\'' if !in_str => {
+                    // A char literal ('{', '\'') or a lifetime ('a).
+                    let rest: String = chars.clone().take(3).collect();
+                    if rest.starts_with('\\') {
+                        chars.nth(2);
+                    } else if rest.chars().nth(1) == Some('\'') {
+                        chars.nth(1);
+                    }
+                }
+                '/' if !in_str && chars.peek() == Some(&'/') => break,
+                '{' if !in_str => {
+                    depth += 1;
+                    opened = true;
+                }
+                '}' if !in_str => depth -= 1,
+                ';' if !in_str && !opened => return None,
+                _ => {}
+            }
+        }
+        if opened && depth <= 0 {
+            return Some(n + 1);
+        }
+    }
+    None
 }

@@ -15,3 +15,10 @@ fn no_module_of_the_client_uses_one_that_uses_it_back() {
     assert!(graph["hold"].contains("lock"));
     assert!(graph["driver"].contains("lease"));
 }
+
+#[test]
+fn no_function_of_the_client_is_over_80_lines() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let long = module_graph::long_functions(&src, 80);
+    assert!(long.is_empty(), "over 80 lines:\n{}", long.join("\n"));
+}

@@ -278,67 +278,15 @@ impl Decoder {
         Ok(())
     }
 
+    /// A frame's header line: a scalar is whole at once; a blob or an
+    /// aggregate starts and is filled by what follows.
     fn start(&mut self, tag: u8, body: &[u8]) -> Result<Step, ProtocolError> {
         let value = match tag {
             b'+' => Value::Simple(text(body)),
             b'-' => Value::Error(text(body)),
             b':' => Value::Integer(integer(body).ok_or(ProtocolError::new("invalid integer"))?),
-            b'$' | b'!' | b'=' => {
-                let n = integer(body).ok_or(ProtocolError::new("invalid bulk length"))?;
-                if n == -1 && tag == b'$' {
-                    Value::Null
-                } else {
-                    let len = usize::try_from(n)
-                        .map_err(|_| ProtocolError::new("invalid bulk length"))?;
-                    let kind = match tag {
-                        b'$' => BlobKind::Bulk,
-                        b'!' => BlobKind::Error,
-                        _ if len < 4 => {
-                            return Err(ProtocolError::new("verbatim string without a format"))
-                        }
-                        _ => BlobKind::Verbatim,
-                    };
-                    self.count(len.saturating_add(2))?;
-                    self.blob = Some(Blob { kind, len });
-                    return Ok(Step::Pending);
-                }
-            }
-            b'*' | b'~' | b'>' | b'%' | b'|' => {
-                let n = integer(body).ok_or(ProtocolError::new("invalid multibulk length"))?;
-                if n == -1 && tag == b'*' {
-                    Value::Null
-                } else {
-                    let n = usize::try_from(n)
-                        .map_err(|_| ProtocolError::new("invalid multibulk length"))?;
-                    let (kind, elements) = match tag {
-                        b'*' => (Aggregate::Array, n),
-                        b'~' => (Aggregate::Set, n),
-                        b'>' => (Aggregate::Push, n),
-                        b'%' => (Aggregate::Map, n.saturating_mul(2)),
-                        _ => (Aggregate::Attribute, n.saturating_mul(2)),
-                    };
-                    self.promise(elements.saturating_mul(MIN_ELEMENT_BYTES))?;
-                    if elements == 0 {
-                        match finish(kind, Vec::new()) {
-                            Some(v) => v,
-                            None => return Ok(Step::Pending),
-                        }
-                    } else {
-                        if self.stack.len() >= self.max_depth {
-                            return Err(ProtocolError::new(format!(
-                                "aggregates nested deeper than {}",
-                                self.max_depth
-                            )));
-                        }
-                        self.stack.push(Partial {
-                            kind,
-                            left: elements,
-                            items: Vec::with_capacity(elements.min(MAX_PREALLOCATED_ITEMS)),
-                        });
-                        return Ok(Step::Pending);
-                    }
-                }
-            }
+            b'$' | b'!' | b'=' => return self.start_blob(tag, body),
+            b'*' | b'~' | b'>' | b'%' | b'|' => return self.start_aggregate(tag, body),
             b'_' if body.is_empty() => Value::Null,
             b'#' if body == b"t" => Value::Boolean(true),
             b'#' if body == b"f" => Value::Boolean(false),
@@ -359,6 +307,62 @@ impl Decoder {
             }
         };
         Ok(Step::Value(value))
+    }
+
+    /// `$`, `!` or `=`: a length, then that many bytes (RESP2's null bulk
+    /// is whole at once).
+    fn start_blob(&mut self, tag: u8, body: &[u8]) -> Result<Step, ProtocolError> {
+        let n = integer(body).ok_or(ProtocolError::new("invalid bulk length"))?;
+        if n == -1 && tag == b'$' {
+            return Ok(Step::Value(Value::Null));
+        }
+        let len = usize::try_from(n).map_err(|_| ProtocolError::new("invalid bulk length"))?;
+        let kind = match tag {
+            b'$' => BlobKind::Bulk,
+            b'!' => BlobKind::Error,
+            _ if len < 4 => return Err(ProtocolError::new("verbatim string without a format")),
+            _ => BlobKind::Verbatim,
+        };
+        self.count(len.saturating_add(2))?;
+        self.blob = Some(Blob { kind, len });
+        Ok(Step::Pending)
+    }
+
+    /// `*`, `~`, `>`, `%` or `|`: a count, then that many elements (twice
+    /// as many for a map or attributes), each checked against the limits
+    /// before anything is allocated for it.
+    fn start_aggregate(&mut self, tag: u8, body: &[u8]) -> Result<Step, ProtocolError> {
+        let n = integer(body).ok_or(ProtocolError::new("invalid multibulk length"))?;
+        if n == -1 && tag == b'*' {
+            return Ok(Step::Value(Value::Null));
+        }
+        let n = usize::try_from(n).map_err(|_| ProtocolError::new("invalid multibulk length"))?;
+        let (kind, elements) = match tag {
+            b'*' => (Aggregate::Array, n),
+            b'~' => (Aggregate::Set, n),
+            b'>' => (Aggregate::Push, n),
+            b'%' => (Aggregate::Map, n.saturating_mul(2)),
+            _ => (Aggregate::Attribute, n.saturating_mul(2)),
+        };
+        self.promise(elements.saturating_mul(MIN_ELEMENT_BYTES))?;
+        if elements == 0 {
+            return Ok(match finish(kind, Vec::new()) {
+                Some(v) => Step::Value(v),
+                None => Step::Pending,
+            });
+        }
+        if self.stack.len() >= self.max_depth {
+            return Err(ProtocolError::new(format!(
+                "aggregates nested deeper than {}",
+                self.max_depth
+            )));
+        }
+        self.stack.push(Partial {
+            kind,
+            left: elements,
+            items: Vec::with_capacity(elements.min(MAX_PREALLOCATED_ITEMS)),
+        });
+        Ok(Step::Pending)
     }
 
     /// Adds a finished value to the innermost aggregate, closing every
