@@ -2,6 +2,7 @@ package locks
 
 import (
 	"context"
+	"math"
 	"strconv"
 	"time"
 )
@@ -41,7 +42,11 @@ func (h *keyHold) ask(ctx context.Context, args []string, wait time.Duration) (b
 		wait = 0
 	}
 	grace := waitGrace(h.ttl)
-	silent := time.NewTimer(wait + grace)
+	giveUp := wait + grace
+	if giveUp < wait {
+		giveUp = math.MaxInt64 // a wait as long as time.Duration goes
+	}
+	silent := time.NewTimer(giveUp)
 	defer silent.Stop()
 	select {
 	case r := <-cl.reply:
