@@ -34,8 +34,8 @@ func repoRoot(t testing.TB) string {
 	return root
 }
 
-// requireTools: with HOLDLINE_REQUIRE_TOOLS=1 (CI), a missing tool fails
-// the test instead of skipping it.
+// skipOrFail skips the test, saying why; with HOLDLINE_REQUIRE_TOOLS=1
+// (CI) a missing tool fails the test instead.
 func skipOrFail(t testing.TB, why string) {
 	t.Helper()
 	if os.Getenv("HOLDLINE_REQUIRE_TOOLS") == "1" {
