@@ -76,7 +76,7 @@ async def test_an_answer_handled_after_the_deadline_does_not_renew_the_lease(
     # holds), so the answer must not count.
     with pytest.raises(holdline.Lost) as caught:
         async with store.lock("stall", ttl="1s").hold("k") as lease:
-            lease.stop_renewing()  # only the PING below talks
+            lease._stop_renewing()  # only the PING below talks
             await asyncio.sleep(0.2)
             ping = lease._link.send("PING")
             deadline = lease._deadline

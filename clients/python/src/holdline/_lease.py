@@ -129,23 +129,24 @@ class Lease:
             raise self._error
 
     def __repr__(self) -> str:
-        if self.looks_lost(time.monotonic()):
+        if self._looks_lost(time.monotonic()):
             state = "lost"
         else:
             state = self._state
         return f"<Lease lock={self.lock} key={self.key!r} fence={self.fence} {state}>"
 
-    # What the link tells (the `Watcher` side).
+    # What the link tells (the `Watcher` side), then what the hold, the
+    # blocking flavour and the tests use: internal, hence the underscores.
 
-    def answered(self, sent_at: float, now: float) -> None:
+    def _answered(self, sent_at: float, now: float) -> None:
         if not self._look(now) and self._confirmed:
             self._deadline = max(self._deadline, sent_at + self._window)
 
-    def pushed_loss(self, text: str) -> None:
+    def _pushed_loss(self, text: str) -> None:
         if not self._look():
             self._lose(Lost(text))
 
-    def dropped(self) -> None:
+    def _dropped(self) -> None:
         if self._state != _HELD or self._look():
             return
         if self._store_closed():
@@ -154,39 +155,36 @@ class Lease:
             why = key_text("lost_connection", self.lock, self.key)
         self._lose(Lost(why))
 
-    # For the hold, the blocking flavour and the tests.
-
-    def looks_lost(self, now: float) -> bool:
+    def _looks_lost(self, now: float) -> bool:
         """Whether the lease is lost, the clock included, without acting on
         it (safe from any thread)."""
         if self._error is not None:
             return True
         return self._state == _HELD and now >= self._deadline
 
-    def silent_error(self) -> Lost:
+    def _silent_error(self) -> Lost:
         """The error of a lease whose time ran out."""
         text = key_text("lost_silent", self.lock, self.key, ttl=show_ms(self._ttl_ms))
         return Lost(text)
 
-    async def settled(self) -> None:
+    async def _settled_wait(self) -> None:
         """Returns once a late grant is confirmed by a renewal, or the lease is lost."""
         await self._settled
 
-    def stop_renewing(self) -> None:
+    def _stop_renewing(self) -> None:
         if self._renewal is not None:
             self._renewal.cancel()
             self._renewal = None
 
-    def end(self) -> None:
-        """The hold let the key go (or gave up on it): the clock stops."""
-        if self._state == _HELD:
-            self._look()
+    def _end(self) -> None:
+        """The hold let the key go (or gave up on it): the clock stops. (A
+        release answered OK was read while the server still held the lease.)"""
         self._state = _RELEASED
-        self.stop_renewing()
+        self._stop_renewing()
         self._disarm()
         self._link.unwatch(self.id)
 
-    def lose(self, error: Lost) -> None:
+    def _mark_lost(self, error: Lost) -> None:
         """Marks the lease lost with `error` unless it already is."""
         if not self._look():
             self._lose(error)
@@ -201,7 +199,7 @@ class Lease:
             return False
         if (time.monotonic() if now is None else now) < self._deadline:
             return False
-        self._lose(self.silent_error())
+        self._lose(self._silent_error())
         self._link.close()
         return True
 
@@ -209,7 +207,7 @@ class Lease:
         if self._error is not None:
             return
         self._error = error
-        self.stop_renewing()
+        self._stop_renewing()
         self._disarm()
         self._signal.set()
         if not self._settled.done():

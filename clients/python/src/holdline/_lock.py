@@ -86,7 +86,7 @@ class HoldBase:
         if self._entered:
             raise RuntimeError("a hold is entered once; call lock.hold(key) again")
         self._entered = True
-        lock, pool = self._lock, self._lock.pool
+        lock, pool = self._lock, self._lock._pool
         owner = self._owner if self._owner is not None else asyncio.current_task()
         holding = (lock.name, self._key, owner)
         if holding in pool.holding:
@@ -116,7 +116,7 @@ class HoldBase:
             return None  # TRYHOLD of a held key
         if not lease.lost:
             try:
-                await lease.settled()
+                await lease._settled_wait()
             except BaseException:
                 self._abandon(link)
                 raise
@@ -179,19 +179,19 @@ class HoldBase:
             lock.ttl_ms,
             link,
             (sent_at, now),
-            lock.pool.is_closed,
+            lock._pool.is_closed,
         )
 
     def _abandon(self, link: Link) -> None:
         link.close()
         if self._lease is not None:
-            self._lease.end()
-        self._lock.pool.checkin(link)
+            self._lease._end()
+        self._lock._pool.checkin(link)
 
     def _closed_error(self) -> Closed:
         lock = self._lock
-        if lock.pool.closed:
-            return lock.pool.closed_error(lock.name, self._key)
+        if lock._pool.closed:
+            return lock._pool.closed_error(lock.name, self._key)
         return Closed(client_text("connection_closed_key", lock.name, self._key))
 
     async def _exit(self, exc_type: Optional[Type[BaseException]]) -> None:
@@ -201,7 +201,7 @@ class HoldBase:
         try:
             await self._let_go(lease, link)
         finally:
-            self._lock.pool.holding.discard(self._holding)
+            self._lock._pool.holding.discard(self._holding)
         if lease.lost and exc_type is None:
             assert lease.error is not None
             raise lease.error
@@ -209,12 +209,12 @@ class HoldBase:
     async def _let_go(self, lease: Lease, link: Link) -> None:
         """Releases the key (the server forgets a lost lease on its RELEASE
         too) and gives the connection back."""
-        lease.stop_renewing()
+        lease._stop_renewing()
         try:
             if not link.dropped:
                 await link.call("RELEASE", lease.id)
         except Lost as err:
-            lease.lose(err)
+            lease._mark_lost(err)
         except Error:
             pass  # the connection closed: the lease was told by its drop
         except BaseException:
@@ -222,8 +222,8 @@ class HoldBase:
             link.close()
             raise
         finally:
-            lease.end()
-            self._lock.pool.checkin(link)
+            lease._end()
+            self._lock._pool.checkin(link)
 
 
 class Hold(HoldBase):
@@ -278,7 +278,7 @@ class Lock:
         check_name(name)
         if pool.closed:
             raise pool.closed_error(name)
-        self.pool = pool
+        self._pool = pool
         self.name = name
         self.ttl_ms = DEFAULT_TTL_MS if ttl is None else to_ms(ttl, "ttl", name)
         if self.ttl_ms < 1:
@@ -289,14 +289,14 @@ class Lock:
             if self.max_hold_ms < 1:
                 raise _invalid(name, "a maxHold is at least 1ms")
 
-    def wait_ms(self, key: str, wait: Optional[Duration]) -> int:
+    def _wait_ms(self, key: str, wait: Optional[Duration]) -> int:
         return DEFAULT_WAIT_MS if wait is None else to_ms(wait, "wait", self.name, key)
 
     def hold(self, key: Key, *, wait: Optional[Duration] = None) -> Hold:
         """Waits in the key's line up to `wait` (default 10 s; 0: not at all)
         and holds the key for the `async with` block. Past the wait: `InUse`."""
         text = key_text(key)
-        return Hold(self, text, self.wait_ms(text, wait))
+        return Hold(self, text, self._wait_ms(text, wait))
 
     def try_hold(self, key: Key) -> TryHold:
         """Holds the key for the block if it is free; the lease is None when

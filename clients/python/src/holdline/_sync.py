@@ -130,7 +130,7 @@ class SyncLock:
     def hold(self, key: Key, *, wait: Optional[Duration] = None) -> "SyncHold":
         """`Lock.hold`, blocking: waits in line up to `wait` (default 10 s)."""
         text = key_text(key)
-        return SyncHold(self.store, Hold(self._lock, text, self._lock.wait_ms(text, wait)))
+        return SyncHold(self.store, Hold(self._lock, text, self._lock._wait_ms(text, wait)))
 
     def try_hold(self, key: Key) -> "SyncTryHold":
         """`Lock.try_hold`, blocking: the lease is None when the key is held."""
@@ -155,7 +155,7 @@ class SyncLease:
             self._signal.set()
 
     def _look(self) -> bool:
-        if not self._lease.looks_lost(time.monotonic()):
+        if not self._lease._looks_lost(time.monotonic()):
             return False
         self._signal.set()
         if self._lease._error is None:
@@ -195,7 +195,7 @@ class SyncLease:
         """The `Lost` error once the lease is lost."""
         if not self._look():
             return None
-        return self._lease._error or self._lease.silent_error()
+        return self._lease._error or self._lease._silent_error()
 
     def check(self) -> None:
         """Raises `Lost` once the lease is lost."""

@@ -45,13 +45,13 @@ ReplyHook = Callable[[Reply, float, float], None]
 class Watcher(Protocol):
     """A lease held on a link, told what happens on it."""
 
-    def answered(self, sent_at: float, now: float) -> None:
+    def _answered(self, sent_at: float, now: float) -> None:
         """A command sent at `sent_at` is answered; `now` is the clock."""
 
-    def pushed_loss(self, text: str) -> None:
+    def _pushed_loss(self, text: str) -> None:
         """The server pushed the lease's loss, with the core's text."""
 
-    def dropped(self) -> None:
+    def _dropped(self) -> None:
         """The connection is gone."""
 
 
@@ -106,7 +106,7 @@ class Link(asyncio.Protocol):
         # Leases first: one whose time ran out before this answer was in hand
         # is lost (and the link closed) before the answer can renew it.
         for watcher in list(self._watchers.values()):
-            watcher.answered(pending.sent_at, now)
+            watcher._answered(pending.sent_at, now)
         if self._dropped:
             _settle(pending.future, DROPPED)
             return
@@ -120,7 +120,7 @@ class Link(asyncio.Protocol):
             if watcher is not None:
                 note = items[2]
                 shown = note.decode("utf-8", "replace") if isinstance(note, bytes) else str(note)
-                watcher.pushed_loss(shown)
+                watcher._pushed_loss(shown)
 
     def eof_received(self) -> Optional[bool]:
         return False  # close our side too
@@ -144,7 +144,7 @@ class Link(asyncio.Protocol):
     def watch(self, lease_id: int, watcher: Watcher) -> None:
         """Tells `watcher` what happens to lease `lease_id` of this link."""
         if self._dropped:
-            watcher.dropped()
+            watcher._dropped()
         else:
             self._watchers[lease_id] = watcher
 
@@ -190,7 +190,7 @@ class Link(asyncio.Protocol):
             _settle(self._pending.popleft().future, DROPPED)
         watchers, self._watchers = self._watchers, {}
         for watcher in watchers.values():
-            watcher.dropped()
+            watcher._dropped()
 
 
 def result(reply: Reply) -> Reply:
