@@ -5,14 +5,25 @@
 //! debug), bind, print `holdline: listening on ADDR` on stdout, serve until
 //! SIGINT or SIGTERM, exit 0.
 
-mod command;
+//! Module map, bottom-up (each module uses only those above it; checked by
+//! `tests/module_graph.rs`): `config` (flags), `reply` (error replies in
+//! the core's shape), `loss_watch` (which leases were lost), `session` (one
+//! connection's state), `parse` (the argument cursor), `docs` (the command
+//! table), `cmd` (each command: parse, effect), `connection` (the framed
+//! stream), `shutdown` (the signal), `handler` (one connection's life),
+//! `server` (the listener).
+
+mod cmd;
 mod config;
 mod connection;
 mod docs;
+mod handler;
 mod loss_watch;
+mod parse;
 mod reply;
 mod server;
 mod session;
+mod shutdown;
 
 use clap::Parser;
 use config::{Cli, Command};

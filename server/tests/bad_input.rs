@@ -194,11 +194,17 @@ fn bad_lock_names_and_keys_are_invalid_with_core_texts() {
         error_text(c.call(&["HOLD", "inv", "a\tb"])),
         "INVALID lock inv: key \"a\\tb\": the key holds a control character: invalid"
     );
-    // Bytes that are no UTF-8 at all.
+    // Bytes that are no UTF-8 at all: shown escaped, as control
+    // characters are.
     c.raw(b"*3\r\n$4\r\nHOLD\r\n$3\r\ninv\r\n$2\r\n\xff\xfe\r\n");
     assert_eq!(
         error_text(c.read()),
-        "INVALID lock inv: key \"\u{fffd}\u{fffd}\": the key is not UTF-8: invalid"
+        "INVALID lock inv: key \"\\xff\\xfe\": the key is not UTF-8: invalid"
+    );
+    // A repeated option: which one was meant?
+    assert_eq!(
+        error_text(c.call(&["HOLD", "inv", "k", "TTL", "10", "TTL", "20"])),
+        "ERR syntax error"
     );
     assert!(error_text(c.call(&["HOLD", "inv", "k", "TTL", "0"])).starts_with("INVALID lock inv: "));
     assert!(

@@ -1,0 +1,194 @@
+//! The connection's own commands, as Redis answers them, so that clients
+//! connect with their default options: HELLO, AUTH, CLIENT, SELECT (PING,
+//! ECHO and QUIT need no more than their parse).
+
+use super::unknown_subcommand;
+use crate::parse::{integer, Parse};
+use crate::session::Session;
+use holdline_resp::{Proto, Value};
+
+/// `HELLO [protover [AUTH user pass] [SETNAME name]]`.
+#[derive(Debug, PartialEq)]
+pub struct Hello {
+    proto: Option<i64>,
+    auth: Option<(Vec<u8>, Vec<u8>)>,
+    setname: Option<Vec<u8>>,
+}
+
+impl Hello {
+    pub fn parse(p: &mut Parse) -> Result<Hello, String> {
+        let mut hello = Hello {
+            proto: None,
+            auth: None,
+            setname: None,
+        };
+        if let Some(v) = p.next_if_any() {
+            let bad = "ERR Protocol version is not an integer or out of range";
+            hello.proto = Some(integer(&v).map_err(|_| bad.to_owned())?);
+        }
+        while let Some(word) = p.next_if_any() {
+            match word.to_ascii_uppercase().as_slice() {
+                b"AUTH" if p.remaining() >= 2 => {
+                    hello.auth = Some((p.next_bytes()?, p.next_bytes()?));
+                }
+                b"SETNAME" if p.remaining() >= 1 => hello.setname = Some(p.next_bytes()?),
+                _ => {
+                    return Err(format!(
+                        "ERR Syntax error in HELLO option '{}'",
+                        String::from_utf8_lossy(&word)
+                    ))
+                }
+            }
+        }
+        Ok(hello)
+    }
+
+    /// Authenticates (when it carries AUTH), names, switches protocol and
+    /// answers the server's map. A server that wants a token refuses a
+    /// HELLO without it, as Redis does, so a client learns at connect.
+    pub fn apply(self, s: &mut Session) -> Value {
+        let proto = match self.proto {
+            None => s.proto,
+            Some(2) => Proto::Resp2,
+            Some(3) => Proto::Resp3,
+            Some(_) => return Value::error("NOPROTO unsupported protocol version"),
+        };
+        if let Some((_user, token)) = self.auth {
+            if !s.shared.token_matches(&token) {
+                return wrongpass();
+            }
+            s.authenticated = true;
+        }
+        if !s.authenticated {
+            return Value::error(HELLO_NOAUTH);
+        }
+        if let Some(name) = self.setname {
+            if let Err(refusal) = set_name(s, name) {
+                return refusal;
+            }
+        }
+        s.proto = proto;
+        hello_map(s, proto)
+    }
+}
+
+fn hello_map(s: &Session, proto: Proto) -> Value {
+    let proto_number = match proto {
+        Proto::Resp2 => 2,
+        Proto::Resp3 => 3,
+    };
+    Value::Map(vec![
+        (Value::bulk("server"), Value::bulk("holdline")),
+        (
+            Value::bulk("version"),
+            Value::bulk(env!("CARGO_PKG_VERSION")),
+        ),
+        (Value::bulk("proto"), Value::Integer(proto_number)),
+        (Value::bulk("id"), Value::Integer(s.id as i64)),
+        (Value::bulk("mode"), Value::bulk("standalone")),
+        (Value::bulk("role"), Value::bulk("master")),
+        (Value::bulk("modules"), Value::Array(vec![])),
+    ])
+}
+
+/// `AUTH [user] token`.
+#[derive(Debug, PartialEq)]
+pub struct Auth {
+    with_user: bool,
+    token: Vec<u8>,
+}
+
+impl Auth {
+    pub fn parse(p: &mut Parse) -> Result<Auth, String> {
+        let first = p.next_bytes()?;
+        Ok(match p.next_if_any() {
+            None => Auth {
+                with_user: false,
+                token: first,
+            },
+            Some(token) => Auth {
+                with_user: true,
+                token,
+            },
+        })
+    }
+
+    pub fn apply(self, s: &mut Session) -> Value {
+        if !s.shared.wants_token() && !self.with_user {
+            // Redis's answer, so a misconfigured client notices.
+            return Value::error(
+                "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?",
+            );
+        }
+        if !s.shared.token_matches(&self.token) {
+            return wrongpass();
+        }
+        s.authenticated = true;
+        Value::ok()
+    }
+}
+
+/// `CLIENT SETNAME | GETNAME | ID | SETINFO`.
+#[derive(Debug, PartialEq)]
+pub enum Client {
+    SetName(Vec<u8>),
+    GetName,
+    Id,
+    SetInfo,
+}
+
+impl Client {
+    pub fn parse(p: &mut Parse) -> Result<Client, String> {
+        let sub = p.next_bytes()?;
+        p.subcommand(&sub);
+        let client = match sub.to_ascii_uppercase().as_slice() {
+            b"SETNAME" => Client::SetName(p.next_bytes()?),
+            b"GETNAME" => Client::GetName,
+            b"ID" => Client::Id,
+            b"SETINFO" => {
+                let attr = p.next_bytes()?;
+                p.next_bytes()?;
+                match attr.to_ascii_uppercase().as_slice() {
+                    b"LIB-NAME" | b"LIB-VER" => Client::SetInfo,
+                    _ => {
+                        return Err(format!(
+                            "ERR Unrecognized option '{}'",
+                            String::from_utf8_lossy(&attr)
+                        ))
+                    }
+                }
+            }
+            _ => return Err(unknown_subcommand(&sub, "CLIENT")),
+        };
+        Ok(client)
+    }
+
+    pub fn apply(self, s: &mut Session) -> Value {
+        match self {
+            Client::SetName(name) => set_name(s, name).map_or_else(|e| e, |()| Value::ok()),
+            Client::GetName => s.name.clone().map_or(Value::Null, Value::Bulk),
+            Client::Id => Value::Integer(s.id as i64),
+            Client::SetInfo => Value::ok(),
+        }
+    }
+}
+
+fn set_name(s: &mut Session, name: Vec<u8>) -> Result<(), Value> {
+    if !name.iter().all(|&b| (b'!'..=b'~').contains(&b)) {
+        return Err(Value::error(
+            "ERR Client names cannot contain spaces, newlines or special characters.",
+        ));
+    }
+    s.name = (!name.is_empty()).then_some(name);
+    Ok(())
+}
+
+const HELLO_NOAUTH: &str = "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time";
+
+pub fn noauth() -> Value {
+    Value::error("NOAUTH Authentication required.")
+}
+
+pub fn wrongpass() -> Value {
+    Value::error("WRONGPASS invalid username-password pair or user is disabled.")
+}

@@ -1,0 +1,151 @@
+//! The commands: each parsed from its arguments by a function of its own
+//! (through a [`Parse`] cursor, so a missing or extra argument is always an
+//! error), then carried out on the connection's [`Session`]. One file per
+//! group: `leases` (HOLD, TRYHOLD, RELEASE, RENEW), `rows` (PUT, GET,
+//! STATS), `conn` (PING, ECHO, QUIT, HELLO, AUTH, CLIENT, SELECT) and
+//! `table` (COMMAND, for redis-cli's hints).
+
+mod conn;
+mod leases;
+mod rows;
+mod table;
+
+use crate::parse::{shown, Parse};
+use crate::session::{Session, Step};
+use holdline_resp::Value;
+
+/// One parsed command. Byte strings stay bytes until the session checks them.
+#[derive(Debug, PartialEq)]
+pub enum Command {
+    Hold(leases::Hold),
+    TryHold(leases::TryHold),
+    Release(i64),
+    Renew(i64),
+    Put(rows::Put),
+    Get(Vec<u8>),
+    Stats(Vec<u8>),
+    Ping(Option<Vec<u8>>),
+    Echo(Vec<u8>),
+    Quit,
+    Hello(conn::Hello),
+    Auth(conn::Auth),
+    Client(conn::Client),
+    Select(i64),
+    Table(table::Query),
+}
+
+impl Command {
+    /// The command `args` spell, or the error line to answer (kind word first).
+    pub fn parse(args: Vec<Vec<u8>>) -> Result<Command, String> {
+        let mut args = args.into_iter();
+        let name = args.next().unwrap_or_default();
+        let mut p = Parse::new(&name, args.collect());
+        let command = match name.to_ascii_uppercase().as_slice() {
+            b"HOLD" => Command::Hold(leases::Hold::parse(&mut p)?),
+            b"TRYHOLD" => Command::TryHold(leases::TryHold::parse(&mut p)?),
+            b"RELEASE" => Command::Release(p.next_int()?),
+            b"RENEW" => Command::Renew(p.next_int()?),
+            b"PUT" => Command::Put(rows::Put::parse(&mut p)?),
+            b"GET" => Command::Get(p.next_bytes()?),
+            b"STATS" => Command::Stats(p.next_bytes()?),
+            b"PING" => Command::Ping(p.next_if_any()),
+            b"ECHO" => Command::Echo(p.next_bytes()?),
+            b"QUIT" => Command::Quit,
+            b"HELLO" => Command::Hello(conn::Hello::parse(&mut p)?),
+            b"AUTH" => Command::Auth(conn::Auth::parse(&mut p)?),
+            b"CLIENT" => Command::Client(conn::Client::parse(&mut p)?),
+            b"SELECT" => Command::Select(p.next_int()?),
+            b"COMMAND" => Command::Table(table::Query::parse(&mut p)?),
+            _ => return Err(unknown_command(&name, &mut p)),
+        };
+        p.finish()?;
+        Ok(command)
+    }
+
+    /// Whether the command may run before the client authenticated.
+    fn allowed_before_auth(&self) -> bool {
+        matches!(self, Command::Hello(_) | Command::Auth(_) | Command::Quit)
+    }
+
+    /// Carries the command out on `session`.
+    fn apply(self, session: &mut Session) -> Step {
+        let reply = match self {
+            Command::Hold(hold) => return hold.apply(session),
+            Command::TryHold(try_hold) => try_hold.apply(session),
+            Command::Release(id) => leases::release(session, id),
+            Command::Renew(id) => leases::renew(session, id),
+            Command::Put(put) => put.apply(session),
+            Command::Get(row) => rows::get(session, row),
+            Command::Stats(lock) => rows::stats(session, &lock),
+            Command::Ping(None) => Value::simple("PONG"),
+            Command::Ping(Some(msg)) | Command::Echo(msg) => Value::Bulk(msg),
+            Command::Quit => return Step::Close(Value::ok()),
+            Command::Hello(hello) => hello.apply(session),
+            Command::Auth(auth) => auth.apply(session),
+            Command::Client(client) => client.apply(session),
+            Command::Select(0) => Value::ok(),
+            Command::Select(_) => Value::error("ERR DB index is out of range"),
+            Command::Table(query) => query.apply(),
+        };
+        Step::Reply(reply)
+    }
+}
+
+/// Carries out one command read from the connection: parsed, checked
+/// against the connection's authentication, applied.
+pub fn execute(session: &mut Session, args: Vec<Vec<u8>>) -> Step {
+    let command = match Command::parse(args) {
+        Ok(c) => c,
+        // An unauthenticated client learns nothing about commands.
+        Err(_) if !session.authenticated => return Step::Reply(conn::noauth()),
+        Err(text) => return Step::Reply(Value::Error(text)),
+    };
+    if !session.authenticated && !command.allowed_before_auth() {
+        return Step::Reply(conn::noauth());
+    }
+    command.apply(session)
+}
+
+/// A frame that is not a command at all: the stream cannot be trusted.
+#[derive(Debug, PartialEq)]
+pub struct NotACommand(pub &'static str);
+
+/// A frame's arguments: an array of bulk strings (inline commands decode
+/// to the same). An empty array is no command and is skipped.
+pub fn arguments(frame: Value) -> Result<Vec<Vec<u8>>, NotACommand> {
+    let Value::Array(items) = frame else {
+        return Err(NotACommand("expected an array of bulk strings"));
+    };
+    items
+        .into_iter()
+        .map(|v| match v {
+            Value::Bulk(b) => Ok(b),
+            _ => Err(NotACommand("expected bulk strings in a command")),
+        })
+        .collect()
+}
+
+/// Redis's text, arguments cut short so a huge one is not echoed back.
+fn unknown_command(name: &[u8], p: &mut Parse) -> String {
+    let mut text = format!(
+        "ERR unknown command '{}', with args beginning with: ",
+        shown(name)
+    );
+    for arg in p.rest().iter().take(8) {
+        text.push('\'');
+        text.push_str(&shown(arg));
+        text.push_str("' ");
+    }
+    text
+}
+
+/// Redis's text for a subcommand it does not know.
+fn unknown_subcommand(sub: &[u8], command: &str) -> String {
+    format!(
+        "ERR unknown subcommand '{}'. Try {command} HELP.",
+        shown(sub)
+    )
+}
+
+#[cfg(test)]
+mod tests;

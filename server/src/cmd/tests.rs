@@ -1,0 +1,215 @@
+//! The commands' parsing and effects, on a session of their own.
+
+use super::leases::{Hold, TryHold};
+use super::*;
+use crate::session::{Shared, UNAUTHENTICATED_MAX_FRAME};
+use holdline::Store;
+use std::sync::Arc;
+use std::time::Duration;
+
+fn cmd(words: &[&str]) -> Result<Command, String> {
+    Command::parse(words.iter().map(|w| w.as_bytes().to_vec()).collect())
+}
+
+fn hold(words: &[&str]) -> Result<Hold, String> {
+    let mut p = Parse::new(
+        b"HOLD",
+        words.iter().map(|w| w.as_bytes().to_vec()).collect(),
+    );
+    Hold::parse(&mut p)
+}
+
+#[test]
+fn hold_with_options_in_any_order_and_case() {
+    let a = hold(&["inv", "9", "maxhold", "500", "Wait", "0", "TTL", "30"]).unwrap();
+    let b = hold(&["inv", "9", "TTL", "30", "WAIT", "0", "MAXHOLD", "500"]).unwrap();
+    assert_eq!(a, b);
+    assert_ne!(a, hold(&["inv", "9"]).unwrap());
+    assert_eq!(
+        hold(&["inv", "9"]).unwrap(),
+        hold(&["inv", "9", "WAIT", "10000", "TTL", "10000"]).unwrap(),
+        "the defaults are the core's"
+    );
+}
+
+#[test]
+fn refusals_carry_redis_texts() {
+    let not_an_integer = crate::parse::not_an_integer();
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["HOLD", "inv"],
+            "ERR wrong number of arguments for 'hold' command",
+        ),
+        (&["HOLD", "inv", "9", "WAIT"], "ERR syntax error"),
+        (
+            &["HOLD", "inv", "9", "TTL", "10", "TTL", "20"],
+            "ERR syntax error",
+        ),
+        (&["TRYHOLD", "inv", "9", "WAIT", "1"], "ERR syntax error"),
+        (&["HOLD", "inv", "9", "WAIT", "1s"], &not_an_integer),
+        (&["HOLD", "inv", "9", "TTL", "-5"], &not_an_integer),
+        (&["RELEASE", " 1"], &not_an_integer),
+        (
+            &["RELEASE"],
+            "ERR wrong number of arguments for 'release' command",
+        ),
+        (
+            &["RELEASE", "1", "2"],
+            "ERR wrong number of arguments for 'release' command",
+        ),
+        (&["PUT", "l", "k", "-1", "r", "v"], &not_an_integer),
+        (
+            &["PING", "a", "b"],
+            "ERR wrong number of arguments for 'ping' command",
+        ),
+        (
+            &["FROB", "a", "b"],
+            "ERR unknown command 'FROB', with args beginning with: 'a' 'b' ",
+        ),
+        (
+            &["CLIENT", "MAINT_NOTIFICATIONS", "on"],
+            "ERR unknown subcommand 'MAINT_NOTIFICATIONS'. Try CLIENT HELP.",
+        ),
+        (
+            &["CLIENT", "SETNAME"],
+            "ERR wrong number of arguments for 'client|setname' command",
+        ),
+        (
+            &["COMMAND", "COUNT", "x"],
+            "ERR wrong number of arguments for 'command|count' command",
+        ),
+        (
+            &["HELLO", "x"],
+            "ERR Protocol version is not an integer or out of range",
+        ),
+        (
+            &["HELLO", "3", "AUTH", "only-user"],
+            "ERR Syntax error in HELLO option 'AUTH'",
+        ),
+    ];
+    for (words, want) in cases {
+        assert_eq!(cmd(words).unwrap_err(), *want, "{words:?}");
+    }
+}
+
+#[test]
+fn frames_must_be_arrays_of_bulk_strings() {
+    assert!(arguments(Value::simple("PING")).is_err());
+    assert!(arguments(Value::Array(vec![Value::Integer(1)])).is_err());
+    assert_eq!(
+        arguments(Value::Array(vec![Value::bulk("PING")])),
+        Ok(vec![b"PING".to_vec()])
+    );
+}
+
+fn session(token: Option<&str>) -> Session {
+    let shared = Shared::new(Store::new(), token.map(|t| t.as_bytes().to_vec()), 1 << 19);
+    Session::new(Arc::new(shared))
+}
+
+fn run(s: &mut Session, words: &[&str]) -> Value {
+    match execute(s, words.iter().map(|w| w.as_bytes().to_vec()).collect()) {
+        Step::Reply(v) | Step::Close(v) => v,
+        Step::Wait(_) => panic!("{words:?} waits"),
+    }
+}
+
+#[test]
+fn a_token_gates_everything_but_hello_with_auth_auth_and_quit() {
+    let mut s = session(Some("sekret"));
+    assert_eq!(run(&mut s, &["PING"]), conn::noauth());
+    assert_eq!(run(&mut s, &["FROB"]), conn::noauth());
+    let Value::Error(text) = run(&mut s, &["HELLO", "3"]) else {
+        panic!("HELLO without the token is refused")
+    };
+    assert!(text.starts_with("NOAUTH HELLO must be called"), "{text}");
+    assert_eq!(run(&mut s, &["AUTH", "nope"]), conn::wrongpass());
+    assert_eq!(
+        run(&mut s, &["HELLO", "3", "AUTH", "default", "sekre"]),
+        conn::wrongpass()
+    );
+    assert_eq!(s.frame_limit(), UNAUTHENTICATED_MAX_FRAME);
+    assert_eq!(run(&mut s, &["AUTH", "anyone", "sekret"]), Value::ok());
+    assert_eq!(run(&mut s, &["PING"]), Value::simple("PONG"));
+    assert!(matches!(run(&mut s, &["HELLO", "3"]), Value::Map(_)));
+    assert_eq!(s.frame_limit(), 1 << 19);
+}
+
+#[test]
+fn try_hold_release_and_the_lost_second_release() {
+    let mut s = session(None);
+    let id = grant_id(run(&mut s, &["TRYHOLD", "inv", "9"]));
+    assert_eq!(run(&mut s, &["TRYHOLD", "inv", "9"]), Value::Null);
+    assert_eq!(
+        run(&mut s, &["HOLD", "inv", "9"]),
+        Value::error("INVALID lock inv: key \"9\": hold inside a hold of the same key: invalid")
+    );
+    assert_eq!(run(&mut s, &["RENEW", &id]), Value::ok());
+    assert_eq!(run(&mut s, &["RELEASE", &id]), Value::ok());
+    assert_eq!(
+        run(&mut s, &["RELEASE", &id]),
+        Value::Error(format!(
+            "INVALID store: lease {id} is not held by this connection: invalid"
+        ))
+    );
+}
+
+fn grant_id(v: Value) -> String {
+    let Value::Array(pair) = v else {
+        panic!("not granted: {v:?}")
+    };
+    pair[0].as_integer().unwrap().to_string()
+}
+
+#[test]
+fn commands_read_keep_leases_alive_past_their_ttl() {
+    let mut s = session(None);
+    let id = grant_id(run(&mut s, &["TRYHOLD", "inv", "1", "TTL", "1000"]));
+    // 3 s of commands read every 100 ms: past the 1 s ttl three times over,
+    // which only their renewals can get it through.
+    for _ in 0..30 {
+        std::thread::sleep(Duration::from_millis(100));
+        s.renew_all();
+    }
+    assert_eq!(run(&mut s, &["RENEW", &id]), Value::ok());
+}
+
+#[test]
+fn bad_names_and_keys_carry_core_texts() {
+    let mut s = session(None);
+    let Value::Error(text) = run(&mut s, &["TRYHOLD", "bad name", "k"]) else {
+        panic!()
+    };
+    assert!(text.starts_with("INVALID lock \"bad name\": "), "{text}");
+    let Value::Error(text) = run(&mut s, &["TRYHOLD", "inv", "a\nb"]) else {
+        panic!()
+    };
+    assert_eq!(
+        text,
+        "INVALID lock inv: key \"a\\nb\": the key holds a control character: invalid"
+    );
+    let Value::Error(text) = run(&mut s, &["TRYHOLD", "inv", "1", "TTL", "0"]) else {
+        panic!()
+    };
+    assert!(text.starts_with("INVALID "), "{text}");
+    let not_utf8 = execute(
+        &mut s,
+        vec![b"TRYHOLD".to_vec(), b"inv".to_vec(), b"\xff".to_vec()],
+    );
+    let Step::Reply(Value::Error(text)) = not_utf8 else {
+        panic!()
+    };
+    assert_eq!(
+        text,
+        "INVALID lock inv: key \"\\xff\": the key is not UTF-8: invalid"
+    );
+}
+
+#[test]
+fn try_hold_parses_its_options() {
+    let mut p = Parse::new(
+        b"TRYHOLD",
+        vec![b"l".to_vec(), b"k".to_vec(), b"ttl".to_vec(), b"5".to_vec()],
+    );
+    assert!(TryHold::parse(&mut p).is_ok());
+}
