@@ -145,7 +145,12 @@ impl Connection {
         let stream = TcpStream::connect(&addr)
             .await
             .map_err(|e| texts::cannot_connect(&addr.to_string(), e))?;
-        Connection::from_stream(stream, token).await
+        Connection::from_stream(stream, token)
+            .await
+            .map_err(|e| match e.refused_hello() {
+                Some(line) => texts::connect_refused(&addr.to_string(), line),
+                None => e,
+            })
     }
 
     /// Takes a connected stream and says `HELLO 3` (with `AUTH default
@@ -252,6 +257,8 @@ fn hello_refused(text: &str) -> Error {
     match text.split(' ').next() {
         Some("NOAUTH") => texts::token_missing(),
         Some("WRONGPASS") => texts::token_refused(),
-        _ => Error::from_reply(text),
+        // Any other refusal (the server's connection limit, say) is named
+        // by `open`, which knows where it dialled.
+        _ => Error::refusal_of_hello(text),
     }
 }

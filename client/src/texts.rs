@@ -54,6 +54,14 @@ pub(crate) fn token_refused() -> Error {
     )
 }
 
+/// `connect_refused`: the server answered `HELLO` with a refusal that is
+/// not about the token (its connection limit, say).
+pub(crate) fn connect_refused(hostport: &str, line: &str) -> Error {
+    let text = format!("store: the server at {hostport} refused the connection ({line}): closed");
+    let e = io::Error::new(io::ErrorKind::ConnectionRefused, line.to_owned());
+    Error::with_io(ErrorKind::Closed, text, e)
+}
+
 /// `connection_closed`: a call that held nothing lost its connection.
 pub(crate) fn connection_closed(e: io::Error) -> Error {
     let text = "store: the connection to the server closed: closed";
@@ -123,6 +131,10 @@ pub fn samples() -> Vec<(&'static str, String)> {
         ),
         ("token_missing", token_missing().to_string()),
         ("token_refused", token_refused().to_string()),
+        (
+            "connect_refused",
+            connect_refused("127.0.0.1:1", "REASON").to_string(),
+        ),
         ("connection_closed", connection_closed(e()).to_string()),
         (
             "connection_closed_key",

@@ -26,7 +26,7 @@ fn every_client_made_text_is_the_shared_tables() {
         ("wait", "3s"),
     ];
     let samples = holdline_client::texts::samples();
-    assert_eq!(samples.len(), 10, "one sample per text of the table");
+    assert_eq!(samples.len(), 11, "one sample per text of the table");
     for (name, text) in samples {
         assert_eq!(text, expected_text(name, &vars), "{name}");
     }
@@ -278,4 +278,24 @@ async fn a_hold_that_waited_past_its_ttl_starts_with_a_fresh_deadline() {
         !at_grant && !later,
         "lost at grant: {at_grant}, later: {later}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_refuses_the_connection_says_so_at_connect() {
+    // What a server at its connection limit answers, whatever is sent.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        use std::io::Write;
+        let (mut sock, _) = listener.accept().unwrap();
+        let _ = sock.write_all(b"-ERR max number of clients reached\r\n");
+        std::thread::sleep(Duration::from_secs(1));
+    });
+    let e = Store::connect(&addr).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Closed);
+    let vars = [
+        ("hostport", addr.as_str()),
+        ("reason", "ERR max number of clients reached"),
+    ];
+    assert_eq!(e.to_string(), expected_text("connect_refused", &vars));
 }
