@@ -51,6 +51,9 @@ mod store;
 pub mod texts;
 
 pub use address::DEFAULT_PORT;
+// The low-level connection drives any RESP server (the benchmark harness's
+// Redis rows use it); it is not the client's API.
+#[doc(hidden)]
 pub use connection::{Connection, PushHandler, MAX_REPLY_FRAME};
 pub use error::Error;
 pub use hold::{HeldLease, KeyHold};

@@ -31,7 +31,7 @@ async fn hold_answers_the_closure_and_try_hold_never_waits() {
     assert_eq!(key, "9");
 
     // Held by another client: try_hold answers None without running f;
-    // a zero wait fails `in use` at once with the seed's text.
+    // a zero wait fails `in use` at once with the core's text.
     let other = store(&server).await;
     let other_invoices = other.lock("invoices").open().unwrap();
     let held = invoices.acquire("9").await.unwrap();
@@ -232,16 +232,18 @@ async fn renewal_keeps_a_lease_past_its_ttl_while_the_closure_sleeps() {
     let s = store(&server).await;
     let lock = s
         .lock("renew")
-        .ttl(Duration::from_millis(300))
+        .ttl(Duration::from_millis(800))
         .open()
         .unwrap();
     let other = store(&server).await;
     let prober = other.lock("renew").open().unwrap();
     let fence = lock
         .hold("k", async |lease| {
-            // Four ttls: without renewal the lease would run out.
-            for _ in 0..12 {
-                sleep(Duration::from_millis(100)).await;
+            // Three ttls: without renewal the lease would run out. (A
+            // renewal every third of the ttl leaves room for a stall of
+            // half a ttl on a busy machine.)
+            for _ in 0..10 {
+                sleep(Duration::from_millis(250)).await;
                 let tried = prober.try_hold("k", async |_| ()).await.unwrap();
                 assert_eq!(tried, None, "the key stayed held");
             }
@@ -259,7 +261,7 @@ async fn a_waiting_hold_renews_and_delays_no_other_hold() {
     let s = store(&server).await;
     let short = s
         .lock("renew")
-        .ttl(Duration::from_millis(300))
+        .ttl(Duration::from_millis(800))
         .open()
         .unwrap();
     let blocker_store = store(&server).await;
@@ -277,7 +279,7 @@ async fn a_waiting_hold_renews_and_delays_no_other_hold() {
                 .hold(async |lease| {
                     // Granted after waiting longer than its ttl: its own
                     // renewals kept it (and now keep the lease) alive.
-                    sleep(Duration::from_millis(700)).await;
+                    sleep(Duration::from_millis(1600)).await;
                     lease.is_lost()
                 })
                 .await
@@ -285,7 +287,7 @@ async fn a_waiting_hold_renews_and_delays_no_other_hold() {
     });
     let held_a = short
         .hold("a", async |lease| {
-            sleep(Duration::from_millis(1200)).await;
+            sleep(Duration::from_millis(2500)).await;
             lease.is_lost()
         })
         .await
@@ -420,7 +422,7 @@ async fn server_errors_keep_their_text_byte_for_byte() {
     let e = holdline_client::Error::from_reply(&text);
     assert_eq!(e.kind(), ErrorKind::Invalid);
     assert_eq!(format!("INVALID {e}"), text);
-    // A lost lease: RELEASE answers the seed's text, which the client keeps.
+    // A lost lease: RELEASE answers the core's text, which the client keeps.
     let s = store(&server).await;
     let lock = s
         .lock("bytes")

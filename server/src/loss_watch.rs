@@ -7,8 +7,8 @@
 //! the task then re-polls only those leases. Letting a lease go just drops
 //! its future, which takes its waker out of the core's list: no wake, no
 //! extra turn of the connection's loop per RELEASE (a `FuturesUnordered`
-//! with a cancel channel per lease, as before, woke the task on every
-//! release, and the multi-thread runtime then woke a second worker).
+//! with a cancel channel per lease would wake the task on every release,
+//! and the multi-thread runtime would then wake a second worker).
 
 use holdline::Aborted;
 use std::collections::HashMap;

@@ -1,4 +1,4 @@
-//! The SPEC's command table against a real server: answers, error texts to
+//! The command table against a real server: answers, error texts to
 //! the byte, both protocols, and commands carried out in order while a
 //! HOLD waits.
 
