@@ -85,6 +85,46 @@ async def provoke_token_refused(server: Server) -> None:
     assert_text(caught.value, "token_refused")
 
 
+async def provoke_connect_refused(server: Server) -> None:
+    # A real server at its connection limit: Redis's words, then the close.
+    full = Server("--max-connections", "1")
+    try:
+        async with holdline.connect(full.address):
+            with pytest.raises(holdline.Closed) as caught:
+                await holdline.connect(full.address)
+    finally:
+        full.stop()
+        full.log.close()
+    assert_text(caught.value, "connect_refused", hostport=full.address)
+    assert caught.value.kind == "closed"
+    assert "(ERR max number of clients reached)" in str(caught.value)
+
+    async def busy(command: List[bytes]) -> Optional[bytes]:
+        return b"-BUSY try again later\r\n"
+
+    async with Scripted(busy, hello=False) as other:
+        with pytest.raises(holdline.Closed) as caught:
+            await holdline.connect(other.address)
+    assert_text(caught.value, "connect_refused", hostport=other.address)
+    assert "(BUSY try again later)" in str(caught.value)
+
+    # Said before the client says anything, then closed: still the server's words.
+    async def refuse(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"-ERR max number of clients reached\r\n")
+        await writer.drain()
+        writer.close()
+
+    eager = await asyncio.start_server(refuse, "127.0.0.1", 0)
+    address = f"127.0.0.1:{eager.sockets[0].getsockname()[1]}"
+    try:
+        for _ in range(5):  # the refusal may arrive before or after HELLO is sent
+            with pytest.raises(holdline.Closed) as caught:
+                await holdline.connect(address)
+            assert_text(caught.value, "connect_refused", hostport=address)
+    finally:
+        eager.close()
+
+
 async def hang_up(command: List[bytes]) -> Optional[bytes]:
     return HANG_UP
 
@@ -151,6 +191,7 @@ PROVOKE: Dict[str, Callable[[Server], Awaitable[None]]] = {
     "connect_silent": provoke_connect_silent,
     "token_missing": provoke_token_missing,
     "token_refused": provoke_token_refused,
+    "connect_refused": provoke_connect_refused,
     "connection_closed": provoke_connection_closed,
     "connection_closed_key": provoke_connection_closed_key,
     "lost_connection": provoke_lost_connection,

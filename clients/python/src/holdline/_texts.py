@@ -23,6 +23,9 @@ TEXTS: Dict[str, str] = {
     "connect_silent": "store: the server at {hostport} answered nothing for {timeout}: closed",
     "token_missing": "store: the server wants a token: invalid",
     "token_refused": "store: the server refused the token: invalid",
+    "connect_refused": (
+        "store: the server at {hostport} refused the connection ({reason}): closed"
+    ),
     "connection_closed": "store: the connection to the server closed: closed",
     "connection_closed_key": (
         "lock {lock}: key {key}: the connection to the server closed: closed"

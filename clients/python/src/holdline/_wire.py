@@ -24,7 +24,7 @@ from collections import deque
 from typing import Callable, Deque, Dict, List, Optional, Protocol, cast
 
 from ._address import Address
-from ._errors import Closed, Error, Invalid, from_reply
+from ._errors import Closed, Invalid, from_reply
 from ._resp import Arg, Decoder, ProtocolFault, Push, Reply, RespError, encode
 from ._texts import show_ms, text
 
@@ -78,6 +78,7 @@ class Link(asyncio.Protocol):
         self._pending: Deque[Pending] = deque()
         self._watchers: Dict[int, Watcher] = {}
         self._dropped = False
+        self.unasked: Reply = None
         self._gone: "asyncio.Future[None]" = asyncio.get_running_loop().create_future()
 
     # The event loop's side.
@@ -98,7 +99,11 @@ class Link(asyncio.Protocol):
             if isinstance(frame, Push):
                 self._pushed(frame.items)
             elif not self._pending:
-                self.close()  # a reply nobody asked for: the stream is not ours to trust
+                # A reply nobody asked for: the stream is not ours to trust.
+                # (A server at its connection limit says so unasked, then
+                # closes: kept for `open_link` to tell.)
+                self.unasked = frame
+                self.close()
             else:
                 self._answer(self._pending.popleft(), frame, now)
 
@@ -233,24 +238,29 @@ async def open_link(address: Address, token: Optional[str], timeout_ms: int) -> 
         hello: List[Arg] = ["HELLO", "3"]
         if token is not None:
             hello += ["AUTH", "default", token]
-        pending = link.send(*hello)
-        await asyncio.wait([pending.future], timeout=max(0.0, deadline - time.monotonic()))
-        if not pending.future.done():
-            raise silent
-        _check_hello(pending.future.result())
+        reply: Reply = DROPPED
+        if not link.dropped:
+            pending = link.send(*hello)
+            await asyncio.wait([pending.future], timeout=max(0.0, deadline - time.monotonic()))
+            if not pending.future.done():
+                raise silent
+            reply = pending.future.result()
+        if reply is DROPPED and isinstance(link.unasked, RespError):
+            reply = link.unasked
+        _check_hello(reply, address)
     except BaseException:
         link.close()
         raise
     return link
 
 
-def _check_hello(reply: Reply) -> None:
+def _check_hello(reply: Reply, address: Address) -> None:
+    """`HELLO`'s answer: a map, or a refusal of the token or the connection."""
     if isinstance(reply, RespError):
         if reply.word == "NOAUTH":
             raise Invalid(text("token_missing"))
         if reply.word == "WRONGPASS":
             raise Invalid(text("token_refused"))
-        error: Error = from_reply(reply.line)
-        raise error
+        raise Closed(text("connect_refused", hostport=address.hostport, reason=reply.line))
     if reply is DROPPED:
         raise closed_error()
