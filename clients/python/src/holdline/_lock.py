@@ -112,8 +112,12 @@ class HoldBase:
             raise from_reply(reply.line)
         lease = self._lease
         if lease is None:
-            pool.checkin(link)
-            return None  # TRYHOLD of a held key
+            if reply is None and self._wait_ms is None:
+                pool.checkin(link)
+                return None  # TRYHOLD of a held key
+            self._abandon(link)
+            what = f"the server answered {reply!r} to a hold"
+            raise Invalid(text_for(lock.name, self._key, what, "invalid"))
         if not lease.lost:
             try:
                 await lease._settled_wait()
