@@ -132,3 +132,16 @@ async def test_a_stopped_holder_answers_lost_on_its_first_look(
         assert exit_line == "exit " + look[len("look True ") :]
     finally:
         holder.close()
+
+
+def test_a_blocking_holder_behind_a_frozen_link_sees_its_loss(proxy: Proxy) -> None:
+    with holdline.connect_sync(proxy.address) as store:
+        with pytest.raises(holdline.Lost) as caught:
+            with store.lock("frozen", ttl="1s").hold("k") as lease:
+                frozen_at = proxy.freeze()
+                assert lease.signal.wait(10)
+                assert time.monotonic() - frozen_at <= 1.0 + 0.5
+                assert lease.lost
+                with pytest.raises(holdline.Lost):
+                    lease.check()
+    assert_text(caught.value, "lost_silent", lock="frozen", key='"k"', ttl="1s")

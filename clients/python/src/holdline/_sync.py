@@ -158,9 +158,13 @@ class SyncLease:
         if not self._lease._looks_lost(time.monotonic()):
             return False
         self._signal.set()
-        if self._lease._error is None:
-            # Lost by the clock: the loop thread closes the connection.
-            self._loop.call_soon_threadsafe(self._lease._look)
+        if self._lease._error is None and not self._loop.is_closed():
+            # Lost by the clock: the loop thread, which owns the lease, marks
+            # it and closes the connection.
+            try:
+                self._loop.call_soon_threadsafe(self._lease._look)
+            except RuntimeError:
+                pass  # the store closed meanwhile, and its loop with it
         return True
 
     @property
