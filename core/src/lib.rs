@@ -152,8 +152,6 @@
 
 /// Wait diagnostics (counted only with the `wait-counters` feature).
 pub mod counters;
-#[doc(hidden)]
-pub mod wire;
 mod ctx;
 mod driver;
 mod error;
@@ -174,6 +172,8 @@ mod sync;
 mod table;
 mod timer;
 mod tx;
+#[doc(hidden)]
+pub mod wire;
 
 pub use error::{Error, ErrorKind};
 pub use inspect::KeyInfo;
