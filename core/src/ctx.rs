@@ -63,34 +63,17 @@ pub(crate) enum Refusal {
     SameKeyHeld,
 }
 
-/// Checks the thread may hold `key` of lock `lock` now.
+/// Checks the thread may hold `key` of lock `lock` now (without listing it).
 #[inline]
 pub(crate) fn check_hold(lock: usize, hash: u64, key: &str) -> Result<(), Refusal> {
-    let is_key = |h: &HeldEntry| {
-        // SAFETY: see the module invariant: a listed key outlives its entry.
-        h.lock == lock && h.hash == hash && unsafe { &*h.key } == key
-    };
+    let entry = HeldEntry { lock, hash, key };
     // try_with: during thread-local teardown there is nothing to check.
     CTX.try_with(|c| {
         if c.tx_depth.get() != 0 {
             return Err(Refusal::InTransaction);
         }
         let depth = c.depth.get();
-        if c.inline[..depth.min(INLINE)]
-            .iter()
-            .any(|h| is_key(&h.get()))
-        {
-            return Err(Refusal::SameKeyHeld);
-        }
-        // try_with: once SPILL is torn down (a hold in another thread-local's
-        // destructor) the deeper holds are not listed, so not checked: a
-        // same-key hold there waits out its deadline instead of failing at
-        // once, which is the most a dying thread can be told.
-        if depth > INLINE
-            && SPILL
-                .try_with(|s| s.borrow().iter().any(is_key))
-                .unwrap_or(false)
-        {
+        if depth != 0 && is_listed(c, depth, &entry) {
             return Err(Refusal::SameKeyHeld);
         }
         Ok(())
@@ -98,37 +81,132 @@ pub(crate) fn check_hold(lock: usize, hash: u64, key: &str) -> Result<(), Refusa
     .unwrap_or(Ok(()))
 }
 
-/// Lists a hold that starts running on this thread.
+/// A hold listed on this thread's context: dropping it unlists the
+/// innermost hold (unwinding too). Holds end in the reverse order of their
+/// listing, so the innermost is always the guard's own.
+#[must_use = "a hold is listed only while its guard lives"]
+pub(crate) struct Listed<'k> {
+    _key: std::marker::PhantomData<&'k str>,
+    /// Thread-bound: the listing is this thread's.
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+impl Drop for Listed<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        pop_hold();
+    }
+}
+
+/// Checks a blocking hold of `key` of lock `lock` may start on this thread
+/// (as [`check_hold`]; a transaction is no refusal when `in_tx_ok`) and,
+/// if so, lists it, in one look at the thread's context.
 ///
 /// # Safety
-/// `key` must stay alive until the matching [`pop_hold`].
+/// The guard must be dropped, not leaked (`mem::forget`): the entry points
+/// at `key`, which the guard's lifetime keeps alive only while it lives.
 #[inline]
-pub(crate) unsafe fn push_hold(lock: usize, hash: u64, key: &str) {
+pub(crate) unsafe fn enter_hold(
+    lock: usize,
+    hash: u64,
+    key: &str,
+    in_tx_ok: bool,
+) -> Result<Listed<'_>, Refusal> {
     let entry = HeldEntry { lock, hash, key };
-    // try_with: during thread-local teardown the matching pop is a no-op too.
-    let _ = CTX.try_with(|c| {
+    // try_with: during thread-local teardown nothing is checked or listed,
+    // and the guard's pop is a no-op too.
+    let listed = CTX.try_with(|c| {
         let depth = c.depth.get();
-        if depth < INLINE {
-            c.inline[depth].set(entry);
-        } else {
-            // try_with: during teardown the entry goes unlisted (see
-            // `check_hold`); `depth` still counts it, so the pops match.
-            let _ = SPILL.try_with(|s| s.borrow_mut().push(entry));
+        if c.tx_depth.get() != 0 && !in_tx_ok {
+            return Err(Refusal::InTransaction);
         }
-        c.depth.set(depth + 1);
+        if depth != 0 && is_listed(c, depth, &entry) {
+            return Err(Refusal::SameKeyHeld);
+        }
+        push(c, depth, entry);
+        Ok(())
     });
+    match listed {
+        Ok(Err(refusal)) => Err(refusal),
+        _ => Ok(Listed {
+            _key: std::marker::PhantomData,
+            _not_send: std::marker::PhantomData,
+        }),
+    }
+}
+
+/// Lists a hold that already passed its checks (a task's hold, for one
+/// poll of its future).
+///
+/// # Safety
+/// As for [`enter_hold`]: the guard must be dropped, not leaked.
+#[inline]
+pub(crate) unsafe fn list_hold(lock: usize, hash: u64, key: &str) -> Listed<'_> {
+    let entry = HeldEntry { lock, hash, key };
+    let _ = CTX.try_with(|c| push(c, c.depth.get(), entry));
+    Listed {
+        _key: std::marker::PhantomData,
+        _not_send: std::marker::PhantomData,
+    }
+}
+
+/// Whether a hold of `entry`'s key is listed among the `depth` holds of `c`.
+#[cold]
+fn is_listed(c: &ThreadCtx, depth: usize, entry: &HeldEntry) -> bool {
+    let is_key = |h: &HeldEntry| {
+        // SAFETY: see the module invariant: a listed key outlives its entry.
+        h.lock == entry.lock && h.hash == entry.hash && unsafe { *h.key == *entry.key }
+    };
+    if c.inline[..depth.min(INLINE)]
+        .iter()
+        .any(|h| is_key(&h.get()))
+    {
+        return true;
+    }
+    // try_with: once SPILL is torn down (a hold in another thread-local's
+    // destructor) the deeper holds are not listed, so not checked: a
+    // same-key hold there waits out its deadline instead of failing at
+    // once, which is the most a dying thread can be told.
+    depth > INLINE
+        && SPILL
+            .try_with(|s| s.borrow().iter().any(is_key))
+            .unwrap_or(false)
+}
+
+#[inline]
+fn push(c: &ThreadCtx, depth: usize, entry: HeldEntry) {
+    if depth < INLINE {
+        c.inline[depth].set(entry);
+    } else {
+        push_spilled(entry);
+    }
+    c.depth.set(depth + 1);
+}
+
+/// Lists a hold nested deeper than [`INLINE`].
+#[cold]
+fn push_spilled(entry: HeldEntry) {
+    // try_with: during teardown the entry goes unlisted (see `is_listed`);
+    // `depth` still counts it, so the pops match.
+    let _ = SPILL.try_with(|s| s.borrow_mut().push(entry));
 }
 
 /// Unlists the innermost hold of this thread.
 #[inline]
-pub(crate) fn pop_hold() {
+fn pop_hold() {
     let _ = CTX.try_with(|c| {
         let depth = c.depth.get().saturating_sub(1);
         if depth >= INLINE {
-            let _ = SPILL.try_with(|s| s.borrow_mut().pop());
+            pop_spilled();
         }
         c.depth.set(depth);
     });
+}
+
+/// Unlists the innermost of the holds nested deeper than [`INLINE`].
+#[cold]
+fn pop_spilled() {
+    let _ = SPILL.try_with(|s| s.borrow_mut().pop());
 }
 
 /// Whether this thread is inside a transaction.

@@ -39,7 +39,7 @@ impl Lock {
     async fn grant_async(&self, text: &str, hash: u64, mode: Mode) -> Result<Option<Grant>, Error> {
         match self.acquire_fast(text, hash, mode)? {
             Fast::Granted(g) => Ok(Some(g)),
-            Fast::HeldHere => Ok(None),
+            Fast::Held => Ok(None),
             Fast::Slow => LineWait::new(self, text, hash, mode).await,
         }
     }
@@ -57,7 +57,7 @@ impl<'l> KeyHold<'l> {
             .grant_async(text, hash, Mode::Wait(ms(self.wait)))
             .await?
             .expect("a waiting hold grants");
-        let lease = lock.closure_lease(text, grant, false);
+        let lease = lock.closure_lease(text, grant);
         let r = Listed {
             inner: f(&lease),
             lock: lock.shared.id(),
@@ -67,7 +67,7 @@ impl<'l> KeyHold<'l> {
         .await;
         match lease.end() {
             Ok(()) => Ok(r),
-            Err(reason) => Err(lease.lost_error(reason)),
+            Err(loss) => Err(loss.error_for(&lock.shared.name, text)),
         }
     }
 
@@ -106,19 +106,12 @@ impl<F: Future> Future for Listed<'_, F> {
     type Output = F::Output;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        struct Unlist;
-        impl Drop for Unlist {
-            fn drop(&mut self) {
-                ctx::pop_hold();
-            }
-        }
         // SAFETY: `inner` is structurally pinned: never moved out, and
         // dropped in place with the wrapper.
         let this = unsafe { self.get_unchecked_mut() };
-        // SAFETY: `key` outlives this poll; the entry is popped before the
-        // poll returns (unwinding too), so it never outlives `key`.
-        unsafe { ctx::push_hold(this.lock, this.hash, this.key) };
-        let _unlist = Unlist;
+        // SAFETY: the guard is dropped before the poll returns (unwinding
+        // too), and `key` outlives the poll.
+        let _listed = unsafe { ctx::list_hold(this.lock, this.hash, this.key) };
         // SAFETY: see above: `inner` is pinned with `self`.
         unsafe { Pin::new_unchecked(&mut this.inner) }.poll(cx)
     }

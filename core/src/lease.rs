@@ -33,12 +33,11 @@ use crate::record::Record;
 use crate::signal_hub::Watched;
 use crate::store_core::StoreCore;
 use crate::sync::AtomicBool;
-use crate::sync::{lock, Arc, AtomicU32, AtomicU64, Mutex, Ordering};
+use crate::sync::{lock, Arc, AtomicPtr, AtomicU32, AtomicU64, Mutex, Ordering};
 use crate::timer::TimerKey;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::OnceLock;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
@@ -101,6 +100,12 @@ pub(crate) enum Loss {
 }
 
 impl Loss {
+    /// The error the holder of `key` of lock `lock` gets.
+    #[cold]
+    pub(crate) fn error_for(self, lock: &str, key: &str) -> Error {
+        self.error().for_key(lock, key)
+    }
+
     /// The error a holder gets, before its lock and key are named.
     pub(crate) fn error(self) -> Error {
         match self {
@@ -470,22 +475,43 @@ pub struct Lease<'a> {
     pub(crate) key: &'a str,
     pub(crate) record: *const Record,
     pub(crate) fence: u64,
-    pub(crate) state: OnceLock<Arc<LeaseState>>,
-    /// Set once by the lease's owner (the hold), which alone ends it.
-    pub(crate) ended: AtomicBool,
-    /// Whether the hold is listed in its thread's context (blocking holds).
-    pub(crate) listed: bool,
+    /// The lease's [`LeaseState`], made when maxHold arms a timer or
+    /// `signal()` first asks; null until then (a plain hold never makes
+    /// one). A non-null pointer is one strong count of an `Arc`, owned by
+    /// the lease and given back when it ends.
+    state: AtomicPtr<LeaseState>,
 }
 
-// SAFETY: `record` is dereferenced only by `end` (run by the hold that owns
-// the lease, once) and handed to a `LeaseState` (Send + Sync by its own
-// argument); every other field is Send + Sync or a shared reference to one.
+// SAFETY: `record` is dereferenced only by `end_in_place` (run once, by the
+// hold that owns the lease, or by its drop) and handed to a `LeaseState`
+// (Send + Sync by its own argument); every other field is Send + Sync or a
+// shared reference to one.
 unsafe impl Send for Lease<'_> {}
 // SAFETY: as for `Send`; `&Lease` offers only reads and `signal()`, whose
-// `OnceLock` makes a racing first call safe.
+// first-call race is settled by one CAS on `state`.
 unsafe impl Sync for Lease<'_> {}
 
 impl<'a> Lease<'a> {
+    /// A lease over a grant of `record` with `fence`, owning it from now
+    /// on: its end (or its drop) releases it once.
+    #[inline(always)]
+    pub(crate) fn new(
+        store: &'a Arc<Core>,
+        lock: &'a Arc<LockShared>,
+        key: &'a str,
+        record: *const Record,
+        fence: u64,
+    ) -> Lease<'a> {
+        Lease {
+            store,
+            lock,
+            key,
+            record,
+            fence,
+            state: AtomicPtr::new(std::ptr::null_mut()),
+        }
+    }
+
     /// The fencing token: greater than every earlier grant's of this key.
     #[inline]
     pub fn fence(&self) -> u64 {
@@ -507,12 +533,12 @@ impl<'a> Lease<'a> {
     pub fn check(&self) -> Result<(), Error> {
         match self.loss() {
             None => Ok(()),
-            Some(loss) => Err(self.lost_error(loss)),
+            Some(loss) => Err(loss.error().for_key(&self.lock.name, self.key)),
         }
     }
 
     fn loss(&self) -> Option<Loss> {
-        match self.state.get() {
+        match self.state() {
             Some(s) => s.loss(),
             None => self
                 .store
@@ -522,59 +548,102 @@ impl<'a> Lease<'a> {
         }
     }
 
-    /// A handle that aborts when the lease is lost, and tells why it ended.
-    pub fn signal(&self) -> Signal {
-        let state = self
-            .state
-            .get_or_init(|| LeaseState::new(self.store, self.lock, self.record, self.fence, 0, 0));
-        Signal {
-            state: state.clone(),
-        }
+    /// The lease's state, if it has one yet.
+    #[inline]
+    fn state(&self) -> Option<&LeaseState> {
+        // Acquire: pairs with the Release of `install_state`, so the state
+        // is seen initialised.
+        let p = self.state.load(Ordering::Acquire);
+        // SAFETY: a non-null pointer is an Arc the lease owns until it ends.
+        unsafe { p.as_ref() }
     }
 
-    /// Ends the hold: lets the key go unless it was taken away. Idempotent.
-    /// Always inlined: on the uncontended path (no `LeaseState`) it is a
-    /// few loads and the release's CAS, and a call would cost as much again.
-    #[inline(always)]
-    pub(crate) fn end(&self) -> Result<(), Loss> {
-        // Relaxed: only the owning hold reads or writes `ended`, in program
-        // order (a load and a store, no read-modify-write on the hot path).
-        if self.ended.load(Ordering::Relaxed) {
-            return Ok(());
-        }
-        self.ended.store(true, Ordering::Relaxed);
-        if self.listed {
-            crate::ctx::pop_hold();
-        }
-        match self.state.get() {
-            Some(s) => s.end_by_holder(),
-            None => {
-                // SAFETY: no LeaseState means no timer: only we can let this
-                // grant go, so it is still HELD by us and the record alive.
-                unsafe { (*self.record).release(self.fence) };
-                if self.store.closed.load(Ordering::Acquire) {
-                    Err(Loss::StoreClosed)
-                } else {
-                    Ok(())
-                }
+    /// Gives the lease `state` unless it got one first (a racing
+    /// `signal()`); answers the one it keeps.
+    pub(crate) fn install_state(&self, state: Arc<LeaseState>) -> &LeaseState {
+        let p = Arc::into_raw(state).cast_mut();
+        // Release: publishes the initialised state to `state()`'s Acquire;
+        // Acquire on failure: to see the winner's initialised.
+        match self.state.compare_exchange(
+            std::ptr::null_mut(),
+            p,
+            Ordering::Release,
+            Ordering::Acquire,
+        ) {
+            // SAFETY: the lease now owns the count `p` carries.
+            Ok(_) => unsafe { &*p },
+            Err(winner) => {
+                // SAFETY: `p` came from `into_raw` above and was not shared.
+                drop(unsafe { Arc::from_raw(p) });
+                // SAFETY: the winner's count is owned by the lease.
+                unsafe { &*winner }
             }
         }
     }
 
-    #[cold]
-    pub(crate) fn lost_error(&self, loss: Loss) -> Error {
-        loss.error().for_key(&self.lock.name, self.key)
+    /// A handle that aborts when the lease is lost, and tells why it ended.
+    pub fn signal(&self) -> Signal {
+        let state = match self.state() {
+            Some(s) => s,
+            None => self.install_state(LeaseState::new(
+                self.store,
+                self.lock,
+                self.record,
+                self.fence,
+                0,
+                0,
+            )),
+        };
+        let p: *const LeaseState = state;
+        // SAFETY: `p` is an Arc's pointer whose count the lease keeps alive
+        // for this call: one more count, taken over by the signal.
+        let state = unsafe {
+            Arc::increment_strong_count(p);
+            Arc::from_raw(p)
+        };
+        Signal { state }
+    }
+
+    /// Ends the hold: lets the key go unless it was taken away. Always
+    /// inlined: on the uncontended path (no `LeaseState`) it is a load,
+    /// the release's CAS and a look at the closed flag.
+    #[inline(always)]
+    pub(crate) fn end(self) -> Result<(), Loss> {
+        let this = std::mem::ManuallyDrop::new(self);
+        // SAFETY: `this` is never used or dropped again.
+        unsafe { this.end_in_place() }
+    }
+
+    /// The end `end` and `drop` share.
+    ///
+    /// # Safety
+    /// Once per lease; the lease is not used afterwards.
+    #[inline(always)]
+    unsafe fn end_in_place(&self) -> Result<(), Loss> {
+        // Acquire: as in `state()`.
+        let p = self.state.load(Ordering::Acquire);
+        if !p.is_null() {
+            // SAFETY: the lease's own count, given back here, once.
+            let state = unsafe { Arc::from_raw(p) };
+            return state.end_by_holder();
+        }
+        // SAFETY: no LeaseState means no timer: only we can let this grant
+        // go, so it is still HELD by us and the record alive.
+        unsafe { (*self.record).release(self.fence) };
+        if self.store.closed.load(Ordering::Acquire) {
+            Err(Loss::StoreClosed)
+        } else {
+            Ok(())
+        }
     }
 }
 
 impl Drop for Lease<'_> {
-    // Inlined: after a normal end it is one load (callgrind: ~13
-    // instructions a hold as a call).
-    #[inline]
+    /// Reached only when the lease was not ended: its closure panicked, or
+    /// its hold's future was dropped. Lets the key go.
     fn drop(&mut self) {
-        // Reached with `ended` unset only when the closure panicked: let the
-        // key go and let the panic continue.
-        let _ = self.end();
+        // SAFETY: `end` forgets the lease, so this is the first and last end.
+        let _ = unsafe { self.end_in_place() };
     }
 }
 

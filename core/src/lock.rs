@@ -1,10 +1,13 @@
 //! A named lock: its handle ([`Lock`]), the per-call builder ([`KeyHold`]),
 //! and the paths from a key to a grant.
 //!
-//! The uncontended path: check the key, hash it, pin the epoch, find the
-//! record, one CAS `0 -> HELD`, unpin; at the end one CAS `HELD -> 0`. No
-//! lock, no allocation, no clock read, no shared counter. Everything else
-//! (creating the record, waiting in line, timers) is the slow path.
+//! The uncontended path: hash the key, look at the closed flag, check and
+//! list the hold in the thread's context, pin the epoch, find the record,
+//! one CAS `0 -> HELD`, unpin; at the end one CAS `HELD -> 0`. No lock, no
+//! allocation, no clock read, no shared counter. A key found in the table
+//! was checked when its record was made, so only the slow path checks the
+//! key's text. Everything else (creating the record, waiting in line,
+//! timers, every error) is out of line.
 
 use crate::ctx::{self, Refusal};
 use crate::driver::Driver;
@@ -13,14 +16,12 @@ use crate::key::{check_key, Key, KeyBuf, KeyRef};
 use crate::lease::{Core, HeldLease, Lease, LeaseState};
 use crate::lock_shared::LockShared;
 use crate::outcome::Outcome;
-use crate::record::{Enqueued, Record, Tried, WaitEnd, Waiter};
-use crate::sync::AtomicBool;
+use crate::record::{Enqueued, Record, Tried, WaitEnd, Waiter, HELD};
 use crate::sync::{Arc, Ordering};
 use crossbeam_epoch as epoch;
 use std::fmt;
 use std::mem::ManuallyDrop;
 use std::pin::Pin;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 /// Default wait of `hold`.
@@ -111,8 +112,9 @@ unsafe impl Send for Grant {}
 pub(crate) enum Fast {
     /// It took the key.
     Granted(Grant),
-    /// A `Try` of a key this thread holds: `None` without looking.
-    HeldHere,
+    /// The key is held (by this thread, or by anyone at the instant it
+    /// looked): a `Try` answers `None`; a wait goes the slow way.
+    Held,
     /// Go the slow way.
     Slow,
 }
@@ -243,6 +245,11 @@ impl Lock {
 
     /// A hold's run: `None` when `Try` found the key held, else what `f`
     /// answered and whether the lease was lost meanwhile.
+    ///
+    /// The uncontended path, all inlined: the closed flag, the thread's
+    /// context (checked and listed in one look), one pin, one lookup and
+    /// one CAS; after `f`, the release's CAS. Everything that can fail or
+    /// wait is out of line.
     #[inline]
     pub(crate) fn hold_run<R>(
         &self,
@@ -253,40 +260,40 @@ impl Lock {
         let mut buf = KeyBuf::new();
         let text = key.text(&mut buf);
         let hash = self.shared.table.hash(text);
-        let Some(grant) = self.acquire_text(text, hash, mode)? else {
-            return Ok(None);
+        if self.store.closed.load(Ordering::Acquire) {
+            return Err(self.closed_error(text));
+        }
+        let in_tx_ok = matches!(mode, Mode::Try);
+        // SAFETY: the guard lives in this frame until the hold ends
+        // (unwinding too), and `text` outlives the frame.
+        let listed = unsafe { ctx::enter_hold(self.shared.id(), hash, text, in_tx_ok) };
+        let _listed = match listed {
+            Ok(listed) => listed,
+            Err(refusal) => return self.refused_here(refusal, mode, text).map(|()| None),
         };
-        let lease = self.closure_lease(text, grant, true);
-        // SAFETY: `text` lives in this frame (or the caller's), which outlives
-        // the lease; the lease pops the entry when it ends (unwinding too).
-        unsafe { ctx::push_hold(self.shared.id(), hash, text) };
+        let grant = match self.try_fast(text, hash) {
+            Fast::Granted(g) => g,
+            Fast::Held if matches!(mode, Mode::Try) => return Ok(None),
+            Fast::Held | Fast::Slow => match self.acquire_slow(text, hash, mode)? {
+                Some(g) => g,
+                None => return Ok(None),
+            },
+        };
+        let lease = self.closure_lease(text, grant);
         let value = f(&lease);
-        let lost = lease.end().err().map(|reason| lease.lost_error(reason));
+        let lost = match lease.end() {
+            Ok(()) => None,
+            Err(loss) => Some(loss.error_for(&self.shared.name, text)),
+        };
         Ok(Some(Outcome { value, lost }))
     }
 
     /// A closure's lease over `grant`, with its maxHold timer armed. The
-    /// lease owns the grant before anything that could panic runs. Inlined:
-    /// it is on the uncontended path (callgrind: an out-of-line call here
-    /// cost ~40 instructions a hold).
+    /// lease owns the grant before anything that could panic runs.
     #[inline(always)]
-    pub(crate) fn closure_lease<'a>(
-        &'a self,
-        text: &'a str,
-        grant: Grant,
-        listed: bool,
-    ) -> Lease<'a> {
+    pub(crate) fn closure_lease<'a>(&'a self, text: &'a str, grant: Grant) -> Lease<'a> {
         let (record, fence) = grant.into_parts();
-        let lease = Lease {
-            store: &self.store,
-            lock: &self.shared,
-            key: text,
-            record,
-            fence,
-            state: OnceLock::new(),
-            ended: AtomicBool::new(false),
-            listed,
-        };
+        let lease = Lease::new(&self.store, &self.shared, text, record, fence);
         if self.max_hold_ms != 0 {
             self.arm_max_hold(&lease);
         }
@@ -305,8 +312,53 @@ impl Lock {
             self.max_hold_ms,
             0,
         );
-        let state = lease.state.get_or_init(|| state);
-        Driver::arm(&self.store.timer, state);
+        let armed = state.clone();
+        // Installed before it is armed: once the timer can end the grant,
+        // the lease's own end goes through the state too.
+        lease.install_state(state);
+        Driver::arm(&self.store.timer, &armed);
+    }
+
+    /// The uncontended acquire: the key's record found without a lock and
+    /// taken with one CAS. `Slow`: no record yet, a line being changed, or
+    /// a retired record.
+    #[inline(always)]
+    fn try_fast(&self, text: &str, hash: u64) -> Fast {
+        let guard = epoch::pin();
+        let Some(r) = self.shared.table.find(hash, text, &guard) else {
+            return Fast::Slow;
+        };
+        // The grant is taken before the guard goes: from then on HELD, not
+        // the pin, keeps the record alive.
+        match r.try_lock_fast() {
+            Ok(()) => Fast::Granted(Grant::of(r)),
+            Err(s) if s & HELD != 0 => Fast::Held,
+            Err(_) => Fast::Slow,
+        }
+    }
+
+    /// The error of a hold made after the store closed.
+    #[cold]
+    #[inline(never)]
+    fn closed_error(&self, text: &str) -> Error {
+        if let Err(e) = check_key(&self.shared.name, text) {
+            return e;
+        }
+        self.error(Error::closed(), text)
+    }
+
+    /// What a refusal by the thread's context means for a hold in `mode`:
+    /// `Ok` (answer `None`) for a `Try` of a key this thread holds.
+    #[cold]
+    #[inline(never)]
+    fn refused_here(&self, refusal: Refusal, mode: Mode, text: &str) -> Result<(), Error> {
+        match refusal {
+            Refusal::SameKeyHeld if matches!(mode, Mode::Try) => Ok(()),
+            Refusal::SameKeyHeld => Err(self.invalid("hold inside a hold of the same key", text)),
+            Refusal::InTransaction => {
+                Err(self.invalid("hold inside a transaction: hold first, then begin it", text))
+            }
+        }
     }
 
     /// From key text to a grant (`None`: `Try` found it held).
@@ -314,40 +366,32 @@ impl Lock {
     fn acquire_text(&self, text: &str, hash: u64, mode: Mode) -> Result<Option<Grant>, Error> {
         match self.acquire_fast(text, hash, mode)? {
             Fast::Granted(g) => Ok(Some(g)),
-            Fast::HeldHere => Ok(None),
+            Fast::Held => Ok(None),
             Fast::Slow => self.acquire_slow(text, hash, mode),
         }
     }
 
-    /// The checks every acquire makes first, and the uncontended CAS.
+    /// The checks every acquire makes first, and the uncontended CAS (for
+    /// the holds that list themselves later: tasks, several keys).
     #[inline]
     pub(crate) fn acquire_fast(&self, text: &str, hash: u64, mode: Mode) -> Result<Fast, Error> {
         // The key's text is checked on the slow path only: a key found in
         // the table was checked when its record was made.
         if self.store.closed.load(Ordering::Acquire) {
-            check_key(&self.shared.name, text)?;
-            return Err(self.error(Error::closed(), text));
+            return Err(self.closed_error(text));
         }
         match ctx::check_hold(self.shared.id(), hash, text) {
             Ok(()) => {}
-            Err(Refusal::SameKeyHeld) if matches!(mode, Mode::Try) => return Ok(Fast::HeldHere),
-            Err(Refusal::SameKeyHeld) => {
-                return Err(self.invalid("hold inside a hold of the same key", text));
-            }
             Err(Refusal::InTransaction) if matches!(mode, Mode::Try) => {}
-            Err(Refusal::InTransaction) => {
-                return Err(
-                    self.invalid("hold inside a transaction: hold first, then begin it", text)
-                );
+            Err(refusal) => {
+                self.refused_here(refusal, mode, text)?;
+                return Ok(Fast::Held);
             }
         }
-        let guard = epoch::pin();
-        if let Some(r) = self.shared.table.find(hash, text, &guard) {
-            if r.try_lock_fast() {
-                return Ok(Fast::Granted(Grant::of(r)));
-            }
-        }
-        Ok(Fast::Slow)
+        Ok(match self.try_fast(text, hash) {
+            Fast::Held if !matches!(mode, Mode::Try) => Fast::Slow,
+            fast => fast,
+        })
     }
 
     /// Past the fast path: wait in line on this thread.

@@ -106,7 +106,8 @@ impl Lock {
         }
         let deadline = self.deadline_us(mode);
         // Dropped on every early return (an error, a key held, a panic):
-        // ends the leases taken so far, newest first.
+        // ends the leases taken so far, newest first, then unlists them.
+        let mut listed = Vec::with_capacity(texts.len());
         let mut taken = Taken(Vec::with_capacity(texts.len()));
         for text in &texts {
             let hash = self.shared.table.hash(text);
@@ -116,30 +117,30 @@ impl Lock {
             };
             let grant = match self.acquire_fast(text, hash, mode)? {
                 Fast::Granted(g) => g,
-                Fast::HeldHere => return Ok(None),
+                Fast::Held => return Ok(None),
                 Fast::Slow => match self.acquire_slow_until(text, hash, mode, deadline)? {
                     Some(g) => g,
                     None => return Ok(None),
                 },
             };
-            // Listed before the lease exists, so the lease's end (which
-            // unlists it) always has an entry of its own to pop.
-            // SAFETY: `text` lives in `texts`, which outlives every lease in
-            // `taken`; each lease unlists its entry when it ends.
-            unsafe { ctx::push_hold(self.shared.id(), hash, text) };
             // No reallocation (reserved above), so nothing can fail between
             // the lease taking the grant and its place in `taken`.
-            taken.0.push(self.closure_lease(text, grant, true));
+            taken.0.push(self.closure_lease(text, grant));
+            // SAFETY: `text` lives in `texts`, which outlives `listed`, and
+            // the guards are dropped (never leaked) with `listed`.
+            listed.push(unsafe { ctx::list_hold(self.shared.id(), hash, text) });
         }
         let value = f(&taken.0);
         let mut lost = None;
-        // Newest first, so each end unlists its own entry; keeps the loss
-        // of the first key (in sorted order) that was lost.
+        // Newest first; keeps the loss of the first key (in sorted order)
+        // that was lost.
         while let Some(lease) = taken.0.pop() {
-            if let Err(reason) = lease.end() {
-                lost = Some(lease.lost_error(reason));
+            let key = lease.key;
+            if let Err(loss) = lease.end() {
+                lost = Some(loss.error_for(&self.shared.name, key));
             }
         }
+        drop(listed);
         Ok(Some(Outcome { value, lost }))
     }
 }

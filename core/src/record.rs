@@ -273,13 +273,45 @@ impl KeyText {
         }
     }
 
-    /// The key's bytes (UTF-8: copied from a `&str`).
+    /// Whether this is the text of `key`. Inline keys are compared a word
+    /// at a time, without a call to `memcmp` (it is on every lookup).
     #[inline]
-    pub(crate) fn as_bytes(&self) -> &[u8] {
+    pub(crate) fn is(&self, key: &str) -> bool {
         match self {
-            KeyText::Inline { len, bytes } => &bytes[..usize::from(*len)],
-            KeyText::Heap(text) => text.as_bytes(),
+            KeyText::Inline { len, bytes } => {
+                usize::from(*len) == key.len() && short_eq(bytes, key.as_bytes())
+            }
+            KeyText::Heap(text) => text.as_bytes() == key.as_bytes(),
         }
+    }
+}
+
+/// Whether the first `b.len()` bytes of `a` are `b` (`b` 1 to
+/// [`INLINE_KEY`] bytes long), in at most three overlapping word compares.
+#[inline]
+fn short_eq(a: &[u8; INLINE_KEY], b: &[u8]) -> bool {
+    let n = b.len();
+    debug_assert!((1..=INLINE_KEY).contains(&n));
+    let word = |s: &[u8], at: usize| -> u64 {
+        let mut w = [0; 8];
+        w.copy_from_slice(&s[at..at + 8]);
+        u64::from_ne_bytes(w)
+    };
+    let half = |s: &[u8], at: usize| -> u32 {
+        let mut w = [0; 4];
+        w.copy_from_slice(&s[at..at + 4]);
+        u32::from_ne_bytes(w)
+    };
+    if n >= 8 {
+        // [0, 8), [n - 8, n), and [8, 16) when more than 16: every byte.
+        word(a, 0) == word(b, 0)
+            && word(a, n - 8) == word(b, n - 8)
+            && (n <= 16 || word(a, 8) == word(b, 8))
+    } else if n >= 4 {
+        half(a, 0) == half(b, 0) && half(a, n - 4) == half(b, n - 4)
+    } else {
+        // 1 to 3 bytes: the first, the middle and the last cover them.
+        n != 0 && a[0] == b[0] && a[n / 2] == b[n / 2] && a[n - 1] == b[n - 1]
     }
 }
 
@@ -321,14 +353,23 @@ impl Record {
         }
     }
 
-    /// The uncontended acquire: free, no line, nobody changing it.
-    #[inline]
-    pub(crate) fn try_lock_fast(&self) -> bool {
+    /// The uncontended acquire: free, no line, nobody changing it. `Err`:
+    /// the state word as found (a test before the CAS, so a held key
+    /// costs a load, not a locked instruction).
+    #[inline(always)]
+    pub(crate) fn try_lock_fast(&self) -> Result<(), u32> {
+        // Relaxed: it only chooses whether to try the CAS, which carries
+        // the ordering; a word with HELD set means the key was held at
+        // that instant, which is all a `Try` that answers `None` claims.
+        let s = self.state.load(Ordering::Relaxed);
+        if s != 0 {
+            return Err(s);
+        }
         // Acquire: pairs with the Release of the previous holder's release,
         // so this holder sees that holder's writes and the bumped fence.
         self.state
             .compare_exchange(0, HELD, Ordering::Acquire, Ordering::Relaxed)
-            .is_ok()
+            .map(|_| ())
     }
 
     /// The fence of the grant the caller holds.
@@ -856,6 +897,27 @@ fn end_of(status: u32) -> Option<WaitEnd> {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+
+    #[test]
+    fn inline_keys_compare_byte_for_byte() {
+        let texts: Vec<String> = (1..=40)
+            .map(|n| (0..n).map(|i| char::from(b'a' + (i % 26) as u8)).collect())
+            .collect();
+        for t in &texts {
+            let k = KeyText::new(t);
+            assert!(k.is(t), "{t}");
+            // Every one-byte change, at every position, is another key.
+            for i in 0..t.len() {
+                let mut other = t.clone().into_bytes();
+                other[i] = b'Z';
+                let other = String::from_utf8(other).unwrap();
+                assert!(!k.is(&other), "{t} vs {other}");
+            }
+            for u in &texts {
+                assert_eq!(k.is(u), t == u, "{t} vs {u}");
+            }
+        }
+    }
 
     #[test]
     fn a_record_and_a_waiter_are_small() {
