@@ -1,7 +1,8 @@
 //! The command line, and the start-up checks that refuse a dangerous or
 //! broken configuration before anything listens.
 
-use clap::{Args, Parser, Subcommand};
+use crate::tls::TlsFiles;
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -19,7 +20,26 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Serve one in-memory store over RESP (redis-cli and Redis clients work).
+    ///
+    /// Signals: SIGINT or SIGTERM closes the store (waiters answered
+    /// CLOSED, holders told their leases are lost), closes every connection
+    /// and exits 0; SIGHUP reloads the TLS certificate and key (a bad file
+    /// keeps the old ones and logs why).
+    ///
+    /// Logs go to stderr. HOLDLINE_LOG (or --log-level) is a tracing
+    /// filter directive: a level (error, warn, info, debug, trace) or
+    /// per-module directives such as `info,holdline=debug`.
+    #[command(verbatim_doc_comment)]
     Serve(ServeArgs),
+}
+
+/// How log lines are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// One human-readable line per event.
+    Text,
+    /// One JSON object per line, for log shippers.
+    Json,
 }
 
 #[derive(Args, Debug)]
@@ -38,6 +58,22 @@ pub struct ServeArgs {
     #[arg(long, value_name = "BYTES", default_value_t = 524_288,
           value_parser = clap::value_parser!(u64).range(64..=1 << 30))]
     pub max_frame: u64,
+    /// PEM certificate chain: the port speaks TLS 1.2/1.3 only (with --tls-key).
+    #[arg(long, value_name = "PATH", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, value_name = "PATH", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// PEM CA: every client must present a certificate it signed.
+    #[arg(long, value_name = "PATH", requires = "tls_cert")]
+    pub tls_client_ca: Option<PathBuf>,
+    /// Log filter (overrides HOLDLINE_LOG; default info): a level or
+    /// tracing directives such as `info,holdline=debug`.
+    #[arg(long, value_name = "DIRECTIVE")]
+    pub log_level: Option<String>,
+    /// Log line format.
+    #[arg(long, value_name = "FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
 }
 
 /// What `serve` runs with, checked.
@@ -46,29 +82,40 @@ pub struct Config {
     pub token: Option<Vec<u8>>,
     pub max_connections: usize,
     pub max_frame: usize,
+    pub tls: Option<TlsFiles>,
 }
 
 impl ServeArgs {
     /// Resolves the address, reads the token, and refuses a non-loopback
-    /// address without one (as Redis's protected mode does).
+    /// address without a token or client certificates (as Redis's
+    /// protected mode does).
     pub fn check(&self) -> Result<Config, String> {
         let listen = resolve(&self.listen)?;
         let token = match &self.token_file {
             None => None,
             Some(path) => Some(read_token(path)?),
         };
-        if token.is_none() && !listen.ip().is_loopback() {
+        if token.is_none() && self.tls_client_ca.is_none() && !listen.ip().is_loopback() {
             return Err(format!(
-                "refusing to listen on {listen} without --token-file: any host that can reach it \
-                 could take and release every lock. Listen on a loopback address \
-                 (127.0.0.1 or ::1), or give --token-file PATH"
+                "refusing to listen on {listen} without --token-file or --tls-client-ca: any host \
+                 that can reach it could take and release every lock. Listen on a loopback \
+                 address (127.0.0.1 or ::1), or give --token-file PATH"
             ));
         }
+        let tls = match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => Some(TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+                client_ca: self.tls_client_ca.clone(),
+            }),
+            _ => None,
+        };
         Ok(Config {
             listen,
             token,
             max_connections: usize::try_from(self.max_connections).unwrap_or(usize::MAX),
             max_frame: usize::try_from(self.max_frame).unwrap_or(usize::MAX),
+            tls,
         })
     }
 }
@@ -106,6 +153,11 @@ mod tests {
             token_file,
             max_connections: 10,
             max_frame: 1024,
+            tls_cert: None,
+            tls_key: None,
+            tls_client_ca: None,
+            log_level: None,
+            log_format: LogFormat::Text,
         }
     }
 
@@ -115,7 +167,9 @@ mod tests {
         assert!(args("[::1]:0", None).check().is_ok());
         let err = args("0.0.0.0:7380", None).check().err().unwrap();
         assert!(
-            err.starts_with("refusing to listen on 0.0.0.0:7380 without --token-file"),
+            err.starts_with(
+                "refusing to listen on 0.0.0.0:7380 without --token-file or --tls-client-ca"
+            ),
             "{err}"
         );
     }

@@ -26,7 +26,7 @@
 
 use crate::cmd::{self, NotACommand};
 use crate::connection::Connection;
-use crate::session::{PendingHold, Session, Step};
+use crate::session::{Counts, PendingHold, Session, Step};
 use crate::shutdown::Shutdown;
 use holdline::{Error, HeldLease};
 use holdline_resp::Value;
@@ -35,7 +35,7 @@ use std::future::{pending, poll_fn};
 use std::task::Poll;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
-use tracing::debug;
+use tracing::{debug, info};
 
 /// Commands read ahead of a waiting HOLD before reading pauses.
 const MAX_QUEUED_COMMANDS: usize = 1024;
@@ -95,6 +95,8 @@ fn size(item: &Queued) -> usize {
 /// What woke the connection.
 enum Event {
     Shutdown,
+    /// An operator's CLIENT KILL.
+    Killed,
     HoldEnded(Result<HeldLease, Error>),
     Lost(u64),
     /// Bytes read; `false` when the client left.
@@ -141,6 +143,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Handler<S> {
             }
             match self.next_event().await {
                 Event::Shutdown => return self.say_goodbye().await,
+                Event::Killed => return self.connection.close().await,
                 Event::HoldEnded(result) => self.hold_ended(result),
                 Event::Lost(id) => self.push_loss(id),
                 Event::Read(true) => {}
@@ -158,12 +161,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Handler<S> {
             self.connection.discard_input();
             return;
         }
+        let mut read = 0;
         while self.connection.has_input()
             && self.queue.has_room(self.connection.max_frame())
             && (self.session.authenticated || self.queue.items.is_empty())
         {
             match self.connection.decode() {
                 Ok(Some(frame)) => {
+                    read += 1;
                     self.session.renew_all();
                     match cmd::arguments(frame) {
                         Ok(args) if args.is_empty() => {}
@@ -174,6 +179,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Handler<S> {
                 Ok(None) => break,
                 Err(e) => return self.broken(e.to_string()),
             }
+        }
+        if read > 0 {
+            self.session.client.touch();
+            Counts::add(&self.session.shared.counts.commands_processed, read);
         }
     }
 
@@ -216,7 +225,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Handler<S> {
                 let v = self.session.granted(result, hold);
                 self.answer(&v);
             }
-            Poll::Pending => self.state = State::Waiting(hold),
+            Poll::Pending => {
+                self.session.client.set_waiting(Some(hold.slot.clone()));
+                self.state = State::Waiting(hold);
+            }
         }
     }
 
@@ -225,9 +237,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Handler<S> {
     async fn next_event(&mut self) -> Event {
         let can_read =
             self.input == Input::Broken || self.queue.has_room(self.connection.max_frame());
+        let client = self.session.client.clone();
         tokio::select! {
             biased;
             _ = self.shutdown.recv() => Event::Shutdown,
+            _ = client.killed() => Event::Killed,
             result = hold_done(&mut self.state) => Event::HoldEnded(result),
             id = self.session.losses.next_lost() => Event::Lost(id),
             read = self.connection.read_more(), if can_read => {
@@ -238,13 +252,30 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Handler<S> {
 
     fn hold_ended(&mut self, result: Result<HeldLease, Error>) {
         if let State::Waiting(hold) = std::mem::replace(&mut self.state, State::Ready) {
+            self.session.client.set_waiting(None);
             let v = self.session.granted(result, hold);
             self.answer(&v);
         }
     }
 
+    /// A lease of this connection was lost: logged (never the key's text
+    /// above debug) and, on RESP3, pushed.
     fn push_loss(&mut self, id: u64) {
+        let Some(held) = self.session.leases.get(&id) else {
+            return;
+        };
+        let reason = held.lease.signal().reason();
+        let lock = held.slot.split('\0').next().unwrap_or_default();
+        let (client, addr) = (self.session.id(), self.session.client.addr);
+        info!(lock, lease = id, client, %addr, ?reason, "lease lost");
+        debug!(
+            lock,
+            lease = id,
+            key = held.slot.split('\0').nth(1),
+            "lease lost: its key"
+        );
         if let Some(push) = self.session.loss_push(id) {
+            Counts::add(&self.session.shared.counts.lost_pushes, 1);
             self.answer(&push);
         }
     }
@@ -253,6 +284,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Handler<S> {
     /// and lost leases their pushes. Say so, then leave.
     async fn say_goodbye(mut self) {
         if let State::Waiting(mut hold) = std::mem::replace(&mut self.state, State::Closing) {
+            self.session.client.set_waiting(None);
             if let Some(result) = futures_util::FutureExt::now_or_never(&mut hold.future) {
                 let v = self.session.granted(result, hold);
                 self.answer(&v);

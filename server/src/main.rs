@@ -1,18 +1,21 @@
 //! `holdline serve`: one store behind a RESP socket.
 //!
-//! Start-up: parse and check the flags, raise the descriptor limit, start
-//! logging (`HOLDLINE_LOG`, e.g. `debug`; never key text or tokens above
-//! debug), bind, print `holdline: listening on ADDR` on stdout, serve until
-//! SIGINT or SIGTERM, exit 0.
+//! Start-up: parse and check the flags, start logging (`--log-level` or
+//! `HOLDLINE_LOG`, e.g. `debug`; never key text or tokens above debug; a
+//! bad directive exits 2 naming it), load TLS, raise the descriptor limit,
+//! bind, print `holdline: listening on ADDR` on stdout, serve until SIGINT
+//! or SIGTERM, exit 0.
 
 //! Module map, bottom-up (each module uses only those above it; checked by
-//! `tests/module_graph.rs`): `config` (flags), `reply` (error replies in
-//! the core's shape), `loss_watch` (which leases were lost), `session` (one
-//! connection's state), `parse` (the argument cursor), `docs` (the command
+//! `tests/module_graph.rs`): `config` (flags), `tls` (certificates),
+//! `reply` (error replies in the core's shape), `loss_watch` (which leases
+//! were lost), `clients` (what operators see of each connection), `session`
+//! (one connection's state), `parse` (the argument cursor), `docs` (the command
 //! table), `cmd` (each command: parse, effect), `connection` (the framed
 //! stream), `shutdown` (the signal), `handler` (one connection's life),
 //! `server` (the listener).
 
+mod clients;
 mod cmd;
 mod config;
 mod connection;
@@ -24,11 +27,12 @@ mod reply;
 mod server;
 mod session;
 mod shutdown;
+mod tls;
 
 use clap::Parser;
-use config::{Cli, Command};
+use config::{Cli, Command, Config, LogFormat};
 use holdline::Store;
-use session::Shared;
+use session::{Facts, Shared};
 use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -40,14 +44,18 @@ const SPARE_DESCRIPTORS: u64 = 64;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let Command::Serve(args) = cli.command;
-    let config = match args.check() {
-        Ok(c) => c,
+    let started = args.check().and_then(|config| {
+        init_logging(args.log_level.as_deref(), args.log_format)?;
+        let tls = config.tls.clone().map(tls::Tls::load).transpose()?;
+        Ok((config, tls.map(Arc::new)))
+    });
+    let (config, tls) = match started {
+        Ok(v) => v,
         Err(why) => {
             eprintln!("holdline: {why}");
             return ExitCode::from(2);
         }
     };
-    init_logging();
     let descriptors = raise_descriptor_limit();
     let wanted = config.max_connections as u64 + SPARE_DESCRIPTORS;
     if descriptors.is_some_and(|n| n < wanted) {
@@ -66,25 +74,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let result = runtime.block_on(async {
-        let listener = listen(config.listen)
-            .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
-        let local = listener.local_addr().map_err(|e| e.to_string())?;
-        // The one line on stdout: scripts and tests read the port from it.
-        println!("holdline: listening on {local}");
-        let _ = std::io::stdout().flush();
-        info!(
-            %local,
-            auth = config.token.is_some(),
-            max_connections = config.max_connections,
-            max_frame = config.max_frame,
-            "serving"
-        );
-        let shared = Arc::new(Shared::new(Store::new(), config.token, config.max_frame));
-        server::run(listener, shared, config.max_connections)
-            .await
-            .map_err(|e| e.to_string())
-    });
+    let result = runtime.block_on(serve(config, tls));
     // Connections still writing to clients that do not read are not
     // waited for past the grace the server gave them.
     runtime.shutdown_background();
@@ -95,6 +85,35 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Binds, says where (the one line on stdout: scripts and tests read the
+/// port from it), and serves until a signal ends it.
+async fn serve(config: Config, tls: Option<Arc<tls::Tls>>) -> Result<(), String> {
+    let listener =
+        listen(config.listen).map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
+    let local = listener.local_addr().map_err(|e| e.to_string())?;
+    println!("holdline: listening on {local}");
+    let _ = std::io::stdout().flush();
+    info!(
+        %local,
+        tls = tls.is_some(),
+        client_certificates = config.tls.as_ref().is_some_and(|t| t.client_ca.is_some()),
+        auth = config.token.is_some(),
+        max_connections = config.max_connections,
+        max_frame = config.max_frame,
+        "serving"
+    );
+    let facts = Facts {
+        started: std::time::Instant::now(),
+        port: local.port(),
+        tls: tls.is_some(),
+        max_clients: config.max_connections,
+    };
+    let shared = Shared::new(Store::new(), config.token, config.max_frame, facts);
+    server::run(listener, Arc::new(shared), config.max_connections, tls)
+        .await
+        .map_err(|e| e.to_string())
 }
 
 /// Room for connections the kernel completed before they were accepted: a
@@ -114,14 +133,45 @@ fn listen(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener
     socket.listen(LISTEN_BACKLOG)
 }
 
-fn init_logging() {
-    use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_env("HOLDLINE_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
-    tracing_subscriber::fmt()
+/// Logs to stderr, filtered by `level` (else `HOLDLINE_LOG`, else `info`).
+fn init_logging(level: Option<&str>, format: LogFormat) -> Result<(), String> {
+    let from_env = std::env::var("HOLDLINE_LOG").ok();
+    let (directive, source) = match (level, &from_env) {
+        (Some(l), _) => (l.to_owned(), "--log-level"),
+        (None, Some(e)) => (e.clone(), "HOLDLINE_LOG"),
+        (None, None) => ("info".to_owned(), "the default"),
+    };
+    let filter = log_filter(&directive).map_err(|why| format!("{source} {directive:?}: {why}"))?;
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+        LogFormat::Json => builder.json().init(),
+    }
+    Ok(())
+}
+
+/// A tracing filter, refusing what would silently log nothing: tracing
+/// reads a bare word (`bogus`) as a target name, which matches no event.
+fn log_filter(directive: &str) -> Result<tracing_subscriber::EnvFilter, String> {
+    const LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
+    for part in directive
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+    {
+        let bare = !part.contains(['=', ':', '[']);
+        if bare && !LEVELS.contains(&part.to_ascii_lowercase().as_str()) {
+            return Err(format!(
+                "{part:?} is neither a level ({}) nor a `target=level` directive",
+                LEVELS.join(", ")
+            ));
+        }
+    }
+    tracing_subscriber::EnvFilter::try_new(directive).map_err(|e| e.to_string())
 }
 
 /// Raises the soft limit on open descriptors to the hard one: each

@@ -5,9 +5,11 @@
 //! channel whose receiver sees the end once the last one is dropped).
 
 use crate::handler::Handler;
-use crate::session::{Session, Shared};
+use crate::session::{Counts, Session, Shared};
 use crate::shutdown::Shutdown;
+use crate::tls::{Tls, HANDSHAKE_TIMEOUT};
 use std::io;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
@@ -30,18 +32,22 @@ struct Listener {
     /// Cloned into every connection; the receiver sees the end once all
     /// connections (and this) dropped theirs.
     done_tx: mpsc::Sender<()>,
+    /// The port speaks TLS when set.
+    tls: Option<Arc<Tls>>,
 }
 
-/// Serves until SIGINT or SIGTERM; then closes the store (waiters
-/// `closed`, holders lost), tells every connection, and returns once they
-/// have finished (or the grace ran out).
+/// Serves until SIGINT or SIGTERM (SIGHUP reloads TLS); then closes the
+/// store (waiters `closed`, holders lost), tells every connection, and
+/// returns once they have finished (or the grace ran out).
 pub async fn run(
     listener: TcpListener,
     shared: Arc<Shared>,
     max_connections: usize,
+    tls: Option<Arc<Tls>>,
 ) -> io::Result<()> {
     let mut interrupt = signal(SignalKind::interrupt())?;
     let mut terminate = signal(SignalKind::terminate())?;
+    let mut hangup = signal(SignalKind::hangup())?;
     let (notify_shutdown, _) = watch::channel(false);
     let (done_tx, mut done_rx) = mpsc::channel(1);
     let mut server = Listener {
@@ -50,11 +56,19 @@ pub async fn run(
         limit: Arc::new(Semaphore::new(max_connections)),
         notify_shutdown,
         done_tx,
+        tls,
     };
-    tokio::select! {
-        _ = server.accept_loop() => {}
-        _ = interrupt.recv() => {}
-        _ = terminate.recv() => {}
+    loop {
+        // Accepting is cancel-safe: a SIGHUP's turn loses no connection.
+        tokio::select! {
+            _ = server.accept_loop() => break,
+            _ = interrupt.recv() => break,
+            _ = terminate.recv() => break,
+            _ = hangup.recv() => match &server.tls {
+                Some(tls) => tls.reload(),
+                None => info!("SIGHUP: no TLS to reload"),
+            },
+        }
     }
     info!("shutting down: closing the store");
     let Listener {
@@ -90,9 +104,10 @@ impl Listener {
 
     /// Serves the connection on a task of its own, or refuses it when
     /// every permit is taken (Redis's answer, then the close).
-    fn admit(&self, stream: TcpStream, peer: std::net::SocketAddr) {
+    fn admit(&self, stream: TcpStream, peer: SocketAddr) {
         let Ok(permit) = self.limit.clone().try_acquire_owned() else {
-            debug!(%peer, "refused: too many connections");
+            warn_limit(peer);
+            Counts::add(&self.shared.counts.connections_rejected, 1);
             tokio::spawn(async move {
                 let mut stream = stream;
                 let _ = stream
@@ -103,14 +118,40 @@ impl Listener {
         };
         // Answers are small and latency is the product: no Nagle delay.
         let _ = stream.set_nodelay(true);
-        let session = Session::new(self.shared.clone());
+        let session = Session::new(self.shared.clone(), peer);
         let shutdown = Shutdown::new(self.notify_shutdown.subscribe());
-        let handler = Handler::new(stream, session, shutdown, self.done_tx.clone());
+        let done = self.done_tx.clone();
+        let tls = self.tls.clone();
         debug!(%peer, "connected");
         tokio::spawn(async move {
-            handler.run().await;
+            match tls {
+                None => Handler::new(stream, session, shutdown, done).run().await,
+                Some(tls) => {
+                    let handshake = tls.acceptor().accept(stream);
+                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
+                        Ok(Ok(stream)) => Handler::new(stream, session, shutdown, done).run().await,
+                        Ok(Err(e)) => tls.handshake_failed(peer, &e.to_string()),
+                        Err(_) => tls.handshake_failed(peer, "no handshake within 10s"),
+                    }
+                }
+            }
             drop(permit);
             debug!(%peer, "disconnected");
         });
+    }
+}
+
+/// The connection limit was reached: said at info level, at most once a
+/// second (a flood of refused clients must not flood the log).
+fn warn_limit(peer: SocketAddr) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::{SystemTime, UNIX_EPOCH};
+    static LAST_SECOND: AtomicU64 = AtomicU64::new(0);
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    // Relaxed: a rate limit for a log line; a duplicate line is harmless.
+    if LAST_SECOND.swap(now, Ordering::Relaxed) != now {
+        info!(%peer, "connection limit reached: refusing connections");
     }
 }

@@ -8,16 +8,18 @@
 //! [`Step::Wait`] holding the future, which the connection polls while it
 //! goes on reading; [`Session::granted`] then answers it.
 
+use crate::clients::{ClientState, Clients};
 use crate::loss_watch::LossWatches;
 use crate::reply::core_error;
 use holdline::{wire, Error, HeldLease, Lock, Store};
 use holdline_resp::{Proto, Value};
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 use subtle::ConstantTimeEq;
 
 /// Frames a client may send before it authenticated, when a token is
@@ -29,23 +31,61 @@ pub const UNAUTHENTICATED_MAX_FRAME: usize = 16 * 1024;
 /// the cache starts afresh.
 const LOCK_CACHE_ENTRIES: usize = 256;
 
-/// What every connection shares: the store and the server's settings.
+/// What every connection shares: the store, the server's settings, the
+/// registry of connections, the locks opened so far, and the counters.
 pub struct Shared {
     pub store: Store,
     token: Option<Vec<u8>>,
     max_frame: usize,
     next_lease: AtomicU64,
     next_client: AtomicU64,
+    pub clients: Clients,
+    pub facts: Facts,
+    pub counts: Counts,
+    /// Every lock name opened, with a handle (for INFO and metrics).
+    locks: Mutex<BTreeMap<String, Lock>>,
+}
+
+/// What the server is, for INFO.
+pub struct Facts {
+    pub started: Instant,
+    pub port: u16,
+    pub tls: bool,
+    pub max_clients: usize,
+}
+
+/// Server-wide counters (relaxed: each is a tally on its own).
+#[derive(Default)]
+pub struct Counts {
+    pub connections_received: AtomicU64,
+    pub connections_rejected: AtomicU64,
+    pub commands_processed: AtomicU64,
+    pub lost_pushes: AtomicU64,
+}
+
+impl Counts {
+    pub fn add(counter: &AtomicU64, n: u64) {
+        // Relaxed: a tally; nothing is published through it.
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub fn get(counter: &AtomicU64) -> u64 {
+        counter.load(Ordering::Relaxed)
+    }
 }
 
 impl Shared {
-    pub fn new(store: Store, token: Option<Vec<u8>>, max_frame: usize) -> Shared {
+    pub fn new(store: Store, token: Option<Vec<u8>>, max_frame: usize, facts: Facts) -> Shared {
         Shared {
             store,
             token,
             max_frame,
             next_lease: AtomicU64::new(1),
             next_client: AtomicU64::new(1),
+            clients: Clients::default(),
+            facts,
+            counts: Counts::default(),
+            locks: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -61,6 +101,19 @@ impl Shared {
     /// Whether the server wants a token at all.
     pub fn wants_token(&self) -> bool {
         self.token.is_some()
+    }
+
+    /// Every lock opened so far, by name.
+    pub fn locks(&self) -> Vec<(String, Lock)> {
+        let locks = self.locks.lock().unwrap_or_else(PoisonError::into_inner);
+        locks.iter().map(|(n, l)| (n.clone(), l.clone())).collect()
+    }
+
+    fn lock_opened(&self, lock: &Lock) {
+        let mut locks = self.locks.lock().unwrap_or_else(PoisonError::into_inner);
+        if !locks.contains_key(lock.name()) {
+            locks.insert(lock.name().to_owned(), lock.clone());
+        }
     }
 }
 
@@ -114,7 +167,7 @@ struct LockCache {
 }
 
 impl LockCache {
-    fn get(&mut self, store: &Store, name: &[u8], options: LockOptions) -> Result<Lock, Value> {
+    fn get(&mut self, shared: &Shared, name: &[u8], options: LockOptions) -> Result<Lock, Value> {
         if let Some(lock) = self
             .map
             .get(name)
@@ -126,11 +179,12 @@ impl LockCache {
         // A name that is not UTF-8 is no valid name: the core refuses the
         // replacement character with its own text.
         let text = String::from_utf8_lossy(name);
-        let mut builder = store.lock(&text).ttl(options.ttl);
+        let mut builder = shared.store.lock(&text).ttl(options.ttl);
         if let Some(max_hold) = options.max_hold {
             builder = builder.max_hold(max_hold);
         }
         let lock = builder.open().map_err(|e| core_error(&e))?;
+        shared.lock_opened(&lock);
         if self.map.len() >= LOCK_CACHE_ENTRIES {
             self.map.clear();
         }
@@ -145,35 +199,37 @@ impl LockCache {
 /// One connection's state.
 pub struct Session {
     pub shared: Arc<Shared>,
-    pub id: u64,
+    /// What operators see of this connection (its held keys among it).
+    pub client: Arc<ClientState>,
     pub proto: Proto,
     pub authenticated: bool,
-    /// `CLIENT SETNAME`'s name.
-    pub name: Option<Vec<u8>>,
     locks: LockCache,
     pub leases: HashMap<u64, Held>,
-    /// Slots (`lock\0key`) of the keys this connection holds.
-    pub holding: HashSet<Box<str>>,
     /// Which leases were lost, polled by the connection.
     pub losses: LossWatches,
 }
 
 impl Session {
-    pub fn new(shared: Arc<Shared>) -> Session {
+    pub fn new(shared: Arc<Shared>, addr: SocketAddr) -> Session {
         // Relaxed: a counter handing out ids; nothing is published by it.
         let id = shared.next_client.fetch_add(1, Ordering::Relaxed);
+        let client = Arc::new(ClientState::new(id, addr));
+        shared.clients.add(client.clone());
+        Counts::add(&shared.counts.connections_received, 1);
         let authenticated = !shared.wants_token();
         Session {
             shared,
-            id,
+            client,
             proto: Proto::Resp2,
             authenticated,
-            name: None,
             locks: LockCache::default(),
             leases: HashMap::new(),
-            holding: HashSet::new(),
             losses: LossWatches::default(),
         }
+    }
+
+    pub fn id(&self) -> u64 {
+        self.client.id
     }
 
     /// The frame limit for this connection now.
@@ -203,7 +259,7 @@ impl Session {
 
     /// The handle of lock `name` with `options`, or the refusal to answer.
     pub fn lock(&mut self, name: &[u8], options: LockOptions) -> Result<Lock, Value> {
-        self.locks.get(&self.shared.store, name, options)
+        self.locks.get(&self.shared, name, options)
     }
 
     /// The answer to a HOLD that waited.
@@ -224,7 +280,7 @@ impl Session {
         // lost; the watch tells.)
         let _ = lease.renew();
         self.losses.watch(id, lease.signal().aborted());
-        self.holding.insert(slot.clone());
+        self.client.held(slot.clone(), id);
         self.leases.insert(id, Held { lease, slot });
         // Fences stay below 2^63, so they travel as RESP integers.
         Value::Array(vec![
@@ -244,6 +300,12 @@ impl Session {
             Value::Integer(id as i64),
             Value::bulk(error.to_string()),
         ]))
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.shared.clients.remove(self.client.id);
     }
 }
 

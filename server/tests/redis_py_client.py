@@ -89,6 +89,16 @@ def main():
     assert field(old.execute_command("STATS", "invoices"), "held_keys") == 1
     assert old.execute_command("RELEASE", lease) in OK
 
+    # INFO in Redis's format: redis-py's info() parses every section.
+    info = holder.info()
+    assert info["holdline_version"], info
+    assert info["connected_clients"] >= 2, info
+    assert info["lock_invoices"]["grants"] >= 3, info["lock_invoices"]
+    assert set(holder.info("locks")) == {"lock_invoices"}, holder.info("locks")
+    # CLIENT LIST through redis-py's own parser.
+    listed = holder.client_list()
+    assert all("leases" in c and "waiting" in c for c in listed), listed
+
     print("redis-py: all checks passed")
 
 

@@ -84,7 +84,7 @@ fn hello_map(s: &Session, proto: Proto) -> Value {
             Value::bulk(env!("CARGO_PKG_VERSION")),
         ),
         (Value::bulk("proto"), Value::Integer(proto_number)),
-        (Value::bulk("id"), Value::Integer(s.id as i64)),
+        (Value::bulk("id"), Value::Integer(s.id() as i64)),
         (Value::bulk("mode"), Value::bulk("standalone")),
         (Value::bulk("role"), Value::bulk("master")),
         (Value::bulk("modules"), Value::Array(vec![])),
@@ -138,9 +138,7 @@ pub enum Client {
 }
 
 impl Client {
-    pub fn parse(p: &mut Parse) -> Result<Client, String> {
-        let sub = p.next_bytes()?;
-        p.subcommand(&sub);
+    pub fn parse(sub: &[u8], p: &mut Parse) -> Result<Client, String> {
         let client = match sub.to_ascii_uppercase().as_slice() {
             b"SETNAME" => Client::SetName(p.next_bytes()?),
             b"GETNAME" => Client::GetName,
@@ -158,7 +156,7 @@ impl Client {
                     }
                 }
             }
-            _ => return Err(unknown_subcommand(&sub, "CLIENT")),
+            _ => return Err(unknown_subcommand(sub, "CLIENT")),
         };
         Ok(client)
     }
@@ -166,8 +164,8 @@ impl Client {
     pub fn apply(self, s: &mut Session) -> Value {
         match self {
             Client::SetName(name) => set_name(s, name).map_or_else(|e| e, |()| Value::ok()),
-            Client::GetName => s.name.clone().map_or(Value::Null, Value::Bulk),
-            Client::Id => Value::Integer(s.id as i64),
+            Client::GetName => s.client.name().map_or(Value::Null, Value::Bulk),
+            Client::Id => Value::Integer(s.id() as i64),
             Client::SetInfo => Value::ok(),
         }
     }
@@ -179,7 +177,7 @@ fn set_name(s: &mut Session, name: Vec<u8>) -> Result<(), Value> {
             "ERR Client names cannot contain spaces, newlines or special characters.",
         ));
     }
-    s.name = (!name.is_empty()).then_some(name);
+    s.client.set_name((!name.is_empty()).then_some(name));
     Ok(())
 }
 

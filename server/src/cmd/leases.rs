@@ -36,7 +36,7 @@ impl Hold {
             Err(refusal) => return Step::Reply(refusal),
         };
         let slot = slot(lock.name(), &key);
-        if s.holding.contains(&slot) {
+        if s.client.holds(&slot) {
             let what = "hold inside a hold of the same key";
             return Step::Reply(invalid_key(lock.name(), &key, what));
         }
@@ -70,7 +70,7 @@ impl TryHold {
             Err(refusal) => return refusal,
         };
         let slot = slot(lock.name(), &key);
-        if s.holding.contains(&slot) {
+        if s.client.holds(&slot) {
             // As in process: a try of a key its caller holds answers None.
             return Value::Null;
         }
@@ -90,7 +90,7 @@ pub fn release(s: &mut Session, id: i64) -> Value {
     else {
         return not_ours(id);
     };
-    s.holding.remove(&held.slot);
+    s.client.let_go(&held.slot);
     s.losses.forget(lease_id);
     match held.lease.release() {
         Ok(()) => Value::ok(),

@@ -2,9 +2,11 @@
 //! (through a [`Parse`] cursor, so a missing or extra argument is always an
 //! error), then carried out on the connection's [`Session`]. One file per
 //! group: `leases` (HOLD, TRYHOLD, RELEASE, RENEW), `rows` (PUT, GET,
-//! STATS), `conn` (PING, ECHO, QUIT, HELLO, AUTH, CLIENT, SELECT) and
-//! `table` (COMMAND, for redis-cli's hints).
+//! STATS), `conn` (PING, ECHO, QUIT, HELLO, AUTH, SELECT, CLIENT's own
+//! subcommands), `admin` (INFO, INSPECT, CLIENT LIST, INFO, KILL, HELP:
+//! what operators ask) and `table` (COMMAND, for redis-cli's hints).
 
+mod admin;
 mod conn;
 mod leases;
 mod rows;
@@ -32,6 +34,9 @@ pub enum Command {
     Client(conn::Client),
     Select(i64),
     Table(table::Query),
+    Info(Option<Vec<u8>>),
+    Inspect(Vec<u8>, Vec<u8>),
+    Admin(admin::ClientAdmin),
 }
 
 impl Command {
@@ -53,13 +58,38 @@ impl Command {
             b"QUIT" => Command::Quit,
             b"HELLO" => Command::Hello(conn::Hello::parse(&mut p)?),
             b"AUTH" => Command::Auth(conn::Auth::parse(&mut p)?),
-            b"CLIENT" => Command::Client(conn::Client::parse(&mut p)?),
+            b"CLIENT" => client(&mut p)?,
             b"SELECT" => Command::Select(p.next_int()?),
             b"COMMAND" => Command::Table(table::Query::parse(&mut p)?),
+            b"INFO" => Command::Info(p.next_if_any()),
+            b"INSPECT" => Command::Inspect(p.next_bytes()?, p.next_bytes()?),
             _ => return Err(unknown_command(&name, &mut p)),
         };
         p.finish()?;
         Ok(command)
+    }
+
+    /// Its index in [`crate::clients::COMMAND_NAMES`], as CLIENT LIST shows it.
+    fn name_index(&self) -> usize {
+        match self {
+            Command::Hold(_) => 1,
+            Command::TryHold(_) => 2,
+            Command::Release(_) => 3,
+            Command::Renew(_) => 4,
+            Command::Put(_) => 5,
+            Command::Get(_) => 6,
+            Command::Stats(_) => 7,
+            Command::Ping(_) => 8,
+            Command::Echo(_) => 9,
+            Command::Quit => 10,
+            Command::Hello(_) => 11,
+            Command::Auth(_) => 12,
+            Command::Client(_) | Command::Admin(_) => 13,
+            Command::Select(_) => 14,
+            Command::Table(_) => 15,
+            Command::Info(_) => 16,
+            Command::Inspect(..) => 17,
+        }
     }
 
     /// Whether the command may run before the client authenticated.
@@ -86,6 +116,9 @@ impl Command {
             Command::Select(0) => Value::ok(),
             Command::Select(_) => Value::error("ERR DB index is out of range"),
             Command::Table(query) => query.apply(),
+            Command::Info(section) => admin::info(session, section.as_deref()),
+            Command::Inspect(lock, key) => admin::inspect(session, &lock, key),
+            Command::Admin(admin) => admin.apply(session),
         };
         Step::Reply(reply)
     }
@@ -103,7 +136,18 @@ pub fn execute(session: &mut Session, args: Vec<Vec<u8>>) -> Step {
     if !session.authenticated && !command.allowed_before_auth() {
         return Step::Reply(conn::noauth());
     }
+    session.client.ran(command.name_index());
     command.apply(session)
+}
+
+/// `CLIENT ...`: the connection's own subcommands, or an operator's.
+fn client(p: &mut Parse) -> Result<Command, String> {
+    let sub = p.next_bytes()?;
+    p.subcommand(&sub);
+    match admin::ClientAdmin::parse(&sub, p)? {
+        Some(admin) => Ok(Command::Admin(admin)),
+        None => Ok(Command::Client(conn::Client::parse(&sub, p)?)),
+    }
 }
 
 /// A frame that is not a command at all: the stream cannot be trusted.

@@ -103,8 +103,15 @@ fn frames_must_be_arrays_of_bulk_strings() {
 }
 
 fn session(token: Option<&str>) -> Session {
-    let shared = Shared::new(Store::new(), token.map(|t| t.as_bytes().to_vec()), 1 << 19);
-    Session::new(Arc::new(shared))
+    let facts = crate::session::Facts {
+        started: std::time::Instant::now(),
+        port: 7380,
+        tls: false,
+        max_clients: 10,
+    };
+    let token = token.map(|t| t.as_bytes().to_vec());
+    let shared = Shared::new(Store::new(), token, 1 << 19, facts);
+    Session::new(Arc::new(shared), "127.0.0.1:1".parse().unwrap())
 }
 
 fn run(s: &mut Session, words: &[&str]) -> Value {

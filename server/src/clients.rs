@@ -1,0 +1,183 @@
+//! Every connection's public face, for operators: who it is (id, address,
+//! name), how long it has lived and been idle, its last command, the
+//! leases it holds (by key) and the key it waits for; and the switch that
+//! kills it. The connection's task owns its session; this is the part
+//! other connections may read (CLIENT LIST, INSPECT) or pull (CLIENT KILL).
+//!
+//! Kept cheap on the command path: a connection writes its idle clock and
+//! last command once per batch of commands read, with relaxed atomics; the
+//! maps change only on a grant, a release, a wait, or a connection's start
+//! and end.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Instant;
+use tokio::sync::Notify;
+
+/// What a connection shows of itself.
+pub struct ClientState {
+    pub id: u64,
+    pub addr: SocketAddr,
+    created: Instant,
+    /// Milliseconds after `created` of the last batch of commands read.
+    last_read_ms: AtomicU64,
+    /// Index into [`COMMAND_NAMES`] of the last command carried out.
+    last_command: AtomicUsize,
+    /// `CLIENT SETNAME`'s name.
+    name: Mutex<Option<Vec<u8>>>,
+    /// The held keys (`lock\0key`) and the lease holding each.
+    holding: Mutex<HashMap<Box<str>, u64>>,
+    /// The key (`lock\0key`) a HOLD of this connection waits for.
+    waiting: Mutex<Option<Box<str>>>,
+    /// Pulled by CLIENT KILL.
+    kill: Notify,
+}
+
+/// The commands' names as CLIENT LIST shows them (`cmd=`).
+pub const COMMAND_NAMES: [&str; 18] = [
+    "NULL", "hold", "tryhold", "release", "renew", "put", "get", "stats", "ping", "echo", "quit",
+    "hello", "auth", "client", "select", "command", "info", "inspect",
+];
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Nothing panics while one is held; a poisoned map is still a map.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl ClientState {
+    pub fn new(id: u64, addr: SocketAddr) -> ClientState {
+        ClientState {
+            id,
+            addr,
+            created: Instant::now(),
+            last_read_ms: AtomicU64::new(0),
+            last_command: AtomicUsize::new(0),
+            name: Mutex::new(None),
+            holding: Mutex::new(HashMap::new()),
+            waiting: Mutex::new(None),
+            kill: Notify::new(),
+        }
+    }
+
+    /// A batch of commands was read now.
+    pub fn touch(&self) {
+        let ms = u64::try_from(self.created.elapsed().as_millis()).unwrap_or(u64::MAX);
+        // Relaxed: a reading for operators; nothing else is published by it.
+        self.last_read_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// The command about to be carried out (an index of [`COMMAND_NAMES`]).
+    pub fn ran(&self, command: usize) {
+        // Relaxed: as in `touch`.
+        self.last_command.store(command, Ordering::Relaxed);
+    }
+
+    pub fn set_name(&self, name: Option<Vec<u8>>) {
+        *lock(&self.name) = name;
+    }
+
+    pub fn name(&self) -> Option<Vec<u8>> {
+        lock(&self.name).clone()
+    }
+
+    /// Whether this connection holds the key `slot`.
+    pub fn holds(&self, slot: &str) -> bool {
+        lock(&self.holding).contains_key(slot)
+    }
+
+    /// The lease by which this connection holds `slot`, if it does.
+    pub fn lease_of(&self, slot: &str) -> Option<u64> {
+        lock(&self.holding).get(slot).copied()
+    }
+
+    pub fn held(&self, slot: Box<str>, lease: u64) {
+        lock(&self.holding).insert(slot, lease);
+    }
+
+    pub fn let_go(&self, slot: &str) {
+        lock(&self.holding).remove(slot);
+    }
+
+    pub fn lease_count(&self) -> usize {
+        lock(&self.holding).len()
+    }
+
+    pub fn set_waiting(&self, slot: Option<Box<str>>) {
+        *lock(&self.waiting) = slot;
+    }
+
+    pub fn waiting(&self) -> Option<Box<str>> {
+        lock(&self.waiting).clone()
+    }
+
+    /// Asks the connection to close (its keys go to the next in line).
+    pub fn kill(&self) {
+        self.kill.notify_one();
+    }
+
+    /// Resolves once [`kill`](ClientState::kill) was called.
+    pub async fn killed(&self) {
+        self.kill.notified().await;
+    }
+
+    /// Seconds since the connection was made.
+    pub fn age_secs(&self) -> u64 {
+        self.created.elapsed().as_secs()
+    }
+
+    /// Seconds since a command was last read.
+    pub fn idle_secs(&self) -> u64 {
+        // Relaxed: as in `touch`.
+        let last = self.last_read_ms.load(Ordering::Relaxed);
+        let now = u64::try_from(self.created.elapsed().as_millis()).unwrap_or(u64::MAX);
+        now.saturating_sub(last) / 1000
+    }
+
+    pub fn last_command(&self) -> &'static str {
+        // Relaxed: as in `touch`.
+        COMMAND_NAMES[self.last_command.load(Ordering::Relaxed) % COMMAND_NAMES.len()]
+    }
+}
+
+/// Every live connection, by id.
+#[derive(Default)]
+pub struct Clients {
+    map: Mutex<BTreeMap<u64, Arc<ClientState>>>,
+}
+
+impl Clients {
+    pub fn add(&self, client: Arc<ClientState>) {
+        lock(&self.map).insert(client.id, client);
+    }
+
+    pub fn remove(&self, id: u64) {
+        lock(&self.map).remove(&id);
+    }
+
+    pub fn get(&self, id: u64) -> Option<Arc<ClientState>> {
+        lock(&self.map).get(&id).cloned()
+    }
+
+    /// Every connection now, by id.
+    pub fn all(&self) -> Vec<Arc<ClientState>> {
+        lock(&self.map).values().cloned().collect()
+    }
+
+    pub fn count(&self) -> usize {
+        lock(&self.map).len()
+    }
+
+    /// The connection holding `slot` and its lease, if any.
+    pub fn holder_of(&self, slot: &str) -> Option<(Arc<ClientState>, u64)> {
+        self.all()
+            .into_iter()
+            .find_map(|c| c.lease_of(slot).map(|lease| (c, lease)))
+    }
+
+    /// Connections with a waiting HOLD.
+    pub fn blocked(&self) -> usize {
+        self.all().iter().filter(|c| c.waiting().is_some()).count()
+    }
+}

@@ -1,0 +1,324 @@
+//! What operators ask: INFO (Redis's format, so `redis-cli INFO` and
+//! redis-py's `info()` read it), INSPECT (one key: held, fence, times,
+//! waiters, and its holder), and CLIENT LIST, INFO, KILL and HELP.
+
+use super::unknown_subcommand;
+use crate::clients::ClientState;
+use crate::parse::{integer, syntax_error, Parse};
+use crate::reply::key_not_utf8;
+use crate::session::{slot, Counts, LockOptions, Session};
+use holdline_resp::{Proto, Value};
+use std::fmt::Write;
+use std::time::Duration;
+
+/// INFO's sections, in the order a bare INFO answers them.
+const SECTIONS: [&str; 5] = ["server", "clients", "stats", "memory", "locks"];
+
+/// `INFO [section ...]`: `# Section` headers and `key:value` lines.
+pub fn info(s: &Session, section: Option<&[u8]>) -> Value {
+    let wanted = section.map(|b| String::from_utf8_lossy(b).to_ascii_lowercase());
+    let all = matches!(
+        wanted.as_deref(),
+        None | Some("all" | "everything" | "default")
+    );
+    let mut out = String::new();
+    for name in SECTIONS {
+        if all || wanted.as_deref() == Some(name) {
+            if !out.is_empty() {
+                out.push_str("\r\n");
+            }
+            write_section(s, name, &mut out);
+        }
+    }
+    Value::Verbatim(out)
+}
+
+fn write_section(s: &Session, name: &str, out: &mut String) {
+    let shared = &s.shared;
+    let _ = write!(
+        out,
+        "# {}{}\r\n",
+        name[..1].to_ascii_uppercase(),
+        &name[1..]
+    );
+    let mut line = |k: &str, v: &dyn std::fmt::Display| {
+        let _ = write!(out, "{k}:{v}\r\n");
+    };
+    match name {
+        "server" => {
+            line("holdline_version", &env!("CARGO_PKG_VERSION"));
+            line("redis_version", &"7.0.0");
+            line(
+                "uptime_in_seconds",
+                &shared.facts.started.elapsed().as_secs(),
+            );
+            line("tcp_port", &shared.facts.port);
+            line("process_id", &std::process::id());
+            line("tls", &u8::from(shared.facts.tls));
+        }
+        "clients" => {
+            line("connected_clients", &shared.clients.count());
+            line("blocked_clients", &shared.clients.blocked());
+            line("maxclients", &shared.facts.max_clients);
+        }
+        "stats" => write_stats(s, &mut line),
+        "memory" => line("used_memory_rss", &rss_bytes()),
+        _ => write_locks(s, out),
+    }
+}
+
+fn write_stats(s: &Session, line: &mut impl FnMut(&str, &dyn std::fmt::Display)) {
+    let c = &s.shared.counts;
+    line(
+        "total_connections_received",
+        &Counts::get(&c.connections_received),
+    );
+    line(
+        "total_commands_processed",
+        &Counts::get(&c.commands_processed),
+    );
+    line(
+        "rejected_connections",
+        &Counts::get(&c.connections_rejected),
+    );
+    let mut sums = [0u64; 4];
+    for (_, lock) in s.shared.locks() {
+        let st = lock.stats();
+        for (sum, n) in
+            sums.iter_mut()
+                .zip([st.grants, st.timeouts, st.revocations, st.expirations])
+        {
+            *sum += n;
+        }
+    }
+    for (name, n) in ["grants", "timeouts", "revocations", "expirations"]
+        .iter()
+        .zip(sums)
+    {
+        line(name, &n);
+    }
+    line("lost_pushes", &Counts::get(&c.lost_pushes));
+}
+
+/// `lock_NAME:live_keys=3,held_keys=1,...`, one line per lock opened.
+fn write_locks(s: &Session, out: &mut String) {
+    for (name, lock) in s.shared.locks() {
+        let fields: Vec<String> = lock
+            .stats()
+            .fields()
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        let _ = write!(out, "lock_{name}:{}\r\n", fields.join(","));
+    }
+}
+
+/// The process's resident memory in bytes (0 where /proc is missing).
+fn rss_bytes() -> u64 {
+    let pages = std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|t| t.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .unwrap_or(0);
+    pages * 4096
+}
+
+/// `INSPECT lock key`: a map (a flat array in RESP2), or a null for a key
+/// with no state.
+pub fn inspect(s: &mut Session, lock: &[u8], key: Vec<u8>) -> Value {
+    let lock = match s.lock(lock, LockOptions::default()) {
+        Ok(l) => l,
+        Err(refusal) => return refusal,
+    };
+    let key = match String::from_utf8(key) {
+        Ok(k) => k,
+        Err(e) => return key_not_utf8(lock.name(), e.as_bytes()),
+    };
+    let Some(info) = lock.inspect(key.as_str()) else {
+        return Value::Null;
+    };
+    let ms = |d: Option<Duration>| {
+        d.map_or(Value::Null, |d| {
+            Value::Integer(i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        })
+    };
+    let mut map = vec![
+        (Value::bulk("held"), Value::Boolean(info.held)),
+        (
+            Value::bulk("fence"),
+            Value::Integer(i64::try_from(info.fence).unwrap_or(i64::MAX)),
+        ),
+        (Value::bulk("held_for_ms"), ms(info.held_for)),
+        (Value::bulk("lease_left_ms"), ms(info.lease_left)),
+        (Value::bulk("waiters"), Value::Integer(info.waiters as i64)),
+    ];
+    if info.held {
+        if let Some((holder, lease)) = s.shared.clients.holder_of(&slot(lock.name(), &key)) {
+            let name = holder.name().map_or(Value::Null, Value::Bulk);
+            let holder = Value::Map(vec![
+                (Value::bulk("id"), Value::Integer(holder.id as i64)),
+                (Value::bulk("name"), name),
+                (Value::bulk("addr"), Value::bulk(holder.addr.to_string())),
+                (Value::bulk("lease"), Value::Integer(lease as i64)),
+            ]);
+            map.push((Value::bulk("holder"), holder));
+        }
+    }
+    Value::Map(map)
+}
+
+/// CLIENT's operator subcommands.
+#[derive(Debug, PartialEq)]
+pub enum ClientAdmin {
+    List,
+    Info,
+    Kill(Kill),
+    Help,
+}
+
+/// Which connection `CLIENT KILL` means.
+#[derive(Debug, PartialEq)]
+pub enum Kill {
+    Id(u64),
+    Addr(Vec<u8>),
+}
+
+impl ClientAdmin {
+    /// `None`: a subcommand of the connection's own (SETNAME, ...).
+    pub fn parse(sub: &[u8], p: &mut Parse) -> Result<Option<ClientAdmin>, String> {
+        Ok(Some(match sub.to_ascii_uppercase().as_slice() {
+            b"LIST" => ClientAdmin::List,
+            b"INFO" => ClientAdmin::Info,
+            b"HELP" => ClientAdmin::Help,
+            b"KILL" => ClientAdmin::Kill(kill(p)?),
+            _ => return Ok(None),
+        }))
+    }
+
+    pub fn apply(self, s: &mut Session) -> Value {
+        match self {
+            ClientAdmin::List => {
+                let lines: String = s
+                    .shared
+                    .clients
+                    .all()
+                    .iter()
+                    .map(|c| list_line(s, c))
+                    .collect();
+                Value::Verbatim(lines)
+            }
+            ClientAdmin::Info => Value::Verbatim(list_line(s, &s.client)),
+            ClientAdmin::Help => help(),
+            ClientAdmin::Kill(which) => kill_client(s, which),
+        }
+    }
+}
+
+/// `KILL ID n`, `KILL ADDR ip:port`, or Redis's old `KILL ip:port`.
+fn kill(p: &mut Parse) -> Result<Kill, String> {
+    let first = p.next_bytes()?;
+    if p.remaining() == 0 {
+        return Ok(Kill::Addr(first));
+    }
+    let value = p.next_bytes()?;
+    match first.to_ascii_uppercase().as_slice() {
+        b"ID" => u64::try_from(integer(&value)?)
+            .map(Kill::Id)
+            .map_err(|_| "ERR client-id should be greater than 0".to_owned()),
+        b"ADDR" => Ok(Kill::Addr(value)),
+        _ => Err(syntax_error()),
+    }
+}
+
+fn kill_client(s: &Session, which: Kill) -> Value {
+    let target = match &which {
+        Kill::Id(id) => s.shared.clients.get(*id),
+        Kill::Addr(addr) => s
+            .shared
+            .clients
+            .all()
+            .into_iter()
+            .find(|c| c.addr.to_string().as_bytes() == addr.as_slice()),
+    };
+    match (target, which) {
+        (Some(client), Kill::Id(_)) => {
+            client.kill();
+            Value::Integer(1)
+        }
+        (Some(client), Kill::Addr(_)) => {
+            client.kill();
+            Value::ok()
+        }
+        (None, Kill::Id(_)) => Value::Integer(0),
+        (None, Kill::Addr(_)) => Value::error("ERR No such client"),
+    }
+}
+
+/// One line of CLIENT LIST, in Redis's `key=value` form plus the leases
+/// held and the key waited for (`waiting=LOCK/KEY`).
+fn list_line(s: &Session, c: &ClientState) -> String {
+    let name = c
+        .name()
+        .map(|n| String::from_utf8_lossy(&n).into_owned())
+        .unwrap_or_default();
+    let waiting = c.waiting().map(|slot| {
+        let (lock, key) = slot.split_once('\0').unwrap_or((&slot, ""));
+        format!("{lock}/{}", escaped(key))
+    });
+    let resp = if c.id == s.id() && s.proto == Proto::Resp3 {
+        3
+    } else {
+        2
+    };
+    let flags = if waiting.is_some() { "b" } else { "N" };
+    format!(
+        "id={} addr={} laddr=- fd=-1 name={name} age={} idle={} flags={flags} db=0 sub=0 psub=0 multi=-1 cmd={} user=default resp={resp} leases={} waiting={}\n",
+        c.id,
+        c.addr,
+        c.age_secs(),
+        c.idle_secs(),
+        c.last_command(),
+        c.lease_count(),
+        waiting.unwrap_or_default(),
+    )
+}
+
+/// A key in one word: spaces, `=` and anything not printable as `\xNN`.
+fn escaped(key: &str) -> String {
+    let mut out = String::new();
+    for b in key.bytes() {
+        if b.is_ascii_graphic() && b != b'=' && b != b'\\' {
+            out.push(char::from(b));
+        } else {
+            let _ = write!(out, "\\x{b:02x}");
+        }
+    }
+    out
+}
+
+fn help() -> Value {
+    let lines = [
+        "CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+        "GETNAME",
+        "    Return the name of the current connection.",
+        "ID",
+        "    Return the ID of the current connection.",
+        "INFO",
+        "    Return information about the current client connection.",
+        "KILL <ip:port> | KILL ID <client-id> | KILL ADDR <ip:port>",
+        "    Close a connection; the keys it holds go to the next in line at once.",
+        "LIST",
+        "    Return information about client connections, with leases=N and waiting=LOCK/KEY.",
+        "SETINFO <LIB-NAME|LIB-VER> <value>",
+        "    Accepted and ignored, for clients that send it.",
+        "SETNAME <name>",
+        "    Assign the name <name> to the current connection.",
+        "HELP",
+        "    Print this help.",
+    ];
+    Value::Array(lines.iter().map(|l| Value::simple(*l)).collect())
+}
+
+#[allow(dead_code)]
+fn unknown(sub: &[u8]) -> String {
+    unknown_subcommand(sub, "CLIENT")
+}
