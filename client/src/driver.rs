@@ -7,21 +7,31 @@
 //!
 //! # Why a lease is safe to believe in
 //!
-//! The server renews every lease of a connection when it *reads* a command
-//! from it, and gives a lease away no sooner than `ttl` after the last
-//! such read. A command sent at `t` is read at `t` or later, so once the
-//! server has answered it, the lease lives on the server until `t + ttl`
-//! at least (a `HOLD`'s grant counts: it came after the `HOLD` was sent).
-//! The task therefore keeps `t`, the send time of the latest command the
-//! server answered, and gives the lease a local deadline of
-//! `t + ttl - margin`, the margin (a tenth of the ttl, at least 10 ms)
-//! covering this process's own timer lateness. At the deadline the lease is
-//! marked lost (signal aborted, `lost_silent`'s text) and the connection is
-//! closed, so a server that comes back lets the key go at once instead of
-//! keeping it for a holder that gave up. The only timing assumption is
-//! that the two clocks run at the same rate within a tenth of the ttl
-//! over one ttl; no clock is compared across machines. A frozen network,
-//! a stalled server or a stopped holder process all end the same way: the
+//! The server renews every live lease of a connection when it *reads* a
+//! command from it, and gives a lease away no sooner than `ttl` after the
+//! last such read. The client keeps, for the lease of each connection, a
+//! local deadline that is never later than the server's:
+//!
+//! - it starts at `s + ttl - margin`, `s` the send time of the `HOLD` (the
+//!   server granted after reading it, and counts the ttl from the grant);
+//! - a reply that arrives *before* the deadline, to a command sent at `t`,
+//!   moves it to `t + ttl - margin`: the server read that command before
+//!   the reply came, so while the lease was alive, and renewed it then, at
+//!   `t` or later;
+//! - a reply that arrives after the deadline moves nothing: the server may
+//!   have read its command after the lease ended (a renewal does not
+//!   revive a lost lease), and a passed deadline is final;
+//! - a grant that arrives after its first deadline (a `HOLD` that waited
+//!   about a ttl) is confirmed by a `RENEW` before the closure runs: a
+//!   `RENEW` answers `OK` only for a live lease (see `hold`).
+//!
+//! The margin (a tenth of the ttl, at least 10 ms) covers this process's
+//! own timer lateness. At the deadline the lease is marked lost (signal
+//! aborted, `lost_silent`'s text) and the connection is closed, so a server
+//! that comes back lets the key go at once. The only timing assumption is
+//! that the two clocks run at the same rate within a tenth of the ttl over
+//! one ttl; no clock is compared across machines. A frozen network, a
+//! stalled server or a stopped holder process all end the same way: the
 //! holder stops believing in the lease before anyone else can be granted
 //! the key.
 
@@ -46,7 +56,8 @@ struct Request {
     reply: Option<ReplyTo>,
 }
 
-type ReplyTo = oneshot::Sender<Result<Value, Error>>;
+/// Where a reply goes, with the send time of its command.
+type ReplyTo = oneshot::Sender<(Result<Value, Error>, Instant)>;
 
 /// The handle to one connection's task. Dropping it closes the connection
 /// (the server then lets its keys go and takes its `HOLD`s out of line).
@@ -73,8 +84,6 @@ struct LeaseSlot {
     /// A `lost` push for a lease not registered yet: the grant's reply and
     /// the push can both be read before the holder registers the lease.
     early_loss: Option<(i64, String)>,
-    /// The send time of the latest command the server answered.
-    confirmed: Option<Instant>,
     /// Why the task ended, once it has.
     dead: Option<Error>,
 }
@@ -90,14 +99,12 @@ impl ConnShared {
         Duration::from_millis(self.ttl_ms.load(Ordering::Relaxed))
     }
 
-    /// The server answered a command sent at `sent`: the registered lease
-    /// is held there until `sent + ttl` at least.
+    /// The server answered a command sent at `sent`, now: the registered
+    /// lease, if still alive now, is held there until `sent + ttl` at least.
     fn confirm(&self, sent: Instant) {
-        let mut slot = self.slot();
-        let confirmed = slot.confirmed.map_or(sent, |c| c.max(sent));
-        slot.confirmed = Some(confirmed);
+        let slot = self.slot();
         if let Some(lease) = &slot.lease {
-            lease.extend_deadline(local_deadline(confirmed, self.ttl()));
+            lease.extend_deadline(local_deadline(sent, self.ttl()));
         }
     }
 }
@@ -125,9 +132,6 @@ impl Conn {
             shared: shared.clone(),
             waiting: VecDeque::new(),
             last_write: Instant::now(),
-            written: 0,
-            answered: 0,
-            held_back: VecDeque::new(),
         };
         tokio::spawn(task.run());
         Conn { requests, shared }
@@ -148,10 +152,18 @@ impl Conn {
     /// Sends a command and waits for its reply. A failed connection is a
     /// store-scoped `closed` error.
     pub(crate) async fn request<A: AsRef<[u8]>>(&self, args: &[A]) -> Result<Value, Error> {
+        self.request_timed(args).await.map(|(reply, _)| reply)
+    }
+
+    /// [`request`](Conn::request), with the instant the command was sent.
+    pub(crate) async fn request_timed<A: AsRef<[u8]>>(
+        &self,
+        args: &[A],
+    ) -> Result<(Value, Instant), Error> {
         let (tx, rx) = oneshot::channel();
         self.send(args, Some(tx));
         match rx.await {
-            Ok(reply) => reply,
+            Ok((reply, sent)) => reply.map(|v| (v, sent)),
             Err(_) => Err(self.death()),
         }
     }
@@ -185,10 +197,9 @@ impl Conn {
             .store((ttl_ms / 3).max(ttl_ms.min(1)), Ordering::Relaxed);
     }
 
-    /// Makes `lease` the one this connection's pushes, failure and silence
-    /// concern, with its local deadline from the latest answered command
-    /// (its own `HOLD` at the earliest). Marks it lost at once if that
-    /// already happened.
+    /// Makes `lease` (its first deadline set) the one this connection's
+    /// replies, pushes, failure and silence concern. Marks it lost at once
+    /// if that already happened.
     pub(crate) fn register(&self, lease: &Arc<LeaseShared>) {
         let mut slot = self.shared.slot();
         if let Some(dead) = &slot.dead {
@@ -199,9 +210,6 @@ impl Conn {
             if id == lease.id {
                 lease.mark_lost(Error::new(ErrorKind::Lost, text));
             }
-        }
-        if let Some(confirmed) = slot.confirmed {
-            lease.extend_deadline(local_deadline(confirmed, self.shared.ttl()));
         }
         slot.lease = Some(lease.clone());
     }
@@ -226,23 +234,12 @@ fn lost_on_drop(lease: &LeaseShared, dead: &Error) -> Error {
 /// The task: the socket, the request channel, and the reply slots of the
 /// commands written and not answered yet, each with its send time (`None`
 /// slots are our own `PING`s and detached requests).
-///
-/// A reply is handed to its caller only once every command written before
-/// it arrived has been answered too. Those are the renewals sent while a
-/// `HOLD` waited, answered right behind its grant; a grant handed over
-/// before them would carry only the `HOLD`'s send time, and a hold that
-/// waited most of a ttl would start out past its deadline.
 struct Task {
     conn: Connection,
     requests: mpsc::UnboundedReceiver<Request>,
     shared: Arc<ConnShared>,
     waiting: VecDeque<(Option<ReplyTo>, Instant)>,
     last_write: Instant,
-    /// Commands written and answered so far.
-    written: u64,
-    answered: u64,
-    /// Replies held back, each until `answered` reaches its count.
-    held_back: VecDeque<(ReplyTo, Result<Value, Error>, u64)>,
 }
 
 /// Why the task's loop ended.
@@ -287,7 +284,6 @@ impl Task {
             _ = tokio::time::sleep_until(ping_at), if renew_ms > 0 => {
                 self.conn.writer.queue(&["PING"]);
                 self.waiting.push_back((None, Instant::now()));
-                self.written += 1;
                 self.flush().await.err().map(End::Failed)
             }
             _ = tokio::time::sleep_until(deadline.unwrap_or(ping_at)), if deadline.is_some() => {
@@ -321,21 +317,12 @@ impl Task {
             ));
         };
         self.shared.confirm(sent);
-        self.answered += 1;
         if let Some(tx) = to {
             let reply = match reply {
                 Value::Error(text) => Err(Error::from_reply(&text)),
                 other => Ok(other),
             };
-            self.held_back.push_back((tx, reply, self.written));
-        }
-        while let Some((_, _, until)) = self.held_back.front() {
-            if *until > self.answered {
-                break;
-            }
-            if let Some((tx, reply, _)) = self.held_back.pop_front() {
-                let _ = tx.send(reply);
-            }
+            let _ = tx.send((reply, sent));
         }
         Ok(())
     }
@@ -348,7 +335,6 @@ impl Task {
         while let Some(Request { frame, reply }) = next {
             self.conn.writer.queue_encoded(&frame);
             self.waiting.push_back((reply, now));
-            self.written += 1;
             next = self.requests.try_recv().ok();
         }
         self.flush().await
@@ -396,9 +382,10 @@ impl Task {
         if let (Some(lease), true) = (lease, failed) {
             lease.mark_lost(lost_on_drop(&lease, &dead));
         }
-        let held_back = self.held_back.into_iter().map(|(to, _, _)| to);
-        for tx in held_back.chain(self.waiting.into_iter().filter_map(|(to, _)| to)) {
-            let _ = tx.send(Err(dead.clone()));
+        for (to, sent) in self.waiting {
+            if let Some(tx) = to {
+                let _ = tx.send((Err(dead.clone()), sent));
+            }
         }
         // Dropping `self.conn` closes the socket.
     }
@@ -463,17 +450,18 @@ mod tests {
     }
 
     /// A scripted server: grants the HOLD only after three PINGs arrived
-    /// while it waited (their answers late behind the grant), answers the
-    /// PINGs that follow and pushes `lost` with the third of them, answers
-    /// RELEASE `-LOST`. Answers the times of the PINGs it read before the
-    /// grant.
-    async fn scripted(listener: TcpListener) -> Vec<Instant> {
+    /// while it waited (a ttl after the HOLD: a late grant), answers the
+    /// RENEW that confirms it, the PINGs that follow, and pushes `lost`
+    /// with the third of them; answers RELEASE `-LOST`. Answers the times
+    /// of the PINGs it read before the grant, and how many RENEWs came.
+    async fn scripted(listener: TcpListener) -> (Vec<Instant>, usize) {
         let (mut sock, _) = listener.accept().await.unwrap();
         let mut dec = Decoder::new(1 << 20);
         let mut buf = BytesMut::new();
         let mut pings = Vec::new();
         let mut hold_pending = false;
         let mut after_grant = 0;
+        let mut renews = 0;
         while let Some(cmd) = read_command(&mut sock, &mut dec, &mut buf).await {
             match cmd[0].as_str() {
                 "HELLO" => {
@@ -496,10 +484,6 @@ mod tests {
                             Value::Array(vec![Value::Integer(1), Value::Integer(5)]),
                         )
                         .await;
-                        // The renewals' answers come late: the grant must
-                        // not be handed over (with only the HOLD's send
-                        // time, a ttl ago, as its deadline) before them.
-                        tokio::time::sleep(Duration::from_millis(150)).await;
                         for _ in 0..3 {
                             send(&mut sock, Value::simple("PONG")).await;
                         }
@@ -513,10 +497,15 @@ mod tests {
                         send(&mut sock, Value::Push(push)).await;
                     }
                 }
+                "RENEW" => {
+                    assert_eq!(cmd[1], "1");
+                    renews += 1;
+                    send(&mut sock, Value::simple("OK")).await;
+                }
                 "RELEASE" => {
                     assert_eq!(cmd[1], "1");
                     send(&mut sock, Value::error(format!("LOST {LOST}"))).await;
-                    return pings;
+                    return (pings, renews);
                 }
                 other => panic!("unexpected {other}"),
             }
@@ -554,7 +543,9 @@ mod tests {
             (err.kind(), err.to_string().as_str()),
             (ErrorKind::Lost, LOST)
         );
-        let pings = server.await.unwrap();
+        let (pings, renews) = server.await.unwrap();
+        // Granted a ttl after its HOLD: confirmed by one RENEW.
+        assert_eq!(renews, 1);
         // Renewal runs while the HOLD waits: none sooner than a third of
         // the ttl after the last write.
         assert!(
@@ -565,5 +556,61 @@ mod tests {
         assert!(pings
             .windows(2)
             .all(|w| w[1] - w[0] >= Duration::from_millis(90)));
+    }
+
+    /// A server that granted, then let the lease run out before its grant
+    /// reached the client (a link frozen both ways for over a ttl): the
+    /// renewals the client sent meanwhile are answered, yet prove nothing.
+    async fn granted_then_expired(listener: TcpListener) {
+        let (mut sock, _) = listener.accept().await.unwrap();
+        let mut dec = Decoder::new(1 << 20);
+        let mut buf = BytesMut::new();
+        let mut pings = 0;
+        while let Some(cmd) = read_command(&mut sock, &mut dec, &mut buf).await {
+            match cmd[0].as_str() {
+                "HELLO" => send(&mut sock, Value::Map(vec![])).await,
+                "HOLD" => {}
+                "PING" => {
+                    pings += 1;
+                    if pings == 4 {
+                        let grant = Value::Array(vec![Value::Integer(1), Value::Integer(5)]);
+                        send(&mut sock, grant).await;
+                        for _ in 0..4 {
+                            send(&mut sock, Value::simple("PONG")).await;
+                        }
+                    }
+                }
+                "RENEW" => send(&mut sock, Value::error(format!("LOST {LOST}"))).await,
+                other => panic!("unexpected {other}"),
+            }
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_grant_that_comes_after_its_deadline_must_be_renewed_to_count() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        tokio::spawn(granted_then_expired(listener));
+        let store = Store::connect(&addr).await.unwrap();
+        let lock = store
+            .lock("l")
+            .ttl(Duration::from_millis(300))
+            .open()
+            .unwrap();
+        let mut ran = false;
+        let result = timeout(
+            Duration::from_secs(30),
+            lock.key("k")
+                .wait(Duration::from_secs(10))
+                .hold(async |_| ran = true),
+        )
+        .await
+        .expect("answers");
+        let err = result.unwrap_err();
+        assert_eq!(
+            (err.kind(), err.to_string().as_str()),
+            (ErrorKind::Lost, LOST)
+        );
+        assert!(!ran, "the closure never ran under a lease the server ended");
     }
 }

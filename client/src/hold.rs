@@ -7,7 +7,7 @@
 //! `HOLD` is sent. A hold future dropped while its `HOLD` waits closes its
 //! connection, which takes it out of the line on the server at once.
 
-use crate::driver::Conn;
+use crate::driver::{local_deadline, Conn};
 use crate::error::Error;
 use crate::lease::{Lease, LeaseShared};
 use crate::lock::{unexpected, Lock};
@@ -97,32 +97,16 @@ impl Lock {
     /// found the key held.
     async fn acquire_text(&self, key: String, mode: Mode) -> Result<Option<HeldLease>, Error> {
         wire::check_key(&self.name, &key).map_err(|e| Error::from_core(&e))?;
-        let scope = Scope::Key(&self.name, &key);
         let inner = &self.store.inner;
-        let conn = inner.checkout(scope).await?;
+        let conn = inner.checkout(Scope::Key(&self.name, &key)).await?;
         // Renew while the HOLD waits, too: from now on.
         let ttl = Duration::from_millis(self.ttl_ms);
         conn.renew_for(Some(ttl));
-        let wait_arg;
-        let mut args = Args::default();
-        match mode {
-            Mode::Wait(ms) => {
-                wait_arg = ms.to_string();
-                args.push(b"HOLD")
-                    .push(self.name.as_bytes())
-                    .push(key.as_bytes());
-                args.push(b"WAIT").push(wait_arg.as_bytes());
-            }
-            Mode::Try => {
-                args.push(b"TRYHOLD")
-                    .push(self.name.as_bytes())
-                    .push(key.as_bytes());
-            }
-        }
-        args.push(b"TTL").push(self.ttl_arg.as_bytes());
-        if let Some(max_hold) = &self.max_hold_arg {
-            args.push(b"MAXHOLD").push(max_hold.as_bytes());
-        }
+        let wait_arg = match mode {
+            Mode::Wait(ms) => ms.to_string(),
+            Mode::Try => String::new(),
+        };
+        let args = self.hold_args(&key, mode, &wait_arg);
         // A server that answers nothing past the wait (and a ttl more) is
         // stalled or cut off: give up rather than hang. Returning drops
         // `conn`, which closes the connection: the server takes the HOLD
@@ -132,23 +116,21 @@ impl Lock {
             Mode::Try => Duration::ZERO,
         };
         let grace = ttl.max(MIN_PATIENCE);
-        let Ok(reply) = tokio::time::timeout(wait + grace, conn.request(args.as_slice())).await
-        else {
+        let request = conn.request_timed(args.as_slice());
+        let Ok(reply) = tokio::time::timeout(wait + grace, request).await else {
             return Err(texts::wait_silent(&self.name, &key, wait, grace));
         };
-        let (id, fence) = match reply {
-            Ok(Value::Array(items)) => match (items.first(), items.get(1)) {
-                (Some(Value::Integer(id)), Some(Value::Integer(fence))) if *fence >= 0 => {
-                    (*id, *fence as u64)
-                }
-                _ => return Err(unexpected(scope, &Value::Array(items))),
-            },
-            Ok(Value::Null) if matches!(mode, Mode::Try) => {
+        let (id, fence, sent) = match reply {
+            Ok((Value::Null, _)) if matches!(mode, Mode::Try) => {
                 conn.renew_for(None);
                 inner.give_back(conn);
                 return Ok(None);
             }
-            Ok(other) => return Err(unexpected(scope, &other)),
+            Ok((v, sent)) => {
+                let (id, fence) =
+                    grant(&v).ok_or_else(|| unexpected(Scope::Key(&self.name, &key), &v))?;
+                (id, fence, sent)
+            }
             Err(e) if e.is_connection() => return Err(closed_for_key(&self.name, &key, e)),
             Err(e) => {
                 conn.renew_for(None);
@@ -157,7 +139,7 @@ impl Lock {
             }
         };
         let shared = LeaseShared::new(id, fence, self.name.clone(), key.into_boxed_str(), ttl);
-        conn.register(&shared);
+        confirm_grant(&conn, &shared, sent, ttl).await?;
         Ok(Some(HeldLease {
             lease: Lease { shared },
             conn: Some(conn),
@@ -165,6 +147,78 @@ impl Lock {
             ttl,
         }))
     }
+
+    /// `HOLD lock key WAIT ms TTL ms [MAXHOLD ms]`, or `TRYHOLD` without
+    /// the wait.
+    fn hold_args<'a>(&'a self, key: &'a str, mode: Mode, wait_arg: &'a str) -> Args<'a> {
+        let mut args = Args::default();
+        let verb: &[u8] = match mode {
+            Mode::Wait(_) => b"HOLD",
+            Mode::Try => b"TRYHOLD",
+        };
+        args.push(verb)
+            .push(self.name.as_bytes())
+            .push(key.as_bytes());
+        if let Mode::Wait(_) = mode {
+            args.push(b"WAIT").push(wait_arg.as_bytes());
+        }
+        args.push(b"TTL").push(self.ttl_arg.as_bytes());
+        if let Some(max_hold) = &self.max_hold_arg {
+            args.push(b"MAXHOLD").push(max_hold.as_bytes());
+        }
+        args
+    }
+}
+
+/// `[lease, fence]`, if that is what `v` is.
+fn grant(v: &Value) -> Option<(i64, u64)> {
+    let Value::Array(items) = v else { return None };
+    match (items.first(), items.get(1)) {
+        (Some(Value::Integer(id)), Some(Value::Integer(fence))) => {
+            Some((*id, u64::try_from(*fence).ok()?))
+        }
+        _ => None,
+    }
+}
+
+/// Gives a fresh grant its first deadline (the `HOLD`'s send time + ttl -
+/// margin: the server granted after reading it) and registers it, so that
+/// later replies move the deadline on. A grant that arrives past that
+/// deadline (its `HOLD` waited about a ttl) is proved alive first by a
+/// `RENEW`, which the server answers `OK` only for a live lease.
+async fn confirm_grant(
+    conn: &Conn,
+    lease: &Arc<LeaseShared>,
+    hold_sent: tokio::time::Instant,
+    ttl: Duration,
+) -> Result<(), Error> {
+    let first = local_deadline(hold_sent, ttl);
+    if std::time::Instant::now() < first {
+        lease.extend_deadline(first);
+        conn.register(lease);
+        return Ok(());
+    }
+    let id = lease.id.to_string();
+    let args = ["RENEW", id.as_str()];
+    let renewed = tokio::time::timeout(ttl.max(MIN_PATIENCE), conn.request_timed(&args));
+    match renewed.await {
+        Ok(Ok((_, renew_sent))) => {
+            lease.extend_deadline(local_deadline(renew_sent, ttl));
+            conn.register(lease);
+            Ok(())
+        }
+        // The server's `LOST` text, or the connection's failure.
+        Ok(Err(e)) if e.kind() == ErrorKind::Lost => Err(e),
+        Ok(Err(e)) => Err(texts::lost_connection(&lease.lock, &lease.key, io_of(&e))),
+        Err(_) => Err(texts::lost_silent(&lease.lock, &lease.key, ttl)),
+    }
+}
+
+/// An I/O error standing for `e`, as a `source()`.
+fn io_of(e: &Error) -> io::Error {
+    e.io_error()
+        .map(|io| io::Error::new(io.kind(), io.to_string()))
+        .unwrap_or_else(|| io::Error::other(e.to_string()))
 }
 
 tokio::task_local! {
@@ -198,11 +252,7 @@ const MIN_PATIENCE: Duration = Duration::from_secs(1);
 
 /// A call about one key lost its connection (before any lease was held).
 fn closed_for_key(lock: &str, key: &str, e: Error) -> Error {
-    let io = e
-        .io_error()
-        .map(|io| io::Error::new(io.kind(), io.to_string()))
-        .unwrap_or_else(|| io::Error::other(e.to_string()));
-    texts::connection_closed_key(lock, key, io)
+    texts::connection_closed_key(lock, key, io_of(&e))
 }
 
 /// One key of a lock, with options; from [`Lock::key`].

@@ -77,24 +77,32 @@ impl LeaseShared {
         })
     }
 
-    /// Moves the local deadline to `at` if that is later.
+    /// Sets the first deadline, or moves it to `at` if that is later and
+    /// the current one has not passed: a reply that arrives after the
+    /// deadline proves nothing (see the connection task's module).
     pub(crate) fn extend_deadline(&self, at: Instant) {
         // Relaxed: the number is the whole message (no other data is
         // published through it), and `fetch_max` keeps it monotonic
         // whatever order two updates land in.
         let ns = to_ns(at);
-        let prev = self.deadline_ns.load(Ordering::Relaxed);
-        if prev == NO_DEADLINE {
-            // First deadline: set it outright (MAX would win any max).
-            if self
-                .deadline_ns
-                .compare_exchange(NO_DEADLINE, ns, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-            {
-                return;
+        let now = to_ns(Instant::now());
+        let mut current = self.deadline_ns.load(Ordering::Relaxed);
+        loop {
+            let moved = match current {
+                NO_DEADLINE => ns,
+                d if d <= now || ns <= d => return,
+                _ => ns,
+            };
+            match self.deadline_ns.compare_exchange_weak(
+                current,
+                moved,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return,
+                Err(seen) => current = seen,
             }
         }
-        self.deadline_ns.fetch_max(ns, Ordering::Relaxed);
     }
 
     /// The local deadline, once set.
@@ -355,6 +363,12 @@ mod tests {
         lease.shared.extend_deadline(far);
         lease.shared.extend_deadline(Instant::now());
         assert!(!lease.is_lost());
+        // A passed deadline is final: a late reply moves nothing.
+        let lease = self::lease();
+        lease.shared.extend_deadline(Instant::now());
+        std::thread::sleep(Duration::from_millis(5));
+        lease.shared.extend_deadline(far);
+        assert!(lease.is_lost());
     }
 
     #[test]
