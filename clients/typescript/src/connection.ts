@@ -6,40 +6,20 @@
  */
 
 import * as net from 'node:net'
+import { showAddress, type Address } from './address.js'
+import { now } from './duration.js'
+import type { HoldlineError } from './errors.js'
 import { Decoder, encodeCommand, RespError, RespPush, RespProtocolError, type Arg, type Reply } from './resp.js'
-import { errorFor, fromServer } from './errors.js'
+import { cannotConnect, connectRefused, connectSilent, tokenMissing, tokenRefused } from './texts.js'
 
 /** A command could not be answered: the connection closed first. */
 export class ConnectionClosed extends Error {}
 
-/** Where a server listens. */
-export interface Address {
-	host: string
-	port: number
-}
-
-/** The default address of `holdline serve`. */
-export const DEFAULT_PORT = 7380
-
-/** Reads `host:port`, `[v6]:port`, `host` or `:port`. */
-export function parseAddress(text: string): Address {
-	const bad = () => errorFor('invalid', `the address ${JSON.stringify(text)} is not host:port`)
-	const match = /^(?:\[([^\]]+)\]|([^:\s]*))(?::(\d{1,5}))?$/.exec(text)
-	if (!match) throw bad()
-	const host = match[1] ?? (match[2] || '127.0.0.1')
-	const port = match[3] === undefined ? DEFAULT_PORT : Number(match[3])
-	if (port < 1 || port > 65535) throw bad()
-	return { host, port }
-}
-
-/** Shows an address as `host:port` (brackets around an IPv6 host). */
-export function showAddress({ host, port }: Address): string {
-	return host.includes(':') ? `[${host}]:${port}` : `${host}:${port}`
-}
-
 interface Pending {
 	resolve(reply: Reply): void
 	reject(error: ConnectionClosed): void
+	/** When the command was written, on the monotonic clock. */
+	sentAt: number
 }
 
 export class Connection {
@@ -48,6 +28,13 @@ export class Connection {
 	/** Sent commands not answered yet, oldest first. */
 	#pending: Pending[] = []
 	#closed: ConnectionClosed | undefined
+	/** The send time of the last command answered: the server read it, so
+	 * it renewed this connection's leases no earlier than then. */
+	#lastAnswered = 0
+	/** The send time of the last command written. */
+	#lastSent = 0
+	/** Settles with the answer to the last command written. */
+	#lastReply: Promise<unknown> = Promise.resolve()
 	#closeListeners: Array<(why: ConnectionClosed) => void> = []
 	#renewal: NodeJS.Timeout | undefined
 	/** Who is told of each lease's loss, by lease id. */
@@ -73,11 +60,18 @@ export class Connection {
 		socket.on('close', () => this.#shut(new ConnectionClosed('the server closed the connection')))
 	}
 
-	/** Connects and says `HELLO 3` (with `AUTH default TOKEN` when given one). */
+	/**
+	 * Connects and says `HELLO 3` (with `AUTH default TOKEN` when given one),
+	 * all within `timeoutMs`; fails with the texts every client shares.
+	 */
 	static async open(address: Address, token: string | undefined, timeoutMs: number): Promise<Connection> {
 		const where = showAddress(address)
 		const socket = net.connect({ host: address.host, port: address.port })
-		const timer = setTimeout(() => socket.destroy(new Error(`no answer within ${timeoutMs}ms`)), timeoutMs)
+		let silent = false
+		const timer = setTimeout(() => {
+			silent = true
+			socket.destroy(new Error(`no answer within ${timeoutMs}ms`))
+		}, timeoutMs)
 		try {
 			await new Promise<void>((resolve, reject) => {
 				socket.once('connect', resolve)
@@ -86,7 +80,7 @@ export class Connection {
 		} catch (e) {
 			clearTimeout(timer)
 			socket.destroy()
-			throw cannotConnect(where, e)
+			throw dialFailed(where, silent, timeoutMs, e)
 		}
 		const connection = new Connection(socket)
 		const hello: Arg[] = token === undefined ? ['HELLO', 3] : ['HELLO', 3, 'AUTH', 'default', token]
@@ -94,14 +88,13 @@ export class Connection {
 		try {
 			reply = await connection.send(hello)
 		} catch (e) {
-			throw cannotConnect(where, e)
+			throw dialFailed(where, silent, timeoutMs, e)
 		} finally {
 			clearTimeout(timer)
 		}
 		if (reply instanceof RespError) {
 			connection.destroy()
-			const refused = fromServer(reply.word, reply.text)
-			throw errorFor('invalid', `the server at ${where} refused the connection (${refused.message})`)
+			throw helloRefused(where, reply)
 		}
 		return connection
 	}
@@ -113,10 +106,38 @@ export class Connection {
 	/** Sends a command; its reply (an error reply as a `RespError` value). */
 	send(args: readonly Arg[]): Promise<Reply> {
 		if (this.#closed) return Promise.reject(this.#closed)
-		return new Promise((resolve, reject) => {
-			this.#pending.push({ resolve, reject })
+		const reply = new Promise<Reply>((resolve, reject) => {
+			const sentAt = now()
+			this.#lastSent = sentAt
+			this.#pending.push({ resolve, reject, sentAt })
 			this.#socket.write(encodeCommand(args))
 		})
+		this.#lastReply = reply
+		return reply
+	}
+
+	/**
+	 * The send time of the last command the server answered on this
+	 * connection (0 before any): the server renewed the connection's leases
+	 * when it read that command, so it keeps them until that time plus
+	 * their ttl at least.
+	 */
+	get lastAnswered(): number {
+		return this.#lastAnswered
+	}
+
+	/** The send time of the last command written (0 before any). */
+	get lastSent(): number {
+		return this.#lastSent
+	}
+
+	/** Resolves once every command written so far is answered, or the connection closed. */
+	answeredAll(): Promise<void> {
+		if (this.#pending.length === 0) return Promise.resolve()
+		return this.#lastReply.then(
+			() => {},
+			() => {},
+		)
 	}
 
 	/**
@@ -197,6 +218,8 @@ export class Connection {
 			this.#shut(new ConnectionClosed('the server sent a reply to no command'))
 			return
 		}
+		// Answers come in the order the commands were sent: this only grows.
+		this.#lastAnswered = pending.sentAt
 		pending.resolve(frame)
 	}
 
@@ -214,8 +237,16 @@ export class Connection {
 	}
 }
 
-function cannotConnect(where: string, cause: unknown) {
+/** Why dialling or `HELLO` failed: the timeout, or the platform's own words. */
+function dialFailed(where: string, silent: boolean, timeoutMs: number, cause: unknown): HoldlineError {
+	if (silent) return connectSilent(where, timeoutMs)
 	const why = cause instanceof Error ? cause.message : String(cause)
-	const error = errorFor('closed', `cannot connect to ${where} (${why})`)
-	return Object.assign(error, { cause })
+	return Object.assign(cannotConnect(where, why), { cause })
+}
+
+/** A `HELLO` answered with an error: a token missing or refused, or the connection refused (at the server's limit, say). */
+function helloRefused(where: string, reply: RespError): HoldlineError {
+	if (reply.word === 'NOAUTH') return tokenMissing()
+	if (reply.word === 'WRONGPASS') return tokenRefused()
+	return connectRefused(where, reply.text ? `${reply.word} ${reply.text}` : reply.word)
 }

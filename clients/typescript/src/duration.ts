@@ -1,8 +1,10 @@
 /**
- * Durations as the seed writes them (`'10s'`, `'2m'`, `'500ms'`, also
- * `'1h'`, `'1.5s'` and sums such as `'1m30s'`) or milliseconds as numbers,
- * turned into the whole milliseconds the server takes. A bad one fails at
- * once with an `invalid` error naming the option.
+ * Durations: read from text (`'10s'`, `'2m'`, `'500ms'`, also `'1h'`,
+ * `'1.5s'` and sums such as `'1m30s'`) or milliseconds as numbers, turned
+ * into the whole milliseconds the server takes, and written back as the
+ * Rust core writes them in its error texts. A bad one fails at once with an
+ * `invalid` error naming the option. Also the two timing rules every client
+ * shares for a link that stops answering.
  */
 
 import { errorFor } from './errors.js'
@@ -55,4 +57,35 @@ export function toPositiveMillis(value: unknown, what: string, lock: string): nu
 	const ms = toMillis(value, what, lock)
 	if (ms < 1) throw errorFor('invalid', `a ${what} is at least 1ms`, lock)
 	return ms
+}
+
+/** Milliseconds as the core's texts write them: `10s`, `1500ms`, `2m`, the shortest exact form. */
+export function showMs(ms: number): string {
+	if (ms !== 0 && ms % 60_000 === 0) return `${ms / 60_000}m`
+	if (ms % 1000 === 0) return `${ms / 1000}s`
+	return `${ms}ms`
+}
+
+/**
+ * How long before the server may end a silent lease this client takes it
+ * for lost: a tenth of the ttl, at least 10 ms (the lateness of a timer).
+ */
+export function lostMarginMs(ttlMs: number): number {
+	return Math.max(10, ttlMs / 10)
+}
+
+/**
+ * How long past its wait a waiting hold whose connection answers nothing is
+ * given up: the ttl, at least 1 s (the server's own answer may be late).
+ */
+export function waitGraceMs(ttlMs: number): number {
+	return Math.max(ttlMs, 1000)
+}
+
+/**
+ * The monotonic clock, in milliseconds: unmoved when the wall clock is set,
+ * and running on while the process is stopped, so a stall shows in it.
+ */
+export function now(): number {
+	return performance.now()
 }

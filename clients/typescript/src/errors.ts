@@ -4,7 +4,11 @@
  * client makes itself. Errors from the server carry its text unchanged.
  */
 
-/** What went wrong, as the seed names it. */
+/**
+ * What went wrong: the five kinds of failure of the Rust core (its
+ * `ErrorKind`), written as the core writes them at the end of its texts;
+ * the server's error replies carry them in capitals as their first word.
+ */
 export type ErrorKind = 'invalid' | 'in use' | 'lost' | 'limit' | 'closed'
 
 /** The first word of a server error reply, for each kind. */
@@ -31,8 +35,8 @@ export class HoldlineError extends Error {
 
 /**
  * The error for a server's error reply. The five kinds carry the core's
- * text; anything else (`ERR`, `NOAUTH`, `WRONGPASS`: a server too old or
- * too strict for this client) is `invalid` and keeps its first word.
+ * text; anything else (`ERR` from a server too old for this client, say)
+ * is `invalid` and keeps its first word.
  */
 export function fromServer(word: string, text: string): HoldlineError {
 	const kind = KIND_OF_WORD[word]

@@ -1,7 +1,7 @@
 /**
- * holdline for Node: keyed locks with leases, held through `holdline serve`.
- * The seed's TypeScript API: `connect`, `store.lock(name, { ttl, maxHold })`,
- * `lock.hold(key, fn, { wait })`, `lock.tryHold(key, fn)`.
+ * holdline for Node: keyed locks with leases, held through `holdline serve`:
+ * `connect`, `store.lock(name, { ttl, maxHold })`, `lock.hold(key, fn, { wait })`,
+ * `lock.tryHold(key, fn)`, the same calls as the Rust and Python APIs.
  */
 
 export { connect, Store, type ConnectOptions, type LockStats } from './store.js'

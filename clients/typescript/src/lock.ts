@@ -7,11 +7,12 @@
 
 import { AsyncLocalStorage } from 'node:async_hooks'
 import { ConnectionClosed, type Connection } from './connection.js'
-import { toMillis, toPositiveMillis, type Duration } from './duration.js'
+import { lostMarginMs, now, toMillis, toPositiveMillis, waitGraceMs, type Duration } from './duration.js'
 import { errorFor, fromServer, HoldlineError } from './errors.js'
 import { Lease } from './lease.js'
 import type { Pool } from './pool.js'
 import { RespError, type Arg, type Reply } from './resp.js'
+import { connectionClosedKey, lostConnection, lostSilent, waitSilent } from './texts.js'
 
 /** A key: text, or a whole number (the same key as its decimal text). */
 export type Key = string | number | bigint
@@ -98,7 +99,7 @@ export class Lock {
 		checkFunction(fn, this.name, text)
 		if (this.#runningHere(text)) throw errorFor('invalid', 'hold inside a hold of the same key', this.name, text)
 		const command = ['HOLD', this.name, text, 'WAIT', wait, ...this.#leaseArgs]
-		const grant = await this.#ask(command, text, options.signal)
+		const grant = await this.#ask(command, text, wait, options.signal)
 		// HOLD answers a lease or an error, never a null.
 		if (!grant) throw errorFor('invalid', 'the server answered HOLD with a null', this.name, text)
 		return this.#run(grant, fn)
@@ -113,7 +114,7 @@ export class Lock {
 		const text = this.#keyText(key)
 		checkFunction(fn, this.name, text)
 		if (this.#runningHere(text)) return { acquired: false }
-		const grant = await this.#ask(['TRYHOLD', this.name, text, ...this.#leaseArgs], text, options.signal)
+		const grant = await this.#ask(['TRYHOLD', this.name, text, ...this.#leaseArgs], text, 0, options.signal)
 		if (!grant) return { acquired: false }
 		return { acquired: true, value: await this.#run(grant, fn) }
 	}
@@ -131,7 +132,7 @@ export class Lock {
 	}
 
 	/** Sends HOLD or TRYHOLD on a connection of its own: the grant, or `null` when TRYHOLD found the key held. */
-	async #ask(command: Arg[], key: string, signal: AbortSignal | undefined): Promise<Grant | null> {
+	async #ask(command: Arg[], key: string, waitMs: number, signal: AbortSignal | undefined): Promise<Grant | null> {
 		if (this.#pool.closed) throw this.#storeClosed(key)
 		signal?.throwIfAborted()
 		let connection: Connection
@@ -148,16 +149,7 @@ export class Lock {
 		// Renew from now on: a lease is granted as alive as its connection's
 		// last command, so the connection keeps talking while it waits too.
 		connection.busy(this.#renewalPeriod)
-		const onAbort = () => connection.destroy(new ConnectionClosed('the hold was aborted'))
-		signal?.addEventListener('abort', onAbort, { once: true })
-		let reply: Reply
-		try {
-			reply = await connection.send(command)
-		} catch (e) {
-			throw this.#askFailed(key, signal, e)
-		} finally {
-			signal?.removeEventListener('abort', onAbort)
-		}
+		const reply = await this.#send(connection, command, key, waitMs, signal)
 		if (connection.closed) {
 			// Aborted between the answer and now: the server let the key go.
 			throw this.#askFailed(key, signal, undefined)
@@ -174,11 +166,38 @@ export class Lock {
 		return { connection, lease: new Lease(key, reply[1], reply[0]) }
 	}
 
+	/**
+	 * Sends HOLD or TRYHOLD and awaits its answer. Aborting `signal` closes
+	 * the connection, which takes the HOLD out of its line. So does a
+	 * connection that answers nothing for the wait plus a grace: the link is
+	 * taken for dead, and a grant sent on it later is never read.
+	 */
+	async #send(connection: Connection, command: Arg[], key: string, waitMs: number, signal: AbortSignal | undefined): Promise<Reply> {
+		const graceMs = waitGraceMs(this.#ttlMs)
+		let silent = false
+		const timer = setTimeout(() => {
+			silent = true
+			connection.destroy(new ConnectionClosed('the server answered nothing for the wait'))
+		}, waitMs + graceMs)
+		// The waiting connection keeps the process alive, not this timer.
+		timer.unref()
+		const onAbort = () => connection.destroy(new ConnectionClosed('the hold was aborted'))
+		signal?.addEventListener('abort', onAbort, { once: true })
+		try {
+			return await connection.send(command)
+		} catch (e) {
+			if (silent && !signal?.aborted && !this.#pool.closed) throw waitSilent(this.name, key, waitMs, graceMs)
+			throw this.#askFailed(key, signal, e)
+		} finally {
+			clearTimeout(timer)
+			signal?.removeEventListener('abort', onAbort)
+		}
+	}
+
 	#askFailed(key: string, signal: AbortSignal | undefined, cause: unknown): unknown {
 		if (signal?.aborted) return signal.reason
 		if (this.#pool.closed) return this.#storeClosed(key)
-		const error = errorFor('closed', `the connection to the server closed`, this.name, key)
-		return Object.assign(error, { cause })
+		return Object.assign(connectionClosedKey(this.name, key), { cause })
 	}
 
 	#storeClosed(key: string): HoldlineError {
@@ -191,23 +210,9 @@ export class Lock {
 	}
 
 	/** Runs `fn` under a granted lease, then lets the key go. */
-	async #run<T>({ connection, lease }: Grant, fn: (lease: Lease) => T | PromiseLike<T>): Promise<T> {
-		// The loss is pushed the moment it happens; a RENEW answering LOST
-		// is the second way to learn it (as a RESP2 client would).
-		const stopLossWatch = connection.watchLoss(lease.id, text => lease.lose(new HoldlineError('lost', text)))
-		connection.busy(this.#renewalPeriod, () => {
-			connection.send(['RENEW', lease.id]).then(
-				reply => {
-					if (reply instanceof RespError && reply.word === 'LOST') lease.lose(fromServer(reply.word, reply.text))
-				},
-				() => {}, // closed: `onClose` below reports it
-			)
-		})
-		const stopWatching = connection.onClose(() => {
-			if (lease.settled) return
-			const why = this.#pool.closed ? 'its store closed' : 'its connection to the server closed'
-			lease.lose(errorFor('lost', why, this.name, lease.key))
-		})
+	async #run<T>(grant: Grant, fn: (lease: Lease) => T | PromiseLike<T>): Promise<T> {
+		const { connection, lease } = grant
+		const watch = await this.#watch(grant)
 		const running: Running = { pool: this.#pool, lock: this.name, key: lease.key, lease }
 		let outcome: { ok: true; value: T } | { ok: false; error: unknown }
 		try {
@@ -216,15 +221,16 @@ export class Lock {
 		} catch (error) {
 			outcome = { ok: false, error }
 		}
-		lease.settled = true
-		stopWatching()
+		lease.settle()
+		watch.stopClose()
 		let released: Reply | undefined
 		try {
+			// A lease lost by the clock closed its connection: this fails, and the server lets the key go.
 			released = await connection.send(['RELEASE', lease.id])
 		} catch {
 			// The connection closed: the server let the key go with it.
 		}
-		stopLossWatch()
+		watch.stopLoss()
 		this.#pool.giveBack(connection)
 		if (released instanceof RespError) {
 			const error = fromServer(released.word, released.text)
@@ -235,6 +241,56 @@ export class Lock {
 		const lost = lease.lostError
 		if (lost) throw lost
 		return outcome.value
+	}
+
+	/**
+	 * Watches a granted lease for its loss: the server's push, a RENEW
+	 * answered LOST (as a server that does not push tells it), its
+	 * connection closing, and the clock (see `Lease`).
+	 */
+	async #watch({ connection, lease }: Grant): Promise<{ stopClose(): void; stopLoss(): void }> {
+		const stopLoss = connection.watchLoss(lease.id, text => lease.lose(new HoldlineError('lost', text)))
+		connection.busy(this.#renewalPeriod, () => {
+			connection.send(['RENEW', lease.id]).then(
+				reply => {
+					if (reply instanceof RespError && reply.word === 'LOST') lease.lose(fromServer(reply.word, reply.text))
+				},
+				() => {}, // closed: `onClose` below reports it
+			)
+		})
+		const stopClose = connection.onClose(() => {
+			if (lease.settled) return
+			lease.lose(this.#pool.closed ? errorFor('lost', 'its store closed', this.name, lease.key) : lostConnection(this.name, lease.key))
+		})
+		await this.#caughtUp(connection)
+		const ttl = this.#ttlMs
+		lease.watchClock({
+			deadline: () => connection.lastAnswered + ttl - lostMarginMs(ttl),
+			lapsed: () => lostSilent(this.name, lease.key, ttl),
+			// Never reuse a link that went silent; a server that comes back lets the key go at once.
+			onLapse: () => connection.destroy(new ConnectionClosed('the server answered nothing for a ttl')),
+		})
+		return { stopClose, stopLoss }
+	}
+
+	/**
+	 * Waits for the answers to what the connection sent while its HOLD
+	 * waited (its PINGs): they come right behind the grant, and until they do
+	 * the last answered command is the HOLD itself, sent perhaps more than a
+	 * ttl ago. Waits no longer than those answers could still save the lease.
+	 */
+	async #caughtUp(connection: Connection): Promise<void> {
+		if (connection.lastAnswered >= connection.lastSent) return
+		const bound = connection.lastSent + this.#ttlMs - lostMarginMs(this.#ttlMs) - now()
+		let timer: NodeJS.Timeout | undefined
+		await Promise.race([
+			connection.answeredAll(),
+			new Promise<void>(resolve => {
+				timer = setTimeout(resolve, Math.max(0, Math.ceil(bound)))
+				timer.unref()
+			}),
+		])
+		clearTimeout(timer)
 	}
 }
 

@@ -6,7 +6,8 @@
  * are kept for reuse once their hold is over.
  */
 
-import { Connection, showAddress, type Address } from './connection.js'
+import { showAddress, type Address } from './address.js'
+import { Connection } from './connection.js'
 
 export interface PoolOptions {
 	token: string | undefined
@@ -28,6 +29,10 @@ export class Pool {
 
 	get closed(): boolean {
 		return this.#closed
+	}
+
+	get connectTimeoutMs(): number {
+		return this.options.connectTimeoutMs
 	}
 
 	get where(): string {

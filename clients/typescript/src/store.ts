@@ -1,19 +1,38 @@
 /**
  * `connect` and `Store`: a handle on one `holdline serve`, which opens
- * locks, reads a lock's counters, does fenced writes, and closes.
+ * locks, reads a lock's counters, does fenced writes, and closes (also as
+ * `await using store = await connect(...)`).
  */
 
-import { parseAddress, type Connection } from './connection.js'
+import { parseAddress } from './address.js'
+import { ConnectionClosed, type Connection } from './connection.js'
 import { toMillis, type Duration } from './duration.js'
 import { debugString, errorFor, fromServer } from './errors.js'
 import { Lock, type LockOptions } from './lock.js'
 import { Pool } from './pool.js'
 import { RespError, type Arg, type Reply } from './resp.js'
+import { connectionClosed, connectSilent } from './texts.js'
+
+// `await using` looks `Symbol.asyncDispose` up when it runs; Node 20 before
+// 20.4 lacks it. Define it only where missing, as the registered symbol
+// later Node versions use, so every copy of this code and Node agree on it.
+if (typeof Symbol.asyncDispose !== 'symbol') {
+	Object.defineProperty(Symbol, 'asyncDispose', { value: Symbol.for('nodejs.asyncDispose') })
+}
+
+/** @internal How long dialling and `HELLO` may take unless `connectTimeout` says otherwise. */
+export const DEFAULT_CONNECT_TIMEOUT_MS = 10_000
 
 export interface ConnectOptions {
-	/** The token, when the server was started with `--token-file`. */
+	/**
+	 * The token, when the server was started with `--token-file`. Given
+	 * here, it wins over one in a `redis://:TOKEN@host` address.
+	 */
 	token?: string
-	/** How long to wait for a connection to open (default `'10s'`). */
+	/**
+	 * How long dialling and the handshake may take (default `'10s'`); also
+	 * how long a store command (`stats`, `put`, `get`) may go unanswered.
+	 */
 	connectTimeout?: Duration
 	/** Connections kept open for reuse while no hold uses them (default 8). */
 	maxIdle?: number
@@ -31,32 +50,27 @@ export interface LockStats {
 }
 
 /**
- * Connects to `holdline serve` at `address` (`host:port`; default
- * `127.0.0.1:7380`). Resolves once a first connection has said hello, so
- * a wrong address or token fails here.
+ * Connects to `holdline serve` at `address`: `host:port`, `host` (port
+ * 7380), `[ipv6]:port` or `redis://[:token@]host[:port]`; by default
+ * `127.0.0.1:7380`. Resolves once a first connection has said `HELLO`, so a
+ * wrong address or token fails here, not at the first hold.
  */
 export async function connect(address = '127.0.0.1:7380', options: ConnectOptions = {}): Promise<Store> {
-	const timeout = options.connectTimeout === undefined ? 10_000 : toMillis(options.connectTimeout, 'connectTimeout', 'store')
+	const where = parseAddress(address)
+	const timeout =
+		options.connectTimeout === undefined ? DEFAULT_CONNECT_TIMEOUT_MS : toMillis(options.connectTimeout, 'connectTimeout', 'store')
 	const maxIdle = options.maxIdle ?? 8
 	if (!Number.isSafeInteger(maxIdle) || maxIdle < 0) throw errorFor('invalid', `maxIdle is a count, not ${String(maxIdle)}`)
-	const pool = new Pool(parseAddress(address), { token: options.token, connectTimeoutMs: Math.max(1, timeout), maxIdle })
-	// A PING proves the connection usable: a server that wants a token
-	// answers HELLO without one, and only the next command NOAUTH.
-	const first = await pool.take()
-	const pong = await first.send(['PING']).catch(() => null)
-	if (!(pong === 'PONG')) {
-		first.destroy()
-		const why = pong instanceof RespError ? fromServer(pong.word, pong.text).message : 'it closed the connection'
-		throw errorFor('invalid', `the server at ${pool.where} refused the connection (${why})`)
-	}
-	pool.giveBack(first)
+	const token = options.token ?? where.token
+	const pool = new Pool(where, { token, connectTimeoutMs: Math.max(1, timeout), maxIdle })
+	pool.giveBack(await pool.take())
 	return new Store(pool)
 }
 
 /** The names a lock may have: 1 to 128 ASCII letters, digits and `_ - . :`. */
 const LOCK_NAME = /^[A-Za-z0-9_.:-]{1,128}$/
 
-export class Store {
+export class Store implements AsyncDisposable {
 	readonly #pool: Pool
 
 	/** Made by `connect`. */
@@ -125,7 +139,16 @@ export class Store {
 		this.#pool.close()
 	}
 
-	/** A one-off command on a free connection. */
+	/** `close()`, for `await using store = await connect(...)`. */
+	[Symbol.asyncDispose](): Promise<void> {
+		return this.close()
+	}
+
+	/**
+	 * A one-off command on a free connection. The server answers these at
+	 * once, so one unanswered for the connect timeout means a dead link:
+	 * that connection is closed and the command fails `closed`.
+	 */
 	async #command(args: Arg[], lock: string | undefined): Promise<Reply> {
 		if (this.#pool.closed) throw errorFor('closed', 'the store is closed', lock)
 		let connection: Connection
@@ -135,14 +158,22 @@ export class Store {
 			if (this.#pool.closed) throw errorFor('closed', 'the store is closed', lock)
 			throw e
 		}
+		// In use: keeps the process alive until the answer comes.
 		connection.busy(60_000)
+		const timeoutMs = this.#pool.connectTimeoutMs
+		let silent = false
+		const timer = setTimeout(() => {
+			silent = true
+			connection.destroy(new ConnectionClosed('the server answered nothing'))
+		}, timeoutMs)
 		let reply: Reply
 		try {
 			reply = await connection.send(args)
 		} catch (cause) {
-			const closed = this.#pool.closed ? 'the store is closed' : 'the connection to the server closed'
-			throw Object.assign(errorFor('closed', closed, lock), { cause })
+			if (this.#pool.closed) throw Object.assign(errorFor('closed', 'the store is closed', lock), { cause })
+			throw Object.assign(silent ? connectSilent(this.#pool.where, timeoutMs) : connectionClosed(), { cause })
 		} finally {
+			clearTimeout(timer)
 			this.#pool.giveBack(connection)
 		}
 		if (reply instanceof RespError) throw fromServer(reply.word, reply.text)

@@ -8,7 +8,9 @@ import * as os from 'node:os'
 import * as path from 'node:path'
 import { execFileSync } from 'node:child_process'
 import { connect, HoldlineError, type ErrorKind, type Store } from '../src/index.js'
-import { startServer, until, type Server } from './server.js'
+import { once } from 'node:events'
+import { startServer, until, whenLost, type Server } from './server.js'
+import { isText } from './texts.js'
 
 let server: Server
 let store: Store
@@ -79,7 +81,7 @@ test('lost: maxHold revokes, the signal aborts, the next in line gets the key, h
 	let nextGotIt = false
 	const next = store.lock('invoices').hold('m', () => (nextGotIt = true), { wait: '30s' })
 	const held = invoices.hold('m', async lease => {
-		await new Promise(resolve => lease.signal.addEventListener('abort', resolve))
+		await whenLost(lease)
 		abortedAfter = Date.now() - started
 		reason = lease.signal.reason
 		assert.equal(lease.lost, true)
@@ -100,7 +102,7 @@ test('lost: a rejection of the function still propagates unchanged', async () =>
 	const mine = new Error('mine')
 	await assert.rejects(
 		invoices.hold('m2', async lease => {
-			await new Promise(resolve => lease.signal.addEventListener('abort', resolve))
+			await whenLost(lease)
 			throw mine
 		}),
 		e => e === mine,
@@ -182,7 +184,7 @@ test('closed: after store.close every call fails closed, waiters fail closed, ho
 	await until('one waiter', async () => (await store.stats('invoices')).waiters === 1)
 	let reason: unknown
 	const holding = lock.hold('d', async lease => {
-		await new Promise(resolve => lease.signal.addEventListener('abort', resolve))
+		await whenLost(lease)
 		reason = lease.signal.reason
 	})
 	holding.catch(() => {})
@@ -208,7 +210,7 @@ test('closed: the server shutting down fails waiters closed and loses holders', 
 	const lock = s.lock('invoices')
 	let reason: unknown
 	const holding = lock.hold('7', async lease => {
-		await new Promise(resolve => lease.signal.addEventListener('abort', resolve))
+		await whenLost(lease)
 		reason = lease.signal.reason
 	})
 	const waiting = lock.hold('7', () => 1, { wait: '30s' })
@@ -222,7 +224,7 @@ test('closed: the server shutting down fails waiters closed and loses holders', 
 	await assert.rejects(holding, isError('lost', 'lock invoices: key "7": the lease was lost: its store closed'))
 	assert.ok(reason instanceof HoldlineError && reason.kind === 'lost')
 	// A later hold cannot connect.
-	await assert.rejects(lock.hold('8', () => 1), (e: unknown) => e instanceof HoldlineError && e.kind === 'closed' && e.message.startsWith(`store: cannot connect to ${own.address}`))
+	await assert.rejects(lock.hold('8', () => 1), isText('closed', 'cannot_connect', { hostport: own.address }))
 	await s.close()
 })
 
@@ -232,7 +234,7 @@ test('the connection dropping: holders lost, waiters closed', async () => {
 	const lock = s.lock('dropped')
 	let reason: unknown
 	const holding = lock.hold('k', async lease => {
-		await new Promise(resolve => lease.signal.addEventListener('abort', resolve))
+		await whenLost(lease)
 		reason = lease.signal.reason
 		return 'dropped'
 	})
@@ -242,29 +244,77 @@ test('the connection dropping: holders lost, waiters closed', async () => {
 	await until('one waiter', async () => (await s.stats('dropped')).waiters === 1)
 	// SIGKILL: no CLOSED, no push; only the connections drop.
 	await own.stop('SIGKILL')
-	await assert.rejects(holding, isError('lost', 'lock dropped: key "k": the lease was lost: its connection to the server closed'))
+	await assert.rejects(holding, isText('lost', 'lost_connection', { lock: 'dropped', key: '"k"' }))
 	assert.equal(reason, await holding.catch(e => e))
-	await assert.rejects(waiting, isError('closed', 'lock dropped: key "k": the connection to the server closed: closed'))
+	await assert.rejects(waiting, isText('closed', 'connection_closed_key', { lock: 'dropped', key: '"k"' }))
 	await s.close()
 })
 
 test('closed: nothing listening', async () => {
 	const own = await startServer()
 	await own.stop()
-	await assert.rejects(connect(own.address), (e: unknown) => e instanceof HoldlineError && e.kind === 'closed' && e.message.startsWith(`store: cannot connect to ${own.address} (`))
+	await assert.rejects(connect(own.address), isText('closed', 'cannot_connect', { hostport: own.address }))
+	const port = own.address.split(':')[1]
+	await assert.rejects(connect(`redis://localhost:${port}`), isText('closed', 'cannot_connect', { hostport: `localhost:${port}` }))
 })
 
-test('a token: wrong or missing fails at connect, right works', async () => {
+test('closed: a server that accepts and answers nothing fails connect after the connect timeout', async () => {
+	const sockets: net.Socket[] = []
+	const silent = net.createServer(s => sockets.push(s))
+	silent.listen(0, '127.0.0.1')
+	await once(silent, 'listening')
+	const address = `127.0.0.1:${(silent.address() as net.AddressInfo).port}`
+	try {
+		const started = Date.now()
+		await assert.rejects(connect(address, { connectTimeout: '300ms' }), isText('closed', 'connect_silent', { hostport: address, timeout: '300ms' }))
+		assert.ok(Date.now() - started >= 250, 'not before its timeout')
+	} finally {
+		for (const s of sockets) s.destroy()
+		silent.close()
+	}
+})
+
+test('closed: a server at its connection limit refuses the connection at connect', async () => {
+	const own = await startServer(['--max-connections', '1'])
+	let first: Store | undefined
+	try {
+		// The server may still count the connection that saw it listening.
+		await until('a first store connects', async () => {
+			first = await connect(own.address).catch(() => undefined)
+			return first !== undefined
+		})
+		await assert.rejects(connect(own.address), (e: unknown) => {
+			isText('closed', 'connect_refused', { hostport: own.address })(e)
+			assert.match((e as Error).message, /\(ERR max number of clients reached\): closed$/)
+			return true
+		})
+	} finally {
+		await first?.close()
+		await own.stop()
+	}
+})
+
+test('invalid: a bad address fails at once, naming it', async () => {
+	for (const address of ['rediss://127.0.0.1:7380', 'localhost:http', 'redis://user:pw@localhost']) {
+		await assert.rejects(connect(address), isText('invalid', 'bad_address', { address: JSON.stringify(address) }))
+	}
+})
+
+test('a token: missing or wrong fails at connect, right works, in the URL too', async () => {
 	const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'holdline-'))
 	const file = path.join(dir, 'token')
 	fs.writeFileSync(file, 's3cret\n')
 	const own = await startServer(['--token-file', file])
 	try {
-		await assert.rejects(connect(own.address), (e: unknown) => e instanceof HoldlineError && e.kind === 'invalid' && e.message.includes('refused the connection'))
-		await assert.rejects(connect(own.address, { token: 'wrong' }), (e: unknown) => e instanceof HoldlineError && e.kind === 'invalid')
-		const s = await connect(own.address, { token: 's3cret' })
-		assert.equal(await s.lock('t').hold('k', () => 'in'), 'in')
-		await s.close()
+		await assert.rejects(connect(own.address), isText('invalid', 'token_missing'))
+		await assert.rejects(connect(own.address, { token: 'wrong' }), isText('invalid', 'token_refused'))
+		await assert.rejects(connect(`redis://:wrong@${own.address}`), isText('invalid', 'token_refused'))
+		// The option wins over the URL's token.
+		await assert.rejects(connect(`redis://:s3cret@${own.address}`, { token: 'wrong' }), isText('invalid', 'token_refused'))
+		for (const s of [await connect(own.address, { token: 's3cret' }), await connect(`redis://:s3cret@${own.address}`), await connect(`redis://:wrong@${own.address}`, { token: 's3cret' })]) {
+			assert.equal(await s.lock('t').hold('k', () => 'in'), 'in')
+			await s.close()
+		}
 	} finally {
 		await own.stop()
 		fs.rmSync(dir, { recursive: true })

@@ -7,6 +7,7 @@
  */
 
 import { connect, HoldlineError } from '../src/index.js'
+import { whenLost } from './server.js'
 
 const [address, lockName, key, ttl] = process.argv.slice(2) as [string, string, string, string]
 const say = (o: object) => process.stdout.write(JSON.stringify(o) + '\n')
@@ -16,7 +17,7 @@ const store = await connect(address)
 try {
 	await store.lock(lockName, { ttl }).hold(key, async lease => {
 		say({ held: lease.fence.toString() })
-		await new Promise(resolve => lease.signal.addEventListener('abort', resolve))
+		await whenLost(lease)
 		say({ aborted: text(lease.signal.reason) })
 		try {
 			await store.put(lockName, key, lease.fence, `row-${key}`, 'from the stalled holder')

@@ -8,7 +8,7 @@ import { fileURLToPath } from 'node:url'
 import { once } from 'node:events'
 
 /** This file is at clients/typescript/dist/test/: the repository is four folders up. */
-const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../../..')
+export const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../../..')
 
 /** `$HOLDLINE_BIN`, else `<repo>/target/release/holdline`. */
 export function holdlineBin(): string {
@@ -82,3 +82,15 @@ export async function until(what: string, check: () => boolean | Promise<boolean
 }
 
 export const sleep = (ms: number) => new Promise<void>(r => setTimeout(r, ms))
+
+/**
+ * Resolves once the lease's signal has aborted. Reading `lease.signal`
+ * checks the clock and may abort it there and then, and a listener added to
+ * an aborted signal never hears the event: so check first, as with any
+ * AbortSignal.
+ */
+export function whenLost(lease: { readonly signal: AbortSignal }): Promise<void> {
+	const signal = lease.signal
+	if (signal.aborted) return Promise.resolve()
+	return new Promise(resolve => signal.addEventListener('abort', () => resolve(), { once: true }))
+}

@@ -1,11 +1,27 @@
-/** Unit tests of the parts that need no server: RESP, durations, error texts. */
+/** Unit tests of the parts that need no server: RESP, durations, addresses, error texts. */
 
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { Decoder, encodeCommand, RespError, RespPush, type Reply } from '../src/resp.js'
 import { toMillis, toPositiveMillis } from '../src/duration.js'
 import { errorFor, fromServer, showKey, HoldlineError } from '../src/errors.js'
-import { parseAddress } from '../src/connection.js'
+import { DEFAULT_PORT, parseAddress, showAddress } from '../src/address.js'
+import { lostMarginMs, showMs, waitGraceMs } from '../src/duration.js'
+import { DEFAULT_CONNECT_TIMEOUT_MS } from '../src/store.js'
+import {
+	badAddress,
+	cannotConnect,
+	connectionClosed,
+	connectionClosedKey,
+	connectRefused,
+	connectSilent,
+	lostConnection,
+	lostSilent,
+	tokenMissing,
+	tokenRefused,
+	waitSilent,
+} from '../src/texts.js'
+import { isTableText, isText, TABLE, tableText, type Values } from './texts.js'
 
 function decodeAll(bytes: string, chunk = Infinity): Array<Reply | RespPush> {
 	const frames: Array<Reply | RespPush> = []
@@ -48,7 +64,7 @@ test('a frame that is not RESP throws rather than guessing', () => {
 	assert.throws(() => decodeAll(':12x\r\n'), /bad integer/)
 })
 
-test('durations as the seed writes them, or milliseconds', () => {
+test('durations as text, or milliseconds', () => {
 	assert.equal(toMillis('10s', 'ttl', 'l'), 10_000)
 	assert.equal(toMillis('2m', 'ttl', 'l'), 120_000)
 	assert.equal(toMillis('500ms', 'ttl', 'l'), 500)
@@ -98,12 +114,79 @@ test('server errors keep their text; the first word gives the kind', () => {
 	assert.equal(other.message, "ERR unknown command 'HOLD'")
 })
 
-test('addresses', () => {
-	assert.deepEqual(parseAddress('127.0.0.1:7380'), { host: '127.0.0.1', port: 7380 })
-	assert.deepEqual(parseAddress('localhost'), { host: 'localhost', port: 7380 })
-	assert.deepEqual(parseAddress('[::1]:9000'), { host: '::1', port: 9000 })
-	assert.deepEqual(parseAddress(':9000'), { host: '127.0.0.1', port: 9000 })
-	for (const bad of ['a:b', 'a:70000', '::1:80', 'a b:1']) assert.throws(() => parseAddress(bad), /is not host:port: invalid$/, bad)
+test('addresses: the accepted forms', () => {
+	const port = TABLE.rules.default_port
+	assert.equal(DEFAULT_PORT, port)
+	const cases: Array<[string, object]> = [
+		['127.0.0.1:7381', { host: '127.0.0.1', port: 7381 }],
+		['localhost', { host: 'localhost', port }],
+		['db-1.example.com:9000', { host: 'db-1.example.com', port: 9000 }],
+		['[::1]:9000', { host: '::1', port: 9000 }],
+		['[::1]', { host: '::1', port }],
+		['redis://127.0.0.1', { host: '127.0.0.1', port }],
+		['redis://127.0.0.1:27400', { host: '127.0.0.1', port: 27400 }],
+		['redis://[::1]:27400', { host: '::1', port: 27400 }],
+		['redis://:s3cret@host:1', { host: 'host', port: 1, token: 's3cret' }],
+		['redis://:a%40b%3Ac@host', { host: 'host', port, token: 'a@b:c' }],
+		['redis://:a@b@host', { host: 'host', port, token: 'a@b' }],
+	]
+	for (const [text, address] of cases) assert.deepEqual(parseAddress(text), address, text)
+	assert.equal(showAddress({ host: '::1', port: 7380 }), '[::1]:7380')
+	assert.equal(showAddress({ host: 'h', port: 1 }), 'h:1')
+})
+
+test('addresses: anything else fails invalid with the bad_address text', () => {
+	const bad = [
+		'', ':9000', 'a:b', 'a:70000', 'a:0', '::1', '::1:80', 'a b:1', 'host:', '[::1', '[nothex]:1', '[::1]:x',
+		'rediss://host:7380', 'http://host', 'redis://', 'redis://user:tok@host', 'redis://:@host', 'redis://host/0',
+		'redis://:%zz@host', 'redis//host', 'host:7380 ', `${'x'.repeat(70)}:`,
+	]
+	for (const text of bad) assert.throws(() => parseAddress(text), isText('invalid', 'bad_address', { address: showKey(text) }), text)
+	assert.equal(catchMessage(() => parseAddress('a\nb')), tableText('bad_address', { address: '"a\\nb"' }))
+	assert.equal(catchMessage(() => parseAddress(`${'y'.repeat(64)} z`)), tableText('bad_address', { address: `"${'y'.repeat(64)}..."` }))
+})
+
+test('durations are written as the core writes them', () => {
+	const cases: Array<[number, string]> = [[0, '0s'], [1, '1ms'], [300, '300ms'], [1000, '1s'], [1500, '1500ms'], [2000, '2s'], [60_000, '1m'], [90_000, '90s'], [3_600_000, '60m']]
+	for (const [ms, text] of cases) assert.equal(showMs(ms), text, String(ms))
+})
+
+test('the timing rules every client shares', () => {
+	assert.equal(DEFAULT_CONNECT_TIMEOUT_MS, TABLE.rules.connect_timeout_ms)
+	// max(10ms, ttl / 10)
+	assert.equal(lostMarginMs(2000), 200)
+	assert.equal(lostMarginMs(50), 10)
+	assert.equal(lostMarginMs(100), 10)
+	// wait + max(ttl, 1s)
+	assert.equal(waitGraceMs(2000), 2000)
+	assert.equal(waitGraceMs(300), 1000)
+})
+
+test('every client-made text is the table text, byte for byte', () => {
+	const key = 'a"b'
+	const k = showKey(key)
+	const made: Array<[HoldlineError, string, Values]> = [
+		[badAddress('rediss://h'), 'bad_address', { address: '"rediss://h"' }],
+		[cannotConnect('[::1]:7380', 'connect ECONNREFUSED ::1:7380'), 'cannot_connect', { hostport: '[::1]:7380' }],
+		[connectSilent('h:1', 10_000), 'connect_silent', { hostport: 'h:1', timeout: '10s' }],
+		[tokenMissing(), 'token_missing', {}],
+		[tokenRefused(), 'token_refused', {}],
+		[connectRefused('h:1', 'ERR max number of clients reached'), 'connect_refused', { hostport: 'h:1' }],
+		[connectionClosed(), 'connection_closed', {}],
+		[connectionClosedKey('inv', key), 'connection_closed_key', { lock: 'inv', key: k }],
+		[lostConnection('inv', key), 'lost_connection', { lock: 'inv', key: k }],
+		[lostSilent('inv', key, 2000), 'lost_silent', { lock: 'inv', key: k, ttl: '2s' }],
+		[waitSilent('inv', key, 3000, 1000), 'wait_silent', { lock: 'inv', key: k, wait: '3s', ttl: '1s' }],
+	]
+	assert.deepEqual(made.map(([, name]) => name).sort(), Object.keys(TABLE.texts).sort(), 'every text of the table is made here')
+	for (const [error, name, values] of made) {
+		if (name === 'cannot_connect') assert.equal(error.message, 'store: cannot connect to [::1]:7380 (connect ECONNREFUSED ::1:7380): closed')
+		else if (name === 'connect_refused') assert.equal(error.message, 'store: the server at h:1 refused the connection (ERR max number of clients reached): closed')
+		else assert.equal(error.message, tableText(name, values), name)
+		assert.ok(isTableText(error.message, name, values), name)
+	}
+	// The kind is the text's last word, or lost for the lost texts.
+	for (const [error, name] of made) assert.ok(error.message.endsWith(`: ${error.kind}`) || (error.kind === 'lost' && name.startsWith('lost')), name)
 })
 
 function catchMessage(f: () => unknown): string {

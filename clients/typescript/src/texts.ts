@@ -1,0 +1,73 @@
+/**
+ * The texts this client makes itself when the network or the server fails
+ * it. Every holdline client (Rust, Python, TypeScript, Go) words them the
+ * same, byte for byte; `clients/texts.json` holds the table and the tests
+ * compare each text made here with it.
+ */
+
+import { errorFor, showKey, type HoldlineError } from './errors.js'
+import { showMs } from './duration.js'
+
+/** The forms an address may take, as `badAddress` lists them. */
+const ADDRESS_FORMS = 'host, host:port, [ipv6]:port or redis://[:token@]host[:port]'
+
+/** An address that is none of the accepted forms (`invalid`). */
+export function badAddress(address: string): HoldlineError {
+	return errorFor('invalid', `bad address ${showKey(address)}: expected ${ADDRESS_FORMS}`)
+}
+
+/** Dialling failed; `reason` is the platform's own words (`closed`). */
+export function cannotConnect(hostport: string, reason: string): HoldlineError {
+	return errorFor('closed', `cannot connect to ${hostport} (${reason})`)
+}
+
+/** Nothing came back from dialling and `HELLO` within the connect timeout (`closed`). */
+export function connectSilent(hostport: string, timeoutMs: number): HoldlineError {
+	return errorFor('closed', `the server at ${hostport} answered nothing for ${showMs(timeoutMs)}`)
+}
+
+/** `HELLO` answered `NOAUTH`: the server wants a token and was given none (`invalid`). */
+export function tokenMissing(): HoldlineError {
+	return errorFor('invalid', 'the server wants a token')
+}
+
+/** `HELLO ... AUTH` answered `WRONGPASS` (`invalid`). */
+export function tokenRefused(): HoldlineError {
+	return errorFor('invalid', 'the server refused the token')
+}
+
+/**
+ * `HELLO` answered with a refusal that is not about the token (the server
+ * at its connection limit, say); `reply` is the reply's whole line (`closed`).
+ */
+export function connectRefused(hostport: string, reply: string): HoldlineError {
+	return errorFor('closed', `the server at ${hostport} refused the connection (${reply})`)
+}
+
+/** A store command's connection closed before its answer (`closed`). */
+export function connectionClosed(): HoldlineError {
+	return errorFor('closed', 'the connection to the server closed')
+}
+
+/** A hold's connection closed before its grant (`closed`). */
+export function connectionClosedKey(lock: string, key: string): HoldlineError {
+	return errorFor('closed', 'the connection to the server closed', lock, key)
+}
+
+/** A held lease's connection closed (`lost`). */
+export function lostConnection(lock: string, key: string): HoldlineError {
+	return errorFor('lost', 'its connection to the server closed', lock, key)
+}
+
+/**
+ * A held lease's connection answered nothing for the ttl less a margin
+ * (`lost`): the server may give the key to the next in line from then on.
+ */
+export function lostSilent(lock: string, key: string, ttlMs: number): HoldlineError {
+	return errorFor('lost', `the server answered nothing for its ttl (${showMs(ttlMs)})`, lock, key)
+}
+
+/** A waiting hold's connection answered nothing for its wait plus `graceMs` (`closed`). */
+export function waitSilent(lock: string, key: string, waitMs: number, graceMs: number): HoldlineError {
+	return errorFor('closed', `the server answered nothing for the hold's wait plus its ttl (${showMs(waitMs)} + ${showMs(graceMs)})`, lock, key)
+}

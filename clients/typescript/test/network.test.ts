@@ -1,0 +1,127 @@
+/**
+ * Leases that stay safe across a network: a holder behind a frozen link
+ * takes its lease for lost before the server can give the key to the next
+ * in line; a waiter behind one gives up and is granted nothing later; a
+ * holder process stopped past its ttl finds its lease lost at its first look.
+ * The link is `clients/testing/frozen_proxy.py`, stopped with SIGSTOP while
+ * its sockets stay open.
+ */
+
+import { test, before, after } from 'node:test'
+import assert from 'node:assert/strict'
+import { connect, type Store } from '../src/index.js'
+import { runScript } from './child.js'
+import { startProxy } from './proxy.js'
+import { startServer, until, whenLost, type Server } from './server.js'
+import { isText, tableText } from './texts.js'
+
+let server: Server
+let direct: Store
+before(async () => {
+	server = await startServer()
+	direct = await connect(server.address)
+})
+after(async () => {
+	await direct?.close()
+	await server?.stop()
+})
+
+/** A promise and the function that resolves it. */
+function gate() {
+	let open!: () => void
+	const opened = new Promise<void>(r => (open = r))
+	return { open, opened }
+}
+
+test('a holder behind a frozen link is told of its loss before another client is granted the key', async () => {
+	const proxy = await startProxy(server.address)
+	const behind = await connect(proxy.address)
+	try {
+		const ttlMs = 2000
+		const held = gate()
+		let lostAt = 0
+		const holding = behind.lock('net', { ttl: '2s' }).hold('k', async lease => {
+			held.open()
+			await whenLost(lease)
+			lostAt = performance.now()
+			assert.equal(lease.lost, true)
+		})
+		holding.catch(() => {})
+		await held.opened
+		let grantedAt = 0
+		const waiting = direct.lock('net').hold('k', () => void (grantedAt = performance.now()), { wait: '30s' })
+		await until('the waiter in line', async () => (await direct.stats('net')).waiters === 1)
+		proxy.freeze()
+		const frozenAt = performance.now()
+		await waiting
+		await assert.rejects(holding, isText('lost', 'lost_silent', { lock: 'net', key: '"k"', ttl: '2s' }))
+		assert.ok(lostAt > 0, 'the holder saw its loss')
+		assert.ok(lostAt <= grantedAt - 10, `lost ${(grantedAt - lostAt).toFixed(1)}ms before the other grant, not at least 10ms`)
+		assert.ok(lostAt - frozenAt <= ttlMs + 500, `lost ${(lostAt - frozenAt).toFixed(0)}ms after the freeze`)
+	} finally {
+		await proxy.stop()
+		await behind.close()
+	}
+})
+
+test('a waiter behind a frozen link gives up closed after its wait plus its ttl, and keeps nothing', async () => {
+	const proxy = await startProxy(server.address)
+	const behind = await connect(proxy.address)
+	try {
+		const release = gate()
+		const held = gate()
+		const holding = direct.lock('wait').hold('w', async () => {
+			held.open()
+			await release.opened
+		})
+		await held.opened
+		let ran = false
+		const started = performance.now()
+		const waiting = behind.lock('wait', { ttl: '2s' }).hold('w', () => void (ran = true), { wait: '3s' })
+		waiting.catch(() => {})
+		await until('the waiter in line', async () => (await direct.stats('wait')).waiters === 1)
+		proxy.freeze()
+		// The key goes to the waiter while its link is frozen: the grant never reaches it.
+		release.open()
+		await holding
+		await assert.rejects(waiting, isText('closed', 'wait_silent', { lock: 'wait', key: '"w"', wait: '3s', ttl: '2s' }))
+		const took = performance.now() - started
+		assert.ok(took >= 3000 + 2000 - 50, `gave up after ${took.toFixed(0)}ms, before its wait plus its ttl`)
+		assert.ok(took <= 3000 + 2000 + 1000, `gave up after ${took.toFixed(0)}ms`)
+		proxy.thaw()
+		// The abandoned waiter does not keep the key: another client gets it.
+		assert.equal(await direct.lock('wait').hold('w', () => 'mine', { wait: '10s' }), 'mine')
+		assert.equal(ran, false, 'the abandoned waiter never ran')
+	} finally {
+		await proxy.stop()
+		await behind.close()
+	}
+})
+
+test('a holder process stopped past its ttl finds its leases lost at its first look', async () => {
+	const ttl = '3s'
+	const h = runScript('spinner.js', [server.address, 'stalled', ttl])
+	try {
+		await h.next('spinning')
+		h.child.kill('SIGSTOP')
+		const stoppedAt = performance.now()
+		// Past the ttl, and the key given to the next in line meanwhile.
+		assert.equal(await direct.lock('stalled').hold('a', lease => lease.key, { wait: '20s' }), 'a')
+		while (performance.now() - stoppedAt < 4000) await new Promise(r => setTimeout(r, 100))
+		const contAt = performance.now()
+		h.child.kill('SIGCONT')
+		// Each lease's last look that read not lost came before the stop, its
+		// first look that read lost after it, with no timer or reply between.
+		const gapsMs: number[] = await h.next('gapsMs')
+		for (const gap of gapsMs) assert.ok(gap >= contAt - stoppedAt - 1, `gaps ${gapsMs}ms, the stop lasted ${contAt - stoppedAt}ms`)
+		const line = h.lines.find(l => 'gapsMs' in l)!
+		const silent = (key: string) => ({ kind: 'lost', message: tableText('lost_silent', { lock: 'stalled', key: `"${key}"`, ttl }) })
+		assert.deepEqual(line.reasons, [silent('a'), silent('b'), silent('c')])
+		assert.deepEqual(await h.next('rejected'), silent('c'))
+		assert.equal(await h.exited, 0)
+	} finally {
+		h.child.kill('SIGCONT')
+		h.child.kill('SIGKILL')
+		await h.exited
+	}
+})
