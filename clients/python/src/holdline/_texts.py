@@ -26,6 +26,7 @@ TEXTS: Dict[str, str] = {
     "connect_refused": (
         "store: the server at {hostport} refused the connection ({reason}): closed"
     ),
+    "tls_failed": "store: TLS with {hostport} failed ({reason}): closed",
     "connection_closed": "store: the connection to the server closed: closed",
     "connection_closed_key": (
         "lock {lock}: key {key}: the connection to the server closed: closed"
