@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -31,17 +30,16 @@ const writeTimeout = 10 * time.Second
 // connection it renews (see renewFor), and the lease held on it is told of
 // every reply (see leaseState).
 type conn struct {
-	nc        net.Conn
-	br        *bufio.Reader
-	confirmed atomic.Int64 // send time of the last command answered
-	closed    chan struct{}
+	nc     net.Conn // a *tls.Conn over TLS
+	br     *bufio.Reader
+	tls    bool
+	closed chan struct{}
 
 	wmu sync.Mutex // one write at a time, in the order of pending
 
 	mu         sync.Mutex
 	pending    []*call     // written, not answered yet, oldest first
 	lease      *leaseState // the lease held here, from its grant
-	settleLeft int         // replies due before the lease settles
 	early      *Error      // a loss pushed before its grant was read
 	earlyID    int64
 	renewEvery time.Duration
@@ -57,6 +55,9 @@ type call struct {
 	reply chan result // buffered; nil when nobody waits for the reply
 	grant *leaseState // HOLD or TRYHOLD: a grant registers this lease
 	renew *leaseState // RENEW: a LOST answer loses this lease
+	// confirms: the RENEW of a late grant; OK starts the lease from its
+	// send time.
+	confirms *leaseState
 }
 
 // result is a reply, or the reason the connection ended before it came.
@@ -114,8 +115,7 @@ func helloAnswer(c *conn, a address, r result) error {
 	case "WRONGPASS":
 		return errTokenRefused()
 	}
-	text := "store: the server at " + a.hostPort() + " refused the connection (" + r.v.text + "): closed"
-	return &Error{Kind: KindClosed, text: text}
+	return errConnectRefused(a.hostPort(), r.v.text)
 }
 
 // request writes a command whose reply the caller waits for.
@@ -181,25 +181,18 @@ func (c *conn) onReply(v value) error {
 	c.pending[0] = nil
 	c.pending = c.pending[1:]
 	ls := c.lease
-	settled := false
-	if ls != nil && c.settleLeft > 0 {
-		c.settleLeft--
-		settled = c.settleLeft == 0
-	}
 	c.mu.Unlock()
 	if ls != nil {
 		ls.confirm(cl.sent)
-	} else if cl.sent > c.confirmed.Load() {
-		c.confirmed.Store(cl.sent)
-	}
-	if settled {
-		ls.settle()
 	}
 	if cl.renew != nil && v.isError() && strings.HasPrefix(v.text, "LOST ") {
 		cl.renew.lose(fromReply(v.text, cl.renew.lock, cl.renew.key))
 	}
+	if cl.confirms != nil && !v.isError() {
+		cl.confirms.confirmedBy(cl.sent)
+	}
 	if cl.grant != nil {
-		c.register(cl.grant, v)
+		c.register(cl.grant, v, cl.sent)
 	}
 	if cl.reply != nil {
 		cl.reply <- result{v: v}
@@ -207,28 +200,23 @@ func (c *conn) onReply(v value) error {
 	return nil
 }
 
-// register makes a grant the lease of this connection. A reply that is
-// not a grant ([lease, fence]) registers nothing: the holder reads it.
-func (c *conn) register(ls *leaseState, v value) {
+// register makes a grant, to a HOLD or TRYHOLD sent at sent, the lease of
+// this connection. A reply that is not a grant ([lease, fence]) registers
+// nothing: the holder reads it.
+func (c *conn) register(ls *leaseState, v value, sent int64) {
 	id, fence, ok := grantOf(v)
 	if !ok {
 		return
 	}
 	c.mu.Lock()
 	c.lease = ls
-	c.settleLeft = len(c.pending)
-	due := c.settleLeft > 0
-	var lastSent int64
-	if due {
-		lastSent = c.pending[c.settleLeft-1].sent
-	}
 	early := c.early
 	if c.earlyID != id {
 		early = nil
 	}
 	c.early = nil
 	c.mu.Unlock()
-	ls.granted(id, fence, due, lastSent)
+	ls.granted(id, fence, sent)
 	if early != nil {
 		ls.lose(early)
 	}
@@ -303,13 +291,13 @@ func (c *conn) deadReason() error {
 // newLease makes the state of a lease to be asked for on this connection:
 // lost by the clock, it closes the connection.
 func (c *conn) newLease(lock, key string, ttl time.Duration) *leaseState {
-	return newLeaseState(lock, key, ttl, &c.confirmed, func() { c.close(errShutSilent) })
+	return newLeaseState(lock, key, ttl, func() { c.close(errShutSilent) })
 }
 
 // renewFor keeps the connection talking every third of ttl from now on:
 // PING while a HOLD waits (the server reads it, which renews, although its
-// reply comes after the HOLD's), RENEW once a lease is settled (its LOST
-// answer is a second way to learn of a loss).
+// reply comes after the HOLD's), RENEW once a lease has its deadline (its
+// LOST answer is a second way to learn of a loss).
 func (c *conn) renewFor(ttl time.Duration) {
 	every := ttl / 3
 	if every < time.Millisecond {
@@ -342,7 +330,7 @@ func (c *conn) renewTick(gen uint64) {
 	c.mu.Unlock()
 	cl := &call{}
 	switch {
-	case ls == nil || !ls.isSettled():
+	case ls == nil || !ls.isStarted():
 		c.send(cl, "PING")
 	case ls.check() == nil:
 		cl.renew = ls
@@ -367,6 +355,6 @@ func (c *conn) stopRenewalLocked() {
 func (c *conn) idle() {
 	c.mu.Lock()
 	c.stopRenewalLocked()
-	c.lease, c.settleLeft, c.early = nil, 0, nil
+	c.lease, c.early = nil, nil
 	c.mu.Unlock()
 }

@@ -190,6 +190,13 @@ func errTokenRefused() *Error {
 	return &Error{Kind: KindInvalid, text: "store: the server refused the token: invalid"}
 }
 
+// errConnectRefused: HELLO answered with a refusal that is not about the
+// token (the server's connection limit, say); line is the server's.
+func errConnectRefused(hostport, line string) *Error {
+	text := "store: the server at " + hostport + " refused the connection (" + line + "): closed"
+	return &Error{Kind: KindClosed, text: text}
+}
+
 func errConnectionClosed(cause error) *Error {
 	return &Error{Kind: KindClosed, text: "store: the connection to the server closed: closed", cause: cause}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -50,7 +51,7 @@ func (h *keyHold) ask(ctx context.Context, args []string, wait time.Duration) (b
 	defer silent.Stop()
 	select {
 	case r := <-cl.reply:
-		granted, err := h.answer(r, args[0])
+		granted, err := h.answer(ctx, r, args[0])
 		if granted && ctx.Err() != nil {
 			// Ended as the grant came: the function is not run.
 			h.release()
@@ -66,9 +67,10 @@ func (h *keyHold) ask(ctx context.Context, args []string, wait time.Duration) (b
 	}
 }
 
-// answer reads the reply to HOLD or TRYHOLD. A grant waits until it is
-// settled (see leaseState); one lost by then answers the loss.
-func (h *keyHold) answer(r result, command string) (bool, error) {
+// answer reads the reply to HOLD or TRYHOLD. A grant that came past its
+// first deadline is confirmed by a RENEW first; one lost by then answers
+// the loss, its function unrun.
+func (h *keyHold) answer(ctx context.Context, r result, command string) (bool, error) {
 	c := h.conn
 	switch {
 	case r.err == errShutStoreClosed:
@@ -88,9 +90,10 @@ func (h *keyHold) answer(r result, command string) (bool, error) {
 		h.store.pool.discard(c, errShutAbandoned)
 		return false, keyError(KindInvalid, h.lock, h.key, "the server answered "+command+" with something other than a lease")
 	}
-	select {
-	case <-h.state.settledCh:
-	case <-h.state.lostCh:
+	if h.state.isLate() {
+		if err := h.confirmLate(ctx); err != nil {
+			return false, err
+		}
 	}
 	if h.store.pool.isClosed() {
 		// The grant raced Close (which let the holder's key go first).
@@ -102,6 +105,51 @@ func (h *keyHold) answer(r result, command string) (bool, error) {
 		return false, lost
 	}
 	return true, nil
+}
+
+// confirmLate sends RENEW for a grant that arrived past its first
+// deadline: the server answers OK only while the lease lives, and the
+// reader then starts the lease from the RENEW's send time. LOST (the
+// server's text), the connection's end, or no answer within the ttl (at
+// least 1s) fail the hold lost.
+func (h *keyHold) confirmLate(ctx context.Context) error {
+	c := h.conn
+	cl := &call{reply: make(chan result, 1), renew: h.state, confirms: h.state}
+	c.send(cl, "RENEW", strconv.FormatInt(h.state.id, 10))
+	silent := time.NewTimer(waitGrace(h.ttl))
+	defer silent.Stop()
+	var lost *Error
+	select {
+	case r := <-cl.reply:
+		switch {
+		case r.err == errShutStoreClosed:
+			h.store.pool.discard(c, r.err)
+			return errStoreClosed(h.lock, h.key)
+		case r.err != nil:
+			lost = errLostConnection(h.lock, h.key, r.err)
+		case r.v.isError() && strings.HasPrefix(r.v.text, "LOST "):
+			// The reader lost the lease with the server's text; RELEASE
+			// has the server forget it.
+			lost = h.release()
+			if lost == nil {
+				lost = fromReply(r.v.text, h.lock, h.key)
+			}
+			return lost
+		case r.v.isError():
+			lost = errLostConnection(h.lock, h.key, fromReply(r.v.text, h.lock, h.key))
+		default:
+			return nil
+		}
+	case <-ctx.Done():
+		h.store.pool.discard(c, errShutAbandoned)
+		return ctx.Err()
+	case <-silent.C:
+		lost = errLostSilent(h.lock, h.key, h.ttl)
+	}
+	h.state.lose(lost)
+	h.state.end()
+	h.store.pool.discard(c, errShutSilent)
+	return lost
 }
 
 // run runs fn under the granted lease, then lets the key go. A panic in

@@ -2,7 +2,6 @@ package locks
 
 import (
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -34,72 +33,95 @@ func (l *Lease) Err() error {
 // leaseState is one grant's life on its connection: when it is taken for
 // lost, why, and when nothing more counts.
 //
-// The server renews a connection's leases whenever it reads a command, so
-// a lease whose last answered command was sent at t is held there until
-// t + ttl at least, and may be given away from then on. The client takes
-// it for lost at t + ttl - margin. A grant counts as an answer to its HOLD
-// (sent at the HOLD's send time). The PINGs sent while a HOLD waited are
-// answered only after it, so a grant is settled, and judged by the clock,
-// once the replies to everything sent before the grant arrived are in.
+// The server renews a connection's leases whenever it reads a command
+// from it, and gives a lease away no sooner than ttl after the last such
+// read. The client keeps a deadline that is never later than the
+// server's:
+//
+//   - it starts at s + ttl - margin, s the send time of the HOLD (the
+//     server granted after reading it, and counts the ttl from the grant);
+//   - a reply arriving before the deadline, to a command sent at t, moves
+//     it to t + ttl - margin when that is later: the server read the
+//     command before it replied, so while the lease was alive, and renewed
+//     it then, at t or later;
+//   - a reply arriving after the deadline moves nothing (the server may
+//     have read its command after the lease ended, and a renewal does not
+//     revive a lost lease): a passed deadline is final;
+//   - a grant arriving after its first deadline (its HOLD waited about a
+//     ttl) has no deadline until a RENEW, which the server answers OK only
+//     for a live lease, gives it one from that RENEW's send time.
+//
+// Crediting instead the replies to PINGs sent while the HOLD waited would
+// be wrong: PING does not look at the lease, so a PING held up in the
+// network past the lease's end is still answered.
 type leaseState struct {
 	lock, key   string
 	ttl, margin time.Duration
 	clock       func() int64
-	// confirmed is the connection's send time (monotonic ns) of the last
-	// command the server answered; only the connection's reader writes it.
-	confirmed *atomic.Int64
 	// onClockLoss closes the connection of a lease lost by the clock: a
 	// server that comes back then lets its keys go at once.
 	onClockLoss func()
 
 	// id and fence are written by the connection's reader at the grant,
-	// before settled or lost are closed, and only read after.
+	// before the grant's reply is handed over, and only read after.
 	id    int64
 	fence uint64
 
 	mu       sync.Mutex
-	settled  bool
-	settleBy int64 // while not settled: lost if not settled by then
+	started  bool  // deadline is set: the clock judges the lease
+	deadline int64 // monotonic ns: lost from then on
+	late     bool  // granted past its first deadline: a RENEW must confirm it
 	lost     *Error
 	ended    bool // the function returned: nothing later is a loss
 	timer    *time.Timer
 
-	lostCh    chan struct{}
-	settledCh chan struct{}
+	lostCh chan struct{}
 }
 
-func newLeaseState(lock, key string, ttl time.Duration, confirmed *atomic.Int64, onClockLoss func()) *leaseState {
+func newLeaseState(lock, key string, ttl time.Duration, onClockLoss func()) *leaseState {
 	return &leaseState{
 		lock: lock, key: key, ttl: ttl, margin: lossMargin(ttl),
-		clock: monoNow, confirmed: confirmed, onClockLoss: onClockLoss,
-		lostCh: make(chan struct{}), settledCh: make(chan struct{}),
+		clock: monoNow, onClockLoss: onClockLoss,
+		lostCh: make(chan struct{}),
 	}
 }
 
-// granted records the grant. With replies still due for commands sent
-// before it arrived (lastSent the latest of their send times) it waits
-// for them, lost if they are not in by lastSent + ttl - margin; else it
-// settles at once.
-func (s *leaseState) granted(id int64, fence uint64, due bool, lastSent int64) {
+// deadlineFrom is when a lease confirmed by a command sent at sent is
+// taken for lost here.
+func (s *leaseState) deadlineFrom(sent int64) int64 {
+	return sent + int64(s.ttl-s.margin)
+}
+
+// granted records the grant of a HOLD or TRYHOLD sent at holdSent, read
+// now: in time, the lease starts with its first deadline; past it, it
+// waits for a RENEW to confirm it (see confirmedBy).
+func (s *leaseState) granted(id int64, fence uint64, holdSent int64) {
 	s.id, s.fence = id, fence
-	if !due {
-		s.settle()
+	first := s.deadlineFrom(holdSent)
+	if s.clock() < first {
+		s.start(first)
 		return
 	}
 	s.mu.Lock()
-	s.settleBy = lastSent + int64(s.ttl-s.margin)
-	s.armLocked()
+	s.late = true
 	s.mu.Unlock()
 }
 
-// settle: the replies due at the grant are in; from now on the clock
-// judges the lease.
-func (s *leaseState) settle() {
+// confirmedBy: a RENEW sent at renewSent was answered OK, which the server
+// does only for a live lease; a late grant starts from it.
+func (s *leaseState) confirmedBy(renewSent int64) {
+	s.start(s.deadlineFrom(renewSent))
+}
+
+// start gives the lease its first deadline; from now on the clock judges
+// it.
+func (s *leaseState) start(deadline int64) {
 	s.mu.Lock()
-	if !s.settled {
-		s.settled = true
-		close(s.settledCh)
+	if s.started {
+		s.mu.Unlock()
+		return
 	}
+	s.started, s.deadline = true, deadline
 	fired := s.expireLocked()
 	s.armLocked()
 	s.mu.Unlock()
@@ -107,13 +129,15 @@ func (s *leaseState) settle() {
 }
 
 // confirm is told of each reply on the lease's connection, with the send
-// time of the command it answers. A deadline already passed stays passed:
-// a reply that comes after a stall does not make the lease held again.
+// time of the command it answers. The clock is read first: a reply that
+// arrives after the deadline moves nothing, and the lease stays lost.
 func (s *leaseState) confirm(sent int64) {
 	s.mu.Lock()
 	fired := s.expireLocked()
-	if sent > s.confirmed.Load() {
-		s.confirmed.Store(sent)
+	if s.started && s.lost == nil && !s.ended {
+		if d := s.deadlineFrom(sent); d > s.deadline {
+			s.deadline = d
+		}
 	}
 	s.mu.Unlock()
 	s.afterClockLoss(fired)
@@ -153,21 +177,10 @@ func (s *leaseState) end() *Error {
 	return lost
 }
 
-// deadlineLocked is when the lease is lost unless more is answered.
-func (s *leaseState) deadlineLocked() int64 {
-	if !s.settled {
-		return s.settleBy
-	}
-	return s.confirmed.Load() + int64(s.ttl-s.margin)
-}
-
 // expireLocked marks the lease lost when the clock has passed its
 // deadline; true when it did so now.
 func (s *leaseState) expireLocked() bool {
-	if s.lost != nil || s.ended || (!s.settled && s.settleBy == 0) {
-		return false
-	}
-	if s.clock() < s.deadlineLocked() {
+	if s.lost != nil || s.ended || !s.started || s.clock() < s.deadline {
 		return false
 	}
 	s.loseLocked(errLostSilent(s.lock, s.key, s.ttl))
@@ -195,10 +208,10 @@ func (s *leaseState) afterClockLoss(fired bool) {
 // deadline as it stands; when it fires, the deadline may have moved on
 // (renewals answered meanwhile) and it is set again.
 func (s *leaseState) armLocked() {
-	if s.lost != nil || s.ended {
+	if s.lost != nil || s.ended || !s.started {
 		return
 	}
-	wait := time.Duration(s.deadlineLocked() - s.clock())
+	wait := time.Duration(s.deadline - s.clock())
 	if s.timer == nil {
 		s.timer = time.AfterFunc(wait, s.tick)
 	} else {
@@ -214,8 +227,17 @@ func (s *leaseState) tick() {
 	s.afterClockLoss(fired)
 }
 
-func (s *leaseState) isSettled() bool {
+// isStarted: the lease has a deadline (it is not a late grant still
+// waiting for its RENEW).
+func (s *leaseState) isStarted() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.settled
+	return s.started
+}
+
+// isLate: granted past its first deadline; a RENEW must confirm it.
+func (s *leaseState) isLate() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.late
 }

@@ -155,6 +155,12 @@ func TestTheClientsOwnTextsAreTheSharedTable(t *testing.T) {
 	_, err = Connect(ctx, hangUp)
 	expectText(t, table, "connection_closed", nil, ErrClosed, err)
 
+	// What a server at its connection limit answers, whatever is sent.
+	full := fakeServer(t, func([]string) string { return "-ERR max number of clients reached\r\n" })
+	_, err = Connect(ctx, full)
+	vars := map[string]string{"hostport": full, "reason": "ERR max number of clients reached"}
+	expectText(t, table, "connect_refused", vars, ErrClosed, err)
+
 	t.Run("tokens", func(t *testing.T) { tokens(t, table) })
 	t.Run("a connection closed under a waiting HOLD", func(t *testing.T) {
 		store := connect(t, fakeServer(t, fakeHolds("CLOSE")))
@@ -194,7 +200,7 @@ func TestTheClientsOwnTextsAreTheSharedTable(t *testing.T) {
 	})
 	for name := range table {
 		switch name {
-		case "bad_address", "cannot_connect", "connect_silent", "connection_closed", "token_missing",
+		case "bad_address", "cannot_connect", "connect_silent", "connect_refused", "connection_closed", "token_missing",
 			"token_refused", "connection_closed_key", "lost_connection", "lost_silent", "wait_silent":
 		default:
 			t.Errorf("clients/texts.json's %q is not provoked here", name)

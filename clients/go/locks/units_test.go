@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -279,18 +278,23 @@ func TestTheReaderReadsEveryRESPTypeAndPushesBetweenReplies(t *testing.T) {
 	}
 }
 
+// fakeClockLease is a lease whose clock the test sets (ns), granted to a
+// HOLD sent at 0 and read at *now.
+func fakeClockLease(ttl time.Duration, now *int64, onClockLoss func()) *leaseState {
+	s := newLeaseState("stall", "k", ttl, onClockLoss)
+	s.clock = func() int64 { return *now }
+	s.granted(1, 5, 0)
+	return s
+}
+
 // A lease is judged by the clock at every look: after a stall past its
 // deadline, the first look answers lost, before its timer or any reply.
 func TestTheFirstLookAfterAStallReadsTheClock(t *testing.T) {
-	var confirmed atomic.Int64
 	now := int64(0)
 	closed := 0
-	s := newLeaseState("stall", "k", 2*time.Second, &confirmed, func() { closed++ })
-	s.clock = func() int64 { return now }
-	confirmed.Store(0)
-	s.granted(1, 5, false, 0)
+	s := fakeClockLease(2*time.Second, &now, func() { closed++ })
 	defer s.end()
-	now = int64(1790 * time.Millisecond) // before t + ttl - margin (1.8s)
+	now = int64(1790 * time.Millisecond) // before s + ttl - margin (1.8s)
 	if s.check() != nil {
 		t.Fatal("lost before the deadline")
 	}
@@ -313,11 +317,8 @@ func TestTheFirstLookAfterAStallReadsTheClock(t *testing.T) {
 
 // A reply after a stall is judged before it moves the deadline on.
 func TestAReplyAfterAStallDoesNotReviveTheLease(t *testing.T) {
-	var confirmed atomic.Int64
 	now := int64(0)
-	s := newLeaseState("stall", "k", time.Second, &confirmed, func() {})
-	s.clock = func() int64 { return now }
-	s.granted(1, 5, false, 0)
+	s := fakeClockLease(time.Second, &now, func() {})
 	defer s.end()
 	now = int64(5 * time.Second)
 	s.confirm(int64(4 * time.Second)) // a PING sent after the stall, answered
@@ -326,27 +327,49 @@ func TestAReplyAfterAStallDoesNotReviveTheLease(t *testing.T) {
 	}
 }
 
-// A grant after a long wait is judged once the PINGs sent during the
-// wait are answered (they are answered after the grant).
-func TestAGrantSettlesOnceTheRepliesDueAreIn(t *testing.T) {
-	var confirmed atomic.Int64
+// The deadline is a chain: a reply arriving before it moves it to its
+// command's send time + ttl - margin, never back.
+func TestRepliesBeforeTheDeadlineMoveItOn(t *testing.T) {
 	now := int64(0)
-	s := newLeaseState("wait", "k", time.Second, &confirmed, func() {})
-	s.clock = func() int64 { return now }
-	confirmed.Store(0)                                  // the HOLD, sent at 0
-	now = int64(5 * time.Second)                        // granted after 5s of waiting
-	s.granted(1, 5, true, int64(4800*time.Millisecond)) // a PING sent at 4.8s still due
+	s := fakeClockLease(time.Second, &now, func() {})
 	defer s.end()
-	if s.check() != nil || s.isSettled() {
-		t.Fatal("judged before the replies due were in")
-	}
-	s.confirm(int64(4800 * time.Millisecond))
-	s.settle()
+	now = int64(800 * time.Millisecond)
+	s.confirm(int64(600 * time.Millisecond)) // deadline 1.5s
+	s.confirm(int64(100 * time.Millisecond)) // an older command: no move back
+	now = int64(1400 * time.Millisecond)
 	if s.check() != nil {
-		t.Fatal("lost although the PING sent during the wait was answered")
+		t.Fatal("lost although a reply moved the deadline to 1.5s")
 	}
-	now = int64(5700 * time.Millisecond) // 4.8s + 1s - 100ms
+	now = int64(1500 * time.Millisecond)
 	if s.check() == nil {
 		t.Fatal("held past its deadline")
+	}
+}
+
+// A grant read past its first deadline has none until a RENEW confirms
+// it: the replies to commands sent while its HOLD waited (PINGs, which do
+// not look at the lease) count for nothing, and the lease then runs from
+// the RENEW's send time.
+func TestALateGrantStartsFromTheRenewThatConfirmsIt(t *testing.T) {
+	now := int64(5 * time.Second) // the HOLD was sent at 0, ttl 1s
+	s := newLeaseState("wait", "k", time.Second, func() {})
+	s.clock = func() int64 { return now }
+	s.granted(1, 5, 0)
+	defer s.end()
+	if !s.isLate() || s.isStarted() || s.check() != nil {
+		t.Fatalf("late %v, started %v, lost %v", s.isLate(), s.isStarted(), s.check())
+	}
+	s.confirm(int64(4800 * time.Millisecond)) // a PING sent during the wait
+	if s.isStarted() {
+		t.Fatal("a PING's answer started a late grant")
+	}
+	now = int64(5100 * time.Millisecond)
+	s.confirmedBy(int64(5 * time.Second)) // RENEW sent at 5s, answered OK
+	if s.check() != nil {
+		t.Fatal("lost at its first look after the RENEW")
+	}
+	now = int64(5900 * time.Millisecond) // 5s + 1s - 100ms
+	if s.check() == nil {
+		t.Fatal("held past the RENEW's deadline")
 	}
 }

@@ -3,7 +3,9 @@ package locks
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,61 +15,140 @@ import (
 
 const ranOut = `lock l: key "k": the lease was lost: it ran out (ttl 300ms)`
 
-// PINGs go out every third of the ttl while a HOLD waits; the grant then
-// comes with their answers behind it and a lost push in the same write.
-// The grant is judged once those answers are in (not lost for the wait),
-// and the push ends the function's context.
-func TestPingsWhileAHoldWaitsThenAGrantAndItsLossInOneWrite(t *testing.T) {
-	var mu sync.Mutex
-	var sent time.Time
-	var pings []time.Time
+// lateGrantServer grants the HOLD only when the fourth PING comes (about
+// 400ms after the HOLD, past a 300ms ttl), the PINGs' answers right
+// behind the grant, and answers RENEW with renew. It records the PINGs'
+// times and every command.
+type lateGrantServer struct {
+	mu       sync.Mutex
+	holdSent time.Time
+	pings    []time.Time
+	commands []string
+}
+
+func (s *lateGrantServer) start(t *testing.T, renew string) string {
 	waiting := false
-	addr := fakeServer(t, func(args []string) string {
-		mu.Lock()
-		defer mu.Unlock()
+	return fakeServer(t, func(args []string) string {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.commands = append(s.commands, args[0])
 		switch {
 		case args[0] == "HELLO":
 			return helloReply
 		case args[0] == "HOLD":
-			sent, waiting = time.Now(), true
+			s.holdSent, waiting = time.Now(), true
 		case args[0] == "PING" && waiting:
-			if pings = append(pings, time.Now()); len(pings) == 4 {
+			if s.pings = append(s.pings, time.Now()); len(s.pings) == 4 {
 				waiting = false
-				return "*2\r\n:1\r\n:5\r\n" + "+PONG\r\n+PONG\r\n+PONG\r\n+PONG\r\n" +
-					">3\r\n$4\r\nlost\r\n:1\r\n$" + strconv.Itoa(len(ranOut)) + "\r\n" + ranOut + "\r\n"
+				return "*2\r\n:1\r\n:5\r\n" + strings.Repeat("+PONG\r\n", 4)
 			}
+		case args[0] == "RENEW":
+			return renew
 		case args[0] == "RELEASE":
-			return "-LOST " + ranOut + "\r\n"
-		case args[0] == "PING", args[0] == "RENEW":
+			if strings.HasPrefix(renew, "-") {
+				return renew
+			}
+			return "+OK\r\n"
+		case args[0] == "PING":
 			return "+PONG\r\n"
 		}
 		return ""
 	})
+}
+
+// checkPings: the PINGs went out every third of the 300ms ttl while the
+// HOLD waited.
+func (s *lateGrantServer) checkPings(t *testing.T) {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if first := s.pings[0].Sub(s.holdSent); first < 90*time.Millisecond {
+		t.Fatalf("the first PING %v after the HOLD", first)
+	}
+	for i := 1; i < len(s.pings); i++ {
+		if gap := s.pings[i].Sub(s.pings[i-1]); gap < 90*time.Millisecond {
+			t.Fatalf("PINGs %v apart", gap)
+		}
+	}
+}
+
+// A grant that comes a ttl after its HOLD, with the answers to the PINGs
+// sent while it waited right behind it: those answers prove nothing (PING
+// does not look at the lease, and a PING held up in the network past the
+// lease's end is still answered), so a RENEW must confirm the grant. The
+// server answers that the lease ran out: the hold fails with its text,
+// and the function never runs.
+func TestALateGrantWhoseRenewIsAnsweredLostNeverRuns(t *testing.T) {
+	var srv lateGrantServer
+	addr := srv.start(t, "-LOST "+ranOut+"\r\n")
+	l := openLock(t, connect(t, addr), "l", TTL(300*time.Millisecond))
+	ran := false
+	err := l.Hold(context.Background(), "k", func(ctx context.Context, lease *Lease) error {
+		ran = true
+		return nil
+	})
+	var e *Error
+	if ran || !errors.Is(err, ErrLost) || err.Error() != ranOut || !errors.As(err, &e) || e.Key != "k" {
+		t.Fatalf("ran %v: %v", ran, err)
+	}
+	srv.checkPings(t)
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	if got := strings.Join(srv.commands, " "); !strings.HasSuffix(got, "PING PING PING PING RENEW RELEASE") {
+		t.Fatalf("commands: %s", got)
+	}
+}
+
+// The same late grant confirmed by RENEW OK runs, and its lease counts
+// from that RENEW: held at the function's first look, and held on through
+// renewals for longer than the ttl.
+func TestALateGrantConfirmedByRenewIsHeld(t *testing.T) {
+	var srv lateGrantServer
+	addr := srv.start(t, "+OK\r\n")
 	l := openLock(t, connect(t, addr), "l", TTL(300*time.Millisecond))
 	err := l.Hold(context.Background(), "k", func(ctx context.Context, lease *Lease) error {
-		if lease.Fence != 5 {
-			t.Errorf("fence %d", lease.Fence)
+		if ctx.Err() != nil || lease.Err() != nil || lease.Fence != 5 {
+			return fmt.Errorf("at the first look: %v %v, fence %d", ctx.Err(), lease.Err(), lease.Fence)
 		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("lost while renewed: %v", Cause(ctx))
+		case <-time.After(600 * time.Millisecond):
+			return nil
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.checkPings(t)
+}
+
+// A grant in time with a lost push in the same write: the hold answers
+// the server's text (its function, if it ran, saw its context end).
+func TestAGrantAndItsLossInOneWrite(t *testing.T) {
+	addr := fakeServer(t, func(args []string) string {
+		switch args[0] {
+		case "HELLO":
+			return helloReply
+		case "HOLD":
+			return "*2\r\n:1\r\n:5\r\n" +
+				">3\r\n$4\r\nlost\r\n:1\r\n$" + strconv.Itoa(len(ranOut)) + "\r\n" + ranOut + "\r\n"
+		case "RELEASE":
+			return "-LOST " + ranOut + "\r\n"
+		}
+		return "+PONG\r\n"
+	})
+	l := openLock(t, connect(t, addr), "l", TTL(300*time.Millisecond))
+	err := l.Hold(context.Background(), "k", func(ctx context.Context, lease *Lease) error {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-time.After(10 * time.Second):
-			t.Error("the push did not end the context")
-			return nil
+			return errors.New("the push did not end the context")
 		}
 	})
 	if !errors.Is(err, ErrLost) || err.Error() != ranOut {
 		t.Fatalf("%v", err)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if first := pings[0].Sub(sent); first < 90*time.Millisecond {
-		t.Fatalf("the first PING %v after the HOLD", first)
-	}
-	for i := 1; i < len(pings); i++ {
-		if gap := pings[i].Sub(pings[i-1]); gap < 90*time.Millisecond {
-			t.Fatalf("PINGs %v apart", gap)
-		}
 	}
 }
 
