@@ -70,22 +70,65 @@ async def test_a_late_grant_whose_renewal_is_never_answered_is_lost_silent() -> 
 async def test_an_answer_handled_after_the_deadline_does_not_renew_the_lease(
     store: holdline.Store,
 ) -> None:
-    # A PING is answered (by a real server, in its own process) while this
-    # loop is stalled past the lease's time: when the answer is handled, the
-    # server might have given the key away (it renews only a lease it still
-    # holds), so the answer must not count.
     with pytest.raises(holdline.Lost) as caught:
         async with store.lock("stall", ttl="1s").hold("k") as lease:
-            lease._stop_renewing()  # only the PING below talks
-            await asyncio.sleep(0.2)
-            ping = lease._link.send("PING")
-            deadline = lease._deadline
-            # Past the deadline, yet before the PING's own send + ttl - margin.
-            time.sleep(max(0.0, deadline + 0.05 - time.monotonic()))  # noqa: ASYNC251
-            assert time.monotonic() < ping.sent_at + 0.9
-            # Handled after the stall (before the lease's timer: the event
-            # loop runs I/O first), the answer finds the lease's time gone:
-            # the lease is lost and its connection closed first.
-            assert await ping.future is DROPPED
-            assert lease.lost
+            await answer_after_the_deadline(lease, 1.0)
     assert_text(caught.value, "lost_silent", lock="stall", key='"k"', ttl="1s")
+
+
+async def answer_after_the_deadline(lease: holdline.Lease, ttl: float) -> None:
+    """A PING is answered (by a real server, in its own process) while this
+    loop is stalled past the lease's deadline: when the answer is handled,
+    the server might have given the key away (it renews only a lease it
+    still holds), so the answer must not count, though it was sent well
+    within a ttl of its arrival."""
+    lease._stop_renewing()  # only the PING below talks
+    await asyncio.sleep(ttl / 5)
+    ping = lease._link.send("PING")
+    deadline = lease._deadline
+    # Past the deadline, yet before the PING's own send + ttl - margin.
+    time.sleep(max(0.0, deadline + ttl / 20 - time.monotonic()))  # noqa: ASYNC251
+    assert time.monotonic() < ping.sent_at + ttl * 0.9
+    # Handled after the stall (before the lease's timer: the event loop runs
+    # I/O first), the answer finds the lease's time gone: the lease is lost
+    # and its connection closed first.
+    assert await ping.future is DROPPED
+    assert lease.lost
+
+
+async def test_a_hold_that_waited_past_its_ttl_is_renewed_like_any_other(
+    store: holdline.Store,
+) -> None:
+    # B's HOLD waits in line 1.2 s behind A's (ttl 800 ms): its grant
+    # arrives past its first deadline, so a RENEW confirms it; from then on
+    # the answers to its renewals keep it for as long as they come in time,
+    # and one that comes too late still moves nothing.
+    lock = store.lock("waited", ttl="800ms")
+    a_held = asyncio.Event()
+    let_go = asyncio.Event()
+
+    async def first() -> None:
+        async with lock.hold("k"):
+            a_held.set()
+            await let_go.wait()
+
+    a = asyncio.create_task(first())
+    await asyncio.wait_for(a_held.wait(), 10)
+
+    async def release_once_b_waited() -> None:
+        deadline = time.monotonic() + 10
+        while (await store.stats("waited"))["waiters"] != 1:
+            assert time.monotonic() < deadline, "B never stood in line"
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(1.2)  # B's HOLD was sent before this: its grant is late
+        let_go.set()
+
+    releaser = asyncio.create_task(release_once_b_waited())
+    with pytest.raises(holdline.Lost) as caught:
+        async with lock.hold("k", wait="10s") as lease:
+            assert let_go.is_set()
+            await asyncio.sleep(3 * 0.8)  # three ttls, on renewals alone
+            assert not lease.lost
+            await answer_after_the_deadline(lease, 0.8)
+    await asyncio.wait_for(asyncio.gather(a, releaser), 10)
+    assert_text(caught.value, "lost_silent", lock="waited", key='"k"', ttl="800ms")
