@@ -25,6 +25,9 @@ def test_the_address_forms() -> None:
     assert parse_address("redis://h") == Address("h", 7380)
     assert parse_address("redis://:s3cret@h:1") == Address("h", 1, "s3cret")
     assert parse_address("redis://:a%40b%3Ac@[::1]:2") == Address("::1", 2, "a@b:c")
+    assert parse_address("rediss://h") == Address("h", 7380, None, True)
+    assert parse_address("rediss://:s3cret@[::1]:1") == Address("::1", 1, "s3cret", True)
+    assert not parse_address("redis://h").tls and not parse_address("h:1").tls
     assert parse_address("[::1]:9000").hostport == "[::1]:9000"
     assert parse_address("redis://h").hostport == "h:7380"
 
@@ -49,7 +52,9 @@ def test_the_address_forms() -> None:
         "redis://@h",
         "redis://:@h",
         "redis://:%ff@h",
-        "rediss://h:1",
+        "rediss://",
+        "rediss://user:pw@h",
+        "redis+tls://h",
         "http://h:1",
         "unix:///tmp/s",
     ],

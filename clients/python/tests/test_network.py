@@ -31,29 +31,37 @@ async def test_a_holder_behind_a_frozen_link_is_lost_before_the_key_moves_on(
     proxy: Proxy, store: holdline.Store
 ) -> None:
     async with holdline.connect(proxy.address) as far:
-        far_lock = far.lock("frozen", ttl="2s")
-        held = asyncio.Event()
-        lost_at: List[float] = []
+        await lost_before_the_key_moves_on(proxy, far, store)
 
-        async def holder() -> None:
-            async with far_lock.hold("k") as lease:
-                assert lease is not None
-                held.set()
-                await lease.signal.wait()
-                lost_at.append(time.monotonic())
 
-        async def waiter() -> float:
-            async with store.lock("frozen", ttl="2s").hold("k", wait="30s"):
-                return time.monotonic()
+async def lost_before_the_key_moves_on(
+    proxy: Proxy, far: holdline.Store, near: holdline.Store
+) -> None:
+    """A holds through `far` (behind the proxy), B waits through `near`;
+    the proxy freezes: A's signal fires at least 10 ms before B's grant,
+    within ttl + 0.5 s of the freeze, and A's hold raises `lost_silent`."""
+    held = asyncio.Event()
+    lost_at: List[float] = []
 
-        a = asyncio.create_task(holder())
-        await asyncio.wait_for(held.wait(), 10)
-        b = asyncio.create_task(waiter())
-        await until_waiters(store, "frozen", 1)
-        frozen_at = proxy.freeze()
-        with pytest.raises(holdline.Lost) as caught:
-            await asyncio.wait_for(a, 10)
-        granted_at = await asyncio.wait_for(b, 10)
+    async def holder() -> None:
+        async with far.lock("frozen", ttl="2s").hold("k") as lease:
+            assert lease is not None
+            held.set()
+            await lease.signal.wait()
+            lost_at.append(time.monotonic())
+
+    async def waiter() -> float:
+        async with near.lock("frozen", ttl="2s").hold("k", wait="30s"):
+            return time.monotonic()
+
+    a = asyncio.create_task(holder())
+    await asyncio.wait_for(held.wait(), 10)
+    b = asyncio.create_task(waiter())
+    await until_waiters(near, "frozen", 1)
+    frozen_at = proxy.freeze()
+    with pytest.raises(holdline.Lost) as caught:
+        await asyncio.wait_for(a, 10)
+    granted_at = await asyncio.wait_for(b, 10)
     assert lost_at, "the signal never fired"
     assert lost_at[0] <= granted_at - 0.010, "the key moved on before the holder knew"
     assert lost_at[0] - frozen_at <= 2.0 + 0.5

@@ -12,7 +12,7 @@ from holdline._store import Store
 
 
 def offline_store() -> Store:
-    return Store(Pool(Address("127.0.0.1", 1), None, 1000, 0))
+    return Store(Pool(Address("127.0.0.1", 1), None, None, 1000, 0))
 
 
 @pytest.mark.parametrize(

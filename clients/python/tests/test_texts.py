@@ -8,9 +8,12 @@ same texts through a frozen proxy in front of a real server.
 """
 
 import asyncio
+import tempfile
+from pathlib import Path
 from typing import Awaitable, Callable, Dict, List, Optional
 
 import pytest
+from certs import Ca
 from conftest import HANG_UP, Scripted, Server, free_port, never_answer
 from texts import RULES, TEXTS, assert_text
 
@@ -40,7 +43,7 @@ def test_the_packages_rules_are_the_tables() -> None:
 
 
 async def provoke_bad_address(server: Server) -> None:
-    for bad in ["ftp://h", "rediss://h:1", "h:port", "::1", "a b", "redis://user:pw@h"]:
+    for bad in ["ftp://h", "rediss://h:1/0", "h:port", "::1", "a b", "redis://user:pw@h"]:
         with pytest.raises(holdline.Invalid) as caught:
             await holdline.connect(bad)
         assert_text(caught.value, "bad_address", address=f'"{bad}"')
@@ -125,6 +128,21 @@ async def provoke_connect_refused(server: Server) -> None:
         eager.close()
 
 
+async def provoke_tls_failed(server: Server) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        ca = Ca(Path(folder))
+        pair = ca.leaf()
+        tls = Server("--tls-cert", pair.cert, "--tls-key", pair.key)
+        try:
+            with pytest.raises(holdline.Closed) as caught:
+                await holdline.connect(tls.address, ssl=Ca(Path(folder), "other").trusting())
+        finally:
+            tls.stop()
+            tls.log.close()
+    assert_text(caught.value, "tls_failed", hostport=tls.address)
+    assert caught.value.kind == "closed"
+
+
 async def hang_up(command: List[bytes]) -> Optional[bytes]:
     return HANG_UP
 
@@ -192,6 +210,7 @@ PROVOKE: Dict[str, Callable[[Server], Awaitable[None]]] = {
     "token_missing": provoke_token_missing,
     "token_refused": provoke_token_refused,
     "connect_refused": provoke_connect_refused,
+    "tls_failed": provoke_tls_failed,
     "connection_closed": provoke_connection_closed,
     "connection_closed_key": provoke_connection_closed_key,
     "lost_connection": provoke_lost_connection,

@@ -1,8 +1,8 @@
 """Where a server listens, read from the forms every holdline client
 accepts: `host`, `host:port`, `[ipv6]` or `[ipv6]:port` (port 7380 when
-none is given) and `redis://[:token@]host[:port]`, whose password is the
-token. Anything else is `Invalid` at once, naming the address
-(`rediss://` too: this client has no TLS).
+none is given), `redis://[:token@]host[:port]`, whose password is the
+token, and `rediss://`, the same over TLS. Anything else is `Invalid` at
+once, naming the address.
 """
 
 import re
@@ -14,11 +14,13 @@ from ._texts import DEFAULT_PORT, text
 
 
 class Address(NamedTuple):
-    """A server's host and port, and the token its URL carried, if any."""
+    """A server's host and port, the token its URL carried, if any, and
+    whether the URL asked for TLS (`rediss://`)."""
 
     host: str
     port: int
     token: Optional[str] = None
+    tls: bool = False
 
     @property
     def hostport(self) -> str:
@@ -40,9 +42,9 @@ def parse_address(address: str) -> Address:
         raise bad_address(str(address))
     if "://" not in address:
         return _host_port(address)
-    if not address.startswith("redis://"):
+    scheme, _, rest = address.partition("://")
+    if scheme not in ("redis", "rediss"):
         raise bad_address(address)
-    rest = address[len("redis://") :]
     token: Optional[str] = None
     userinfo, at, hostpart = rest.rpartition("@")
     if at:
@@ -55,8 +57,8 @@ def parse_address(address: str) -> Address:
             raise bad_address(address) from None
     else:
         hostpart = rest
-    host, port, _ = _host_port(hostpart, address)
-    return Address(host, port, token)
+    host, port, _, _ = _host_port(hostpart, address)
+    return Address(host, port, token, scheme == "rediss")
 
 
 def _host_port(part: str, address: Optional[str] = None) -> Address:

@@ -8,6 +8,7 @@ borrow one for a single command.
 """
 
 import asyncio
+import ssl
 from typing import List, Optional, Set, Tuple
 
 from ._address import Address
@@ -23,10 +24,17 @@ class Pool:
     """The connections of one store, and what the store's holds share."""
 
     def __init__(
-        self, address: Address, token: Optional[str], connect_timeout_ms: int, max_idle: int
+        self,
+        address: Address,
+        token: Optional[str],
+        tls: Optional[ssl.SSLContext],
+        connect_timeout_ms: int,
+        max_idle: int,
     ) -> None:
         self.address = address
         self._token = token
+        self.tls = tls
+        """The TLS context every connection is made with; None: plain TCP."""
         self._connect_timeout_ms = connect_timeout_ms
         self._max_idle = max_idle
         self._idle: List[Link] = []
@@ -47,7 +55,7 @@ class Pool:
 
     async def open(self) -> Link:
         """A new connection, said `HELLO` to."""
-        return await open_link(self.address, self._token, self._connect_timeout_ms)
+        return await open_link(self.address, self._token, self._connect_timeout_ms, self.tls)
 
     async def checkout(self, lock: Optional[str] = None, key: Optional[str] = None) -> Link:
         """An idle connection, or a new one."""

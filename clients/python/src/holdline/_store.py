@@ -7,6 +7,7 @@ or entered (`async with connect(...) as store:`), and the store itself is
 an async context manager that closes it on leaving.
 """
 
+import ssl as _ssl
 from types import TracebackType
 from typing import Any, Dict, Generator, Optional, Type, Union
 
@@ -23,22 +24,30 @@ def connect(
     address: str = DEFAULT_ADDRESS,
     *,
     token: Optional[str] = None,
+    ssl: Optional[_ssl.SSLContext] = None,
     connect_timeout: Optional[Duration] = None,
     max_idle: int = 16,
 ) -> "Connecting":
     """Connects to `holdline serve` at `address`: `host:port`, `host` (port
-    7380), `[ipv6]:port` or `redis://[:token@]host[:port]`.
+    7380), `[ipv6]:port`, `redis://[:token@]host[:port]`, or `rediss://...`
+    for TLS.
 
     `token` authenticates when the server was started with `--token-file`;
     given here, it wins over one in a `redis://:TOKEN@host` address.
-    `connect_timeout` (default 10 s) bounds the connection and the server's
-    answer to `HELLO`. Up to `max_idle` connections are kept open between
-    holds. A bad address or duration raises `Invalid` at once."""
+    `ssl` makes every connection TLS with that context, whatever the
+    address's form; a `rediss://` address without it uses
+    `ssl.create_default_context()` (the system's trusted CAs).
+    `connect_timeout` (default 10 s) bounds the connection, the TLS
+    handshake and the server's answer to `HELLO`. Up to `max_idle`
+    connections are kept open between holds. A bad address or duration
+    raises `Invalid` at once."""
     where = parse_address(address)
     timeout_ms = CONNECT_TIMEOUT_MS
     if connect_timeout is not None:
         timeout_ms = max(1, to_ms(connect_timeout, "connect_timeout"))
-    pool = Pool(where, token if token is not None else where.token, timeout_ms, max_idle)
+    if ssl is None and where.tls:
+        ssl = _ssl.create_default_context()
+    pool = Pool(where, token if token is not None else where.token, ssl, timeout_ms, max_idle)
     return Connecting(pool)
 
 

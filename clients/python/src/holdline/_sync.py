@@ -12,6 +12,7 @@ came first, lets the key go.
 """
 
 import asyncio
+import ssl as _ssl
 import threading
 import time
 from types import TracebackType
@@ -52,11 +53,14 @@ def connect_sync(
     address: str = DEFAULT_ADDRESS,
     *,
     token: Optional[str] = None,
+    ssl: Optional[_ssl.SSLContext] = None,
     connect_timeout: Optional[Duration] = None,
     max_idle: int = 16,
 ) -> "SyncStore":
     """`connect`, blocking: a store whose holds are `with` blocks."""
-    connecting = connect(address, token=token, connect_timeout=connect_timeout, max_idle=max_idle)
+    connecting = connect(
+        address, token=token, ssl=ssl, connect_timeout=connect_timeout, max_idle=max_idle
+    )
     runner = _LoopThread()
 
     async def opened() -> Store:

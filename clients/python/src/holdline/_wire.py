@@ -19,6 +19,8 @@ leases, so a dropped link stays dropped and its leases are lost.
 """
 
 import asyncio
+import re
+import ssl
 import time
 from collections import deque
 from typing import Callable, Deque, Dict, List, Optional, Protocol, cast
@@ -79,6 +81,10 @@ class Link(asyncio.Protocol):
         self._watchers: Dict[int, Watcher] = {}
         self._dropped = False
         self.unasked: Reply = None
+        self.lost_to: Optional[Exception] = None
+        """What ended the connection, when the event loop said (a TLS alert)."""
+        self.first_bytes = b""
+        """The first two bytes heard (a TLS record starts 0x15 or 0x16, 0x03)."""
         self._gone: "asyncio.Future[None]" = asyncio.get_running_loop().create_future()
 
     # The event loop's side.
@@ -88,6 +94,8 @@ class Link(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         now = time.monotonic()
+        if not self.first_bytes:
+            self.first_bytes = data[:2]
         try:
             frames = self._decoder.feed(data)
         except ProtocolFault:
@@ -131,6 +139,7 @@ class Link(asyncio.Protocol):
         return False  # close our side too
 
     def connection_lost(self, exc: Optional[Exception]) -> None:
+        self.lost_to = exc
         self._drop()
         _settle(self._gone, None)
 
@@ -140,6 +149,12 @@ class Link(asyncio.Protocol):
     def dropped(self) -> bool:
         """True once the connection is gone (closed by either side)."""
         return self._dropped
+
+    @property
+    def writable(self) -> bool:
+        """True while a command can be sent: connected, and not closing."""
+        transport = self._transport
+        return not self._dropped and transport is not None and not transport.is_closing()
 
     @property
     def holds_leases(self) -> bool:
@@ -164,7 +179,7 @@ class Link(asyncio.Protocol):
         value), or `DROPPED`; it never holds an exception, so a reply that
         nobody awaits (a renewal's) is never reported as unhandled."""
         transport = self._transport
-        if self._dropped or transport is None or transport.is_closing():
+        if not self.writable or transport is None:
             raise closed_error()
         pending = Pending(asyncio.get_running_loop().create_future(), time.monotonic(), on_reply)
         self._pending.append(pending)
@@ -217,20 +232,25 @@ def _settle(future: "asyncio.Future[Reply]", value: Reply) -> None:
         future.set_result(value)
 
 
-async def open_link(address: Address, token: Optional[str], timeout_ms: int) -> Link:
-    """Connects and says `HELLO 3` (with `AUTH default TOKEN` given a token),
-    all within `timeout_ms`. A server that wants a token, or refuses the one
-    given, fails here (`Invalid`), never at the first hold."""
+async def open_link(
+    address: Address, token: Optional[str], timeout_ms: int, tls: Optional[ssl.SSLContext]
+) -> Link:
+    """Connects (over TLS given `tls`) and says `HELLO 3` (with `AUTH default
+    TOKEN` given a token), all within `timeout_ms`. A server that wants a
+    token, or refuses the one given, fails here (`Invalid`), as does a TLS
+    handshake (`Closed`), never at the first hold."""
     loop = asyncio.get_running_loop()
     deadline = time.monotonic() + timeout_ms / 1000
     silent = Closed(text("connect_silent", hostport=address.hostport, timeout=show_ms(timeout_ms)))
     try:
         _, link = await asyncio.wait_for(
-            loop.create_connection(lambda: Link(address), address.host, address.port),
+            loop.create_connection(lambda: Link(address), address.host, address.port, ssl=tls),
             timeout_ms / 1000,
         )
     except asyncio.TimeoutError:
         raise silent from None
+    except ssl.SSLError as err:
+        raise tls_failed(address, err) from None
     except OSError as err:
         reason = err.strerror or str(err) or type(err).__name__
         raise Closed(text("cannot_connect", hostport=address.hostport, reason=reason)) from None
@@ -239,19 +259,50 @@ async def open_link(address: Address, token: Optional[str], timeout_ms: int) -> 
         if token is not None:
             hello += ["AUTH", "default", token]
         reply: Reply = DROPPED
-        if not link.dropped:
+        if link.writable:
             pending = link.send(*hello)
             await asyncio.wait([pending.future], timeout=max(0.0, deadline - time.monotonic()))
             if not pending.future.done():
                 raise silent
             reply = pending.future.result()
-        if reply is DROPPED and isinstance(link.unasked, RespError):
-            reply = link.unasked
+        else:
+            # Closing already (a TLS alert read with the handshake): the
+            # event loop's word on why comes with the end of the connection.
+            await link.wait_closed(max(0.0, deadline - time.monotonic()))
+        if reply is DROPPED:
+            reply = _why_dropped(link, address, tls)
         _check_hello(reply, address)
     except BaseException:
         link.close()
         raise
     return link
+
+
+def _why_dropped(link: Link, address: Address, tls: Optional[ssl.SSLContext]) -> Reply:
+    """Why a connection closed before it answered `HELLO`: a refusal the
+    server sent unasked (at its connection limit), a TLS alert, TLS heard on
+    a plain connection; `DROPPED` when nothing tells."""
+    if isinstance(link.unasked, RespError):
+        return link.unasked
+    if isinstance(link.lost_to, ssl.SSLError):
+        # With TLS 1.3 a server that refuses this client's certificate (or
+        # its lack of one) says so after the handshake, as an alert.
+        raise tls_failed(address, link.lost_to)
+    if tls is None and link.first_bytes in (b"\x15\x03", b"\x16\x03"):
+        # A TLS server answers plain text with an alert record.
+        reason = "the server speaks TLS: connect with rediss:// or ssl="
+        raise Closed(text("tls_failed", hostport=address.hostport, reason=reason))
+    return DROPPED
+
+
+def tls_failed(address: Address, err: ssl.SSLError) -> Closed:
+    """A TLS handshake that failed, in OpenSSL's words without its codes:
+    `[SSL: CODE] words (_ssl.c:123)` says `words`."""
+    words = _SSL_CODES.sub("", str(err)).strip() or err.reason or type(err).__name__
+    return Closed(text("tls_failed", hostport=address.hostport, reason=words))
+
+
+_SSL_CODES = re.compile(r"^\[[^\]]*\]|\(_ssl\.c:\d+\)$")
 
 
 def _check_hello(reply: Reply, address: Address) -> None:
