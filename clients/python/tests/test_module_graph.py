@@ -12,7 +12,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "holdline"
 LAYERS: List[Set[str]] = [
     {"_errors"},  # error classes and the core's text shapes
     {"_texts", "_durations", "_resp"},  # the shared texts, durations, the RESP wire format
-    {"_address"},  # where a server listens
+    {"_address", "_inspect"},  # where a server listens; what INSPECT answers
     {"_wire"},  # one connection
     {"_lease"},  # a lease and its clock, on a connection
     {"_pool"},  # a store's connections

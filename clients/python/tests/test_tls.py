@@ -47,6 +47,8 @@ async def test_holds_go_over_tls_with_a_context_or_a_rediss_url(
             first = store.lock("tls").hold("k")
             async with first as lease:
                 assert not lease.lost
+                state = await store.lock("tls").inspect("k")
+                assert state is not None and state.held and state.fence == lease.fence
             assert not lease.lost
     # A token in a rediss:// URL, as in a redis:// one.
     token_file = tmp_path / "token"

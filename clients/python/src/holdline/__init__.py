@@ -19,6 +19,7 @@ moment the lease is lost. `connect_sync` gives the same with `with` blocks.
 
 from ._durations import Duration
 from ._errors import Closed, Error, InUse, Invalid, Limit, Lost
+from ._inspect import KeyHolder, KeyState
 from ._lease import Lease
 from ._lock import Hold, Key, Lock, TryHold
 from ._store import DEFAULT_ADDRESS, Connecting, Store, connect
@@ -35,6 +36,8 @@ __all__ = [
     "Hold",
     "TryHold",
     "Lease",
+    "KeyState",
+    "KeyHolder",
     "SyncStore",
     "SyncLock",
     "SyncHold",

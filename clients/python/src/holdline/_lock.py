@@ -19,6 +19,7 @@ from typing import List, Optional, Type, Union
 
 from ._durations import Duration, to_ms
 from ._errors import Closed, Error, Invalid, Lost, from_reply, show_key, text_for
+from ._inspect import KeyState, key_state
 from ._lease import Lease
 from ._pool import Holding, Pool
 from ._resp import Arg, Reply, RespError
@@ -306,6 +307,12 @@ class Lock:
         """Holds the key for the block if it is free; the lease is None when
         it is held, and nothing waits."""
         return TryHold(self, key_text(key), None)
+
+    async def inspect(self, key: Key) -> Optional[KeyState]:
+        """The key's state on the server (held, fence, times, waiters, who
+        holds it); None when the server keeps nothing for it. For looking
+        on: it holds nothing, and is old the moment it arrives."""
+        return key_state(await self._pool.one_command("INSPECT", self.name, key_text(key)))
 
     def __repr__(self) -> str:
         return f"<Lock {self.name} ttl={self.ttl_ms}ms max_hold={self.max_hold_ms}>"

@@ -20,6 +20,7 @@ from typing import Awaitable, Dict, Optional, Type, TypeVar, Union
 
 from ._durations import Duration
 from ._errors import Lost
+from ._inspect import KeyState
 from ._lease import Lease
 from ._lock import Hold, HoldBase, Key, Lock, TryHold, key_text
 from ._store import DEFAULT_ADDRESS, Store, connect
@@ -139,6 +140,10 @@ class SyncLock:
     def try_hold(self, key: Key) -> "SyncTryHold":
         """`Lock.try_hold`, blocking: the lease is None when the key is held."""
         return SyncTryHold(self.store, TryHold(self._lock, key_text(key), None))
+
+    def inspect(self, key: Key) -> Optional[KeyState]:
+        """`Lock.inspect`, blocking."""
+        return self.store._runner.run(self._lock.inspect(key))
 
 
 class SyncLease:

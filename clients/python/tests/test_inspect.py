@@ -1,0 +1,68 @@
+"""`Lock.inspect(key)`: the server's `INSPECT` passed through as a
+`KeyState`, None for a key the server keeps nothing for."""
+
+import asyncio
+import time
+
+import pytest
+from conftest import Server
+
+import holdline
+from holdline._inspect import key_state
+
+
+async def until_waiting(lock: holdline.Lock, key: str, count: int) -> holdline.KeyState:
+    deadline = time.monotonic() + 10
+    while True:
+        state = await lock.inspect(key)
+        if state is not None and state.waiters == count:
+            return state
+        assert time.monotonic() < deadline, f"never {count} waiting on {key}"
+        await asyncio.sleep(0.01)
+
+
+async def test_inspect_tells_the_holder_the_fence_and_the_line(store: holdline.Store) -> None:
+    lock = store.lock("inspected", ttl="2s")
+    assert await lock.inspect("k") is None
+    async with lock.hold("k") as lease:
+        state = await lock.inspect("k")
+        assert state is not None
+        assert state.held and state.fence == lease.fence and state.waiters == 0
+        assert state.held_for_ms is not None and state.held_for_ms >= 0
+        assert state.lease_left_ms is not None and 0 < state.lease_left_ms <= 2000
+        assert state.holder is not None and state.holder.lease == lease.id
+        assert state.holder.addr.startswith("127.0.0.1:")
+        waiter = asyncio.create_task(lock.hold("k", wait="10s").__aenter__())
+        try:
+            # Another lock handle (another ttl) looks at the same key.
+            waiting = await until_waiting(store.lock("inspected"), "k", 1)
+            assert waiting.holder == state.holder
+        finally:
+            waiter.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiter
+    after = await lock.inspect(9)
+    assert after is None
+    released = await lock.inspect("k")
+    assert released is not None
+    assert not released.held and released.holder is None
+    assert released.held_for_ms is None and released.lease_left_ms is None
+    assert released.fence == lease.fence
+
+
+def test_the_blocking_flavour_inspects_too(server: Server) -> None:
+    with holdline.connect_sync(server.address) as store:
+        lock = store.lock("inspected")
+        assert lock.inspect("k") is None
+        with lock.hold("k") as lease:
+            state = lock.inspect("k")
+            assert state is not None and state.held and state.fence == lease.fence
+
+
+def test_an_answer_that_is_not_inspects_map_is_invalid() -> None:
+    assert key_state(None) is None
+    flat = [b"held", False, b"fence", 3, b"waiters", 0, b"held_for_ms", None]
+    assert key_state(flat) == holdline.KeyState(False, 3, None, None, 0, None)
+    for bad in [b"OK", 7, {b"held": True}, [b"held"]]:
+        with pytest.raises(holdline.Invalid):
+            key_state(bad)
