@@ -17,6 +17,8 @@ type address struct {
 	token string
 	// hasToken: the URL carried a token.
 	hasToken bool
+	// tls: a rediss:// URL.
+	tls bool
 }
 
 // hostPort is host:port as a dialler takes it, an IPv6 host in brackets.
@@ -24,19 +26,26 @@ func (a address) hostPort() string {
 	return net.JoinHostPort(a.host, strconv.Itoa(a.port))
 }
 
-// parseAddress reads host:port, host (port 7380), [ipv6]:port, [ipv6], or
-// redis://[:token@]host[:port][/0]. Anything else is kind invalid, naming
-// the address, before any connection is tried.
+// parseAddress reads host:port, host (port 7380), [ipv6]:port, [ipv6],
+// redis://[:token@]host[:port][/0], or the same with rediss:// (TLS).
+// Anything else is kind invalid, naming the address, before any
+// connection is tried.
 func parseAddress(text string) (address, *Error) {
 	bad := func() (address, *Error) { return address{}, errBadAddress(text) }
 	rest := text
 	var a address
-	if url, ok := cutPrefix(text, "redis://"); ok {
+	url, isURL := cutPrefix(text, "redis://")
+	if !isURL {
+		url, isURL = cutPrefix(text, "rediss://")
+		a.tls = isURL
+	}
+	if isURL {
+		var ok bool
 		if rest, a.token, a.hasToken, ok = urlParts(url); !ok {
 			return bad()
 		}
 	} else if strings.Contains(text, "://") {
-		return bad() // rediss:// too, until the client speaks TLS
+		return bad()
 	}
 	var ok bool
 	if a.host, a.port, ok = splitHostPort(rest); !ok {

@@ -3,6 +3,7 @@ package locks
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"net"
 	"strconv"
@@ -18,6 +19,10 @@ var (
 	errShutAbandoned   = errors.New("the hold was given up")
 	errShutSilent      = errors.New("the server answered nothing in time")
 )
+
+// errSpeaksTLS: a plain connection's first bytes from the server are a
+// TLS record (a TLS server answers plain text with an alert).
+var errSpeaksTLS = errors.New("the server speaks TLS: connect with rediss:// or locks.TLS")
 
 // writeTimeout bounds one write: a server that reads nothing for this
 // long is taken for gone.
@@ -66,20 +71,16 @@ type result struct {
 	err error
 }
 
-// dial opens a connection and says HELLO 3 (with AUTH when given a
-// token); timeout bounds both. A server that wants a token, or refuses
-// it, fails here.
-func dial(ctx context.Context, a address, token string, useToken bool, timeout time.Duration) (*conn, error) {
+// dial opens a connection (TLS given tlsConfig) and says HELLO 3 (with
+// AUTH when given a token); timeout bounds all of it. A failed handshake,
+// a server that wants a token, or refuses it, fails here.
+func dial(ctx context.Context, a address, tlsConfig *tls.Config, token string, useToken bool, timeout time.Duration) (*conn, error) {
 	start := time.Now()
-	d := net.Dialer{Timeout: timeout}
-	nc, err := d.DialContext(ctx, "tcp", a.hostPort())
+	nc, err := open(ctx, a, tlsConfig, timeout)
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, errCannotConnect(a.hostPort(), err)
+		return nil, err
 	}
-	c := &conn{nc: nc, br: bufio.NewReader(nc), closed: make(chan struct{})}
+	c := &conn{nc: nc, br: bufio.NewReader(nc), tls: tlsConfig != nil, closed: make(chan struct{})}
 	go c.readLoop()
 	hello := []string{"HELLO", "3"}
 	if useToken {
@@ -100,9 +101,42 @@ func dial(ctx context.Context, a address, token string, useToken bool, timeout t
 	}
 }
 
+// open dials, and shakes hands given tlsConfig, within timeout.
+func open(ctx context.Context, a address, tlsConfig *tls.Config, timeout time.Duration) (net.Conn, error) {
+	dctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var d net.Dialer
+	nc, err := d.DialContext(dctx, "tcp", a.hostPort())
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, errCannotConnect(a.hostPort(), err)
+	}
+	if tlsConfig == nil {
+		return nc, nil
+	}
+	tc := tls.Client(nc, tlsConfig)
+	if err := tc.HandshakeContext(dctx); err != nil {
+		_ = nc.Close()
+		switch {
+		case ctx.Err() != nil:
+			return nil, ctx.Err()
+		case dctx.Err() != nil:
+			return nil, errConnectSilent(a.hostPort(), timeout)
+		}
+		return nil, errTLSFailed(a.hostPort(), err)
+	}
+	return tc, nil
+}
+
 // helloAnswer: nil for a welcome, else the error (and c closed).
 func helloAnswer(c *conn, a address, r result) error {
 	switch {
+	case r.err == errSpeaksTLS, c.tls && isTLSAlert(r.err):
+		// Under TLS 1.3 a server that refuses this client's certificate
+		// (or its lack of one) says so after the handshake, as an alert.
+		return errTLSFailed(a.hostPort(), r.err)
 	case r.err != nil:
 		return errConnectionClosed(r.err)
 	case !r.v.isError():
@@ -154,6 +188,13 @@ func (c *conn) send(cl *call, args ...string) {
 
 // readLoop reads until the connection ends.
 func (c *conn) readLoop() {
+	if !c.tls {
+		// Every reply is longer than two bytes.
+		if b, err := c.br.Peek(2); err == nil && (b[0] == 0x15 || b[0] == 0x16) && b[1] == 0x03 {
+			c.close(errSpeaksTLS)
+			return
+		}
+	}
 	for {
 		v, err := readValue(c.br)
 		if err == nil {

@@ -182,6 +182,19 @@ func errConnectSilent(hostport string, timeout time.Duration) *Error {
 	return &Error{Kind: KindClosed, text: text, cause: os.ErrDeadlineExceeded}
 }
 
+// errTLSFailed: the TLS handshake failed, or the server ended the
+// connection with a TLS alert before it answered HELLO.
+func errTLSFailed(hostport string, cause error) *Error {
+	text := "store: TLS with " + hostport + " failed (" + reason(cause) + "): closed"
+	return &Error{Kind: KindClosed, text: text, cause: cause}
+}
+
+// isTLSAlert: err is the TLS alert the server ended the connection with.
+func isTLSAlert(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "remote error"
+}
+
 func errTokenMissing() *Error {
 	return &Error{Kind: KindInvalid, text: "store: the server wants a token: invalid"}
 }

@@ -2,6 +2,7 @@ package locks
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"sync"
 	"time"
@@ -21,6 +22,7 @@ type pool struct {
 	useToken bool
 	timeout  time.Duration
 	maxIdle  int
+	tls      *tls.Config // nil: plain TCP
 
 	mu     sync.Mutex
 	idle   []*conn // the most recently used last
@@ -45,7 +47,7 @@ func (p *pool) get(ctx context.Context) (*conn, error) {
 		delete(p.all, c)
 	}
 	p.mu.Unlock()
-	c, err := dial(ctx, p.addr, p.token, p.useToken, p.timeout)
+	c, err := dial(ctx, p.addr, p.tls, p.token, p.useToken, p.timeout)
 	if err != nil {
 		return nil, err
 	}

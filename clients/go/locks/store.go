@@ -2,6 +2,7 @@ package locks
 
 import (
 	"context"
+	"crypto/tls"
 	"time"
 )
 
@@ -21,12 +22,29 @@ type connectConfig struct {
 	useToken bool
 	timeout  time.Duration
 	maxIdle  int
+	tls      *tls.Config
 }
 
 // Token is the server's token (holdline serve --token-file). It wins over
 // a token in a redis:// address.
 func Token(token string) ConnectOption {
 	return func(c *connectConfig) { c.token, c.useToken = token, true }
+}
+
+// TLS makes every connection TLS with config, whatever the address's form
+// (a rediss:// address without it uses the system's trusted CAs). Give
+// the server's CA in config.RootCAs, and a client certificate in
+// config.Certificates when the server wants one (holdline serve
+// --tls-client-ca). config.ServerName, when empty, is the address's host.
+// The config is cloned: changing it later changes nothing here.
+func TLS(config *tls.Config) ConnectOption {
+	return func(c *connectConfig) {
+		if config == nil {
+			c.tls = nil
+		} else {
+			c.tls = config.Clone()
+		}
+	}
 }
 
 // DialTimeout bounds opening a connection and the server's answer to its
@@ -43,10 +61,11 @@ func MaxIdleConns(n int) ConnectOption {
 }
 
 // Connect connects to holdline serve at addr: "host:port", "host" (port
-// 7380), "[::1]:7380" or "redis://[:token@]host[:port]". It opens a first
-// connection and says HELLO, so a wrong address, an unreachable server or
-// a wrong or missing token fails here (a bad address with kind
-// KindInvalid before anything is tried; an unreachable server
+// 7380), "[::1]:7380", "redis://[:token@]host[:port]", or the same with
+// rediss:// for TLS. It opens a first connection and says HELLO, so a
+// wrong address, an unreachable server, a failed TLS handshake or a wrong
+// or missing token fails here (a bad address with kind KindInvalid before
+// anything is tried; an unreachable server or a failed handshake
 // KindClosed; a token wanted or refused KindInvalid). A ctx that ends
 // first answers ctx.Err().
 func Connect(ctx context.Context, addr string, opts ...ConnectOption) (*Store, error) {
@@ -61,9 +80,15 @@ func Connect(ctx context.Context, addr string, opts ...ConnectOption) (*Store, e
 	if cfg.timeout <= 0 {
 		cfg.timeout = 10 * time.Second
 	}
+	if cfg.tls == nil && a.tls {
+		cfg.tls = &tls.Config{}
+	}
+	if cfg.tls != nil && cfg.tls.ServerName == "" {
+		cfg.tls.ServerName = a.host
+	}
 	p := &pool{
 		addr: a, token: cfg.token, useToken: cfg.useToken,
-		timeout: cfg.timeout, maxIdle: cfg.maxIdle, all: map[*conn]struct{}{},
+		timeout: cfg.timeout, maxIdle: cfg.maxIdle, tls: cfg.tls, all: map[*conn]struct{}{},
 	}
 	first, err := p.get(ctx)
 	if err != nil {

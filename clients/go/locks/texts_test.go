@@ -3,6 +3,7 @@ package locks
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"net"
@@ -162,6 +163,11 @@ func TestTheClientsOwnTextsAreTheSharedTable(t *testing.T) {
 	expectText(t, table, "connect_refused", vars, ErrClosed, err)
 
 	t.Run("tokens", func(t *testing.T) { tokens(t, table) })
+	t.Run("a server whose certificate another CA signed", func(t *testing.T) {
+		srv := startTLSServer(t, newCA(t, "server CA"), nil)
+		_, err := Connect(ctx, srv.addr, TLS(&tls.Config{RootCAs: newCA(t, "other CA").pool}))
+		expectText(t, table, "tls_failed", map[string]string{"hostport": srv.addr}, ErrClosed, err)
+	})
 	t.Run("a connection closed under a waiting HOLD", func(t *testing.T) {
 		store := connect(t, fakeServer(t, fakeHolds("CLOSE")))
 		err := openLock(t, store, "inv").Hold(ctx, 9, func(context.Context, *Lease) error { return nil })
@@ -200,8 +206,8 @@ func TestTheClientsOwnTextsAreTheSharedTable(t *testing.T) {
 	})
 	for name := range table {
 		switch name {
-		case "bad_address", "cannot_connect", "connect_silent", "connect_refused", "connection_closed", "token_missing",
-			"token_refused", "connection_closed_key", "lost_connection", "lost_silent", "wait_silent":
+		case "bad_address", "cannot_connect", "connect_silent", "connect_refused", "tls_failed", "connection_closed",
+			"token_missing", "token_refused", "connection_closed_key", "lost_connection", "lost_silent", "wait_silent":
 		default:
 			t.Errorf("clients/texts.json's %q is not provoked here", name)
 		}

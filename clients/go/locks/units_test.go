@@ -87,17 +87,20 @@ func TestDurationsAreWrittenAsTheServerWritesThem(t *testing.T) {
 func TestAddressForms(t *testing.T) {
 	good := []struct {
 		in, hostPort, token string
+		tls                 bool
 	}{
-		{"127.0.0.1:27400", "127.0.0.1:27400", ""},
-		{"127.0.0.1", "127.0.0.1:7380", ""},
-		{"localhost", "localhost:7380", ""},
-		{"[::1]:9", "[::1]:9", ""},
-		{"[::1]", "[::1]:7380", ""},
-		{"redis://127.0.0.1:27400", "127.0.0.1:27400", ""},
-		{"redis://h", "h:7380", ""},
-		{"redis://:s3cret@h:1/0", "h:1", "s3cret"},
-		{"redis://default:s3cret@[::1]", "[::1]:7380", "s3cret"},
-		{"redis://:a%40b@h", "h:7380", "a@b"},
+		{"127.0.0.1:27400", "127.0.0.1:27400", "", false},
+		{"127.0.0.1", "127.0.0.1:7380", "", false},
+		{"localhost", "localhost:7380", "", false},
+		{"[::1]:9", "[::1]:9", "", false},
+		{"[::1]", "[::1]:7380", "", false},
+		{"redis://127.0.0.1:27400", "127.0.0.1:27400", "", false},
+		{"redis://h", "h:7380", "", false},
+		{"redis://:s3cret@h:1/0", "h:1", "s3cret", false},
+		{"redis://default:s3cret@[::1]", "[::1]:7380", "s3cret", false},
+		{"redis://:a%40b@h", "h:7380", "a@b", false},
+		{"rediss://h", "h:7380", "", true},
+		{"rediss://:s3cret@[::1]:9/0", "[::1]:9", "s3cret", true},
 	}
 	for _, g := range good {
 		a, err := parseAddress(g.in)
@@ -105,13 +108,13 @@ func TestAddressForms(t *testing.T) {
 			t.Errorf("%s: %v", g.in, err)
 			continue
 		}
-		if a.hostPort() != g.hostPort || a.token != g.token || a.hasToken != (g.token != "") {
+		if a.hostPort() != g.hostPort || a.token != g.token || a.hasToken != (g.token != "") || a.tls != g.tls {
 			t.Errorf("%s: %+v", g.in, a)
 		}
 	}
 	bad := []string{
 		"", ":7380", "h:", "h:0", "h:65536", "h:x", "h:1:2", "[::1", "[::1]x", "[h]:1",
-		"rediss://h", "http://h", "redis://", "redis://h/1", "redis://user@h",
+		"rediss://", "redis:/h", "http://h", "redis://", "redis://h/1", "redis://user@h",
 		"redis://:@h", "h p", "h\n", "redis://:%4@h",
 	}
 	for _, b := range bad {
