@@ -67,6 +67,9 @@ pub struct ServeArgs {
     /// PEM CA: every client must present a certificate it signed.
     #[arg(long, value_name = "PATH", requires = "tls_cert")]
     pub tls_client_ca: Option<PathBuf>,
+    /// Serve Prometheus metrics on http://ADDR/metrics (and /healthz).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<String>,
     /// Log filter (overrides HOLDLINE_LOG; default info): a level or
     /// tracing directives such as `info,holdline=debug`.
     #[arg(long, value_name = "DIRECTIVE")]
@@ -83,6 +86,7 @@ pub struct Config {
     pub max_connections: usize,
     pub max_frame: usize,
     pub tls: Option<TlsFiles>,
+    pub metrics: Option<SocketAddr>,
 }
 
 impl ServeArgs {
@@ -90,7 +94,7 @@ impl ServeArgs {
     /// address without a token or client certificates (as Redis's
     /// protected mode does).
     pub fn check(&self) -> Result<Config, String> {
-        let listen = resolve(&self.listen)?;
+        let listen = resolve("--listen", &self.listen)?;
         let token = match &self.token_file {
             None => None,
             Some(path) => Some(read_token(path)?),
@@ -110,7 +114,13 @@ impl ServeArgs {
             }),
             _ => None,
         };
+        let metrics = self
+            .metrics
+            .as_deref()
+            .map(|a| resolve("--metrics", a))
+            .transpose()?;
         Ok(Config {
+            metrics,
             listen,
             token,
             max_connections: usize::try_from(self.max_connections).unwrap_or(usize::MAX),
@@ -120,13 +130,12 @@ impl ServeArgs {
     }
 }
 
-fn resolve(listen: &str) -> Result<SocketAddr, String> {
+fn resolve(flag: &str, addr: &str) -> Result<SocketAddr, String> {
     use std::net::ToSocketAddrs;
-    listen
-        .to_socket_addrs()
-        .map_err(|e| format!("--listen {listen}: {e}"))?
+    addr.to_socket_addrs()
+        .map_err(|e| format!("{flag} {addr}: {e}"))?
         .next()
-        .ok_or_else(|| format!("--listen {listen}: no address"))
+        .ok_or_else(|| format!("{flag} {addr}: no address"))
 }
 
 /// The token: the file's content without surrounding whitespace, so a
@@ -158,6 +167,7 @@ mod tests {
             tls_client_ca: None,
             log_level: None,
             log_format: LogFormat::Text,
+            metrics: None,
         }
     }
 

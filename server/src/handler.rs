@@ -297,6 +297,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Handler<S> {
     }
 
     fn answer(&mut self, value: &Value) {
+        if let (Value::Error(text), Some(m)) = (value, &self.session.shared.metrics) {
+            m.error(text.split(' ').next().unwrap_or_default());
+        }
         self.connection.queue(value, self.session.proto);
     }
 }

@@ -9,7 +9,8 @@
 //! Module map, bottom-up (each module uses only those above it; checked by
 //! `tests/module_graph.rs`): `config` (flags), `tls` (certificates),
 //! `reply` (error replies in the core's shape), `loss_watch` (which leases
-//! were lost), `clients` (what operators see of each connection), `session`
+//! were lost), `clients` (what operators see of each connection), `metrics`
+//! (Prometheus), `session`
 //! (one connection's state), `parse` (the argument cursor), `docs` (the command
 //! table), `cmd` (each command: parse, effect), `connection` (the framed
 //! stream), `shutdown` (the signal), `handler` (one connection's life),
@@ -22,6 +23,7 @@ mod connection;
 mod docs;
 mod handler;
 mod loss_watch;
+mod metrics;
 mod parse;
 mod reply;
 mod server;
@@ -87,8 +89,9 @@ fn main() -> ExitCode {
     }
 }
 
-/// Binds, says where (the one line on stdout: scripts and tests read the
-/// port from it), and serves until a signal ends it.
+/// Binds, says where (the first line on stdout: scripts and tests read
+/// the port from it; the metrics' address follows), and serves until a
+/// signal ends it.
 async fn serve(config: Config, tls: Option<Arc<tls::Tls>>) -> Result<(), String> {
     let listener =
         listen(config.listen).map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
@@ -104,14 +107,36 @@ async fn serve(config: Config, tls: Option<Arc<tls::Tls>>) -> Result<(), String>
         max_frame = config.max_frame,
         "serving"
     );
+    let metrics_listener = match config.metrics {
+        Some(addr) => {
+            let bound = metrics::listen(addr).await;
+            let listener = bound.map_err(|e| format!("--metrics {addr}: {e}"))?;
+            let at = listener.local_addr().map_err(|e| e.to_string())?;
+            println!("holdline: metrics on http://{at}/metrics");
+            let _ = std::io::stdout().flush();
+            Some(listener)
+        }
+        None => None,
+    };
     let facts = Facts {
         started: std::time::Instant::now(),
         port: local.port(),
         tls: tls.is_some(),
         max_clients: config.max_connections,
     };
-    let shared = Shared::new(Store::new(), config.token, config.max_frame, facts);
-    server::run(listener, Arc::new(shared), config.max_connections, tls)
+    let shared = Arc::new_cyclic(|weak: &std::sync::Weak<Shared>| {
+        let mut shared = Shared::new(Store::new(), config.token, config.max_frame, facts);
+        if metrics_listener.is_some() {
+            let weak = weak.clone();
+            let source = move || weak.upgrade().map(|s| s.snapshot());
+            shared.metrics = Some(Arc::new(metrics::Metrics::new(source)));
+        }
+        shared
+    });
+    if let (Some(listener), Some(m)) = (metrics_listener, &shared.metrics) {
+        tokio::spawn(metrics::serve(listener, m.clone()));
+    }
+    server::run(listener, shared, config.max_connections, tls)
         .await
         .map_err(|e| e.to_string())
 }

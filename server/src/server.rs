@@ -79,6 +79,9 @@ pub async fn run(
         ..
     } = server;
     drop(listener);
+    if let Some(m) = &shared.metrics {
+        m.shutting_down();
+    }
     shared.store.close();
     let _ = notify_shutdown.send(true);
     drop(done_tx);

@@ -10,6 +10,7 @@
 
 use crate::clients::{ClientState, Clients};
 use crate::loss_watch::LossWatches;
+use crate::metrics::{Metrics, Snapshot};
 use crate::reply::core_error;
 use holdline::{wire, Error, HeldLease, Lock, Store};
 use holdline_resp::{Proto, Value};
@@ -44,6 +45,8 @@ pub struct Shared {
     pub counts: Counts,
     /// Every lock name opened, with a handle (for INFO and metrics).
     locks: Mutex<BTreeMap<String, Lock>>,
+    /// Recorded into when `--metrics` serves them.
+    pub metrics: Option<Arc<Metrics>>,
 }
 
 /// What the server is, for INFO.
@@ -77,6 +80,7 @@ impl Counts {
 impl Shared {
     pub fn new(store: Store, token: Option<Vec<u8>>, max_frame: usize, facts: Facts) -> Shared {
         Shared {
+            metrics: None,
             store,
             token,
             max_frame,
@@ -107,6 +111,21 @@ impl Shared {
     pub fn locks(&self) -> Vec<(String, Lock)> {
         let locks = self.locks.lock().unwrap_or_else(PoisonError::into_inner);
         locks.iter().map(|(n, l)| (n.clone(), l.clone())).collect()
+    }
+
+    /// The figures metrics read at scrape time.
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            connections: self.clients.count() as u64,
+            accepted: Counts::get(&self.counts.connections_received),
+            rejected: Counts::get(&self.counts.connections_rejected),
+            blocked: self.clients.blocked() as u64,
+            locks: self
+                .locks()
+                .into_iter()
+                .map(|(name, lock)| (name, lock.stats().fields()))
+                .collect(),
+        }
     }
 
     fn lock_opened(&self, lock: &Lock) {
@@ -141,6 +160,8 @@ pub struct PendingHold {
     pub future: HoldFuture,
     /// `lock\0key`, filed as held once granted.
     pub slot: Box<str>,
+    /// When the HOLD was read (its wait, for the metrics).
+    pub started: Instant,
 }
 
 /// What carrying out one command leads to.
@@ -157,6 +178,15 @@ pub struct Held {
     pub lease: HeldLease,
     /// `lock\0key`: the connection's record that it holds this key.
     pub slot: Box<str>,
+    /// When it was granted (its hold time, for the metrics).
+    pub granted: Instant,
+}
+
+impl Held {
+    /// The lock's name.
+    pub fn lock(&self) -> &str {
+        self.slot.split('\0').next().unwrap_or_default()
+    }
 }
 
 /// Lock handles by name, then by options: opening a handle per command
@@ -265,7 +295,13 @@ impl Session {
     /// The answer to a HOLD that waited.
     pub fn granted(&mut self, result: Result<HeldLease, Error>, pending: PendingHold) -> Value {
         match result {
-            Ok(lease) => self.keep(lease, pending.slot),
+            Ok(lease) => {
+                if let Some(m) = &self.shared.metrics {
+                    let lock = pending.slot.split('\0').next().unwrap_or_default();
+                    m.waited(lock, pending.started.elapsed());
+                }
+                self.keep(lease, pending.slot)
+            }
             Err(e) => core_error(&e),
         }
     }
@@ -281,7 +317,15 @@ impl Session {
         let _ = lease.renew();
         self.losses.watch(id, lease.signal().aborted());
         self.client.held(slot.clone(), id);
-        self.leases.insert(id, Held { lease, slot });
+        let granted = Instant::now();
+        self.leases.insert(
+            id,
+            Held {
+                lease,
+                slot,
+                granted,
+            },
+        );
         // Fences stay below 2^63, so they travel as RESP integers.
         Value::Array(vec![
             Value::Integer(id as i64),
@@ -303,8 +347,24 @@ impl Session {
     }
 }
 
+impl Session {
+    /// A lease leaves the connection (released, forgotten, or closed with
+    /// it): its hold time goes to the metrics.
+    pub fn let_go(&self, held: &Held) {
+        self.client.let_go(&held.slot);
+        if let Some(m) = &self.shared.metrics {
+            m.held(held.lock(), held.granted.elapsed());
+        }
+    }
+}
+
 impl Drop for Session {
     fn drop(&mut self) {
+        for held in self.leases.values() {
+            if let Some(m) = &self.shared.metrics {
+                m.held(held.lock(), held.granted.elapsed());
+            }
+        }
         self.shared.clients.remove(self.client.id);
     }
 }

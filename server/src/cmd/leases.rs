@@ -45,7 +45,11 @@ impl Hold {
         let wait = self.wait;
         let future =
             Box::pin(async move { lock.key(key.as_str()).wait(wait).acquire_async().await });
-        Step::Wait(PendingHold { future, slot })
+        Step::Wait(PendingHold {
+            future,
+            slot,
+            started: std::time::Instant::now(),
+        })
     }
 }
 
@@ -90,7 +94,7 @@ pub fn release(s: &mut Session, id: i64) -> Value {
     else {
         return not_ours(id);
     };
-    s.client.let_go(&held.slot);
+    s.let_go(&held);
     s.losses.forget(lease_id);
     match held.lease.release() {
         Ok(()) => Value::ok(),

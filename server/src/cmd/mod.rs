@@ -137,6 +137,9 @@ pub fn execute(session: &mut Session, args: Vec<Vec<u8>>) -> Step {
         return Step::Reply(conn::noauth());
     }
     session.client.ran(command.name_index());
+    if let Some(m) = &session.shared.metrics {
+        m.command(command.name_index());
+    }
     command.apply(session)
 }
 

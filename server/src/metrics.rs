@@ -1,0 +1,368 @@
+//! Prometheus metrics (prometheus-client): connections, commands by name,
+//! errors by kind, and per lock (label `lock`, never the key) live and held
+//! keys, waiters, grants, timeouts, revocations, expirations, and the wait
+//! and hold times as histograms in seconds. `--metrics ADDR` serves them on
+//! `/metrics` in Prometheus's text format, with `/healthz` beside it (200
+//! while serving, 503 once shutting down), on a port of their own.
+//!
+//! The command path pays an atomic add per command and per error (the
+//! handles are made once, up front); a histogram observation per grant
+//! and per release; everything per lock is read from the core's counters
+//! at scrape time.
+
+use crate::clients::COMMAND_NAMES;
+use http_body_util::Full;
+use hyper::body::Bytes;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::{Registry, Unit};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tracing::{info, warn};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CommandLabel {
+    command: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabel {
+    kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LockLabel {
+    lock: String,
+}
+
+/// The error kinds counted: the core's five, then the protocol's own.
+const ERROR_KINDS: [&str; 8] = [
+    "invalid", "in_use", "lost", "limit", "closed", "err", "noauth", "other",
+];
+
+/// What the command path records into.
+pub struct Metrics {
+    registry: Registry,
+    commands: Vec<Counter>,
+    errors: Vec<Counter>,
+    wait: Family<LockLabel, Histogram>,
+    hold: Family<LockLabel, Histogram>,
+    /// False once the server shuts down (`/healthz` answers 503).
+    serving: AtomicBool,
+}
+
+fn seconds_histogram() -> Histogram {
+    // 100 us to ~26 s, four times apart.
+    Histogram::new(exponential_buckets(0.0001, 4.0, 10))
+}
+
+impl Metrics {
+    /// The registry, with the server-wide and per-lock figures read from
+    /// `source` at scrape time.
+    pub fn new(source: impl Fn() -> Option<Snapshot> + Send + Sync + 'static) -> Metrics {
+        let mut registry = Registry::with_prefix("holdline");
+        let commands: Family<CommandLabel, Counter> = Family::default();
+        let handles = COMMAND_NAMES
+            .iter()
+            .map(|&command| commands.get_or_create(&CommandLabel { command }).clone())
+            .collect();
+        registry.register("commands", "Commands carried out, by name", commands);
+        let errors: Family<KindLabel, Counter> = Family::default();
+        let error_handles = ERROR_KINDS
+            .iter()
+            .map(|&kind| errors.get_or_create(&KindLabel { kind }).clone())
+            .collect();
+        registry.register("errors", "Error replies, by kind", errors);
+        let wait = Family::<LockLabel, Histogram>::new_with_constructor(
+            seconds_histogram as fn() -> Histogram,
+        );
+        let hold = Family::<LockLabel, Histogram>::new_with_constructor(
+            seconds_histogram as fn() -> Histogram,
+        );
+        registry.register_with_unit(
+            "wait",
+            "Time a HOLD waited in its key's line before its grant",
+            Unit::Seconds,
+            wait.clone(),
+        );
+        registry.register_with_unit(
+            "hold",
+            "Time a lease was held, from its grant to its release or loss",
+            Unit::Seconds,
+            hold.clone(),
+        );
+        registry.register_collector(Box::new(ServerCollector {
+            source: Box::new(source),
+        }));
+        Metrics {
+            registry,
+            commands: handles,
+            errors: error_handles,
+            wait,
+            hold,
+            serving: AtomicBool::new(true),
+        }
+    }
+
+    /// A command of [`COMMAND_NAMES`]'s index `command` was carried out.
+    pub fn command(&self, command: usize) {
+        if let Some(c) = self.commands.get(command) {
+            c.inc();
+        }
+    }
+
+    /// An error reply whose first word is `word`.
+    pub fn error(&self, word: &str) {
+        let i = match word {
+            "INVALID" => 0,
+            "INUSE" => 1,
+            "LOST" => 2,
+            "LIMIT" => 3,
+            "CLOSED" => 4,
+            "ERR" => 5,
+            "NOAUTH" => 6,
+            _ => 7,
+        };
+        self.errors[i].inc();
+    }
+
+    pub fn waited(&self, lock: &str, waited: Duration) {
+        let label = LockLabel {
+            lock: lock.to_owned(),
+        };
+        self.wait
+            .get_or_create(&label)
+            .observe(waited.as_secs_f64());
+    }
+
+    pub fn held(&self, lock: &str, held: Duration) {
+        let label = LockLabel {
+            lock: lock.to_owned(),
+        };
+        self.hold.get_or_create(&label).observe(held.as_secs_f64());
+    }
+
+    /// The exposition, in Prometheus's text format (0.0.4).
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
+            out.clear();
+        }
+        to_prometheus_text(&out)
+    }
+
+    pub fn shutting_down(&self) {
+        // Relaxed: a flag read by the next probe; nothing else rides on it.
+        self.serving.store(false, Ordering::Relaxed);
+    }
+}
+
+/// The figures read at scrape time.
+pub struct Snapshot {
+    pub connections: u64,
+    pub accepted: u64,
+    pub rejected: u64,
+    pub blocked: u64,
+    /// Each lock's name and its counters (as `LockStats::fields` names them).
+    pub locks: Vec<(String, [(&'static str, u64); 7])>,
+}
+
+/// Connections and per-lock figures, read at scrape time.
+struct ServerCollector {
+    source: Box<dyn Fn() -> Option<Snapshot> + Send + Sync>,
+}
+
+impl std::fmt::Debug for ServerCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ServerCollector")
+    }
+}
+
+impl Collector for ServerCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let Some(snap) = (self.source)() else {
+            return Ok(());
+        };
+        let gauge = |n: u64| ConstGauge::new(i64::try_from(n).unwrap_or(i64::MAX));
+        let e = &mut encoder;
+        encode_one(
+            e,
+            "connections",
+            "Connections open now",
+            &gauge(snap.connections),
+        )?;
+        let accepted = ConstCounter::new(snap.accepted);
+        encode_one(e, "connections_accepted", "Connections accepted", &accepted)?;
+        let rejected = ConstCounter::new(snap.rejected);
+        encode_one(
+            e,
+            "connections_rejected",
+            "Connections refused at the limit",
+            &rejected,
+        )?;
+        let blocked = gauge(snap.blocked);
+        encode_one(
+            e,
+            "blocked_connections",
+            "Connections with a waiting HOLD",
+            &blocked,
+        )?;
+        encode_locks(&snap.locks, e)
+    }
+}
+
+fn encode_one(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    metric: &impl EncodeMetric,
+) -> Result<(), std::fmt::Error> {
+    let metric_encoder = encoder.encode_descriptor(name, help, None, metric.metric_type())?;
+    metric.encode(metric_encoder)
+}
+
+/// One family per lock figure, one sample per lock.
+fn encode_locks(
+    locks: &[(String, [(&'static str, u64); 7])],
+    encoder: &mut DescriptorEncoder,
+) -> Result<(), std::fmt::Error> {
+    let locks: Vec<(LockLabel, &[(&'static str, u64); 7])> = locks
+        .iter()
+        .map(|(lock, fields)| (LockLabel { lock: lock.clone() }, fields))
+        .collect();
+    let figures = [
+        ("lock_live_keys", "Keys with state in memory", false),
+        ("lock_held_keys", "Keys with a holder", false),
+        ("lock_waiters", "Holders standing in lines", false),
+        ("lock_grants", "Grants made", true),
+        ("lock_timeouts", "Waits that ended in use", true),
+        ("lock_revocations", "Leases revoked at their maxHold", true),
+        ("lock_expirations", "Leases that ran out at their ttl", true),
+    ];
+    for (i, (name, help, counter)) in figures.into_iter().enumerate() {
+        if counter {
+            let kind = ConstCounter::new(0u64).metric_type();
+            let mut family = encoder.encode_descriptor(name, help, None, kind)?;
+            for (label, fields) in &locks {
+                ConstCounter::new(fields[i].1).encode(family.encode_family(label)?)?;
+            }
+        } else {
+            let kind = ConstGauge::new(0i64).metric_type();
+            let mut family = encoder.encode_descriptor(name, help, None, kind)?;
+            for (label, fields) in &locks {
+                let n = i64::try_from(fields[i].1).unwrap_or(i64::MAX);
+                ConstGauge::new(n).encode(family.encode_family(label)?)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// prometheus-client writes OpenMetrics, whose `# HELP`/`# TYPE` lines
+/// name a counter without its `_total` and which adds `# UNIT` and `# EOF`
+/// lines. Prometheus's own text format (what `promtool check metrics` and
+/// every scraper read by default) names the counter as its samples do and
+/// has neither: rewrite those lines, keep every sample as it is.
+fn to_prometheus_text(open_metrics: &str) -> String {
+    let counters: std::collections::HashSet<&str> = open_metrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(open_metrics.len());
+    for line in open_metrics.lines() {
+        if line.starts_with("# UNIT ") || line == "# EOF" {
+            continue;
+        }
+        let header = ["# HELP ", "# TYPE "]
+            .into_iter()
+            .find_map(|p| Some((p, line.strip_prefix(p)?)));
+        match header {
+            Some((prefix, rest)) => {
+                let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
+                let total = if counters.contains(name) {
+                    "_total"
+                } else {
+                    ""
+                };
+                out.push_str(&format!("{prefix}{name}{total} {tail}\n"));
+            }
+            None => {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+    }
+    out
+}
+
+/// Serves `/metrics` and `/healthz` on `listener` until the runtime ends.
+pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>) {
+    loop {
+        let (stream, _) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                warn!(error = %e, "metrics: accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let metrics = metrics.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req| {
+                let metrics = metrics.clone();
+                async move { Ok::<_, std::convert::Infallible>(answer(&metrics, &req)) }
+            });
+            let conn = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service);
+            let _ = conn.await;
+        });
+    }
+}
+
+fn answer(metrics: &Metrics, req: &Request<hyper::body::Incoming>) -> Response<Full<Bytes>> {
+    let (status, content_type, body) = match req.uri().path() {
+        "/metrics" => (
+            StatusCode::OK,
+            "text/plain; version=0.0.4; charset=utf-8",
+            metrics.encode(),
+        ),
+        // Relaxed: as in `shutting_down`.
+        "/healthz" if metrics.serving.load(Ordering::Relaxed) => {
+            (StatusCode::OK, "text/plain", "ok\n".to_owned())
+        }
+        "/healthz" => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "text/plain",
+            "shutting down\n".to_owned(),
+        ),
+        _ => (
+            StatusCode::NOT_FOUND,
+            "text/plain",
+            "not found: try /metrics or /healthz\n".to_owned(),
+        ),
+    };
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    if let Ok(v) = content_type.parse() {
+        response
+            .headers_mut()
+            .insert(hyper::header::CONTENT_TYPE, v);
+    }
+    response
+}
+
+/// Binds the metrics port (before the main one, so a busy port fails the
+/// start).
+pub async fn listen(addr: std::net::SocketAddr) -> std::io::Result<TcpListener> {
+    let listener = TcpListener::bind(addr).await?;
+    info!(addr = %listener.local_addr()?, "metrics on /metrics and /healthz");
+    Ok(listener)
+}

@@ -1,0 +1,139 @@
+//! `--metrics`: Prometheus's text format on /metrics (checked by promtool
+//! when it is installed), /healthz, and the figures moving with the work.
+
+mod common;
+
+use common::{runs, tool_available, Server};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+
+/// A server with `--metrics 127.0.0.1:0`, and where its metrics are.
+fn start() -> (Server, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_holdline"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics",
+            "127.0.0.1:0",
+        ])
+        .env("HOLDLINE_LOG", "warn")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    let second = lines.next().unwrap().unwrap();
+    let addr = first
+        .strip_prefix("holdline: listening on ")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let metrics = second
+        .strip_prefix("holdline: metrics on http://")
+        .and_then(|a| a.strip_suffix("/metrics"))
+        .unwrap_or_else(|| panic!("{second}"))
+        .to_owned();
+    (Server { child, addr }, metrics)
+}
+
+/// `GET path`: the status code and the body.
+fn get(addr: &str, path: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    s.read_to_string(&mut response).unwrap();
+    let status = response.split(' ').nth(1).unwrap().parse().unwrap();
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
+fn sample(body: &str, name: &str) -> f64 {
+    body.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no sample {name} in\n{body}"))
+}
+
+#[test]
+fn metrics_count_the_work_and_pass_promtool() {
+    let (server, metrics) = start();
+    let mut c = server.connect();
+    let (lease, _) = c.grant(&["HOLD", "invoices", "9"]);
+    assert!(common::error_text(c.call(&["HOLD", "invoices", "9"])).starts_with("INVALID"));
+    let mut other = server.connect();
+    assert!(
+        common::error_text(other.call(&["HOLD", "invoices", "9", "WAIT", "0"]))
+            .starts_with("INUSE")
+    );
+    assert_eq!(
+        c.call(&["RELEASE", &lease.to_string()]),
+        holdline_resp::Value::ok()
+    );
+
+    let (status, body) = get(&metrics, "/metrics");
+    assert_eq!(status, 200);
+    assert_eq!(
+        sample(&body, "holdline_commands_total{command=\"hold\"}"),
+        3.0
+    );
+    assert_eq!(sample(&body, "holdline_errors_total{kind=\"in_use\"}"), 1.0);
+    assert_eq!(
+        sample(&body, "holdline_errors_total{kind=\"invalid\"}"),
+        1.0
+    );
+    assert_eq!(sample(&body, "holdline_connections"), 2.0);
+    assert_eq!(
+        sample(&body, "holdline_lock_grants_total{lock=\"invoices\"}"),
+        1.0
+    );
+    assert_eq!(
+        sample(&body, "holdline_lock_timeouts_total{lock=\"invoices\"}"),
+        1.0
+    );
+    assert_eq!(
+        sample(&body, "holdline_hold_seconds_count{lock=\"invoices\"}"),
+        1.0
+    );
+    assert_eq!(
+        sample(&body, "holdline_wait_seconds_count{lock=\"invoices\"}"),
+        1.0
+    );
+    assert!(!body.contains("\"9\""), "never the key");
+    assert_eq!(get(&metrics, "/healthz"), (200, "ok\n".to_owned()));
+    assert_eq!(get(&metrics, "/nothing").0, 404);
+
+    if !tool_available(
+        "promtool (Debian's prometheus)",
+        runs("promtool", &["--version"]),
+    ) {
+        return;
+    }
+    let mut check = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    check
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(body.as_bytes())
+        .unwrap();
+    let out = check.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
