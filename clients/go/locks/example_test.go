@@ -2,8 +2,11 @@ package locks_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"log"
+	"os"
 	"time"
 
 	"holdline/clients/go/locks"
@@ -52,6 +55,47 @@ func ExampleCause() {
 		log.Printf("stopped: %v", locks.Cause(ctx)) // the lost error, kind KindLost
 		return nil
 	})
+}
+
+// A server that speaks TLS (holdline serve --tls-cert --tls-key) with a
+// CA of its own, and wants client certificates (--tls-client-ca).
+func ExampleTLS() {
+	caPEM, err := os.ReadFile("ca.pem")
+	if err != nil {
+		log.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(caPEM)
+	mine, err := tls.LoadX509KeyPair("client.pem", "client.key")
+	if err != nil {
+		log.Fatal(err)
+	}
+	config := &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{mine}}
+	store, err := locks.Connect(context.Background(), "rediss://locks.internal:7380", locks.TLS(config))
+	if err != nil {
+		log.Fatal(err) // a failed handshake: "store: TLS with ... failed (...): closed"
+	}
+	defer store.Close()
+}
+
+// Who holds a key, and how many wait behind them.
+func ExampleLock_Inspect() {
+	ctx := context.Background()
+	store, err := locks.Connect(ctx, "127.0.0.1:7380")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer store.Close()
+	invoices, _ := locks.OpenLock(store, "invoices")
+	info, err := invoices.Inspect(ctx, 9)
+	switch {
+	case err != nil:
+		log.Fatal(err)
+	case info == nil:
+		log.Print("never held, nobody waiting")
+	case info.Held:
+		log.Printf("held by %s (connection %d), %d waiting", info.Holder.Addr, info.Holder.ID, info.Waiters)
+	}
 }
 
 func charge(ctx context.Context, fence uint64) error { return ctx.Err() }

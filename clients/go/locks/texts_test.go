@@ -138,30 +138,7 @@ func fakeHolds(hold string) func([]string) string {
 func TestTheClientsOwnTextsAreTheSharedTable(t *testing.T) {
 	table := texts(t)
 	ctx := context.Background()
-
-	_, err := Connect(ctx, "nope://x")
-	expectText(t, table, "bad_address", map[string]string{"address": `"nope://x"`}, ErrInvalid, err)
-
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	free := ln.Addr().String()
-	_ = ln.Close()
-	_, err = Connect(ctx, free)
-	expectText(t, table, "cannot_connect", map[string]string{"hostport": free}, ErrClosed, err)
-
-	silent := fakeServer(t, func([]string) string { return "" })
-	_, err = Connect(ctx, silent, DialTimeout(300*time.Millisecond))
-	expectText(t, table, "connect_silent", map[string]string{"hostport": silent, "timeout": "300ms"}, ErrClosed, err)
-
-	hangUp := fakeServer(t, func([]string) string { return "CLOSE" })
-	_, err = Connect(ctx, hangUp)
-	expectText(t, table, "connection_closed", nil, ErrClosed, err)
-
-	// What a server at its connection limit answers, whatever is sent.
-	full := fakeServer(t, func([]string) string { return "-ERR max number of clients reached\r\n" })
-	_, err = Connect(ctx, full)
-	vars := map[string]string{"hostport": full, "reason": "ERR max number of clients reached"}
-	expectText(t, table, "connect_refused", vars, ErrClosed, err)
-
+	t.Run("connect", func(t *testing.T) { connectTexts(t, table) })
 	t.Run("tokens", func(t *testing.T) { tokens(t, table) })
 	t.Run("a server whose certificate another CA signed", func(t *testing.T) {
 		srv := startTLSServer(t, newCA(t, "server CA"), nil)
@@ -212,6 +189,33 @@ func TestTheClientsOwnTextsAreTheSharedTable(t *testing.T) {
 			t.Errorf("clients/texts.json's %q is not provoked here", name)
 		}
 	}
+}
+
+// connectTexts: the texts of a connect that fails.
+func connectTexts(t *testing.T, table map[string]string) {
+	ctx := context.Background()
+	_, err := Connect(ctx, "nope://x")
+	expectText(t, table, "bad_address", map[string]string{"address": `"nope://x"`}, ErrInvalid, err)
+
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	free := ln.Addr().String()
+	_ = ln.Close()
+	_, err = Connect(ctx, free)
+	expectText(t, table, "cannot_connect", map[string]string{"hostport": free}, ErrClosed, err)
+
+	silent := fakeServer(t, func([]string) string { return "" })
+	_, err = Connect(ctx, silent, DialTimeout(300*time.Millisecond))
+	expectText(t, table, "connect_silent", map[string]string{"hostport": silent, "timeout": "300ms"}, ErrClosed, err)
+
+	hangUp := fakeServer(t, func([]string) string { return "CLOSE" })
+	_, err = Connect(ctx, hangUp)
+	expectText(t, table, "connection_closed", nil, ErrClosed, err)
+
+	// What a server at its connection limit answers, whatever is sent.
+	full := fakeServer(t, func([]string) string { return "-ERR max number of clients reached\r\n" })
+	_, err = Connect(ctx, full)
+	vars := map[string]string{"hostport": full, "reason": "ERR max number of clients reached"}
+	expectText(t, table, "connect_refused", vars, ErrClosed, err)
 }
 
 // tokens: a server that wants a token fails the connect without one or

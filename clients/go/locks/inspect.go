@@ -1,0 +1,159 @@
+package locks
+
+import (
+	"context"
+	"time"
+)
+
+// KeyInfo is a snapshot of one key on the server, from Lock.Inspect.
+type KeyInfo struct {
+	// Held says whether the key has a holder.
+	Held bool
+	// Fence is the current grant's fence while the key is held, else the
+	// last grant's.
+	Fence uint64
+	// HeldFor is how long the current grant has been held, and LeaseLeft
+	// how long its lease has before it runs out at its ttl (renewals push
+	// that back) or is revoked at its maxHold. Both are nil when the key
+	// is free, or when the server keeps no clock for the lease.
+	HeldFor, LeaseLeft *time.Duration
+	// Waiters is how many stand in the key's line, the holder not counted.
+	Waiters int
+	// Holder is the connection that holds the key, nil while it is free.
+	Holder *KeyHolder
+}
+
+// KeyHolder is the connection that holds a key, as the server knows it.
+type KeyHolder struct {
+	// ID is the connection's id, as CLIENT LIST shows it and CLIENT KILL
+	// ID takes it.
+	ID int64
+	// Name is the connection's CLIENT SETNAME, "" when it has none.
+	Name string
+	// Addr is the connection's address, ip:port.
+	Addr string
+	// Lease is the lease's id on that connection.
+	Lease int64
+}
+
+// Inspect answers a snapshot of key (INSPECT on the server), or nil when
+// the key has no state there (never held, nobody waiting). It takes a
+// connection of its own, holds nothing, and does not wait in the key's
+// line. A bad key is KindInvalid at once, a closed store KindClosed; a
+// server that answers nothing within the store's DialTimeout fails
+// KindClosed; a ctx that ends first answers ctx.Err().
+func (l *Lock) Inspect(ctx context.Context, key any) (*KeyInfo, error) {
+	k, bad := keyText(l.name, key)
+	if bad != nil {
+		return nil, bad
+	}
+	if bad := checkKey(l.name, k); bad != nil {
+		return nil, bad
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	p := l.store.pool
+	c, err := p.get(ctx)
+	if err == errPoolClosed {
+		return nil, errStoreClosed(l.name, k)
+	} else if err != nil {
+		return nil, err
+	}
+	cl := c.request("INSPECT", l.name, k)
+	silent := time.NewTimer(p.timeout)
+	defer silent.Stop()
+	select {
+	case r := <-cl.reply:
+		return l.inspected(c, r, k)
+	case <-ctx.Done():
+		p.discard(c, errShutAbandoned)
+		return nil, ctx.Err()
+	case <-silent.C:
+		p.discard(c, errShutSilent)
+		return nil, errConnectSilent(p.addr.hostPort(), p.timeout)
+	}
+}
+
+// inspected reads INSPECT's answer on c.
+func (l *Lock) inspected(c *conn, r result, key string) (*KeyInfo, error) {
+	p := l.store.pool
+	switch {
+	case r.err == errShutStoreClosed:
+		p.discard(c, r.err)
+		return nil, errStoreClosed(l.name, key)
+	case r.err != nil:
+		p.discard(c, r.err)
+		return nil, errConnectionClosedKey(l.name, key, r.err)
+	}
+	p.put(c)
+	switch {
+	case r.v.isError():
+		return nil, fromReply(r.v.text, l.name, key)
+	case r.v.null:
+		return nil, nil
+	}
+	info, ok := keyInfoOf(r.v)
+	if !ok {
+		return nil, keyError(KindInvalid, l.name, key, "the server answered INSPECT with something other than a map")
+	}
+	return info, nil
+}
+
+// keyInfoOf reads INSPECT's map (a flat array of names and values in
+// RESP2). Names it does not know are skipped: a server may add more.
+func keyInfoOf(v value) (*KeyInfo, bool) {
+	if v.kind != '%' && v.kind != '*' || len(v.items)%2 != 0 {
+		return nil, false
+	}
+	info := &KeyInfo{}
+	for i := 0; i < len(v.items); i += 2 {
+		field := v.items[i+1]
+		switch v.items[i].text {
+		case "held":
+			info.Held = field.num != 0
+		case "fence":
+			info.Fence = uint64(field.num)
+		case "held_for_ms":
+			info.HeldFor = millisOf(field)
+		case "lease_left_ms":
+			info.LeaseLeft = millisOf(field)
+		case "waiters":
+			info.Waiters = int(field.num)
+		case "holder":
+			info.Holder = holderOf(field)
+		}
+	}
+	return info, true
+}
+
+// millisOf: a number of milliseconds, nil for a null.
+func millisOf(v value) *time.Duration {
+	if v.null || v.kind != ':' {
+		return nil
+	}
+	d := time.Duration(v.num) * time.Millisecond
+	return &d
+}
+
+// holderOf reads the holder's map; nil for a null.
+func holderOf(v value) *KeyHolder {
+	if v.null || len(v.items)%2 != 0 {
+		return nil
+	}
+	h := &KeyHolder{}
+	for i := 0; i < len(v.items); i += 2 {
+		field := v.items[i+1]
+		switch v.items[i].text {
+		case "id":
+			h.ID = field.num
+		case "name":
+			h.Name = field.text
+		case "addr":
+			h.Addr = field.text
+		case "lease":
+			h.Lease = field.num
+		}
+	}
+	return h
+}
