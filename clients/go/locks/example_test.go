@@ -93,7 +93,7 @@ func ExampleLock_Inspect() {
 		log.Fatal(err)
 	case info == nil:
 		log.Print("never held, nobody waiting")
-	case info.Held:
+	case info.Held && info.Holder != nil:
 		log.Printf("held by %s (connection %d), %d waiting", info.Holder.Addr, info.Holder.ID, info.Waiters)
 	}
 }
