@@ -31,10 +31,8 @@ export class Connection {
 	/** The send time of the last command answered: the server read it, so
 	 * it renewed this connection's leases no earlier than then. */
 	#lastAnswered = 0
-	/** The send time of the last command written. */
-	#lastSent = 0
-	/** Settles with the answer to the last command written. */
-	#lastReply: Promise<unknown> = Promise.resolve()
+	/** Told the send time of each answered command as its answer arrives: the clock of the lease held on this connection. */
+	onAnswer: ((sentAt: number) => void) | undefined
 	#closeListeners: Array<(why: ConnectionClosed) => void> = []
 	#renewal: NodeJS.Timeout | undefined
 	/** Who is told of each lease's loss, by lease id. */
@@ -106,14 +104,10 @@ export class Connection {
 	/** Sends a command; its reply (an error reply as a `RespError` value). */
 	send(args: readonly Arg[]): Promise<Reply> {
 		if (this.#closed) return Promise.reject(this.#closed)
-		const reply = new Promise<Reply>((resolve, reject) => {
-			const sentAt = now()
-			this.#lastSent = sentAt
-			this.#pending.push({ resolve, reject, sentAt })
+		return new Promise<Reply>((resolve, reject) => {
+			this.#pending.push({ resolve, reject, sentAt: now() })
 			this.#socket.write(encodeCommand(args))
 		})
-		this.#lastReply = reply
-		return reply
 	}
 
 	/**
@@ -124,20 +118,6 @@ export class Connection {
 	 */
 	get lastAnswered(): number {
 		return this.#lastAnswered
-	}
-
-	/** The send time of the last command written (0 before any). */
-	get lastSent(): number {
-		return this.#lastSent
-	}
-
-	/** Resolves once every command written so far is answered, or the connection closed. */
-	answeredAll(): Promise<void> {
-		if (this.#pending.length === 0) return Promise.resolve()
-		return this.#lastReply.then(
-			() => {},
-			() => {},
-		)
 	}
 
 	/**
@@ -220,6 +200,7 @@ export class Connection {
 		}
 		// Answers come in the order the commands were sent: this only grows.
 		this.#lastAnswered = pending.sentAt
+		this.onAnswer?.(pending.sentAt)
 		pending.resolve(frame)
 	}
 

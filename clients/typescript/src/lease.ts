@@ -4,13 +4,16 @@
  * or from the clock.
  *
  * The clock: the server keeps a lease at least a ttl past the last command
- * it read from the lease's connection. Once that much time has passed (less
- * a margin) since the send of the last command it answered, the server may
- * already have given the key to the next in line, so the lease is lost here
- * whatever arrives later. A timer aborts the signal then; and since a
- * stopped process runs no timer, `lost`, `check()` and `signal` each read
- * the clock themselves first, so the first look after a stall already
- * answers lost.
+ * it read from the lease's connection while the lease was alive. The lease
+ * here has a deadline never later than the server's end of it: it starts a
+ * ttl (less a margin for this process's timer lateness) after the send of
+ * the `HOLD`; an answer that arrives before the deadline, to a command sent
+ * at `t`, moves it to `t + ttl - margin` if that is later; an answer that
+ * arrives after it moves nothing (the server may have read that command
+ * after the lease ended), so a passed deadline is final. A timer aborts the
+ * signal at the deadline; and since a stopped process runs no timer,
+ * `lost`, `check()` and `signal` each read the clock themselves first, so
+ * the first look after a stall already answers lost.
  */
 
 import { now } from './duration.js'
@@ -18,8 +21,8 @@ import type { HoldlineError } from './errors.js'
 
 /** @internal What the lease's clock needs from its hold. */
 export interface LeaseClock {
-	/** When the lease is to be taken for lost unless the server answers before. */
-	deadline(): number
+	/** The ttl less the margin: how long past a command's send its answer keeps the lease. */
+	spanMs: number
 	/** The `lost` error for a lease whose deadline passed. */
 	lapsed(): HoldlineError
 	/** Called once, after the lease was lost by the clock (closes its connection). */
@@ -30,6 +33,7 @@ export class Lease {
 	readonly #controller = new AbortController()
 	#settled = false
 	#clock: LeaseClock | undefined
+	#deadline = 0
 	#timer: NodeJS.Timeout | undefined
 
 	/** Made by `hold` and `tryHold`. */
@@ -95,19 +99,30 @@ export class Lease {
 		return this.lost ? (this.#controller.signal.reason as HoldlineError) : undefined
 	}
 
-	/** @internal Starts the clock: from now on the lease is lost at `clock.deadline()`. */
-	watchClock(clock: LeaseClock): void {
+	/** @internal Starts the clock: from now on the lease is lost at `deadline` unless answers move it. */
+	startClock(deadline: number, clock: LeaseClock): void {
 		this.#clock = clock
+		this.#deadline = deadline
 		this.#arm()
 	}
 
-	/** A timer at the deadline; the deadline moves on with every answer, so it may find it moved and wait again. */
+	/**
+	 * @internal The server answered, just now, a command of the lease's
+	 * connection sent at `sentAt`. Arriving before the deadline, it moves
+	 * the deadline on; arriving after it, nothing.
+	 */
+	answered(sentAt: number): void {
+		const clock = this.#clock
+		if (!clock || this.#settled || this.#controller.signal.aborted || now() >= this.#deadline) return
+		this.#deadline = Math.max(this.#deadline, sentAt + clock.spanMs)
+	}
+
+	/** A timer at the deadline; answers move the deadline on, so it may find it moved and wait again. */
 	#arm(): void {
-		if (this.#settled || this.#controller.signal.aborted || !this.#clock) return
 		this.#look()
-		if (this.#controller.signal.aborted) return
+		if (this.#settled || this.#controller.signal.aborted) return
 		// A timer can fire a little early: `#look` compares with the clock.
-		this.#timer = setTimeout(() => this.#arm(), Math.max(1, Math.ceil(this.#clock.deadline() - now())))
+		this.#timer = setTimeout(() => this.#arm(), Math.max(1, Math.ceil(this.#deadline - now())))
 		// The hold's connection keeps the process alive while the lease lives.
 		this.#timer.unref()
 	}
@@ -115,7 +130,7 @@ export class Lease {
 	#look(): void {
 		const clock = this.#clock
 		if (!clock || this.#settled || this.#controller.signal.aborted) return
-		if (now() < clock.deadline()) return
+		if (now() < this.#deadline) return
 		this.#abort(clock.lapsed())
 		clock.onLapse()
 	}

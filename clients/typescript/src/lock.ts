@@ -9,7 +9,7 @@ import { AsyncLocalStorage } from 'node:async_hooks'
 import { ConnectionClosed, type Connection } from './connection.js'
 import { lostMarginMs, now, toMillis, toPositiveMillis, waitGraceMs, type Duration } from './duration.js'
 import { errorFor, fromServer, HoldlineError } from './errors.js'
-import { Lease } from './lease.js'
+import { Lease, type LeaseClock } from './lease.js'
 import type { Pool } from './pool.js'
 import { RespError, type Arg, type Reply } from './resp.js'
 import { connectionClosedKey, lostConnection, lostSilent, waitSilent } from './texts.js'
@@ -54,7 +54,13 @@ const runningHolds = new AsyncLocalStorage<readonly Running[]>()
 interface Grant {
 	connection: Connection
 	lease: Lease
+	/** Granted after its first deadline: to be confirmed by a RENEW before the function runs. */
+	late: boolean
 }
+
+/** What a RENEW that confirms a late grant came to, when it came to no reply. */
+const SILENT = Symbol('silent')
+const CLOSED = Symbol('closed')
 
 export class Lock {
 	readonly #pool: Pool
@@ -149,6 +155,7 @@ export class Lock {
 		// Renew from now on: a lease is granted as alive as its connection's
 		// last command, so the connection keeps talking while it waits too.
 		connection.busy(this.#renewalPeriod)
+		const sentAt = now()
 		const reply = await this.#send(connection, command, key, waitMs, signal)
 		if (connection.closed) {
 			// Aborted between the answer and now: the server let the key go.
@@ -163,7 +170,64 @@ export class Lock {
 			connection.destroy()
 			throw errorFor('invalid', `the server answered ${command[0]} with ${String(reply)}`, this.name, key)
 		}
-		return { connection, lease: new Lease(key, reply[1], reply[0]) }
+		const lease = new Lease(key, reply[1], reply[0])
+		return { connection, lease, late: !this.#startClock(connection, lease, sentAt) }
+	}
+
+	/**
+	 * Starts the clock of a lease granted by a command sent at `sentAt`,
+	 * unless the grant came after its first deadline (`false` then). The
+	 * answers that arrived with the grant (PINGs sent while the HOLD waited)
+	 * count: they arrived before that deadline.
+	 */
+	#startClock(connection: Connection, lease: Lease, sentAt: number): boolean {
+		const clock = this.#clock(connection, lease)
+		const first = sentAt + clock.spanMs
+		if (now() >= first) return false
+		lease.startClock(Math.max(first, connection.lastAnswered + clock.spanMs), clock)
+		connection.onAnswer = answeredSentAt => lease.answered(answeredSentAt)
+		return true
+	}
+
+	#clock(connection: Connection, lease: Lease): LeaseClock {
+		return {
+			spanMs: this.#ttlMs - lostMarginMs(this.#ttlMs),
+			lapsed: () => lostSilent(this.name, lease.key, this.#ttlMs),
+			// Never reuse a link that went silent; a server that comes back lets the key go at once.
+			onLapse: () => connection.destroy(new ConnectionClosed('the server answered nothing for a ttl')),
+		}
+	}
+
+	/**
+	 * Confirms a grant that came after its first deadline (its HOLD waited
+	 * about a ttl or more): answers that late prove nothing, but a RENEW
+	 * answers OK only for a live lease. OK starts the clock from the RENEW's
+	 * send; LOST, no answer within the ttl (1 s at least) or a closed
+	 * connection lose the lease. Answers whether it was confirmed.
+	 */
+	async #confirm({ connection, lease }: Grant): Promise<boolean> {
+		let timer: NodeJS.Timeout | undefined
+		const silent = new Promise<typeof SILENT>(resolve => {
+			timer = setTimeout(() => resolve(SILENT), waitGraceMs(this.#ttlMs))
+			timer.unref()
+		})
+		const sentAt = now()
+		const renewed = connection.send(['RENEW', lease.id]).catch(() => CLOSED)
+		const reply = await Promise.race([renewed, silent])
+		clearTimeout(timer)
+		if (reply === 'OK') return this.#startClock(connection, lease, sentAt)
+		if (reply === SILENT) {
+			lease.lose(lostSilent(this.name, lease.key, this.#ttlMs))
+			connection.destroy(new ConnectionClosed('the server answered nothing for a ttl'))
+		} else if (reply instanceof RespError && reply.word === 'LOST') {
+			lease.lose(fromServer(reply.word, reply.text))
+		} else if (reply !== CLOSED) {
+			// The lease's state is unknown: closing lets the key go.
+			lease.lose(errorFor('invalid', `the server answered RENEW with ${String(reply)}`, this.name, lease.key))
+			connection.destroy()
+		}
+		// CLOSED: the connection's close watcher lost the lease.
+		return false
 	}
 
 	/**
@@ -212,16 +276,10 @@ export class Lock {
 	/** Runs `fn` under a granted lease, then lets the key go. */
 	async #run<T>(grant: Grant, fn: (lease: Lease) => T | PromiseLike<T>): Promise<T> {
 		const { connection, lease } = grant
-		const watch = await this.#watch(grant)
-		const running: Running = { pool: this.#pool, lock: this.name, key: lease.key, lease }
-		let outcome: { ok: true; value: T } | { ok: false; error: unknown }
-		try {
-			const value = await runningHolds.run([...(runningHolds.getStore() ?? []), running], () => fn(lease))
-			outcome = { ok: true, value }
-		} catch (error) {
-			outcome = { ok: false, error }
-		}
+		const watch = this.#watch(grant)
+		const outcome = (!grant.late || (await this.#confirm(grant))) ? await this.#runFn(lease, fn) : undefined
 		lease.settle()
+		connection.onAnswer = undefined
 		watch.stopClose()
 		let released: Reply | undefined
 		try {
@@ -237,18 +295,31 @@ export class Lock {
 			// LOST: the loss raced the function's end (its push was still on the way).
 			if (error.kind === 'lost') lease.lose(error)
 		}
-		if (!outcome.ok) throw outcome.error
+		if (outcome && !outcome.ok) throw outcome.error
 		const lost = lease.lostError
 		if (lost) throw lost
+		// Unconfirmed leases are lost, so this is only for the type checker.
+		if (!outcome) throw errorFor('lost', 'its grant was not confirmed', this.name, lease.key)
 		return outcome.value
+	}
+
+	/** Runs the holder's function, marked as running in its async context. */
+	async #runFn<T>(lease: Lease, fn: (lease: Lease) => T | PromiseLike<T>): Promise<{ ok: true; value: T } | { ok: false; error: unknown }> {
+		const running: Running = { pool: this.#pool, lock: this.name, key: lease.key, lease }
+		try {
+			const value = await runningHolds.run([...(runningHolds.getStore() ?? []), running], () => fn(lease))
+			return { ok: true, value }
+		} catch (error) {
+			return { ok: false, error }
+		}
 	}
 
 	/**
 	 * Watches a granted lease for its loss: the server's push, a RENEW
 	 * answered LOST (as a server that does not push tells it), its
-	 * connection closing, and the clock (see `Lease`).
+	 * connection closing. The clock runs from the grant (see `Lease`).
 	 */
-	async #watch({ connection, lease }: Grant): Promise<{ stopClose(): void; stopLoss(): void }> {
+	#watch({ connection, lease }: Grant): { stopClose(): void; stopLoss(): void } {
 		const stopLoss = connection.watchLoss(lease.id, text => lease.lose(new HoldlineError('lost', text)))
 		connection.busy(this.#renewalPeriod, () => {
 			connection.send(['RENEW', lease.id]).then(
@@ -262,35 +333,7 @@ export class Lock {
 			if (lease.settled) return
 			lease.lose(this.#pool.closed ? errorFor('lost', 'its store closed', this.name, lease.key) : lostConnection(this.name, lease.key))
 		})
-		await this.#caughtUp(connection)
-		const ttl = this.#ttlMs
-		lease.watchClock({
-			deadline: () => connection.lastAnswered + ttl - lostMarginMs(ttl),
-			lapsed: () => lostSilent(this.name, lease.key, ttl),
-			// Never reuse a link that went silent; a server that comes back lets the key go at once.
-			onLapse: () => connection.destroy(new ConnectionClosed('the server answered nothing for a ttl')),
-		})
 		return { stopClose, stopLoss }
-	}
-
-	/**
-	 * Waits for the answers to what the connection sent while its HOLD
-	 * waited (its PINGs): they come right behind the grant, and until they do
-	 * the last answered command is the HOLD itself, sent perhaps more than a
-	 * ttl ago. Waits no longer than those answers could still save the lease.
-	 */
-	async #caughtUp(connection: Connection): Promise<void> {
-		if (connection.lastAnswered >= connection.lastSent) return
-		const bound = connection.lastSent + this.#ttlMs - lostMarginMs(this.#ttlMs) - now()
-		let timer: NodeJS.Timeout | undefined
-		await Promise.race([
-			connection.answeredAll(),
-			new Promise<void>(resolve => {
-				timer = setTimeout(resolve, Math.max(0, Math.ceil(bound)))
-				timer.unref()
-			}),
-		])
-		clearTimeout(timer)
 	}
 }
 

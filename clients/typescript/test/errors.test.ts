@@ -55,7 +55,7 @@ async function holdOpen(s: Store, lock: string, key: string) {
 	}
 }
 
-test('in use: the seed text, after a wait and with a zero wait', async () => {
+test('in use: the core\'s text, after a wait and with a zero wait', async () => {
 	const invoices = store.lock('invoices')
 	const let_go = await holdOpen(store, 'invoices', '9')
 	try {

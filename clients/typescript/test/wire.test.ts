@@ -112,21 +112,22 @@ test('an answer that is no RESP closes the connection and fails what waited on i
 
 test('a hold keeps its connection talking while it waits in line', async () => {
 	const server = await scripted(
-		{ HELLO: '%1\r\n+server\r\n+scripted\r\n', PING: '+PONG\r\n', HOLD: '*2\r\n:3\r\n:30\r\n', RELEASE: '+OK\r\n' },
+		{ HELLO: '%1\r\n+server\r\n+scripted\r\n', PING: '+PONG\r\n', HOLD: '*2\r\n:3\r\n:30\r\n', RENEW: '+OK\r\n', RELEASE: '+OK\r\n' },
 		{ HOLD: 1000 },
 	)
 	const store = await connect(server.address)
 	try {
 		// A ttl of 300 ms renews every 100 ms: a one-second wait sends many PINGs.
-		// The grant answers a HOLD sent a second ago, far more than a ttl; the
-		// PINGs answered right behind it show the lease alive.
+		// The grant answers a HOLD sent a second ago, far more than a ttl: a
+		// RENEW answered OK confirms it before the function runs.
 		const fence = await store.lock('s', { ttl: '300ms' }).hold('k', lease => {
 			assert.equal(lease.lost, false)
 			return lease.fence
 		})
 		assert.equal(fence, 30n)
-		const pingsWhileWaiting = server.seen.slice(server.seen.indexOf('HOLD'), server.seen.indexOf('RELEASE')).filter(n => n === 'PING')
+		const pingsWhileWaiting = server.seen.slice(server.seen.indexOf('HOLD'), server.seen.indexOf('RENEW')).filter(n => n === 'PING')
 		assert.ok(pingsWhileWaiting.length >= 5, `${pingsWhileWaiting.length} PINGs while waiting`)
+		assert.ok(server.seen.includes('RENEW'), `seen ${server.seen}`)
 	} finally {
 		await store.close()
 		server.close()
@@ -181,5 +182,29 @@ test('a lease whose connection stops answering is lost by the clock, and that co
 	} finally {
 		await store.close()
 		server.close()
+	}
+})
+
+test('a grant that comes after its first deadline is confirmed by a RENEW; LOST or no answer fails the hold, the function not run', async () => {
+	const LATE_LOST = 'lock s: key "k": the lease was lost: it ran out (ttl 300ms)'
+	const cases: Array<[string, Record<string, string>, Record<string, number>, (e: unknown) => boolean]> = [
+		['LOST', { RENEW: `-LOST ${LATE_LOST}\r\n` }, {}, e => e instanceof HoldlineError && e.kind === 'lost' && e.message === LATE_LOST],
+		['silent', { RENEW: '+OK\r\n' }, { RENEW: 600_000 }, isText('lost', 'lost_silent', { lock: 's', key: '"k"', ttl: '300ms' })],
+	]
+	for (const [what, answers, delays, check] of cases) {
+		const server = await scripted({ HELLO, PING: '+PONG\r\n', HOLD: '*2\r\n:3\r\n:30\r\n', RELEASE: '-INVALID x\r\n', ...answers }, { HOLD: 500, ...delays })
+		const store = await connect(server.address)
+		try {
+			let ran = false
+			const started = performance.now()
+			await assert.rejects(store.lock('s', { ttl: '300ms' }).hold('k', () => void (ran = true)), check, what)
+			assert.equal(ran, false, what)
+			assert.ok(server.seen.includes('RENEW'), what)
+			// No answer: given up after the ttl, at least 1 s, past the grant.
+			if (what === 'silent') assert.ok(performance.now() - started >= 500 + 1000 - 50, what)
+		} finally {
+			await store.close()
+			server.close()
+		}
 	}
 })

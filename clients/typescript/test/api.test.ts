@@ -1,9 +1,9 @@
-/** The seed's TypeScript example, nearly verbatim, and the basic promises of hold and tryHold. */
+/** The calls a holder makes (hold, tryHold, fences, the fenced write) and closing a store. */
 
 import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { connect, HoldlineError, type Lease, type Store } from '../src/index.js'
-import { startServer, type Server } from './server.js'
+import { startServer, until, type Server } from './server.js'
 
 let server: Server
 let store: Store
@@ -16,7 +16,7 @@ after(async () => {
 	await server?.stop()
 })
 
-test("the seed's example runs as written", async () => {
+test("hold, tryHold and a fenced charge, as an invoice service uses them", async () => {
 	const invoice = { id: 'inv-9', total: 42 }
 	const fences: bigint[] = []
 	const said: string[] = []
@@ -35,7 +35,6 @@ test("the seed's example runs as written", async () => {
 	const use = (v: unknown) => used.push(v)
 	const say = (s: string) => said.push(s)
 
-	// --- the seed, with `store` connected ---
 	const invoices = store.lock('invoices', { ttl: '10s', maxHold: '2m' })
 
 	await invoices.hold(invoice.id, async lease => {
@@ -46,7 +45,6 @@ test("the seed's example runs as written", async () => {
 	const tried = await invoices.tryHold(invoice.id, work)
 	if (tried.acquired) use(tried.value)
 	else say('someone is charging it already')
-	// --- end of the seed ---
 
 	assert.deepEqual(used, ['receipt inv-9'])
 	assert.deepEqual(said, [])
@@ -114,4 +112,29 @@ test('the fenced write takes the current fence and refuses an older one', async 
 	})
 	assert.equal(await store.get('row-r'), 'second')
 	assert.equal(await store.get('no-such-row'), null)
+})
+
+test('await using closes the store at the end of its block; close() twice is fine', async () => {
+	let kept: Store | undefined
+	{
+		await using scoped = await connect(server.address)
+		kept = scoped
+		assert.equal(await scoped.lock('scoped').hold('k', () => 'in'), 'in')
+		assert.equal(scoped.closed, false)
+	}
+	assert.equal(kept.closed, true)
+	assert.throws(() => kept!.lock('scoped'), (e: unknown) => e instanceof HoldlineError && e.kind === 'closed')
+	await kept.close()
+	// Leaving the block takes a waiting hold out of the line: it fails closed.
+	await store.lock('scoped').hold('w', async () => {
+		let waiting: Promise<string> | undefined
+		{
+			await using s = await connect(server.address)
+			waiting = s.lock('scoped').hold('w', () => 'never', { wait: '30s' })
+			waiting.catch(() => {})
+			await until('one waiter', async () => (await store.stats('scoped')).waiters === 1)
+		}
+		await assert.rejects(waiting, (e: unknown) => e instanceof HoldlineError && e.kind === 'closed')
+		await until('the line empty', async () => (await store.stats('scoped')).waiters === 0)
+	})
 })

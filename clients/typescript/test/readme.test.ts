@@ -1,0 +1,65 @@
+/**
+ * The README's TypeScript snippets, compiled and run as written against a
+ * real server (only its address put in for `127.0.0.1:7380`). Each
+ * `// prints: TEXT` comment is a line the snippet must print, in order; a
+ * TEXT ending in `…` is the start of that line.
+ */
+
+import { test, before, after } from 'node:test'
+import assert from 'node:assert/strict'
+import { execFile } from 'node:child_process'
+import * as fs from 'node:fs'
+import * as path from 'node:path'
+import { promisify } from 'node:util'
+import { REPO, startServer, type Server } from './server.js'
+
+const run = promisify(execFile)
+const PACKAGE = path.join(REPO, 'clients/typescript')
+/** Inside the package, so that `import ... from 'holdline'` resolves to it by its own name. */
+const DIR = path.join(PACKAGE, 'dist/readme')
+
+let server: Server
+before(async () => {
+	server = await startServer()
+})
+after(async () => {
+	await server?.stop()
+})
+
+function snippets(): string[] {
+	const readme = fs.readFileSync(path.join(PACKAGE, 'README.md'), 'utf8')
+	return [...readme.matchAll(/^```ts\n([\s\S]*?)^```$/gm)].map(m => m[1]!)
+}
+
+function expectedLines(snippet: string): string[] {
+	return [...snippet.matchAll(/\/\/ prints: (.*)$/gm)].map(m => m[1]!)
+}
+
+test('every TypeScript snippet of the README compiles and runs as written', async () => {
+	const all = snippets()
+	assert.ok(all.length >= 3, `${all.length} snippets found`)
+	fs.rmSync(DIR, { recursive: true, force: true })
+	fs.mkdirSync(DIR, { recursive: true })
+	const files = all.map((snippet, i) => {
+		const file = path.join(DIR, `snippet${i + 1}.ts`)
+		fs.writeFileSync(file, snippet.replaceAll('127.0.0.1:7380', server.address))
+		return file
+	})
+	const tsc = path.join(PACKAGE, 'node_modules/typescript/bin/tsc')
+	const flags = ['--module', 'nodenext', '--target', 'es2022', '--lib', 'es2022', '--types', 'node', '--strict', '--skipLibCheck', '--rootDir', DIR, '--outDir', path.join(DIR, 'out')]
+	await run(process.execPath, [tsc, ...flags, ...files], { cwd: PACKAGE }).catch(e => assert.fail(`tsc: ${e.stdout}${e.stderr}`))
+	for (const [i, snippet] of all.entries()) {
+		const js = path.join(DIR, 'out', `snippet${i + 1}.js`)
+		const { stdout, stderr } = await run(process.execPath, [js], { cwd: DIR, timeout: 30_000 }).catch(e => assert.fail(`snippet ${i + 1}: ${e.message}`))
+		assert.equal(stderr, '', `snippet ${i + 1} wrote to stderr`)
+		const lines = stdout.trimEnd().split('\n')
+		const wanted = expectedLines(snippet)
+		assert.ok(wanted.length > 0, `snippet ${i + 1} says what it prints`)
+		assert.equal(lines.length, wanted.length, `snippet ${i + 1} printed ${JSON.stringify(lines)}`)
+		wanted.forEach((want, j) => {
+			const line = lines[j]!
+			if (want.endsWith('…')) assert.ok(line.startsWith(want.slice(0, -1)), `snippet ${i + 1}: ${JSON.stringify(line)} does not start like ${JSON.stringify(want)}`)
+			else assert.equal(line, want, `snippet ${i + 1}, line ${j + 1}`)
+		})
+	}
+})
