@@ -390,10 +390,10 @@ impl Decoder {
         };
         let line = &buf[..len - 1];
         let line = line.strip_suffix(b"\r").unwrap_or(line);
-        let words: Vec<Value> = line
-            .split(|&b| b == b' ' || b == b'\t')
-            .filter(|w| !w.is_empty())
-            .map(|w| Value::Bulk(w.to_vec()))
+        let words: Vec<Value> = crate::inline::split_words(line)
+            .map_err(|_| ProtocolError::new("unbalanced quotes in request"))?
+            .into_iter()
+            .map(Value::Bulk)
             .collect();
         buf.advance(len);
         self.frame_bytes = 0;

@@ -28,6 +28,7 @@
 
 mod decode;
 mod encode;
+mod inline;
 mod value;
 
 pub use decode::{Decoder, ProtocolError, DEFAULT_MAX_DEPTH};

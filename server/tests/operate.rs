@@ -176,3 +176,20 @@ fn a_bad_log_directive_exits_2_naming_it_and_help_names_the_knobs() {
         assert!(help.contains(word), "--help names {word}: {help}");
     }
 }
+
+#[test]
+fn inline_commands_split_words_as_redis_does() {
+    let server = Server::start(&[]);
+    let mut c = server.connect();
+    c.raw(b"TRYHOLD inv \"a b\"\r\n");
+    let Value::Array(pair) = c.read() else {
+        panic!("a quoted key with a space is one key")
+    };
+    assert!(pair[1].as_integer().unwrap() > 0);
+    c.raw(b"INSPECT inv 'a b'\r\n");
+    assert!(matches!(c.read(), Value::Array(_)), "the same key, single-quoted");
+    c.raw(b"ECHO \"\\x41\\x42\"\r\n");
+    assert_eq!(c.read(), Value::bulk("AB"));
+    c.raw(b"ECHO \"open\r\n");
+    assert!(error_text(c.read()).starts_with("ERR protocol error: unbalanced quotes"));
+}
