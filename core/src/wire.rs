@@ -8,6 +8,7 @@
 //! may change with the protocol.
 
 use crate::error::{Error, ErrorKind};
+use crate::key::{Key, KeyBuf};
 use crate::lock::LockStats;
 use std::borrow::Cow;
 use std::time::Duration;
@@ -80,6 +81,12 @@ impl LockStats {
     }
 }
 
+/// A key's text: text as it is, a number as its decimal text.
+pub fn key_text<K: Key + ?Sized>(key: &K) -> String {
+    let mut buf = KeyBuf::new();
+    key.key_ref().text(&mut buf).to_owned()
+}
+
 /// A duration as the core's texts write it: `300ms`, `2s`, `1m`.
 pub fn duration_text(d: Duration) -> String {
     let ms = d.as_millis();
@@ -115,11 +122,20 @@ mod tests {
         let e = error(ErrorKind::Invalid, Scope::Key("inv", "7"), "w");
         assert_eq!(e.to_string(), "lock inv: key \"7\": w: invalid");
         let e = error(ErrorKind::Lost, Scope::Key("inv", "7"), "why");
-        assert_eq!(e.to_string(), "lock inv: key \"7\": the lease was lost: why");
+        assert_eq!(
+            e.to_string(),
+            "lock inv: key \"7\": the lease was lost: why"
+        );
         let e = error(ErrorKind::Invalid, Scope::Store, "w");
         assert_eq!(e.to_string(), "store: w: invalid");
-        assert_eq!(shown_key(&"é".repeat(70)), format!("\"{}...\"", "é".repeat(64)));
+        assert_eq!(
+            shown_key(&"é".repeat(70)),
+            format!("\"{}...\"", "é".repeat(64))
+        );
         assert_eq!(duration_text(Duration::from_millis(2500)), "2500ms");
+        assert_eq!(key_text(&-17i64), "-17");
+        assert_eq!(key_text(&i128::MIN), i128::MIN.to_string());
+        assert_eq!(key_text("x"), "x");
         assert_eq!(duration_text(Duration::from_secs(120)), "2m");
     }
 }
