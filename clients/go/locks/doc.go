@@ -16,6 +16,10 @@
 // ErrLost, ErrInvalid, ErrLimit and ErrClosed, errors.As gives their Kind,
 // and Error() is the server's text byte for byte.
 //
+// A server that speaks TLS is reached with a rediss:// address, or with
+// the TLS option and the server's CA (and a client certificate when the
+// server wants one).
+//
 // A lease stays safe across a network: the client takes it for lost (and
 // ends its function's context) by the time the server may give the key to
 // someone else, even when the server cannot be heard from at all.

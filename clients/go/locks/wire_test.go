@@ -15,11 +15,13 @@ import (
 
 const ranOut = `lock l: key "k": the lease was lost: it ran out (ttl 300ms)`
 
-// lateGrantServer grants the HOLD only when the fourth PING comes (about
-// 400ms after the HOLD, past a 300ms ttl), the PINGs' answers right
-// behind the grant, and answers RENEW with renew. It records the PINGs'
-// times and every command.
+// lateGrantServer grants the HOLD only when the fourth PING comes (the
+// client PINGs every third of the ttl while it waits, so past the ttl),
+// the PINGs' answers right behind the grant, and answers RENEW with
+// renew; "" leaves it, and everything after it, unanswered (a server
+// answers in order). It records the PINGs' times and every command.
 type lateGrantServer struct {
+	ttl      time.Duration
 	mu       sync.Mutex
 	holdSent time.Time
 	pings    []time.Time
@@ -27,12 +29,15 @@ type lateGrantServer struct {
 }
 
 func (s *lateGrantServer) start(t *testing.T, renew string) string {
-	waiting := false
+	waiting, silent := false, false
 	return fakeServer(t, func(args []string) string {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		s.commands = append(s.commands, args[0])
 		switch {
+		case silent:
+		case args[0] == "RENEW" && renew == "":
+			silent = true
 		case args[0] == "HELLO":
 			return helloReply
 		case args[0] == "HOLD":
@@ -56,17 +61,18 @@ func (s *lateGrantServer) start(t *testing.T, renew string) string {
 	})
 }
 
-// checkPings: the PINGs went out every third of the 300ms ttl while the
-// HOLD waited.
+// checkPings: the PINGs went out every third of the ttl while the HOLD
+// waited.
 func (s *lateGrantServer) checkPings(t *testing.T) {
 	t.Helper()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if first := s.pings[0].Sub(s.holdSent); first < 90*time.Millisecond {
+	least := s.ttl/3 - 10*time.Millisecond
+	if first := s.pings[0].Sub(s.holdSent); first < least {
 		t.Fatalf("the first PING %v after the HOLD", first)
 	}
 	for i := 1; i < len(s.pings); i++ {
-		if gap := s.pings[i].Sub(s.pings[i-1]); gap < 90*time.Millisecond {
+		if gap := s.pings[i].Sub(s.pings[i-1]); gap < least {
 			t.Fatalf("PINGs %v apart", gap)
 		}
 	}
@@ -79,9 +85,9 @@ func (s *lateGrantServer) checkPings(t *testing.T) {
 // server answers that the lease ran out: the hold fails with its text,
 // and the function never runs.
 func TestALateGrantWhoseRenewIsAnsweredLostNeverRuns(t *testing.T) {
-	var srv lateGrantServer
+	srv := lateGrantServer{ttl: 300 * time.Millisecond}
 	addr := srv.start(t, "-LOST "+ranOut+"\r\n")
-	l := openLock(t, connect(t, addr), "l", TTL(300*time.Millisecond))
+	l := openLock(t, connect(t, addr), "l", TTL(srv.ttl))
 	ran := false
 	err := l.Hold(context.Background(), "k", func(ctx context.Context, lease *Lease) error {
 		ran = true
@@ -103,9 +109,9 @@ func TestALateGrantWhoseRenewIsAnsweredLostNeverRuns(t *testing.T) {
 // from that RENEW: held at the function's first look, and held on through
 // renewals for longer than the ttl.
 func TestALateGrantConfirmedByRenewIsHeld(t *testing.T) {
-	var srv lateGrantServer
+	srv := lateGrantServer{ttl: 800 * time.Millisecond}
 	addr := srv.start(t, "+OK\r\n")
-	l := openLock(t, connect(t, addr), "l", TTL(300*time.Millisecond))
+	l := openLock(t, connect(t, addr), "l", TTL(srv.ttl))
 	err := l.Hold(context.Background(), "k", func(ctx context.Context, lease *Lease) error {
 		if ctx.Err() != nil || lease.Err() != nil || lease.Fence != 5 {
 			return fmt.Errorf("at the first look: %v %v, fence %d", ctx.Err(), lease.Err(), lease.Fence)
@@ -113,7 +119,7 @@ func TestALateGrantConfirmedByRenewIsHeld(t *testing.T) {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("lost while renewed: %v", Cause(ctx))
-		case <-time.After(600 * time.Millisecond):
+		case <-time.After(srv.ttl * 3 / 2):
 			return nil
 		}
 	})
@@ -121,6 +127,32 @@ func TestALateGrantConfirmedByRenewIsHeld(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv.checkPings(t)
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	if got := strings.Join(srv.commands, " "); !strings.Contains(got, "HOLD PING PING PING PING RENEW") {
+		t.Fatalf("commands: %s", got)
+	}
+}
+
+// A late grant whose RENEW is not answered within the ttl (at least 1s)
+// fails lost, its function unrun.
+func TestALateGrantWhoseRenewIsNotAnsweredNeverRuns(t *testing.T) {
+	srv := lateGrantServer{ttl: 300 * time.Millisecond}
+	addr := srv.start(t, "")
+	l := openLock(t, connect(t, addr), "l", TTL(srv.ttl))
+	ran := false
+	start := time.Now()
+	err := l.Hold(context.Background(), "k", func(ctx context.Context, lease *Lease) error {
+		ran = true
+		return nil
+	})
+	want := `lock l: key "k": the lease was lost: the server answered nothing for its ttl (300ms)`
+	if ran || !errors.Is(err, ErrLost) || err.Error() != want {
+		t.Fatalf("ran %v: %v", ran, err)
+	}
+	if took := time.Since(start); took < time.Second {
+		t.Fatalf("gave up on the RENEW after %v", took)
+	}
 }
 
 // A grant in time with a lost push in the same write: the hold answers
