@@ -6,20 +6,24 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import List
+from typing import List, Optional
 
 import pytest
+from certs import Ca
 from conftest import Server
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
-def run_script(source: str, timeout: float = 60) -> "subprocess.CompletedProcess[str]":
+def run_script(
+    source: str, timeout: float = 60, cwd: Optional[Path] = None
+) -> "subprocess.CompletedProcess[str]":
     return subprocess.run(
         [sys.executable, "-c", source],
         capture_output=True,
         text=True,
         timeout=timeout,
+        cwd=cwd,
     )
 
 
@@ -35,9 +39,19 @@ def test_the_readme_has_runnable_snippets() -> None:
 
 
 @pytest.mark.parametrize("index", range(len(readme_snippets())))
-def test_each_readme_snippet_runs_as_written(index: int, server: Server) -> None:
-    source = readme_snippets()[index].replace("127.0.0.1:7380", server.address)
-    done = run_script(source)
+def test_each_readme_snippet_runs_as_written(index: int, tmp_path: Path) -> None:
+    snippet = readme_snippets()[index]
+    flags: List[str] = []
+    if "ssl=" in snippet:
+        # A TLS snippet trusts `ca.pem` in its working directory.
+        leaf = Ca(tmp_path, "ca").leaf()
+        flags = ["--tls-cert", leaf.cert, "--tls-key", leaf.key]
+    server = Server(*flags)
+    try:
+        done = run_script(snippet.replace("127.0.0.1:7380", server.address), cwd=tmp_path)
+    finally:
+        server.stop()
+        server.log.close()
     assert (done.returncode, done.stderr) == (0, ""), done.stdout
 
 
