@@ -147,8 +147,10 @@ func (h *keyHold) confirmLate(ctx context.Context) error {
 		lost = errLostSilent(h.lock, h.key, h.ttl)
 	}
 	h.state.lose(lost)
-	h.state.end()
-	h.store.pool.discard(c, errShutSilent)
+	if first := h.state.end(); first != nil {
+		lost = first // a loss heard before (a push, the connection's end)
+	}
+	h.store.pool.discard(c, errShutAbandoned)
 	return lost
 }
 
