@@ -202,8 +202,9 @@ export class Lock {
 	 * Confirms a grant that came after its first deadline (its HOLD waited
 	 * about a ttl or more): answers that late prove nothing, but a RENEW
 	 * answers OK only for a live lease. OK starts the clock from the RENEW's
-	 * send; LOST, no answer within the ttl (1 s at least) or a closed
-	 * connection lose the lease. Answers whether it was confirmed.
+	 * send; LOST, no answer within the ttl (1 s at least), an OK past the
+	 * deadline it sets, or a closed connection lose the lease. Answers
+	 * whether it was confirmed.
 	 */
 	async #confirm({ connection, lease }: Grant): Promise<boolean> {
 		let timer: NodeJS.Timeout | undefined
@@ -215,8 +216,9 @@ export class Lock {
 		const renewed = connection.send(['RENEW', lease.id]).catch(() => CLOSED)
 		const reply = await Promise.race([renewed, silent])
 		clearTimeout(timer)
-		if (reply === 'OK') return this.#startClock(connection, lease, sentAt)
-		if (reply === SILENT) {
+		if (reply === 'OK' && this.#startClock(connection, lease, sentAt)) return true
+		// An OK that came after the deadline it would set proves nothing more than silence.
+		if (reply === SILENT || reply === 'OK') {
 			lease.lose(lostSilent(this.name, lease.key, this.#ttlMs))
 			connection.destroy(new ConnectionClosed('the server answered nothing for a ttl'))
 		} else if (reply instanceof RespError && reply.word === 'LOST') {
