@@ -1,8 +1,9 @@
 //! Where the server is: the address forms every holdline client takes.
 //!
-//! `host:port`, `host` (port 7380), `[ipv6]:port`, `[ipv6]`, and
-//! `redis://[:token@]host[:port][/0]`. Anything else is `invalid` at once,
-//! naming the address, before any connection is tried.
+//! `host:port`, `host` (port 7380), `[ipv6]:port`, `[ipv6]`,
+//! `redis://[:token@]host[:port][/0]`, and `rediss://` the same over TLS.
+//! Anything else is `invalid` at once, naming the address, before any
+//! connection is tried.
 
 use crate::error::Error;
 use crate::texts;
@@ -10,21 +11,42 @@ use crate::texts;
 /// The port `holdline serve` listens on unless told otherwise.
 pub const DEFAULT_PORT: u16 = 7380;
 
-/// A parsed address: host (without brackets), port, and a URL's token.
+/// A parsed address: host (without brackets), port, a URL's token, and
+/// what the address says about TLS.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Address {
     pub(crate) host: String,
     pub(crate) port: u16,
     pub(crate) token: Option<String>,
+    pub(crate) scheme: Scheme,
+}
+
+/// What an address says about TLS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Scheme {
+    /// `host:port` and the other bare forms: TLS when the options ask.
+    Bare,
+    /// `redis://`: plain text.
+    Plain,
+    /// `rediss://`: TLS.
+    Tls,
 }
 
 impl Address {
     /// Parses one of the accepted forms.
     pub(crate) fn parse(text: &str) -> Result<Address, Error> {
         let bad = || texts::bad_address(text);
-        let (rest, token) = match text.strip_prefix("redis://") {
+        let (url, scheme) = if let Some(url) = text.strip_prefix("redis://") {
+            (Some(url), Scheme::Plain)
+        } else if let Some(url) = text.strip_prefix("rediss://") {
+            (Some(url), Scheme::Tls)
+        } else if text.contains("://") {
+            return Err(bad());
+        } else {
+            (None, Scheme::Bare)
+        };
+        let (rest, token) = match url {
             Some(url) => url_parts(url).ok_or_else(bad)?,
-            None if text.contains("://") => return Err(bad()),
             None => (text, None),
         };
         let (host, port) = host_port(rest).ok_or_else(bad)?;
@@ -32,6 +54,7 @@ impl Address {
             host: host.to_owned(),
             port,
             token,
+            scheme,
         })
     }
 
@@ -129,6 +152,26 @@ mod tests {
         (a.host_port(), a.port, a.token)
     }
 
+    fn scheme(text: &str) -> Scheme {
+        Address::parse(text).unwrap().scheme
+    }
+
+    #[test]
+    fn rediss_is_the_same_url_over_tls() {
+        assert_eq!(
+            parsed("rediss://:s3cret@h:1/0"),
+            ("h:1".into(), 1, Some("s3cret".to_owned()))
+        );
+        assert_eq!(parsed("rediss://[::1]"), ("[::1]:7380".into(), 7380, None));
+        assert_eq!(scheme("rediss://h"), Scheme::Tls);
+        assert_eq!(scheme("redis://h"), Scheme::Plain);
+        assert_eq!(scheme("h:1"), Scheme::Bare);
+        assert_eq!(scheme("[::1]"), Scheme::Bare);
+        for bad in ["rediss://", "rediss://h/1", "redisss://h", "rediss:/h"] {
+            assert!(Address::parse(bad).is_err(), "{bad}");
+        }
+    }
+
     #[test]
     fn the_accepted_forms() {
         let none = None;
@@ -176,7 +219,6 @@ mod tests {
             "[::1",
             "[::1]x",
             "[h]:1",
-            "rediss://h",
             "http://h",
             "redis://",
             "redis://h/1",

@@ -1,5 +1,5 @@
-//! The low-level connection: one TCP stream speaking RESP3, commands in,
-//! replies out, pushes to a handler.
+//! The low-level connection: one TCP stream (plain, or TLS over it)
+//! speaking RESP3, commands in, replies out, pushes to a handler.
 //!
 //! Generic RESP, so the same code drives holdline and `redis-server` (the
 //! benchmark harness sends `SET k v NX PX 30000` and `EVALSHA` through it).
@@ -8,13 +8,15 @@
 //! only allocation per command is the decoded reply itself.
 
 use crate::error::Error;
+use crate::options::Tls;
+use crate::stream::{self, ReadHalf, WriteHalf};
 use crate::texts;
 use bytes::BytesMut;
 use holdline_resp::{encode_command, Decoder, Value};
 use std::fmt;
 use std::io;
+use std::net::SocketAddr;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpStream, ToSocketAddrs};
 
 /// The largest reply frame a connection accepts (Redis's own bulk limit).
@@ -45,11 +47,13 @@ pub struct Connection {
     pub(crate) writer: FrameWriter,
     hello: Value,
     pushes: Option<PushHandler>,
+    peer: Option<SocketAddr>,
+    tls: bool,
 }
 
 /// The read side: a buffer and the streaming decoder that keeps its place.
 pub(crate) struct FrameReader {
-    stream: OwnedReadHalf,
+    stream: ReadHalf,
     buf: BytesMut,
     decoder: Decoder,
     /// Set once the stream failed: every later read fails the same way.
@@ -58,7 +62,7 @@ pub(crate) struct FrameReader {
 
 /// The write side: commands queued in one buffer until flushed.
 pub(crate) struct FrameWriter {
-    stream: OwnedWriteHalf,
+    stream: WriteHalf,
     out: Vec<u8>,
 }
 
@@ -119,7 +123,10 @@ impl FrameWriter {
         }
         let result = self.stream.write_all(&self.out).await;
         self.out.clear();
-        result
+        result?;
+        // TLS may keep the last record back until flushed; TCP's flush
+        // does nothing.
+        self.stream.flush().await
     }
 }
 
@@ -127,7 +134,7 @@ impl Connection {
     /// Connects to `addr` (anything tokio resolves: `"127.0.0.1:7380"`, a
     /// `SocketAddr`) and says `HELLO 3`.
     pub async fn connect(addr: impl ToSocketAddrs + fmt::Display) -> Result<Connection, Error> {
-        Connection::open(addr, None).await
+        Connection::open(addr, None, None).await
     }
 
     /// Connects and says `HELLO 3 AUTH default <token>`.
@@ -135,32 +142,58 @@ impl Connection {
         addr: impl ToSocketAddrs + fmt::Display,
         token: &str,
     ) -> Result<Connection, Error> {
-        Connection::open(addr, Some(token)).await
+        Connection::open(addr, Some(token), None).await
     }
 
+    /// Connects to `addr`, over TLS when given `tls`, and says `HELLO 3`
+    /// (with the token). A TLS failure, in the handshake or in an alert
+    /// that ends the connection before `HELLO` is answered, is
+    /// `tls_failed`.
     pub(crate) async fn open(
         addr: impl ToSocketAddrs + fmt::Display,
         token: Option<&str>,
+        tls: Option<&Tls>,
     ) -> Result<Connection, Error> {
-        let stream = TcpStream::connect(&addr)
+        let hostport = addr.to_string();
+        let tcp = TcpStream::connect(&addr)
             .await
-            .map_err(|e| texts::cannot_connect(&addr.to_string(), e))?;
-        Connection::from_stream(stream, token)
-            .await
-            .map_err(|e| match e.refused_hello() {
-                Some(line) => texts::connect_refused(&addr.to_string(), line),
-                None => e,
-            })
+            .map_err(|e| texts::cannot_connect(&hostport, e))?;
+        // Small frames, one per round trip: do not let Nagle hold them back.
+        tcp.set_nodelay(true).map_err(texts::connection_closed)?;
+        let peer = tcp.peer_addr().ok();
+        let (rd, wr) = match tls {
+            None => stream::plain(tcp),
+            Some(tls) => stream::tls(tls, tcp)
+                .await
+                .map_err(|e| texts::tls_failed(&hostport, e))?,
+        };
+        let conn = Connection::new(rd, wr, peer, tls.is_some());
+        conn.say_hello(token).await.map_err(|e| {
+            if let Some(line) = e.refused_hello() {
+                return texts::connect_refused(&hostport, line);
+            }
+            match e.io_error() {
+                Some(io) if tls.is_some() && stream::is_tls_failure(io) => {
+                    let reason = io::Error::new(io.kind(), io.to_string());
+                    texts::tls_failed(&hostport, reason)
+                }
+                _ => e,
+            }
+        })
     }
 
     /// Takes a connected stream and says `HELLO 3` (with `AUTH default
     /// <token>` when given one). A server that wants a token and got none,
     /// or refused it, fails here, kind [`ErrorKind::Invalid`](crate::ErrorKind).
     pub async fn from_stream(stream: TcpStream, token: Option<&str>) -> Result<Connection, Error> {
-        // Small frames, one per round trip: do not let Nagle hold them back.
         stream.set_nodelay(true).map_err(texts::connection_closed)?;
-        let (rd, wr) = stream.into_split();
-        let mut conn = Connection {
+        let peer = stream.peer_addr().ok();
+        let (rd, wr) = stream::plain(stream);
+        Connection::new(rd, wr, peer, false).say_hello(token).await
+    }
+
+    fn new(rd: ReadHalf, wr: WriteHalf, peer: Option<SocketAddr>, tls: bool) -> Connection {
+        Connection {
             reader: FrameReader {
                 stream: rd,
                 buf: BytesMut::with_capacity(READ_CHUNK),
@@ -173,19 +206,24 @@ impl Connection {
             },
             hello: Value::Null,
             pushes: None,
-        };
+            peer,
+            tls,
+        }
+    }
+
+    async fn say_hello(mut self, token: Option<&str>) -> Result<Connection, Error> {
         let reply = match token {
             Some(token) => {
-                conn.command(&["HELLO", "3", "AUTH", "default", token])
+                self.command(&["HELLO", "3", "AUTH", "default", token])
                     .await?
             }
-            None => conn.command(&["HELLO", "3"]).await?,
+            None => self.command(&["HELLO", "3"]).await?,
         };
         if let Value::Error(text) = &reply {
             return Err(hello_refused(text));
         }
-        conn.hello = reply;
-        Ok(conn)
+        self.hello = reply;
+        Ok(self)
     }
 
     /// The server's answer to `HELLO` (a map with `server`, `version`, `proto`...).
@@ -245,7 +283,8 @@ impl Connection {
 impl fmt::Debug for Connection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Connection")
-            .field("peer", &self.writer.stream.peer_addr().ok())
+            .field("peer", &self.peer)
+            .field("tls", &self.tls)
             .field("queued_bytes", &self.writer.out.len())
             .finish()
     }

@@ -34,6 +34,13 @@
 //! stalled server or a stopped holder process all end the same way: the
 //! holder stops believing in the lease before anyone else can be granted
 //! the key.
+//!
+//! Over TLS the argument holds as it is: a command's send time is taken
+//! before it is encrypted and written, so the server reads it later still;
+//! replies come back in order on the one stream; the handshake, alerts and
+//! session tickets are not frames, so they answer no command and move no
+//! deadline; and early data (0-RTT), which the server could read again
+//! from a replay long after it was sent, is never used.
 
 use crate::connection::Connection;
 use crate::error::Error;

@@ -27,13 +27,17 @@
 //! `tests/module_graph.rs`):
 //! - `error`: the one error type; `texts`: the texts every holdline client
 //!   makes itself (`clients/texts.json`); `address`: the address forms;
+//! - `options`: [`ConnectOptions`]: the token, and TLS's trust and client
+//!   certificate;
+//! - `stream`: the bytes under a connection, plain TCP or TLS;
 //! - `connection`: the low-level RESP [`Connection`];
 //! - `lease`: a lease, its loss signal and its local deadline;
 //! - `driver`: each pooled connection's background task (renewal, replies,
 //!   pushes, loss on a dropped or silent connection);
 //! - `store`: the server's address and the connection pool;
 //! - `lock`: a named lock, its builder, counters and fenced writes;
-//! - `hold`: holding keys: `hold`, `try_hold`, `key(..)`, [`HeldLease`].
+//! - `hold`: holding keys: `hold`, `try_hold`, `key(..)`, [`HeldLease`];
+//! - `inspect`: one key's state on the server, [`KeyInfo`].
 //!
 //! Names, keys and texts in the core's shape come from `holdline::wire`.
 
@@ -44,9 +48,12 @@ mod connection;
 mod driver;
 mod error;
 mod hold;
+mod inspect;
 mod lease;
 mod lock;
+mod options;
 mod store;
+mod stream;
 #[doc(hidden)]
 pub mod texts;
 
@@ -60,9 +67,14 @@ pub use hold::{HeldLease, KeyHold};
 pub use holdline::wire::DEFAULT_TTL;
 pub use holdline::{ErrorKind, Key, LockStats};
 pub use holdline_resp::Value;
+pub use inspect::{Holder, KeyInfo};
 pub use lease::{Lease, Signal};
 pub use lock::{Lock, LockBuilder};
+pub use options::ConnectOptions;
 pub use store::{Store, CONNECT_TIMEOUT, MAX_IDLE_CONNECTIONS};
+/// The rustls this client speaks TLS with, for building a `ClientConfig`
+/// for [`ConnectOptions::tls_config`] of the same version.
+pub use tokio_rustls::rustls;
 
 /// The README's example, compiled as a doctest.
 #[cfg(doctest)]

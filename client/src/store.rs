@@ -7,6 +7,7 @@ use crate::address::Address;
 use crate::connection::Connection;
 use crate::driver::Conn;
 use crate::error::Error;
+use crate::options::{ConnectOptions, Tls};
 use crate::texts;
 use holdline::wire::Scope;
 use holdline::ErrorKind;
@@ -22,7 +23,8 @@ pub const MAX_IDLE_CONNECTIONS: usize = 64;
 /// How long a new connection may take to connect and answer `HELLO`.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// A holdline server reached over TCP: `Clone + Send + Sync`, cheap to clone.
+/// A holdline server reached over TCP (or TLS): `Clone + Send + Sync`,
+/// cheap to clone.
 #[derive(Clone)]
 pub struct Store {
     pub(crate) inner: Arc<StoreInner>,
@@ -32,34 +34,42 @@ pub(crate) struct StoreInner {
     /// `host:port`, as dialled.
     addr: String,
     token: Option<String>,
+    tls: Option<Tls>,
     idle: Mutex<Vec<Conn>>,
     closed: AtomicBool,
 }
 
 impl Store {
     /// Connects to `holdline serve` at `addr`: `host:port`, `host` (port
-    /// 7380), `[::1]:7380`, or `redis://[:token@]host[:port]`. One
-    /// connection is made now and says `HELLO 3`, so a wrong address, a
-    /// server that wants a token, or one that answers nothing (10 s) fails
-    /// here. Call it inside a tokio runtime: each pooled connection's task
-    /// is spawned on it.
+    /// 7380), `[::1]:7380`, `redis://[:token@]host[:port]`, or
+    /// `rediss://[:token@]host[:port]` (TLS, trusting Mozilla's roots:
+    /// [`connect_with`](Store::connect_with) takes a CA). One connection
+    /// is made now and says `HELLO 3`, so a wrong address, a failed TLS
+    /// handshake, a server that wants a token, or one that answers nothing
+    /// (10 s) fails here. Call it inside a tokio runtime: each pooled
+    /// connection's task is spawned on it.
     pub async fn connect(addr: &str) -> Result<Store, Error> {
-        Store::open(addr, None).await
+        Store::connect_with(addr, ConnectOptions::new()).await
     }
 
     /// Connects with the server's token (`HELLO 3 AUTH default <token>`);
     /// it wins over a token in a `redis://` address. A wrong token fails
     /// here, kind `invalid`.
     pub async fn connect_with_token(addr: &str, token: &str) -> Result<Store, Error> {
-        Store::open(addr, Some(token)).await
+        Store::connect_with(addr, ConnectOptions::new().token(token)).await
     }
 
-    async fn open(addr: &str, token: Option<&str>) -> Result<Store, Error> {
+    /// Connects with [`ConnectOptions`]: a token, TLS with a CA file, a
+    /// client certificate, or a whole rustls `ClientConfig`. Otherwise as
+    /// [`connect`](Store::connect).
+    pub async fn connect_with(addr: &str, options: ConnectOptions) -> Result<Store, Error> {
         let address = Address::parse(addr)?;
+        let (token, tls) = options.resolve(&address)?;
         let store = Store {
             inner: Arc::new(StoreInner {
                 addr: address.host_port(),
-                token: token.map(str::to_owned).or(address.token),
+                token,
+                tls,
                 idle: Mutex::new(Vec::new()),
                 closed: AtomicBool::new(false),
             }),
@@ -69,8 +79,8 @@ impl Store {
         Ok(store)
     }
 
-    /// A fresh low-level connection to the same server (same token), not
-    /// pooled: for commands this API does not wrap.
+    /// A fresh low-level connection to the same server (same token and
+    /// TLS), not pooled: for commands this API does not wrap.
     pub async fn connection(&self) -> Result<Connection, Error> {
         self.inner.check_open(Scope::Store)?;
         self.inner.new_connection().await
@@ -136,7 +146,7 @@ impl StoreInner {
 
     async fn new_connection(&self) -> Result<Connection, Error> {
         let addr = self.addr.as_str();
-        let open = Connection::open(addr, self.token.as_deref());
+        let open = Connection::open(addr, self.token.as_deref(), self.tls.as_ref());
         tokio::time::timeout(CONNECT_TIMEOUT, open)
             .await
             .unwrap_or_else(|_| Err(texts::connect_silent(addr, CONNECT_TIMEOUT)))
@@ -174,6 +184,7 @@ impl fmt::Debug for Store {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Store")
             .field("addr", &self.inner.addr)
+            .field("tls", &self.inner.tls.is_some())
             .field("closed", &self.is_closed())
             .finish()
     }

@@ -38,6 +38,14 @@ pub(crate) fn connect_silent(hostport: &str, timeout: Duration) -> Error {
     Error::with_io(ErrorKind::Closed, text, e)
 }
 
+/// `tls_failed`: the TLS handshake failed, or the server ended the
+/// connection with a TLS alert before it answered `HELLO` (under TLS 1.3
+/// a refused client certificate shows only then).
+pub(crate) fn tls_failed(hostport: &str, e: io::Error) -> Error {
+    let text = format!("store: TLS with {hostport} failed ({e}): closed");
+    Error::with_io(ErrorKind::Closed, text, e)
+}
+
 /// `token_missing`: the server wants a token and none was given.
 pub(crate) fn token_missing() -> Error {
     Error::new(
@@ -129,6 +137,7 @@ pub fn samples() -> Vec<(&'static str, String)> {
             "connect_silent",
             connect_silent("127.0.0.1:1", s(10)).to_string(),
         ),
+        ("tls_failed", tls_failed("127.0.0.1:1", e()).to_string()),
         ("token_missing", token_missing().to_string()),
         ("token_refused", token_refused().to_string()),
         (

@@ -701,3 +701,49 @@ async fn renew_answers_ok_then_the_loss() {
     );
     assert_eq!(held.release().await.unwrap_err(), err);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_shows_the_holder_the_fence_and_the_line() {
+    let server = Server::start();
+    let s = store(&server).await;
+    let lock = s.lock("seen").ttl(Duration::from_secs(5)).open().unwrap();
+    assert_eq!(lock.inspect("k").await.unwrap(), None, "never used");
+
+    let held = lock.acquire("k").await.unwrap();
+    let waiter = {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.key("k").wait(PATIENCE).hold(async |l| l.fence()).await })
+    };
+    // The waiter is in line once the server counts it.
+    let deadline = Instant::now() + PATIENCE;
+    let info = loop {
+        let info = lock.inspect("k").await.unwrap().expect("held, so known");
+        if info.waiters == 1 || Instant::now() > deadline {
+            break info;
+        }
+        sleep(Duration::from_millis(20)).await;
+    };
+    assert!(info.held);
+    assert_eq!(info.fence, held.fence());
+    assert_eq!(info.waiters, 1);
+    assert!(info.held_for.is_some_and(|d| d < PATIENCE), "{info:?}");
+    assert!(
+        info.lease_left.is_some_and(|d| d <= Duration::from_secs(5)),
+        "{info:?}"
+    );
+    let holder = info.holder.expect("a held key names its holder");
+    assert_eq!(holder.lease, held.id());
+    assert_eq!(holder.name, None);
+    assert!(holder.addr.starts_with("127.0.0.1:"), "{holder:?}");
+    assert!(holder.id > 0);
+
+    held.release().await.unwrap();
+    let next_fence = timeout(PATIENCE, waiter).await.unwrap().unwrap().unwrap();
+    assert!(next_fence > info.fence);
+    // Free now: the last grant's fence, no holder (unless already reclaimed).
+    if let Some(free) = lock.inspect("k").await.unwrap() {
+        assert!(!free.held);
+        assert_eq!(free.fence, next_fence);
+        assert_eq!((free.holder, free.waiters), (None, 0));
+    }
+}

@@ -26,7 +26,7 @@ fn every_client_made_text_is_the_shared_tables() {
         ("wait", "3s"),
     ];
     let samples = holdline_client::texts::samples();
-    assert_eq!(samples.len(), 11, "one sample per text of the table");
+    assert_eq!(samples.len(), 12, "one sample per text of the table");
     for (name, text) in samples {
         assert_eq!(text, expected_text(name, &vars), "{name}");
     }
@@ -201,7 +201,7 @@ async fn connecting_verifies_the_address_and_the_token() {
     let url = format!("redis://:wrong@127.0.0.1:{port}");
     assert!(Store::connect_with_token(&url, "s3cret").await.is_ok());
 
-    for bad in ["127.0.0.1:", "rediss://127.0.0.1", "http://h:1", "[::1"] {
+    for bad in ["127.0.0.1:", "redis://127.0.0.1/1", "http://h:1", "[::1"] {
         let e = Store::connect(bad).await.unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Invalid);
         let shown = format!("{bad:?}");

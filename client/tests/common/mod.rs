@@ -31,20 +31,25 @@ impl Drop for TempDir {
 impl Server {
     /// A server on a free loopback port.
     pub fn start() -> Server {
-        Server::start_with(None)
+        Server::start_with(None, &[])
     }
 
     /// A server that requires `token`.
     pub fn start_with_token(token: &str) -> Server {
-        Server::start_with(Some(token))
+        Server::start_with(Some(token), &[])
     }
 
-    fn start_with(token: Option<&str>) -> Server {
+    /// A server with more arguments to `holdline serve` (`--tls-cert ...`).
+    pub fn start_with_args(args: &[&str]) -> Server {
+        Server::start_with(None, args)
+    }
+
+    fn start_with(token: Option<&str>, args: &[&str]) -> Server {
         let bin = binary();
         let port = free_port();
         let addr = format!("127.0.0.1:{port}");
         let mut cmd = Command::new(bin);
-        cmd.arg("serve").arg("--listen").arg(&addr);
+        cmd.arg("serve").arg("--listen").arg(&addr).args(args);
         let dir = token.map(|token| {
             let dir = std::env::temp_dir().join(format!(
                 "holdline-client-test-{}-{port}",
@@ -261,4 +266,22 @@ pub fn expected_text(name: &str, vars: &[(&str, &str)]) -> String {
         "unfilled: {text}"
     );
     text
+}
+
+/// Asserts that `actual` is `name`'s text with `vars` filled in and any
+/// text at its `{reason}` (the platform's own words).
+pub fn assert_text_with_reason(name: &str, vars: &[(&str, &str)], actual: &str) {
+    let mut text = client_text(name);
+    for (k, v) in vars {
+        text = text.replace(&format!("{{{k}}}"), v);
+    }
+    let (before, after) = text
+        .split_once("{reason}")
+        .unwrap_or_else(|| panic!("{name} has no {{reason}}"));
+    assert!(
+        actual.len() > before.len() + after.len()
+            && actual.starts_with(before)
+            && actual.ends_with(after),
+        "{actual:?} is not {text:?}"
+    );
 }

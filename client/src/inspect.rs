@@ -1,0 +1,179 @@
+//! One key's state on the server (`INSPECT lock key`): whether it is held,
+//! its fence, how long it has been held and has left, its line, and which
+//! connection holds it.
+
+use crate::error::Error;
+use crate::lock::{unexpected, Lock};
+use holdline::wire::{self, Scope};
+use holdline::Key;
+use holdline_resp::Value;
+use std::time::Duration;
+
+/// A snapshot of one key on the server, from [`Lock::inspect`]: the
+/// embedded core's `KeyInfo`, plus who holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct KeyInfo {
+    /// Whether the key has a holder.
+    pub held: bool,
+    /// While held, the current grant's fence; while free, the last
+    /// grant's. Every later grant's fence is greater.
+    pub fence: u64,
+    /// How long the current grant has been held (to the millisecond), when
+    /// the server knows it; `None` when the key is free.
+    pub held_for: Option<Duration>,
+    /// How long the current lease has left before it is revoked at its
+    /// `maxHold` or runs out at its ttl, whichever comes first (renewals
+    /// push the ttl back); `None` when the key is free or unknown.
+    pub lease_left: Option<Duration>,
+    /// How many wait in the key's line (the holder not counted).
+    pub waiters: usize,
+    /// The holding connection, while the key is held.
+    pub holder: Option<Holder>,
+}
+
+/// The connection that holds a key, as the server sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Holder {
+    /// The connection's id (`CLIENT KILL ID <id>` closes it, and the key
+    /// goes to the next in line).
+    pub id: u64,
+    /// Its `CLIENT SETNAME`, if it set one.
+    pub name: Option<String>,
+    /// Its address, `host:port`, as the server sees it.
+    pub addr: String,
+    /// The lease's id ([`Lease::id`](crate::Lease::id) on the holder's side).
+    pub lease: i64,
+}
+
+impl Lock {
+    /// `key`'s state on the server now; `None` when the key has no state
+    /// (never used, or idle and already reclaimed: an idle key lingers
+    /// about a second, answering `held: false`).
+    pub async fn inspect<K: Key + ?Sized>(&self, key: &K) -> Result<Option<KeyInfo>, Error> {
+        let key = wire::key_text(key);
+        let reply = self
+            .store
+            .command(&["INSPECT", &*self.name, key.as_str()])
+            .await?;
+        match reply {
+            Value::Null => Ok(None),
+            reply => key_info(&reply)
+                .map(Some)
+                .ok_or_else(|| unexpected(Scope::Key(&self.name, &key), &reply)),
+        }
+    }
+}
+
+/// A map's pairs (a flat array of them from a RESP2 server).
+fn pairs(v: &Value) -> Option<Vec<(&Value, &Value)>> {
+    match v {
+        Value::Map(pairs) => Some(pairs.iter().map(|(k, v)| (k, v)).collect()),
+        Value::Array(flat) if flat.len() % 2 == 0 => {
+            Some(flat.chunks(2).map(|kv| (&kv[0], &kv[1])).collect())
+        }
+        _ => None,
+    }
+}
+
+/// `INSPECT`'s map; `None` if a field has the wrong shape. Fields this
+/// client does not know (from a newer server) are skipped.
+fn key_info(reply: &Value) -> Option<KeyInfo> {
+    let mut info = KeyInfo {
+        held: false,
+        fence: 0,
+        held_for: None,
+        lease_left: None,
+        waiters: 0,
+        holder: None,
+    };
+    for (k, v) in pairs(reply)? {
+        match k.as_str()? {
+            "held" => info.held = boolean(v)?,
+            "fence" => info.fence = u64::try_from(v.as_integer()?).ok()?,
+            "held_for_ms" => info.held_for = millis(v)?,
+            "lease_left_ms" => info.lease_left = millis(v)?,
+            "waiters" => info.waiters = usize::try_from(v.as_integer()?).ok()?,
+            "holder" => info.holder = holder(v)?,
+            _ => {}
+        }
+    }
+    Some(info)
+}
+
+fn holder(v: &Value) -> Option<Option<Holder>> {
+    if *v == Value::Null {
+        return Some(None);
+    }
+    let mut holder = Holder {
+        id: 0,
+        name: None,
+        addr: String::new(),
+        lease: 0,
+    };
+    for (k, v) in pairs(v)? {
+        match k.as_str()? {
+            "id" => holder.id = u64::try_from(v.as_integer()?).ok()?,
+            "name" if *v == Value::Null => holder.name = None,
+            "name" => holder.name = Some(String::from_utf8_lossy(v.as_bytes()?).into_owned()),
+            "addr" => holder.addr = v.as_str()?.to_owned(),
+            "lease" => holder.lease = v.as_integer()?,
+            _ => {}
+        }
+    }
+    Some(Some(holder))
+}
+
+/// `#t`/`#f` (RESP3), or `1`/`0` (RESP2).
+fn boolean(v: &Value) -> Option<bool> {
+    match v {
+        Value::Boolean(b) => Some(*b),
+        Value::Integer(0) => Some(false),
+        Value::Integer(1) => Some(true),
+        _ => None,
+    }
+}
+
+/// Milliseconds, or null: `Some(None)`; a wrong shape: `None`.
+fn millis(v: &Value) -> Option<Option<Duration>> {
+    match v {
+        Value::Null => Some(None),
+        v => Some(Some(Duration::from_millis(
+            u64::try_from(v.as_integer()?).ok()?,
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_resp2_flat_array_reads_as_the_map() {
+        let flat = Value::Array(vec![
+            Value::bulk("held"),
+            Value::Integer(1),
+            Value::bulk("fence"),
+            Value::Integer(7),
+            Value::bulk("held_for_ms"),
+            Value::Integer(12),
+            Value::bulk("lease_left_ms"),
+            Value::Null,
+            Value::bulk("waiters"),
+            Value::Integer(2),
+            Value::bulk("newer_field"),
+            Value::bulk("x"),
+        ]);
+        let info = key_info(&flat).unwrap();
+        assert!(info.held);
+        assert_eq!(info.fence, 7);
+        assert_eq!(info.held_for, Some(Duration::from_millis(12)));
+        assert_eq!(info.lease_left, None);
+        assert_eq!(info.waiters, 2);
+        assert_eq!(info.holder, None);
+        let wrong = Value::Map(vec![(Value::bulk("fence"), Value::bulk("x"))]);
+        assert!(key_info(&wrong).is_none());
+        assert!(key_info(&Value::Integer(1)).is_none());
+    }
+}
