@@ -232,7 +232,7 @@ mod tests {
             assert_eq!(
                 e.to_string(),
                 format!(
-                    "store: bad address {bad:?}: expected host, host:port, [ipv6]:port or redis://[:token@]host[:port]: invalid"
+                    "store: bad address {bad:?}: expected host, host:port, [ipv6]:port or redis[s]://[:token@]host[:port]: invalid"
                 )
             );
         }

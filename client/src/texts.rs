@@ -16,7 +16,7 @@ pub(crate) fn bad_address(address: &str) -> Error {
     Error::new(
         ErrorKind::Invalid,
         format!(
-            "store: bad address {}: expected host, host:port, [ipv6]:port or redis://[:token@]host[:port]: invalid",
+            "store: bad address {}: expected host, host:port, [ipv6]:port or redis[s]://[:token@]host[:port]: invalid",
             shown_key(address)
         ),
     )

@@ -169,7 +169,7 @@ var kindOfWord = map[string]Kind{
 
 func errBadAddress(address string) *Error {
 	return &Error{Kind: KindInvalid, text: "store: bad address " + showKey(address) +
-		": expected host, host:port, [ipv6]:port or redis://[:token@]host[:port]: invalid"}
+		": expected host, host:port, [ipv6]:port or redis[s]://[:token@]host[:port]: invalid"}
 }
 
 func errCannotConnect(hostport string, cause error) *Error {

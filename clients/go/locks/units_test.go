@@ -120,7 +120,7 @@ func TestAddressForms(t *testing.T) {
 	for _, b := range bad {
 		_, err := parseAddress(b)
 		want := "store: bad address " + showKey(b) +
-			": expected host, host:port, [ipv6]:port or redis://[:token@]host[:port]: invalid"
+			": expected host, host:port, [ipv6]:port or redis[s]://[:token@]host[:port]: invalid"
 		if err == nil || err.Error() != want || !errors.Is(err, ErrInvalid) {
 			t.Errorf("%q: %v", b, err)
 		}

@@ -17,7 +17,7 @@ from ._errors import show_key
 TEXTS: Dict[str, str] = {
     "bad_address": (
         "store: bad address {address}: expected host, host:port, [ipv6]:port "
-        "or redis://[:token@]host[:port]: invalid"
+        "or redis[s]://[:token@]host[:port]: invalid"
     ),
     "cannot_connect": "store: cannot connect to {hostport} ({reason}): closed",
     "connect_silent": "store: the server at {hostport} answered nothing for {timeout}: closed",
