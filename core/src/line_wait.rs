@@ -5,11 +5,16 @@
 //! runtime: a grant or a close calls the node's waker, and the store's timer
 //! calls it at the wait's deadline.
 //!
-//! | state     | what holds                                   | next                        |
-//! |-----------|----------------------------------------------|-----------------------------|
-//! | `Start`   | nothing linked                               | answered, or `Waiting`      |
-//! | `Waiting` | node linked in `record`'s line, deadline armed | `Done` (answered)         |
-//! | `Done`    | node unlinked, timer cancelled               | -                           |
+//! | [`State`]  | what holds                                       | next                  |
+//! |------------|--------------------------------------------------|-----------------------|
+//! | `Start`    | nothing linked                                   | answered, or `Waiting` |
+//! | `Waiting`  | node linked in `record`'s line, deadline armed   | `Done` (answered)     |
+//! | `Done`     | node unlinked, timer cancelled                   | -                     |
+//!
+//! The first poll links the node (with that poll's waker) and arms the
+//! deadline, and returns: whatever comes next calls the node's waker. Only
+//! a later poll that finds no end (a timer's wake, or a spurious poll)
+//! reads the clock and refreshes the waker.
 //!
 //! Dropping the future while `Waiting` leaves the line at once
 //! ([`Record::leave`]), which frees its place for the limit; if a grant won
@@ -23,8 +28,35 @@ use crate::timer::TimerKey;
 use crossbeam_epoch as epoch;
 use std::future::Future;
 use std::pin::Pin;
-use std::ptr;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll, RawWakerVTable, Waker};
+
+/// Where a [`LineWait`] stands: see the module doc's table.
+enum State {
+    Start,
+    Waiting {
+        /// The line the node is linked in.
+        record: *const Record,
+        /// The deadline's wheel entry (none for a wait without one, or
+        /// once the store shut its timer down).
+        timer: Option<Armed>,
+    },
+    Done,
+}
+
+/// A deadline on the store's wheel, and which waker it will call (by
+/// identity: the wheel's entry keeps that waker alive, so its data
+/// pointer cannot name another waker while armed).
+struct Armed {
+    key: TimerKey,
+    data: *const (),
+    vtable: &'static RawWakerVTable,
+}
+
+impl Armed {
+    fn calls(&self, waker: &Waker) -> bool {
+        self.data == waker.data() && std::ptr::eq(self.vtable, waker.vtable())
+    }
+}
 
 /// Resolves to the grant (`None`: a `Try` found the key held), or the
 /// error a blocking wait would have answered.
@@ -33,19 +65,17 @@ pub(crate) struct LineWait<'a> {
     text: &'a str,
     hash: u64,
     mode: Mode,
+    /// µs on the store's clock, read when the node is linked (0: none).
     deadline_us: u64,
-    /// The line the node is linked in; null before, and after the answer.
-    record: *const Record,
-    /// The deadline's wheel entry, and the waker it will call.
-    timer: Option<(TimerKey, Waker)>,
-    done: bool,
+    state: State,
     /// Made at the first poll (it needs a waker); pinned with the future.
     node: Option<Waiter>,
 }
 
 // SAFETY: `record` is dereferenced only while the node is linked or the
 // grant is ours (record.rs, "The record's lifetime"), which holds on any
-// thread; the node is Send + Sync; the rest are Send + Sync references.
+// thread; `Armed`'s pointers are only compared, never dereferenced; the
+// node is Send + Sync; the rest are Send + Sync references.
 unsafe impl Send for LineWait<'_> {}
 // SAFETY: `&LineWait` exposes nothing.
 unsafe impl Sync for LineWait<'_> {}
@@ -57,37 +87,113 @@ impl<'a> LineWait<'a> {
             text,
             hash,
             mode,
-            deadline_us: lock.deadline_us(mode),
-            record: ptr::null(),
-            timer: None,
-            done: false,
+            deadline_us: 0,
+            state: State::Start,
             node: None,
         }
     }
 
+    /// The first poll: links the node, or answers at once.
+    fn start(&mut self, waker: &Waker) -> Poll<Result<Option<Grant>, Error>> {
+        let node = self.node.insert(Waiter::for_task(waker.clone()));
+        // SAFETY: the node lives in this pinned future; `Drop` leaves the
+        // line before the node is dropped, and nothing replaces it while
+        // the state is `Waiting`.
+        let entered = unsafe {
+            self.lock
+                .enter_line(self.text, self.hash, self.mode, Pin::new_unchecked(node))
+        };
+        let answer = match entered {
+            Err(e) => Err(e),
+            Ok(Entered::Granted(g)) => Ok(Some(g)),
+            Ok(Entered::Held) => Ok(None),
+            Ok(Entered::Waiting { record, .. }) => {
+                // The node carries this poll's waker, so a grant from now on
+                // reaches it: no look at the line again before returning.
+                self.deadline_us = self.lock.deadline_us(self.mode);
+                let timer = self.arm(waker);
+                self.state = State::Waiting { record, timer };
+                return Poll::Pending;
+            }
+        };
+        self.state = State::Done;
+        Poll::Ready(answer)
+    }
+
+    /// A later poll of a linked node.
+    fn poll_waiting(
+        &mut self,
+        record: *const Record,
+        waker: &Waker,
+    ) -> Poll<Result<Option<Grant>, Error>> {
+        let node = self.node.as_ref().expect("linked");
+        // SAFETY: the state is `Waiting`, so the node was linked: the record
+        // lives until the node has an end we act on (record.rs).
+        let record = unsafe { &*record };
+        if let Some(end) = node.end() {
+            return self.finish(record, end);
+        }
+        let _pin = epoch::pin();
+        if let Some(end) = node.end() {
+            return self.finish(record, end);
+        }
+        if self.deadline_us != 0 && self.lock.store.clock.now_us() >= self.deadline_us {
+            // SAFETY: pinned, and the status read not final while pinned.
+            let end = unsafe { record.leave(node) };
+            return self.finish(record, end);
+        }
+        // SAFETY: as for `leave`.
+        if let Some(end) = unsafe { record.poll_wait(node, waker) } {
+            return self.finish(record, end);
+        }
+        self.rearm(waker);
+        Poll::Pending
+    }
+
     /// Ends the wait: takes the deadline off the wheel, answers.
     fn finish(&mut self, record: &Record, end: WaitEnd) -> Poll<Result<Option<Grant>, Error>> {
-        self.done = true;
-        self.record = ptr::null();
-        if let Some((key, _)) = self.timer.take() {
-            self.lock.store.timer.cancel_wake(key);
-        }
+        self.disarm();
+        self.state = State::Done;
         Poll::Ready(self.lock.wait_ended(record, end, self.text).map(Some))
     }
 
-    /// Keeps the deadline's wake pointed at the waker of the latest poll.
-    fn arm_deadline(&mut self, waker: &Waker) {
+    /// Puts the deadline on the wheel, to call `waker`.
+    fn arm(&self, waker: &Waker) -> Option<Armed> {
         if self.deadline_us == 0 {
+            return None;
+        }
+        let key = Driver::arm_wake(&self.lock.store.timer, self.deadline_us, waker.clone())?;
+        Some(Armed {
+            key,
+            data: waker.data(),
+            vtable: waker.vtable(),
+        })
+    }
+
+    /// Keeps the deadline's wake pointed at the waker of the latest poll.
+    fn rearm(&mut self, waker: &Waker) {
+        let State::Waiting { timer, .. } = &mut self.state else {
+            return;
+        };
+        if timer.as_ref().is_some_and(|t| t.calls(waker)) || self.deadline_us == 0 {
             return;
         }
-        if let Some((key, old)) = &self.timer {
-            if old.will_wake(waker) {
-                return;
-            }
-            self.lock.store.timer.cancel_wake(*key);
+        if let Some(old) = timer.take() {
+            self.lock.store.timer.cancel_wake(old.key);
         }
-        self.timer = Driver::arm_wake(&self.lock.store.timer, self.deadline_us, waker.clone())
-            .map(|key| (key, waker.clone()));
+        let new = self.arm(waker);
+        if let State::Waiting { timer, .. } = &mut self.state {
+            *timer = new;
+        }
+    }
+
+    /// Takes the deadline off the wheel, if it is on it.
+    fn disarm(&mut self) {
+        if let State::Waiting { timer, .. } = &mut self.state {
+            if let Some(t) = timer.take() {
+                self.lock.store.timer.cancel_wake(t.key);
+            }
+        }
     }
 }
 
@@ -96,77 +202,26 @@ impl Future for LineWait<'_> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         // SAFETY: nothing below moves `node` out of the future; it is only
-        // replaced while it is not linked (before `enter_line`).
+        // replaced while it is not linked (in `start`).
         let this = unsafe { self.get_unchecked_mut() };
-        assert!(!this.done, "LineWait polled after it answered");
-        if this.record.is_null() {
-            this.node = Some(Waiter::for_task(cx.waker().clone()));
-            let node = this.node.as_ref().expect("just set");
-            // SAFETY: the node lives in this pinned future; `Drop` leaves the
-            // line before the node is dropped, and nothing replaces it while
-            // `record` is set.
-            let entered = unsafe {
-                this.lock
-                    .enter_line(this.text, this.hash, this.mode, Pin::new_unchecked(node))
-            };
-            match entered {
-                Err(e) => {
-                    this.done = true;
-                    return Poll::Ready(Err(e));
-                }
-                Ok(Entered::Granted(g)) => {
-                    this.done = true;
-                    return Poll::Ready(Ok(Some(g)));
-                }
-                Ok(Entered::Held) => {
-                    this.done = true;
-                    return Poll::Ready(Ok(None));
-                }
-                Ok(Entered::Waiting { record, .. }) => {
-                    this.record = record;
-                    this.arm_deadline(cx.waker());
-                }
-            }
-        }
-        let node = this.node.as_ref().expect("linked");
-        // SAFETY: `record` is set, so the node was linked: the record lives
-        // until the node has an end we act on (record.rs).
-        let record = unsafe { &*this.record };
-        if let Some(end) = node.end() {
-            return this.finish(record, end);
-        }
-        let _pin = epoch::pin();
-        if let Some(end) = node.end() {
-            return this.finish(record, end);
-        }
-        if this.deadline_us != 0 && this.lock.store.clock.now_us() >= this.deadline_us {
-            // SAFETY: pinned, and the status read not final while pinned.
-            let end = unsafe { record.leave(node) };
-            return this.finish(record, end);
-        }
-        // SAFETY: as for `leave`.
-        match unsafe { record.poll_wait(node, cx.waker()) } {
-            Some(end) => this.finish(record, end),
-            None => {
-                this.arm_deadline(cx.waker());
-                Poll::Pending
-            }
+        match this.state {
+            State::Start => this.start(cx.waker()),
+            State::Waiting { record, .. } => this.poll_waiting(record, cx.waker()),
+            State::Done => panic!("LineWait polled after it answered"),
         }
     }
 }
 
 impl Drop for LineWait<'_> {
     fn drop(&mut self) {
-        if self.done || self.record.is_null() {
+        let State::Waiting { record, .. } = self.state else {
             return;
-        }
-        if let Some((key, _)) = self.timer.take() {
-            self.lock.store.timer.cancel_wake(key);
-        }
+        };
+        self.disarm();
         let node = self.node.as_ref().expect("linked");
-        // SAFETY: `record` is set and not answered: the node was linked, so
-        // the record lives until the node has an end (record.rs).
-        let record = unsafe { &*self.record };
+        // SAFETY: the state is `Waiting`: the node was linked, so the record
+        // lives until the node has an end (record.rs).
+        let record = unsafe { &*record };
         let end = match node.end() {
             Some(end) => end,
             None => {

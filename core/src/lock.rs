@@ -611,8 +611,12 @@ impl Lock {
 }
 
 /// A wait in whole milliseconds, as `Mode::Wait` takes it.
+#[inline]
 pub(crate) fn ms(d: Duration) -> u64 {
-    if d.is_zero() {
+    if d == DEFAULT_WAIT {
+        // Every hold without `.wait(..)`: no 128-bit division.
+        DEFAULT_WAIT_MS
+    } else if d.is_zero() {
         0
     } else {
         // Sub-millisecond waits round up to 1 ms.
