@@ -239,6 +239,16 @@ impl Drop for Waiter {
     fn drop(&mut self) {
         // A linked node freed would leave a dangling pointer in the line.
         debug_assert!(!self.is_linked(), "a waiter dropped while in line");
+        // Under loom the node's end is a write to each of its cells, so a
+        // granter or closer that touches a node after publishing its final
+        // status (which lets the owner return and free it) is reported as a
+        // causality violation, not missed.
+        #[cfg(loom)]
+        {
+            self.prev.with_mut(|_| ());
+            self.next.with_mut(|_| ());
+            self.wake.with_mut(|_| ());
+        }
     }
 }
 
@@ -331,6 +341,16 @@ pub(crate) struct Record {
     /// The fence of this record's first grant (for `grants` in stats).
     first_fence: u64,
     line: UnsafeCell<Line>,
+}
+
+/// Under loom a record's end is a write to its line, so a `QLOCK` owner
+/// still touching the line of a record the epoch freed (a retire or a free
+/// that came too early) is a causality violation, not missed.
+#[cfg(loom)]
+impl Drop for Record {
+    fn drop(&mut self) {
+        self.line.with_mut(|_| ());
+    }
 }
 
 // SAFETY: the raw pointers in `line` are only dereferenced by the `QLOCK`
@@ -871,6 +891,11 @@ unsafe fn finish_waiter(w: *const Waiter, to: u32) -> Option<Wake> {
         }
         Err(_parked) => {
             count(Event::HandoffToParked);
+            // Mutant for loom-tests/README.md: publish the final status
+            // before copying the wake handle (the node may be gone by then).
+            if cfg!(holdline_mutant = "status_before_wake") {
+                w.status.store(to, Ordering::Release);
+            }
             // PARKED: it sleeps (or is about to), or it is a task. Copy the
             // handle first: once the status is final the node may vanish.
             // SAFETY: we own QLOCK, which guards `wake` of a linked node.
