@@ -129,8 +129,10 @@
 //
 // - `counters`: how waiters waited (only with the `wait-counters` feature).
 //   `sync`: the loom facade every atomic, lock, park and clock read goes
-//   through. `error`: the one error type. `ctx`: a thread's running holds.
-//   `timer`: the wheel, a plain data structure.
+//   through, and nothing else. `spin`: how long a waiter spins before it
+//   parks, and the line lock's backoff. `error`: the one error type. `ctx`:
+//   a thread's running holds, each listed by a drop guard. `timer`: the
+//   wheel, a plain data structure.
 // - `key`: key and lock-name text. `outcome`: a hold's value with its loss.
 // - `record`: one key's state word and waiter line. `table`: key text to
 //   records, reclaiming idle ones. `lock_shared`: a lock's table and counters.
@@ -166,6 +168,7 @@ mod many;
 mod outcome;
 mod record;
 mod signal_hub;
+mod spin;
 mod store;
 mod store_core;
 mod sync;

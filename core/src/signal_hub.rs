@@ -5,7 +5,9 @@
 //! It knows a lease only as something it can tell to wake its tasks
 //! ([`Watched`]), so it sits below `lease.rs`.
 
-use crate::sync::{downgrade, lock, upgrade, Arc, AtomicUsize, Condvar, Mutex, Ordering, Weak};
+use crate::sync::{
+    downgrade, instant_now, lock, upgrade, Arc, AtomicUsize, Condvar, Mutex, Ordering, Weak,
+};
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -61,12 +63,12 @@ impl<L> SignalHub<L> {
             return;
         }
         // No deadline at all when `timeout` is too long to add to now.
-        let deadline = std::time::Instant::now().checked_add(timeout);
+        let deadline = instant_now().checked_add(timeout);
         self.waiting.fetch_add(1, Ordering::SeqCst);
         let mut g = lock(&self.mutex);
         while !done() {
             let left = match deadline {
-                Some(d) => d.saturating_duration_since(std::time::Instant::now()),
+                Some(d) => d.saturating_duration_since(instant_now()),
                 None => Duration::from_secs(86_400),
             };
             if left.is_zero() {

@@ -8,7 +8,7 @@
 use crate::driver::{Driver, Due};
 use crate::lock_shared::LockShared;
 use crate::signal_hub::{SignalHub, Watched};
-use crate::sync::{lock, Arc, AtomicBool, Clock, Mutex, Ordering};
+use crate::sync::{instant_now, lock, wall_clock_ns, Arc, AtomicBool, Clock, Mutex, Ordering};
 use crossbeam_epoch as epoch;
 use std::collections::HashMap;
 
@@ -31,7 +31,7 @@ impl<L: Due + Watched> StoreCore<L> {
             clock: clock.clone(),
             signals: SignalHub::new(),
             timer: Arc::new(Driver::new(clock)),
-            fence_floor: crate::sync::next_store_fence_floor(),
+            fence_floor: next_store_fence_floor(),
             locks: Mutex::new(HashMap::new()),
         });
         // Weak: the timer's thread must not keep the store alive. (Under
@@ -110,4 +110,32 @@ impl<L> Drop for StoreCore<L> {
     fn drop(&mut self) {
         self.timer.shut_down();
     }
+}
+
+/// The first fence of a new store: nanoseconds since the Unix epoch, and
+/// above every earlier store's of this process. A key cannot be granted more
+/// than once a nanosecond, so every fence a store handed out is below its
+/// floor plus the nanoseconds since it opened: the next store starts at the
+/// later of the clock and that bound, which holds even if the wall clock
+/// stands still or steps back, and stays within the clock when it does not.
+///
+/// This process-wide mutex and the `Instant` beside the floor are std's even
+/// under loom: they are used once per store and take no part in any
+/// modelled race.
+fn next_store_fence_floor() -> u64 {
+    static LAST: std::sync::Mutex<Option<(u64, std::time::Instant)>> = std::sync::Mutex::new(None);
+    let mut last = LAST
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let wall = wall_clock_ns();
+    let floor = match *last {
+        Some((floor, at)) => wall.max(
+            floor
+                .saturating_add(at.elapsed().as_nanos() as u64)
+                .saturating_add(1),
+        ),
+        None => wall,
+    };
+    *last = Some((floor, instant_now()));
+    floor
 }

@@ -1,16 +1,21 @@
 //! The one place the core takes its synchronisation primitives from.
 //!
 //! Every atomic, cell, mutex, condition variable, park/unpark call, spin hint
-//! and clock read in the crate goes through this module. Normally these are
-//! the standard library's; under `cfg(loom)` they are loom's, so the loom
-//! models in `loom-tests/` exercise the shipped code rather than a copy.
+//! and clock read in the crate goes through this module, and this module
+//! holds nothing else: how long to spin is `spin.rs`'s business, where
+//! fences start is the store's. Normally these are the standard library's;
+//! under `cfg(loom)` they are loom's, so the loom models in `loom-tests/`
+//! exercise the shipped code rather than a copy.
 //!
 //! Loom has no clock and no timed park. Under loom:
 //! - [`Clock`] is a logical clock that advances two milliseconds per read,
 //!   so a short wait's deadline passes at the waiter's next read;
 //! - [`park_timeout`] yields (a spurious wake-up) for a finite wait, and parks
 //!   for real when the wait is at least [`LOOM_FOREVER`], which lets loom find
-//!   a missed wake as a deadlock.
+//!   a missed wake as a deadlock;
+//! - [`instant_now`] and [`wall_clock_ns`] stay the real clocks: the first
+//!   only times condition-variable waits (loom's never time out), the
+//!   second is read once per store.
 
 #![allow(dead_code)]
 
@@ -88,65 +93,12 @@ mod imp {
         }
     }
 
-    /// How long the first in line spins before it parks, in pause
-    /// instructions, learned per thread from how long its waits took: a spin
-    /// pays when the grant comes within about a futex wake's cost (~40 us
-    /// here; a handoff to a spinning thread costs ~250 ns). A wait that
-    /// parked and was granted within that cost sets the budget to a little
-    /// more than that wait (next time the spin catches it); a longer one,
-    /// or one that never got the key, halves it (the holder was preempted,
-    /// or the line is longer than the cores: spinning only steals the
-    /// holder's core). A spin that ended in a grant leaves it as it is.
-    /// Never a `yield_now`: beside a CPU-bound process a yield gives it a
-    /// whole slice while the key, handed to the yielder, waits. Waiters
-    /// behind the first spin only [`SPIN_BEHIND`].
-    pub(crate) fn first_in_line_spin_pauses() -> u32 {
-        SPIN_BUDGET
-            .try_with(std::cell::Cell::get)
-            .unwrap_or(SPIN_MIN)
+    /// A reading of the monotonic clock, for what loom does not model:
+    /// condition-variable timeouts (loom's never time out) and calibration.
+    #[inline]
+    pub(crate) fn instant_now() -> std::time::Instant {
+        std::time::Instant::now()
     }
-
-    /// The first in line parked: `waited_us` is how long its wait took if
-    /// it ended in a grant (`None`: timed out or closed).
-    pub(crate) fn spin_learn(waited_us: Option<u64>) {
-        let _ = SPIN_BUDGET.try_with(|b| {
-            let r = b.get();
-            b.set(match waited_us {
-                Some(us) if us.saturating_mul(1000) <= SPIN_PAYS_NS => {
-                    let pauses = us.saturating_mul(1000) * 5 / 4 / pause_ns();
-                    (pauses as u32).clamp(SPIN_MIN, SPIN_MAX)
-                }
-                _ => (r / 2).max(SPIN_MIN),
-            });
-        });
-    }
-
-    /// What one pause instruction costs on this machine (ns), measured
-    /// once: it ranges from a few cycles to over a hundred across CPUs.
-    fn pause_ns() -> u64 {
-        static NS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-        *NS.get_or_init(|| {
-            let started = std::time::Instant::now();
-            for _ in 0..2_000 {
-                std::hint::spin_loop();
-            }
-            (started.elapsed().as_nanos() as u64 / 2_000).clamp(1, 200)
-        })
-    }
-
-    std::thread_local! {
-        static SPIN_BUDGET: std::cell::Cell<u32> = const { std::cell::Cell::new(SPIN_START) };
-    }
-    /// Past about a futex wake's cost here, spinning cannot pay.
-    const SPIN_PAYS_NS: u64 = 45_000;
-    const SPIN_MIN: u32 = 100;
-    const SPIN_START: u32 = 512;
-    const SPIN_MAX: u32 = 4096;
-    /// Pauses in one spin round, at most (the first rounds are shorter, so
-    /// a quick handoff is seen at once).
-    pub(crate) const SPIN_ROUND: u32 = 8;
-    /// Pauses a waiter behind the first spins before it parks.
-    pub(crate) const SPIN_BEHIND: u32 = 64;
 }
 
 #[cfg(loom)]
@@ -211,42 +163,15 @@ mod imp {
         }
     }
 
-    // Under loom spinning only multiplies interleavings: check once, then park.
-    pub(crate) fn first_in_line_spin_pauses() -> u32 {
-        1
+    /// The monotonic clock, which loom does not model: used only for
+    /// condition-variable timeouts, and loom's condition variables never
+    /// time out.
+    pub(crate) fn instant_now() -> std::time::Instant {
+        std::time::Instant::now()
     }
-    pub(crate) fn spin_learn(_: Option<u64>) {}
-    pub(crate) const SPIN_ROUND: u32 = 1;
-    pub(crate) const SPIN_BEHIND: u32 = 0;
 }
 
 pub(crate) use imp::*;
-
-/// Waiting for the `QLOCK` bit: held for a few pointer writes, but its owner
-/// may be preempted on an oversubscribed machine, so spin, then yield.
-pub(crate) struct Backoff(u32);
-
-impl Backoff {
-    pub(crate) fn new() -> Self {
-        Backoff(0)
-    }
-
-    pub(crate) fn snooze(&mut self) {
-        // 1 + 2 + ... + 512 pauses (~21 us here) before the first yield:
-        // the bit is held for a few pointer writes, so a wait longer than
-        // that means its owner was preempted, and only then does giving up
-        // the slice (to it, with luck) help.
-        if self.0 < 10 {
-            for _ in 0..1u32 << self.0 {
-                spin_loop();
-            }
-            self.0 += 1;
-        } else {
-            crate::counters::count(crate::counters::Event::LineLockYield);
-            yield_now();
-        }
-    }
-}
 
 /// Under loom, a wait at least this long parks for real instead of yielding.
 pub(crate) const LOOM_FOREVER: std::time::Duration = std::time::Duration::from_secs(3600);
@@ -261,31 +186,11 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     }
 }
 
-/// The first fence of a new store: nanoseconds since the Unix epoch, and
-/// above every earlier store's of this process. A key cannot be granted more
-/// than once a nanosecond, so every fence a store handed out is below its
-/// floor plus the nanoseconds since it opened: the next store starts at the
-/// later of the clock and that bound, which holds even if the wall clock
-/// stands still or steps back, and stays within the clock when it does not.
-///
-/// This process-wide mutex is std's even under loom: it is taken once per
-/// store and takes no part in any modelled race.
-pub(crate) fn next_store_fence_floor() -> u64 {
-    static LAST: std::sync::Mutex<Option<(u64, std::time::Instant)>> = std::sync::Mutex::new(None);
-    let mut last = LAST
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let wall = std::time::SystemTime::now()
+/// Nanoseconds since the Unix epoch on the wall clock (0 before it): where
+/// a new store's fences start (`store_core`). Not modelled by loom, which
+/// needs none: it is read once per store.
+pub(crate) fn wall_clock_ns() -> u64 {
+    std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    let floor = match *last {
-        Some((floor, at)) => wall.max(
-            floor
-                .saturating_add(at.elapsed().as_nanos() as u64)
-                .saturating_add(1),
-        ),
-        None => wall,
-    };
-    *last = Some((floor, std::time::Instant::now()));
-    floor
+        .map_or(0, |d| d.as_nanos() as u64)
 }
