@@ -81,6 +81,14 @@ unsafe impl Send for LineWait<'_> {}
 unsafe impl Sync for LineWait<'_> {}
 
 impl<'a> LineWait<'a> {
+    /// The node, pinned: it lives in this future, which is pinned, and is
+    /// never moved out of it (only replaced, in `start`, while unlinked).
+    fn node(&self) -> Pin<&Waiter> {
+        let node = self.node.as_ref().expect("linked");
+        // SAFETY: structurally pinned with the future (see above).
+        unsafe { Pin::new_unchecked(node) }
+    }
+
     pub(crate) fn new(lock: &'a Lock, text: &'a str, hash: u64, mode: Mode) -> Self {
         LineWait {
             lock,
@@ -126,7 +134,7 @@ impl<'a> LineWait<'a> {
         record: *const Record,
         waker: &Waker,
     ) -> Poll<Result<Option<Grant>, Error>> {
-        let node = self.node.as_ref().expect("linked");
+        let node = self.node();
         // SAFETY: the state is `Waiting`, so the node was linked: the record
         // lives until the node has an end we act on (record.rs).
         let record = unsafe { &*record };
@@ -218,7 +226,7 @@ impl Drop for LineWait<'_> {
             return;
         };
         self.disarm();
-        let node = self.node.as_ref().expect("linked");
+        let node = self.node();
         // SAFETY: the state is `Waiting`: the node was linked, so the record
         // lives until the node has an end (record.rs).
         let record = unsafe { &*record };

@@ -260,24 +260,11 @@ impl Lock {
         let mut buf = KeyBuf::new();
         let text = key.text(&mut buf);
         let hash = self.shared.table.hash(text);
-        if self.store.closed.load(Ordering::Acquire) {
-            return Err(self.closed_error(text));
-        }
-        let in_tx_ok = matches!(mode, Mode::Try);
         // SAFETY: the guard lives in this frame until the hold ends
         // (unwinding too), and `text` outlives the frame.
-        let listed = unsafe { ctx::enter_hold(self.shared.id(), hash, text, in_tx_ok) };
-        let _listed = match listed {
-            Ok(listed) => listed,
-            Err(refusal) => return self.refused_here(refusal, mode, text).map(|()| None),
-        };
-        let grant = match self.try_fast(text, hash) {
-            Fast::Granted(g) => g,
-            Fast::Held if matches!(mode, Mode::Try) => return Ok(None),
-            Fast::Held | Fast::Slow => match self.acquire_slow(text, hash, mode)? {
-                Some(g) => g,
-                None => return Ok(None),
-            },
+        let Some((_listed, grant)) = (unsafe { self.acquire_listed(text, hash, mode, None) })?
+        else {
+            return Ok(None);
         };
         let lease = self.closure_lease(text, grant);
         let value = f(&lease);
@@ -286,6 +273,45 @@ impl Lock {
             Err(loss) => Some(loss.error_for(&self.shared.name, text)),
         };
         Ok(Some(Outcome { value, lost }))
+    }
+
+    /// A blocking hold's way to its grant, for one key or each of a set:
+    /// the closed flag, the thread's context checked and the hold listed in
+    /// it, then the fast path, then a wait in line (until `deadline`, µs on
+    /// the store's clock; `None`: `mode`'s wait from now). `None`: a `Try`
+    /// found the key held.
+    ///
+    /// # Safety
+    /// The caller drops the guard (never leaks it): it lists `text`.
+    #[inline(always)]
+    pub(crate) unsafe fn acquire_listed<'k>(
+        &self,
+        text: &'k str,
+        hash: u64,
+        mode: Mode,
+        deadline: Option<u64>,
+    ) -> Result<Option<(ctx::Listed<'k>, Grant)>, Error> {
+        if self.store.closed.load(Ordering::Acquire) {
+            return Err(self.closed_error(text));
+        }
+        let in_tx_ok = matches!(mode, Mode::Try);
+        // SAFETY: the caller's contract.
+        let listed = match unsafe { ctx::enter_hold(self.shared.id(), hash, text, in_tx_ok) } {
+            Ok(listed) => listed,
+            Err(refusal) => return self.refused_here(refusal, mode, text).map(|()| None),
+        };
+        let grant = match self.try_fast(text, hash) {
+            Fast::Granted(g) => g,
+            Fast::Held if matches!(mode, Mode::Try) => return Ok(None),
+            Fast::Held | Fast::Slow => {
+                let deadline = deadline.unwrap_or_else(|| self.deadline_us(mode));
+                match self.acquire_slow_until(text, hash, mode, deadline)? {
+                    Some(g) => g,
+                    None => return Ok(None),
+                }
+            }
+        };
+        Ok(Some((listed, grant)))
     }
 
     /// A closure's lease over `grant`, with its maxHold timer armed. The
@@ -423,7 +449,7 @@ impl Lock {
                 // SAFETY: the node is linked, so the record is alive until
                 // the wait ends (record.rs, "The record's lifetime").
                 let record = unsafe { &*record };
-                let end = record.wait(&waiter, first, &self.store.clock, deadline);
+                let end = record.wait(waiter.as_ref(), first, &self.store.clock, deadline);
                 self.wait_ended(record, end, text).map(Some)
             }
         }
@@ -509,7 +535,7 @@ impl Lock {
                 }
             };
             // SAFETY: the caller's contract.
-            let enqueued = unsafe { record.acquire_or_enqueue(&waiter, admit) }
+            let enqueued = unsafe { record.acquire_or_enqueue(waiter, admit) }
                 .map_err(|kind| self.refused(kind, text))?;
             match enqueued {
                 Enqueued::Granted => return Ok(Entered::Granted(Grant::of(record))),

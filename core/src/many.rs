@@ -15,11 +15,10 @@
 //! When any key fails, every lease already made is ended, in reverse order,
 //! before the error returns: no partial set is ever left held.
 
-use crate::ctx;
 use crate::error::Error;
 use crate::key::{check_key, Key, KeyBuf};
 use crate::lease::Lease;
-use crate::lock::{ms, Fast, Lock, Mode, DEFAULT_WAIT};
+use crate::lock::{ms, Lock, Mode, DEFAULT_WAIT};
 use crate::outcome::Outcome;
 use crate::sync::Ordering;
 use std::fmt;
@@ -115,20 +114,18 @@ impl Lock {
                 Mode::Wait(w) if w > 0 && self.store.clock.now_us() >= deadline => Mode::Wait(0),
                 m => m,
             };
-            let grant = match self.acquire_fast(text, hash, mode)? {
-                Fast::Granted(g) => g,
-                Fast::Held => return Ok(None),
-                Fast::Slow => match self.acquire_slow_until(text, hash, mode, deadline)? {
-                    Some(g) => g,
-                    None => return Ok(None),
-                },
+            // Listed, then granted, as a single hold is.
+            // SAFETY: the guard goes into `listed`, dropped (never leaked)
+            // on every return; `text` lives in `texts`, which outlives it.
+            let Some((l, grant)) =
+                (unsafe { self.acquire_listed(text, hash, mode, Some(deadline)) })?
+            else {
+                return Ok(None);
             };
             // No reallocation (reserved above), so nothing can fail between
             // the lease taking the grant and its place in `taken`.
             taken.0.push(self.closure_lease(text, grant));
-            // SAFETY: `text` lives in `texts`, which outlives `listed`, and
-            // the guards are dropped (never leaked) with `listed`.
-            listed.push(unsafe { ctx::list_hold(self.shared.id(), hash, text) });
+            listed.push(l);
         }
         let value = f(&taken.0);
         let mut lost = None;

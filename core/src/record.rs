@@ -85,12 +85,13 @@
 //!   too (a DEAD peek is confirmed under the shard lock).
 
 use crate::counters::{count, Event};
+use crate::spin::{first_in_line_spin_pauses, spin_learn, Backoff, SPIN_BEHIND, SPIN_ROUND};
 use crate::sync::{
-    first_in_line_spin_pauses, park_timeout, spin_learn, spin_loop, AtomicU32, AtomicU64, Backoff,
-    Clock, Ordering, Thread, UnsafeCell, SPIN_BEHIND, SPIN_ROUND,
+    park_timeout, spin_loop, AtomicU32, AtomicU64, Clock, Ordering, Thread, UnsafeCell,
 };
 use crossbeam_epoch as epoch;
 use std::marker::PhantomPinned;
+use std::pin::Pin;
 use std::ptr;
 use std::task::Waker;
 use std::time::Duration;
@@ -475,7 +476,7 @@ impl Record {
     /// [`leave`](Record::leave) answered: the line points at it.
     pub(crate) unsafe fn acquire_or_enqueue<E>(
         &self,
-        waiter: &Waiter,
+        waiter: Pin<&Waiter>,
         admit: impl FnOnce(u32) -> Result<(), E>,
     ) -> Result<Enqueued, E> {
         let mut s = self.state.load(Ordering::Relaxed);
@@ -547,7 +548,7 @@ impl Record {
     /// a handoff finds it awake; parks after.
     pub(crate) fn wait(
         &self,
-        waiter: &Waiter,
+        waiter: Pin<&Waiter>,
         first: bool,
         clock: &Clock,
         deadline_us: u64,
@@ -592,7 +593,7 @@ impl Record {
 
     /// The parked part of [`wait`](Record::wait): sleeps until a final
     /// status arrives or the deadline passes (then leaves the line).
-    fn park_until(&self, waiter: &Waiter, clock: &Clock, deadline_us: u64) -> WaitEnd {
+    fn park_until(&self, waiter: Pin<&Waiter>, clock: &Clock, deadline_us: u64) -> WaitEnd {
         loop {
             let now = clock.now_us();
             if now >= deadline_us {
@@ -627,7 +628,7 @@ impl Record {
     /// The caller is pinned and read `waiter`'s status as not final while
     /// pinned, so the record is alive (module doc); `waiter` is a task's node
     /// linked into this record's line.
-    pub(crate) unsafe fn poll_wait(&self, waiter: &Waiter, waker: &Waker) -> Option<WaitEnd> {
+    pub(crate) unsafe fn poll_wait(&self, waiter: Pin<&Waiter>, waker: &Waker) -> Option<WaitEnd> {
         let s = self.lock_line();
         // Under QLOCK only we can change the status or the waker now.
         let end = waiter.end();
@@ -655,7 +656,7 @@ impl Record {
     /// # Safety
     /// As for [`poll_wait`](Record::poll_wait): pinned, and `waiter`'s status
     /// read as not final while pinned.
-    pub(crate) unsafe fn leave(&self, waiter: &Waiter) -> WaitEnd {
+    pub(crate) unsafe fn leave(&self, waiter: Pin<&Waiter>) -> WaitEnd {
         let s = self.lock_line();
         // Under QLOCK no one else can change the status (only QLOCK owners
         // publish final statuses). Acquire: to see a granter's fence store.
@@ -671,7 +672,7 @@ impl Record {
             return end;
         }
         // SAFETY: we own QLOCK and `waiter` is linked (no final status).
-        let now_empty = unsafe { self.unlink(waiter) };
+        let now_empty = unsafe { self.unlink(&waiter) };
         // Relaxed: only the owner reads LEFT, in program order.
         waiter.status.store(LEFT, Ordering::Relaxed);
         let s = s - WAITER_ONE;
@@ -802,8 +803,8 @@ impl Record {
 
     /// # Safety
     /// The caller owns QLOCK and `w` is not linked.
-    unsafe fn push_back(&self, w: &Waiter) {
-        let wp: *const Waiter = w;
+    unsafe fn push_back(&self, w: Pin<&Waiter>) {
+        let wp: *const Waiter = &*w;
         self.line.with_mut(|line| {
             // SAFETY: QLOCK gives exclusive access to the line and the links;
             // linked nodes are alive.
