@@ -139,8 +139,11 @@ fn a_timeout_part_way_lets_every_key_taken_go_before_the_error_returns() {
 fn the_wait_is_one_deadline_for_the_whole_set() {
     let store = Store::new();
     let lock = open(&store);
-    // "a" is let go after 1 s; "b" stays held. With one wait per key the
-    // set would take 1 s + 1.5 s; with one deadline it gives up at 1.5 s.
+    // "a" is let go 1 s into a 2 s wait; "b" stays held. With one deadline
+    // the set gives up on "b" about 1 s after it got "a"; with a wait per
+    // key it would wait a whole 2 s more. Each margin is about 1 s, so only
+    // a stall that long could fail this for the wrong reason.
+    let wait = Duration::from_millis(2000);
     let blocker_b = lock.acquire("b").unwrap();
     let (granted_tx, granted_rx) = mpsc::channel();
     let l = lock.clone();
@@ -148,24 +151,31 @@ fn the_wait_is_one_deadline_for_the_whole_set() {
         l.hold("a", |_| {
             granted_tx.send(()).unwrap();
             thread::sleep(Duration::from_millis(1000));
+            Instant::now()
         })
-        .unwrap();
+        .unwrap()
     });
     granted_rx.recv().unwrap();
     let started = Instant::now();
     let err = lock
         .key_set(&["b", "a"])
-        .wait(Duration::from_millis(1500))
+        .wait(wait)
         .hold(|_| ())
         .unwrap_err();
-    let took = started.elapsed();
-    holder_a.join().unwrap();
+    let ended = Instant::now();
+    // Let go at or after this instant, so the set had "a" no earlier.
+    let a_let_go = holder_a.join().unwrap();
     assert_eq!(
         err.to_string(),
         "lock accounts: key \"b\": held past the hold's wait: in use"
     );
-    assert!(took >= Duration::from_millis(1500), "{took:?}");
-    assert!(took < Duration::from_millis(2300), "{took:?}");
+    let took = ended - started;
+    assert!(took >= wait, "gave up early: {took:?}");
+    let after_a = ended.saturating_duration_since(a_let_go);
+    assert!(
+        after_a < wait,
+        "waited a whole wait again after \"a\": {after_a:?}"
+    );
     assert!(is_free(&lock, "a"));
     drop(blocker_b);
 }
