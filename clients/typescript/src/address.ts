@@ -1,8 +1,9 @@
 /**
  * Where a server listens, read from the forms every holdline client
  * accepts: `host`, `host:port`, `[ipv6]:port` (port 7380 when none is
- * given) and `redis://[:token@]host[:port]`, whose password is the token.
- * Anything else fails `invalid` at once, naming the address.
+ * given) and `redis://[:token@]host[:port]`, whose password is the token,
+ * or `rediss://...` for the same over TLS. Anything else fails `invalid` at
+ * once, naming the address.
  */
 
 import { badAddress } from './texts.js'
@@ -13,6 +14,8 @@ export interface Address {
 	port: number
 	/** The token of `redis://:TOKEN@host`, when the address had one. */
 	token?: string
+	/** Present and true for a `rediss://` address: speak TLS. */
+	tls?: true
 }
 
 /** The port `holdline serve` listens on unless told otherwise. */
@@ -28,8 +31,9 @@ export function parseAddress(text: unknown): Address {
 	if (typeof text !== 'string') throw badAddress(String(text))
 	const bad = () => badAddress(text)
 	if (!text.includes('://')) return hostPort(text) ?? throwIt(bad())
-	if (!text.startsWith('redis://')) throw bad()
-	let rest = text.slice('redis://'.length)
+	const scheme = /^rediss?:\/\//.exec(text)?.[0]
+	if (scheme === undefined) throw bad()
+	let rest = text.slice(scheme.length)
 	let token: string | undefined
 	const at = rest.lastIndexOf('@')
 	if (at >= 0) {
@@ -43,8 +47,10 @@ export function parseAddress(text: unknown): Address {
 		}
 		rest = rest.slice(at + 1)
 	}
-	const address = hostPort(rest) ?? throwIt(bad())
-	return token === undefined ? address : { ...address, token }
+	const address: Address = hostPort(rest) ?? throwIt(bad())
+	if (token !== undefined) address.token = token
+	if (scheme === 'rediss://') address.tls = true
+	return address
 }
 
 /** `host`, `host:port`, `[v6]` or `[v6]:port`; `undefined` for anything else. */

@@ -1,19 +1,26 @@
 /**
- * One TCP connection to `holdline serve`: the RESP3 handshake, commands
- * answered in the order they were sent, the server's pushes, renewal while
- * a hold lives on it, and the news that it closed. A connection keeps the
- * process alive only while it is in use.
+ * One connection to `holdline serve`, over TCP or TLS: the RESP3
+ * handshake, commands answered in the order they were sent, the server's
+ * pushes, renewal while a hold lives on it, and the news that it closed.
+ * A connection keeps the process alive only while it is in use.
  */
 
 import * as net from 'node:net'
+import * as tls from 'node:tls'
 import { showAddress, type Address } from './address.js'
 import { now } from './duration.js'
 import type { HoldlineError } from './errors.js'
 import { Decoder, encodeCommand, RespError, RespPush, RespProtocolError, type Arg, type Reply } from './resp.js'
-import { cannotConnect, connectRefused, connectSilent, tokenMissing, tokenRefused } from './texts.js'
+import { cannotConnect, connectRefused, connectSilent, tlsFailed, tokenMissing, tokenRefused } from './texts.js'
 
 /** A command could not be answered: the connection closed first. */
 export class ConnectionClosed extends Error {}
+
+/** A plain connection whose server answered with a TLS record: it speaks TLS. */
+class ServerSpeaksTls extends ConnectionClosed {}
+
+/** Why a plain connection to a TLS server fails, in `tls_failed`. */
+const SPEAKS_TLS = 'the server speaks TLS: connect with rediss:// or the tls option'
 
 interface Pending {
 	resolve(reply: Reply): void
@@ -41,11 +48,21 @@ export class Connection {
 	 * can arrive in one read, before the grant's awaiter has run. */
 	#unclaimedLosses = new Map<bigint, string>()
 
-	private constructor(socket: net.Socket) {
+	private constructor(socket: net.Socket, secure: boolean) {
 		this.#socket = socket
 		this.#decoder = new Decoder(frame => this.#onFrame(frame))
 		socket.setNoDelay(true)
-		socket.on('data', chunk => {
+		let heard = secure
+		socket.on('data', (chunk: Buffer) => {
+			if (!heard) {
+				heard = true
+				// A TLS server answers plain text with an alert record (0x15) or
+				// a handshake record (0x16), version 3.x; no RESP frame starts so.
+				if ((chunk[0] === 0x15 || chunk[0] === 0x16) && (chunk.length < 2 || chunk[1] === 0x03)) {
+					this.#shut(new ServerSpeaksTls(SPEAKS_TLS))
+					return
+				}
+			}
 			try {
 				this.#decoder.push(chunk)
 			} catch (e) {
@@ -59,34 +76,40 @@ export class Connection {
 	}
 
 	/**
-	 * Connects and says `HELLO 3` (with `AUTH default TOKEN` when given one),
-	 * all within `timeoutMs`; fails with the texts every client shares.
+	 * Connects (over TLS given `tlsOptions`) and says `HELLO 3` (with
+	 * `AUTH default TOKEN` when given one), all within `timeoutMs`; fails
+	 * with the texts every client shares.
 	 */
-	static async open(address: Address, token: string | undefined, timeoutMs: number): Promise<Connection> {
+	static async open(address: Address, token: string | undefined, timeoutMs: number, tlsOptions?: tls.ConnectionOptions): Promise<Connection> {
 		const where = showAddress(address)
-		const socket = net.connect({ host: address.host, port: address.port })
+		const secure = tlsOptions !== undefined
+		const socket = secure ? tls.connect(tlsConnectOptions(address, tlsOptions)) : net.connect({ host: address.host, port: address.port })
 		let silent = false
+		let tcpUp = false
+		socket.once('connect', () => (tcpUp = true))
 		const timer = setTimeout(() => {
 			silent = true
 			socket.destroy(new Error(`no answer within ${timeoutMs}ms`))
 		}, timeoutMs)
 		try {
+			// Over TLS, `secureConnect`: the handshake done, the server's certificate checked.
 			await new Promise<void>((resolve, reject) => {
-				socket.once('connect', resolve)
+				socket.once(secure ? 'secureConnect' : 'connect', resolve)
 				socket.once('error', reject)
 			})
 		} catch (e) {
 			clearTimeout(timer)
 			socket.destroy()
+			if (secure && tcpUp && !silent) throw Object.assign(tlsFailed(where, tlsReason(e)), { cause: e })
 			throw dialFailed(where, silent, timeoutMs, e)
 		}
-		const connection = new Connection(socket)
+		const connection = new Connection(socket, secure)
 		const hello: Arg[] = token === undefined ? ['HELLO', 3] : ['HELLO', 3, 'AUTH', 'default', token]
 		let reply: Reply
 		try {
 			reply = await connection.send(hello)
 		} catch (e) {
-			throw dialFailed(where, silent, timeoutMs, e)
+			throw helloFailed(where, secure, silent, timeoutMs, e)
 		} finally {
 			clearTimeout(timer)
 		}
@@ -216,6 +239,46 @@ export class Connection {
 		this.#closeListeners = []
 		for (const listener of listeners) listener(why)
 	}
+}
+
+/**
+ * What `tls.connect` is given: the caller's options, with the address's
+ * host and port (never a socket or path of the options), and the host as
+ * the server name (SNI) when it is a name and the options name none.
+ */
+function tlsConnectOptions({ host, port }: Address, options: tls.ConnectionOptions): tls.ConnectionOptions {
+	const servername = options.servername ?? (net.isIP(host) ? undefined : host)
+	return { ...options, host, port, servername, socket: undefined, path: undefined }
+}
+
+/** An error of OpenSSL's (Node sets its `library` and an `ERR_SSL_` code): a handshake or an alert. */
+function isTlsError(e: unknown): boolean {
+	if (!(e instanceof Error)) return false
+	const { code, library } = e as { code?: unknown; library?: unknown }
+	return library === 'SSL routines' || (typeof code === 'string' && code.startsWith('ERR_SSL_'))
+}
+
+/**
+ * The words of a TLS failure: OpenSSL's reason (`tlsv13 alert certificate
+ * required`) rather than its whole line of codes and source files, else
+ * the message (`self-signed certificate in certificate chain`).
+ */
+function tlsReason(e: unknown): string {
+	if (!(e instanceof Error)) return String(e)
+	const reason = (e as { reason?: unknown }).reason
+	return typeof reason === 'string' && reason !== '' ? reason : e.message
+}
+
+/**
+ * Why a connection closed before `HELLO` was answered: a TLS alert (under
+ * TLS 1.3 a refused client certificate is told only after the handshake),
+ * a TLS server met in plain text, or else as dialling failed.
+ */
+function helloFailed(where: string, secure: boolean, silent: boolean, timeoutMs: number, e: unknown): HoldlineError {
+	const cause = e instanceof ConnectionClosed && e.cause !== undefined ? e.cause : e
+	if (!silent && e instanceof ServerSpeaksTls) return Object.assign(tlsFailed(where, SPEAKS_TLS), { cause: e })
+	if (!silent && secure && isTlsError(cause)) return Object.assign(tlsFailed(where, tlsReason(cause)), { cause })
+	return dialFailed(where, silent, timeoutMs, e)
 }
 
 /** Why dialling or `HELLO` failed: the timeout, or the platform's own words. */

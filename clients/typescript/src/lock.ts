@@ -9,8 +9,10 @@ import { AsyncLocalStorage } from 'node:async_hooks'
 import { ConnectionClosed, type Connection } from './connection.js'
 import { lostMarginMs, now, toMillis, toPositiveMillis, waitGraceMs, type Duration } from './duration.js'
 import { errorFor, fromServer, HoldlineError } from './errors.js'
+import { keyState, type KeyState } from './inspect.js'
 import { Lease, type LeaseClock } from './lease.js'
 import type { Pool } from './pool.js'
+import { request } from './request.js'
 import { RespError, type Arg, type Reply } from './resp.js'
 import { connectionClosedKey, lostConnection, lostSilent, waitSilent } from './texts.js'
 
@@ -123,6 +125,19 @@ export class Lock {
 		const grant = await this.#ask(['TRYHOLD', this.name, text, ...this.#leaseArgs], text, 0, options.signal)
 		if (!grant) return { acquired: false }
 		return { acquired: true, value: await this.#run(grant, fn) }
+	}
+
+	/**
+	 * The key's state on the server (`INSPECT`): whether it is held, the
+	 * fence, how long it has been held and its lease has left, the line's
+	 * length, and the holding connection; `null` when the server keeps
+	 * nothing for the key (never held, nobody waiting). It holds nothing and
+	 * does not wait in the key's line; the answer is old the moment it
+	 * arrives, so it is for looking on, not for deciding who may write.
+	 */
+	async inspect(key: Key): Promise<KeyState | null> {
+		const text = this.#keyText(key)
+		return keyState(await request(this.#pool, ['INSPECT', this.name, text], this.name, text), this.name, text)
 	}
 
 	#keyText(key: Key): string {

@@ -6,11 +6,14 @@
  * are kept for reuse once their hold is over.
  */
 
+import type * as tls from 'node:tls'
 import { showAddress, type Address } from './address.js'
 import { Connection } from './connection.js'
 
 export interface PoolOptions {
 	token: string | undefined
+	/** Speak TLS with these options (`undefined`: plain TCP). */
+	tls: tls.ConnectionOptions | undefined
 	connectTimeoutMs: number
 	/** Connections kept open for reuse while nothing uses them. */
 	maxIdle: number
@@ -44,7 +47,7 @@ export class Pool {
 		for (let c = this.#idle.pop(); c; c = this.#idle.pop()) {
 			if (!c.closed) return c
 		}
-		const c = await Connection.open(this.address, this.options.token, this.options.connectTimeoutMs)
+		const c = await Connection.open(this.address, this.options.token, this.options.connectTimeoutMs, this.options.tls)
 		if (this.#closed) {
 			c.destroy()
 			throw new Error('the store closed while connecting')

@@ -4,14 +4,13 @@
  * `await using store = await connect(...)`).
  */
 
+import type * as tls from 'node:tls'
 import { parseAddress } from './address.js'
-import { ConnectionClosed, type Connection } from './connection.js'
 import { toMillis, type Duration } from './duration.js'
-import { debugString, errorFor, fromServer } from './errors.js'
+import { debugString, errorFor } from './errors.js'
 import { Lock, type LockOptions } from './lock.js'
 import { Pool } from './pool.js'
-import { RespError, type Arg, type Reply } from './resp.js'
-import { connectionClosed, connectSilent } from './texts.js'
+import { request } from './request.js'
 
 // `await using` looks `Symbol.asyncDispose` up when it runs; Node 20 before
 // 20.4 lacks it. Define it only where missing, as the registered symbol
@@ -36,6 +35,14 @@ export interface ConnectOptions {
 	connectTimeout?: Duration
 	/** Connections kept open for reuse while no hold uses them (default 8). */
 	maxIdle?: number
+	/**
+	 * Speak TLS, with these options of Node's `tls.connect` (`ca`, `cert`,
+	 * `key`, `servername`, `rejectUnauthorized`, ...), whatever the
+	 * address's form; `{}` trusts Node's default CAs. Without it only a
+	 * `rediss://` address speaks TLS, trusting Node's default CAs. The host
+	 * and port are always the address's.
+	 */
+	tls?: tls.ConnectionOptions
 }
 
 /** A lock's counters, as `STATS` answers them. */
@@ -51,9 +58,10 @@ export interface LockStats {
 
 /**
  * Connects to `holdline serve` at `address`: `host:port`, `host` (port
- * 7380), `[ipv6]:port` or `redis://[:token@]host[:port]`; by default
+ * 7380), `[ipv6]:port` or `redis[s]://[:token@]host[:port]`; by default
  * `127.0.0.1:7380`. Resolves once a first connection has said `HELLO`, so a
- * wrong address or token fails here, not at the first hold.
+ * wrong address or token, or a failed TLS handshake, fails here, not at
+ * the first hold.
  */
 export async function connect(address = '127.0.0.1:7380', options: ConnectOptions = {}): Promise<Store> {
 	const where = parseAddress(address)
@@ -61,8 +69,12 @@ export async function connect(address = '127.0.0.1:7380', options: ConnectOption
 		options.connectTimeout === undefined ? DEFAULT_CONNECT_TIMEOUT_MS : toMillis(options.connectTimeout, 'connectTimeout', 'store')
 	const maxIdle = options.maxIdle ?? 8
 	if (!Number.isSafeInteger(maxIdle) || maxIdle < 0) throw errorFor('invalid', `maxIdle is a count, not ${String(maxIdle)}`)
+	if (options.tls !== undefined && (typeof options.tls !== 'object' || options.tls === null)) {
+		throw errorFor('invalid', `the tls option is an object of tls.connect options, not ${String(options.tls)}`)
+	}
 	const token = options.token ?? where.token
-	const pool = new Pool(where, { token, connectTimeoutMs: Math.max(1, timeout), maxIdle })
+	const tlsOptions = options.tls ?? (where.tls ? {} : undefined)
+	const pool = new Pool(where, { token, tls: tlsOptions, connectTimeoutMs: Math.max(1, timeout), maxIdle })
 	pool.giveBack(await pool.take())
 	return new Store(pool)
 }
@@ -104,7 +116,7 @@ export class Store implements AsyncDisposable {
 
 	/** The counters of the lock `name`. */
 	async stats(name: string): Promise<LockStats> {
-		const reply = await this.#command(['STATS', name], name)
+		const reply = await request(this.#pool, ['STATS', name], name)
 		const stats: Record<string, number> = {}
 		if (reply instanceof Map) {
 			for (const [k, v] of reply) stats[String(k)] = Number(v)
@@ -121,12 +133,12 @@ export class Store implements AsyncDisposable {
 	 * refused this way.
 	 */
 	async put(lock: string, key: string | number | bigint, fence: bigint, row: string, value: string): Promise<void> {
-		await this.#command(['PUT', lock, key, fence, row, value], lock)
+		await request(this.#pool, ['PUT', lock, key, fence, row, value], lock)
 	}
 
 	/** The value of `row`, or `null` when it has none. */
 	async get(row: string): Promise<string | null> {
-		const reply = await this.#command(['GET', row], undefined)
+		const reply = await request(this.#pool, ['GET', row])
 		return reply === null ? null : String(reply)
 	}
 
@@ -142,41 +154,5 @@ export class Store implements AsyncDisposable {
 	/** `close()`, for `await using store = await connect(...)`. */
 	[Symbol.asyncDispose](): Promise<void> {
 		return this.close()
-	}
-
-	/**
-	 * A one-off command on a free connection. The server answers these at
-	 * once, so one unanswered for the connect timeout means a dead link:
-	 * that connection is closed and the command fails `closed`.
-	 */
-	async #command(args: Arg[], lock: string | undefined): Promise<Reply> {
-		if (this.#pool.closed) throw errorFor('closed', 'the store is closed', lock)
-		let connection: Connection
-		try {
-			connection = await this.#pool.take()
-		} catch (e) {
-			if (this.#pool.closed) throw errorFor('closed', 'the store is closed', lock)
-			throw e
-		}
-		// In use: keeps the process alive until the answer comes.
-		connection.busy(60_000)
-		const timeoutMs = this.#pool.connectTimeoutMs
-		let silent = false
-		const timer = setTimeout(() => {
-			silent = true
-			connection.destroy(new ConnectionClosed('the server answered nothing'))
-		}, timeoutMs)
-		let reply: Reply
-		try {
-			reply = await connection.send(args)
-		} catch (cause) {
-			if (this.#pool.closed) throw Object.assign(errorFor('closed', 'the store is closed', lock), { cause })
-			throw Object.assign(silent ? connectSilent(this.#pool.where, timeoutMs) : connectionClosed(), { cause })
-		} finally {
-			clearTimeout(timer)
-			this.#pool.giveBack(connection)
-		}
-		if (reply instanceof RespError) throw fromServer(reply.word, reply.text)
-		return reply
 	}
 }

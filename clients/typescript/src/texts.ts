@@ -9,7 +9,7 @@ import { errorFor, showKey, type HoldlineError } from './errors.js'
 import { showMs } from './duration.js'
 
 /** The forms an address may take, as `badAddress` lists them. */
-const ADDRESS_FORMS = 'host, host:port, [ipv6]:port or redis://[:token@]host[:port]'
+const ADDRESS_FORMS = 'host, host:port, [ipv6]:port or redis[s]://[:token@]host[:port]'
 
 /** An address that is none of the accepted forms (`invalid`). */
 export function badAddress(address: string): HoldlineError {
@@ -19,6 +19,15 @@ export function badAddress(address: string): HoldlineError {
 /** Dialling failed; `reason` is the platform's own words (`closed`). */
 export function cannotConnect(hostport: string, reason: string): HoldlineError {
 	return errorFor('closed', `cannot connect to ${hostport} (${reason})`)
+}
+
+/**
+ * The TLS handshake failed, or the server ended the connection with a TLS
+ * alert before it answered `HELLO` (a refused client certificate under TLS
+ * 1.3), or one side spoke TLS and the other plain text (`closed`).
+ */
+export function tlsFailed(hostport: string, reason: string): HoldlineError {
+	return errorFor('closed', `TLS with ${hostport} failed (${reason})`)
 }
 
 /** Nothing came back from dialling and `HELLO` within the connect timeout (`closed`). */

@@ -11,8 +11,8 @@ import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { connect, type Store } from '../src/index.js'
 import { runScript } from './child.js'
-import { startProxy } from './proxy.js'
-import { startServer, until, whenLost, type Server } from './server.js'
+import { lostBeforeTheKeyMovesOn, startProxy } from './proxy.js'
+import { startServer, until, type Server } from './server.js'
 import { isText, tableText } from './texts.js'
 
 let server: Server
@@ -35,32 +35,11 @@ function gate() {
 
 test('a holder behind a frozen link is told of its loss before another client is granted the key', async () => {
 	const proxy = await startProxy(server.address)
-	const behind = await connect(proxy.address)
 	try {
-		const ttlMs = 2000
-		const held = gate()
-		let lostAt = 0
-		const holding = behind.lock('net', { ttl: '2s' }).hold('k', async lease => {
-			held.open()
-			await whenLost(lease)
-			lostAt = performance.now()
-			assert.equal(lease.lost, true)
-		})
-		holding.catch(() => {})
-		await held.opened
-		let grantedAt = 0
-		const waiting = direct.lock('net').hold('k', () => void (grantedAt = performance.now()), { wait: '30s' })
-		await until('the waiter in line', async () => (await direct.stats('net')).waiters === 1)
-		proxy.freeze()
-		const frozenAt = performance.now()
-		await waiting
-		await assert.rejects(holding, isText('lost', 'lost_silent', { lock: 'net', key: '"k"', ttl: '2s' }))
-		assert.ok(lostAt > 0, 'the holder saw its loss')
-		assert.ok(lostAt <= grantedAt - 10, `lost ${(grantedAt - lostAt).toFixed(1)}ms before the other grant, not at least 10ms`)
-		assert.ok(lostAt - frozenAt <= ttlMs + 500, `lost ${(lostAt - frozenAt).toFixed(0)}ms after the freeze`)
+		await using behind = await connect(proxy.address)
+		await lostBeforeTheKeyMovesOn(proxy, behind, direct, 'net')
 	} finally {
 		await proxy.stop()
-		await behind.close()
 	}
 })
 

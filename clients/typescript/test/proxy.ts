@@ -4,11 +4,14 @@
  * sees it) and SIGCONT thaws.
  */
 
+import assert from 'node:assert/strict'
 import { spawn } from 'node:child_process'
 import { once } from 'node:events'
 import * as path from 'node:path'
 import { createInterface } from 'node:readline'
-import { REPO } from './server.js'
+import type { Store } from '../src/index.js'
+import { REPO, until, whenLost } from './server.js'
+import { isText } from './texts.js'
 
 export interface Proxy {
 	/** `127.0.0.1:PORT`: connect here to reach the target through the proxy. */
@@ -44,4 +47,35 @@ export async function startProxy(target: string): Promise<Proxy> {
 			await exited
 		},
 	}
+}
+
+/**
+ * A holder behind `proxy` (through `behind`, ttl 2 s) and a waiter through
+ * `direct` with a long wait; the proxy frozen. Asserts that the holder's
+ * signal aborted at least 10 ms before the waiter's grant, within the ttl
+ * plus 0.5 s of the freeze, and that its hold rejected `lost_silent`.
+ */
+export async function lostBeforeTheKeyMovesOn(proxy: Proxy, behind: Store, direct: Store, lock: string): Promise<void> {
+	const ttlMs = 2000
+	let held!: () => void
+	const holding = new Promise<void>(r => (held = r))
+	let lostAt = 0
+	const hold = behind.lock(lock, { ttl: '2s' }).hold('k', async lease => {
+		held()
+		await whenLost(lease)
+		lostAt = performance.now()
+		assert.equal(lease.lost, true)
+	})
+	hold.catch(() => {})
+	await holding
+	let grantedAt = 0
+	const waiting = direct.lock(lock).hold('k', () => void (grantedAt = performance.now()), { wait: '30s' })
+	await until('the waiter in line', async () => (await direct.stats(lock)).waiters === 1)
+	proxy.freeze()
+	const frozenAt = performance.now()
+	await waiting
+	await assert.rejects(hold, isText('lost', 'lost_silent', { lock, key: '"k"', ttl: '2s' }))
+	assert.ok(lostAt > 0, 'the holder saw its loss')
+	assert.ok(lostAt <= grantedAt - 10, `lost ${(grantedAt - lostAt).toFixed(1)}ms before the other grant, not at least 10ms`)
+	assert.ok(lostAt - frozenAt <= ttlMs + 500, `lost ${(lostAt - frozenAt).toFixed(0)}ms after the freeze`)
 }

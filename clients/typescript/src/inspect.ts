@@ -1,0 +1,96 @@
+/**
+ * What `INSPECT lock key` answers: one key's state on the server, read
+ * without taking part in it. For operators and tests, not for deciding
+ * who holds a key: the answer is old the moment it arrives.
+ */
+
+import { errorFor, type HoldlineError } from './errors.js'
+import type { Reply } from './resp.js'
+
+/** The connection holding a key, as the server knows it. */
+export interface KeyHolder {
+	/** The server's id of the connection, as `CLIENT LIST` shows it and `CLIENT KILL ID` takes it. */
+	id: number
+	/** The connection's `CLIENT SETNAME`, or `null` when it has none. */
+	name: string | null
+	/** The connection's address as the server sees it, `ip:port`. */
+	addr: string
+	/** The lease's id on that connection. */
+	lease: number
+}
+
+/** One key of a lock, as `lock.inspect(key)` finds it. */
+export interface KeyState {
+	/** Whether the key has a holder. */
+	held: boolean
+	/** The fence of the key's latest grant: the holder's while held (a `bigint`, as `lease.fence`). */
+	fence: bigint
+	/** How long the current lease has been held, in ms; `null` when not held (or unknown). */
+	heldForMs: number | null
+	/** How long the current lease lives unless renewed (or until its maxHold), in ms; `null` when not held (or unknown). */
+	leaseLeftMs: number | null
+	/** How many holds wait in the key's line, the holder not counted. */
+	waiters: number
+	/** Who holds the key; `null` while nobody does. */
+	holder: KeyHolder | null
+}
+
+/**
+ * `INSPECT`'s answer: `null` for a null (the server keeps nothing for the
+ * key), else its map (or the flat array of a RESP2 map) as a `KeyState`.
+ * Fields the server may add later are skipped; a missing or mistyped one
+ * fails `invalid`.
+ */
+export function keyState(reply: Reply, lock: string, key: string): KeyState | null {
+	if (reply === null) return null
+	const bad = () => errorFor('invalid', `the server answered INSPECT with ${show(reply)}`, lock, key)
+	const fields = fieldsOf(reply) ?? throwIt(bad())
+	const holderReply = fields.get('holder') ?? null
+	const holder = holderReply === null ? null : holderOf(fieldsOf(holderReply) ?? throwIt(bad()))
+	const held = fields.get('held')
+	const fence = fields.get('fence')
+	const heldForMs = millis(fields.get('held_for_ms'))
+	const leaseLeftMs = millis(fields.get('lease_left_ms'))
+	const waiters = count(fields.get('waiters'))
+	if (typeof held !== 'boolean' || typeof fence !== 'bigint' || heldForMs === undefined || leaseLeftMs === undefined) throw bad()
+	if (waiters === undefined || holder === undefined) throw bad()
+	return { held, fence, heldForMs, leaseLeftMs, waiters, holder }
+}
+
+/** A holder's map; `undefined` when a field is missing or mistyped. */
+function holderOf(fields: Map<string, Reply>): KeyHolder | undefined {
+	const id = count(fields.get('id'))
+	const lease = count(fields.get('lease'))
+	const name = fields.get('name') ?? null
+	const addr = fields.get('addr')
+	if (id === undefined || lease === undefined || typeof addr !== 'string' || (name !== null && typeof name !== 'string')) return undefined
+	return { id, name, addr, lease }
+}
+
+/** A RESP3 map, or a RESP2 flat array of names and values, by name. */
+function fieldsOf(reply: Reply): Map<string, Reply> | undefined {
+	if (reply instanceof Map) return new Map([...reply].map(([k, v]) => [String(k), v]))
+	if (!Array.isArray(reply) || reply.length % 2 !== 0) return undefined
+	const fields = new Map<string, Reply>()
+	for (let i = 0; i < reply.length; i += 2) fields.set(String(reply[i]), reply[i + 1]!)
+	return fields
+}
+
+/** A whole number that fits a `number`; `undefined` otherwise. */
+function count(value: Reply | undefined): number | undefined {
+	if (typeof value !== 'bigint' || value < 0n || value > BigInt(Number.MAX_SAFE_INTEGER)) return undefined
+	return Number(value)
+}
+
+/** Milliseconds, `null` for a null or absent field; `undefined` for anything else. */
+function millis(value: Reply | undefined): number | null | undefined {
+	return value === null || value === undefined ? null : count(value)
+}
+
+function show(reply: Reply): string {
+	return reply instanceof Map ? 'a map without its fields' : Array.isArray(reply) ? 'an array' : String(reply)
+}
+
+function throwIt(error: HoldlineError): never {
+	throw error
+}

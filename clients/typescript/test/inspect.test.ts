@@ -1,0 +1,81 @@
+/** `lock.inspect(key)`: the server's `INSPECT` passed through, against a real server; and the reading of its answer. */
+
+import { test, before, after } from 'node:test'
+import assert from 'node:assert/strict'
+import { connect, HoldlineError, type Lease, type Store } from '../src/index.js'
+import { keyState } from '../src/inspect.js'
+import { RespError } from '../src/resp.js'
+import { startServer, until, type Server } from './server.js'
+
+let server: Server
+let store: Store
+before(async () => {
+	server = await startServer()
+	store = await connect(server.address)
+})
+after(async () => {
+	await store?.close()
+	await server?.stop()
+})
+
+test("inspect answers null for a key with no state; while held, the holder's fence, clock, connection and line; once let go, free", async () => {
+	const ttlMs = 2000
+	const lock = store.lock('inspect', { ttl: ttlMs })
+	assert.equal(await lock.inspect('k'), null)
+
+	let release!: () => void
+	const released = new Promise<void>(r => (release = r))
+	let granted!: (lease: Lease) => void
+	const grant = new Promise<Lease>(r => (granted = r))
+	const holding = lock.hold(7, async lease => {
+		granted(lease)
+		await released
+	})
+	const lease = await grant
+	const waiting = lock.hold('7', () => 'next', { wait: '30s' })
+	await until('the waiter in line', async () => (await store.stats('inspect')).waiters === 1)
+
+	const state = await lock.inspect(7)
+	assert.ok(state)
+	assert.equal(state.held, true)
+	assert.equal(state.fence, lease.fence)
+	assert.equal(state.waiters, 1)
+	assert.ok(state.leaseLeftMs !== null && state.leaseLeftMs > 0 && state.leaseLeftMs <= ttlMs, `lease left ${state.leaseLeftMs}`)
+	assert.ok(state.heldForMs !== null && state.heldForMs >= 0, `held for ${state.heldForMs}`)
+	const holder = state.holder
+	assert.ok(holder, 'a holder while held')
+	assert.ok(holder.id > 0 && holder.lease > 0, JSON.stringify(holder))
+	assert.equal(holder.name, null)
+	assert.match(holder.addr, /^127\.0\.0\.1:\d+$/)
+
+	release()
+	await holding
+	assert.equal(await waiting, 'next')
+	const freed = await lock.inspect('7')
+	assert.ok(freed)
+	assert.deepEqual({ ...freed, fence: undefined }, { held: false, fence: undefined, heldForMs: null, leaseLeftMs: null, waiters: 0, holder: null })
+	assert.ok(freed.fence > lease.fence, 'the waiter was granted after it')
+})
+
+test('inspect fails as the other calls do: a bad key at once, a closed store closed', async () => {
+	const own = await connect(server.address)
+	const lock = own.lock('inspect')
+	await assert.rejects(lock.inspect(1.5), (e: unknown) => e instanceof HoldlineError && e.kind === 'invalid' && e.message === 'lock inspect: a key is text or a whole number, not 1.5: invalid')
+	await own.close()
+	await assert.rejects(lock.inspect('k'), (e: unknown) => e instanceof HoldlineError && e.kind === 'closed' && e.message === 'lock inspect: key "k": the store is closed: closed')
+})
+
+test("INSPECT's answer read: a RESP3 map or a RESP2 flat array, unknown fields skipped, anything else invalid", () => {
+	const holder = new Map<string, bigint | string | null>([['id', 3n], ['name', 'worker'], ['addr', '10.0.0.1:5000'], ['lease', 9n]])
+	const fields: Array<[string, any]> = [['held', true], ['fence', 2n ** 62n], ['held_for_ms', 5n], ['lease_left_ms', 95n], ['waiters', 2n], ['holder', holder], ['later', 'x']]
+	const want = { held: true, fence: 2n ** 62n, heldForMs: 5, leaseLeftMs: 95, waiters: 2, holder: { id: 3, name: 'worker', addr: '10.0.0.1:5000', lease: 9 } }
+	assert.deepEqual(keyState(new Map(fields), 'l', 'k'), want)
+	assert.deepEqual(keyState(fields.flat(), 'l', 'k'), want)
+	assert.equal(keyState(null, 'l', 'k'), null)
+	const bad = (reply: any) => assert.throws(() => keyState(reply, 'l', 'k'), (e: unknown) => e instanceof HoldlineError && e.kind === 'invalid' && e.message.startsWith('lock l: key "k": the server answered INSPECT with'))
+	bad('OK')
+	bad(new RespError('ERR', 'no'))
+	bad(new Map(fields.filter(([name]) => name !== 'fence')))
+	bad(new Map([...fields.filter(([name]) => name !== 'holder'), ['holder', 'someone']]))
+	bad(new Map([...fields.filter(([name]) => name !== 'waiters'), ['waiters', -1n]]))
+})

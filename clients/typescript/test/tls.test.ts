@@ -1,0 +1,174 @@
+/**
+ * TLS: a real `holdline serve --tls-cert ... --tls-key ...` (and
+ * `--tls-client-ca ...`) with certificates made for the test (`certs.ts`).
+ * Holds over TLS, `rediss://` addresses, a client that trusts another CA,
+ * a server that wants client certificates, plain text meeting TLS either
+ * way, and the lease's clock behind a frozen link, unchanged by TLS.
+ */
+
+import { test, before, after } from 'node:test'
+import assert from 'node:assert/strict'
+import { spawn } from 'node:child_process'
+import { once } from 'node:events'
+import * as net from 'node:net'
+import * as fs from 'node:fs'
+import * as path from 'node:path'
+import { connect, HoldlineError } from '../src/index.js'
+import { Ca, certFolder, removeFolder, tlsFlags } from './certs.js'
+import { lostBeforeTheKeyMovesOn, startProxy } from './proxy.js'
+import { startServer, type Server } from './server.js'
+import { isText } from './texts.js'
+
+let folder: string
+let ca: Ca
+/** A TLS server with a leaf of `ca`, and a plain one. */
+let server: Server
+let plain: Server
+let port: string
+before(async () => {
+	folder = certFolder()
+	ca = new Ca(folder)
+	server = await startServer(tlsFlags(ca))
+	plain = await startServer()
+	port = server.address.split(':')[1]!
+})
+after(async () => {
+	await server?.stop()
+	await plain?.stop()
+	if (folder) removeFolder(folder)
+})
+
+/** A `tls_failed` for `hostport` whose reason matches `reason`. */
+function tlsFailed(hostport: string, reason: RegExp) {
+	return (e: unknown) => {
+		isText('closed', 'tls_failed', { hostport })(e)
+		const said = /\((.*)\): closed$/s.exec((e as Error).message)?.[1] ?? ''
+		assert.match(said, reason)
+		return true
+	}
+}
+
+/** Holds `key` of lock `tls` once through a store at `address`; answers the fence, and what `inspect` saw while held. */
+async function holdOnce(address: string, options: Parameters<typeof connect>[1]) {
+	await using store = await connect(address, options)
+	const lock = store.lock('tls')
+	return await lock.hold('k', async lease => ({ fence: lease.fence, state: await lock.inspect('k'), lost: lease.lost }))
+}
+
+test('holds go over TLS given the tls option, with any address form, or a rediss:// URL', async () => {
+	const trusted = ca.trusting()
+	let last = 0n
+	for (const address of [server.address, `localhost:${port}`, `rediss://127.0.0.1:${port}`, `rediss://localhost:${port}`]) {
+		const { fence, state, lost } = await holdOnce(address, { tls: trusted })
+		assert.ok(fence > last, `${address}: fence ${fence} after ${last}`)
+		last = fence
+		assert.equal(lost, false)
+		assert.equal(state?.held, true)
+		assert.equal(state?.fence, fence)
+	}
+	// A token in a rediss:// URL, as in a redis:// one.
+	const tokenFile = path.join(folder, 'token')
+	fs.writeFileSync(tokenFile, 's3cret\n')
+	const guarded = await startServer(tlsFlags(ca, '--token-file', tokenFile))
+	try {
+		const guardedPort = guarded.address.split(':')[1]!
+		assert.ok((await holdOnce(`rediss://:s3cret@127.0.0.1:${guardedPort}`, { tls: trusted })).fence >= 1n)
+		await assert.rejects(connect(`rediss://127.0.0.1:${guardedPort}`, { tls: trusted }), isText('invalid', 'token_missing'))
+	} finally {
+		await guarded.stop()
+	}
+})
+
+test('a client trusting another CA, or a name not in the certificate, fails at connect', async () => {
+	const other = new Ca(folder, 'other')
+	await assert.rejects(connect(server.address, { tls: other.trusting() }), tlsFailed(server.address, /unable to verify|self.signed/))
+	// rediss:// without the tls option trusts Node's default CAs, which do not include the test's own.
+	await assert.rejects(connect(`rediss://${server.address}`), tlsFailed(server.address, /unable to verify|self.signed/))
+	// The certificate names 127.0.0.1 and localhost only.
+	await assert.rejects(connect(server.address, { tls: { ...ca.trusting(), servername: 'example.com' } }), tlsFailed(server.address, /example\.com/))
+	// What failed stays reachable, as the cause.
+	const error = await connect(server.address, { tls: other.trusting() }).catch((e: unknown) => e)
+	assert.ok(error instanceof HoldlineError && error.cause instanceof Error)
+})
+
+test('a server wanting client certificates serves a client with one and refuses one without, at connect', async () => {
+	const strict = await startServer(tlsFlags(ca, '--tls-client-ca', ca.cert))
+	try {
+		assert.ok((await holdOnce(strict.address, { tls: ca.trusting(true) })).fence >= 1n)
+		// Under TLS 1.3 the refusal comes as an alert after the handshake, racing the HELLO.
+		for (let i = 0; i < 5; i++) {
+			await assert.rejects(connect(strict.address, { tls: ca.trusting() }), tlsFailed(strict.address, /certificate required/))
+		}
+		// Under TLS 1.2 it comes in the handshake.
+		await assert.rejects(connect(strict.address, { tls: { ...ca.trusting(), maxVersion: 'TLSv1.2' } }), tlsFailed(strict.address, /./))
+		// A certificate from another CA.
+		const stranger = new Ca(folder, 'stranger').leaf(true)
+		const foreign = { ...ca.trusting(), cert: fs.readFileSync(stranger.cert), key: fs.readFileSync(stranger.key) }
+		await assert.rejects(connect(strict.address, { tls: foreign }), tlsFailed(strict.address, /./))
+	} finally {
+		await strict.stop()
+	}
+})
+
+test('plain text and TLS meeting fail at connect, saying so', async () => {
+	await assert.rejects(connect(server.address), tlsFailed(server.address, /^the server speaks TLS/))
+	await assert.rejects(connect(`redis://${server.address}`), tlsFailed(server.address, /^the server speaks TLS/))
+	await assert.rejects(connect(plain.address, { tls: ca.trusting() }), tlsFailed(plain.address, /./))
+	await assert.rejects(connect(`rediss://${plain.address}`), tlsFailed(plain.address, /./))
+})
+
+test('a server that accepts and answers no TLS handshake fails connect after the connect timeout', async () => {
+	const sockets: net.Socket[] = []
+	const silent = net.createServer(s => sockets.push(s))
+	silent.listen(0, '127.0.0.1')
+	await once(silent, 'listening')
+	const address = `127.0.0.1:${(silent.address() as net.AddressInfo).port}`
+	try {
+		const started = Date.now()
+		await assert.rejects(connect(`rediss://${address}`, { connectTimeout: '300ms' }), isText('closed', 'connect_silent', { hostport: address, timeout: '300ms' }))
+		assert.ok(Date.now() - started >= 250, 'not before its timeout')
+	} finally {
+		for (const s of sockets) s.destroy()
+		silent.close()
+	}
+})
+
+test('the tls option is an object of tls.connect options', async () => {
+	for (const bad of [true, 'yes', null]) {
+		await assert.rejects(connect(server.address, { tls: bad as never }), (e: unknown) => e instanceof HoldlineError && e.kind === 'invalid')
+	}
+})
+
+test('over TLS, a holder behind a frozen link is told of its loss before another client is granted the key', async () => {
+	const trusted = ca.trusting()
+	const proxy = await startProxy(server.address)
+	try {
+		await using behind = await connect(proxy.address, { tls: trusted })
+		await using direct = await connect(server.address, { tls: trusted })
+		await lostBeforeTheKeyMovesOn(proxy, behind, direct, 'tls-frozen')
+	} finally {
+		await proxy.stop()
+	}
+})
+
+test('a program that never closes its TLS store exits by itself once its work is done', async () => {
+	const index = new URL('../src/index.js', import.meta.url).href
+	const program = `
+		import { connect } from ${JSON.stringify(index)}
+		import * as fs from 'node:fs'
+		const store = await connect(${JSON.stringify(`rediss://${server.address}`)}, { tls: { ca: fs.readFileSync(${JSON.stringify(ca.cert)}) } })
+		console.log(await store.lock('exits').hold('k', lease => String(lease.lost)))
+	`
+	const child = spawn(process.execPath, ['--input-type=module', '-e', program], { stdio: ['ignore', 'pipe', 'pipe'] })
+	let out = ''
+	let err = ''
+	child.stdout!.on('data', d => (out += d))
+	child.stderr!.on('data', d => (err += d))
+	const timer = setTimeout(() => child.kill('SIGKILL'), 20_000)
+	const [code, signal] = await new Promise<[number | null, string | null]>(r => child.on('exit', (c, s) => r([c, s])))
+	clearTimeout(timer)
+	assert.equal(signal, null, 'it exited by itself, not killed after 20 s')
+	assert.equal(err, '')
+	assert.equal(code, 0)
+	assert.equal(out, 'false\n')
+})
