@@ -1,8 +1,10 @@
 /**
  * The README's TypeScript snippets, compiled and run as written against a
- * real server (only its address put in for `127.0.0.1:7380`). Each
- * `// prints: TEXT` comment is a line the snippet must print, in order; a
- * TEXT ending in `…` is the start of that line.
+ * real server (only its address put in for `127.0.0.1:7380`). A snippet
+ * that speaks TLS (`tls:`) runs against a TLS server whose CA is `ca.pem`
+ * in its working folder. Each `// prints: TEXT` comment is a line the
+ * snippet must print, in order; a TEXT ending in `…` is the start of that
+ * line.
  */
 
 import { test, before, after } from 'node:test'
@@ -11,6 +13,7 @@ import { execFile } from 'node:child_process'
 import * as fs from 'node:fs'
 import * as path from 'node:path'
 import { promisify } from 'node:util'
+import { Ca, certFolder, removeFolder, tlsFlags } from './certs.js'
 import { REPO, startServer, type Server } from './server.js'
 
 const run = promisify(execFile)
@@ -19,12 +22,23 @@ const PACKAGE = path.join(REPO, 'clients/typescript')
 const DIR = path.join(PACKAGE, 'dist/readme')
 
 let server: Server
+let tlsServer: Server
+let folder: string
+let ca: Ca
 before(async () => {
+	folder = certFolder()
+	ca = new Ca(folder)
 	server = await startServer()
+	tlsServer = await startServer(tlsFlags(ca))
 })
 after(async () => {
 	await server?.stop()
+	await tlsServer?.stop()
+	if (folder) removeFolder(folder)
 })
+
+/** Whether a snippet speaks TLS. */
+const speaksTls = (snippet: string) => /\btls:/.test(snippet)
 
 function snippets(): string[] {
 	const readme = fs.readFileSync(path.join(PACKAGE, 'README.md'), 'utf8')
@@ -38,11 +52,13 @@ function expectedLines(snippet: string): string[] {
 test('every TypeScript snippet of the README compiles and runs as written', async () => {
 	const all = snippets()
 	assert.ok(all.length >= 3, `${all.length} snippets found`)
+	assert.ok(all.some(speaksTls), 'a snippet speaks TLS')
 	fs.rmSync(DIR, { recursive: true, force: true })
 	fs.mkdirSync(DIR, { recursive: true })
+	fs.copyFileSync(ca.cert, path.join(DIR, 'ca.pem'))
 	const files = all.map((snippet, i) => {
 		const file = path.join(DIR, `snippet${i + 1}.ts`)
-		fs.writeFileSync(file, snippet.replaceAll('127.0.0.1:7380', server.address))
+		fs.writeFileSync(file, snippet.replaceAll('127.0.0.1:7380', (speaksTls(snippet) ? tlsServer : server).address))
 		return file
 	})
 	const tsc = path.join(PACKAGE, 'node_modules/typescript/bin/tsc')
