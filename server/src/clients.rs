@@ -145,11 +145,24 @@ impl ClientState {
 #[derive(Default)]
 pub struct Clients {
     map: Mutex<BTreeMap<u64, Arc<ClientState>>>,
+    /// The most connections open at once since [`take_peak`](Clients::take_peak).
+    peak: AtomicUsize,
 }
 
 impl Clients {
     pub fn add(&self, client: Arc<ClientState>) {
-        lock(&self.map).insert(client.id, client);
+        let mut map = lock(&self.map);
+        map.insert(client.id, client);
+        // Relaxed: a high-water mark for the heap trimmer; nothing is
+        // published through it.
+        self.peak.fetch_max(map.len(), Ordering::Relaxed);
+    }
+
+    /// The high-water mark since the last call; it starts again from now.
+    pub fn take_peak(&self) -> usize {
+        let now = self.count();
+        // Relaxed: as in `add`.
+        self.peak.swap(now, Ordering::Relaxed).max(now)
     }
 
     pub fn remove(&self, id: u64) {

@@ -8,18 +8,23 @@ use holdline_resp::{encode, Decoder, Proto, ProtocolError, Value};
 use std::io;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-/// Room made for a read when the buffer is nearly full. Small: ten
-/// thousand idle connections each keep one.
-const READ_CHUNK: usize = 4 * 1024;
+/// Room made for a read, at first. Small: ten thousand idle connections
+/// each keep one while they wait for bytes.
+const FIRST_READ: usize = 512;
+/// Room made for a read at most: a read that filled its room doubles the
+/// next one (a pipelining client), up to this.
+const MAX_READ: usize = 64 * 1024;
 /// An input buffer grown past this (a large frame) is given back once empty.
-const KEPT_INPUT_CAPACITY: usize = 64 * 1024;
+const KEPT_INPUT_CAPACITY: usize = 4 * 1024;
 /// An answer buffer grown past this is given back after it was written.
-const KEPT_OUTPUT_CAPACITY: usize = 64 * 1024;
+const KEPT_OUTPUT_CAPACITY: usize = 4 * 1024;
 
 /// A framed stream: frames in, answers out.
 pub struct Connection<S> {
     stream: S,
     input: BytesMut,
+    /// Room the next read makes (`FIRST_READ` to `MAX_READ`).
+    read_size: usize,
     decoder: Decoder,
     output: Vec<u8>,
 }
@@ -30,8 +35,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
         Connection {
             stream,
             input: BytesMut::new(),
+            read_size: FIRST_READ,
             decoder: Decoder::new(max_frame).inline(true),
-            output: Vec::with_capacity(1024),
+            // Allocated by the first answer, not by an idle connection.
+            output: Vec::new(),
         }
     }
 
@@ -64,11 +71,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
     pub async fn read_more(&mut self) -> io::Result<usize> {
         if self.input.is_empty() && self.input.capacity() > KEPT_INPUT_CAPACITY {
             self.input = BytesMut::new();
+            self.read_size = FIRST_READ;
         }
-        if self.input.capacity() - self.input.len() < READ_CHUNK / 2 {
-            self.input.reserve(READ_CHUNK);
+        if self.input.capacity() - self.input.len() < self.read_size / 2 {
+            self.input.reserve(self.read_size);
         }
-        self.stream.read_buf(&mut self.input).await
+        let room = self.input.capacity() - self.input.len();
+        let n = self.stream.read_buf(&mut self.input).await?;
+        if n == room {
+            self.read_size = (self.read_size * 2).min(MAX_READ);
+        }
+        Ok(n)
     }
 
     /// Queues an answer, written at the next [`flush`](Connection::flush).

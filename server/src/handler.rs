@@ -311,3 +311,33 @@ async fn hold_done(state: &mut State) -> Result<HeldLease, Error> {
         _ => pending().await,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::session::{Facts, Session, Shared};
+    use std::sync::Arc;
+
+    /// Ten thousand idle connections keep ten thousand of these: a field
+    /// or a future held across an await that bloats it shows here.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_connections_task_stays_small() {
+        let facts = Facts {
+            started: std::time::Instant::now(),
+            port: 1,
+            tls: false,
+            max_clients: 1,
+        };
+        let shared = Arc::new(Shared::new(holdline::Store::new(), None, 1 << 19, facts));
+        let session = Session::new(shared, "127.0.0.1:1".parse().unwrap());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let stream = tokio::net::TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (done, _) = tokio::sync::mpsc::channel(1);
+        let (_notify, watch) = tokio::sync::watch::channel(false);
+        let shutdown = crate::shutdown::Shutdown::new(watch);
+        let run = super::Handler::new(stream, session, shutdown, done).run();
+        let size = std::mem::size_of_val(&run);
+        assert!(size <= 3 * 1024, "a connection's future is {size} bytes");
+    }
+}

@@ -187,7 +187,10 @@ fn inline_commands_split_words_as_redis_does() {
     };
     assert!(pair[1].as_integer().unwrap() > 0);
     c.raw(b"INSPECT inv 'a b'\r\n");
-    assert!(matches!(c.read(), Value::Array(_)), "the same key, single-quoted");
+    assert!(
+        matches!(c.read(), Value::Array(_)),
+        "the same key, single-quoted"
+    );
     c.raw(b"ECHO \"\\x41\\x42\"\r\n");
     assert_eq!(c.read(), Value::bulk("AB"));
     c.raw(b"ECHO \"open\r\n");
