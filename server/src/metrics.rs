@@ -22,8 +22,9 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tracing::{info, warn};
@@ -55,6 +56,9 @@ pub struct Metrics {
     errors: Vec<Counter>,
     wait: Family<LockLabel, Histogram>,
     hold: Family<LockLabel, Histogram>,
+    /// Each lock's (wait, hold) histograms, looked up by `&str`: a grant
+    /// then costs no label allocation.
+    by_lock: RwLock<HashMap<String, (Histogram, Histogram)>>,
     /// False once the server shuts down (`/healthz` answers 503).
     serving: AtomicBool,
 }
@@ -108,6 +112,7 @@ impl Metrics {
             errors: error_handles,
             wait,
             hold,
+            by_lock: RwLock::new(HashMap::new()),
             serving: AtomicBool::new(true),
         }
     }
@@ -135,19 +140,30 @@ impl Metrics {
     }
 
     pub fn waited(&self, lock: &str, waited: Duration) {
-        let label = LockLabel {
-            lock: lock.to_owned(),
-        };
-        self.wait
-            .get_or_create(&label)
-            .observe(waited.as_secs_f64());
+        self.histograms(lock).0.observe(waited.as_secs_f64());
     }
 
     pub fn held(&self, lock: &str, held: Duration) {
+        self.histograms(lock).1.observe(held.as_secs_f64());
+    }
+
+    /// The lock's (wait, hold) histograms, made on its first grant.
+    fn histograms(&self, lock: &str) -> (Histogram, Histogram) {
+        let cached = self.by_lock.read().unwrap_or_else(PoisonError::into_inner);
+        if let Some(pair) = cached.get(lock) {
+            return pair.clone();
+        }
+        drop(cached);
         let label = LockLabel {
             lock: lock.to_owned(),
         };
-        self.hold.get_or_create(&label).observe(held.as_secs_f64());
+        let pair = (
+            self.wait.get_or_create(&label).clone(),
+            self.hold.get_or_create(&label).clone(),
+        );
+        let mut cache = self.by_lock.write().unwrap_or_else(PoisonError::into_inner);
+        cache.insert(label.lock, pair.clone());
+        pair
     }
 
     /// The exposition, in Prometheus's text format (0.0.4).
