@@ -2,30 +2,21 @@
 //! through a design's async hold ([`AsyncKeyedLock`]). The `threads` of a
 //! row is its number of tasks; the runtime has one worker per CPU.
 
-use std::future::Future;
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use hdrhistogram::Histogram;
 use tokio::runtime::Runtime;
 
 use crate::alloc::live_bytes;
 use crate::designs::AsyncKeyedLock;
+use crate::measure::{base_run, fill_lat, hist, run_tasks, settle_fresh_keys};
 use crate::row::Run;
-use crate::scenarios::{
-    base_run, fill_lat, hist, settle_fresh_keys, Cfg, Scenario, BATCH, DEADLINE_WAITERS,
-    MILLION_TIMED_EVERY, UNCONTENDED_KEYS,
+use crate::scenario::{
+    workers, Cfg, Scenario, BATCH, DEADLINE_WAITERS, MILLION_TIMED_EVERY, UNCONTENDED_KEYS,
 };
-
-/// Worker threads of the runtime the async rows run on: one per CPU, as
-/// `#[tokio::main]` would have.
-pub fn workers() -> usize {
-    std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
-}
 
 fn runtime() -> Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -33,43 +24,6 @@ fn runtime() -> Runtime {
         .enable_time()
         .build()
         .expect("tokio runtime")
-}
-
-/// Runs `work(task_index, stop)` as `tasks` tasks for `dur`, starting them
-/// together; answers their results and the measured wall time.
-pub fn run_tasks<T, F>(
-    rt: &Runtime,
-    tasks: usize,
-    dur: Duration,
-    work: impl Fn(usize, Arc<AtomicBool>) -> F,
-) -> (Vec<T>, f64)
-where
-    T: Send + 'static,
-    F: Future<Output = T> + Send + 'static,
-{
-    let stop = Arc::new(AtomicBool::new(false));
-    rt.block_on(async {
-        let start_line = Arc::new(tokio::sync::Barrier::new(tasks + 1));
-        let handles: Vec<_> = (0..tasks)
-            .map(|t| {
-                let fut = work(t, stop.clone());
-                let start_line = start_line.clone();
-                tokio::spawn(async move {
-                    start_line.wait().await;
-                    fut.await
-                })
-            })
-            .collect();
-        start_line.wait().await;
-        let start = Instant::now();
-        tokio::time::sleep(dur).await;
-        stop.store(true, Relaxed);
-        let mut out = Vec::with_capacity(tasks);
-        for h in handles {
-            out.push(h.await.expect("task"));
-        }
-        (out, start.elapsed().as_secs_f64())
-    })
 }
 
 /// Throughput then latency, each task holding the keys of `seqs[t]` round

@@ -12,7 +12,7 @@ use crate::busy::Spinners;
 use crate::cli::BenchArgs;
 use crate::designs::Design;
 use crate::row::{Row, Run};
-use crate::scenarios::{Cfg, Kind, Scenario};
+use crate::scenario::{Cfg, Kind, Scenario};
 use crate::servers::ServerKind;
 use crate::{for_async_design, for_design, plots, report, schema, workspace_path};
 

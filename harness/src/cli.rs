@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::designs::Design;
-use crate::scenarios::Scenario;
+use crate::scenario::Scenario;
 
 /// holdline against the keyed-mutex designs people use instead, scenario by
 /// scenario: a table (time and p99 relative to holdline per row), and CSV,

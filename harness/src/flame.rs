@@ -20,7 +20,7 @@ fn workload<D: KeyedLock>(scenario: &str, threads: usize, dur: Duration) {
     let d = D::new();
     let keys: Vec<Vec<String>> = (0..threads)
         .map(|t| match scenario {
-            "uncontended" => (0..crate::scenarios::UNCONTENDED_KEYS)
+            "uncontended" => (0..crate::scenario::UNCONTENDED_KEYS)
                 .map(|j| format!("u{t}-{j}"))
                 .collect(),
             // Keys that come round again only long after they went idle.
@@ -29,9 +29,9 @@ fn workload<D: KeyedLock>(scenario: &str, threads: usize, dur: Duration) {
         })
         .collect();
     // Single-key baselines: one lock per thread when uncontended.
-    let per_thread: Vec<crate::scenarios::Padded<D>> = if D::SINGLE && scenario == "uncontended" {
+    let per_thread: Vec<crate::measure::Padded<D>> = if D::SINGLE && scenario == "uncontended" {
         (0..threads)
-            .map(|_| crate::scenarios::Padded(D::new()))
+            .map(|_| crate::measure::Padded(D::new()))
             .collect()
     } else {
         Vec::new()

@@ -3,29 +3,46 @@
 //! `cargo run --release -p harness -- flamegraph`: flamegraphs of holdline's
 //! uncontended and hot-key paths (pprof).
 //!
-//! Modules: `cli` (the command line), `bench` (plans and runs the rows),
-//! `scenarios` and `designs` (what is measured, on what), `async_scenarios`
-//! (tasks on a tokio runtime), `server_scenarios` and `servers` (holdline
-//! serve against redis-server over loopback), `row` (a run and
-//! the median of a row's runs), `busy` (CPU-bound threads beside a row),
-//! `schema` (a row's fields, once, for the table, CSV and JSON), `report`
-//! (the table and ratios), `plots` (SVGs), `flame` (flamegraphs), `alloc`
-//! (the allocation-counting allocator), `zipf` (key sequences).
+//! Modules, bottom-up (each uses only those before it;
+//! `tests/module_graph.rs` checks there is no import cycle):
+//! - leaves: `alloc` (the allocation-counting allocator), `busy` (CPU-bound
+//!   threads beside a row), `zipf` (key sequences), `servers` (starting
+//!   `holdline serve` and `redis-server`), `designs` (what is measured),
+//!   `units` (number formats);
+//! - `scenario` (the scenarios' names, legends, constants and [`Cfg`]),
+//!   `row` (a run, a row as the median of its runs, ratios to holdline),
+//!   `measure` (what every runner shares);
+//! - one file per family of runners: `rates`, `fresh_keys`, `handoff`,
+//!   `deadline`, `async_scenarios` (tasks on a tokio runtime),
+//!   `server_scenarios` (holdline serve against redis-server on loopback);
+//!   `scenarios` sends a scenario to its runner;
+//! - `schema` (a row's fields, once, for the table, CSV and JSON), `report`
+//!   (the table), `plots` (SVGs), `cli` (the command line), `flame`
+//!   (flamegraphs), `bench` (plans and runs the rows).
+//!
+//! [`Cfg`]: scenario::Cfg
 
 mod alloc;
 mod async_scenarios;
 mod bench;
 mod busy;
 mod cli;
+mod deadline;
 mod designs;
 mod flame;
+mod fresh_keys;
+mod handoff;
+mod measure;
 mod plots;
+mod rates;
 mod report;
 mod row;
+mod scenario;
 mod scenarios;
 mod schema;
 mod server_scenarios;
 mod servers;
+mod units;
 mod zipf;
 
 use std::path::PathBuf;

@@ -6,8 +6,8 @@ use std::path::Path;
 
 use plotters::prelude::*;
 
-use crate::report::{fmt_ns, fmt_rate, groups};
-use crate::row::Row;
+use crate::row::{groups, Row};
+use crate::units::{fmt_ns, fmt_rate};
 
 type PlotResult = Result<(), Box<dyn std::error::Error>>;
 

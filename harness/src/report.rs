@@ -1,89 +1,10 @@
-//! The stdout table, number formats, and the ratios against holdline.
+//! The stdout table and its legend.
 
 use std::fmt::Write as _;
 
-use crate::row::Row;
-use crate::scenarios::{Cfg, Scenario};
+use crate::row::{groups, Row};
+use crate::scenario::Cfg;
 use crate::schema::{self, Align};
-
-pub fn fmt_ns(ns: u64) -> String {
-    let f = ns as f64;
-    if ns < 1_000 {
-        format!("{ns}ns")
-    } else if ns < 1_000_000 {
-        format!("{:.1}us", f / 1e3)
-    } else if ns < 1_000_000_000 {
-        format!("{:.2}ms", f / 1e6)
-    } else {
-        format!("{:.2}s", f / 1e9)
-    }
-}
-
-/// A rate without its `/s`.
-fn fmt_count(r: f64) -> String {
-    if r >= 1e6 {
-        format!("{:.2}M", r / 1e6)
-    } else if r >= 1e3 {
-        format!("{:.1}k", r / 1e3)
-    } else {
-        format!("{r:.0}")
-    }
-}
-
-pub fn fmt_rate(r: f64) -> String {
-    format!("{}/s", fmt_count(r))
-}
-
-/// `1.20M-2.40M/s`.
-pub fn fmt_rate_range(min: f64, max: f64) -> String {
-    format!("{}-{}/s", fmt_count(min), fmt_count(max))
-}
-
-pub fn fmt_bytes(b: i64) -> String {
-    let a = b.unsigned_abs() as f64;
-    let sign = if b < 0 { "-" } else { "" };
-    if a < 1024.0 {
-        format!("{b}B")
-    } else if a < 1024.0 * 1024.0 {
-        format!("{sign}{:.1}KiB", a / 1024.0)
-    } else {
-        format!("{sign}{:.1}MiB", a / 1024.0 / 1024.0)
-    }
-}
-
-/// The (scenario, busy) groups of `rows`, each once, in the order they first appear.
-pub fn groups(rows: &[Row]) -> Vec<(Scenario, usize)> {
-    let mut groups = Vec::new();
-    for r in rows {
-        if !groups.contains(&(r.scenario, r.busy)) {
-            groups.push((r.scenario, r.busy));
-        }
-    }
-    groups
-}
-
-/// The holdline row of the same scenario, thread count and busy level.
-fn holdline_of<'a>(rows: &'a [Row], r: &Row) -> Option<&'a Row> {
-    rows.iter().find(|h| {
-        h.design == crate::designs::Design::Holdline.name()
-            && (h.scenario, h.threads, h.busy) == (r.scenario, r.threads, r.busy)
-            && h.na.is_none()
-    })
-}
-
-/// The design's time per operation relative to holdline's (holdline's
-/// median rate over the design's): above 1, slower than holdline.
-pub fn time_ratio(rows: &[Row], r: &Row) -> Option<f64> {
-    let h = holdline_of(rows, r)?;
-    (r.na.is_none() && r.rate.median > 0.0).then(|| h.rate.median / r.rate.median)
-}
-
-/// The design's median p99 relative to holdline's: above 1, worse than holdline.
-pub fn p99_ratio(rows: &[Row], r: &Row) -> Option<f64> {
-    let h = holdline_of(rows, r)?;
-    (r.na.is_none() && h.p99.median > 0 && r.p99.median > 0)
-        .then(|| r.p99.median as f64 / h.p99.median as f64)
-}
 
 /// What the busy level of a group means, for its heading.
 fn busy_words(busy: usize) -> String {
@@ -170,17 +91,8 @@ pub fn legend(runs: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::row::Run;
-
-    #[test]
-    fn formats() {
-        assert_eq!(fmt_ns(999), "999ns");
-        assert_eq!(fmt_ns(1_500), "1.5us");
-        assert_eq!(fmt_ns(2_500_000), "2.50ms");
-        assert_eq!(fmt_rate(12_340_000.0), "12.34M/s");
-        assert_eq!(fmt_rate_range(900.0, 2_500.0), "900-2.5k/s");
-        assert_eq!(fmt_bytes(-2048), "-2.0KiB");
-    }
+    use crate::row::{p99_ratio, time_ratio, Run};
+    use crate::scenario::Scenario;
 
     fn row(d: &'static str, threads: usize, busy: usize, rate: f64, p99: u64) -> Row {
         let mut run = Run::new(Scenario::HotKey, threads, d);

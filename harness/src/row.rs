@@ -1,7 +1,9 @@
 //! What a row holds: one run's measurements ([`Run`]) and the row the table
-//! shows ([`Row`]), the median of its runs with their min-max range.
+//! shows ([`Row`]), the median of its runs with their min-max range; and
+//! how a row compares with holdline's row of its group.
 
-use crate::scenarios::Scenario;
+use crate::designs::Design;
+use crate::scenario::Scenario;
 
 /// Quantiles kept for the latency plots.
 pub const QUANTILES: [f64; 9] = [0.5, 0.75, 0.9, 0.95, 0.99, 0.995, 0.999, 0.9999, 1.0];
@@ -191,6 +193,40 @@ impl Row {
             note: mid.note.clone(),
         }
     }
+}
+
+/// The (scenario, busy) groups of `rows`, each once, in the order they first appear.
+pub fn groups(rows: &[Row]) -> Vec<(Scenario, usize)> {
+    let mut groups = Vec::new();
+    for r in rows {
+        if !groups.contains(&(r.scenario, r.busy)) {
+            groups.push((r.scenario, r.busy));
+        }
+    }
+    groups
+}
+
+/// The holdline row of the same scenario, thread count and busy level.
+fn holdline_of<'a>(rows: &'a [Row], r: &Row) -> Option<&'a Row> {
+    rows.iter().find(|h| {
+        h.design == Design::Holdline.name()
+            && (h.scenario, h.threads, h.busy) == (r.scenario, r.threads, r.busy)
+            && h.na.is_none()
+    })
+}
+
+/// The design's time per operation relative to holdline's (holdline's
+/// median rate over the design's): above 1, slower than holdline.
+pub fn time_ratio(rows: &[Row], r: &Row) -> Option<f64> {
+    let h = holdline_of(rows, r)?;
+    (r.na.is_none() && r.rate.median > 0.0).then(|| h.rate.median / r.rate.median)
+}
+
+/// The design's median p99 relative to holdline's: above 1, worse than holdline.
+pub fn p99_ratio(rows: &[Row], r: &Row) -> Option<f64> {
+    let h = holdline_of(rows, r)?;
+    (r.na.is_none() && h.p99.median > 0 && r.p99.median > 0)
+        .then(|| r.p99.median as f64 / h.p99.median as f64)
 }
 
 #[cfg(test)]

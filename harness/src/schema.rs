@@ -4,8 +4,8 @@
 
 use std::fmt::Write as _;
 
-use crate::report::{fmt_bytes, fmt_ns, fmt_rate, fmt_rate_range, p99_ratio, time_ratio};
-use crate::row::Row;
+use crate::row::{p99_ratio, time_ratio, Row};
+use crate::units::{fmt_bytes, fmt_ns, fmt_rate, fmt_rate_range};
 
 /// A field's value in the CSV and the JSON.
 #[derive(Clone, Debug, PartialEq)]
@@ -397,7 +397,7 @@ pub fn cells(rows: &[Row], r: &Row) -> Vec<String> {
 mod tests {
     use super::*;
     use crate::row::Run;
-    use crate::scenarios::Scenario;
+    use crate::scenario::Scenario;
 
     fn row(design: &'static str, rate: f64, p99: u64, na: Option<&'static str>) -> Row {
         let mut run = Run::new(Scenario::HotKey, 2, design);

@@ -17,20 +17,11 @@ use hdrhistogram::Histogram;
 use holdline_client::{Connection, Value};
 use tokio::runtime::Runtime;
 
-use crate::async_scenarios::{run_tasks, workers};
-use crate::report::fmt_bytes;
+use crate::measure::{fill_lat, hist, run_tasks};
 use crate::row::Run;
-use crate::scenarios::{fill_lat, hist, Cfg, Scenario};
+use crate::scenario::{workers, Cfg, Scenario, PIPELINE, REDIS_POLL};
 use crate::servers::{ServerKind, ServerProcess};
-
-/// How often a Redis lock client retries a taken key (redis-py's default is 100 ms).
-pub const REDIS_POLL: Duration = Duration::from_millis(1);
-
-/// Commands queued before one flush in `server-memory`.
-pub const PIPELINE: usize = 64;
-
-pub const SERVERS_NOTE: &str =
-    "both servers started by the harness on loopback, one client code path (holdline_client::Connection)";
+use crate::units::fmt_bytes;
 
 /// The lock name holdline's commands use.
 const LOCK: &str = "bench";

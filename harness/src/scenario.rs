@@ -1,0 +1,261 @@
+//! What a scenario is: its name, kind, thread counts and legend, the
+//! numbers it is run with ([`Cfg`]), and the constants its runners share.
+//! The runners are one file per family (`rates`, `fresh_keys`, `handoff`,
+//! `deadline`, `async_scenarios`, `server_scenarios`); `scenarios` sends a
+//! scenario to its runner.
+
+use std::time::Duration;
+
+use crate::units::fmt_ns;
+use crate::zipf::{ZIPF_KEYS, ZIPF_S};
+
+/// The scenarios by name, as `--scenario` takes them, in table order.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]
+pub enum Scenario {
+    Uncontended,
+    HotKey,
+    Zipf,
+    MillionKeys,
+    Handoff,
+    Deadline,
+    AsyncUncontended,
+    AsyncHotKey,
+    AsyncFreshKeys,
+    AsyncDeadline,
+    ServerUncontended,
+    ServerHotKey,
+    ServerMemory,
+}
+
+/// What a scenario runs on.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Kind {
+    /// Threads, through every design's blocking hold.
+    Blocking,
+    /// Tasks on a tokio multi-thread runtime, through the designs with an async hold.
+    Async,
+    /// Connections to `holdline serve` and to `redis-server`.
+    Server,
+}
+
+/// Keys each thread holds round robin in `uncontended`.
+pub const UNCONTENDED_KEYS: usize = 64;
+
+/// Waiters beside the one holder in `deadline`.
+pub const DEADLINE_WAITERS: usize = 3;
+
+/// `million-keys` times one hold in this many.
+pub const MILLION_TIMED_EVERY: usize = 16;
+
+/// Tasks in the rows of `async-hot-key`.
+pub const ASYNC_HOT_TASKS: [usize; 3] = [2, 4, 64];
+
+/// Connections in the rows of `server-uncontended`, and of the other server scenarios.
+pub const SERVER_CONNECTIONS: [usize; 3] = [1, 16, 64];
+pub const SERVER_HOT_CONNECTIONS: usize = 16;
+
+impl Scenario {
+    pub const ALL: [Scenario; 13] = [
+        Scenario::Uncontended,
+        Scenario::HotKey,
+        Scenario::Zipf,
+        Scenario::MillionKeys,
+        Scenario::Handoff,
+        Scenario::Deadline,
+        Scenario::AsyncUncontended,
+        Scenario::AsyncHotKey,
+        Scenario::AsyncFreshKeys,
+        Scenario::AsyncDeadline,
+        Scenario::ServerUncontended,
+        Scenario::ServerHotKey,
+        Scenario::ServerMemory,
+    ];
+
+    /// Names that stand for several scenarios on the command line.
+    pub const GROUPS: [(&'static str, Kind); 3] = [
+        ("blocking", Kind::Blocking),
+        ("async", Kind::Async),
+        ("server", Kind::Server),
+    ];
+
+    pub fn kind(self) -> Kind {
+        match self {
+            Scenario::AsyncUncontended
+            | Scenario::AsyncHotKey
+            | Scenario::AsyncFreshKeys
+            | Scenario::AsyncDeadline => Kind::Async,
+            Scenario::ServerUncontended | Scenario::ServerHotKey | Scenario::ServerMemory => {
+                Kind::Server
+            }
+            _ => Kind::Blocking,
+        }
+    }
+
+    /// Part of `--quick`'s default set: the server scenarios need two
+    /// servers built or installed, so CI's smoke run leaves them out.
+    pub fn in_quick(self) -> bool {
+        self.kind() != Kind::Server
+    }
+
+    /// The name in tables, CSV, plots' file names and `--scenario`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::Uncontended => "uncontended",
+            Scenario::HotKey => "hot-key",
+            Scenario::Zipf => "zipf",
+            Scenario::MillionKeys => "million-keys",
+            Scenario::Handoff => "handoff",
+            Scenario::Deadline => "deadline",
+            Scenario::AsyncUncontended => "async-uncontended",
+            Scenario::AsyncHotKey => "async-hot-key",
+            Scenario::AsyncFreshKeys => "async-fresh-keys",
+            Scenario::AsyncDeadline => "async-deadline",
+            Scenario::ServerUncontended => "server-uncontended",
+            Scenario::ServerHotKey => "server-hot-key",
+            Scenario::ServerMemory => "server-memory",
+        }
+    }
+
+    /// Scenarios run at fixed thread (task, connection) counts rather than
+    /// at each `--threads` entry.
+    pub fn fixed_threads(self) -> Option<&'static [usize]> {
+        match self {
+            Scenario::Handoff => Some(&[2]),
+            Scenario::Deadline | Scenario::AsyncDeadline => Some(&[DEADLINE_WAITERS + 1]),
+            Scenario::AsyncHotKey => Some(&ASYNC_HOT_TASKS),
+            Scenario::ServerUncontended => Some(&SERVER_CONNECTIONS),
+            Scenario::ServerHotKey | Scenario::ServerMemory => Some(&[SERVER_HOT_CONNECTIONS]),
+            _ => None,
+        }
+    }
+
+    /// What a run of this scenario measures, with the numbers of `cfg`.
+    pub fn legend(self, cfg: &Cfg) -> String {
+        match self {
+            Scenario::Uncontended => format!(
+                "each thread its own {UNCONTENDED_KEYS} keys; rate = holds/s; latency = one hold (lock+unlock)"
+            ),
+            Scenario::HotKey => "all threads on one key; rate = holds/s; latency = one hold incl. waiting; \
+                 ooo = grants out of arrival order (approx.)"
+                .into(),
+            Scenario::Zipf => format!(
+                "zipf(s={ZIPF_S}) over {ZIPF_KEYS} keys; rate = holds/s; latency = one hold incl. waiting"
+            ),
+            Scenario::MillionKeys => format!(
+                "{} distinct fresh keys, each held once; rate = holds/s; latency = 1 hold in {MILLION_TIMED_EVERY}; \
+                 mem = bytes still allocated once all keys are idle (holdline after reclaim_idle)",
+                cfg.million
+            ),
+            Scenario::Handoff => format!(
+                "two threads ping-pong one key (holder lets go {} after the other announced it is coming); \
+                 rate = handoffs/s; latency = release -> other thread's closure running",
+                fmt_ns(cfg.handoff_linger.as_nanos() as u64)
+            ),
+            Scenario::Deadline => format!(
+                "1 holder ({} holds) + {DEADLINE_WAITERS} waiters with a {} deadline; rate = timeouts/s; \
+                 latency = how late a timeout returned",
+                fmt_ns(cfg.dl_hold.as_nanos() as u64),
+                fmt_ns(cfg.dl_wait.as_nanos() as u64)
+            ),
+            Scenario::AsyncUncontended => format!(
+                "threads = tasks on a tokio runtime of {} workers, each task its own {UNCONTENDED_KEYS} keys; \
+                 rate = holds/s; latency = one async hold",
+                workers()
+            ),
+            Scenario::AsyncHotKey => format!(
+                "threads = tasks on a tokio runtime of {} workers, all on one key; rate = holds/s; \
+                 latency = one async hold incl. waiting; ooo = grants out of arrival order (approx.)",
+                workers()
+            ),
+            Scenario::AsyncFreshKeys => format!(
+                "threads = tasks; {} distinct fresh keys, each held once by a task; rate = holds/s; \
+                 latency = 1 hold in {MILLION_TIMED_EVERY}; mem = bytes still allocated once all keys are idle",
+                cfg.million
+            ),
+            Scenario::AsyncDeadline => format!(
+                "1 holder thread ({} holds) + {DEADLINE_WAITERS} tasks waiting with a {} deadline; \
+                 rate = timeouts/s; latency = how late a timeout returned (thread waiters: `deadline`)",
+                fmt_ns(cfg.dl_hold.as_nanos() as u64),
+                fmt_ns(cfg.dl_wait.as_nanos() as u64)
+            ),
+            Scenario::ServerUncontended => format!(
+                "threads = connections, each on its own key; rate = hold+release pairs/s \
+                 (holdline: HOLD, RELEASE; redis: SET NX PX, EVALSHA compare-and-delete); \
+                 latency = one pair (2 round trips); {}",
+                SERVERS_NOTE
+            ),
+            Scenario::ServerHotKey => format!(
+                "threads = connections, all on one key; rate = grants/s (holdline: HOLD waits in line; \
+                 redis: SET NX retried every {}); latency = wait from first try to grant; \
+                 ooo = grants made while a connection that began waiting earlier still waited",
+                fmt_ns(REDIS_POLL.as_nanos() as u64)
+            ),
+            Scenario::ServerMemory => format!(
+                "{} distinct keys, each held once and released, over {SERVER_HOT_CONNECTIONS} connections \
+                 pipelining {} holds then their releases; rate = keys/s; latency = one batch of holds; \
+                 mem idle = server RSS after the last release - RSS at start (note: RSS at start, peak, \
+                 after release, and later; keys the server still has)",
+                cfg.million,
+                PIPELINE
+            ),
+        }
+    }
+}
+
+/// What the scenarios are run with.
+pub struct Cfg {
+    /// Throughput phase of a duration-based scenario.
+    pub duration: Duration,
+    /// Latency phase (every operation timed) of a duration-based scenario.
+    pub lat_duration: Duration,
+    /// Distinct keys in `million-keys`.
+    pub million: usize,
+    /// Wait deadline and hold time in `deadline`.
+    pub dl_wait: Duration,
+    pub dl_hold: Duration,
+    /// How long a holder in `handoff` keeps the key after the other thread
+    /// said it is about to wait: long enough for it to be in line.
+    pub handoff_linger: Duration,
+}
+
+/// The default of [`Cfg::handoff_linger`].
+pub const HANDOFF_LINGER: Duration = Duration::from_micros(5);
+
+impl Cfg {
+    /// The configuration of a run with `duration` throughput phases and `million` keys.
+    pub fn new(duration: Duration, million: usize) -> Self {
+        Cfg {
+            duration,
+            lat_duration: (duration / 2).max(Duration::from_millis(1)),
+            million,
+            dl_wait: Duration::from_millis(1),
+            dl_hold: Duration::from_millis(5),
+            // HARNESS_HANDOFF_LINGER_US overrides the linger (for experiments).
+            handoff_linger: std::env::var("HARNESS_HANDOFF_LINGER_US")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .map(Duration::from_micros)
+                .unwrap_or(HANDOFF_LINGER),
+        }
+    }
+}
+
+/// Holds a thread or task makes between looks at the stop flag.
+pub const BATCH: usize = 32;
+
+/// Worker threads of the runtime the async rows run on: one per CPU, as
+/// `#[tokio::main]` would have.
+pub fn workers() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+}
+
+/// How often a Redis lock client retries a taken key (redis-py's default is 100 ms).
+pub const REDIS_POLL: Duration = Duration::from_millis(1);
+
+/// Commands queued before one flush in `server-memory`.
+pub const PIPELINE: usize = 64;
+
+pub const SERVERS_NOTE: &str =
+    "both servers started by the harness on loopback, one client code path (holdline_client::Connection)";
