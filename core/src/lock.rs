@@ -18,6 +18,7 @@ use crate::lock_shared::LockShared;
 use crate::outcome::Outcome;
 use crate::record::{Enqueued, Record, Tried, WaitEnd, Waiter, HELD};
 use crate::sync::{Arc, Ordering};
+use crate::table::find_in_chain;
 use crossbeam_epoch as epoch;
 use std::fmt;
 use std::mem::ManuallyDrop;
@@ -291,6 +292,10 @@ impl Lock {
         mode: Mode,
         deadline: Option<u64>,
     ) -> Result<Option<(ctx::Listed<'k>, Grant)>, Error> {
+        // The lookup's first loads go out before the checks below, so their
+        // cache misses (over many keys) overlap the checks' work.
+        let guard = epoch::pin();
+        let chain = self.shared.table.chain(hash, &guard);
         if self.store.closed.load(Ordering::Acquire) {
             return Err(self.closed_error(text));
         }
@@ -300,7 +305,13 @@ impl Lock {
             Ok(listed) => listed,
             Err(refusal) => return self.refused_here(refusal, mode, text).map(|()| None),
         };
-        let grant = match self.try_fast(text, hash) {
+        let fast = match find_in_chain(chain, hash, text, &guard) {
+            Some(r) => take(r),
+            None => Fast::Slow,
+        };
+        // Unpinned before any wait: a waiter must not hold the epoch back.
+        drop(guard);
+        let grant = match fast {
             Fast::Granted(g) => g,
             Fast::Held if matches!(mode, Mode::Try) => return Ok(None),
             Fast::Held | Fast::Slow => {
@@ -351,15 +362,9 @@ impl Lock {
     #[inline(always)]
     fn try_fast(&self, text: &str, hash: u64) -> Fast {
         let guard = epoch::pin();
-        let Some(r) = self.shared.table.find(hash, text, &guard) else {
-            return Fast::Slow;
-        };
-        // The grant is taken before the guard goes: from then on HELD, not
-        // the pin, keeps the record alive.
-        match r.try_lock_fast() {
-            Ok(()) => Fast::Granted(Grant::of(r)),
-            Err(s) if s & HELD != 0 => Fast::Held,
-            Err(_) => Fast::Slow,
+        match self.shared.table.find(hash, text, &guard) {
+            Some(r) => take(r),
+            None => Fast::Slow,
         }
     }
 
@@ -633,6 +638,18 @@ impl Lock {
             .table
             .find_authoritative(hash, key, &guard)
             .and_then(Record::current_fence_if_held)
+    }
+}
+
+/// The uncontended acquire of a record found while pinned: one CAS. The
+/// grant is taken before the caller unpins: from then on HELD, not the
+/// pin, keeps the record alive.
+#[inline(always)]
+fn take(r: &Record) -> Fast {
+    match r.try_lock_fast() {
+        Ok(()) => Fast::Granted(Grant::of(r)),
+        Err(s) if s & HELD != 0 => Fast::Held,
+        Err(_) => Fast::Slow,
     }
 }
 

@@ -125,11 +125,22 @@ impl Table {
     /// Always inlined: it is most of the uncontended hold's path.
     #[inline(always)]
     pub(crate) fn find<'g>(&self, hash: u64, key: &str, guard: &'g Guard) -> Option<&'g Record> {
+        find_in_chain(self.chain(hash, guard), hash, key, guard)
+    }
+
+    /// The first link of `hash`'s chain: a lookup's first loads, which a
+    /// caller may start before other work and finish with
+    /// [`find_in_chain`] (over many keys these loads miss the cache).
+    #[inline(always)]
+    pub(crate) fn chain<'g>(&self, hash: u64, guard: &'g Guard) -> Shared<'g, Record> {
         // Acquire: pairs with the Release that published the array/records.
         let buckets = self.shard(hash).buckets.load(Ordering::Acquire, guard);
         // SAFETY: arrays are retired through the epoch and we are pinned.
-        let buckets = unsafe { buckets.as_ref() }?;
-        find_in_chain(buckets.slot(hash), hash, key, guard)
+        match unsafe { buckets.as_ref() } {
+            // Acquire: pairs with the Release stores that linked each record.
+            Some(b) => b.slot(hash).load(Ordering::Acquire, guard),
+            None => Shared::null(),
+        }
     }
 
     /// Finds the key's record, or creates one that the caller then holds
@@ -151,7 +162,9 @@ impl Table {
         }
         // SAFETY: non-null, and only retired by a writer, which we exclude.
         let b = unsafe { buckets.deref() };
-        if let Some(r) = find_in_chain(b.slot(hash), hash, key, guard) {
+        // Acquire: as every chain walk (the lock orders it anyway).
+        let head = b.slot(hash).load(Ordering::Acquire, guard);
+        if let Some(r) = find_in_chain(head, hash, key, guard) {
             return (r, false);
         }
         let slot = b.slot(hash);
@@ -191,7 +204,13 @@ impl Table {
         let buckets = shard.buckets.load(Ordering::Relaxed, guard);
         // SAFETY: we are a writer, and pinned.
         let b = unsafe { buckets.as_ref() }?;
-        find_in_chain(b.slot(hash), hash, key, guard)
+        // Acquire: as every chain walk (the lock orders it anyway).
+        find_in_chain(
+            b.slot(hash).load(Ordering::Acquire, guard),
+            hash,
+            key,
+            guard,
+        )
     }
 
     /// Retires every idle record (free, nobody waiting). Answers how many.
@@ -307,15 +326,15 @@ impl Garbage {
     }
 }
 
+/// The key's record in the chain that starts at `p` (read from a bucket
+/// slot, Acquire, by a reader pinned with `guard`).
 #[inline(always)]
-fn find_in_chain<'g>(
-    slot: &Atomic<Record>,
+pub(crate) fn find_in_chain<'g>(
+    mut p: Shared<'g, Record>,
     hash: u64,
     key: &str,
     guard: &'g Guard,
 ) -> Option<&'g Record> {
-    // Acquire: pairs with the Release stores that linked each record.
-    let mut p = slot.load(Ordering::Acquire, guard);
     // SAFETY: records reachable from a chain are retired through the epoch,
     // and we are pinned.
     while let Some(r) = unsafe { p.as_ref() } {
