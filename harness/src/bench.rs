@@ -389,13 +389,26 @@ pub fn bench(args: &BenchArgs) -> ExitCode {
     let (rows, failed) = run_all(&plan);
     let elapsed = start.elapsed();
     // The legend goes into table.txt too: the file must say which way the ratios read.
-    let table = format!(
+    let mut table = format!(
         "{}\n{} rows in {:.1} s\n{}",
         report::table(&rows, &plan.cfg),
         rows.len(),
         elapsed.as_secs_f64(),
         report::legend(plan.runs)
     );
+    if plan
+        .jobs
+        .iter()
+        .any(|j| j.scenario == Scenario::Uncontended)
+    {
+        // The uncontended hold against recorded ratios: a regression shows.
+        let (rounds, holds) = if plan.quick {
+            (9, 100_000)
+        } else {
+            (15, 400_000)
+        };
+        table.push_str(&crate::hot_path::check(rounds, holds));
+    }
     print!("{table}");
     let written = write_outputs(&plan, &rows, &table, elapsed);
     if !failed.is_empty() {

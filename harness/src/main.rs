@@ -14,8 +14,9 @@
 //!   `measure` (what every runner shares);
 //! - one file per family of runners: `rates`, `fresh_keys`, `handoff`,
 //!   `deadline`, `async_scenarios` (tasks on a tokio runtime),
-//!   `server_scenarios` (holdline serve against redis-server on loopback);
-//!   `scenarios` sends a scenario to its runner;
+//!   `server_scenarios` (holdline serve against redis-server on loopback),
+//!   `hot_path` (the uncontended hold against the map pattern, checked
+//!   against recorded ratios); `scenarios` sends a scenario to its runner;
 //! - `schema` (a row's fields, once, for the table, CSV and JSON), `report`
 //!   (the table), `plots` (SVGs), `cli` (the command line), `flame`
 //!   (flamegraphs), `bench` (plans and runs the rows).
@@ -32,6 +33,7 @@ mod designs;
 mod flame;
 mod fresh_keys;
 mod handoff;
+mod hot_path;
 mod measure;
 mod plots;
 mod rates;

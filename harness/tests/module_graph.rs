@@ -122,4 +122,5 @@ fn the_graph_knows_the_layers() {
     assert!(graph["scenarios"].contains("rates"));
     assert!(graph["report"].contains("schema"));
     assert!(graph["server_scenarios"].contains("measure"));
+    assert!(graph["bench"].contains("hot_path"));
 }
