@@ -55,17 +55,9 @@ impl Lock {
         };
         let mut stats = LockStats::default();
         for (k, v) in pairs {
-            let n = v.as_integer().unwrap_or(0).max(0) as u64;
-            match k.as_str() {
-                Some("live_keys") => stats.live_keys = n as usize,
-                Some("held_keys") => stats.held_keys = n as usize,
-                Some("waiters") => stats.waiters = n as usize,
-                Some("grants") => stats.grants = n,
-                Some("timeouts") => stats.timeouts = n,
-                Some("revocations") => stats.revocations = n,
-                Some("expirations") => stats.expirations = n,
-                _ => {}
-            }
+            let n = u64::try_from(v.as_integer().unwrap_or(0)).unwrap_or(0);
+            // Names this client does not know (a newer server's) are skipped.
+            let _ = k.as_str().is_some_and(|name| stats.set_field(name, n));
         }
         Ok(stats)
     }

@@ -79,6 +79,24 @@ impl LockStats {
             ("expirations", self.expirations),
         ]
     }
+
+    /// Sets the counter `fields` names `name`; `false` for a name it does
+    /// not give (a newer server's, say).
+    #[doc(hidden)]
+    pub fn set_field(&mut self, name: &str, n: u64) -> bool {
+        let count = usize::try_from(n).unwrap_or(usize::MAX);
+        match name {
+            "live_keys" => self.live_keys = count,
+            "held_keys" => self.held_keys = count,
+            "waiters" => self.waiters = count,
+            "grants" => self.grants = n,
+            "timeouts" => self.timeouts = n,
+            "revocations" => self.revocations = n,
+            "expirations" => self.expirations = n,
+            _ => return false,
+        }
+        true
+    }
 }
 
 /// A key's text: text as it is, a number as its decimal text.
@@ -136,6 +154,14 @@ mod tests {
         assert_eq!(key_text(&-17i64), "-17");
         assert_eq!(key_text(&i128::MIN), i128::MIN.to_string());
         assert_eq!(key_text("x"), "x");
+        // Every name `fields` gives is one `set_field` takes back.
+        let mut stats = LockStats::default();
+        for (i, (name, _)) in LockStats::default().fields().into_iter().enumerate() {
+            assert!(stats.set_field(name, i as u64 + 1), "{name}");
+        }
+        let back: Vec<u64> = stats.fields().iter().map(|(_, n)| *n).collect();
+        assert_eq!(back, [1, 2, 3, 4, 5, 6, 7]);
+        assert!(!stats.set_field("nothing", 1));
         assert_eq!(duration_text(Duration::from_secs(120)), "2m");
     }
 }
