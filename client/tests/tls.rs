@@ -3,91 +3,21 @@
 //! over TLS, a client that trusts another CA, and a server that requires
 //! client certificates.
 
+#[path = "../../testing/certs.rs"]
+mod certs;
 mod common;
 
+use certs::{Ca, Dir};
 use common::{assert_text_with_reason, expected_text, Proxy, Server};
 use holdline_client::rustls::pki_types::pem::PemObject;
 use holdline_client::rustls::pki_types::CertificateDer;
 use holdline_client::rustls::{self, ClientConfig, RootCertStore};
 use holdline_client::{ConnectOptions, ErrorKind, Store, Value};
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
-    KeyUsagePurpose, SanType,
-};
-use std::net::{IpAddr, Ipv4Addr};
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::time::timeout;
 
 const PATIENCE: Duration = Duration::from_secs(30);
-
-/// A certificate authority made for one test.
-struct Ca {
-    cert: rcgen::Certificate,
-    key: KeyPair,
-}
-
-impl Ca {
-    /// A CA named `name` (two CAs of one name would be told apart only by
-    /// their signatures, a less telling failure).
-    fn new(name: &str) -> Ca {
-        let key = KeyPair::generate().unwrap();
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.distinguished_name.push(
-            DnType::CommonName,
-            format!("holdline client test CA {name}"),
-        );
-        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-        let cert = params.self_signed(&key).unwrap();
-        Ca { cert, key }
-    }
-
-    /// A leaf for 127.0.0.1 and localhost, a server's or a client's: its
-    /// certificate and key, PEM.
-    fn leaf(&self, client: bool) -> (String, String) {
-        let key = KeyPair::generate().unwrap();
-        let mut params = CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
-        params
-            .distinguished_name
-            .push(DnType::CommonName, "localhost");
-        params
-            .subject_alt_names
-            .push(SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST)));
-        params.extended_key_usages = vec![if client {
-            ExtendedKeyUsagePurpose::ClientAuth
-        } else {
-            ExtendedKeyUsagePurpose::ServerAuth
-        }];
-        let cert = params.signed_by(&key, &self.cert, &self.key).unwrap();
-        (cert.pem(), key.serialize_pem())
-    }
-}
-
-/// Files in a directory removed when dropped.
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(name: &str) -> Dir {
-        let dir =
-            std::env::temp_dir().join(format!("holdline-client-tls-{name}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        Dir(dir)
-    }
-
-    fn write(&self, name: &str, text: &str) -> String {
-        let path = self.0.join(name);
-        std::fs::write(&path, text).unwrap();
-        path.to_str().unwrap().to_owned()
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// A CA, a server certificate it signed, and their files.
 struct Setup {
@@ -100,7 +30,7 @@ struct Setup {
 
 impl Setup {
     fn new(name: &str) -> Setup {
-        let dir = Dir::new(name);
+        let dir = Dir::new(&format!("client-{name}"));
         let authority = Ca::new("trusted");
         let (cert, key) = authority.leaf(false);
         Setup {

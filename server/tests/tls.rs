@@ -4,89 +4,21 @@
 //! other client is served; SIGHUP reloading without dropping connections;
 //! redis-cli's `--tls`.
 
+#[path = "../../testing/certs.rs"]
+mod certs;
 mod common;
 
+use certs::{Ca, Dir};
 use common::{runs, tool_available, PATIENCE};
 use holdline_resp::{encode_command, Decoder, Value};
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
-    KeyUsagePurpose, SanType,
-};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
 use std::io::{Read, Write};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
-
-/// A certificate authority made for one test.
-struct Ca {
-    cert: rcgen::Certificate,
-    key: KeyPair,
-}
-
-impl Ca {
-    fn new() -> Ca {
-        let key = KeyPair::generate().unwrap();
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        // OpenSSL (redis-cli) wants a named issuer that may sign certificates.
-        params
-            .distinguished_name
-            .push(DnType::CommonName, "holdline test CA");
-        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-        let cert = params.self_signed(&key).unwrap();
-        Ca { cert, key }
-    }
-
-    /// A leaf for 127.0.0.1 and localhost: a server's, or a client's.
-    fn leaf(&self, client: bool, expired: bool) -> (String, String) {
-        let key = KeyPair::generate().unwrap();
-        let mut params = CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
-        params
-            .distinguished_name
-            .push(DnType::CommonName, "localhost");
-        params
-            .subject_alt_names
-            .push(SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST)));
-        params.extended_key_usages = vec![if client {
-            ExtendedKeyUsagePurpose::ClientAuth
-        } else {
-            ExtendedKeyUsagePurpose::ServerAuth
-        }];
-        if expired {
-            params.not_before = rcgen::date_time_ymd(2000, 1, 1);
-            params.not_after = rcgen::date_time_ymd(2001, 1, 1);
-        }
-        let cert = params.signed_by(&key, &self.cert, &self.key).unwrap();
-        (cert.pem(), key.serialize_pem())
-    }
-}
-
-/// Files in a directory removed when dropped.
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(name: &str) -> Dir {
-        let dir = std::env::temp_dir().join(format!("holdline-tls-{name}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        Dir(dir)
-    }
-
-    fn write(&self, name: &str, text: &str) -> String {
-        let path = self.0.join(name);
-        std::fs::write(&path, text).unwrap();
-        path.to_str().unwrap().to_owned()
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// A TLS client trusting `ca`, with a client certificate when given one.
 fn tls_config(ca: &str, identity: Option<(&str, &str)>) -> Arc<ClientConfig> {
@@ -162,9 +94,9 @@ struct Setup {
 }
 
 fn setup(name: &str) -> Setup {
-    let dir = Dir::new(name);
-    let authority = Ca::new();
-    let (cert, key) = authority.leaf(false, false);
+    let dir = Dir::new(&format!("server-{name}"));
+    let authority = Ca::new("test");
+    let (cert, key) = authority.leaf(false);
     Setup {
         ca: dir.write("ca.pem", &authority.cert.pem()),
         cert: dir.write("cert.pem", &cert),
@@ -188,7 +120,7 @@ fn a_tls_port_serves_tls_and_refuses_plain_text_and_strangers() {
     let _ = plain.read_to_end(&mut answer);
     assert!(!answer.starts_with(b"+PONG"), "{answer:?}");
     // A client that trusts another CA refuses the server's certificate.
-    let other = Ca::new();
+    let other = Ca::new("other");
     let other_ca = s.dir.write("other-ca.pem", &other.cert.pem());
     let mut stranger = TlsClient::connect(server.addr, tls_config(&other_ca, None));
     assert!(stranger.call(&["PING"]).is_err());
@@ -212,10 +144,10 @@ fn grant(c: &mut TlsClient, args: &[&str]) -> (String, i64) {
 #[test]
 fn client_certificates_are_required_and_checked() {
     let s = setup("mutual");
-    let (client_cert, client_key) = s.authority.leaf(true, false);
+    let (client_cert, client_key) = s.authority.leaf(true);
     let client_cert = s.dir.write("client.pem", &client_cert);
     let client_key = s.dir.write("client-key.pem", &client_key);
-    let (old_cert, old_key) = s.authority.leaf(true, true);
+    let (old_cert, old_key) = s.authority.leaf_valid(true, true);
     let old_cert = s.dir.write("old.pem", &old_cert);
     let old_key = s.dir.write("old-key.pem", &old_key);
     // A public address is allowed: client certificates stand for a token.
@@ -281,8 +213,8 @@ fn sighup_reloads_the_certificate_and_keeps_connections() {
     let mut still = TlsClient::connect(server.addr, tls_config(&s.ca, None));
     assert_eq!(still.call(&["PING"]).unwrap(), Value::simple("PONG"));
     // Then a certificate from a new CA.
-    let fresh = Ca::new();
-    let (cert, key) = fresh.leaf(false, false);
+    let fresh = Ca::new("fresh");
+    let (cert, key) = fresh.leaf(false);
     std::fs::write(&s.cert, cert).unwrap();
     std::fs::write(&s.key, key).unwrap();
     let fresh_ca = s.dir.write("fresh-ca.pem", &fresh.cert.pem());
