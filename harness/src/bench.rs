@@ -486,8 +486,8 @@ mod tests {
             .map(|j| j.threads)
             .collect();
         assert_eq!(hot, [2, 4, 64]);
-        // Server: both servers; 1, 16, 64 connections uncontended, 16 on the
-        // hot key, and the memory row.
+        // Server: both servers; 1, 16, 64 connections uncontended and
+        // pipelined, 16 on the hot key, and the memory row.
         let servers: Vec<(Scenario, usize, &str)> = p
             .jobs
             .iter()
@@ -503,6 +503,12 @@ mod tests {
                 (Scenario::ServerUncontended, 16, "redis"),
                 (Scenario::ServerUncontended, 64, "holdline"),
                 (Scenario::ServerUncontended, 64, "redis"),
+                (Scenario::ServerPipelined, 1, "holdline"),
+                (Scenario::ServerPipelined, 1, "redis"),
+                (Scenario::ServerPipelined, 16, "holdline"),
+                (Scenario::ServerPipelined, 16, "redis"),
+                (Scenario::ServerPipelined, 64, "holdline"),
+                (Scenario::ServerPipelined, 64, "redis"),
                 (Scenario::ServerHotKey, 16, "holdline"),
                 (Scenario::ServerHotKey, 16, "redis"),
                 (Scenario::ServerMemory, 16, "holdline"),
@@ -530,6 +536,7 @@ mod tests {
             [
                 "deadline",
                 "server-uncontended",
+                "server-pipelined",
                 "server-hot-key",
                 "server-memory"
             ]

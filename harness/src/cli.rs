@@ -208,7 +208,7 @@ mod tests {
             ]
         );
         let server = parse(&["--scenario", "server"]).unwrap().bench.scenarios;
-        assert_eq!(server[0].0.len(), 3);
+        assert_eq!(server[0].0.len(), 4);
     }
 
     #[test]

@@ -23,6 +23,7 @@ pub enum Scenario {
     AsyncFreshKeys,
     AsyncDeadline,
     ServerUncontended,
+    ServerPipelined,
     ServerHotKey,
     ServerMemory,
 }
@@ -55,7 +56,7 @@ pub const SERVER_CONNECTIONS: [usize; 3] = [1, 16, 64];
 pub const SERVER_HOT_CONNECTIONS: usize = 16;
 
 impl Scenario {
-    pub const ALL: [Scenario; 13] = [
+    pub const ALL: [Scenario; 14] = [
         Scenario::Uncontended,
         Scenario::HotKey,
         Scenario::Zipf,
@@ -67,6 +68,7 @@ impl Scenario {
         Scenario::AsyncFreshKeys,
         Scenario::AsyncDeadline,
         Scenario::ServerUncontended,
+        Scenario::ServerPipelined,
         Scenario::ServerHotKey,
         Scenario::ServerMemory,
     ];
@@ -84,9 +86,10 @@ impl Scenario {
             | Scenario::AsyncHotKey
             | Scenario::AsyncFreshKeys
             | Scenario::AsyncDeadline => Kind::Async,
-            Scenario::ServerUncontended | Scenario::ServerHotKey | Scenario::ServerMemory => {
-                Kind::Server
-            }
+            Scenario::ServerUncontended
+            | Scenario::ServerPipelined
+            | Scenario::ServerHotKey
+            | Scenario::ServerMemory => Kind::Server,
             _ => Kind::Blocking,
         }
     }
@@ -111,6 +114,7 @@ impl Scenario {
             Scenario::AsyncFreshKeys => "async-fresh-keys",
             Scenario::AsyncDeadline => "async-deadline",
             Scenario::ServerUncontended => "server-uncontended",
+            Scenario::ServerPipelined => "server-pipelined",
             Scenario::ServerHotKey => "server-hot-key",
             Scenario::ServerMemory => "server-memory",
         }
@@ -123,7 +127,7 @@ impl Scenario {
             Scenario::Handoff => Some(&[2]),
             Scenario::Deadline | Scenario::AsyncDeadline => Some(&[DEADLINE_WAITERS + 1]),
             Scenario::AsyncHotKey => Some(&ASYNC_HOT_TASKS),
-            Scenario::ServerUncontended => Some(&SERVER_CONNECTIONS),
+            Scenario::ServerUncontended | Scenario::ServerPipelined => Some(&SERVER_CONNECTIONS),
             Scenario::ServerHotKey | Scenario::ServerMemory => Some(&[SERVER_HOT_CONNECTIONS]),
             _ => None,
         }
@@ -182,6 +186,13 @@ impl Scenario {
                 "threads = connections, each on its own key; rate = hold+release pairs/s \
                  (holdline: HOLD, RELEASE; redis: SET NX PX, EVALSHA compare-and-delete); \
                  latency = one pair (2 round trips); {}",
+                SERVERS_NOTE
+            ),
+            Scenario::ServerPipelined => format!(
+                "threads = connections, each on {PIPELINED_DEPTH} keys of its own, pipelining \
+                 {PIPELINED_DEPTH} holds (holdline: TRYHOLD; redis: SET NX PX), then their \
+                 {PIPELINED_DEPTH} releases (RELEASE; EVALSHA compare-and-delete); rate = \
+                 hold+release pairs/s; latency = one batch of holds; {}",
                 SERVERS_NOTE
             ),
             Scenario::ServerHotKey => format!(
@@ -256,6 +267,9 @@ pub const REDIS_POLL: Duration = Duration::from_millis(1);
 
 /// Commands queued before one flush in `server-memory`.
 pub const PIPELINE: usize = 64;
+
+/// How many holds a connection of the pipelined row sends before reading.
+pub const PIPELINED_DEPTH: usize = 16;
 
 pub const SERVERS_NOTE: &str =
     "both servers started by the harness on loopback, one client code path (holdline_client::Connection)";

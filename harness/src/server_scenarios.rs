@@ -19,7 +19,7 @@ use tokio::runtime::Runtime;
 
 use crate::measure::{fill_lat, hist, run_tasks};
 use crate::row::Run;
-use crate::scenario::{workers, Cfg, Scenario, PIPELINE, REDIS_POLL};
+use crate::scenario::{workers, Cfg, Scenario, PIPELINE, PIPELINED_DEPTH, REDIS_POLL};
 use crate::servers::{ServerKind, ServerProcess};
 use crate::units::fmt_bytes;
 
@@ -165,6 +165,40 @@ impl Client {
         }
     }
 
+    /// Holds every key of `keys` in one pipelined batch (they are the
+    /// connection's own: none is taken): the leases, and Redis's tokens.
+    async fn hold_batch(&mut self, keys: &[String]) -> Vec<(Held, String)> {
+        let mut tokens = Vec::with_capacity(keys.len());
+        for k in keys {
+            match self.kind {
+                ServerKind::Holdline => self.conn.queue(&["TRYHOLD", LOCK, k]),
+                ServerKind::Redis => self.queue_hold(k, &[]),
+            }
+            tokens.push(self.token.clone());
+        }
+        self.conn.flush().await.expect("send holds");
+        let mut held = Vec::with_capacity(keys.len());
+        for (k, token) in keys.iter().zip(tokens) {
+            let lease = self.read_hold(k).await;
+            held.push((
+                lease.unwrap_or_else(|| panic!("own key {k} was taken")),
+                token,
+            ));
+        }
+        held
+    }
+
+    /// Releases a batch from [`hold_batch`](Client::hold_batch), pipelined.
+    async fn release_batch(&mut self, keys: &[String], held: &[(Held, String)]) {
+        for (k, (lease, token)) in keys.iter().zip(held) {
+            self.queue_release(k, lease, Some(token));
+        }
+        self.conn.flush().await.expect("send releases");
+        for k in keys {
+            self.read_release(k).await;
+        }
+    }
+
     async fn release(&mut self, key: &str, held: Held) {
         self.queue_release(key, &held, None);
         self.conn.flush().await.expect("send a release");
@@ -237,6 +271,7 @@ pub fn run(scenario: Scenario, kind: ServerKind, cfg: &Cfg, conns: usize) -> Run
     let rt = runtime();
     match scenario {
         Scenario::ServerUncontended => uncontended(&mut run, cfg, &rt, &server, kind, conns),
+        Scenario::ServerPipelined => pipelined(&mut run, cfg, &rt, &server, kind, conns),
         Scenario::ServerHotKey => hot_key(&mut run, cfg, &rt, &server, kind, conns),
         Scenario::ServerMemory => memory(&mut run, cfg, &rt, &server, kind, conns),
         other => panic!("{} is not a server scenario", other.name()),
@@ -285,6 +320,54 @@ fn uncontended(
     run.set_rate(pairs, secs);
     fill_lat(run, &all);
     run.note = format!("{conns} connections, each its own key; {}", recipe(kind));
+}
+
+/// Each connection pipelines holds of its own keys, then their releases,
+/// again and again: what a server does per command once round trips are
+/// out of the way.
+fn pipelined(
+    run: &mut Run,
+    cfg: &Cfg,
+    rt: &Runtime,
+    server: &ServerProcess,
+    kind: ServerKind,
+    conns: usize,
+) {
+    let clients = Clients::new(connect_all(rt, server, kind, conns));
+    let (outs, secs) = run_tasks(rt, conns, cfg.duration, |t, stop| {
+        let clients = clients.clone();
+        async move {
+            let mut c = clients.take(t);
+            let keys: Vec<String> = (0..PIPELINED_DEPTH).map(|i| format!("p{t}-{i}")).collect();
+            let mut h = hist();
+            let mut n = 0u64;
+            while !stop.load(SeqCst) {
+                let t0 = Instant::now();
+                let held = c.hold_batch(&keys).await;
+                let _ = h.record(t0.elapsed().as_nanos() as u64);
+                c.release_batch(&keys, &held).await;
+                n += keys.len() as u64;
+            }
+            (h, n)
+        }
+    });
+    let mut all = hist();
+    let mut pairs = 0;
+    for (h, n) in outs {
+        all.add(h).expect("merge");
+        pairs += n;
+    }
+    run.unit = "hold+release";
+    run.lat_of = "batch of holds";
+    run.set_rate(pairs, secs);
+    fill_lat(run, &all);
+    run.note = format!(
+        "{conns} connections, {PIPELINED_DEPTH} deep; {}",
+        match kind {
+            ServerKind::Holdline => "TRYHOLD x16, then RELEASE x16",
+            ServerKind::Redis => "SET NX PX x16, then EVALSHA compare-and-delete x16",
+        }
+    );
 }
 
 fn recipe(kind: ServerKind) -> &'static str {
@@ -531,6 +614,7 @@ mod tests {
             }
             for (s, conns) in [
                 (Scenario::ServerUncontended, 2),
+                (Scenario::ServerPipelined, 2),
                 (Scenario::ServerHotKey, 4),
                 (Scenario::ServerMemory, 4),
             ] {
