@@ -2,7 +2,6 @@
 //! redis-py's `info()` read it), INSPECT (one key: held, fence, times,
 //! waiters, and its holder), and CLIENT LIST, INFO, KILL and HELP.
 
-use super::unknown_subcommand;
 use crate::clients::ClientState;
 use crate::parse::{integer, syntax_error, Parse};
 use crate::reply::key_not_utf8;
@@ -316,9 +315,4 @@ fn help() -> Value {
         "    Print this help.",
     ];
     Value::Array(lines.iter().map(|l| Value::simple(*l)).collect())
-}
-
-#[allow(dead_code)]
-fn unknown(sub: &[u8]) -> String {
-    unknown_subcommand(sub, "CLIENT")
 }
