@@ -309,16 +309,7 @@ fn uncontended(
             (h, n)
         }
     });
-    let mut all = hist();
-    let mut pairs = 0;
-    for (h, n) in outs {
-        all.add(h).expect("merge");
-        pairs += n;
-    }
-    run.unit = "hold+release";
-    run.lat_of = "hold+release";
-    run.set_rate(pairs, secs);
-    fill_lat(run, &all);
+    record_pairs(run, outs, secs, "hold+release");
     run.note = format!("{conns} connections, each its own key; {}", recipe(kind));
 }
 
@@ -351,16 +342,7 @@ fn pipelined(
             (h, n)
         }
     });
-    let mut all = hist();
-    let mut pairs = 0;
-    for (h, n) in outs {
-        all.add(h).expect("merge");
-        pairs += n;
-    }
-    run.unit = "hold+release";
-    run.lat_of = "batch of holds";
-    run.set_rate(pairs, secs);
-    fill_lat(run, &all);
+    record_pairs(run, outs, secs, "batch of holds");
     run.note = format!(
         "{conns} connections, {PIPELINED_DEPTH} deep; {}",
         match kind {
@@ -368,6 +350,21 @@ fn pipelined(
             ServerKind::Redis => "SET NX PX x16, then EVALSHA compare-and-delete x16",
         }
     );
+}
+
+/// The tasks' latencies merged and their hold+release pairs as the rate;
+/// `lat_of` says what one latency sample is.
+fn record_pairs(run: &mut Run, outs: Vec<(Histogram<u64>, u64)>, secs: f64, lat_of: &'static str) {
+    let mut all = hist();
+    let mut pairs = 0;
+    for (h, n) in outs {
+        all.add(h).expect("merge");
+        pairs += n;
+    }
+    run.unit = "hold+release";
+    run.lat_of = lat_of;
+    run.set_rate(pairs, secs);
+    fill_lat(run, &all);
 }
 
 fn recipe(kind: ServerKind) -> &'static str {
