@@ -168,18 +168,15 @@ impl Connection {
                 .map_err(|e| texts::tls_failed(&hostport, e))?,
         };
         let conn = Connection::new(rd, wr, peer, tls.is_some());
-        conn.say_hello(token).await.map_err(|e| {
-            if let Some(line) = e.refused_hello() {
-                return texts::connect_refused(&hostport, line);
-            }
-            match e.io_error() {
+        conn.say_hello(token, Some(&hostport))
+            .await
+            .map_err(|e| match e.io_error() {
                 Some(io) if tls.is_some() && stream::is_tls_failure(io) => {
                     let reason = io::Error::new(io.kind(), io.to_string());
                     texts::tls_failed(&hostport, reason)
                 }
                 _ => e,
-            }
-        })
+            })
     }
 
     /// Takes a connected stream and says `HELLO 3` (with `AUTH default
@@ -189,7 +186,9 @@ impl Connection {
         stream.set_nodelay(true).map_err(texts::connection_closed)?;
         let peer = stream.peer_addr().ok();
         let (rd, wr) = stream::plain(stream);
-        Connection::new(rd, wr, peer, false).say_hello(token).await
+        Connection::new(rd, wr, peer, false)
+            .say_hello(token, None)
+            .await
     }
 
     fn new(rd: ReadHalf, wr: WriteHalf, peer: Option<SocketAddr>, tls: bool) -> Connection {
@@ -211,7 +210,13 @@ impl Connection {
         }
     }
 
-    async fn say_hello(mut self, token: Option<&str>) -> Result<Connection, Error> {
+    /// `HELLO 3`; a refusal other than the token's is `connect_refused`
+    /// naming `hostport` when it is known, else the server's line.
+    async fn say_hello(
+        mut self,
+        token: Option<&str>,
+        hostport: Option<&str>,
+    ) -> Result<Connection, Error> {
         let reply = match token {
             Some(token) => {
                 self.command(&["HELLO", "3", "AUTH", "default", token])
@@ -220,7 +225,7 @@ impl Connection {
             None => self.command(&["HELLO", "3"]).await?,
         };
         if let Value::Error(text) = &reply {
-            return Err(hello_refused(text));
+            return Err(hello_refused(text, hostport));
         }
         self.hello = reply;
         Ok(self)
@@ -292,12 +297,12 @@ impl fmt::Debug for Connection {
 
 /// What a refused `HELLO` means: no token, a wrong one, or (from a
 /// server that is not holdline) whatever it said.
-fn hello_refused(text: &str) -> Error {
-    match text.split(' ').next() {
-        Some("NOAUTH") => texts::token_missing(),
-        Some("WRONGPASS") => texts::token_refused(),
-        // Any other refusal (the server's connection limit, say) is named
-        // by `open`, which knows where it dialled.
-        _ => Error::refusal_of_hello(text),
+fn hello_refused(text: &str, hostport: Option<&str>) -> Error {
+    match (text.split(' ').next(), hostport) {
+        (Some("NOAUTH"), _) => texts::token_missing(),
+        (Some("WRONGPASS"), _) => texts::token_refused(),
+        // Any other refusal: the server's connection limit, say.
+        (_, Some(hostport)) => texts::connect_refused(hostport, text),
+        (_, None) => Error::from_reply(text),
     }
 }

@@ -29,8 +29,6 @@ pub struct Error {
     kind: ErrorKind,
     text: Box<str>,
     io: Option<Arc<io::Error>>,
-    /// Set while a refused `HELLO`'s line waits to be worded by its caller.
-    hello_refused: bool,
 }
 
 impl Error {
@@ -40,7 +38,6 @@ impl Error {
             kind,
             text: text.into(),
             io: None,
-            hello_refused: false,
         }
     }
 
@@ -56,19 +53,6 @@ impl Error {
     /// The core's error, its kind and text as they are.
     pub(crate) fn from_core(e: &holdline::Error) -> Error {
         Error::new(e.kind(), e.to_string())
-    }
-
-    /// A `HELLO` answered with an error line other than a token's.
-    pub(crate) fn refusal_of_hello(line: &str) -> Error {
-        Error {
-            hello_refused: true,
-            ..Error::from_reply(line)
-        }
-    }
-
-    /// The server's line, when this is a refused `HELLO`.
-    pub(crate) fn refused_hello(&self) -> Option<&str> {
-        self.hello_refused.then_some(&*self.text)
     }
 
     /// The kind, to branch on.
@@ -104,7 +88,6 @@ impl Error {
             kind,
             text: text.into(),
             io: Some(Arc::new(e)),
-            hello_refused: false,
         }
     }
 }

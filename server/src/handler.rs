@@ -26,7 +26,7 @@
 
 use crate::cmd::{self, NotACommand};
 use crate::connection::Connection;
-use crate::session::{Counts, PendingHold, Session, Step};
+use crate::session::{slot_parts, Counts, PendingHold, Session, Step};
 use crate::shutdown::Shutdown;
 use holdline::{Error, HeldLease};
 use holdline_resp::Value;
@@ -265,15 +265,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Handler<S> {
             return;
         };
         let reason = held.lease.signal().reason();
-        let lock = held.slot.split('\0').next().unwrap_or_default();
+        let (lock, key) = slot_parts(&held.slot);
         let (client, addr) = (self.session.id(), self.session.client.addr);
         info!(lock, lease = id, client, %addr, ?reason, "lease lost");
-        debug!(
-            lock,
-            lease = id,
-            key = held.slot.split('\0').nth(1),
-            "lease lost: its key"
-        );
+        debug!(lock, lease = id, key, "lease lost: its key");
         if let Some(push) = self.session.loss_push(id) {
             Counts::add(&self.session.shared.counts.lost_pushes, 1);
             self.answer(&push);

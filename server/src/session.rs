@@ -185,7 +185,7 @@ pub struct Held {
 impl Held {
     /// The lock's name.
     pub fn lock(&self) -> &str {
-        self.slot.split('\0').next().unwrap_or_default()
+        slot_parts(&self.slot).0
     }
 }
 
@@ -297,8 +297,7 @@ impl Session {
         match result {
             Ok(lease) => {
                 if let Some(m) = &self.shared.metrics {
-                    let lock = pending.slot.split('\0').next().unwrap_or_default();
-                    m.waited(lock, pending.started.elapsed());
+                    m.waited(slot_parts(&pending.slot).0, pending.started.elapsed());
                 }
                 self.keep(lease, pending.slot)
             }
@@ -352,6 +351,10 @@ impl Session {
     /// it): its hold time goes to the metrics.
     pub fn let_go(&self, held: &Held) {
         self.client.let_go(&held.slot);
+        self.held_for_metrics(held);
+    }
+
+    fn held_for_metrics(&self, held: &Held) {
         if let Some(m) = &self.shared.metrics {
             m.held(held.lock(), held.granted.elapsed());
         }
@@ -361,9 +364,7 @@ impl Session {
 impl Drop for Session {
     fn drop(&mut self) {
         for held in self.leases.values() {
-            if let Some(m) = &self.shared.metrics {
-                m.held(held.lock(), held.granted.elapsed());
-            }
+            self.held_for_metrics(held);
         }
         self.shared.clients.remove(self.client.id);
     }
@@ -373,4 +374,9 @@ impl Drop for Session {
 /// is unambiguous.
 pub fn slot(lock: &str, key: &str) -> Box<str> {
     format!("{lock}\0{key}").into_boxed_str()
+}
+
+/// A slot's lock name and key.
+pub fn slot_parts(slot: &str) -> (&str, &str) {
+    slot.split_once('\0').unwrap_or((slot, ""))
 }

@@ -285,3 +285,42 @@ pub fn assert_text_with_reason(name: &str, vars: &[(&str, &str)], actual: &str) 
         "{actual:?} is not {text:?}"
     );
 }
+
+/// Freezes `proxy`, which carries `held` (lock "frozen", key "k", `ttl`),
+/// and checks the loss: the holder's signal fires at least 10 ms before
+/// `next_grant` (the instant the next holder was granted the key) and
+/// within ttl + 0.5 s of the freeze, and the lease answers `lost_silent`.
+pub async fn lost_before_the_next_grant(
+    proxy: &Proxy,
+    held: &holdline_client::HeldLease,
+    next_grant: impl std::future::Future<Output = Instant>,
+    ttl: Duration,
+) {
+    let patience = Duration::from_secs(30);
+    let frozen = Instant::now();
+    proxy.freeze();
+    tokio::time::timeout(patience, held.signal().aborted())
+        .await
+        .expect("the frozen link loses the lease");
+    let lost_at = Instant::now();
+    let granted_at = tokio::time::timeout(patience, next_grant).await.unwrap();
+    assert!(
+        granted_at >= lost_at + Duration::from_millis(10),
+        "the holder learnt its loss {:?} after the next holder's grant",
+        lost_at.saturating_duration_since(granted_at)
+    );
+    assert!(
+        lost_at - frozen <= ttl + Duration::from_millis(500),
+        "lost {:?} after the freeze",
+        lost_at - frozen
+    );
+    let lost = held.check().unwrap_err();
+    assert_eq!(lost.kind(), holdline_client::ErrorKind::Lost);
+    let ttl_text = holdline::wire::duration_text(ttl);
+    let vars = [
+        ("lock", "frozen"),
+        ("key", "\"k\""),
+        ("ttl", ttl_text.as_str()),
+    ];
+    assert_eq!(lost.to_string(), expected_text("lost_silent", &vars));
+}

@@ -5,7 +5,7 @@
 use crate::clients::ClientState;
 use crate::parse::{integer, syntax_error, Parse};
 use crate::reply::key_not_utf8;
-use crate::session::{slot, Counts, LockOptions, Session};
+use crate::session::{slot, slot_parts, Counts, LockOptions, Session};
 use holdline_resp::{Proto, Value};
 use std::fmt::Write;
 use std::time::Duration;
@@ -260,7 +260,7 @@ fn list_line(s: &Session, c: &ClientState) -> String {
         .map(|n| String::from_utf8_lossy(&n).into_owned())
         .unwrap_or_default();
     let waiting = c.waiting().map(|slot| {
-        let (lock, key) = slot.split_once('\0').unwrap_or((&slot, ""));
+        let (lock, key) = slot_parts(&slot);
         format!("{lock}/{}", escaped(key))
     });
     let resp = if c.id == s.id() && s.proto == Proto::Resp3 {
