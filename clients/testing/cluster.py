@@ -1,0 +1,600 @@
+#!/usr/bin/env python3
+"""A private holdline cluster for the clients' tests: one etcd and N nodes.
+
+    python3 cluster.py [--nodes 3] [--partitions 8] [--etcd-ttl 2] [--binary PATH]
+    python3 cluster.py --self-test
+
+Starts `/usr/bin/etcd` on free loopback ports with its own temporary data
+directory (never the system's service), then N `holdline serve` nodes on
+free loopback ports (the binary: --binary, else $HOLDLINE_BIN, else
+target/release/holdline under the repository root), waits until every
+node's CLUSTER SLOTS covers all 16384 slots, all nodes answer the same map
+and the partitions are spread evenly over the nodes, then prints ONE JSON
+line to stdout:
+
+    {"etcd": "http://127.0.0.1:E",
+     "nodes": [{"addr": "127.0.0.1:P", "pid": 1234, "slots": [[0, 2047], ...]}, ...]}
+
+("slots": the ranges the node served when the line was printed). It then
+runs until its standard input closes or it gets SIGTERM/SIGINT, and kills
+every node and etcd (SIGKILL, then waits for them) and removes its
+temporary directories. Tests kill or stop nodes by pid themselves.
+
+While it runs, a line on its standard input is a request, answered with one
+JSON line: `kill I` (SIGKILL node I and wait for it), `start I` (start node
+I again on its port; answers {"addr", "pid"}), `wait` (until the live nodes
+cover every slot again). A bad line answers {"error": "..."}.
+
+From Python (standard library only):
+
+    with Cluster(nodes=3) as c:
+        c.nodes[0].addr, c.nodes[0].pid, c.etcd
+        c.key_on(1)       # a key whose slot node 1 serves
+        c.kill(1)         # SIGKILL node 1
+        c.wait_covered()  # the others took its slots over
+        c.start(1)        # node 1 again, on its port
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import selectors
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Dict, List, Optional, Tuple, Union
+
+SLOTS = 16384
+REPO = Path(__file__).resolve().parents[2]
+ETCD = "/usr/bin/etcd"
+LISTENING = "holdline: listening on "
+STOPPED = (None, 0, -signal.SIGKILL, -signal.SIGTERM, -signal.SIGINT)
+"""A node's exit statuses (None: running) that a test may have caused."""
+
+Reply = Union[None, int, bytes, str, "RespError", List[Any], Dict[Any, Any]]
+Range = Tuple[int, int, str]
+"""A served range of slots: first, last (inclusive), the node's host:port."""
+
+
+# ---------------------------------------------------------------- slots
+
+
+def _crc16(data: bytes) -> int:
+    crc = 0
+    for byte in data:
+        crc ^= byte << 8
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else (crc << 1)
+            crc &= 0xFFFF
+    return crc
+
+
+def slot(key: Union[str, bytes]) -> int:
+    """Redis Cluster's slot of a key: CRC16-XMODEM mod 16384, `{tag}` hashed alone."""
+    data = key.encode() if isinstance(key, str) else key
+    start = data.find(b"{")
+    if start >= 0:
+        end = data.find(b"}", start + 1)
+        if end > start + 1:
+            data = data[start + 1 : end]
+    return _crc16(data) % SLOTS
+
+
+# ---------------------------------------------------------------- RESP
+
+
+class RespError(Exception):
+    """An error reply (`-ERR ...`)."""
+
+
+def _read_line(f: IO[bytes]) -> bytes:
+    line = f.readline()
+    if not line.endswith(b"\r\n"):
+        raise ConnectionError("connection closed mid-reply")
+    return line[:-2]
+
+
+def _read_reply(f: IO[bytes]) -> Reply:
+    line = _read_line(f)
+    kind, rest = line[:1], line[1:]
+    if kind in (b"+",):
+        return rest.decode()
+    if kind in (b"-", b"!"):
+        if kind == b"!":
+            rest = f.read(int(rest) + 2)[:-2]
+        return RespError(rest.decode(errors="replace"))
+    if kind == b":":
+        return int(rest)
+    if kind in (b"$", b"="):
+        if int(rest) < 0:
+            return None
+        return f.read(int(rest) + 2)[:-2]
+    if kind in (b"*", b"~", b">"):
+        return None if int(rest) < 0 else [_read_reply(f) for _ in range(int(rest))]
+    if kind in (b"%", b"|"):
+        pairs = [(_read_reply(f), _read_reply(f)) for _ in range(int(rest))]
+        return {(k.decode() if isinstance(k, bytes) else k): v for k, v in pairs}
+    if kind == b"_":
+        return None
+    if kind in (b",", b"("):
+        return rest.decode()
+    if kind == b"#":
+        return int(rest == b"t")
+    raise ConnectionError(f"not RESP: {line!r}")
+
+
+def command(addr: str, *args: Union[str, bytes, int], timeout: float = 5.0) -> Reply:
+    """Sends one command to host:port on a fresh plain connection (RESP2)
+    and answers its reply; an error reply is answered (not raised) as a
+    RespError. Raises OSError when the node cannot be reached."""
+    host, _, port = addr.rpartition(":")
+    parts = [a if isinstance(a, bytes) else str(a).encode() for a in args]
+    frame = b"*%d\r\n" % len(parts) + b"".join(b"$%d\r\n%s\r\n" % (len(p), p) for p in parts)
+    with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout) as sock:
+        sock.sendall(frame)
+        with sock.makefile("rb") as f:
+            return _read_reply(f)
+
+
+def cluster_slots(addr: str) -> List[Range]:
+    """A node's CLUSTER SLOTS as sorted (first, last, host:port) ranges."""
+    reply = command(addr, "CLUSTER", "SLOTS")
+    if isinstance(reply, RespError):
+        raise reply
+    if not isinstance(reply, list):
+        raise ConnectionError(f"CLUSTER SLOTS answered {reply!r}")
+    ranges = []
+    for entry in reply:
+        host, port = entry[2][0], entry[2][1]
+        host = host.decode() if isinstance(host, bytes) else str(host)
+        ranges.append((int(entry[0]), int(entry[1]), f"{host}:{int(port)}"))
+    return sorted(ranges)
+
+
+def _covers_all(ranges: List[Range]) -> bool:
+    nxt = 0
+    for first, last, _ in ranges:
+        if first != nxt:
+            return False
+        nxt = last + 1
+    return nxt == SLOTS
+
+
+# ---------------------------------------------------------------- processes
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def server_binary(binary: Optional[str] = None) -> Path:
+    configured = binary or os.environ.get("HOLDLINE_BIN")
+    path = Path(configured) if configured else REPO / "target" / "release" / "holdline"
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"no holdline binary at {path}: run `cargo build --release --bin holdline` "
+            "at the repository root, or set HOLDLINE_BIN to its absolute path"
+        )
+    return path
+
+
+def _kill(proc: Optional[subprocess.Popen[bytes]]) -> None:
+    if proc is None:
+        return
+    if proc.poll() is None:
+        try:
+            proc.send_signal(signal.SIGCONT)  # a test may have stopped it
+            proc.kill()
+        except ProcessLookupError:
+            pass
+    proc.wait(timeout=15)
+    if proc.stdout is not None:
+        proc.stdout.close()
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+@dataclass
+class Node:
+    """One `holdline serve` of the cluster: its address (fixed for its life,
+    a restart reuses it), its process and its log file."""
+
+    index: int
+    port: int
+    log: Path
+    proc: Optional[subprocess.Popen[bytes]] = None
+    drain: Optional[threading.Thread] = field(default=None, repr=False)
+
+    @property
+    def addr(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None, f"node {self.index} never started"
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+
+class Cluster:
+    """etcd and `nodes` holdline nodes on loopback; a context manager (also
+    `start_all()` / `close()`). Every wait raises TimeoutError naming what
+    it saw, with the end of the logs."""
+
+    def __init__(
+        self,
+        nodes: int = 3,
+        partitions: int = 8,
+        etcd_ttl: float = 2,
+        binary: Optional[str] = None,
+        timeout: float = 30,
+    ) -> None:
+        self.binary = server_binary(binary)
+        self.partitions = partitions
+        self.etcd_ttl = etcd_ttl
+        self.timeout = timeout
+        shm = Path("/dev/shm")
+        tmp = shm if shm.is_dir() else None
+        self.dir = Path(tempfile.mkdtemp(prefix="holdline-cluster-", dir=tmp))
+        self.etcd = ""
+        self.etcd_proc: Optional[subprocess.Popen[bytes]] = None
+        self.nodes = [Node(i, 0, self.dir / f"node{i}.log") for i in range(nodes)]
+
+    def __enter__(self) -> Cluster:
+        try:
+            self.start_all()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start_all(self) -> None:
+        self._start_etcd()
+        for node in self.nodes:
+            self._spawn(node, fresh_port=True)
+        for node in self.nodes:
+            self._await_listening(node, retries=3)
+        self.wait_ready()
+
+    def close(self) -> None:
+        for node in self.nodes:
+            _kill(node.proc)
+            if node.drain is not None:
+                node.drain.join(5)
+        _kill(self.etcd_proc)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    # ------------------------------------------------------------ etcd
+
+    def _start_etcd(self) -> None:
+        for _ in range(3):
+            client, peer = free_port(), free_port()
+            self.etcd = f"http://127.0.0.1:{client}"
+            peer_url = f"http://127.0.0.1:{peer}"
+            data = self.dir / "etcd"
+            shutil.rmtree(data, ignore_errors=True)
+            with open(self.dir / "etcd.log", "ab") as log:
+                self.etcd_proc = subprocess.Popen(
+                    [ETCD, "--name", "fixture", "--data-dir", str(data),
+                     "--listen-client-urls", self.etcd, "--advertise-client-urls", self.etcd,
+                     "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
+                     "--initial-cluster", f"fixture={peer_url}",
+                     "--initial-cluster-token", self.dir.name,
+                     "--heartbeat-interval", "20", "--election-timeout", "200"],
+                    stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                )  # fmt: skip
+            if self._await_etcd_health():
+                return
+            _kill(self.etcd_proc)
+        raise TimeoutError(f"etcd did not become healthy; log:\n{_tail(self.dir / 'etcd.log')}")
+
+    def _await_etcd_health(self) -> bool:
+        deadline = time.monotonic() + 15
+        assert self.etcd_proc is not None
+        while time.monotonic() < deadline and self.etcd_proc.poll() is None:
+            try:
+                with urllib.request.urlopen(f"{self.etcd}/health", timeout=2) as answer:
+                    if json.load(answer).get("health") == "true":
+                        return True
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.05)
+        return False
+
+    # ------------------------------------------------------------ nodes
+
+    def _spawn(self, node: Node, fresh_port: bool) -> None:
+        if fresh_port:
+            node.port = free_port()
+        with open(node.log, "ab") as log:
+            node.proc = subprocess.Popen(
+                [str(self.binary), "serve", "--listen", node.addr, "--advertise", node.addr,
+                 "--etcd", self.etcd, "--cluster", "fixture",
+                 "--partitions", str(self.partitions), "--etcd-ttl", f"{self.etcd_ttl:g}s"],
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
+            )  # fmt: skip
+
+    def _await_listening(self, node: Node, retries: int = 0) -> None:
+        """Reads the node's first line; a node that exits first because its
+        port was taken meanwhile starts again on a fresh port, `retries` times."""
+        while True:
+            assert node.proc is not None and node.proc.stdout is not None
+            with selectors.DefaultSelector() as sel:
+                sel.register(node.proc.stdout, selectors.EVENT_READ)
+                ready = sel.select(15)
+            first = node.proc.stdout.readline().decode(errors="replace") if ready else ""
+            if first.startswith(LISTENING):
+                node.drain = threading.Thread(target=_drain, args=(node.proc,), daemon=True)
+                node.drain.start()
+                return
+            _kill(node.proc)
+            if retries <= 0 or "in use" not in _tail(node.log).lower():
+                raise RuntimeError(
+                    f"node {node.index} ({node.addr}) did not start: {first!r}; "
+                    f"log:\n{_tail(node.log)}"
+                )
+            retries -= 1
+            self._spawn(node, fresh_port=True)
+
+    def kill(self, i: int) -> None:
+        """SIGKILL node i and wait for it to be gone."""
+        _kill(self.nodes[i].proc)
+
+    def start(self, i: int) -> None:
+        """Starts node i again on its port (after kill), then waits until the
+        cluster's map is whole and even again."""
+        node = self.nodes[i]
+        if node.alive():
+            raise RuntimeError(f"node {i} is running (pid {node.pid})")
+        self._spawn(node, fresh_port=False)
+        self._await_listening(node)
+        self.wait_ready()
+
+    # ------------------------------------------------------------ maps
+
+    def slots_map(self, i: Optional[int] = None) -> List[Range]:
+        """CLUSTER SLOTS of node i (else of the first live node)."""
+        live = [n for n in self.nodes if n.alive()] if i is None else [self.nodes[i]]
+        if not live:
+            raise RuntimeError("no node is running")
+        return cluster_slots(live[0].addr)
+
+    def owner(self, key: Union[str, bytes]) -> int:
+        """The index of the node that serves key's slot now."""
+        s = slot(key)
+        for first, last, addr in self.slots_map():
+            if first <= s <= last:
+                return next(n.index for n in self.nodes if n.addr == addr)
+        raise LookupError(f"no node serves slot {s}")
+
+    def key_on(self, i: int, prefix: str = "key-") -> str:
+        """The first of prefix0, prefix1, ... whose slot node i serves now."""
+        ranges = [(a, b) for a, b, addr in self.slots_map() if addr == self.nodes[i].addr]
+        for n in range(100_000):
+            key = f"{prefix}{n}"
+            if any(a <= slot(key) <= b for a, b in ranges):
+                return key
+        raise LookupError(f"node {i} serves no slot")
+
+    def _maps(self) -> Tuple[Dict[str, List[Range]], List[str]]:
+        maps, problems = {}, []
+        for node in self.nodes:
+            if not node.alive():
+                continue
+            try:
+                maps[node.addr] = cluster_slots(node.addr)
+            except (OSError, RespError) as e:
+                problems.append(f"{node.addr}: {e}")
+        return maps, problems
+
+    def _wait(self, check: str, timeout: Optional[float]) -> Dict[str, List[Range]]:
+        """Polls the live nodes' maps until they agree and cover every slot
+        (check "covered"), and spread evenly over the live nodes ("even")."""
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        while True:
+            maps, problems = self._maps()
+            views = list(maps.values())
+            why = "; ".join(problems)
+            if not why and views:
+                if any(v != views[0] for v in views):
+                    why = f"the nodes disagree: {maps}"
+                elif not _covers_all(views[0]):
+                    why = f"not every slot is served: {views[0]}"
+                elif check == "even":
+                    why = self._uneven(views[0], list(maps))
+            if views and not why:
+                return maps
+            for node in self.nodes:
+                if node.proc is not None and node.proc.poll() not in STOPPED:
+                    raise RuntimeError(
+                        f"node {node.index} exited {node.proc.returncode}; log:\n{_tail(node.log)}"
+                    )
+            if time.monotonic() > deadline:
+                logs = "\n".join(f"--- node {n.index}\n{_tail(n.log)}" for n in self.nodes)
+                raise TimeoutError(f"cluster not {check}: {why or 'no live node'}\n{logs}")
+            time.sleep(0.05)
+
+    def _uneven(self, ranges: List[Range], live: List[str]) -> str:
+        """Why the partitions are not spread evenly over `live` ('' if they are)."""
+        per: Dict[str, int] = {addr: 0 for addr in live}
+        for first, last, addr in ranges:
+            per[addr] = per.get(addr, 0) + last - first + 1
+        p, n = self.partitions, len(live)
+        low = (p // n) * (SLOTS // p)
+        high = -(-p // n) * -(-SLOTS // p)
+        if all(low <= count <= high for count in per.values()):
+            return ""
+        return f"slots per node {per} not within [{low}, {high}]"
+
+    def wait_covered(self, timeout: Optional[float] = None) -> Dict[str, List[Range]]:
+        """Until the live nodes agree on a map that covers every slot."""
+        return self._wait("covered", timeout)
+
+    def wait_ready(self, timeout: Optional[float] = None) -> Dict[str, List[Range]]:
+        """Until the live nodes agree on a whole map spread evenly over them."""
+        return self._wait("even", timeout)
+
+    def describe(self) -> Dict[str, Any]:
+        """What the JSON line says: etcd's URL, each node's addr, pid and slots."""
+        ranges = self.slots_map()
+        nodes = []
+        for node in self.nodes:
+            mine = [[a, b] for a, b, addr in ranges if addr == node.addr]
+            nodes.append({"addr": node.addr, "pid": node.pid, "slots": mine})
+        return {"etcd": self.etcd, "nodes": nodes}
+
+
+def _drain(proc: subprocess.Popen[bytes]) -> None:
+    """Reads a node's stdout to its end, so it never fills the pipe."""
+    assert proc.stdout is not None
+    try:
+        for _ in proc.stdout:
+            pass
+    except (OSError, ValueError):
+        pass
+
+
+# ---------------------------------------------------------------- command line
+
+
+def _request(c: Cluster, line: str) -> Dict[str, Any]:
+    """One request line from stdin: `kill I`, `start I` or `wait`."""
+    words = line.split()
+    try:
+        if words == ["wait"]:
+            c.wait_covered()
+            return {"ok": True}
+        if len(words) == 2 and words[0] in ("kill", "start"):
+            i = int(words[1])
+            if not 0 <= i < len(c.nodes):
+                raise IndexError(f"no node {i}")
+            if words[0] == "kill":
+                c.kill(i)
+                return {"ok": True}
+            c.start(i)
+            return {"addr": c.nodes[i].addr, "pid": c.nodes[i].pid}
+    except (ValueError, IndexError, RuntimeError, TimeoutError, OSError) as e:
+        return {"error": str(e)}
+    return {"error": f"unknown request {line.strip()!r} (kill I, start I, wait)"}
+
+
+def _stop(signum: int, frame: object) -> None:
+    raise SystemExit(0)
+
+
+def serve(args: argparse.Namespace) -> int:
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    with Cluster(args.nodes, args.partitions, args.etcd_ttl, args.binary) as c:
+        print(json.dumps(c.describe()), flush=True)
+        for line in sys.stdin:
+            if line.strip():
+                print(json.dumps(_request(c, line)), flush=True)
+    return 0
+
+
+def _check(ok: bool, what: str) -> None:
+    if not ok:
+        raise AssertionError(what)
+    print(f"ok: {what}", file=sys.stderr)
+
+
+def self_test(args: argparse.Namespace) -> int:
+    """Starts a cluster, checks what the tests rely on, and a second one
+    through the command line, then exits 0 (or raises)."""
+    vectors = {"123456789": 12739, "foo": 12182, "{user1000}.following": slot("user1000")}
+    vectors.update({"foo{}{bar}": slot("foo{}{bar}"), "foo{{bar}}zap": slot("{bar")})
+    _check(slot("123456789") == 12739 and slot("foo") == 12182, "slot() matches Redis's vectors")
+    started = time.monotonic()
+    with Cluster(args.nodes, args.partitions, args.etcd_ttl, args.binary) as c:
+        took = time.monotonic() - started
+        _check(True, f"{args.nodes} nodes ready in {took:.1f}s: {c.describe()}")
+        for key, want in vectors.items():
+            got = command(c.nodes[0].addr, "CLUSTER", "KEYSLOT", key)
+            _check(got == want, f"CLUSTER KEYSLOT {key} = {got!r} (want {want})")
+        keys = [c.key_on(i) for i in range(len(c.nodes))]
+        _check(len(set(keys)) == len(keys), f"a key on every node: {keys}")
+        if len(c.nodes) > 1:
+            moved = command(c.nodes[0].addr, "INSPECT", "fixture", keys[1])
+            redirect = f"MOVED {slot(keys[1])} {c.nodes[1].addr}"
+            _check(str(moved) == redirect, f"INSPECT via a non-owner: {moved!r} (want {redirect})")
+            victim = len(c.nodes) - 1
+            killed = time.monotonic()
+            c.kill(victim)
+            c.wait_covered(timeout=args.etcd_ttl + 10)
+            took = time.monotonic() - killed
+            _check(c.owner(keys[victim]) != victim, f"node {victim} killed: covered in {took:.1f}s")
+            c.start(victim)
+            _check(c.nodes[victim].alive(), f"node {victim} restarted: {c.describe()}")
+    _self_test_command_line(args)
+    print("self-test passed", file=sys.stderr)
+    return 0
+
+
+def _self_test_command_line(args: argparse.Namespace) -> None:
+    """The script as the other languages' tests run it: one JSON line,
+    requests on stdin, everything gone once stdin closes."""
+    flags = ["--nodes", "2", "--partitions", str(args.partitions), "--etcd-ttl", str(args.etcd_ttl)]
+    if args.binary:
+        flags += ["--binary", args.binary]
+    proc = subprocess.Popen(
+        [sys.executable, __file__, *flags], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        info = json.loads(proc.stdout.readline())
+        pids = [n["pid"] for n in info["nodes"]]
+        _check(len(pids) == 2 and info["etcd"].startswith("http://127.0.0.1:"), f"JSON line {info}")
+        proc.stdin.write("bogus\n")
+        proc.stdin.flush()
+        _check("error" in json.loads(proc.stdout.readline()), "a bad request answers an error")
+        proc.stdin.close()
+        _check(proc.wait(timeout=20) == 0, "stdin closed: the script exits 0")
+        for pid in pids:
+            try:
+                os.kill(pid, 0)
+                alive = True
+            except ProcessLookupError:
+                alive = False
+            _check(not alive, f"node pid {pid} is gone")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, default=3)
+    parser.add_argument("--partitions", type=int, default=8)
+    parser.add_argument("--etcd-ttl", type=float, default=2, help="seconds")
+    parser.add_argument("--binary", help="the holdline binary (else $HOLDLINE_BIN, else ...)")
+    parser.add_argument("--self-test", action="store_true", help="start, check, stop, exit 0")
+    args = parser.parse_args()
+    return self_test(args) if args.self_test else serve(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
