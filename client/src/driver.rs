@@ -124,8 +124,10 @@ pub(crate) fn local_deadline(t: Instant, ttl: Duration) -> std::time::Instant {
 }
 
 impl Conn {
-    /// Starts the task for `conn` on the current tokio runtime.
-    pub(crate) fn spawn(conn: Connection) -> Conn {
+    /// Starts the task for `conn` on the current tokio runtime. `failed`
+    /// is set when the connection fails or goes silent (not when its
+    /// holder closes it): a cluster's map may be out of date then.
+    pub(crate) fn spawn(conn: Connection, failed: Arc<AtomicBool>) -> Conn {
         let (requests, rx) = mpsc::unbounded_channel();
         let shared = Arc::new(ConnShared {
             renew_ms: AtomicU64::new(0),
@@ -139,6 +141,7 @@ impl Conn {
             shared: shared.clone(),
             waiting: VecDeque::new(),
             last_write: Instant::now(),
+            failed,
         };
         tokio::spawn(task.run());
         Conn { requests, shared }
@@ -247,6 +250,8 @@ struct Task {
     shared: Arc<ConnShared>,
     waiting: VecDeque<(Option<ReplyTo>, Instant)>,
     last_write: Instant,
+    /// Set when this connection fails or goes silent.
+    failed: Arc<AtomicBool>,
 }
 
 /// Why the task's loop ended.
@@ -369,6 +374,10 @@ impl Task {
     fn finish(self, end: End) {
         // A holder that closed its own connection let its lease go; a
         // silent one already marked it; only a failure loses it here.
+        if !matches!(end, End::Dropped) {
+            // Relaxed: a hint to look at the map again, ordered by nothing.
+            self.failed.store(true, Ordering::Relaxed);
+        }
         let (dead, failed) = match end {
             End::Dropped => (
                 io::Error::new(io::ErrorKind::NotConnected, "closed by its holder"),
@@ -429,6 +438,8 @@ mod tests {
     use tokio::time::{timeout, Instant};
 
     const LOST: &str = "lock l: key \"k\": the lease was lost: it ran out (ttl 300ms)";
+    /// A single server's answer to `CLUSTER SLOTS` (Redis's text).
+    const NOT_CLUSTER: &str = "ERR This instance has cluster support disabled";
 
     /// Reads one command from a scripted peer's socket.
     async fn read_command(
@@ -509,6 +520,7 @@ mod tests {
                     renews += 1;
                     send(&mut sock, Value::simple("OK")).await;
                 }
+                "CLUSTER" => send(&mut sock, Value::error(NOT_CLUSTER)).await,
                 "RELEASE" => {
                     assert_eq!(cmd[1], "1");
                     send(&mut sock, Value::error(format!("LOST {LOST}"))).await;
@@ -577,6 +589,7 @@ mod tests {
             match cmd[0].as_str() {
                 "HELLO" => send(&mut sock, Value::Map(vec![])).await,
                 "HOLD" => {}
+                "CLUSTER" => send(&mut sock, Value::error(NOT_CLUSTER)).await,
                 "PING" => {
                     pings += 1;
                     if pings == 4 {

@@ -11,7 +11,9 @@ use crate::driver::{local_deadline, Conn};
 use crate::error::Error;
 use crate::lease::{Lease, LeaseShared};
 use crate::lock::{unexpected, Lock};
-use crate::store::{clamp_ms, StoreInner};
+use crate::node::Node;
+use crate::route::Route;
+use crate::store::clamp_ms;
 use crate::texts;
 use holdline::wire::{self, Scope};
 use holdline::{ErrorKind, Key, DEFAULT_WAIT};
@@ -40,6 +42,24 @@ impl<'a> Args<'a> {
     fn as_slice(&self) -> &[&'a [u8]] {
         &self.items[..self.len]
     }
+}
+
+/// What one `HOLD` or `TRYHOLD` answered.
+enum Sent {
+    Granted(Granted),
+    /// A try found the key held.
+    Held,
+    /// An error reply: the server's answer, or a redirect.
+    Refused(Error),
+}
+
+/// A grant, on the connection it was granted on, with its `HOLD`'s send
+/// time.
+struct Granted {
+    conn: Conn,
+    id: i64,
+    fence: u64,
+    sent: tokio::time::Instant,
 }
 
 /// How a hold asks for its key.
@@ -93,12 +113,41 @@ impl Lock {
         self.key(key).try_acquire().await
     }
 
-    /// `HOLD` or `TRYHOLD` on a connection of its own; `None` when a try
-    /// found the key held.
+    /// `HOLD` or `TRYHOLD` on a connection of its own, sent to the node
+    /// that serves the key (again after `MOVED` or `CLUSTERDOWN`); `None`
+    /// when a try found the key held.
     async fn acquire_text(&self, key: String, mode: Mode) -> Result<Option<HeldLease>, Error> {
         wire::check_key(&self.name, &key).map_err(|e| Error::from_core(&e))?;
-        let inner = &self.store.inner;
-        let conn = inner.checkout(Scope::Key(&self.name, &key)).await?;
+        let mut route = Route::new(&self.store.inner, &key, Scope::Key(&self.name, &key));
+        let (node, granted) = loop {
+            let node = route.node().await?;
+            match self.send_hold(&node, &key, mode).await? {
+                Sent::Granted(granted) => break (node, granted),
+                Sent::Held => return Ok(None),
+                Sent::Refused(e) => route.again_after(e).await?,
+            }
+        };
+        let Granted {
+            conn,
+            id,
+            fence,
+            sent,
+        } = granted;
+        let ttl = Duration::from_millis(self.ttl_ms);
+        let shared = LeaseShared::new(id, fence, self.name.clone(), key.into_boxed_str(), ttl);
+        confirm_grant(&conn, &shared, sent, ttl).await?;
+        Ok(Some(HeldLease {
+            lease: Lease { shared },
+            conn: Some(conn),
+            node,
+            store: self.store.id(),
+            ttl,
+        }))
+    }
+
+    /// One `HOLD` or `TRYHOLD` on a connection of `node`.
+    async fn send_hold(&self, node: &Node, key: &str, mode: Mode) -> Result<Sent, Error> {
+        let conn = node.checkout(Scope::Key(&self.name, key)).await?;
         // Renew while the HOLD waits, too: from now on.
         let ttl = Duration::from_millis(self.ttl_ms);
         conn.renew_for(Some(ttl));
@@ -106,7 +155,7 @@ impl Lock {
             Mode::Wait(ms) => ms.to_string(),
             Mode::Try => String::new(),
         };
-        let args = self.hold_args(&key, mode, &wait_arg);
+        let args = self.hold_args(key, mode, &wait_arg);
         // A server that answers nothing past the wait (and a ttl more) is
         // stalled or cut off: give up rather than hang. Returning drops
         // `conn`, which closes the connection: the server takes the HOLD
@@ -118,34 +167,31 @@ impl Lock {
         let grace = ttl.max(MIN_PATIENCE);
         let request = conn.request_timed(args.as_slice());
         let Ok(reply) = tokio::time::timeout(wait + grace, request).await else {
-            return Err(texts::wait_silent(&self.name, &key, wait, grace));
+            return Err(texts::wait_silent(&self.name, key, wait, grace));
         };
-        let (id, fence, sent) = match reply {
+        match reply {
             Ok((Value::Null, _)) if matches!(mode, Mode::Try) => {
                 conn.renew_for(None);
-                inner.give_back(conn);
-                return Ok(None);
+                node.give_back(conn);
+                Ok(Sent::Held)
             }
             Ok((v, sent)) => {
                 let (id, fence) =
-                    grant(&v).ok_or_else(|| unexpected(Scope::Key(&self.name, &key), &v))?;
-                (id, fence, sent)
+                    grant(&v).ok_or_else(|| unexpected(Scope::Key(&self.name, key), &v))?;
+                Ok(Sent::Granted(Granted {
+                    conn,
+                    id,
+                    fence,
+                    sent,
+                }))
             }
-            Err(e) if e.is_connection() => return Err(closed_for_key(&self.name, &key, e)),
+            Err(e) if e.is_connection() => Err(closed_for_key(&self.name, key, e)),
             Err(e) => {
                 conn.renew_for(None);
-                inner.give_back(conn);
-                return Err(e);
+                node.give_back(conn);
+                Ok(Sent::Refused(e))
             }
-        };
-        let shared = LeaseShared::new(id, fence, self.name.clone(), key.into_boxed_str(), ttl);
-        confirm_grant(&conn, &shared, sent, ttl).await?;
-        Ok(Some(HeldLease {
-            lease: Lease { shared },
-            conn: Some(conn),
-            store: inner.clone(),
-            ttl,
-        }))
+        }
     }
 
     /// `HOLD lock key WAIT ms TTL ms [MAXHOLD ms]`, or `TRYHOLD` without
@@ -230,7 +276,7 @@ tokio::task_local! {
 async fn run_holding<R>(held: &HeldLease, f: impl AsyncFnOnce(&Lease) -> R) -> R {
     let mut holding = HOLDING.try_with(Vec::clone).unwrap_or_default();
     holding.push((
-        Arc::as_ptr(&held.store) as usize,
+        held.store,
         held.lease.shared.lock.clone(),
         held.lease.shared.key.clone(),
     ));
@@ -326,7 +372,10 @@ pub struct HeldLease {
     lease: Lease,
     /// `None` once released.
     conn: Option<Conn>,
-    store: Arc<StoreInner>,
+    /// The node it was granted on, whose pool takes its connection back.
+    node: Arc<Node>,
+    /// The store's id (`Store::id`).
+    store: usize,
     ttl: Duration,
 }
 
@@ -370,12 +419,12 @@ impl HeldLease {
         conn.unregister();
         match reply {
             Ok(_) => {
-                self.store.give_back(conn);
+                self.node.give_back(conn);
                 Ok(())
             }
             Err(e) if e.is_connection() => Err(self.lost_on_failure(e)),
             Err(e) => {
-                self.store.give_back(conn);
+                self.node.give_back(conn);
                 Err(e)
             }
         }
@@ -431,7 +480,7 @@ impl Drop for HeldLease {
             conn.send_detached(&["RELEASE", &self.lease.id().to_string()]);
             conn.renew_for(None);
             conn.unregister();
-            self.store.give_back(conn);
+            self.node.give_back(conn);
         }
     }
 }

@@ -53,10 +53,9 @@ impl Lock {
     /// about a second, answering `held: false`).
     pub async fn inspect<K: Key + ?Sized>(&self, key: &K) -> Result<Option<KeyInfo>, Error> {
         let key = wire::key_text(key);
-        let reply = self
-            .store
-            .command(&["INSPECT", &*self.name, key.as_str()])
-            .await?;
+        let args = ["INSPECT", &*self.name, key.as_str()];
+        let scope = Scope::Key(&self.name, &key);
+        let reply = self.store.inner.keyed(&key, scope, &args).await?;
         match reply {
             Value::Null => Ok(None),
             reply => key_info(&reply)

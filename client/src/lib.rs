@@ -29,12 +29,17 @@
 //!   makes itself (`clients/texts.json`); `address`: the address forms;
 //! - `options`: [`ConnectOptions`]: the token, and TLS's trust and client
 //!   certificate;
+//! - `slot`: a key's slot ([`key_slot`], CRC16 as Redis Cluster's);
+//!   `cluster`: a cluster's slot map and its `MOVED`/`CLUSTERDOWN` answers;
 //! - `stream`: the bytes under a connection, plain TCP or TLS;
 //! - `connection`: the low-level RESP [`Connection`];
 //! - `lease`: a lease, its loss signal and its local deadline;
 //! - `driver`: each pooled connection's background task (renewal, replies,
 //!   pushes, loss on a dropped or silent connection);
-//! - `store`: the server's address and the connection pool;
+//! - `node`: one server's address and its connection pool;
+//! - `store`: the servers (one, or a cluster's nodes and slot map);
+//! - `route`: one keyed command to its key's node, following `MOVED` and
+//!   `CLUSTERDOWN`;
 //! - `lock`: a named lock, its builder, counters and fenced writes;
 //! - `hold`: holding keys: `hold`, `try_hold`, `key(..)`, [`HeldLease`];
 //! - `inspect`: one key's state on the server, [`KeyInfo`].
@@ -44,6 +49,7 @@
 #![warn(missing_docs)]
 
 mod address;
+mod cluster;
 mod connection;
 mod driver;
 mod error;
@@ -51,7 +57,10 @@ mod hold;
 mod inspect;
 mod lease;
 mod lock;
+mod node;
 mod options;
+mod route;
+mod slot;
 mod store;
 mod stream;
 #[doc(hidden)]
@@ -70,8 +79,10 @@ pub use holdline_resp::Value;
 pub use inspect::{Holder, KeyInfo};
 pub use lease::{Lease, Signal};
 pub use lock::{Lock, LockBuilder};
+pub use node::{CONNECT_TIMEOUT, MAX_IDLE_CONNECTIONS};
 pub use options::ConnectOptions;
-pub use store::{Store, CONNECT_TIMEOUT, MAX_IDLE_CONNECTIONS};
+pub use slot::key_slot;
+pub use store::Store;
 /// The rustls this client speaks TLS with, for building a `ClientConfig`
 /// for [`ConnectOptions::tls_config`] of the same version.
 pub use tokio_rustls::rustls;

@@ -42,7 +42,8 @@ impl Lock {
         &self.name
     }
 
-    /// The lock's counters on the server (`STATS`).
+    /// The lock's counters on the server (`STATS`; in a cluster, one
+    /// node's).
     pub async fn stats(&self) -> Result<LockStats, Error> {
         let reply = self.store.command(&["STATS", &self.name]).await?;
         let pairs: Vec<(Value, Value)> = match reply {
@@ -76,7 +77,9 @@ impl Store {
     }
 
     /// A fenced write: `PUT lock key fence row value`. `lost` when a newer
-    /// grant of the key exists than `fence` shows.
+    /// grant of the key exists than `fence` shows. In a cluster it goes to
+    /// the node that serves `key`, and `row` must hash to the same slot
+    /// (hash tags: key `{inv-7}`, row `{inv-7}:status`).
     pub async fn put_fenced(
         &self,
         lock: &Lock,
@@ -94,7 +97,8 @@ impl Store {
             row.as_bytes(),
             value,
         ];
-        self.command(&args).await.map(drop)
+        let scope = Scope::Key(lock.name(), key);
+        self.inner.keyed(key, scope, &args).await.map(drop)
     }
 }
 

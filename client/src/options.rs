@@ -53,6 +53,17 @@ pub(crate) struct Tls {
     pub(crate) name: ServerName<'static>,
 }
 
+impl Tls {
+    /// The same TLS for another host of the store (another node of a
+    /// cluster): its certificate must show that host.
+    pub(crate) fn for_host(&self, host: &str) -> Result<Tls, Error> {
+        Ok(Tls {
+            config: self.config.clone(),
+            name: server_name(host)?,
+        })
+    }
+}
+
 impl ConnectOptions {
     /// No token, no TLS (unless the address is `rediss://`).
     pub fn new() -> Self {

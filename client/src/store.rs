@@ -1,42 +1,60 @@
-//! The store handle: where the server is, and a small pool of idle
-//! connections, each with its background task. One connection per
-//! concurrent hold, so a waiting `HOLD` never delays another hold's
-//! renewal or release.
+//! The store handle: where its servers are. A single server's commands
+//! all go to it; a cluster's (a server whose `CLUSTER SLOTS` answers a
+//! map) go to the node that serves their key's slot, through a pool per
+//! node (the `node` module). Routing one command, `MOVED` and
+//! `CLUSTERDOWN` included, is the `route` module's.
 
 use crate::address::Address;
+use crate::cluster::SlotMap;
 use crate::connection::Connection;
-use crate::driver::Conn;
 use crate::error::Error;
-use crate::options::{ConnectOptions, Tls};
-use crate::texts;
+use crate::node::{Dial, Node};
+use crate::options::ConnectOptions;
 use holdline::wire::Scope;
 use holdline::ErrorKind;
 use holdline_resp::Value;
+use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-/// Idle connections kept for reuse; more than this are closed when let go.
-pub const MAX_IDLE_CONNECTIONS: usize = 64;
+/// How long asking one node for the slot map may take.
+const REFRESH_PATIENCE: Duration = Duration::from_secs(1);
 
-/// How long a new connection may take to connect and answer `HELLO`.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// A holdline server reached over TCP (or TLS): `Clone + Send + Sync`,
-/// cheap to clone.
+/// A holdline server, or a cluster of them, reached over TCP (or TLS):
+/// `Clone + Send + Sync`, cheap to clone.
 #[derive(Clone)]
 pub struct Store {
     pub(crate) inner: Arc<StoreInner>,
 }
 
 pub(crate) struct StoreInner {
-    /// `host:port`, as dialled.
-    addr: String,
-    token: Option<String>,
-    tls: Option<Tls>,
-    idle: Mutex<Vec<Conn>>,
-    closed: AtomicBool,
+    pub(crate) dial: Arc<Dial>,
+    /// The addresses given, as dialled, in their order.
+    seeds: Vec<Arc<str>>,
+    /// The node that answered the connect: a single server's commands
+    /// all go there.
+    home: Arc<Node>,
+    /// Every node's pool, by address.
+    nodes: Mutex<HashMap<Arc<str>, Arc<Node>>>,
+    /// `None`: a single server (its `CLUSTER SLOTS` answered an error).
+    cluster: Option<Cluster>,
+}
+
+/// A cluster's slot map and its bookkeeping.
+struct Cluster {
+    map: Mutex<SlotMap>,
+    /// One refresh at a time.
+    refreshing: tokio::sync::Mutex<()>,
+    /// `MOVED` answers followed.
+    redirects: AtomicU64,
+}
+
+impl Cluster {
+    fn map(&self) -> MutexGuard<'_, SlotMap> {
+        self.map.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 impl Store {
@@ -48,6 +66,12 @@ impl Store {
     /// handshake, a server that wants a token, or one that answers nothing
     /// (10 s) fails here. Call it inside a tokio runtime: each pooled
     /// connection's task is spawned on it.
+    ///
+    /// Several addresses, separated by commas (`"10.0.0.1:7380,10.0.0.2:7380"`),
+    /// are tried in order until one answers (the token and TLS of the
+    /// first apply to all); if none does, the error is the last one's. A
+    /// node of a cluster answers `CLUSTER SLOTS` with its map, and from
+    /// then on each key's commands go to the node that serves its slot.
     pub async fn connect(addr: &str) -> Result<Store, Error> {
         Store::connect_with(addr, ConnectOptions::new()).await
     }
@@ -63,57 +87,91 @@ impl Store {
     /// client certificate, or a whole rustls `ClientConfig`. Otherwise as
     /// [`connect`](Store::connect).
     pub async fn connect_with(addr: &str, options: ConnectOptions) -> Result<Store, Error> {
-        let address = Address::parse(addr)?;
-        let (token, tls) = options.resolve(&address)?;
-        let store = Store {
-            inner: Arc::new(StoreInner {
-                addr: address.host_port(),
-                token,
-                tls,
-                idle: Mutex::new(Vec::new()),
-                closed: AtomicBool::new(false),
-            }),
-        };
-        let first = store.inner.new_conn().await?;
-        store.inner.idle().push(first);
-        Ok(store)
-    }
-
-    /// A fresh low-level connection to the same server (same token and
-    /// TLS), not pooled: for commands this API does not wrap.
-    pub async fn connection(&self) -> Result<Connection, Error> {
-        self.inner.check_open(Scope::Store)?;
-        self.inner.new_connection().await
-    }
-
-    /// A row's value, or `None`.
-    pub async fn get(&self, row: &str) -> Result<Option<Vec<u8>>, Error> {
-        match self.command(&["GET", row]).await? {
-            Value::Null => Ok(None),
-            Value::Bulk(b) => Ok(Some(b)),
-            other => Ok(other.as_bytes().map(<[u8]>::to_vec)),
+        let addresses = addr
+            .split(',')
+            .map(|part| Address::parse(part.trim()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let (token, tls) = options.resolve(&addresses[0])?;
+        let dial = Arc::new(Dial::new(token, tls));
+        let seeds: Vec<Arc<str>> = addresses.iter().map(|a| a.host_port().into()).collect();
+        let mut last = None;
+        for seed in &seeds {
+            let node = Arc::new(Node::new(seed.clone(), dial.clone())?);
+            match node.new_conn().await {
+                Ok(conn) => {
+                    let reply = conn.request(&["CLUSTER", "SLOTS"]).await;
+                    node.give_back(conn);
+                    return Store::start(dial, seeds, node, reply);
+                }
+                // Unreachable, silent or refusing: try the next.
+                Err(e) if e.kind() == ErrorKind::Closed => last = Some(e),
+                Err(e) => return Err(e),
+            }
         }
+        Err(last.expect("split answers at least one address"))
     }
 
-    /// One command on a pooled connection.
+    /// The store, once `home` answered `CLUSTER SLOTS` with `slots`: an
+    /// error reply makes it a single server's.
+    fn start(
+        dial: Arc<Dial>,
+        seeds: Vec<Arc<str>>,
+        home: Arc<Node>,
+        slots: Result<Value, Error>,
+    ) -> Result<Store, Error> {
+        let host = home.addr.rsplit_once(':').map_or("", |(host, _)| host);
+        let map = match slots {
+            Ok(reply) => SlotMap::from_reply(&reply, host.trim_matches(['[', ']'])),
+            Err(e) if e.is_connection() => return Err(e),
+            Err(_) => None,
+        };
+        let cluster = map.map(|map| Cluster {
+            map: Mutex::new(map),
+            refreshing: tokio::sync::Mutex::new(()),
+            redirects: AtomicU64::new(0),
+        });
+        let nodes = HashMap::from([(home.addr.clone(), home.clone())]);
+        Ok(Store {
+            inner: Arc::new(StoreInner {
+                dial,
+                seeds,
+                home,
+                nodes: Mutex::new(nodes),
+                cluster,
+            }),
+        })
+    }
+
+    /// A fresh low-level connection to the server (the one that answered
+    /// the connect; same token and TLS), not pooled: for commands this API
+    /// does not wrap.
+    pub async fn connection(&self) -> Result<Connection, Error> {
+        self.inner.dial.check_open(Scope::Store)?;
+        self.inner.home.new_connection().await
+    }
+
+    /// One command that is about no key, on a pooled connection (in a
+    /// cluster, of any node).
     pub(crate) async fn command<A: AsRef<[u8]>>(&self, args: &[A]) -> Result<Value, Error> {
-        let conn = self.inner.checkout(Scope::Store).await?;
+        let node = self.inner.any_node(0)?;
+        let conn = node.checkout(Scope::Store).await?;
         let reply = conn.request(args).await;
-        self.inner.give_back(conn);
+        node.give_back(conn);
         reply
     }
 
     /// Closes the idle connections; every later call fails `closed`.
     /// Holds in progress keep their connections until they end. Idempotent.
     pub fn close(&self) {
-        self.inner.closed.store(true, Ordering::Release);
-        let idle = std::mem::take(&mut *self.inner.idle());
-        drop(idle);
+        self.inner.dial.closed.store(true, Ordering::Release);
+        for node in self.inner.all_nodes() {
+            node.close_idle();
+        }
     }
 
     /// Whether [`close`](Store::close) was called.
     pub fn is_closed(&self) -> bool {
-        self.inner.closed.load(Ordering::Acquire)
+        self.inner.dial.is_closed()
     }
 
     /// Tells stores apart (two handles of one store answer the same).
@@ -121,70 +179,154 @@ impl Store {
         Arc::as_ptr(&self.inner) as usize
     }
 
-    /// Idle connections in the pool now.
+    /// Idle connections in the pools now (every node's).
     pub fn idle_connections(&self) -> usize {
-        self.inner.idle().len()
+        self.inner.all_nodes().iter().map(|n| n.idle_count()).sum()
+    }
+
+    /// Whether the server is a cluster's node (its `CLUSTER SLOTS`
+    /// answered a map), so that each key's commands go to its slot's node.
+    pub fn is_cluster(&self) -> bool {
+        self.inner.cluster.is_some()
+    }
+
+    /// The node (`host:port`) that serves `key`'s slot as far as this
+    /// store knows now; `None` for a single server, or a slot no node
+    /// serves now.
+    pub fn node_for<K: holdline::Key + ?Sized>(&self, key: &K) -> Option<String> {
+        let key = holdline::wire::key_text(key);
+        let cluster = self.inner.cluster.as_ref()?;
+        let slot = crate::slot::key_slot(&key);
+        cluster.map().node(slot).map(|n| n.to_string())
+    }
+
+    /// How many `MOVED` answers this store has followed (0 for a single
+    /// server): a count that stays put means the map is right.
+    pub fn redirects(&self) -> u64 {
+        let cluster = self.inner.cluster.as_ref();
+        cluster.map_or(0, |c| c.redirects.load(Ordering::Relaxed))
     }
 }
 
 impl StoreInner {
-    fn idle(&self) -> MutexGuard<'_, Vec<Conn>> {
-        self.idle.lock().unwrap_or_else(|p| p.into_inner())
+    pub(crate) fn check_open(&self, scope: Scope<'_>) -> Result<(), Error> {
+        self.dial.check_open(scope)
     }
 
-    pub(crate) fn check_open(&self, scope: Scope<'_>) -> Result<(), Error> {
-        if self.closed.load(Ordering::Acquire) {
-            Err(Error::local(
-                ErrorKind::Closed,
-                scope,
-                "the store is closed",
-            ))
-        } else {
-            Ok(())
+    pub(crate) fn is_cluster(&self) -> bool {
+        self.cluster.is_some()
+    }
+
+    fn all_nodes(&self) -> Vec<Arc<Node>> {
+        let nodes = self.nodes.lock().unwrap_or_else(|p| p.into_inner());
+        nodes.values().cloned().collect()
+    }
+
+    /// The pool of the node at `addr` (`host:port`), made on first use.
+    pub(crate) fn node(&self, addr: &str) -> Result<Arc<Node>, Error> {
+        let mut nodes = self.nodes.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(node) = nodes.get(addr) {
+            return Ok(node.clone());
+        }
+        let node = Arc::new(Node::new(addr.into(), self.dial.clone())?);
+        nodes.insert(node.addr.clone(), node.clone());
+        Ok(node)
+    }
+
+    /// Where a command for `slot` goes now: a single server; the node
+    /// that serves the slot (the map asked for again first when a
+    /// connection failed or a `MOVED` came since); any known node for a
+    /// slot the map has no node for (it answers `MOVED` or `CLUSTERDOWN`).
+    pub(crate) async fn node_for(&self, slot: u16) -> Result<Arc<Node>, Error> {
+        let Some(cluster) = &self.cluster else {
+            return Ok(self.home.clone());
+        };
+        if self.dial.failed.load(Ordering::Relaxed) {
+            self.refresh(false).await;
+        }
+        let owner = cluster.map().node(slot).cloned();
+        match owner {
+            Some(addr) => self.node(&addr),
+            None => self.any_node(slot),
         }
     }
 
-    async fn new_connection(&self) -> Result<Connection, Error> {
-        let addr = self.addr.as_str();
-        let open = Connection::open(addr, self.token.as_deref(), self.tls.as_ref());
-        tokio::time::timeout(CONNECT_TIMEOUT, open)
-            .await
-            .unwrap_or_else(|_| Err(texts::connect_silent(addr, CONNECT_TIMEOUT)))
+    /// A node for a command the map cannot place: one of the map's
+    /// (chosen by `spread`), else the one that answered the connect.
+    fn any_node(&self, spread: u16) -> Result<Arc<Node>, Error> {
+        let Some(cluster) = &self.cluster else {
+            return Ok(self.home.clone());
+        };
+        let addr = {
+            let map = cluster.map();
+            let nodes = map.nodes();
+            (!nodes.is_empty()).then(|| nodes[usize::from(spread) % nodes.len()].clone())
+        };
+        match addr {
+            Some(addr) => self.node(&addr),
+            None => Ok(self.home.clone()),
+        }
     }
 
-    async fn new_conn(&self) -> Result<Conn, Error> {
-        Ok(Conn::spawn(self.new_connection().await?))
+    /// A `MOVED` answer: `addr` serves `slot`; the whole map is asked for
+    /// again before the next command is routed.
+    pub(crate) fn moved(&self, slot: u16, addr: &str) {
+        if let Some(cluster) = &self.cluster {
+            cluster.map().set(slot, addr);
+            cluster.redirects.fetch_add(1, Ordering::Relaxed);
+            self.dial.mark_failed();
+        }
     }
 
-    /// An idle connection, or a new one.
-    pub(crate) async fn checkout(&self, scope: Scope<'_>) -> Result<Conn, Error> {
-        self.check_open(scope)?;
-        loop {
-            let Some(conn) = self.idle().pop() else { break };
-            if !conn.is_dead() {
-                return Ok(conn);
+    /// Asks for the map again (`CLUSTER SLOTS`): from the nodes it names,
+    /// then the addresses given, the first that answers. `force`: even if
+    /// nothing failed since the last time. Keeps the old map if none
+    /// answers (and asks again before the next command).
+    pub(crate) async fn refresh(&self, force: bool) {
+        let Some(cluster) = &self.cluster else { return };
+        let _one = cluster.refreshing.lock().await;
+        if !force && !self.dial.failed.load(Ordering::Relaxed) {
+            return; // another refresh just ran
+        }
+        let mut candidates = cluster.map().nodes().to_vec();
+        for seed in &self.seeds {
+            if !candidates.contains(seed) {
+                candidates.push(seed.clone());
             }
         }
-        self.new_conn().await
+        for addr in candidates {
+            if let Some(map) = self.slots_from(&addr).await {
+                *cluster.map() = map;
+                self.dial.failed.store(false, Ordering::Relaxed);
+                return;
+            }
+        }
+        self.dial.mark_failed();
     }
 
-    /// Back to the pool, unless it is dead, the pool full or the store closed.
-    pub(crate) fn give_back(&self, conn: Conn) {
-        if conn.is_dead() || self.closed.load(Ordering::Acquire) {
-            return;
-        }
-        let mut idle = self.idle();
-        if idle.len() < MAX_IDLE_CONNECTIONS {
-            idle.push(conn);
-        }
+    /// `addr`'s map, if it answers `CLUSTER SLOTS` with one in time.
+    async fn slots_from(&self, addr: &str) -> Option<SlotMap> {
+        let node = self.node(addr).ok()?;
+        let ask = async {
+            let conn = node.checkout(Scope::Store).await.ok()?;
+            let reply = conn.request(&["CLUSTER", "SLOTS"]).await.ok()?;
+            node.give_back(conn);
+            let host = addr.rsplit_once(':').map_or("", |(host, _)| host);
+            SlotMap::from_reply(&reply, host.trim_matches(['[', ']']))
+        };
+        tokio::time::timeout(REFRESH_PATIENCE, ask)
+            .await
+            .ok()
+            .flatten()
     }
 }
 
 impl fmt::Debug for Store {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Store")
-            .field("addr", &self.inner.addr)
-            .field("tls", &self.inner.tls.is_some())
+            .field("addr", &self.inner.home.addr)
+            .field("tls", &self.inner.dial.tls.is_some())
+            .field("cluster", &self.is_cluster())
             .field("closed", &self.is_closed())
             .finish()
     }

@@ -6,7 +6,7 @@
 //! connection) the I/O cause as its `source()`.
 
 use crate::error::Error;
-use holdline::wire::{duration_text, shown_key};
+use holdline::wire::{self, duration_text, shown_key, Scope};
 use holdline::ErrorKind;
 use std::io;
 use std::time::Duration;
@@ -120,6 +120,21 @@ pub(crate) fn wait_silent(lock: &str, key: &str, wait: Duration, grace: Duration
     Error::with_io(ErrorKind::Closed, text, e)
 }
 
+/// `moved_loop`: a command was redirected `MOVED` 5 times (and answered
+/// `MOVED` once more) without reaching the node that serves its key.
+pub(crate) fn moved_loop(scope: Scope<'_>) -> Error {
+    let what = "redirected 5 times without reaching the node that serves it";
+    let kind = ErrorKind::Closed;
+    Error::new(kind, wire::error(kind, scope, what).to_string())
+}
+
+/// `slot_unserved`: a command answered `CLUSTERDOWN` 10 times.
+pub(crate) fn slot_unserved(scope: Scope<'_>, slot: u16) -> Error {
+    let what = format!("no node serves its slot ({slot}) after 10 tries");
+    let kind = ErrorKind::Closed;
+    Error::new(kind, wire::error(kind, scope, what).to_string())
+}
+
 /// Every builder with sample arguments, by its name in the table, for the
 /// test that compares them with `clients/texts.json`.
 #[doc(hidden)]
@@ -157,6 +172,11 @@ pub fn samples() -> Vec<(&'static str, String)> {
         (
             "wait_silent",
             wait_silent(lock, key, s(3), s(2)).to_string(),
+        ),
+        ("moved_loop", moved_loop(Scope::Key(lock, key)).to_string()),
+        (
+            "slot_unserved",
+            slot_unserved(Scope::Key(lock, key), 12182).to_string(),
         ),
     ]
 }

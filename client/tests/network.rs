@@ -24,9 +24,10 @@ fn every_client_made_text_is_the_shared_tables() {
         ("key", "\"9\""),
         ("ttl", "2s"),
         ("wait", "3s"),
+        ("slot", "12182"),
     ];
     let samples = holdline_client::texts::samples();
-    assert_eq!(samples.len(), 12, "one sample per text of the table");
+    assert_eq!(samples.len(), 14, "one sample per text of the table");
     for (name, text) in samples {
         assert_eq!(text, expected_text(name, &vars), "{name}");
     }
