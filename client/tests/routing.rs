@@ -1,0 +1,302 @@
+//! Routing against scripted nodes (no cluster needed): the map learnt at
+//! connect, `MOVED` followed and remembered, a loop of them, `CLUSTERDOWN`
+//! retried then given up, an unreachable node, several addresses, and a
+//! single server left alone. The two routing texts are compared with
+//! `clients/texts.json`.
+
+mod common;
+
+use bytes::BytesMut;
+use common::{assert_text_with_reason, expected_text, Server};
+use holdline_client::{key_slot, ErrorKind, Store, Value};
+use holdline_resp::{encode, Decoder, Proto};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::time::timeout;
+
+const PATIENCE: Duration = Duration::from_secs(30);
+const NOT_CLUSTER: &str = "ERR This instance has cluster support disabled";
+
+/// A node's script: its own address and a command in, the reply out.
+type Script = dyn Fn(&str, &[String]) -> Value + Send + Sync;
+
+/// A scripted node on loopback: answers `HELLO` and `PING` itself, every
+/// other command with its script, and counts the commands by verb.
+struct FakeNode {
+    addr: String,
+    counts: Counts,
+}
+
+impl FakeNode {
+    async fn start(script: impl Fn(&str, &[String]) -> Value + Send + Sync + 'static) -> FakeNode {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let counts = Arc::new(Mutex::new(HashMap::new()));
+        let script: Arc<Script> = Arc::new(script);
+        let (shared, own) = (counts.clone(), addr.clone());
+        tokio::spawn(async move {
+            while let Ok((sock, _)) = listener.accept().await {
+                let node = (own.clone(), script.clone(), shared.clone());
+                tokio::spawn(serve(sock, node));
+            }
+        });
+        FakeNode { addr, counts }
+    }
+
+    /// How many `verb` commands came, on every connection.
+    fn count(&self, verb: &str) -> usize {
+        self.counts.lock().unwrap().get(verb).copied().unwrap_or(0)
+    }
+}
+
+type Counts = Arc<Mutex<HashMap<String, usize>>>;
+
+async fn serve(mut sock: TcpStream, (own, script, counts): (String, Arc<Script>, Counts)) {
+    let mut dec = Decoder::new(1 << 20);
+    let mut buf = BytesMut::new();
+    loop {
+        let cmd = match dec.decode(&mut buf).unwrap() {
+            Some(Value::Array(args)) => args
+                .iter()
+                .map(|a| a.as_str().unwrap().to_owned())
+                .collect::<Vec<_>>(),
+            Some(other) => panic!("not a command: {other}"),
+            None => match sock.read_buf(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => continue,
+            },
+        };
+        *counts.lock().unwrap().entry(cmd[0].clone()).or_default() += 1;
+        let reply = match cmd[0].as_str() {
+            "HELLO" => Value::Map(vec![(Value::bulk("proto"), Value::Integer(3))]),
+            "PING" => Value::simple("PONG"),
+            _ => script(&own, &cmd),
+        };
+        let mut out = Vec::new();
+        encode(&reply, Proto::Resp3, &mut out);
+        if sock.write_all(&out).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// `CLUSTER SLOTS`'s answer: each range served by `host:port`.
+fn slots(ranges: &[(u16, u16, &str)]) -> Value {
+    let ranges = ranges.iter().map(|&(start, end, addr)| {
+        let (host, port) = addr.rsplit_once(':').unwrap();
+        Value::Array(vec![
+            Value::Integer(start.into()),
+            Value::Integer(end.into()),
+            Value::Array(vec![
+                Value::bulk(host),
+                Value::Integer(port.parse().unwrap()),
+                Value::bulk("0".repeat(40)),
+            ]),
+        ])
+    });
+    Value::Array(ranges.collect())
+}
+
+fn grant() -> Value {
+    Value::Array(vec![Value::Integer(1), Value::Integer(5)])
+}
+
+/// A loopback address nothing listens on.
+fn dead_addr() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn moved_is_followed_and_its_node_remembered() {
+    let slot = key_slot("k");
+    let b = FakeNode::start(move |own, cmd| match cmd[0].as_str() {
+        "CLUSTER" => slots(&[(slot, slot, own)]),
+        "HOLD" => grant(),
+        "RELEASE" => Value::ok(),
+        "INSPECT" => Value::Null,
+        other => panic!("unexpected {other}"),
+    })
+    .await;
+    let moved = format!("MOVED {slot} {}", b.addr);
+    let a = FakeNode::start(move |_, cmd| match cmd[0].as_str() {
+        // No slot served yet: a key goes to any known node.
+        "CLUSTER" => Value::Array(vec![]),
+        "HOLD" => Value::error(moved.clone()),
+        other => panic!("unexpected {other}"),
+    })
+    .await;
+    let store = Store::connect(&a.addr).await.unwrap();
+    assert!(store.is_cluster());
+    assert_eq!(store.node_for("k"), None, "an empty map");
+    let lock = store.lock("l").open().unwrap();
+    let fence = timeout(PATIENCE, lock.hold("k", async |lease| lease.fence()))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(fence, 5);
+    assert_eq!((a.count("HOLD"), b.count("HOLD")), (1, 1));
+    assert_eq!(store.redirects(), 1);
+    assert_eq!(store.node_for("k").as_deref(), Some(b.addr.as_str()));
+    // The next hold and an inspect of the key go straight to B (after the
+    // map was asked for again: B, which the map names, answers first).
+    lock.hold("k", async |_| ()).await.unwrap();
+    assert_eq!(lock.inspect("k").await.unwrap(), None);
+    assert_eq!((a.count("HOLD"), b.count("HOLD")), (1, 2));
+    assert_eq!(b.count("INSPECT"), 1);
+    assert_eq!(b.count("CLUSTER"), 1);
+    assert_eq!(store.redirects(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_moved_loop_fails_closed_after_five_redirects() {
+    let slot = key_slot("k");
+    let a = FakeNode::start(move |own, cmd| match cmd[0].as_str() {
+        "CLUSTER" => slots(&[(0, 16383, own)]),
+        // Always elsewhere: itself.
+        "HOLD" | "INSPECT" => Value::error(format!("MOVED {slot} {own}")),
+        other => panic!("unexpected {other}"),
+    })
+    .await;
+    let store = Store::connect(&a.addr).await.unwrap();
+    let lock = store.lock("l").open().unwrap();
+    let vars = [("lock", "l"), ("key", "\"k\"")];
+    let err = timeout(PATIENCE, lock.hold("k", async |_| ()))
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Closed);
+    assert_eq!(err.to_string(), expected_text("moved_loop", &vars));
+    // Sent once, then redirected 5 times.
+    assert_eq!(a.count("HOLD"), 6);
+    assert_eq!(store.redirects(), 5);
+    let err = lock.inspect("k").await.unwrap_err();
+    assert_eq!(err.to_string(), expected_text("moved_loop", &vars));
+    assert_eq!(a.count("INSPECT"), 6);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clusterdown_asks_for_the_map_again_then_fails_slot_unserved() {
+    // Down for "k" always; for "j" the first three answers only.
+    let j_downs = Arc::new(AtomicUsize::new(0));
+    let downs = j_downs.clone();
+    let a = FakeNode::start(move |own, cmd| match (cmd[0].as_str(), cmd.get(2)) {
+        ("CLUSTER", _) => slots(&[(0, 16383, own)]),
+        ("HOLD", Some(key)) if key == "j" && downs.fetch_add(1, Ordering::Relaxed) >= 3 => grant(),
+        ("HOLD", _) => Value::error("CLUSTERDOWN Hash slot not served"),
+        ("RELEASE", _) => Value::ok(),
+        (other, _) => panic!("unexpected {other}"),
+    })
+    .await;
+    let store = Store::connect(&a.addr).await.unwrap();
+    let lock = store.lock("l").open().unwrap();
+    let started = Instant::now();
+    let fence = timeout(PATIENCE, lock.hold("j", async |lease| lease.fence()))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(fence, 5);
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    assert_eq!(a.count("HOLD"), 4);
+    // Asked at connect, then after each CLUSTERDOWN.
+    assert_eq!(a.count("CLUSTER"), 4);
+
+    let started = Instant::now();
+    let err = timeout(PATIENCE, lock.hold("k", async |_| ()))
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Closed);
+    let slot = key_slot("k").to_string();
+    let vars = [("lock", "l"), ("key", "\"k\""), ("slot", slot.as_str())];
+    assert_eq!(err.to_string(), expected_text("slot_unserved", &vars));
+    assert_eq!(a.count("HOLD"), 4 + 10);
+    // Nine pauses of 100 ms between the ten tries.
+    assert!(started.elapsed() >= Duration::from_millis(900));
+    assert_eq!(store.redirects(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_node_fails_cannot_connect_and_the_next_hold_finds_the_new_owner() {
+    let dead = dead_addr();
+    let asked = AtomicUsize::new(0);
+    let gone = dead.clone();
+    let a = FakeNode::start(move |own, cmd| match cmd[0].as_str() {
+        // At connect: every slot on a node that is gone; later: here.
+        "CLUSTER" if asked.fetch_add(1, Ordering::Relaxed) == 0 => slots(&[(0, 16383, &gone)]),
+        "CLUSTER" => slots(&[(0, 16383, own)]),
+        "HOLD" => grant(),
+        "RELEASE" => Value::ok(),
+        other => panic!("unexpected {other}"),
+    })
+    .await;
+    let store = Store::connect(&a.addr).await.unwrap();
+    assert_eq!(store.node_for("k").as_deref(), Some(dead.as_str()));
+    let lock = store.lock("l").open().unwrap();
+    let err = lock.hold("k", async |_| ()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Closed);
+    assert_text_with_reason("cannot_connect", &[("hostport", &dead)], &err.to_string());
+    assert_eq!(a.count("CLUSTER"), 1, "not asked again until the next hold");
+    let fence = lock.hold("k", async |lease| lease.fence()).await.unwrap();
+    assert_eq!(fence, 5);
+    assert_eq!(a.count("CLUSTER"), 2);
+    assert_eq!(store.node_for("k").as_deref(), Some(a.addr.as_str()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_server_is_asked_once_and_its_errors_are_not_redirects() {
+    let a = FakeNode::start(|_, cmd| match (cmd[0].as_str(), cmd.get(2)) {
+        ("CLUSTER", _) => Value::error(NOT_CLUSTER),
+        ("HOLD", Some(key)) if key == "m" => Value::error("MOVED 1 127.0.0.1:1"),
+        ("HOLD", _) => grant(),
+        ("RELEASE", _) => Value::ok(),
+        (other, _) => panic!("unexpected {other}"),
+    })
+    .await;
+    let store = Store::connect(&a.addr).await.unwrap();
+    assert!(!store.is_cluster());
+    assert_eq!(store.node_for("k"), None);
+    let lock = store.lock("l").open().unwrap();
+    for _ in 0..3 {
+        lock.hold("k", async |_| ()).await.unwrap();
+    }
+    // A single server's MOVED (it would not send one) is just its error.
+    let err = lock.hold("m", async |_| ()).await.unwrap_err();
+    assert_eq!(
+        (err.kind(), err.to_string().as_str()),
+        (ErrorKind::Invalid, "MOVED 1 127.0.0.1:1")
+    );
+    assert_eq!(a.count("HOLD"), 4);
+    assert_eq!(a.count("CLUSTER"), 1);
+    assert_eq!(store.redirects(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_addresses_are_tried_in_order() {
+    let server = Server::start();
+    let (dead1, dead2) = (dead_addr(), dead_addr());
+    // The first that answers wins; a real single server stays single.
+    let store = Store::connect(&format!("{dead1}, {}", server.addr))
+        .await
+        .unwrap();
+    assert!(!store.is_cluster());
+    let lock = store.lock("several").open().unwrap();
+    assert!(lock.hold("k", async |l| l.fence()).await.unwrap() > 0);
+    // None answers: the last one's error.
+    let err = Store::connect(&format!("{dead1},{dead2}"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Closed);
+    assert_text_with_reason("cannot_connect", &[("hostport", &dead2)], &err.to_string());
+    // Each part is checked before any is dialled, and named when bad.
+    let err = Store::connect(&format!("{},nope://x", server.addr))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Invalid);
+    let vars = [("address", "\"nope://x\"")];
+    assert_eq!(err.to_string(), expected_text("bad_address", &vars));
+}
