@@ -167,6 +167,8 @@ impl Lock {
         let grace = ttl.max(MIN_PATIENCE);
         let request = conn.request_timed(args.as_slice());
         let Ok(reply) = tokio::time::timeout(wait + grace, request).await else {
+            // A silent node, as a failed one, may have lost its slots.
+            node.suspect();
             return Err(texts::wait_silent(&self.name, key, wait, grace));
         };
         match reply {

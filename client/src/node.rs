@@ -137,6 +137,12 @@ impl Node {
         }
     }
 
+    /// This node answered nothing in time: a cluster's map is asked for
+    /// again before the next command.
+    pub(crate) fn suspect(&self) {
+        self.dial.mark_failed();
+    }
+
     /// Idle connections in the pool now.
     pub(crate) fn idle_count(&self) -> usize {
         self.idle().len()
