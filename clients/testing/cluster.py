@@ -410,8 +410,8 @@ class Cluster:
         return maps, problems
 
     def _wait(self, check: str, timeout: Optional[float]) -> Dict[str, List[Range]]:
-        """Polls the live nodes' maps until they agree and cover every slot
-        (check "covered"), and spread evenly over the live nodes ("even")."""
+        """Polls the live nodes' maps until they agree and the live nodes
+        serve every slot (check "covered"), spread evenly ("even")."""
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         while True:
             maps, problems = self._maps()
@@ -422,6 +422,8 @@ class Cluster:
                     why = f"the nodes disagree: {maps}"
                 elif not _covers_all(views[0]):
                     why = f"not every slot is served: {views[0]}"
+                elif any(addr not in maps for _, _, addr in views[0]):
+                    why = f"slots still on a node that is down: {views[0]}"
                 elif check == "even":
                     why = self._uneven(views[0], list(maps))
             if views and not why:
