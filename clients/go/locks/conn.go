@@ -52,6 +52,9 @@ type conn struct {
 	renewTimer *time.Timer
 	lastWrite  int64
 	dead       error
+	// onFail is told when the connection fails (not when this client
+	// closes it): in cluster mode the map is refreshed.
+	onFail func()
 }
 
 // call is one command written and what to do with its reply.
@@ -304,10 +307,14 @@ func (c *conn) close(reason error) {
 	pending := c.pending
 	c.pending = nil
 	ls := c.lease
+	onFail := c.onFail
 	c.stopRenewalLocked()
 	c.mu.Unlock()
 	close(c.closed)
 	_ = c.nc.Close()
+	if onFail != nil && reason != errShutStoreClosed && reason != errShutAbandoned {
+		onFail()
+	}
 	for _, cl := range pending {
 		if cl.reply != nil {
 			cl.reply <- result{err: reason}
@@ -320,6 +327,12 @@ func (c *conn) close(reason error) {
 			ls.lose(errLostConnection(ls.lock, ls.key, reason))
 		}
 	}
+}
+
+func (c *conn) setOnFail(fn func()) {
+	c.mu.Lock()
+	c.onFail = fn
+	c.mu.Unlock()
 }
 
 // deadReason answers why the connection ended, or nil while it lives.

@@ -20,6 +20,10 @@
 // the TLS option and the server's CA (and a client certificate when the
 // server wants one).
 //
+// Connect takes several addresses, separated by commas, for the nodes of
+// a cluster (holdline serve --etcd): each key's holds then go to the node
+// that serves the key's slot.
+//
 // A lease stays safe across a network: the client takes it for lost (and
 // ends its function's context) by the time the server may give the key to
 // someone else, even when the server cannot be heard from at all.

@@ -16,25 +16,46 @@ type keyHold struct {
 	key   string
 	ttl   time.Duration
 
+	pool  *pool // the key's node's
 	conn  *conn
 	state *leaseState
 }
 
-// ask sends HOLD or TRYHOLD on a connection of its own and waits for the
-// answer: granted (true), or false when TRYHOLD found the key held. While
-// the HOLD waits the connection renews, ctx ending closes it (the server
-// then takes the HOLD out of its line), and a server silent for the
-// wait plus the ttl (at least 1s) is given up on.
+// ask sends HOLD or TRYHOLD and waits for the answer: granted (true), or
+// false when TRYHOLD found the key held. In cluster mode the command goes
+// to the node that serves the key, and is sent again where a MOVED or
+// CLUSTERDOWN answer says (see router.follow).
 func (h *keyHold) ask(ctx context.Context, args []string, wait time.Duration) (bool, error) {
-	if err := ctx.Err(); err != nil {
-		return false, err
+	var t tries
+	for {
+		if err := ctx.Err(); err != nil {
+			return false, err
+		}
+		granted, err := h.askOnce(ctx, args, wait, &t)
+		rd, ok := err.(redirect)
+		if !ok {
+			return granted, err
+		}
+		if err := h.store.router.follow(ctx, h.lock, h.key, rd, &t); err != nil {
+			return false, err
+		}
 	}
-	c, err := h.store.pool.get(ctx)
+}
+
+// askOnce sends HOLD or TRYHOLD on a connection of its own to the key's
+// node and waits for the answer: granted, not granted, or a redirect.
+// While the HOLD waits the connection renews, ctx ending closes it (the
+// server then takes the HOLD out of its line), and a server silent for
+// the wait plus the ttl (at least 1s) is given up on. The lease, once
+// granted, counts from this HOLD's send time.
+func (h *keyHold) askOnce(ctx context.Context, args []string, wait time.Duration, t *tries) (bool, error) {
+	p, c, err := h.store.connFor(ctx, h.key, t)
 	if err == errPoolClosed {
 		return false, errStoreClosed(h.lock, h.key)
 	} else if err != nil {
 		return false, err
 	}
+	h.pool = p
 	h.conn, h.state = c, c.newLease(h.lock, h.key, h.ttl)
 	c.renewFor(h.ttl)
 	cl := &call{reply: make(chan result, 1), grant: h.state}
@@ -59,10 +80,10 @@ func (h *keyHold) ask(ctx context.Context, args []string, wait time.Duration) (b
 		}
 		return granted, err
 	case <-ctx.Done():
-		h.store.pool.discard(c, errShutAbandoned)
+		h.pool.discard(c, errShutAbandoned)
 		return false, ctx.Err()
 	case <-silent.C:
-		h.store.pool.discard(c, errShutSilent)
+		h.pool.discard(c, errShutSilent)
 		return false, errWaitSilent(h.lock, h.key, wait, grace)
 	}
 }
@@ -74,20 +95,23 @@ func (h *keyHold) answer(ctx context.Context, r result, command string) (bool, e
 	c := h.conn
 	switch {
 	case r.err == errShutStoreClosed:
-		h.store.pool.discard(c, r.err)
+		h.pool.discard(c, r.err)
 		return false, errStoreClosed(h.lock, h.key)
 	case r.err != nil:
-		h.store.pool.discard(c, r.err)
+		h.pool.discard(c, r.err)
 		return false, errConnectionClosedKey(h.lock, h.key, r.err)
 	case r.v.isError():
-		h.store.pool.put(c)
+		h.pool.put(c)
+		if rd := h.store.router.redirection(r.v.text); rd != nil {
+			return false, rd
+		}
 		return false, fromReply(r.v.text, h.lock, h.key)
 	case r.v.null:
-		h.store.pool.put(c)
+		h.pool.put(c)
 		return false, nil
 	}
 	if _, _, ok := grantOf(r.v); !ok {
-		h.store.pool.discard(c, errShutAbandoned)
+		h.pool.discard(c, errShutAbandoned)
 		return false, keyError(KindInvalid, h.lock, h.key, "the server answered "+command+" with something other than a lease")
 	}
 	if h.state.isLate() {
@@ -95,7 +119,7 @@ func (h *keyHold) answer(ctx context.Context, r result, command string) (bool, e
 			return false, err
 		}
 	}
-	if h.store.pool.isClosed() {
+	if h.pool.isClosed() {
 		// The grant raced Close (which let the holder's key go first).
 		h.release()
 		return false, errStoreClosed(h.lock, h.key)
@@ -123,7 +147,7 @@ func (h *keyHold) confirmLate(ctx context.Context) error {
 	case r := <-cl.reply:
 		switch {
 		case r.err == errShutStoreClosed:
-			h.store.pool.discard(c, r.err)
+			h.pool.discard(c, r.err)
 			return errStoreClosed(h.lock, h.key)
 		case r.err != nil:
 			lost = errLostConnection(h.lock, h.key, r.err)
@@ -141,7 +165,7 @@ func (h *keyHold) confirmLate(ctx context.Context) error {
 			return nil
 		}
 	case <-ctx.Done():
-		h.store.pool.discard(c, errShutAbandoned)
+		h.pool.discard(c, errShutAbandoned)
 		return ctx.Err()
 	case <-silent.C:
 		lost = errLostSilent(h.lock, h.key, h.ttl)
@@ -150,7 +174,7 @@ func (h *keyHold) confirmLate(ctx context.Context) error {
 	if first := h.state.end(); first != nil {
 		lost = first // a loss heard before (a push, the connection's end)
 	}
-	h.store.pool.discard(c, errShutAbandoned)
+	h.pool.discard(c, errShutAbandoned)
 	return lost
 }
 
@@ -172,7 +196,7 @@ func (h *keyHold) run(ctx context.Context, fn func(context.Context, *Lease) erro
 		if !returned {
 			over()
 			h.state.end()
-			h.store.pool.discard(h.conn, errShutAbandoned)
+			h.pool.discard(h.conn, errShutAbandoned)
 		}
 	}()
 	fnErr := fn(hctx, &Lease{Fence: h.state.fence, Key: h.key, state: h.state})
@@ -196,7 +220,7 @@ func (h *keyHold) release() *Error {
 	c := h.conn
 	c.idle()
 	if c.deadReason() != nil {
-		h.store.pool.discard(c, errShutAbandoned)
+		h.pool.discard(c, errShutAbandoned)
 		return lost
 	}
 	cl := c.request("RELEASE", strconv.FormatInt(h.state.id, 10))
@@ -206,20 +230,20 @@ func (h *keyHold) release() *Error {
 	case r := <-cl.reply:
 		switch {
 		case r.err != nil:
-			h.store.pool.discard(c, r.err)
+			h.pool.discard(c, r.err)
 		case !r.v.isError():
-			h.store.pool.put(c)
+			h.pool.put(c)
 		case r.v.text[:min(len(r.v.text), 5)] == "LOST ":
 			if lost == nil {
 				lost = fromReply(r.v.text, h.lock, h.key)
 			}
-			h.store.pool.put(c)
+			h.pool.put(c)
 		default:
-			h.store.pool.discard(c, errShutAbandoned)
+			h.pool.discard(c, errShutAbandoned)
 		}
 	case <-silent.C:
 		// The server lets the key go when it sees the connection close.
-		h.store.pool.discard(c, errShutSilent)
+		h.pool.discard(c, errShutSilent)
 	}
 	return lost
 }

@@ -41,7 +41,8 @@ type KeyHolder struct {
 // connection of its own, holds nothing, and does not wait in the key's
 // line. A bad key is KindInvalid at once, a closed store KindClosed; a
 // server that answers nothing within the store's DialTimeout fails
-// KindClosed; a ctx that ends first answers ctx.Err().
+// KindClosed; a ctx that ends first answers ctx.Err(). In a cluster it
+// asks the node that serves the key, as Hold does.
 func (l *Lock) Inspect(ctx context.Context, key any) (*KeyInfo, error) {
 	k, bad := keyText(l.name, key)
 	if bad != nil {
@@ -50,22 +51,37 @@ func (l *Lock) Inspect(ctx context.Context, key any) (*KeyInfo, error) {
 	if bad := checkKey(l.name, k); bad != nil {
 		return nil, bad
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
+	var t tries
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		info, err := l.inspectOnce(ctx, k, &t)
+		rd, ok := err.(redirect)
+		if !ok {
+			return info, err
+		}
+		if err := l.store.router.follow(ctx, l.name, k, rd, &t); err != nil {
+			return nil, err
+		}
 	}
-	p := l.store.pool
-	c, err := p.get(ctx)
+}
+
+// inspectOnce sends INSPECT to key's node and reads its answer: the
+// snapshot, or a redirect.
+func (l *Lock) inspectOnce(ctx context.Context, key string, t *tries) (*KeyInfo, error) {
+	p, c, err := l.store.connFor(ctx, key, t)
 	if err == errPoolClosed {
-		return nil, errStoreClosed(l.name, k)
+		return nil, errStoreClosed(l.name, key)
 	} else if err != nil {
 		return nil, err
 	}
-	cl := c.request("INSPECT", l.name, k)
+	cl := c.request("INSPECT", l.name, key)
 	silent := time.NewTimer(p.timeout)
 	defer silent.Stop()
 	select {
 	case r := <-cl.reply:
-		return l.inspected(c, r, k)
+		return l.inspected(p, c, r, key)
 	case <-ctx.Done():
 		p.discard(c, errShutAbandoned)
 		return nil, ctx.Err()
@@ -75,9 +91,8 @@ func (l *Lock) Inspect(ctx context.Context, key any) (*KeyInfo, error) {
 	}
 }
 
-// inspected reads INSPECT's answer on c.
-func (l *Lock) inspected(c *conn, r result, key string) (*KeyInfo, error) {
-	p := l.store.pool
+// inspected reads INSPECT's answer on c, a connection of p.
+func (l *Lock) inspected(p *pool, c *conn, r result, key string) (*KeyInfo, error) {
 	switch {
 	case r.err == errShutStoreClosed:
 		p.discard(c, r.err)
@@ -89,6 +104,9 @@ func (l *Lock) inspected(c *conn, r result, key string) (*KeyInfo, error) {
 	p.put(c)
 	switch {
 	case r.v.isError():
+		if rd := l.store.router.redirection(r.v.text); rd != nil {
+			return nil, rd
+		}
 		return nil, fromReply(r.v.text, l.name, key)
 	case r.v.null:
 		return nil, nil

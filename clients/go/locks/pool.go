@@ -28,6 +28,45 @@ type pool struct {
 	idle   []*conn // the most recently used last
 	all    map[*conn]struct{}
 	closed bool
+	// onFail is told when one of the pool's connections fails (cluster
+	// mode: the map is refreshed).
+	onFail func()
+}
+
+// connectConfig is what Connect's options set, for every pool.
+type connectConfig struct {
+	token    string
+	useToken bool
+	timeout  time.Duration
+	maxIdle  int
+	tls      *tls.Config
+}
+
+// newPool makes the pool of the server at a with the store's settings.
+// An empty ServerName in the TLS config is a's host.
+func newPool(a address, cfg *connectConfig) *pool {
+	p := &pool{
+		addr: a, token: cfg.token, useToken: cfg.useToken,
+		timeout: cfg.timeout, maxIdle: cfg.maxIdle, all: map[*conn]struct{}{},
+	}
+	if cfg.tls != nil {
+		p.tls = cfg.tls.Clone()
+		if p.tls.ServerName == "" {
+			p.tls.ServerName = a.host
+		}
+	}
+	return p
+}
+
+// setOnFail has fn told of every failed connection of the pool, those
+// open already too.
+func (p *pool) setOnFail(fn func()) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.onFail = fn
+	for c := range p.all {
+		c.setOnFail(fn)
+	}
 }
 
 // get answers a free connection, opening one when none is free.
@@ -58,6 +97,9 @@ func (p *pool) get(ctx context.Context) (*conn, error) {
 		return nil, errPoolClosed
 	}
 	p.all[c] = struct{}{}
+	if p.onFail != nil {
+		c.setOnFail(p.onFail)
+	}
 	return c, nil
 }
 

@@ -3,27 +3,22 @@ package locks
 import (
 	"context"
 	"crypto/tls"
+	"strings"
 	"time"
 )
 
-// Store is a connection to one holdline server: open locks on it with
-// OpenLock. It is safe for use by many goroutines at once; each hold in
-// flight uses a connection of its own from a small pool. Close it when
-// done (defer store.Close()).
+// Store is a connection to holdline: one server, or the nodes of a
+// cluster (each key's commands go to the node that serves its slot). Open
+// locks on it with OpenLock. It is safe for use by many goroutines at
+// once; each hold in flight uses a connection of its own from a small pool
+// (one pool per node). Close it when done (defer store.Close()).
 type Store struct {
-	pool *pool
+	pool   *pool   // the server Connect reached
+	router *router // nil for a single server
 }
 
 // ConnectOption configures Connect.
 type ConnectOption func(*connectConfig)
-
-type connectConfig struct {
-	token    string
-	useToken bool
-	timeout  time.Duration
-	maxIdle  int
-	tls      *tls.Config
-}
 
 // Token is the server's token (holdline serve --token-file). It wins over
 // a token in a redis:// address.
@@ -68,34 +63,109 @@ func MaxIdleConns(n int) ConnectOption {
 // anything is tried; an unreachable server or a failed handshake
 // KindClosed; a token wanted or refused KindInvalid). A ctx that ends
 // first answers ctx.Err().
+//
+// addr may name several nodes of a cluster, separated by commas
+// ("10.0.0.1:7380,10.0.0.2:7380"; the token and TLS of the first apply
+// to all): they are tried in order, the first that answers HELLO wins,
+// and when none does the error is the last one's. The store then asks
+// that node for the cluster's slot map (CLUSTER SLOTS): a single server
+// answers no map, and nothing else changes; a cluster's map has each
+// key's commands sent to the node that serves its slot.
 func Connect(ctx context.Context, addr string, opts ...ConnectOption) (*Store, error) {
-	a, bad := parseAddress(addr)
+	seeds, bad := parseAddresses(addr)
 	if bad != nil {
 		return nil, bad
 	}
-	cfg := connectConfig{token: a.token, useToken: a.hasToken, timeout: 10 * time.Second, maxIdle: 8}
+	first := seeds[0]
+	cfg := connectConfig{token: first.token, useToken: first.hasToken, timeout: 10 * time.Second, maxIdle: 8}
 	for _, opt := range opts {
 		opt(&cfg)
 	}
 	if cfg.timeout <= 0 {
 		cfg.timeout = 10 * time.Second
 	}
-	if cfg.tls == nil && a.tls {
+	if cfg.tls == nil && first.tls {
 		cfg.tls = &tls.Config{}
 	}
-	if cfg.tls != nil && cfg.tls.ServerName == "" {
-		cfg.tls.ServerName = a.host
+	names := make([]string, len(seeds))
+	for i, a := range seeds {
+		names[i] = a.hostPort()
 	}
-	p := &pool{
-		addr: a, token: cfg.token, useToken: cfg.useToken,
-		timeout: cfg.timeout, maxIdle: cfg.maxIdle, tls: cfg.tls, all: map[*conn]struct{}{},
+	var err error
+	for _, a := range seeds {
+		var s *Store
+		if s, err = connectTo(ctx, a, cfg, names); err == nil {
+			return s, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
 	}
-	first, err := p.get(ctx)
+	return nil, err
+}
+
+// connectTo opens a first connection to a and asks for the slot map.
+func connectTo(ctx context.Context, a address, cfg connectConfig, seeds []string) (*Store, error) {
+	p := newPool(a, &cfg)
+	c, err := p.get(ctx)
 	if err != nil {
 		return nil, err
 	}
-	p.put(first)
-	return &Store{pool: p}, nil
+	slots, err := slotsOn(ctx, p, c)
+	if err != nil {
+		p.close()
+		return nil, err
+	}
+	s := &Store{pool: p}
+	if slots != nil {
+		s.router = newRouter(cfg, seeds, p, slots)
+	}
+	return s, nil
+}
+
+// parseAddresses reads Connect's addresses, separated by commas. A bad
+// one is named in the error.
+func parseAddresses(text string) ([]address, *Error) {
+	parts := strings.Split(text, ",")
+	seeds := make([]address, len(parts))
+	for i, part := range parts {
+		a, bad := parseAddress(part)
+		if bad != nil {
+			return nil, bad
+		}
+		seeds[i] = a
+	}
+	return seeds, nil
+}
+
+// poolFor answers the pool of the node that serves key (the only one of a
+// single server), or of the node a MOVED sent the command to.
+func (s *Store) poolFor(key string, t *tries) (*pool, error) {
+	switch {
+	case s.router == nil:
+		return s.pool, nil
+	case t.next != "":
+		next := t.next
+		t.next = ""
+		return s.router.poolOf(next)
+	}
+	return s.router.poolFor(key)
+}
+
+// connFor answers a connection to the node that serves key (see poolFor),
+// and its pool. In cluster mode a node that cannot be reached has the map
+// refreshed (from the other nodes) before its error is answered, so that
+// the next command for the key goes to the node that serves it now.
+func (s *Store) connFor(ctx context.Context, key string, t *tries) (*pool, *conn, error) {
+	p, err := s.poolFor(key, t)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := p.get(ctx)
+	if err != nil && err != errPoolClosed && ctx.Err() == nil && s.router != nil {
+		s.router.refresh(ctx, p.addr.hostPort())
+	}
+	return p, c, err
 }
 
 // Close closes every connection: holds still waiting answer kind
@@ -103,6 +173,10 @@ func Connect(ctx context.Context, addr string, opts ...ConnectOption) (*Store, e
 // functions' contexts end) and the server lets their keys go; every later
 // call answers KindClosed. Closing twice is harmless; it answers nil.
 func (s *Store) Close() error {
-	s.pool.close()
+	if s.router != nil {
+		s.router.close()
+	} else {
+		s.pool.close()
+	}
 	return nil
 }

@@ -59,41 +59,67 @@ func expectText(t *testing.T, table map[string]string, name string, vars map[str
 }
 
 // fakeServer answers each connection's commands with script; a reply of
-// "" answers nothing, "CLOSE" closes the connection.
+// "" answers nothing, "CLOSE" closes the connection. A CLUSTER command the
+// script leaves unanswered is answered as a single server answers it.
 func fakeServer(t *testing.T, script func(args []string) string) string {
+	t.Helper()
+	return startFakeNode(t, script).addr
+}
+
+// fakeNode is a scripted server that a test can kill: its port refuses
+// connections from then on, and its connections close.
+type fakeNode struct {
+	addr   string
+	ln     net.Listener
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	conns  []net.Conn
+	killed bool
+}
+
+// startFakeNode starts a fakeServer and kills it when the test ends.
+func startFakeNode(t *testing.T, script func(args []string) string) *fakeNode {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var conns []net.Conn
-	t.Cleanup(func() {
-		_ = ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			_ = c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	wg.Add(1)
+	n := &fakeNode{addr: ln.Addr().String(), ln: ln}
+	t.Cleanup(n.kill)
+	n.wg.Add(1)
 	go func() {
-		defer wg.Done()
+		defer n.wg.Done()
 		for {
 			c, err := ln.Accept()
 			if err != nil {
 				return
 			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			wg.Add(1)
-			go func() { defer wg.Done(); serveFake(c, script) }()
+			n.mu.Lock()
+			if n.killed {
+				n.mu.Unlock()
+				_ = c.Close()
+				return
+			}
+			n.conns = append(n.conns, c)
+			n.mu.Unlock()
+			n.wg.Add(1)
+			go func() { defer n.wg.Done(); serveFake(c, script) }()
 		}
 	}()
-	return ln.Addr().String()
+	return n
+}
+
+// kill closes the node's port and every connection to it, and waits
+// until its goroutines are done.
+func (n *fakeNode) kill() {
+	_ = n.ln.Close()
+	n.mu.Lock()
+	n.killed = true
+	for _, c := range n.conns {
+		_ = c.Close()
+	}
+	n.mu.Unlock()
+	n.wg.Wait()
 }
 
 func serveFake(c net.Conn, script func(args []string) string) {
@@ -108,7 +134,11 @@ func serveFake(c net.Conn, script func(args []string) string) {
 		for i, item := range v.items {
 			args[i] = item.text
 		}
-		switch reply := script(args); reply {
+		reply := script(args)
+		if reply == "" && len(args) > 0 && strings.EqualFold(args[0], "CLUSTER") {
+			reply = singleNodeReply
+		}
+		switch reply {
 		case "":
 		case "CLOSE":
 			return
@@ -121,6 +151,10 @@ func serveFake(c net.Conn, script func(args []string) string) {
 }
 
 const helloReply = "%1\r\n+proto\r\n:3\r\n"
+
+// singleNodeReply: what a server without --etcd answers every CLUSTER
+// subcommand (Redis's text).
+const singleNodeReply = "-ERR This instance has cluster support disabled\r\n"
 
 // fakeHolds: HELLO answered; HOLD as hold says; other commands nothing.
 func fakeHolds(hold string) func([]string) string {
@@ -181,10 +215,18 @@ func TestTheClientsOwnTextsAreTheSharedTable(t *testing.T) {
 		vars := map[string]string{"lock": "inv", "key": `"k"`, "wait": "200ms", "ttl": "1s"}
 		expectText(t, table, "wait_silent", vars, ErrClosed, err)
 	})
+	t.Run("a key sent back and forth between two nodes", func(t *testing.T) {
+		expectText(t, table, "moved_loop", map[string]string{"lock": "inv", "key": `"9"`}, ErrClosed, movedLoop(t))
+	})
+	t.Run("a slot no node serves", func(t *testing.T) {
+		vars := map[string]string{"lock": "inv", "key": `"foo"`, "slot": "12182"}
+		expectText(t, table, "slot_unserved", vars, ErrClosed, slotUnserved(t))
+	})
 	for name := range table {
 		switch name {
 		case "bad_address", "cannot_connect", "connect_silent", "connect_refused", "tls_failed", "connection_closed",
-			"token_missing", "token_refused", "connection_closed_key", "lost_connection", "lost_silent", "wait_silent":
+			"token_missing", "token_refused", "connection_closed_key", "lost_connection", "lost_silent", "wait_silent",
+			"moved_loop", "slot_unserved":
 		default:
 			t.Errorf("clients/texts.json's %q is not provoked here", name)
 		}

@@ -1,0 +1,352 @@
+package locks
+
+import (
+	"context"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// The numbers of the cluster contract, the same in every client.
+const (
+	// maxRedirects: a command is resent to the node a MOVED names at most
+	// this many times; the next MOVED fails it (moved_loop).
+	maxRedirects = 5
+	// clusterDownTries: the CLUSTERDOWN answer that fails a command
+	// (slot_unserved); each one before it refreshes the map, pauses for
+	// clusterDownPause, and resends.
+	clusterDownTries = 10
+	clusterDownPause = 100 * time.Millisecond
+)
+
+// slotMap is each slot's node, host:port as dialled; "" for a slot no
+// node serves as far as the map knows.
+type slotMap [slotCount]string
+
+// router sends each key's commands to the node that serves the key's
+// slot: the store's routing in cluster mode, that is once the server
+// Connect reached answered CLUSTER SLOTS with a map. Each node has a pool
+// of its own, opened with the store's settings when first needed.
+type router struct {
+	cfg   connectConfig
+	seeds []string // the addresses Connect was given, as host:port
+	home  string   // the node Connect reached
+
+	mu         sync.Mutex
+	slots      *slotMap
+	pools      map[string]*pool
+	closed     bool
+	refreshing chan struct{} // closed when the refresh in flight ends
+	redirects  int           // MOVED answers followed
+}
+
+// newRouter starts routing with the map home's node answered.
+func newRouter(cfg connectConfig, seeds []string, home *pool, slots *slotMap) *router {
+	r := &router{cfg: cfg, seeds: seeds, home: home.addr.hostPort(), slots: slots, pools: map[string]*pool{}}
+	r.pools[r.home] = home
+	home.setOnFail(func() { r.refreshSoon(r.home) })
+	return r
+}
+
+// poolFor answers the pool of the node that serves key's slot; for a slot
+// the map has no node for, that of a known node (it answers MOVED).
+func (r *router) poolFor(key string) (*pool, error) {
+	slot := slotOf(key)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	node := r.slots[slot]
+	for i := 1; node == "" && i < slotCount; i++ {
+		node = r.slots[(slot+i)%slotCount]
+	}
+	if node == "" {
+		node = r.home
+	}
+	return r.poolLocked(node)
+}
+
+// poolLocked answers node's pool, opening it when new.
+func (r *router) poolLocked(node string) (*pool, error) {
+	if r.closed {
+		return nil, errPoolClosed
+	}
+	if p, ok := r.pools[node]; ok {
+		return p, nil
+	}
+	host, portText, err := net.SplitHostPort(node)
+	port, perr := strconv.Atoi(portText)
+	if err != nil || perr != nil {
+		// Node names are made by nodeName from checked parts.
+		return r.pools[r.home], nil
+	}
+	p := newPool(address{host: host, port: port}, &r.cfg)
+	p.setOnFail(func() { r.refreshSoon(node) })
+	r.pools[node] = p
+	return p, nil
+}
+
+// tries is one command's way to its node: the redirections it took, and
+// the node a MOVED sent it to.
+type tries struct {
+	moved, down int
+	next        string // the node to send to next; "": the map's
+}
+
+// poolOf answers the pool of node, opening it when new.
+func (r *router) poolOf(node string) (*pool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.poolLocked(node)
+}
+
+// redirect is an answer that sends the command elsewhere: MOVED or
+// CLUSTERDOWN, its line as the server wrote it.
+type redirect string
+
+func (r redirect) Error() string { return string(r) }
+
+// redirection answers the reply line as a redirect when it is one the
+// router follows; nil in single-node mode (r nil), or for any other line.
+func (r *router) redirection(line string) error {
+	if r == nil {
+		return nil
+	}
+	if _, _, ok := parseMoved(line); ok || isClusterDown(line) {
+		return redirect(line)
+	}
+	return nil
+}
+
+// follow acts on a redirect of a command for key: MOVED notes the slot's
+// node (and refreshes the whole map in the background) and has the
+// command sent there, CLUSTERDOWN refreshes the map and pauses. It
+// answers nil when the command is to be sent again, or the error that
+// ends it: moved_loop, slot_unserved, or ctx's.
+func (r *router) follow(ctx context.Context, lock, key string, line redirect, t *tries) error {
+	if slot, node, ok := parseMoved(string(line)); ok {
+		if t.moved++; t.moved > maxRedirects {
+			return errMovedLoop(lock, key)
+		}
+		r.mu.Lock()
+		r.slots[slot] = node
+		r.redirects++
+		r.mu.Unlock()
+		r.refreshSoon("")
+		t.next = node
+		return nil
+	}
+	if t.down++; t.down >= clusterDownTries {
+		return errSlotUnserved(lock, key, slotOf(key))
+	}
+	r.refresh(ctx, "")
+	pause := time.NewTimer(clusterDownPause)
+	defer pause.Stop()
+	select {
+	case <-pause.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// The texts of a command the cluster sent around, worded as
+// clients/texts.json words them for every client.
+
+func errMovedLoop(lock, key string) *Error {
+	return keyError(KindClosed, lock, key, "redirected "+strconv.Itoa(maxRedirects)+" times without reaching the node that serves it")
+}
+
+func errSlotUnserved(lock, key string, slot int) *Error {
+	what := "no node serves its slot (" + strconv.Itoa(slot) + ") after " + strconv.Itoa(clusterDownTries) + " tries"
+	return keyError(KindClosed, lock, key, what)
+}
+
+// parseMoved reads "MOVED slot host:port" (an IPv6 host bare or in
+// brackets) into the slot and the node's host:port.
+func parseMoved(line string) (slot int, node string, ok bool) {
+	fields := strings.Fields(line)
+	if len(fields) != 3 || fields[0] != "MOVED" {
+		return 0, "", false
+	}
+	slot, err := strconv.Atoi(fields[1])
+	colon := strings.LastIndexByte(fields[2], ':')
+	if err != nil || slot < 0 || slot >= slotCount || colon < 0 {
+		return 0, "", false
+	}
+	host := strings.TrimSuffix(strings.TrimPrefix(fields[2][:colon], "["), "]")
+	port, err := strconv.Atoi(fields[2][colon+1:])
+	node, ok = nodeName(host, port)
+	return slot, node, ok && err == nil
+}
+
+func isClusterDown(line string) bool {
+	word, _, _ := strings.Cut(line, " ")
+	return word == "CLUSTERDOWN"
+}
+
+// nodeName is a node's host:port as dialled, from a host and a port that
+// a server sent.
+func nodeName(host string, port int) (string, bool) {
+	if host == "" || port < 1 || port > 65535 {
+		return "", false
+	}
+	return net.JoinHostPort(host, strconv.Itoa(port)), true
+}
+
+// refreshSoon refreshes the map in the background, unless a refresh is
+// in flight already; avoid (a node whose connection just failed) is asked
+// last.
+func (r *router) refreshSoon(avoid string) {
+	r.mu.Lock()
+	busy := r.refreshing != nil || r.closed
+	r.mu.Unlock()
+	if !busy {
+		go r.refresh(context.Background(), avoid)
+	}
+}
+
+// refresh asks CLUSTER SLOTS of the nodes the map knows, then of the
+// addresses Connect was given (avoid last), and takes the first map
+// answered. A refresh already in flight is waited for instead.
+func (r *router) refresh(ctx context.Context, avoid string) {
+	r.mu.Lock()
+	if ch := r.refreshing; ch != nil || r.closed {
+		r.mu.Unlock()
+		if ch != nil {
+			select {
+			case <-ch:
+			case <-ctx.Done():
+			}
+		}
+		return
+	}
+	done := make(chan struct{})
+	r.refreshing = done
+	nodes := r.candidatesLocked(avoid)
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		r.refreshing = nil
+		r.mu.Unlock()
+		close(done)
+	}()
+	for _, node := range nodes {
+		p, err := r.poolOf(node)
+		if err != nil {
+			return
+		}
+		slots, err := clusterSlots(ctx, p)
+		if slots != nil {
+			r.mu.Lock()
+			r.slots = slots
+			r.mu.Unlock()
+			return
+		}
+		if err != nil && ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// candidatesLocked: the nodes the map knows, then the seeds, each once,
+// avoid last.
+func (r *router) candidatesLocked(avoid string) []string {
+	seen := map[string]bool{avoid: true}
+	var nodes []string
+	add := func(node string) {
+		if node != "" && !seen[node] {
+			seen[node] = true
+			nodes = append(nodes, node)
+		}
+	}
+	last := ""
+	for _, node := range r.slots {
+		if node != last {
+			add(node)
+			last = node
+		}
+	}
+	for _, node := range r.seeds {
+		add(node)
+	}
+	if avoid != "" {
+		nodes = append(nodes, avoid)
+	}
+	return nodes
+}
+
+// close closes every node's pool; later commands answer closed.
+func (r *router) close() {
+	r.mu.Lock()
+	r.closed = true
+	pools := r.pools
+	r.mu.Unlock()
+	for _, p := range pools {
+		p.close()
+	}
+}
+
+// clusterSlots asks p's node for its map: nil when it answers no map (a
+// single node answers CLUSTER SLOTS with an error), or the error of its
+// connection.
+func clusterSlots(ctx context.Context, p *pool) (*slotMap, error) {
+	c, err := p.get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return slotsOn(ctx, p, c)
+}
+
+// slotsOn sends CLUSTER SLOTS on c, a connection of p, and reads its
+// answer as clusterSlots does, giving c back to p.
+func slotsOn(ctx context.Context, p *pool, c *conn) (*slotMap, error) {
+	cl := c.request("CLUSTER", "SLOTS")
+	silent := time.NewTimer(p.timeout)
+	defer silent.Stop()
+	select {
+	case r := <-cl.reply:
+		if r.err != nil {
+			p.discard(c, r.err)
+			return nil, errConnectionClosed(r.err)
+		}
+		p.put(c)
+		if r.v.kind != '*' || r.v.null {
+			return nil, nil
+		}
+		return slotsOf(r.v, p.addr.host), nil
+	case <-ctx.Done():
+		p.discard(c, errShutAbandoned)
+		return nil, ctx.Err()
+	case <-silent.C:
+		p.discard(c, errShutSilent)
+		return nil, errConnectSilent(p.addr.hostPort(), p.timeout)
+	}
+}
+
+// slotsOf reads CLUSTER SLOTS's answer: [start, end, [host, port, id,
+// ...], replicas...] for each served range; the first node of a range
+// serves it. A host the server leaves empty is the one asked. Entries
+// that do not read are skipped.
+func slotsOf(v value, askedHost string) *slotMap {
+	slots := &slotMap{}
+	for _, entry := range v.items {
+		if len(entry.items) < 3 || len(entry.items[2].items) < 2 {
+			continue
+		}
+		start, end, node := entry.items[0], entry.items[1], entry.items[2].items
+		host := node[0].text
+		if host == "" || host == "?" {
+			host = askedHost
+		}
+		name, ok := nodeName(host, int(node[1].num))
+		if !ok || start.kind != ':' || end.kind != ':' || node[1].kind != ':' ||
+			start.num < 0 || start.num > end.num || end.num >= slotCount {
+			continue
+		}
+		for s := start.num; s <= end.num; s++ {
+			slots[s] = name
+		}
+	}
+	return slots
+}
