@@ -22,7 +22,9 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv("LOCKS_TEST_HOLDER"); spec != "" {
 		os.Exit(holderProcess(spec))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	stopSharedCluster()
+	os.Exit(code)
 }
 
 // repoRoot is the repository's root (the tests run in clients/go/locks).
