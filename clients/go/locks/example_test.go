@@ -98,4 +98,31 @@ func ExampleLock_Inspect() {
 	}
 }
 
+// Several nodes of a cluster (holdline serve --etcd ...): any of them
+// will do to connect; each hold goes to the node that serves its key.
+// A hold cut by a failover answers ErrLost (it was held) or ErrClosed
+// (it waited, or no node could take it yet): hold again, and the new
+// owner grants it with a greater fence.
+func ExampleConnect_cluster() {
+	ctx := context.Background()
+	store, err := locks.Connect(ctx, "10.0.0.1:7380,10.0.0.2:7380,10.0.0.3:7380")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer store.Close()
+	invoices, _ := locks.OpenLock(store, "invoices")
+	for tries := 0; tries < 10; tries++ {
+		err = invoices.Hold(ctx, 9, func(ctx context.Context, lease *locks.Lease) error {
+			return charge(ctx, lease.Fence)
+		})
+		if !errors.Is(err, locks.ErrClosed) {
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if err != nil {
+		log.Fatal(err)
+	}
+}
+
 func charge(ctx context.Context, fence uint64) error { return ctx.Err() }
