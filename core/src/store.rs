@@ -38,9 +38,23 @@ impl Default for Store {
 impl Store {
     /// A new, empty store.
     pub fn new() -> Store {
+        Store::with_core(Core::new())
+    }
+
+    /// A new, empty store whose every fence is greater than `floor`, for a
+    /// store that carries on where another left off (a partition moving to
+    /// another process, say) and knows the highest fence that one could
+    /// have given. [`Store::new`] seeds its fences from the clock instead.
+    /// Fences travel as signed 64-bit integers over the wire, so a floor
+    /// should leave room below 2^63.
+    pub fn with_fences_above(floor: u64) -> Store {
+        Store::with_core(Core::with_floor(floor.saturating_add(1)))
+    }
+
+    fn with_core(core: Arc<Core>) -> Store {
         Store {
             shared: Arc::new(StoreShared {
-                core: Core::new(),
+                core,
                 rows: Mutex::new(Rows::default()),
             }),
         }

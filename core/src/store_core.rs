@@ -25,13 +25,18 @@ pub(crate) struct StoreCore<L> {
 impl<L: Due + Watched> StoreCore<L> {
     /// A new store's core, its timer's sweeps installed.
     pub(crate) fn new() -> Arc<Self> {
+        Self::with_floor(next_store_fence_floor())
+    }
+
+    /// A new store's core whose first fence is `fence_floor`.
+    pub(crate) fn with_floor(fence_floor: u64) -> Arc<Self> {
         let clock = Arc::new(Clock::new());
         let core = Arc::new(StoreCore {
             closed: AtomicBool::new(false),
             clock: clock.clone(),
             signals: SignalHub::new(),
             timer: Arc::new(Driver::new(clock)),
-            fence_floor: next_store_fence_floor(),
+            fence_floor,
             locks: Mutex::new(HashMap::new()),
         });
         // Weak: the timer's thread must not keep the store alive. (Under

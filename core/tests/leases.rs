@@ -540,3 +540,26 @@ fn a_row_refuses_a_smaller_fence_even_from_a_current_holder() {
         })
         .unwrap();
 }
+
+/// A store opened above a floor gives every fence above it, across keys
+/// and after an idle key's state was reclaimed and made again.
+#[test]
+fn a_store_opened_above_a_floor_fences_above_it() {
+    let floor = 5_000_000_000_000_000_000;
+    let store = Store::with_fences_above(floor);
+    let lock = store.lock("floor").open().unwrap();
+    let first = lock.hold(&"a", |l| l.fence()).unwrap();
+    assert_eq!(
+        first,
+        floor + 1,
+        "the first fence is the one above the floor"
+    );
+    let second = lock.hold(&"a", |l| l.fence()).unwrap();
+    assert!(second > first);
+    assert!(lock.hold(&"b", |l| l.fence()).unwrap() > floor);
+    store.reclaim_idle();
+    assert!(lock.hold(&"a", |l| l.fence()).unwrap() > second);
+    // A plain store's fences come from the clock, far below this floor.
+    let plain = Store::new().lock("floor").open().unwrap();
+    assert!(plain.hold(&"a", |l| l.fence()).unwrap() < floor);
+}

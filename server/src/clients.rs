@@ -36,9 +36,9 @@ pub struct ClientState {
 }
 
 /// The commands' names as CLIENT LIST shows them (`cmd=`).
-pub const COMMAND_NAMES: [&str; 18] = [
+pub const COMMAND_NAMES: [&str; 19] = [
     "NULL", "hold", "tryhold", "release", "renew", "put", "get", "stats", "ping", "echo", "quit",
-    "hello", "auth", "client", "select", "command", "info", "inspect",
+    "hello", "auth", "client", "select", "command", "info", "inspect", "cluster",
 ];
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

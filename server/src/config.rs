@@ -5,6 +5,7 @@ use crate::tls::TlsFiles;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -77,6 +78,34 @@ pub struct ServeArgs {
     /// Log line format.
     #[arg(long, value_name = "FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+    /// Run as one node of a cluster whose owners etcd decides: etcd's
+    /// client URLs, comma-separated (with --cluster and --advertise).
+    #[arg(long, value_name = "URLS", requires_all = ["cluster", "advertise"])]
+    pub etcd: Option<String>,
+    /// The cluster's name: nodes with the same etcd and name split the keys.
+    #[arg(long, value_name = "NAME", requires = "etcd")]
+    pub cluster: Option<String>,
+    /// host:port clients and other nodes reach this node at (MOVED names it).
+    #[arg(long, value_name = "HOST:PORT", requires = "etcd")]
+    pub advertise: Option<String>,
+    /// Partitions of a new cluster (kept in etcd: later nodes use its count).
+    #[arg(long, value_name = "N", default_value_t = 16,
+          value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub partitions: u16,
+    /// The node's etcd lease, whole seconds (`5s` or `5`): a node that
+    /// cannot renew it stops serving before it runs out.
+    #[arg(long, value_name = "SECONDS", default_value = "5s")]
+    pub etcd_ttl: String,
+}
+
+/// Cluster mode's settings, checked.
+#[derive(Clone, Debug)]
+pub struct ClusterSettings {
+    pub endpoints: Vec<String>,
+    pub cluster: String,
+    pub advertise: String,
+    pub partitions: u16,
+    pub ttl: Duration,
 }
 
 /// What `serve` runs with, checked.
@@ -87,6 +116,7 @@ pub struct Config {
     pub max_frame: usize,
     pub tls: Option<TlsFiles>,
     pub metrics: Option<SocketAddr>,
+    pub cluster: Option<ClusterSettings>,
 }
 
 impl ServeArgs {
@@ -120,6 +150,7 @@ impl ServeArgs {
             .map(|a| resolve("--metrics", a))
             .transpose()?;
         Ok(Config {
+            cluster: self.cluster_settings()?,
             metrics,
             listen,
             token,
@@ -127,6 +158,56 @@ impl ServeArgs {
             max_frame: usize::try_from(self.max_frame).unwrap_or(usize::MAX),
             tls,
         })
+    }
+}
+
+impl ServeArgs {
+    fn cluster_settings(&self) -> Result<Option<ClusterSettings>, String> {
+        let (Some(etcd), Some(cluster), Some(advertise)) =
+            (&self.etcd, &self.cluster, &self.advertise)
+        else {
+            return Ok(None);
+        };
+        let endpoints: Vec<String> = etcd
+            .split(',')
+            .map(str::trim)
+            .filter(|e| !e.is_empty())
+            .map(str::to_owned)
+            .collect();
+        if endpoints.is_empty() {
+            return Err(format!("--etcd {etcd:?}: no URL"));
+        }
+        let name_ok = |c: char| c.is_ascii_alphanumeric() || "_-.".contains(c);
+        if cluster.is_empty() || cluster.len() > 64 || !cluster.chars().all(name_ok) {
+            return Err(format!(
+                "--cluster {cluster:?}: 1 to 64 ASCII letters, digits and \"_-.\""
+            ));
+        }
+        let port_ok = advertise.rsplit_once(':').is_some_and(|(host, port)| {
+            !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0)
+        });
+        if !port_ok {
+            return Err(format!("--advertise {advertise:?}: expected host:port"));
+        }
+        Ok(Some(ClusterSettings {
+            endpoints,
+            cluster: cluster.clone(),
+            advertise: advertise.clone(),
+            partitions: self.partitions,
+            ttl: etcd_ttl(&self.etcd_ttl)?,
+        }))
+    }
+}
+
+/// `5s` or `5`: whole seconds, 2 to 300 (etcd's leases count seconds, and
+/// refuse less than its election timeout allows).
+fn etcd_ttl(text: &str) -> Result<Duration, String> {
+    let digits = text.strip_suffix('s').unwrap_or(text);
+    match digits.parse::<u64>() {
+        Ok(n) if (2..=300).contains(&n) => Ok(Duration::from_secs(n)),
+        _ => Err(format!(
+            "--etcd-ttl {text:?}: expected whole seconds from 2s to 300s"
+        )),
     }
 }
 
@@ -168,7 +249,40 @@ mod tests {
             log_level: None,
             log_format: LogFormat::Text,
             metrics: None,
+            etcd: None,
+            cluster: None,
+            advertise: None,
+            partitions: 16,
+            etcd_ttl: "5s".into(),
         }
+    }
+
+    #[test]
+    fn cluster_flags_are_checked() {
+        let mut a = args("127.0.0.1:0", None);
+        a.etcd = Some("http://127.0.0.1:2379".into());
+        a.cluster = Some("main".into());
+        a.advertise = Some("127.0.0.1:7001".into());
+        let c = a.check().unwrap().cluster.unwrap();
+        assert_eq!(c.ttl, Duration::from_secs(5));
+        assert_eq!(c.endpoints, vec!["http://127.0.0.1:2379".to_string()]);
+        a.etcd_ttl = "1500ms".into();
+        let err = a.check().err().unwrap();
+        assert_eq!(
+            err,
+            "--etcd-ttl \"1500ms\": expected whole seconds from 2s to 300s"
+        );
+        a.etcd_ttl = "3".into();
+        assert_eq!(
+            a.check().unwrap().cluster.unwrap().ttl,
+            Duration::from_secs(3)
+        );
+        a.advertise = Some("127.0.0.1".into());
+        let err = a.check().err().unwrap();
+        assert_eq!(err, "--advertise \"127.0.0.1\": expected host:port");
+        a.advertise = Some("127.0.0.1:7001".into());
+        a.cluster = Some("a/b".into());
+        assert!(a.check().err().unwrap().starts_with("--cluster \"a/b\""));
     }
 
     #[test]

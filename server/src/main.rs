@@ -10,13 +10,14 @@
 //! `tests/module_graph.rs`): `config` (flags), `tls` (certificates),
 //! `reply` (error replies in the core's shape), `loss_watch` (which leases
 //! were lost), `clients` (what operators see of each connection), `metrics`
-//! (Prometheus), `session`
+//! (Prometheus), `cluster` (partitions, etcd), `session`
 //! (one connection's state), `parse` (the argument cursor), `docs` (the command
 //! table), `cmd` (each command: parse, effect), `connection` (the framed
 //! stream), `shutdown` (the signal), `handler` (one connection's life),
 //! `server` (the listener).
 
 mod clients;
+mod cluster;
 mod cmd;
 mod config;
 mod connection;
@@ -124,8 +125,14 @@ async fn serve(config: Config, tls: Option<Arc<tls::Tls>>) -> Result<(), String>
         tls: tls.is_some(),
         max_clients: config.max_connections,
     };
+    let agent = match &config.cluster {
+        Some(settings) => Some(join_cluster(settings).await?),
+        None => None,
+    };
+    let node = agent.as_ref().map(cluster::agent::Agent::node);
     let shared = Arc::new_cyclic(|weak: &std::sync::Weak<Shared>| {
         let mut shared = Shared::new(Store::new(), config.token, config.max_frame, facts);
+        shared.cluster = node;
         if metrics_listener.is_some() {
             let weak = weak.clone();
             let source = move || weak.upgrade().map(|s| s.snapshot());
@@ -136,9 +143,45 @@ async fn serve(config: Config, tls: Option<Arc<tls::Tls>>) -> Result<(), String>
     if let (Some(listener), Some(m)) = (metrics_listener, &shared.metrics) {
         tokio::spawn(metrics::serve(listener, m.clone()));
     }
-    server::run(listener, shared, config.max_connections, tls)
-        .await
-        .map_err(|e| e.to_string())
+    let (leave, left) = tokio::sync::watch::channel(false);
+    let agent = agent.map(|a| tokio::spawn(a.run(left)));
+    let served = server::run(listener, shared, config.max_connections, tls).await;
+    if let Some(agent) = agent {
+        // Give the partitions up in etcd, so other nodes take them at once.
+        let _ = leave.send(true);
+        let _ = tokio::time::timeout(LEAVE_GRACE, agent).await;
+    }
+    served.map_err(|e| e.to_string())
+}
+
+/// How long leaving the cluster may take at shutdown.
+const LEAVE_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Joins the cluster: etcd must answer before the node serves anything;
+/// it is asked again every second for a minute.
+async fn join_cluster(settings: &config::ClusterSettings) -> Result<cluster::agent::Agent, String> {
+    let mut tries = 0;
+    loop {
+        match cluster::agent::join(settings).await {
+            Ok(agent) => {
+                let node = agent.node();
+                info!(
+                    cluster = settings.cluster,
+                    node = node.id,
+                    partitions = node.partitions,
+                    advertise = settings.advertise,
+                    "cluster mode"
+                );
+                return Ok(agent);
+            }
+            Err(why) if tries < 60 => {
+                warn!(%why, "cannot reach etcd yet");
+                tries += 1;
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            }
+            Err(why) => return Err(format!("cannot join the cluster: {why}")),
+        }
+    }
 }
 
 /// Room for connections the kernel completed before they were accepted: a

@@ -84,6 +84,9 @@ pub async fn run(
         m.shutting_down();
     }
     shared.store.close();
+    if let Some(node) = &shared.cluster {
+        node.end_lease();
+    }
     let _ = notify_shutdown.send(true);
     drop(done_tx);
     // `None` once every connection's sender is gone.

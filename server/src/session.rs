@@ -9,10 +9,11 @@
 //! goes on reading; [`Session::granted`] then answers it.
 
 use crate::clients::{ClientState, Clients};
+use crate::cluster::{slots, Node, Partition, Route};
 use crate::loss_watch::LossWatches;
 use crate::metrics::{Metrics, Snapshot};
 use crate::reply::core_error;
-use holdline::{wire, Error, HeldLease, Lock, Store};
+use holdline::{wire, Error, ErrorKind, HeldLease, Lock, LockStats, Store};
 use holdline_resp::{Proto, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
@@ -23,6 +24,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 use subtle::ConstantTimeEq;
 
+/// Redis Cluster's answer for a slot nobody serves.
+pub const CLUSTER_DOWN: &str = "CLUSTERDOWN Hash slot not served";
+
 /// Frames a client may send before it authenticated, when a token is
 /// required: enough for HELLO with AUTH, too little to make the server
 /// buffer much for a stranger (Redis does the same).
@@ -32,10 +36,15 @@ pub const UNAUTHENTICATED_MAX_FRAME: usize = 16 * 1024;
 /// the cache starts afresh.
 const LOCK_CACHE_ENTRIES: usize = 256;
 
-/// What every connection shares: the store, the server's settings, the
-/// registry of connections, the locks opened so far, and the counters.
+/// What every connection shares: the store (or, in a cluster, the node
+/// and the partitions it serves), the server's settings, the registry of
+/// connections, the locks opened so far, and the counters.
 pub struct Shared {
+    /// The one store of a single node (in a cluster: unused but for
+    /// checking lock names).
     pub store: Store,
+    /// Set when the server is a node of a cluster.
+    pub cluster: Option<Arc<Node>>,
     token: Option<Vec<u8>>,
     max_frame: usize,
     next_lease: AtomicU64,
@@ -43,8 +52,9 @@ pub struct Shared {
     pub clients: Clients,
     pub facts: Facts,
     pub counts: Counts,
-    /// Every lock name opened, with a handle (for INFO and metrics).
-    locks: Mutex<BTreeMap<String, Lock>>,
+    /// Every lock opened, by name and store (for INFO and metrics), with
+    /// the partition it belongs to in a cluster.
+    locks: Mutex<BTreeMap<(String, u64), OpenedLock>>,
     /// Recorded into when `--metrics` serves them.
     pub metrics: Option<Arc<Metrics>>,
 }
@@ -81,6 +91,7 @@ impl Shared {
     pub fn new(store: Store, token: Option<Vec<u8>>, max_frame: usize, facts: Facts) -> Shared {
         Shared {
             metrics: None,
+            cluster: None,
             store,
             token,
             max_frame,
@@ -107,10 +118,29 @@ impl Shared {
         self.token.is_some()
     }
 
-    /// Every lock opened so far, by name.
-    pub fn locks(&self) -> Vec<(String, Lock)> {
-        let locks = self.locks.lock().unwrap_or_else(PoisonError::into_inner);
-        locks.iter().map(|(n, l)| (n.clone(), l.clone())).collect()
+    /// Every lock opened so far, by name, with its counters (in a cluster,
+    /// summed over the partitions served here; the others are forgotten).
+    pub fn locks(&self) -> Vec<(String, LockStats)> {
+        let mut locks = self.locks.lock().unwrap_or_else(PoisonError::into_inner);
+        locks.retain(|_, (_, part)| part.as_ref().is_none_or(|p| !p.store.is_closed()));
+        let mut sums: Vec<(String, LockStats)> = Vec::new();
+        for ((name, _), (lock, _)) in locks.iter() {
+            let stats = lock.stats();
+            match sums.last_mut() {
+                Some((last, sum)) if last == name => add_stats(sum, &stats),
+                _ => sums.push((name.clone(), stats)),
+            }
+        }
+        sums
+    }
+
+    /// One lock's counters (see [`Shared::locks`]); zeros if never opened.
+    pub fn lock_stats(&self, name: &str) -> LockStats {
+        self.locks()
+            .into_iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, s)| s)
+            .unwrap_or_default()
     }
 
     /// The figures metrics read at scrape time.
@@ -123,18 +153,57 @@ impl Shared {
             locks: self
                 .locks()
                 .into_iter()
-                .map(|(name, lock)| (name, lock.stats().fields()))
+                .map(|(name, stats)| (name, stats.fields()))
                 .collect(),
         }
     }
 
-    fn lock_opened(&self, lock: &Lock) {
+    fn lock_opened(&self, lock: &Lock, place: &Place) {
         let mut locks = self.locks.lock().unwrap_or_else(PoisonError::into_inner);
-        if !locks.contains_key(lock.name()) {
-            locks.insert(lock.name().to_owned(), lock.clone());
-        }
+        locks
+            .entry((lock.name().to_owned(), place.store_id()))
+            .or_insert_with(|| (lock.clone(), place.partition().cloned()));
     }
 }
+
+/// A lock handle the registry keeps, with its partition in a cluster.
+type OpenedLock = (Lock, Option<Arc<Partition>>);
+
+fn add_stats(sum: &mut LockStats, more: &LockStats) {
+    let adds = more.fields();
+    for (name, n) in sum.fields() {
+        let more = adds.iter().find(|(m, _)| *m == name).map_or(0, |(_, v)| *v);
+        sum.set_field(name, n.saturating_add(more));
+    }
+}
+
+/// Where a key's command runs: the one store, or the partition serving the
+/// key's slot on this node.
+pub enum Place {
+    Single,
+    Partition(Arc<Partition>),
+}
+
+impl Place {
+    pub fn partition(&self) -> Option<&Arc<Partition>> {
+        match self {
+            Place::Single => None,
+            Place::Partition(p) => Some(p),
+        }
+    }
+
+    fn store_id(&self) -> u64 {
+        self.partition().map_or(0, |p| p.store_id)
+    }
+
+    /// The store to use: the partition's, else `single`.
+    pub fn store<'a>(&'a self, single: &'a Store) -> &'a Store {
+        self.partition().map_or(single, |p| &p.store)
+    }
+}
+
+/// Handles one name keeps (options and partitions) before starting afresh.
+const HANDLES_PER_NAME: usize = 32;
 
 /// How a lock handle is opened: the options a HOLD or TRYHOLD carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -162,6 +231,8 @@ pub struct PendingHold {
     pub slot: Box<str>,
     /// When the HOLD was read (its wait, for the metrics).
     pub started: Instant,
+    /// The partition it waits in, in a cluster.
+    pub partition: Option<Arc<Partition>>,
 }
 
 /// What carrying out one command leads to.
@@ -180,6 +251,8 @@ pub struct Held {
     pub slot: Box<str>,
     /// When it was granted (its hold time, for the metrics).
     pub granted: Instant,
+    /// The partition it is held in, in a cluster.
+    pub partition: Option<Arc<Partition>>,
 }
 
 impl Held {
@@ -193,35 +266,45 @@ impl Held {
 /// would take the store's name map every time.
 #[derive(Default)]
 struct LockCache {
-    map: HashMap<Vec<u8>, Vec<(LockOptions, Lock)>>,
+    map: HashMap<Vec<u8>, Vec<(LockOptions, u64, Lock)>>,
 }
 
 impl LockCache {
-    fn get(&mut self, shared: &Shared, name: &[u8], options: LockOptions) -> Result<Lock, Value> {
+    fn get(
+        &mut self,
+        shared: &Shared,
+        place: &Place,
+        name: &[u8],
+        options: LockOptions,
+    ) -> Result<Lock, Value> {
+        let store_id = place.store_id();
         if let Some(lock) = self
             .map
             .get(name)
-            .and_then(|v| v.iter().find(|(o, _)| *o == options))
-            .map(|(_, l)| l)
+            .and_then(|v| v.iter().find(|(o, s, _)| *o == options && *s == store_id))
+            .map(|(_, _, l)| l)
         {
             return Ok(lock.clone());
         }
         // A name that is not UTF-8 is no valid name: the core refuses the
         // replacement character with its own text.
         let text = String::from_utf8_lossy(name);
-        let mut builder = shared.store.lock(&text).ttl(options.ttl);
+        let mut builder = place.store(&shared.store).lock(&text).ttl(options.ttl);
         if let Some(max_hold) = options.max_hold {
             builder = builder.max_hold(max_hold);
         }
         let lock = builder.open().map_err(|e| core_error(&e))?;
-        shared.lock_opened(&lock);
+        shared.lock_opened(&lock, place);
         if self.map.len() >= LOCK_CACHE_ENTRIES {
             self.map.clear();
         }
-        self.map
-            .entry(name.to_vec())
-            .or_default()
-            .push((options, lock.clone()));
+        let handles = self.map.entry(name.to_vec()).or_default();
+        // In a cluster a name has a handle per partition and options; the
+        // handles of partitions no longer served go with the rest.
+        if handles.len() >= HANDLES_PER_NAME {
+            handles.clear();
+        }
+        handles.push((options, store_id, lock.clone()));
         Ok(lock)
     }
 }
@@ -280,6 +363,11 @@ impl Session {
     /// holding ~10,000 leases, and would lose a stalled holder's lease that
     /// fraction early.)
     pub fn renew_all(&self) {
+        // In a cluster, past the node's deadline nothing is renewed: every
+        // partition stops first.
+        if let Some(node) = &self.shared.cluster {
+            node.check_deadline();
+        }
         for held in self.leases.values() {
             // A lost lease stays lost; its holder learns it from a push or
             // from its next RENEW or RELEASE.
@@ -287,9 +375,39 @@ impl Session {
         }
     }
 
-    /// The handle of lock `name` with `options`, or the refusal to answer.
-    pub fn lock(&mut self, name: &[u8], options: LockOptions) -> Result<Lock, Value> {
-        self.locks.get(&self.shared, name, options)
+    /// The handle of lock `name` with `options` in `place`, or the refusal
+    /// to answer.
+    pub fn lock(
+        &mut self,
+        place: &Place,
+        name: &[u8],
+        options: LockOptions,
+    ) -> Result<Lock, Value> {
+        self.locks.get(&self.shared, place, name, options)
+    }
+
+    /// Where a command for `key` runs, or the redirection to answer
+    /// (`MOVED slot host:port`, or `CLUSTERDOWN` while nobody serves it).
+    pub fn place(&self, key: &[u8]) -> Result<Place, Value> {
+        let Some(node) = &self.shared.cluster else {
+            return Ok(Place::Single);
+        };
+        let slot = slots::key_slot(key);
+        match node.route(slot) {
+            Route::Here(part) => Ok(Place::Partition(part)),
+            Route::Moved(slot, addr) => Err(Value::Error(format!("MOVED {slot} {addr}"))),
+            Route::Down => Err(Value::error(CLUSTER_DOWN)),
+        }
+    }
+
+    /// Whether a lease in `partition` may still be granted or kept: in a
+    /// cluster, reads the clock (past the node's deadline every partition
+    /// stops first).
+    pub fn still_served(&self, partition: Option<&Arc<Partition>>) -> bool {
+        match (partition, &self.shared.cluster) {
+            (Some(part), Some(node)) => node.serves(part),
+            _ => true,
+        }
     }
 
     /// The answer to a HOLD that waited.
@@ -299,14 +417,34 @@ impl Session {
                 if let Some(m) = &self.shared.metrics {
                     m.waited(slot_parts(&pending.slot).0, pending.started.elapsed());
                 }
-                self.keep(lease, pending.slot)
+                self.keep(lease, pending.slot, pending.partition)
             }
             Err(e) => core_error(&e),
         }
     }
 
-    /// Files a granted lease under a fresh id: `[lease, fence]`.
-    pub fn keep(&mut self, lease: HeldLease, slot: Box<str>) -> Value {
+    /// Files a granted lease under a fresh id: `[lease, fence]`. In a
+    /// cluster, a grant its partition may no longer answer (the node's
+    /// deadline passed, the partition stopped, or its fence is past the
+    /// reserved window) is let go and answered as a waiter is when its
+    /// store closes.
+    pub fn keep(
+        &mut self,
+        lease: HeldLease,
+        slot: Box<str>,
+        partition: Option<Arc<Partition>>,
+    ) -> Value {
+        if let (Some(part), Some(node)) = (&partition, &self.shared.cluster) {
+            if !node.serves(part) || !node.fence_allowed(part, lease.fence()) {
+                drop(lease);
+                let (lock, key) = slot_parts(&slot);
+                return core_error(&wire::error(
+                    ErrorKind::Closed,
+                    wire::Scope::Key(lock, key),
+                    "the store is closed",
+                ));
+            }
+        }
         // Relaxed: a counter handing out ids; nothing is published by it.
         let id = self.shared.next_lease.fetch_add(1, Ordering::Relaxed);
         let fence = lease.fence();
@@ -323,6 +461,7 @@ impl Session {
                 lease,
                 slot,
                 granted,
+                partition,
             },
         );
         // Fences stay below 2^63, so they travel as RESP integers.

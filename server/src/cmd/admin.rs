@@ -81,8 +81,7 @@ fn write_stats(s: &Session, line: &mut impl FnMut(&str, &dyn std::fmt::Display))
         &Counts::get(&c.connections_rejected),
     );
     let mut sums = [0u64; 4];
-    for (_, lock) in s.shared.locks() {
-        let st = lock.stats();
+    for (_, st) in s.shared.locks() {
         for (sum, n) in
             sums.iter_mut()
                 .zip([st.grants, st.timeouts, st.revocations, st.expirations])
@@ -101,9 +100,8 @@ fn write_stats(s: &Session, line: &mut impl FnMut(&str, &dyn std::fmt::Display))
 
 /// `lock_NAME:live_keys=3,held_keys=1,...`, one line per lock opened.
 fn write_locks(s: &Session, out: &mut String) {
-    for (name, lock) in s.shared.locks() {
-        let fields: Vec<String> = lock
-            .stats()
+    for (name, stats) in s.shared.locks() {
+        let fields: Vec<String> = stats
             .fields()
             .iter()
             .map(|(k, v)| format!("{k}={v}"))
@@ -124,7 +122,11 @@ fn rss_bytes() -> u64 {
 /// `INSPECT lock key`: a map (a flat array in RESP2), or a null for a key
 /// with no state.
 pub fn inspect(s: &mut Session, lock: &[u8], key: Vec<u8>) -> Value {
-    let lock = match s.lock(lock, LockOptions::default()) {
+    let place = match s.place(&key) {
+        Ok(p) => p,
+        Err(redirect) => return redirect,
+    };
+    let lock = match s.lock(&place, lock, LockOptions::default()) {
         Ok(l) => l,
         Err(refusal) => return refusal,
     };

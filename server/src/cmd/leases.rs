@@ -2,7 +2,7 @@
 
 use crate::parse::{milliseconds, syntax_error, Parse};
 use crate::reply::{core_error, invalid_key, invalid_store, key_not_utf8};
-use crate::session::{slot, LockOptions, PendingHold, Session, Step};
+use crate::session::{slot, LockOptions, PendingHold, Place, Session, Step};
 use holdline::{wire, Lock};
 use holdline_resp::Value;
 use std::time::Duration;
@@ -31,7 +31,11 @@ impl Hold {
     /// Waits in the key's line (the connection polls the future); a key
     /// this connection holds is `invalid` at once: it would wait for itself.
     pub fn apply(self, s: &mut Session) -> Step {
-        let (lock, key) = match lock_and_key(s, &self.lock, self.key, self.options) {
+        let place = match s.place(&self.key) {
+            Ok(p) => p,
+            Err(redirect) => return Step::Reply(redirect),
+        };
+        let (lock, key) = match lock_and_key(s, &place, &self.lock, self.key, self.options) {
             Ok(v) => v,
             Err(refusal) => return Step::Reply(refusal),
         };
@@ -49,6 +53,7 @@ impl Hold {
             future,
             slot,
             started: std::time::Instant::now(),
+            partition: place.partition().cloned(),
         })
     }
 }
@@ -69,7 +74,11 @@ impl TryHold {
     }
 
     pub fn apply(self, s: &mut Session) -> Value {
-        let (lock, key) = match lock_and_key(s, &self.lock, self.key, self.options) {
+        let place = match s.place(&self.key) {
+            Ok(p) => p,
+            Err(redirect) => return redirect,
+        };
+        let (lock, key) = match lock_and_key(s, &place, &self.lock, self.key, self.options) {
             Ok(v) => v,
             Err(refusal) => return refusal,
         };
@@ -79,7 +88,7 @@ impl TryHold {
             return Value::Null;
         }
         match lock.key(key.as_str()).try_acquire() {
-            Ok(Some(lease)) => s.keep(lease, slot),
+            Ok(Some(lease)) => s.keep(lease, slot, place.partition().cloned()),
             Ok(None) => Value::Null,
             Err(e) => core_error(&e),
         }
@@ -94,6 +103,8 @@ pub fn release(s: &mut Session, id: i64) -> Value {
     else {
         return not_ours(id);
     };
+    // In a cluster: past the node's deadline the lease is lost first.
+    s.still_served(held.partition.as_ref());
     s.let_go(&held);
     s.losses.forget(lease_id);
     match held.lease.release() {
@@ -106,6 +117,11 @@ pub fn release(s: &mut Session, id: i64) -> Value {
 pub fn renew(s: &mut Session, id: i64) -> Value {
     match u64::try_from(id).ok().and_then(|id| s.leases.get(&id)) {
         None => not_ours(id),
+        Some(held) if !s.still_served(held.partition.as_ref()) => held
+            .lease
+            .check()
+            .err()
+            .map_or_else(Value::ok, |e| core_error(&e)),
         Some(held) => match held.lease.renew() {
             Ok(()) => Value::ok(),
             Err(e) => core_error(&e),
@@ -146,11 +162,12 @@ fn options(p: &mut Parse, wait_allowed: bool) -> Result<(Option<Duration>, LockO
 /// The lock and the key as text, or the refusal to answer.
 fn lock_and_key(
     s: &mut Session,
+    place: &Place,
     name: &[u8],
     key: Vec<u8>,
     options: LockOptions,
 ) -> Result<(Lock, String), Value> {
-    let lock = s.lock(name, options)?;
+    let lock = s.lock(place, name, options)?;
     let key = String::from_utf8(key).map_err(|e| key_not_utf8(lock.name(), e.as_bytes()))?;
     Ok((lock, key))
 }

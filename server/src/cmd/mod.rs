@@ -4,9 +4,11 @@
 //! group: `leases` (HOLD, TRYHOLD, RELEASE, RENEW), `rows` (PUT, GET,
 //! STATS), `conn` (PING, ECHO, QUIT, HELLO, AUTH, SELECT, CLIENT's own
 //! subcommands), `admin` (INFO, INSPECT, CLIENT LIST, INFO, KILL, HELP:
-//! what operators ask) and `table` (COMMAND, for redis-cli's hints).
+//! what operators ask), `cluster` (CLUSTER, for cluster-aware clients) and
+//! `table` (COMMAND, for redis-cli's hints).
 
 mod admin;
+mod cluster;
 mod conn;
 mod leases;
 mod rows;
@@ -37,6 +39,7 @@ pub enum Command {
     Info(Option<Vec<u8>>),
     Inspect(Vec<u8>, Vec<u8>),
     Admin(admin::ClientAdmin),
+    Cluster(cluster::Query),
 }
 
 impl Command {
@@ -63,6 +66,7 @@ impl Command {
             b"COMMAND" => Command::Table(table::Query::parse(&mut p)?),
             b"INFO" => Command::Info(p.next_if_any()),
             b"INSPECT" => Command::Inspect(p.next_bytes()?, p.next_bytes()?),
+            b"CLUSTER" => Command::Cluster(cluster::Query::parse(&mut p)?),
             _ => return Err(unknown_command(&name, &mut p)),
         };
         p.finish()?;
@@ -89,6 +93,7 @@ impl Command {
             Command::Table(_) => 15,
             Command::Info(_) => 16,
             Command::Inspect(..) => 17,
+            Command::Cluster(_) => 18,
         }
     }
 
@@ -119,6 +124,7 @@ impl Command {
             Command::Info(section) => admin::info(session, section.as_deref()),
             Command::Inspect(lock, key) => admin::inspect(session, &lock, key),
             Command::Admin(admin) => admin.apply(session),
+            Command::Cluster(query) => query.apply(session),
         };
         Step::Reply(reply)
     }

@@ -1,9 +1,13 @@
 //! PUT, GET and STATS: the store's fenced rows and a lock's counters.
 
+use crate::cluster::slots::key_slot;
 use crate::parse::{not_an_integer, Parse};
 use crate::reply::{core_error, invalid_store, key_not_utf8};
-use crate::session::{LockOptions, Session};
+use crate::session::{LockOptions, Place, Session};
 use holdline_resp::Value;
+
+/// Redis Cluster's answer when a command's keys are in different slots.
+pub const CROSS_SLOT: &str = "CROSSSLOT Keys in request don't hash to the same slot";
 
 /// `PUT lock key fence row value`: the fenced write.
 #[derive(Debug, PartialEq)]
@@ -31,7 +35,16 @@ impl Put {
     /// `OK`, or `LOST ...` when a newer grant of the key exists than the
     /// fence shows.
     pub fn apply(self, s: &mut Session) -> Value {
-        let lock = match s.lock(&self.lock, LockOptions::default()) {
+        let place = match s.place(&self.key) {
+            Ok(p) => p,
+            Err(redirect) => return redirect,
+        };
+        if s.shared.cluster.is_some() && key_slot(&self.row) != key_slot(&self.key) {
+            return Value::error(CROSS_SLOT);
+        }
+        // In a cluster: past the node's deadline its leases are lost first.
+        s.still_served(place.partition());
+        let lock = match s.lock(&place, &self.lock, LockOptions::default()) {
             Ok(l) => l,
             Err(refusal) => return refusal,
         };
@@ -43,9 +56,8 @@ impl Put {
             return invalid_store("a row name is UTF-8 text".into());
         };
         let (fence, value) = (self.fence, self.value);
-        match s
-            .shared
-            .store
+        match place
+            .store(&s.shared.store)
             .tx(|tx| tx.put_fenced(&lock, key.as_str(), fence, &row, value))
         {
             Ok(()) => Value::ok(),
@@ -56,11 +68,18 @@ impl Put {
 
 /// `GET row`: the row's value, or a null.
 pub fn get(s: &Session, row: Vec<u8>) -> Value {
+    let place = match s.place(&row) {
+        Ok(p) => p,
+        Err(redirect) => return redirect,
+    };
     // No row has a name that is not UTF-8.
     let Ok(row) = String::from_utf8(row) else {
         return Value::Null;
     };
-    match s.shared.store.tx(|tx| Ok(tx.get(&row).map(<[u8]>::to_vec))) {
+    match place
+        .store(&s.shared.store)
+        .tx(|tx| Ok(tx.get(&row).map(<[u8]>::to_vec)))
+    {
         Ok(Some(v)) => Value::Bulk(v),
         Ok(None) => Value::Null,
         Err(e) => core_error(&e),
@@ -68,14 +87,20 @@ pub fn get(s: &Session, row: Vec<u8>) -> Value {
 }
 
 /// `STATS lock`: the lock's counters, by the names the core gives them.
+///
+/// In a cluster, summed over the partitions this node serves.
 pub fn stats(s: &mut Session, name: &[u8]) -> Value {
-    let lock = match s.lock(name, LockOptions::default()) {
+    let lock = match s.lock(&Place::Single, name, LockOptions::default()) {
         Ok(l) => l,
         Err(refusal) => return refusal,
     };
+    let stats = match s.shared.cluster {
+        Some(_) => s.shared.lock_stats(lock.name()),
+        None => lock.stats(),
+    };
     let count = |n: u64| Value::Integer(i64::try_from(n).unwrap_or(i64::MAX));
     Value::Map(
-        lock.stats()
+        stats
             .fields()
             .into_iter()
             .map(|(name, n)| (Value::bulk(name), count(n)))
