@@ -349,6 +349,8 @@ func TestAFailoverLosesTheLeaseAndTheKeyMovesOn(t *testing.T) {
 // hold fails closed (the old owner gone, no owner yet), up to deadline.
 func retryUntilGranted(t *testing.T, l *Lock, key string, deadline time.Time) uint64 {
 	t.Helper()
+	seen := map[string]int{}
+	defer func() { t.Logf("the holds that failed first: %v", seen) }()
 	for {
 		var fence uint64
 		err := l.Hold(context.Background(), key, func(ctx context.Context, lease *Lease) error {
@@ -361,6 +363,7 @@ func retryUntilGranted(t *testing.T, l *Lock, key string, deadline time.Time) ui
 		if !errors.Is(err, ErrClosed) {
 			t.Fatalf("a hold after the kill answered %v", err)
 		}
+		seen[err.Error()]++
 		if time.Now().After(deadline) {
 			t.Fatalf("not granted by the deadline; the last hold answered %v", err)
 		}
