@@ -53,6 +53,16 @@ export function parseAddress(text: unknown): Address {
 	return address
 }
 
+/**
+ * The addresses of one or more nodes: one text with addresses separated by
+ * commas, or a list of addresses; each in one of the accepted forms.
+ */
+export function parseAddresses(text: unknown): Address[] {
+	const parts: unknown[] = Array.isArray(text) ? text : typeof text === 'string' ? text.split(',') : [text]
+	if (parts.length === 0) throw badAddress('')
+	return parts.map(parseAddress)
+}
+
 /** `host`, `host:port`, `[v6]` or `[v6]:port`; `undefined` for anything else. */
 function hostPort(text: string): Address | undefined {
 	const match = /^(?:\[([^\]]*)\]|([^:[\]]*))(?::([0-9]{1,5}))?$/.exec(text)

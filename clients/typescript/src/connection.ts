@@ -16,6 +16,9 @@ import { cannotConnect, connectRefused, connectSilent, tlsFailed, tokenMissing, 
 /** A command could not be answered: the connection closed first. */
 export class ConnectionClosed extends Error {}
 
+/** Why this client closed a connection that answered nothing for too long: a failure of the link, as a drop is. */
+export class ConnectionSilent extends ConnectionClosed {}
+
 /** A plain connection whose server answered with a TLS record: it speaks TLS. */
 class ServerSpeaksTls extends ConnectionClosed {}
 
@@ -35,6 +38,8 @@ export class Connection {
 	/** Sent commands not answered yet, oldest first. */
 	#pending: Pending[] = []
 	#closed: ConnectionClosed | undefined
+	/** Closed by `destroy`, not by the server or the network. */
+	#byThisClient = false
 	/** The send time of the last command answered: the server read it, so
 	 * it renewed this connection's leases no earlier than then. */
 	#lastAnswered = 0
@@ -184,7 +189,13 @@ export class Connection {
 
 	/** Closes at once; the server lets this connection's keys go. */
 	destroy(why = new ConnectionClosed('the connection was closed by this client')): void {
+		if (!this.#closed) this.#byThisClient = !(why instanceof ConnectionSilent)
 		this.#shut(why)
+	}
+
+	/** Whether it failed: the server or the network ended it, or it went silent; not closed by this client's choice. */
+	get dropped(): boolean {
+		return this.#closed !== undefined && !this.#byThisClient
 	}
 
 	/**

@@ -6,13 +6,13 @@
  */
 
 import { AsyncLocalStorage } from 'node:async_hooks'
-import { ConnectionClosed, type Connection } from './connection.js'
+import { ConnectionClosed, ConnectionSilent, type Connection } from './connection.js'
 import { lostMarginMs, now, toMillis, toPositiveMillis, waitGraceMs, type Duration } from './duration.js'
 import { errorFor, fromServer, HoldlineError } from './errors.js'
 import { keyState, type KeyState } from './inspect.js'
 import { Lease, type LeaseClock } from './lease.js'
 import type { Pool } from './pool.js'
-import { request } from './request.js'
+import { Redirects, routedRequest, type Router } from './router.js'
 import { RespError, type Arg, type Reply } from './resp.js'
 import { connectionClosedKey, lostConnection, lostSilent, waitSilent } from './texts.js'
 
@@ -46,7 +46,7 @@ const DEFAULT_WAIT_MS = 10_000
 
 /** The holds running in the current async context, to refuse a hold inside a hold of the same key. */
 interface Running {
-	pool: Pool
+	router: Router
 	lock: string
 	key: string
 	lease: Lease
@@ -54,6 +54,8 @@ interface Running {
 const runningHolds = new AsyncLocalStorage<readonly Running[]>()
 
 interface Grant {
+	/** Where the connection goes back once the key is let go. */
+	pool: Pool
 	connection: Connection
 	lease: Lease
 	/** Granted after its first deadline: to be confirmed by a RENEW before the function runs. */
@@ -65,7 +67,7 @@ const SILENT = Symbol('silent')
 const CLOSED = Symbol('closed')
 
 export class Lock {
-	readonly #pool: Pool
+	readonly #router: Router
 	readonly #ttlMs: number
 	readonly #maxHoldMs: number | undefined
 	/** The lease options every HOLD and TRYHOLD of this handle carries. */
@@ -73,12 +75,12 @@ export class Lock {
 
 	/** Made by `store.lock(name, options)`. */
 	constructor(
-		pool: Pool,
+		router: Router,
 		/** The lock's name. */
 		readonly name: string,
 		options: LockOptions,
 	) {
-		this.#pool = pool
+		this.#router = router
 		this.#ttlMs = options.ttl === undefined ? DEFAULT_TTL_MS : toPositiveMillis(options.ttl, 'ttl', name)
 		this.#maxHoldMs = options.maxHold === undefined ? undefined : toPositiveMillis(options.maxHold, 'maxHold', name)
 		this.#leaseArgs = ['TTL', this.#ttlMs]
@@ -137,7 +139,8 @@ export class Lock {
 	 */
 	async inspect(key: Key): Promise<KeyState | null> {
 		const text = this.#keyText(key)
-		return keyState(await request(this.#pool, ['INSPECT', this.name, text], this.name, text), this.name, text)
+		const reply = await routedRequest(this.#router, ['INSPECT', this.name, text], text, this.name, text)
+		return keyState(reply, this.name, text)
 	}
 
 	#keyText(key: Key): string {
@@ -149,44 +152,60 @@ export class Lock {
 
 	#runningHere(key: string): boolean {
 		const running = runningHolds.getStore()
-		return !!running?.some(r => r.pool === this.#pool && r.lock === this.name && r.key === key && !r.lease.settled)
+		return !!running?.some(r => r.router === this.#router && r.lock === this.name && r.key === key && !r.lease.settled)
 	}
 
-	/** Sends HOLD or TRYHOLD on a connection of its own: the grant, or `null` when TRYHOLD found the key held. */
+	/**
+	 * Sends HOLD or TRYHOLD on a connection of its own, to the node serving
+	 * the key (again to another after a `MOVED` or `CLUSTERDOWN`): the
+	 * grant, or `null` when TRYHOLD found the key held.
+	 */
 	async #ask(command: Arg[], key: string, waitMs: number, signal: AbortSignal | undefined): Promise<Grant | null> {
-		if (this.#pool.closed) throw this.#storeClosed(key)
-		signal?.throwIfAborted()
+		const redirects = new Redirects(this.#router, this.name, key)
+		for (;;) {
+			if (this.#router.closed) throw this.#storeClosed(key)
+			signal?.throwIfAborted()
+			const pool = redirects.pool()
+			const connection = await this.#take(pool, key, signal)
+			// Renew from now on: a lease is granted as alive as its connection's
+			// last command, so the connection keeps talking while it waits too.
+			connection.busy(this.#renewalPeriod)
+			// The clock of a grant starts at the send of the HOLD granted, the last one sent.
+			const sentAt = now()
+			const reply = await this.#send(connection, command, key, waitMs, signal)
+			if (connection.closed) {
+				// Aborted between the answer and now: the server let the key go.
+				throw this.#askFailed(key, signal, undefined)
+			}
+			if (reply === null || reply instanceof RespError) {
+				pool.giveBack(connection)
+				if (reply === null) return null
+				if (await redirects.follow(reply)) continue
+				throw fromServer(reply.word, reply.text)
+			}
+			if (!Array.isArray(reply) || typeof reply[0] !== 'bigint' || typeof reply[1] !== 'bigint') {
+				connection.destroy()
+				throw errorFor('invalid', `the server answered ${command[0]} with ${String(reply)}`, this.name, key)
+			}
+			const lease = new Lease(key, reply[1], reply[0])
+			return { pool, connection, lease, late: !this.#startClock(connection, lease, sentAt) }
+		}
+	}
+
+	/** A connection of `pool` for a hold (none once `signal` aborted). */
+	async #take(pool: Pool, key: string, signal: AbortSignal | undefined): Promise<Connection> {
 		let connection: Connection
 		try {
-			connection = await this.#pool.take()
+			connection = await pool.take()
 		} catch (e) {
-			if (this.#pool.closed) throw this.#storeClosed(key)
+			if (this.#router.closed) throw this.#storeClosed(key)
 			throw e
 		}
 		if (signal?.aborted) {
-			this.#pool.giveBack(connection)
+			pool.giveBack(connection)
 			throw signal.reason
 		}
-		// Renew from now on: a lease is granted as alive as its connection's
-		// last command, so the connection keeps talking while it waits too.
-		connection.busy(this.#renewalPeriod)
-		const sentAt = now()
-		const reply = await this.#send(connection, command, key, waitMs, signal)
-		if (connection.closed) {
-			// Aborted between the answer and now: the server let the key go.
-			throw this.#askFailed(key, signal, undefined)
-		}
-		if (reply === null || reply instanceof RespError) {
-			this.#pool.giveBack(connection)
-			if (reply === null) return null
-			throw fromServer(reply.word, reply.text)
-		}
-		if (!Array.isArray(reply) || typeof reply[0] !== 'bigint' || typeof reply[1] !== 'bigint') {
-			connection.destroy()
-			throw errorFor('invalid', `the server answered ${command[0]} with ${String(reply)}`, this.name, key)
-		}
-		const lease = new Lease(key, reply[1], reply[0])
-		return { connection, lease, late: !this.#startClock(connection, lease, sentAt) }
+		return connection
 	}
 
 	/**
@@ -209,7 +228,7 @@ export class Lock {
 			spanMs: this.#ttlMs - lostMarginMs(this.#ttlMs),
 			lapsed: () => lostSilent(this.name, lease.key, this.#ttlMs),
 			// Never reuse a link that went silent; a server that comes back lets the key go at once.
-			onLapse: () => connection.destroy(new ConnectionClosed('the server answered nothing for a ttl')),
+			onLapse: () => connection.destroy(new ConnectionSilent('the server answered nothing for a ttl')),
 		}
 	}
 
@@ -235,7 +254,7 @@ export class Lock {
 		// An OK that came after the deadline it would set proves nothing more than silence.
 		if (reply === SILENT || reply === 'OK') {
 			lease.lose(lostSilent(this.name, lease.key, this.#ttlMs))
-			connection.destroy(new ConnectionClosed('the server answered nothing for a ttl'))
+			connection.destroy(new ConnectionSilent('the server answered nothing for a ttl'))
 		} else if (reply instanceof RespError && reply.word === 'LOST') {
 			lease.lose(fromServer(reply.word, reply.text))
 		} else if (reply !== CLOSED) {
@@ -258,7 +277,7 @@ export class Lock {
 		let silent = false
 		const timer = setTimeout(() => {
 			silent = true
-			connection.destroy(new ConnectionClosed('the server answered nothing for the wait'))
+			connection.destroy(new ConnectionSilent('the server answered nothing for the wait'))
 		}, waitMs + graceMs)
 		// The waiting connection keeps the process alive, not this timer.
 		timer.unref()
@@ -267,7 +286,7 @@ export class Lock {
 		try {
 			return await connection.send(command)
 		} catch (e) {
-			if (silent && !signal?.aborted && !this.#pool.closed) throw waitSilent(this.name, key, waitMs, graceMs)
+			if (silent && !signal?.aborted && !this.#router.closed) throw waitSilent(this.name, key, waitMs, graceMs)
 			throw this.#askFailed(key, signal, e)
 		} finally {
 			clearTimeout(timer)
@@ -277,7 +296,7 @@ export class Lock {
 
 	#askFailed(key: string, signal: AbortSignal | undefined, cause: unknown): unknown {
 		if (signal?.aborted) return signal.reason
-		if (this.#pool.closed) return this.#storeClosed(key)
+		if (this.#router.closed) return this.#storeClosed(key)
 		return Object.assign(connectionClosedKey(this.name, key), { cause })
 	}
 
@@ -292,7 +311,7 @@ export class Lock {
 
 	/** Runs `fn` under a granted lease, then lets the key go. */
 	async #run<T>(grant: Grant, fn: (lease: Lease) => T | PromiseLike<T>): Promise<T> {
-		const { connection, lease } = grant
+		const { pool, connection, lease } = grant
 		const watch = this.#watch(grant)
 		const outcome = (!grant.late || (await this.#confirm(grant))) ? await this.#runFn(lease, fn) : undefined
 		lease.settle()
@@ -306,7 +325,7 @@ export class Lock {
 			// The connection closed: the server let the key go with it.
 		}
 		watch.stopLoss()
-		this.#pool.giveBack(connection)
+		pool.giveBack(connection)
 		if (released instanceof RespError) {
 			const error = fromServer(released.word, released.text)
 			// LOST: the loss raced the function's end (its push was still on the way).
@@ -322,7 +341,7 @@ export class Lock {
 
 	/** Runs the holder's function, marked as running in its async context. */
 	async #runFn<T>(lease: Lease, fn: (lease: Lease) => T | PromiseLike<T>): Promise<{ ok: true; value: T } | { ok: false; error: unknown }> {
-		const running: Running = { pool: this.#pool, lock: this.name, key: lease.key, lease }
+		const running: Running = { router: this.#router, lock: this.name, key: lease.key, lease }
 		try {
 			const value = await runningHolds.run([...(runningHolds.getStore() ?? []), running], () => fn(lease))
 			return { ok: true, value }
@@ -348,7 +367,7 @@ export class Lock {
 		})
 		const stopClose = connection.onClose(() => {
 			if (lease.settled) return
-			lease.lose(this.#pool.closed ? errorFor('lost', 'its store closed', this.name, lease.key) : lostConnection(this.name, lease.key))
+			lease.lose(this.#router.closed ? errorFor('lost', 'its store closed', this.name, lease.key) : lostConnection(this.name, lease.key))
 		})
 		return { stopClose, stopLoss }
 	}

@@ -17,6 +17,8 @@ export interface PoolOptions {
 	connectTimeoutMs: number
 	/** Connections kept open for reuse while nothing uses them. */
 	maxIdle: number
+	/** Told when dialling fails or a connection fails (dropped, or closed for its silence). */
+	onFailure?: () => void
 }
 
 export class Pool {
@@ -47,7 +49,13 @@ export class Pool {
 		for (let c = this.#idle.pop(); c; c = this.#idle.pop()) {
 			if (!c.closed) return c
 		}
-		const c = await Connection.open(this.address, this.options.token, this.options.connectTimeoutMs, this.options.tls)
+		let c: Connection
+		try {
+			c = await Connection.open(this.address, this.options.token, this.options.connectTimeoutMs, this.options.tls)
+		} catch (e) {
+			if (!this.#closed) this.options.onFailure?.()
+			throw e
+		}
 		if (this.#closed) {
 			c.destroy()
 			throw new Error('the store closed while connecting')
@@ -57,6 +65,7 @@ export class Pool {
 			this.#all.delete(c)
 			const at = this.#idle.indexOf(c)
 			if (at >= 0) this.#idle.splice(at, 1)
+			if (c.dropped && !this.#closed) this.options.onFailure?.()
 		})
 		return c
 	}

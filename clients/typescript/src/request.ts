@@ -5,7 +5,7 @@
  * a dead link: that connection is closed and the command fails `closed`.
  */
 
-import { ConnectionClosed, type Connection } from './connection.js'
+import { ConnectionSilent, type Connection } from './connection.js'
 import { errorFor, fromServer } from './errors.js'
 import type { Pool } from './pool.js'
 import { RespError, type Arg, type Reply } from './resp.js'
@@ -17,6 +17,13 @@ import { connectionClosed, connectionClosedKey, connectSilent } from './texts.js
  * texts of the errors this client makes.
  */
 export async function request(pool: Pool, args: readonly Arg[], lock?: string, key?: string): Promise<Reply> {
+	const reply = await exchange(pool, args, lock, key)
+	if (reply instanceof RespError) throw fromServer(reply.word, reply.text)
+	return reply
+}
+
+/** As `request`, but an error reply is answered as a `RespError` value (a `MOVED` to follow, say). */
+export async function exchange(pool: Pool, args: readonly Arg[], lock?: string, key?: string): Promise<Reply> {
 	const storeClosed = () => errorFor('closed', 'the store is closed', lock, key)
 	if (pool.closed) throw storeClosed()
 	let connection: Connection
@@ -32,7 +39,7 @@ export async function request(pool: Pool, args: readonly Arg[], lock?: string, k
 	let silent = false
 	const timer = setTimeout(() => {
 		silent = true
-		connection.destroy(new ConnectionClosed('the server answered nothing'))
+		connection.destroy(new ConnectionSilent('the server answered nothing'))
 	}, timeoutMs)
 	let reply: Reply
 	try {
@@ -46,6 +53,5 @@ export async function request(pool: Pool, args: readonly Arg[], lock?: string, k
 		clearTimeout(timer)
 		pool.giveBack(connection)
 	}
-	if (reply instanceof RespError) throw fromServer(reply.word, reply.text)
 	return reply
 }

@@ -5,12 +5,12 @@
  */
 
 import type * as tls from 'node:tls'
-import { parseAddress } from './address.js'
+import { parseAddresses } from './address.js'
 import { toMillis, type Duration } from './duration.js'
 import { debugString, errorFor } from './errors.js'
 import { Lock, type LockOptions } from './lock.js'
-import { Pool } from './pool.js'
 import { request } from './request.js'
+import { Router, routedRequest } from './router.js'
 
 // `await using` looks `Symbol.asyncDispose` up when it runs; Node 20 before
 // 20.4 lacks it. Define it only where missing, as the registered symbol
@@ -62,9 +62,16 @@ export interface LockStats {
  * `127.0.0.1:7380`. Resolves once a first connection has said `HELLO`, so a
  * wrong address or token, or a failed TLS handshake, fails here, not at
  * the first hold.
+ *
+ * Several nodes of a cluster: addresses separated by commas, or a list of
+ * them (the first one's token and TLS apply to all). They are tried in
+ * order, the first that answers wins; none: the last one's error. A
+ * cluster's map of slots is learned at once and each hold goes to the node
+ * serving its key.
  */
-export async function connect(address = '127.0.0.1:7380', options: ConnectOptions = {}): Promise<Store> {
-	const where = parseAddress(address)
+export async function connect(address: string | readonly string[] = '127.0.0.1:7380', options: ConnectOptions = {}): Promise<Store> {
+	const seeds = parseAddresses(address)
+	const where = seeds[0]!
 	const timeout =
 		options.connectTimeout === undefined ? DEFAULT_CONNECT_TIMEOUT_MS : toMillis(options.connectTimeout, 'connectTimeout', 'store')
 	const maxIdle = options.maxIdle ?? 8
@@ -74,30 +81,28 @@ export async function connect(address = '127.0.0.1:7380', options: ConnectOption
 	}
 	const token = options.token ?? where.token
 	const tlsOptions = options.tls ?? (where.tls ? {} : undefined)
-	const pool = new Pool(where, { token, tls: tlsOptions, connectTimeoutMs: Math.max(1, timeout), maxIdle })
-	pool.giveBack(await pool.take())
-	return new Store(pool)
+	return new Store(await Router.connect(seeds, { token, tls: tlsOptions, connectTimeoutMs: Math.max(1, timeout), maxIdle }))
 }
 
 /** The names a lock may have: 1 to 128 ASCII letters, digits and `_ - . :`. */
 const LOCK_NAME = /^[A-Za-z0-9_.:-]{1,128}$/
 
 export class Store implements AsyncDisposable {
-	readonly #pool: Pool
+	readonly #router: Router
 
 	/** Made by `connect`. */
-	constructor(pool: Pool) {
-		this.#pool = pool
+	constructor(router: Router) {
+		this.#router = router
 	}
 
-	/** The server's address, `host:port`. */
+	/** The server's address, `host:port` (of a cluster, the node `connect` reached). */
 	get address(): string {
-		return this.#pool.where
+		return this.#router.address
 	}
 
 	/** Whether `close` was called. */
 	get closed(): boolean {
-		return this.#pool.closed
+		return this.#router.closed
 	}
 
 	/**
@@ -110,13 +115,14 @@ export class Store implements AsyncDisposable {
 			const shown = typeof name === 'string' ? debugString(name) : String(name)
 			throw errorFor('invalid', 'a lock name is 1 to 128 ASCII letters, digits and "_-.:"', shown)
 		}
-		if (this.#pool.closed) throw errorFor('closed', 'the store is closed', name)
-		return new Lock(this.#pool, name, options)
+		if (this.#router.closed) throw errorFor('closed', 'the store is closed', name)
+		return new Lock(this.#router, name, options)
 	}
 
 	/** The counters of the lock `name`. */
 	async stats(name: string): Promise<LockStats> {
-		const reply = await request(this.#pool, ['STATS', name], name)
+		// Of a cluster, the counters of one node.
+		const reply = await request(this.#router.poolFor(undefined), ['STATS', name], name)
 		const stats: Record<string, number> = {}
 		if (reply instanceof Map) {
 			for (const [k, v] of reply) stats[String(k)] = Number(v)
@@ -133,12 +139,12 @@ export class Store implements AsyncDisposable {
 	 * refused this way.
 	 */
 	async put(lock: string, key: string | number | bigint, fence: bigint, row: string, value: string): Promise<void> {
-		await request(this.#pool, ['PUT', lock, key, fence, row, value], lock)
+		await routedRequest(this.#router, ['PUT', lock, key, fence, row, value], String(key), lock)
 	}
 
 	/** The value of `row`, or `null` when it has none. */
 	async get(row: string): Promise<string | null> {
-		const reply = await request(this.#pool, ['GET', row])
+		const reply = await routedRequest(this.#router, ['GET', row], row)
 		return reply === null ? null : String(reply)
 	}
 
@@ -148,7 +154,7 @@ export class Store implements AsyncDisposable {
 	 * keys go; every later call fails `closed`. Safe to call twice.
 	 */
 	async close(): Promise<void> {
-		this.#pool.close()
+		this.#router.close()
 	}
 
 	/** `close()`, for `await using store = await connect(...)`. */

@@ -80,3 +80,13 @@ export function lostSilent(lock: string, key: string, ttlMs: number): HoldlineEr
 export function waitSilent(lock: string, key: string, waitMs: number, graceMs: number): HoldlineError {
 	return errorFor('closed', `the server answered nothing for the hold's wait plus its ttl (${showMs(waitMs)} + ${showMs(graceMs)})`, lock, key)
 }
+
+/** A command still answered `MOVED` after 5 redirects: the nodes disagree about who serves its slot (`closed`). */
+export function movedLoop(lock: string | undefined, key: string): HoldlineError {
+	return errorFor('closed', 'redirected 5 times without reaching the node that serves it', lock, key)
+}
+
+/** A command answered `CLUSTERDOWN` 10 times over: no node took its slot over (`closed`). */
+export function slotUnserved(lock: string | undefined, key: string, slot: number): HoldlineError {
+	return errorFor('closed', `no node serves its slot (${slot}) after 10 tries`, lock, key)
+}

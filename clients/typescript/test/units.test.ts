@@ -6,7 +6,9 @@ import { Decoder, encodeCommand, RespError, RespPush, type Reply } from '../src/
 import { now, toMillis, toPositiveMillis } from '../src/duration.js'
 import { Lease } from '../src/lease.js'
 import { errorFor, fromServer, showKey, HoldlineError } from '../src/errors.js'
-import { DEFAULT_PORT, parseAddress, showAddress } from '../src/address.js'
+import { DEFAULT_PORT, parseAddress, parseAddresses, showAddress } from '../src/address.js'
+import { crc16, slotOf, SLOTS } from '../src/slots.js'
+import { CLUSTER_DOWN_PAUSE_MS, CLUSTER_DOWN_TRIES, MAX_REDIRECTS, movedTarget } from '../src/router.js'
 import { lostMarginMs, showMs, waitGraceMs } from '../src/duration.js'
 import { DEFAULT_CONNECT_TIMEOUT_MS } from '../src/store.js'
 import {
@@ -18,6 +20,8 @@ import {
 	connectSilent,
 	lostConnection,
 	lostSilent,
+	movedLoop,
+	slotUnserved,
 	tlsFailed,
 	tokenMissing,
 	tokenRefused,
@@ -151,6 +155,46 @@ test('addresses: anything else fails invalid with the bad_address text', () => {
 	assert.equal(catchMessage(() => parseAddress(`${'y'.repeat(64)} z`)), tableText('bad_address', { address: `"${'y'.repeat(64)}..."` }))
 })
 
+test('several addresses: separated by commas, or a list; each one checked', () => {
+	assert.deepEqual(parseAddresses('127.0.0.1:7001,127.0.0.1:7002'), [{ host: '127.0.0.1', port: 7001 }, { host: '127.0.0.1', port: 7002 }])
+	assert.deepEqual(parseAddresses(['redis://:t@a:1', '[::1]:2', 'b']), [{ host: 'a', port: 1, token: 't' }, { host: '::1', port: 2 }, { host: 'b', port: TABLE.rules.default_port }])
+	assert.deepEqual(parseAddresses('rediss://a:1,b:2'), [{ host: 'a', port: 1, tls: true }, { host: 'b', port: 2 }])
+	assert.deepEqual(parseAddresses('h'), [{ host: 'h', port: TABLE.rules.default_port }])
+	for (const [text, part] of [['a:1,', ''], ['a:1,,b:2', ''], ['a:1, b:2', ' b:2'], ['a:1,http://b', 'http://b']] as const) {
+		assert.throws(() => parseAddresses(text), isText('invalid', 'bad_address', { address: showKey(part) }), text)
+	}
+	assert.throws(() => parseAddresses([]), isText('invalid', 'bad_address', { address: '""' }))
+	assert.throws(() => parseAddresses(['a:1', 7 as never]), isText('invalid', 'bad_address', { address: '"7"' }))
+})
+
+test("slots: Redis Cluster's CRC16 and hash tags, its own test vectors", () => {
+	assert.equal(SLOTS, 16384)
+	assert.equal(crc16(Buffer.from('123456789')), 0x31c3)
+	assert.equal(slotOf('123456789'), 12739)
+	assert.equal(slotOf('foo'), 12182)
+	assert.equal(slotOf('{user1000}.following'), slotOf('{user1000}.followers'))
+	assert.equal(slotOf('{user1000}.following'), slotOf('user1000'))
+	assert.equal(slotOf('foo{}{bar}'), crc16(Buffer.from('foo{}{bar}')) % SLOTS)
+	assert.equal(slotOf('foo{{bar}}zap'), slotOf('{bar'))
+	assert.equal(slotOf('{inv-7}:status'), slotOf('{inv-7}'))
+	assert.equal(slotOf('{inv-7}'), slotOf('inv-7'))
+	// The UTF-8 bytes, not the UTF-16 units; a key with no tag is hashed whole.
+	assert.equal(slotOf('é'), crc16(Buffer.from([0xc3, 0xa9])) % SLOTS)
+	assert.equal(slotOf('a{b'), crc16(Buffer.from('a{b')) % SLOTS)
+	assert.equal(slotOf(''), 0)
+})
+
+test('MOVED targets, and the counts of the routing rules', () => {
+	assert.deepEqual(movedTarget('12182 127.0.0.1:7002'), { slot: 12182, address: { host: '127.0.0.1', port: 7002 } })
+	assert.deepEqual(movedTarget('1 [::1]:7002'), { slot: 1, address: { host: '::1', port: 7002 } })
+	assert.deepEqual(movedTarget('1 ::1:7002'), { slot: 1, address: { host: '::1', port: 7002 } })
+	for (const bad of ['', '1', '1 host', 'x h:1', '1 h:0', '1 h:70000', '1 :1']) assert.equal(movedTarget(bad), undefined, bad)
+	const rules = TABLE.rules as unknown as Record<string, number>
+	assert.equal(MAX_REDIRECTS, rules.max_redirects)
+	assert.equal(CLUSTER_DOWN_TRIES, rules.cluster_down_tries)
+	assert.equal(CLUSTER_DOWN_PAUSE_MS, rules.cluster_down_pause_ms)
+})
+
 test('durations are written as the core writes them', () => {
 	const cases: Array<[number, string]> = [[0, '0s'], [1, '1ms'], [300, '300ms'], [1000, '1s'], [1500, '1500ms'], [2000, '2s'], [60_000, '1m'], [90_000, '90s'], [3_600_000, '60m']]
 	for (const [ms, text] of cases) assert.equal(showMs(ms), text, String(ms))
@@ -183,6 +227,8 @@ test('every client-made text is the table text, byte for byte', () => {
 		[lostConnection('inv', key), 'lost_connection', { lock: 'inv', key: k }],
 		[lostSilent('inv', key, 2000), 'lost_silent', { lock: 'inv', key: k, ttl: '2s' }],
 		[waitSilent('inv', key, 3000, 1000), 'wait_silent', { lock: 'inv', key: k, wait: '3s', ttl: '1s' }],
+		[movedLoop('inv', key), 'moved_loop', { lock: 'inv', key: k }],
+		[slotUnserved('inv', key, 16383), 'slot_unserved', { lock: 'inv', key: k, slot: '16383' }],
 	]
 	assert.deepEqual(made.map(([, name]) => name).sort(), Object.keys(TABLE.texts).sort(), 'every text of the table is made here')
 	for (const [error, name, values] of made) {
