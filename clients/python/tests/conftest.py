@@ -24,6 +24,10 @@ from holdline._resp import Decoder
 
 REPO = Path(__file__).resolve().parents[3]
 HOLDER = Path(__file__).resolve().parent / "holder.py"
+TESTING = REPO / "clients" / "testing"
+# The fixtures every client's tests share (cluster.py), imported as modules.
+if str(TESTING) not in sys.path:
+    sys.path.append(str(TESTING))
 
 
 def server_binary() -> Path:
@@ -154,7 +158,7 @@ class Holder:
                 stream.close()
 
 
-PROXY = REPO / "clients" / "testing" / "frozen_proxy.py"
+PROXY = TESTING / "frozen_proxy.py"
 
 
 class Proxy:
@@ -206,6 +210,9 @@ def proxy(server: Server) -> Iterator[Proxy]:
         p.close()
 
 
+SINGLE_NODE = b"-ERR This instance has cluster support disabled\r\n"
+"""What a server that is not part of a cluster answers to `CLUSTER ...` (Redis's words)."""
+
 HANG_UP = b"hang up"
 """What a scripted server's handler answers to close the connection."""
 
@@ -214,13 +221,15 @@ Handler = Callable[[List[bytes]], Awaitable[Optional[bytes]]]
 
 class Scripted:
     """A stand-in server on a free port, for what a real one will not do on
-    cue: it answers `HELLO` (unless told not to) and hands every other
-    command to `handler`, which answers the bytes to send, None to send
-    nothing, or HANG_UP. One connection's commands are handled in order."""
+    cue: it answers `HELLO` (unless told not to) and `CLUSTER` as a single
+    node does (unless `single` is False), and hands every other command to
+    `handler`, which answers the bytes to send, None to send nothing, or
+    HANG_UP. One connection's commands are handled in order."""
 
-    def __init__(self, handler: Handler, hello: bool = True) -> None:
+    def __init__(self, handler: Handler, hello: bool = True, single: bool = True) -> None:
         self._handler = handler
         self._hello = hello
+        self._single = hello and single
         self._server: Optional[asyncio.AbstractServer] = None
         self.address = ""
         self.commands: List[List[bytes]] = []
@@ -248,6 +257,9 @@ class Scripted:
                     self.commands.append(args)
                     if self._hello and args[0].upper() == b"HELLO":
                         writer.write(b"%1\r\n$6\r\nserver\r\n$8\r\nscripted\r\n")
+                        continue
+                    if self._single and args[0].upper() == b"CLUSTER":
+                        writer.write(SINGLE_NODE)
                         continue
                     answer = await self._handler(args)
                     if answer == HANG_UP:

@@ -11,7 +11,7 @@ from texts import assert_text
 
 import holdline
 from holdline._address import Address, parse_address
-from holdline._pool import Pool
+from holdline._cluster import Router
 
 
 def test_the_address_forms() -> None:
@@ -117,9 +117,9 @@ async def test_connect_is_awaited_or_entered_and_the_store_closes_both_ways(
 
 async def test_the_connect_timeout_is_ten_seconds_unless_given() -> None:
     connecting = holdline.connect("127.0.0.1:1")
-    pool: Pool = connecting._pool
-    assert pool._connect_timeout_ms == 10_000
-    given = holdline.connect("127.0.0.1:1", connect_timeout="250ms")._pool
+    router: Router = connecting._router
+    assert router._connect_timeout_ms == 10_000
+    given = holdline.connect("127.0.0.1:1", connect_timeout="250ms")._router
     assert given._connect_timeout_ms == 250
 
 

@@ -15,7 +15,8 @@ LAYERS: List[Set[str]] = [
     {"_address", "_inspect"},  # where a server listens; what INSPECT answers
     {"_wire"},  # one connection
     {"_lease"},  # a lease and its clock, on a connection
-    {"_pool"},  # a store's connections
+    {"_pool"},  # one node's connections
+    {"_cluster"},  # a store's nodes: which one each key's commands go to
     {"_lock"},  # locks and their holds
     {"_store"},  # connect and the store
     {"_sync"},  # the blocking flavour

@@ -15,10 +15,12 @@ from typing import Awaitable, Callable, Dict, List, Optional
 import pytest
 from certs import Ca
 from conftest import HANG_UP, Scripted, Server, free_port, never_answer
+from fake_cluster import FakeCluster, FakeNode
 from texts import RULES, TEXTS, assert_text
 
 import holdline
 from holdline import _texts
+from holdline._cluster import slot
 
 
 def test_the_packages_texts_are_the_table_byte_for_byte() -> None:
@@ -203,6 +205,34 @@ async def provoke_wait_silent(server: Server) -> None:
         assert_text(caught.value, "wait_silent", lock="mute", key='"k"', wait="0s", ttl="1500ms")
 
 
+async def provoke_moved_loop(server: Server) -> None:
+    # Two nodes that each say the other serves the key.
+    async with FakeCluster(2) as cluster, holdline.connect(cluster.nodes[0].address) as store:
+
+        def elsewhere(node: FakeNode, command: List[bytes]) -> Optional[bytes]:
+            other = cluster.nodes[1 - node.index].address.encode()
+            return b"-MOVED %d %s\r\n" % (slot(command[2]), other)
+
+        for node in cluster.nodes:
+            node.override = lambda n, c: elsewhere(n, c) if c[0] == b"HOLD" else None
+        with pytest.raises(holdline.Closed) as caught:
+            async with store.lock("invoices").hold(7):
+                pass
+    assert_text(caught.value, "moved_loop", lock="invoices", key='"7"')
+    assert caught.value.kind == "closed"
+
+
+async def provoke_slot_unserved(server: Server) -> None:
+    async with FakeCluster() as cluster, holdline.connect(cluster.nodes[0].address) as store:
+        cluster.owners[slot("7")] = None  # nobody serves it, ever
+        with pytest.raises(holdline.Closed) as caught:
+            async with store.lock("invoices").try_hold(7):
+                pass
+        tries = sum(len(n.sent(b"TRYHOLD")) for n in cluster.nodes)
+    assert_text(caught.value, "slot_unserved", lock="invoices", key='"7"', slot=str(slot("7")))
+    assert tries == RULES["cluster_down_tries"]
+
+
 PROVOKE: Dict[str, Callable[[Server], Awaitable[None]]] = {
     "bad_address": provoke_bad_address,
     "cannot_connect": provoke_cannot_connect,
@@ -216,6 +246,8 @@ PROVOKE: Dict[str, Callable[[Server], Awaitable[None]]] = {
     "lost_connection": provoke_lost_connection,
     "lost_silent": provoke_lost_silent,
     "wait_silent": provoke_wait_silent,
+    "moved_loop": provoke_moved_loop,
+    "slot_unserved": provoke_slot_unserved,
 }
 
 

@@ -144,8 +144,8 @@ async def test_over_tls_a_holder_behind_a_frozen_link_is_lost_before_the_key_mov
 def test_an_ssl_context_is_what_ssl_takes() -> None:
     # Typed as an SSLContext; the default context of a rediss:// URL is
     # one that checks the server's certificate and name.
-    pool = holdline.connect("rediss://h:1")._pool
+    pool = holdline.connect("rediss://h:1")._router
     assert isinstance(pool.tls, ssl.SSLContext)
     assert pool.tls.verify_mode == ssl.CERT_REQUIRED and pool.tls.check_hostname
-    assert holdline.connect("redis://h:1")._pool.tls is None
-    assert holdline.connect("h:1")._pool.tls is None
+    assert holdline.connect("redis://h:1")._router.tls is None
+    assert holdline.connect("h:1")._router.tls is None

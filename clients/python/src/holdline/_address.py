@@ -3,10 +3,13 @@ accepts: `host`, `host:port`, `[ipv6]` or `[ipv6]:port` (port 7380 when
 none is given), `redis://[:token@]host[:port]`, whose password is the
 token, and `rediss://`, the same over TLS. Anything else is `Invalid` at
 once, naming the address.
+
+Several nodes of a cluster are several such addresses, in one string
+separated by commas or as a list.
 """
 
 import re
-from typing import NamedTuple, Optional
+from typing import List, NamedTuple, Optional, Sequence, Union
 from urllib.parse import unquote
 
 from ._errors import Invalid, show_key
@@ -59,6 +62,25 @@ def parse_address(address: str) -> Address:
         hostpart = rest
     host, port, _, _ = _host_port(hostpart, address)
     return Address(host, port, token, scheme == "rediss")
+
+
+Addresses = Union[str, Sequence[str]]
+"""One address, several in one string separated by commas, or a list of them."""
+
+
+def parse_addresses(addresses: Addresses) -> List[Address]:
+    """Each address of `addresses`, in order; `Invalid` (bad_address, naming
+    the address at fault) when one is not in an accepted form or none is
+    given."""
+    if isinstance(addresses, str):
+        parts = addresses.split(",")
+    elif isinstance(addresses, (list, tuple)):
+        parts = list(addresses)
+    else:
+        raise bad_address(str(addresses))
+    if not parts:
+        raise bad_address("")
+    return [parse_address(part) for part in parts]
 
 
 def _host_port(part: str, address: Optional[str] = None) -> Address:

@@ -15,8 +15,9 @@ import asyncio
 import re
 import time
 from types import TracebackType
-from typing import List, Optional, Type, Union
+from typing import List, Optional, Tuple, Type, Union
 
+from ._cluster import Router
 from ._durations import Duration, to_ms
 from ._errors import Closed, Error, Invalid, Lost, from_reply, show_key, text_for
 from ._inspect import KeyState, key_state
@@ -25,7 +26,7 @@ from ._pool import Holding, Pool
 from ._resp import Arg, Reply, RespError
 from ._texts import key_text as client_text
 from ._texts import show_ms, wait_grace_ms
-from ._wire import DROPPED, Link
+from ._wire import DROPPED, Link, result
 
 Key = Union[str, int]
 """A key: text, or an integer (key 9 and key "9" are the same key)."""
@@ -79,6 +80,7 @@ class HoldBase:
         # of a key its owner already holds would wait for itself: `Invalid`.
         self._owner = owner
         self._holding: Optional[Holding] = None
+        self._pool: Optional[Pool] = None  # the pool of the node asked last
         self._link: Optional[Link] = None
         self._lease: Optional[Lease] = None
         self._entered = False
@@ -87,30 +89,15 @@ class HoldBase:
         if self._entered:
             raise RuntimeError("a hold is entered once; call lock.hold(key) again")
         self._entered = True
-        lock, pool = self._lock, self._lock._pool
+        lock, router = self._lock, self._lock._router
         owner = self._owner if self._owner is not None else asyncio.current_task()
         holding = (lock.name, self._key, owner)
-        if holding in pool.holding:
+        if holding in router.holding:
             if self._wait_ms is None:
                 return None  # as in process: a try of a key its caller holds
             what = "hold inside a hold of the same key"
             raise Invalid(text_for(lock.name, self._key, what, "invalid"))
-        link = await pool.checkout(lock.name, self._key)
-        self._link = link
-        try:
-            reply = await self._ask(link)
-        except BaseException:
-            # Cancelled while in line, or gave up: closing the connection is
-            # how a HOLD leaves the line, and how a grant that raced the
-            # cancel goes on to the next waiter.
-            self._abandon(link)
-            raise
-        if reply is DROPPED:
-            pool.checkin(link)
-            raise self._closed_error() from None
-        if isinstance(reply, RespError):
-            pool.checkin(link)
-            raise from_reply(reply.line)
+        pool, link, reply = await self._routed()
         lease = self._lease
         if lease is None:
             if reply is None and self._wait_ms is None:
@@ -130,8 +117,34 @@ class HoldBase:
             assert lease.error is not None
             raise lease.error
         self._holding = holding
-        pool.holding.add(holding)
+        router.holding.add(holding)
         return lease
+
+    async def _routed(self) -> Tuple[Pool, Link, Reply]:
+        """Sends the hold to the node serving its key, again where a
+        cluster's node says (`MOVED`, `CLUSTERDOWN`), and answers the reply
+        of the last one sent: a grant, or a `TRYHOLD`'s null. An error
+        raises, the connection given back."""
+        route = self._lock._router.route(self._lock.name, self._key)
+        while True:
+            pool, link = await route.checkout()
+            self._pool, self._link = pool, link
+            try:
+                reply = await self._ask(link)
+            except BaseException:
+                # Cancelled while in line, or gave up: closing the connection is
+                # how a HOLD leaves the line, and how a grant that raced the
+                # cancel goes on to the next waiter.
+                self._abandon(link)
+                raise
+            if reply is DROPPED:
+                pool.checkin(link)
+                raise self._closed_error() from None
+            if not isinstance(reply, RespError):
+                return pool, link, reply
+            pool.checkin(link)
+            if not await route.again(reply):
+                raise from_reply(reply.line)
 
     async def _ask(self, link: Link) -> Reply:
         """Sends HOLD (or TRYHOLD) and answers its reply; gives up `Closed`
@@ -184,19 +197,20 @@ class HoldBase:
             lock.ttl_ms,
             link,
             (sent_at, now),
-            lock._pool.is_closed,
+            lock._router.is_closed,
         )
 
     def _abandon(self, link: Link) -> None:
         link.close()
         if self._lease is not None:
             self._lease._end()
-        self._lock._pool.checkin(link)
+        assert self._pool is not None
+        self._pool.checkin(link)
 
     def _closed_error(self) -> Closed:
         lock = self._lock
-        if lock._pool.closed:
-            return lock._pool.closed_error(lock.name, self._key)
+        if lock._router.closed:
+            return lock._router.closed_error(lock.name, self._key)
         return Closed(client_text("connection_closed_key", lock.name, self._key))
 
     async def _exit(self, exc_type: Optional[Type[BaseException]]) -> None:
@@ -206,7 +220,7 @@ class HoldBase:
         try:
             await self._let_go(lease, link)
         finally:
-            self._lock._pool.holding.discard(self._holding)
+            self._lock._router.holding.discard(self._holding)
         if lease.lost and exc_type is None:
             assert lease.error is not None
             raise lease.error
@@ -228,7 +242,8 @@ class HoldBase:
             raise
         finally:
             lease._end()
-            self._lock._pool.checkin(link)
+            assert self._pool is not None
+            self._pool.checkin(link)
 
 
 class Hold(HoldBase):
@@ -275,15 +290,15 @@ class Lock:
 
     def __init__(
         self,
-        pool: Pool,
+        router: Router,
         name: str,
         ttl: Optional[Duration] = None,
         max_hold: Optional[Duration] = None,
     ) -> None:
         check_name(name)
-        if pool.closed:
-            raise pool.closed_error(name)
-        self._pool = pool
+        if router.closed:
+            raise router.closed_error(name)
+        self._router = router
         self.name = name
         self.ttl_ms = DEFAULT_TTL_MS if ttl is None else to_ms(ttl, "ttl", name)
         if self.ttl_ms < 1:
@@ -312,7 +327,9 @@ class Lock:
         """The key's state on the server (held, fence, times, waiters, who
         holds it); None when the server keeps nothing for it. For looking
         on: it holds nothing, and is old the moment it arrives."""
-        return key_state(await self._pool.one_command("INSPECT", self.name, key_text(key)))
+        text = key_text(key)
+        reply = await self._router.call(text, "INSPECT", self.name, text, lock=self.name)
+        return key_state(result(reply))
 
     def __repr__(self) -> str:
         return f"<Lock {self.name} ttl={self.ttl_ms}ms max_hold={self.max_hold_ms}>"

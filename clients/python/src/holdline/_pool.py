@@ -1,15 +1,15 @@
-"""A store's connections: opened on demand, kept for reuse, closed together.
+"""One node's connections: opened on demand, kept for reuse, closed together.
 
 Holds take connections from the pool and give them back when done (one
 connection per hold in flight: the server carries out one connection's
 commands one at a time, so a HOLD waiting on a shared connection would
 delay every other task's RELEASE behind it); `put`, `get` and `stats`
-borrow one for a single command.
+borrow one for a single command. A store has one pool per node it talks to.
 """
 
 import asyncio
 import ssl
-from typing import List, Optional, Set, Tuple
+from typing import Callable, List, Optional, Set, Tuple
 
 from ._address import Address
 from ._errors import Closed, text_for
@@ -21,7 +21,7 @@ Holding = Tuple[str, str, object]
 
 
 class Pool:
-    """The connections of one store, and what the store's holds share."""
+    """The connections of a store to one node."""
 
     def __init__(
         self,
@@ -40,8 +40,9 @@ class Pool:
         self._idle: List[Link] = []
         self._links: Set[Link] = set()
         self._closed = False
-        self.holding: Set[Holding] = set()
-        """Every hold in progress: a hold of a key its owner holds is `Invalid`."""
+        self.on_failure: Optional[Callable[[], None]] = None
+        """Called when a connection of the pool fails: it could not be made,
+        or the server's side ended it."""
 
     @property
     def closed(self) -> bool:
@@ -55,7 +56,17 @@ class Pool:
 
     async def open(self) -> Link:
         """A new connection, said `HELLO` to."""
-        return await open_link(self.address, self._token, self._connect_timeout_ms, self.tls)
+        try:
+            link = await open_link(self.address, self._token, self._connect_timeout_ms, self.tls)
+        except Closed:
+            self._failed()
+            raise
+        link.on_lost = self._failed
+        return link
+
+    def _failed(self) -> None:
+        if self.on_failure is not None and not self._closed:
+            self.on_failure()
 
     async def checkout(self, lock: Optional[str] = None, key: Optional[str] = None) -> Link:
         """An idle connection, or a new one."""
@@ -85,9 +96,14 @@ class Pool:
             self._idle.append(link)
 
     async def one_command(self, *args: Arg) -> Reply:
+        """Sends one command on a pooled connection and answers its reply
+        as sent (an error reply as a `RespError`, a drop as `DROPPED`)."""
         link = await self.checkout()
         try:
-            return await link.call(*args)
+            return await link.send(*args).future
+        except BaseException:
+            link.close()  # cancelled: its answer must not reach the next command
+            raise
         finally:
             self.checkin(link)
 

@@ -9,19 +9,20 @@ an async context manager that closes it on leaving.
 
 import ssl as _ssl
 from types import TracebackType
-from typing import Any, Dict, Generator, Optional, Type, Union
+from typing import Any, Dict, Generator, List, Optional, Type, Union
 
-from ._address import parse_address
+from ._address import Addresses, parse_addresses
+from ._cluster import Router
 from ._durations import Duration, to_ms
 from ._lock import Key, Lock, check_name, key_text
-from ._pool import Pool
 from ._texts import CONNECT_TIMEOUT_MS, DEFAULT_PORT
+from ._wire import result
 
 DEFAULT_ADDRESS = f"127.0.0.1:{DEFAULT_PORT}"
 
 
 def connect(
-    address: str = DEFAULT_ADDRESS,
+    address: Addresses = DEFAULT_ADDRESS,
     *,
     token: Optional[str] = None,
     ssl: Optional[_ssl.SSLContext] = None,
@@ -30,7 +31,10 @@ def connect(
 ) -> "Connecting":
     """Connects to `holdline serve` at `address`: `host:port`, `host` (port
     7380), `[ipv6]:port`, `redis://[:token@]host[:port]`, or `rediss://...`
-    for TLS.
+    for TLS. The nodes of a cluster are several addresses, separated by
+    commas in one string or as a list: the first that answers is asked for
+    the cluster's slot map, and each key's commands go to the node that
+    serves it (a single server answers no map, and gets every command).
 
     `token` authenticates when the server was started with `--token-file`;
     given here, it wins over one in a `redis://:TOKEN@host` address.
@@ -40,29 +44,30 @@ def connect(
     `connect_timeout` (default 10 s) bounds the connection, the TLS
     handshake and the server's answer to `HELLO`. Up to `max_idle`
     connections are kept open between holds. A bad address or duration
-    raises `Invalid` at once."""
-    where = parse_address(address)
+    raises `Invalid` at once. With several addresses, the first one's token
+    and TLS apply to every node."""
+    seeds = parse_addresses(address)
+    first = seeds[0]
     timeout_ms = CONNECT_TIMEOUT_MS
     if connect_timeout is not None:
         timeout_ms = max(1, to_ms(connect_timeout, "connect_timeout"))
-    if ssl is None and where.tls:
+    if ssl is None and first.tls:
         ssl = _ssl.create_default_context()
-    pool = Pool(where, token if token is not None else where.token, ssl, timeout_ms, max_idle)
-    return Connecting(pool)
+    token = token if token is not None else first.token
+    return Connecting(Router(seeds, token, ssl, timeout_ms, max_idle))
 
 
 class Connecting:
     """What `connect` answers: await it for the store, or enter it with
     `async with` for a store closed on leaving the block."""
 
-    def __init__(self, pool: Pool) -> None:
-        self._pool = pool
+    def __init__(self, router: Router) -> None:
+        self._router = router
         self._store: Optional[Store] = None
 
     async def _open(self) -> "Store":
-        link = await self._pool.open()
-        self._pool.checkin(link)
-        return Store(self._pool)
+        await self._router.connect()
+        return Store(self._router)
 
     def __await__(self) -> Generator[Any, None, "Store"]:
         return self._open().__await__()
@@ -84,14 +89,21 @@ class Connecting:
 class Store:
     """A store reached over a connection; open locks on it with `lock`."""
 
-    def __init__(self, pool: Pool) -> None:
-        self._pool = pool
-        self.address = pool.address.hostport
-        """The server's `host:port`."""
+    def __init__(self, router: Router) -> None:
+        self._router = router
+        self.address = router.address.hostport
+        """The `host:port` of the server it connected to (of its addresses,
+        the first that answered)."""
 
     @property
     def closed(self) -> bool:
-        return self._pool.closed
+        return self._router.closed
+
+    @property
+    def nodes(self) -> List[str]:
+        """The `host:port` of each node of the cluster's slot map as last
+        learned; of the one server when it is not a cluster."""
+        return self._router.nodes
 
     def lock(
         self, name: str, *, ttl: Optional[Duration] = None, max_hold: Optional[Duration] = None
@@ -100,38 +112,47 @@ class Store:
         its connection's last word; `max_hold` (default off) bounds a lease
         from its grant, however it is renewed. A bad name or duration raises
         `Invalid` here."""
-        return Lock(self._pool, name, ttl, max_hold)
+        return Lock(self._router, name, ttl, max_hold)
 
     async def put(
         self, lock: str, key: Key, fence: int, row: str, value: Union[str, bytes]
     ) -> None:
         """Writes `value` to `row` only while `lock`'s `key` is held under
         `fence` and no later fence has written the row: `Lost` otherwise.
-        This is how a holder that stalled past its lease is refused."""
+        This is how a holder that stalled past its lease is refused. On a
+        cluster the row must hash to the key's slot: hash tags, key
+        `{inv-7}` and row `{inv-7}:status`."""
         check_name(lock)
-        await self._pool.one_command("PUT", lock, key_text(key), int(fence), row, value)
+        text = key_text(key)
+        args = ("PUT", lock, text, int(fence), row, value)
+        result(await self._router.call(text, *args, lock=lock))
 
     async def get(self, row: str) -> Optional[bytes]:
         """The row's value, or None."""
-        value = await self._pool.one_command("GET", row)
+        value = result(await self._router.call(row, "GET", row))
         return None if value is None else bytes(value)
 
     async def stats(self, lock: str) -> Dict[str, int]:
         """The lock's counters: live_keys, held_keys, waiters, grants,
-        timeouts, revocations, expirations."""
+        timeouts, revocations, expirations (on a cluster, the sums of every
+        node's)."""
         check_name(lock)
-        reply = await self._pool.one_command("STATS", lock)
-        if isinstance(reply, dict):
-            pairs = list(reply.items())
-        else:
-            pairs = list(zip(reply[::2], reply[1::2], strict=True))
-        return {_text(name): int(value) for name, value in pairs}
+        totals: Dict[str, int] = {}
+        for reply in await self._router.everywhere("STATS", lock):
+            reply = result(reply)
+            if isinstance(reply, dict):
+                pairs = list(reply.items())
+            else:
+                pairs = list(zip(reply[::2], reply[1::2], strict=True))
+            for name, value in pairs:
+                totals[_text(name)] = totals.get(_text(name), 0) + int(value)
+        return totals
 
     async def aclose(self) -> None:
         """Closes every connection: held keys go to the next in line (their
         leases lost), waiting holds fail `Closed`, later calls fail `Closed`.
         Idempotent."""
-        await self._pool.close()
+        await self._router.close()
 
     async def close(self) -> None:
         """The same as `aclose`."""

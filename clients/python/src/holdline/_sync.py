@@ -18,6 +18,7 @@ import time
 from types import TracebackType
 from typing import Awaitable, Dict, Optional, Type, TypeVar, Union
 
+from ._address import Addresses
 from ._durations import Duration
 from ._errors import Lost
 from ._inspect import KeyState
@@ -51,7 +52,7 @@ class _LoopThread:
 
 
 def connect_sync(
-    address: str = DEFAULT_ADDRESS,
+    address: Addresses = DEFAULT_ADDRESS,
     *,
     token: Optional[str] = None,
     ssl: Optional[_ssl.SSLContext] = None,

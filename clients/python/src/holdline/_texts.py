@@ -7,7 +7,8 @@ the tests compare the two. Placeholders are `str.format` fields: `{address}`
 an address as the caller wrote it, shown as a key is shown; `{hostport}`
 the `host:port` dialled (an IPv6 host in brackets); `{reason}` the
 platform's own words; `{lock}` a lock name; `{key}` a key shown quoted;
-`{ttl}`, `{wait}`, `{timeout}` durations as `show_ms` writes them.
+`{ttl}`, `{wait}`, `{timeout}` durations as `show_ms` writes them; `{slot}`
+a slot number in decimal.
 """
 
 from typing import Dict
@@ -42,6 +43,13 @@ TEXTS: Dict[str, str] = {
         "lock {lock}: key {key}: the server answered nothing for the hold's wait plus its ttl "
         "({wait} + {ttl}): closed"
     ),
+    "moved_loop": (
+        "lock {lock}: key {key}: redirected 5 times without reaching the node that serves it: "
+        "closed"
+    ),
+    "slot_unserved": (
+        "lock {lock}: key {key}: no node serves its slot ({slot}) after 10 tries: closed"
+    ),
 }
 
 DEFAULT_PORT = 7380
@@ -55,6 +63,15 @@ LOST_MARGIN_FLOOR_MS = 10
 
 WAIT_GRACE_FLOOR_MS = 1_000
 """The least time a waiting hold allows past its wait for the server's answer."""
+
+MAX_REDIRECTS = 5
+"""How many `MOVED` answers one command follows; the next fails it `moved_loop`."""
+
+CLUSTER_DOWN_TRIES = 10
+"""How many `CLUSTERDOWN` answers one command takes; the last fails it `slot_unserved`."""
+
+CLUSTER_DOWN_PAUSE_MS = 100
+"""The pause after a `CLUSTERDOWN` answer (and a fresh slot map) before the command is resent."""
 
 
 def text(name: str, **values: str) -> str:

@@ -85,6 +85,9 @@ class Link(asyncio.Protocol):
         """What ended the connection, when the event loop said (a TLS alert)."""
         self.first_bytes = b""
         """The first two bytes heard (a TLS record starts 0x15 or 0x16, 0x03)."""
+        self.on_lost: Optional[Callable[[], None]] = None
+        """Called once the connection ended without this side closing it
+        (the server closed it, reset, the network failed)."""
         self._gone: "asyncio.Future[None]" = asyncio.get_running_loop().create_future()
 
     # The event loop's side.
@@ -140,8 +143,11 @@ class Link(asyncio.Protocol):
 
     def connection_lost(self, exc: Optional[Exception]) -> None:
         self.lost_to = exc
+        cut = not self._dropped  # not closed by this side first
         self._drop()
         _settle(self._gone, None)
+        if cut and self.on_lost is not None:
+            self.on_lost()
 
     # The client's side.
 
