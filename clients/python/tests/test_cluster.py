@@ -1,0 +1,177 @@
+"""A real cluster: etcd and three `holdline serve` nodes started by
+clients/testing/cluster.py (8 partitions, etcd ttl 2 s), one for the
+whole module. Holds reach every node from one address, the map learned at
+connect sends each hold straight to its node, and a node killed with
+SIGKILL loses its leases, closes its waiting holds, and its keys are held
+again on their new owner under a greater fence. The failover test runs
+last: it leaves a node dead."""
+
+import asyncio
+import os
+import time
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+import pytest
+from cluster import Cluster, RespError, command
+from conftest import server_binary
+from test_scripts import readme_snippets, run_script
+from texts import assert_text
+
+import holdline
+from holdline._address import Address
+from holdline._cluster import Router
+
+ETCD_TTL = 2
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    if not Path("/usr/bin/etcd").is_file():
+        if os.environ.get("HOLDLINE_REQUIRE_TOOLS"):
+            pytest.fail("no /usr/bin/etcd (Debian's etcd-server) for the cluster tests")
+        pytest.skip("no /usr/bin/etcd (Debian's etcd-server)")
+    with Cluster(nodes=3, partitions=8, etcd_ttl=ETCD_TTL, binary=str(server_binary())) as c:
+        yield c
+
+
+def inspect(addr: str, lock: str, key: str) -> Optional[Dict[str, Any]]:
+    """INSPECT on the node at `addr` over a plain connection of its own."""
+    reply = command(addr, "INSPECT", lock, key)
+    assert not isinstance(reply, RespError), f"{addr} answered {reply}"
+    if reply is None:
+        return None
+    assert isinstance(reply, list)
+    return {field.decode(): value for field, value in zip(reply[::2], reply[1::2], strict=True)}
+
+
+def spread_keys(cluster: Cluster, prefix: str) -> List[str]:
+    """One key for each node, each served by its node."""
+    keys = [cluster.key_on(i, prefix) for i in range(len(cluster.nodes))]
+    assert [cluster.owner(key) for key in keys] == list(range(len(cluster.nodes)))
+    return keys
+
+
+def _count_moves(router: Router) -> List[int]:
+    """The slots of the MOVED answers the router follows from now on."""
+    moves: List[int] = []
+    follow = router.moved
+
+    def moved(slot: int, where: Address) -> None:
+        moves.append(slot)
+        follow(slot, where)
+
+    router.moved = moved  # type: ignore[method-assign, assignment]
+    return moves
+
+
+async def test_one_address_reaches_every_node_by_following_moved(cluster: Cluster) -> None:
+    keys = spread_keys(cluster, "one-")
+    async with holdline.connect(cluster.nodes[0].addr) as store:
+        assert sorted(store.nodes) == sorted(n.addr for n in cluster.nodes)
+        router = store._router
+        assert router._slots is not None
+        router._slots[:] = [cluster.nodes[0].addr] * len(router._slots)  # stale: all on node 0
+        moves = _count_moves(router)
+        lock = store.lock("spread")
+        async with lock.hold(keys[0]), lock.hold(keys[1]), lock.hold(keys[2]):
+            for i, key in enumerate(keys):
+                state = inspect(cluster.nodes[i].addr, "spread", key)  # on its owner
+                assert state is not None and state["held"] == 1, (i, state)
+        # Node 0's key went straight, the first other one was redirected, and
+        # the last one too unless the map fetched after that MOVED came first.
+        assert 1 <= len(moves) <= 2, moves
+        for i, key in enumerate(keys):
+            state = inspect(cluster.nodes[i].addr, "spread", key)
+            assert state is not None and state["held"] == 0
+
+
+async def test_every_address_given_the_map_sends_each_hold_straight_to_its_node(
+    cluster: Cluster,
+) -> None:
+    keys = spread_keys(cluster, "all-")
+    async with holdline.connect(",".join(n.addr for n in cluster.nodes)) as store:
+        router = store._router
+        moves = _count_moves(router)
+        for key in keys:
+            async with store.lock("straight").try_hold(key) as lease:
+                assert lease is not None
+        assert moves == []
+        for node in cluster.nodes:  # each node's pool kept the connection its hold used
+            assert router.pool_at(node.addr)._idle, node.addr
+
+
+async def test_put_and_get_go_to_the_keys_node_with_hash_tags(cluster: Cluster) -> None:
+    key = "{" + cluster.key_on(2, "inv-") + "}"  # its slot: the tag's, node 2's
+    row = f"{key}:status"  # the same tag: the same slot
+    async with holdline.connect(cluster.nodes[0].addr) as store:
+        async with store.lock("rows").hold(key) as lease:
+            await store.put("rows", key, lease.fence, row, "paid")
+            with pytest.raises(holdline.Invalid) as caught:
+                await store.put("rows", key, lease.fence, "elsewhere", "x")
+            assert str(caught.value).startswith("CROSSSLOT"), caught.value
+        assert await store.get(row) == b"paid"
+        assert command(cluster.nodes[2].addr, "GET", row) == b"paid"
+
+
+def test_the_readmes_several_nodes_snippet_runs_against_the_cluster(cluster: Cluster) -> None:
+    (snippet,) = [s for s in readme_snippets() if "127.0.0.1:7381" in s]
+    given = "127.0.0.1:7380,127.0.0.1:7381,127.0.0.1:7382"
+    assert given in snippet
+    done = run_script(snippet.replace(given, ",".join(n.addr for n in cluster.nodes)))
+    assert (done.returncode, done.stderr, done.stdout) == (0, "", "b'paid'\n")
+
+
+async def test_a_killed_node_loses_its_leases_closes_its_waiters_and_its_keys_move(
+    cluster: Cluster,
+) -> None:
+    victim = 1
+    key = cluster.key_on(victim, "fail-")
+    async with holdline.connect(cluster.nodes[0].addr) as store:
+        lock = store.lock("failover")
+        with pytest.raises(holdline.Lost) as lost:
+            async with lock.hold(key) as lease:
+                first = lease.fence
+                waiter = asyncio.ensure_future(_hold_briefly(lock, key))
+                await _until_waiting(cluster.nodes[victim].addr, key)
+                killed = time.monotonic()
+                cluster.kill(victim)
+                await asyncio.wait_for(lease.signal.wait(), ETCD_TTL + 3)
+                assert time.monotonic() - killed < ETCD_TTL + 3
+                with pytest.raises(holdline.Closed) as closed:
+                    await asyncio.wait_for(waiter, ETCD_TTL + 3)  # not a hang
+        assert_text(lost.value, "lost_connection", lock="failover", key=f'"{key}"')
+        assert_text(closed.value, "connection_closed_key", lock="failover", key=f'"{key}"')
+        fence, took = await _hold_again(lock, key, killed + ETCD_TTL + 5)
+        assert fence > first, (fence, first)
+        print(f"held again on the new owner {took:.1f}s after the kill")
+        cluster.wait_covered()  # partitions may still move between the two left
+        assert cluster.owner(key) != victim
+
+
+async def _hold_briefly(lock: holdline.Lock, key: str) -> None:
+    async with lock.hold(key, wait="30s"):
+        pass
+
+
+async def _until_waiting(addr: str, key: str) -> None:
+    for _ in range(500):
+        state = await asyncio.to_thread(inspect, addr, "failover", key)
+        if state is not None and state["waiters"] == 1:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the second hold never stood in line")
+
+
+async def _hold_again(lock: holdline.Lock, key: str, deadline: float) -> Tuple[int, float]:
+    """Holds `key` as soon as a node serves it again, retrying while the
+    hold fails closed (its node unreachable, or nobody serving the slot)."""
+    started = time.monotonic()
+    while True:
+        try:
+            async with lock.hold(key, wait="1s") as lease:
+                return lease.fence, time.monotonic() - started
+        except holdline.Closed:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.1)
