@@ -324,3 +324,109 @@ pub async fn lost_before_the_next_grant(
     ];
     assert_eq!(lost.to_string(), expected_text("lost_silent", &vars));
 }
+
+/// A private cluster (`clients/testing/cluster.py`): one etcd and several
+/// `holdline serve --etcd` nodes on loopback, gone when dropped (its
+/// standard input closes, and it kills everything it started).
+pub struct Cluster {
+    child: Child,
+    stdin: Option<std::process::ChildStdin>,
+    pub etcd: String,
+    pub nodes: Vec<ClusterNode>,
+}
+
+/// One node of a [`Cluster`], as it was when the cluster was ready.
+pub struct ClusterNode {
+    pub addr: String,
+    pub pid: u32,
+    /// The slot ranges it served then, inclusive.
+    pub slots: Vec<(u16, u16)>,
+}
+
+impl Cluster {
+    /// `nodes` nodes over `partitions` partitions, etcd leases of
+    /// `etcd_ttl` seconds; `None` (saying so) when `/usr/bin/etcd` is
+    /// missing, unless `HOLDLINE_REQUIRE_TOOLS=1`, which fails instead.
+    pub fn start(nodes: usize, partitions: usize, etcd_ttl: u64) -> Option<Cluster> {
+        use std::io::{BufRead, BufReader};
+        if !Path::new("/usr/bin/etcd").exists() {
+            assert_ne!(
+                std::env::var("HOLDLINE_REQUIRE_TOOLS").as_deref(),
+                Ok("1"),
+                "/usr/bin/etcd is required (HOLDLINE_REQUIRE_TOOLS=1) but missing"
+            );
+            eprintln!("note: /usr/bin/etcd is missing (apt-get install etcd-server): skipped");
+            return None;
+        }
+        let script = repo_root().join("clients/testing/cluster.py");
+        let mut child = Command::new("python3")
+            .arg(script)
+            .args(["--nodes", &nodes.to_string()])
+            .args(["--partitions", &partitions.to_string()])
+            .args(["--etcd-ttl", &etcd_ttl.to_string()])
+            .arg("--binary")
+            .arg(binary())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start python3 clients/testing/cluster.py");
+        let stdin = child.stdin.take();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let ready: serde_json::Value = serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("cluster.py printed {line:?}, not its JSON line ({e})"));
+        let nodes = ready["nodes"].as_array().expect("nodes").iter();
+        let nodes = nodes.map(|node| ClusterNode {
+            addr: node["addr"].as_str().unwrap().to_owned(),
+            pid: node["pid"].as_u64().unwrap() as u32,
+            slots: node["slots"]
+                .as_array()
+                .map(|ranges| ranges.iter().map(|r| (slot(&r[0]), slot(&r[1]))).collect())
+                .unwrap_or_default(),
+        });
+        Some(Cluster {
+            etcd: ready["etcd"].as_str().unwrap_or_default().to_owned(),
+            nodes: nodes.collect(),
+            child,
+            stdin,
+        })
+    }
+
+    /// The index of the node that served `slot` when the cluster was ready.
+    pub fn owner(&self, slot: u16) -> usize {
+        self.nodes
+            .iter()
+            .position(|n| n.slots.iter().any(|&(a, b)| (a..=b).contains(&slot)))
+            .unwrap_or_else(|| panic!("no node served slot {slot}"))
+    }
+
+    /// SIGKILL node `i`: its connections drop at once, nothing answered.
+    pub fn kill(&self, i: usize) {
+        let pid = self.nodes[i].pid.to_string();
+        let status = Command::new("kill").args(["-KILL", &pid]).status().unwrap();
+        assert!(status.success(), "kill -KILL {pid}");
+    }
+}
+
+fn slot(v: &serde_json::Value) -> u16 {
+    v.as_u64().and_then(|s| u16::try_from(s).ok()).unwrap()
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        // Its standard input closes: it kills its nodes and etcd and exits.
+        drop(self.stdin.take());
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,202 @@
+//! The client against a real cluster (`clients/testing/cluster.py`: etcd
+//! and three `holdline serve --etcd` nodes, 8 partitions, etcd leases of
+//! 2 s): holds reach every node from one address, land on their owners,
+//! the map is learnt from all three addresses, and a node killed with
+//! SIGKILL loses its leases, fails its waiters closed, and its keys are
+//! held again on their new owner with greater fences. One cluster for the
+//! whole file: the phases run in order, the kill last.
+
+mod common;
+
+use common::{expected_text, Cluster};
+use holdline_client::{key_slot, Connection, ErrorKind, Store, Value};
+use std::time::{Duration, Instant};
+use tokio::time::timeout;
+
+const PATIENCE: Duration = Duration::from_secs(30);
+const ETCD_TTL: Duration = Duration::from_secs(2);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_three_node_cluster() {
+    let Some(cluster) = Cluster::start(3, 8, ETCD_TTL.as_secs()) else {
+        return;
+    };
+    let keys = keys_on_every_node(&cluster).await;
+    one_address_reaches_every_node(&cluster, &keys).await;
+    all_addresses_learn_the_map(&cluster, &keys).await;
+    fenced_writes_go_to_the_keys_node(&cluster).await;
+    a_killed_node_loses_its_leases_and_its_keys_move(&cluster, &keys[1]).await;
+}
+
+/// One key per node (`keys[i]` on node `i`), their slots checked against
+/// the server's `CLUSTER KEYSLOT`.
+async fn keys_on_every_node(cluster: &Cluster) -> Vec<String> {
+    let mut conn = Connection::connect(&*cluster.nodes[0].addr).await.unwrap();
+    let mut keys = vec![None; cluster.nodes.len()];
+    for i in 0.. {
+        let key = format!("key-{i}");
+        let owner = cluster.owner(key_slot(&key));
+        if keys[owner].is_none() {
+            let slot = conn.command(&["CLUSTER", "KEYSLOT", &key]).await.unwrap();
+            assert_eq!(slot, Value::Integer(key_slot(&key).into()), "{key}");
+            keys[owner] = Some(key);
+        }
+        if keys.iter().all(Option::is_some) {
+            break;
+        }
+    }
+    keys.into_iter().map(Option::unwrap).collect()
+}
+
+/// `INSPECT lock key` on a plain connection to `addr`.
+async fn inspect_at(addr: &str, lock: &str, key: &str) -> Value {
+    let mut conn = Connection::connect(addr).await.unwrap();
+    conn.command(&["INSPECT", lock, key]).await.unwrap()
+}
+
+/// Whether an `INSPECT` map says held, with that fence.
+fn held_with(reply: &Value, fence: u64) -> bool {
+    let Value::Map(pairs) = reply else {
+        return false;
+    };
+    let field = |name: &str| pairs.iter().find(|(k, _)| k.as_str() == Some(name));
+    let held = field("held").is_some_and(|(_, v)| *v == Value::Boolean(true));
+    let fenced = field("fence").is_some_and(|(_, v)| v.as_integer() == Some(fence as i64));
+    held && fenced
+}
+
+async fn one_address_reaches_every_node(cluster: &Cluster, keys: &[String]) {
+    let store = Store::connect(&cluster.nodes[0].addr).await.unwrap();
+    assert!(store.is_cluster());
+    let lock = store.lock("spread").open().unwrap();
+    let mut held = Vec::new();
+    for (i, key) in keys.iter().enumerate() {
+        assert_eq!(
+            store.node_for(key).as_deref(),
+            Some(&*cluster.nodes[i].addr)
+        );
+        held.push(timeout(PATIENCE, lock.acquire(key)).await.unwrap().unwrap());
+    }
+    // Each landed on its owner: held there, redirected by the others.
+    for (i, (key, lease)) in keys.iter().zip(&held).enumerate() {
+        for (j, node) in cluster.nodes.iter().enumerate() {
+            let reply = inspect_at(&node.addr, "spread", key).await;
+            if i == j {
+                assert!(held_with(&reply, lease.fence()), "{key} on {j}: {reply}");
+            } else {
+                let moved = format!("MOVED {} {}", key_slot(key), cluster.nodes[i].addr);
+                assert_eq!(reply, Value::error(moved), "{key} asked at node {j}");
+            }
+        }
+        // The client's own inspect goes to the owner too.
+        let info = lock.inspect(key).await.unwrap().expect("a held key");
+        assert!(info.held && info.fence == lease.fence());
+    }
+    for lease in held {
+        lease.release().await.unwrap();
+    }
+}
+
+async fn all_addresses_learn_the_map(cluster: &Cluster, keys: &[String]) {
+    let all: Vec<&str> = cluster.nodes.iter().map(|n| &*n.addr).collect();
+    let store = Store::connect(&all.join(",")).await.unwrap();
+    let lock = store.lock("learnt").open().unwrap();
+    for key in keys {
+        let fence = lock.try_hold(key, async |lease| lease.fence()).await;
+        assert!(fence.unwrap().expect("a free key") > 0);
+    }
+    // Each went straight to its node.
+    assert_eq!(store.redirects(), 0);
+    assert!(store.idle_connections() >= cluster.nodes.len());
+}
+
+/// `PUT` and `GET` go to the node of the key (hash tags keep the row's
+/// slot the key's), whichever node was dialled.
+async fn fenced_writes_go_to_the_keys_node(cluster: &Cluster) {
+    let store = Store::connect(&cluster.nodes[0].addr).await.unwrap();
+    let lock = store.lock("rows").open().unwrap();
+    let key = (0..)
+        .map(|i| format!("{{inv-{i}}}"))
+        .find(|k| cluster.owner(key_slot(k)) == 2)
+        .unwrap();
+    let row = format!("{key}:status");
+    lock.hold(&*key, async |lease| {
+        let fence = lease.fence();
+        store
+            .put_fenced(&lock, lease.key(), fence, &row, b"paid")
+            .await
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(
+        store.get(&row).await.unwrap().as_deref(),
+        Some(&b"paid"[..])
+    );
+    assert_eq!(store.redirects(), 0);
+}
+
+async fn a_killed_node_loses_its_leases_and_its_keys_move(cluster: &Cluster, key: &str) {
+    let victim = &cluster.nodes[1];
+    let all: Vec<&str> = cluster.nodes.iter().map(|n| &*n.addr).collect();
+    let holder = Store::connect(&all.join(",")).await.unwrap();
+    let waiter = Store::connect(&cluster.nodes[0].addr).await.unwrap();
+    let lock = holder.lock("failover").ttl(ETCD_TTL).open().unwrap();
+    let held = lock.acquire(key).await.unwrap();
+    let first = held.fence();
+    let waiting = {
+        let lock = waiter.lock("failover").open().unwrap();
+        let key = key.to_owned();
+        tokio::spawn(async move { lock.key(&*key).wait(PATIENCE).hold(async |_| ()).await })
+    };
+    // The waiter stands in the key's line on the victim.
+    let deadline = Instant::now() + PATIENCE;
+    while lock.inspect(key).await.unwrap().expect("held").waiters == 0 {
+        assert!(Instant::now() < deadline, "the waiter never queued");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    cluster.kill(1);
+    let killed = Instant::now();
+    timeout(ETCD_TTL + Duration::from_secs(3), held.signal().aborted())
+        .await
+        .expect("the lease on the killed node is lost");
+    assert_eq!(held.check().unwrap_err().kind(), ErrorKind::Lost);
+    let waited = timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("the cut wait fails, not hangs")
+        .unwrap();
+    let err = waited.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Closed);
+    let shown = format!("{key:?}");
+    let vars = [("lock", "failover"), ("key", shown.as_str())];
+    assert_eq!(
+        err.to_string(),
+        expected_text("connection_closed_key", &vars)
+    );
+    assert_eq!(held.release().await.unwrap_err().kind(), ErrorKind::Lost);
+    // Fails closed while no node serves the key, then its new owner grants.
+    let budget = ETCD_TTL + Duration::from_secs(5);
+    let mut retried = Vec::new();
+    let next = loop {
+        match lock.hold(key, async |lease| lease.fence()).await {
+            Ok(fence) => break fence,
+            Err(e) if e.kind() == ErrorKind::Closed => {
+                assert!(
+                    killed.elapsed() < budget,
+                    "not held again in {budget:?}: {e}"
+                );
+                retried.push(e.to_string());
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("{e:?}"),
+        }
+    };
+    retried.dedup();
+    let took = killed.elapsed();
+    eprintln!("held again {took:?} after the kill, through: {retried:#?}");
+    assert!(
+        next > first,
+        "fence {next} after {first} on the killed node"
+    );
+    assert_ne!(holder.node_for(key).as_deref(), Some(&*victim.addr));
+}
