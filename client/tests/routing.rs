@@ -28,34 +28,50 @@ type Script = dyn Fn(&str, &[String]) -> Value + Send + Sync;
 /// other command with its script, and counts the commands by verb.
 struct FakeNode {
     addr: String,
-    counts: Counts,
+    state: Arc<NodeState>,
+}
+
+/// What a fake node's connections share.
+struct NodeState {
+    own: String,
+    script: Box<Script>,
+    counts: Mutex<HashMap<String, usize>>,
+    /// A verb answered only after a pause.
+    slow: Mutex<Option<(&'static str, Duration)>>,
 }
 
 impl FakeNode {
     async fn start(script: impl Fn(&str, &[String]) -> Value + Send + Sync + 'static) -> FakeNode {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
-        let counts = Arc::new(Mutex::new(HashMap::new()));
-        let script: Arc<Script> = Arc::new(script);
-        let (shared, own) = (counts.clone(), addr.clone());
+        let state = Arc::new(NodeState {
+            own: addr.clone(),
+            script: Box::new(script),
+            counts: Mutex::new(HashMap::new()),
+            slow: Mutex::new(None),
+        });
+        let shared = state.clone();
         tokio::spawn(async move {
             while let Ok((sock, _)) = listener.accept().await {
-                let node = (own.clone(), script.clone(), shared.clone());
-                tokio::spawn(serve(sock, node));
+                tokio::spawn(serve(sock, shared.clone()));
             }
         });
-        FakeNode { addr, counts }
+        FakeNode { addr, state }
     }
 
     /// How many `verb` commands came, on every connection.
     fn count(&self, verb: &str) -> usize {
-        self.counts.lock().unwrap().get(verb).copied().unwrap_or(0)
+        let counts = self.state.counts.lock().unwrap();
+        counts.get(verb).copied().unwrap_or(0)
+    }
+
+    /// From now on, answers `verb` only `after` it came.
+    fn answer_late(&self, verb: &'static str, after: Duration) {
+        *self.state.slow.lock().unwrap() = Some((verb, after));
     }
 }
 
-type Counts = Arc<Mutex<HashMap<String, usize>>>;
-
-async fn serve(mut sock: TcpStream, (own, script, counts): (String, Arc<Script>, Counts)) {
+async fn serve(mut sock: TcpStream, node: Arc<NodeState>) {
     let mut dec = Decoder::new(1 << 20);
     let mut buf = BytesMut::new();
     loop {
@@ -70,12 +86,21 @@ async fn serve(mut sock: TcpStream, (own, script, counts): (String, Arc<Script>,
                 Ok(_) => continue,
             },
         };
-        *counts.lock().unwrap().entry(cmd[0].clone()).or_default() += 1;
+        *node
+            .counts
+            .lock()
+            .unwrap()
+            .entry(cmd[0].clone())
+            .or_default() += 1;
         let reply = match cmd[0].as_str() {
             "HELLO" => Value::Map(vec![(Value::bulk("proto"), Value::Integer(3))]),
             "PING" => Value::simple("PONG"),
-            _ => script(&own, &cmd),
+            _ => (node.script)(&node.own, &cmd),
         };
+        let slow = *node.slow.lock().unwrap();
+        if let Some((_, after)) = slow.filter(|(verb, _)| *verb == cmd[0]) {
+            tokio::time::sleep(after).await;
+        }
         let mut out = Vec::new();
         encode(&reply, Proto::Resp3, &mut out);
         if sock.write_all(&out).await.is_err() {
@@ -299,4 +324,39 @@ async fn several_addresses_are_tried_in_order() {
     assert_eq!(err.kind(), ErrorKind::Invalid);
     let vars = [("address", "\"nope://x\"")];
     assert_eq!(err.to_string(), expected_text("bad_address", &vars));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leases_clock_starts_at_the_hold_that_was_granted() {
+    let slot = key_slot("k");
+    let b = FakeNode::start(move |own, cmd| match cmd[0].as_str() {
+        "CLUSTER" => slots(&[(slot, slot, own)]),
+        "HOLD" => grant(),
+        "RENEW" | "RELEASE" => Value::ok(),
+        other => panic!("unexpected {other}"),
+    })
+    .await;
+    let moved = format!("MOVED {slot} {}", b.addr);
+    let a = FakeNode::start(move |own, cmd| match cmd[0].as_str() {
+        "CLUSTER" => slots(&[(0, 16383, own)]),
+        "HOLD" => Value::error(moved.clone()),
+        other => panic!("unexpected {other}"),
+    })
+    .await;
+    let store = Store::connect(&a.addr).await.unwrap();
+    // The redirect comes past a ttl after the first HOLD was sent.
+    let ttl = Duration::from_millis(500);
+    a.answer_late("HOLD", ttl + Duration::from_millis(100));
+    let lock = store.lock("l").ttl(ttl).open().unwrap();
+    let started = Instant::now();
+    let lost = timeout(PATIENCE, lock.hold("k", async |lease| lease.is_lost()))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!lost);
+    assert!(started.elapsed() >= ttl);
+    // Granted at once after its own HOLD: nothing to confirm (a deadline
+    // counted from the first HOLD would have passed, asking for a RENEW).
+    assert_eq!((a.count("HOLD"), b.count("HOLD")), (1, 1));
+    assert_eq!(b.count("RENEW"), 0);
 }
