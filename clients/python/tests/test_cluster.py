@@ -3,8 +3,9 @@ clients/testing/cluster.py (8 partitions, etcd ttl 2 s), one for the
 whole module. Holds reach every node from one address, the map learned at
 connect sends each hold straight to its node, and a node killed with
 SIGKILL loses its leases, closes its waiting holds, and its keys are held
-again on their new owner under a greater fence. The failover test runs
-last: it leaves a node dead."""
+again on their new owner under a greater fence; started again, it takes
+partitions back, and the leases on those are lost. The failover tests run
+last, in that order."""
 
 import asyncio
 import os
@@ -175,3 +176,45 @@ async def _hold_again(lock: holdline.Lock, key: str, deadline: float) -> Tuple[i
             if time.monotonic() > deadline:
                 raise
             await asyncio.sleep(0.1)
+
+
+async def test_a_node_that_comes_back_takes_partitions_and_their_leases_are_lost(
+    cluster: Cluster,
+) -> None:
+    # Runs after the failover test (node 1 dead), or kills node 1 itself.
+    if cluster.nodes[1].alive():
+        cluster.kill(1)
+    cluster.wait_covered()
+    keys = [f"back-{n}" for n in range(24)]
+    async with holdline.connect(cluster.nodes[0].addr) as store:
+        lock = store.lock("back")
+        holds = [await _hold_retrying(lock, key) for key in keys]
+        leases = [lease for _, lease in holds]
+        await asyncio.to_thread(cluster.start, 1)  # back, and the partitions spread again
+        moved = {key for key in keys if cluster.owner(key) == 1}
+        assert moved and len(moved) < len(keys)
+        gone = [lease for lease in leases if lease.key in moved]
+        await asyncio.wait_for(asyncio.gather(*(lease.signal.wait() for lease in gone)), 5)
+        assert all(not lease.lost for lease in leases if lease.key not in moved)
+        assert str(gone[0].error).startswith(f'lock back: key "{gone[0].key}": the lease was lost')
+        for hold, lease in holds:
+            try:
+                await hold.__aexit__(None, None, None)
+            except holdline.Lost:
+                assert lease.key in moved
+        async with lock.hold(gone[0].key) as again:  # on node 1 now
+            assert again.fence > gone[0].fence
+            state = inspect(cluster.nodes[1].addr, "back", gone[0].key)
+            assert state is not None and state["held"] == 1
+
+
+async def _hold_retrying(lock: holdline.Lock, key: str) -> Tuple[holdline.Hold, holdline.Lease]:
+    """A hold of `key` entered (left by the caller), tried again while it
+    fails closed (the store's map still naming a dead node for the key)."""
+    for _ in range(100):
+        hold = lock.hold(key)
+        try:
+            return hold, await hold.__aenter__()
+        except holdline.Closed:
+            await asyncio.sleep(0.1)
+    raise AssertionError(f"{key} never held")
