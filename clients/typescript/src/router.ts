@@ -33,6 +33,7 @@ export class Router {
 	#home: Pool
 	#refreshing: Promise<void> | undefined
 	#closed = false
+	#redirects = 0
 	/** The node `connect` reached, `host:port`. */
 	readonly address: string
 
@@ -74,6 +75,11 @@ export class Router {
 		return this.#owners !== undefined
 	}
 
+	/** How many `MOVED` answers were followed. */
+	get redirects(): number {
+		return this.#redirects
+	}
+
 	/** The pool of the node serving `key`'s slot; with no key (or in single-node mode) the home node's. */
 	poolFor(key: string | undefined): Pool {
 		const owner = key === undefined ? undefined : this.#owners?.[slotOf(key)]
@@ -82,6 +88,7 @@ export class Router {
 
 	/** A `MOVED slot host:port`: that node serves `slot` from now on; the whole map is asked for again. */
 	moved(slot: number, address: Address): void {
+		this.#redirects++
 		const pool = this.#pool(address)
 		if (this.#owners && slot >= 0 && slot < SLOTS) this.#owners[slot] = pool.where
 		void this.refresh()

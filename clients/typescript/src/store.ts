@@ -100,6 +100,19 @@ export class Store implements AsyncDisposable {
 		return this.#router.address
 	}
 
+	/**
+	 * Whether the server is a cluster's node (it answered `CLUSTER SLOTS`
+	 * with a map at connect): each hold then goes to its key's node.
+	 */
+	get clustered(): boolean {
+		return this.#router.clustered
+	}
+
+	/** How many `MOVED` answers this store followed (0 when the map it holds is right). */
+	get redirects(): number {
+		return this.#router.redirects
+	}
+
 	/** Whether `close` was called. */
 	get closed(): boolean {
 		return this.#router.closed

@@ -61,6 +61,7 @@ test('a single node: CLUSTER SLOTS answered with an error once at connect, then 
 	assert.equal(single.count('CLUSTER'), 1)
 	assert.equal(single.count('HOLD'), 3)
 	assert.equal(s.address, single.address)
+	assert.equal(s.clustered, false)
 })
 
 test('cluster: connected through one node, each hold, inspect, put and get goes to its slot\'s node, no MOVED needed', async () => {
@@ -82,6 +83,8 @@ test('cluster: connected through one node, each hold, inspect, put and get goes 
 	assert.equal(a.count('CLUSTER SLOTS') + b.count('CLUSTER SLOTS'), 1)
 	assert.equal(a.count('HOLD') + b.count('HOLD'), 2)
 	assert.equal(s.address, a.address)
+	assert.equal(s.clustered, true)
+	assert.equal(s.redirects, 0)
 })
 
 test('MOVED: the command goes to the node named, that slot is noted, and the map asked for again', async () => {
@@ -104,6 +107,7 @@ test('MOVED: the command goes to the node named, that slot is noted, and the map
 	assert.deepEqual([a.count('HOLD'), b.count('HOLD')], [1, 2], 'the noted slot went straight to b')
 	await invoices.hold(keyIn(8192, 16383, 'other'), () => undefined)
 	assert.deepEqual([a.count('HOLD'), b.count('HOLD')], [2, 3], 'another slot of b\'s went to a first')
+	assert.equal(s.redirects, 2)
 	assert.equal(a.count('CLUSTER SLOTS'), 2, 'the map asked for again once (one at a time)')
 	// a gave no answer: b, a node known from MOVED, is asked next, and its map is taken.
 	await until('b asked for the map', () => b.count('CLUSTER SLOTS') === 1, 5000)
