@@ -64,7 +64,7 @@ export function keyIn(start: number, end: number, prefix = 'k'): string {
 const bulk = (text: string) => `$${Buffer.byteLength(text)}\r\n${text}\r\n`
 
 /** `CLUSTER SLOTS`'s answer for `ranges`, as Redis writes it. */
-export function slotsReply(ranges: Range[]): string {
+export function slotsReply(ranges: Array<{ start: number; end: number; node: { port: number } }>): string {
 	const parts = ranges.map(({ start, end, node }) => `*3\r\n:${start}\r\n:${end}\r\n*3\r\n${bulk('127.0.0.1')}:${node.port}\r\n${bulk(String(node.port).padStart(40, '0'))}`)
 	return `*${ranges.length}\r\n${parts.join('')}`
 }
