@@ -2,7 +2,8 @@
  * The README's TypeScript snippets, compiled and run as written against a
  * real server (only its address put in for `127.0.0.1:7380`). A snippet
  * that speaks TLS (`tls:`) runs against a TLS server whose CA is `ca.pem`
- * in its working folder. Each `// prints: TEXT` comment is a line the
+ * in its working folder; one that names `127.0.0.1:7001` (and `:7002`, ...)
+ * against a real cluster, node N's address put in for `127.0.0.1:700N`. Each `// prints: TEXT` comment is a line the
  * snippet must print, in order; a TEXT ending in `…` is the start of that
  * line.
  */
@@ -14,6 +15,7 @@ import * as fs from 'node:fs'
 import * as path from 'node:path'
 import { promisify } from 'node:util'
 import { Ca, certFolder, removeFolder, tlsFlags } from './certs.js'
+import { startCluster, type Cluster } from './cluster.js'
 import { REPO, startServer, type Server } from './server.js'
 
 const run = promisify(execFile)
@@ -25,20 +27,31 @@ let server: Server
 let tlsServer: Server
 let folder: string
 let ca: Ca
+let cluster: Cluster
 before(async () => {
 	folder = certFolder()
 	ca = new Ca(folder)
 	server = await startServer()
 	tlsServer = await startServer(tlsFlags(ca))
+	cluster = await startCluster()
 })
 after(async () => {
 	await server?.stop()
 	await tlsServer?.stop()
+	await cluster?.stop()
 	if (folder) removeFolder(folder)
 })
 
 /** Whether a snippet speaks TLS. */
 const speaksTls = (snippet: string) => /\btls:/.test(snippet)
+/** Whether a snippet talks to a cluster's nodes. */
+const forCluster = (snippet: string) => snippet.includes('127.0.0.1:7001')
+
+/** The snippet with the addresses of the servers it runs against put in. */
+function withAddresses(snippet: string): string {
+	if (forCluster(snippet)) return snippet.replace(/127\.0\.0\.1:700(\d)/g, (_, n: string) => cluster.nodes[Number(n) - 1]!.addr)
+	return snippet.replaceAll('127.0.0.1:7380', (speaksTls(snippet) ? tlsServer : server).address)
+}
 
 function snippets(): string[] {
 	const readme = fs.readFileSync(path.join(PACKAGE, 'README.md'), 'utf8')
@@ -53,12 +66,13 @@ test('every TypeScript snippet of the README compiles and runs as written', asyn
 	const all = snippets()
 	assert.ok(all.length >= 3, `${all.length} snippets found`)
 	assert.ok(all.some(speaksTls), 'a snippet speaks TLS')
+	assert.ok(all.some(forCluster), 'a snippet talks to a cluster')
 	fs.rmSync(DIR, { recursive: true, force: true })
 	fs.mkdirSync(DIR, { recursive: true })
 	fs.copyFileSync(ca.cert, path.join(DIR, 'ca.pem'))
 	const files = all.map((snippet, i) => {
 		const file = path.join(DIR, `snippet${i + 1}.ts`)
-		fs.writeFileSync(file, snippet.replaceAll('127.0.0.1:7380', (speaksTls(snippet) ? tlsServer : server).address))
+		fs.writeFileSync(file, withAddresses(snippet))
 		return file
 	})
 	const tsc = path.join(PACKAGE, 'node_modules/typescript/bin/tsc')
