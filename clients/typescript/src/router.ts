@@ -95,9 +95,10 @@ export class Router {
 	}
 
 	/**
-	 * Asks for the map again (`CLUSTER SLOTS`): the known nodes first, then
-	 * the seed addresses, the first to answer with a map wins. One at a time:
-	 * asked while a refresh runs, it answers that one. Never rejects.
+	 * Asks for the map again (`CLUSTER SLOTS`): the known nodes first (the
+	 * one that answered last, those of the map, those named by a `MOVED`),
+	 * then the seed addresses; the first to answer with a map wins. One at a
+	 * time: asked while a refresh runs, it answers that one. Never rejects.
 	 */
 	refresh(): Promise<void> {
 		if (!this.#owners || this.#closed) return Promise.resolve()
@@ -108,7 +109,9 @@ export class Router {
 	}
 
 	async #refreshOnce(): Promise<void> {
-		const candidates = new Set([...this.#pools.values(), ...this.#seeds.map(seed => this.#pool(seed))])
+		const mapped = [...new Set(this.#owners)].flatMap(where => (where === undefined ? [] : [this.#pools.get(where)!]))
+		const known = [this.#home, ...mapped, ...this.#pools.values()]
+		const candidates = new Set([...known, ...this.#seeds.map(seed => this.#pool(seed))])
 		for (const pool of candidates) {
 			if (this.#closed) return
 			const reply = await exchange(pool, ['CLUSTER', 'SLOTS']).catch(() => undefined)
