@@ -35,6 +35,8 @@ pub struct Agent {
     prefix: String,
     /// Leases of ended sessions, revoked as soon as etcd answers.
     stale: Vec<i64>,
+    /// Set after a failed session, until one holds again.
+    quiet: bool,
 }
 
 async fn timed<T, E: std::fmt::Display>(
@@ -102,6 +104,7 @@ pub async fn join(settings: &Settings) -> Result<Agent, String> {
         node,
         prefix,
         stale: Vec::new(),
+        quiet: false,
     })
 }
 
@@ -119,7 +122,13 @@ impl Agent {
             };
             self.node.end_lease();
             if let Err(why) = ended {
-                warn!(%why, "etcd session ended; starting another");
+                // Once per outage at warn: etcd away means a line a tick.
+                if self.quiet {
+                    debug!(%why, "etcd session ended again");
+                } else {
+                    warn!(%why, "etcd session ended; starting others until one holds");
+                }
+                self.quiet = true;
             }
             tokio::select! {
                 _ = tokio::time::sleep(TICK) => {}
@@ -167,6 +176,7 @@ impl Agent {
         )
         .await?;
         info!(lease, node = self.node.id, "joined the cluster");
+        self.quiet = false;
         let _keeper = AbortOnDrop(tokio::spawn(keep_alive(
             self.client.clone(),
             self.node.clone(),

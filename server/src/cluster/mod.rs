@@ -192,6 +192,10 @@ impl Node {
     pub fn check_deadline(&self) -> bool {
         let deadline = self.deadline.load(Ordering::SeqCst);
         if deadline == 0 {
+            // Another thread may be stopping everything right now: wait for
+            // it (the stop holds the table), so a caller told "no" never
+            // finds a store of the old session still open.
+            self.stop_all();
             return false;
         }
         if self.now() < deadline {
@@ -281,22 +285,19 @@ impl Node {
 
     /// Stops serving `p`: removed first (new commands are redirected), then
     /// its store closed (holders lost, waiters `closed`).
+    ///
+    /// The store closes while the table is held, so whoever next reads the
+    /// table finds the partition gone and its store closed.
     pub fn stop(&self, p: u16) {
-        let part = {
-            let mut serving = self.serving.write().unwrap_or_else(PoisonError::into_inner);
-            serving[usize::from(p)].take()
-        };
-        if let Some(part) = part {
+        let mut serving = self.serving.write().unwrap_or_else(PoisonError::into_inner);
+        if let Some(part) = serving[usize::from(p)].take() {
             part.store.close();
         }
     }
 
     fn stop_all(&self) {
-        let parts: Vec<Arc<Partition>> = {
-            let mut serving = self.serving.write().unwrap_or_else(PoisonError::into_inner);
-            serving.iter_mut().filter_map(Option::take).collect()
-        };
-        for part in parts {
+        let mut serving = self.serving.write().unwrap_or_else(PoisonError::into_inner);
+        for part in serving.iter_mut().filter_map(Option::take) {
             part.store.close();
         }
     }

@@ -35,13 +35,14 @@ impl Put {
     /// `OK`, or `LOST ...` when a newer grant of the key exists than the
     /// fence shows.
     pub fn apply(self, s: &mut Session) -> Value {
+        // As Redis Cluster: keys in two slots are refused before routing.
+        if s.shared.cluster.is_some() && key_slot(&self.row) != key_slot(&self.key) {
+            return Value::error(CROSS_SLOT);
+        }
         let place = match s.place(&self.key) {
             Ok(p) => p,
             Err(redirect) => return redirect,
         };
-        if s.shared.cluster.is_some() && key_slot(&self.row) != key_slot(&self.key) {
-            return Value::error(CROSS_SLOT);
-        }
         // In a cluster: past the node's deadline its leases are lost first.
         s.still_served(place.partition());
         let lock = match s.lock(&place, &self.lock, LockOptions::default()) {

@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 
 /// How long any single answer may take before a test gives up: far above
 /// what a loaded 2-core machine needs, so only a hang trips it.
+pub mod cluster;
+
 pub const PATIENCE: Duration = Duration::from_secs(20);
 
 /// A running server, killed when dropped.

@@ -1,0 +1,426 @@
+//! Cluster mode against a real etcd and real node processes: holds spread
+//! over three nodes and redirects name the owner (redis-cli -c follows
+//! them); a killed owner's partitions move within etcd-ttl + 2 s and every
+//! key's fences keep rising; a node frozen past its lease never grants
+//! after another node took its partitions (an external fenced register
+//! counts any lower fence); etcd stopped and started again; a node joining
+//! takes its share without dropping the holders of partitions that stay.
+
+mod common;
+
+use common::cluster::{
+    await_spread, etcd_available, key_slot, owner_of, slot, slot_map, start_node, start_node_on,
+    Etcd,
+};
+use common::{error_text, Client, Server};
+use holdline_resp::Value;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+/// etcd's lease in these tests (etcd refuses less than 2 s by default).
+const TTL: u64 = 2;
+const PARTITIONS: u16 = 8;
+
+/// Three nodes of one cluster on a private etcd, all of them owning some.
+struct Three {
+    etcd: Etcd,
+    nodes: Vec<Server>,
+}
+
+impl Three {
+    fn start(name: &str) -> Three {
+        let etcd = Etcd::start();
+        let nodes: Vec<Server> = (0..3)
+            .map(|_| start_node(&etcd, name, PARTITIONS, TTL))
+            .collect();
+        let three = Three { etcd, nodes };
+        await_spread(three.nodes[0].addr, &three.addrs(), Duration::from_secs(20));
+        three
+    }
+
+    fn addrs(&self) -> Vec<String> {
+        self.nodes.iter().map(|n| n.addr.to_string()).collect()
+    }
+
+    fn node_at(&self, addr: &str) -> &Server {
+        self.nodes
+            .iter()
+            .find(|n| n.addr.to_string() == addr)
+            .unwrap()
+    }
+}
+
+/// The first keys `k0, k1, ...` whose owner is `owner`; the server's
+/// KEYSLOT agrees with the slot computed here for each.
+fn keys_owned_by(c: &mut Client, map: &[(u16, u16, String)], owner: &str, n: usize) -> Vec<String> {
+    let keys: Vec<String> = (0..100_000)
+        .map(|i| format!("k{i}"))
+        .filter(|k| owner_of(map, slot(k)).as_deref() == Some(owner))
+        .take(n)
+        .collect();
+    for k in &keys {
+        assert_eq!(key_slot(c, k), slot(k), "{k}");
+    }
+    keys
+}
+
+/// A grant's `[lease, fence]`, or a panic naming the answer.
+fn granted(v: Value) -> (i64, i64) {
+    match v {
+        Value::Array(a) => match (&a[0], &a[1]) {
+            (Value::Integer(l), Value::Integer(f)) => (*l, *f),
+            _ => panic!("not a grant: {a:?}"),
+        },
+        other => panic!("not a grant: {other:?}"),
+    }
+}
+
+/// Waits until `via`'s map shows `slot` owned by a node other than `old`,
+/// among `alive`; answers the new owner.
+fn await_new_owner(via: SocketAddr, slot: u16, old: &str, within: Duration) -> String {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(owner) = owner_of(&slot_map(via), slot) {
+            if owner != old {
+                return owner;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "slot {slot} still with {old} after {within:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn holds_spread_over_three_nodes_and_redirects_name_the_owner() {
+    if !etcd_available() {
+        return;
+    }
+    let three = Three::start("spread");
+    let map = slot_map(three.nodes[0].addr);
+    let mut first = three.nodes[0].connect();
+    for owner in three.addrs() {
+        let keys = keys_owned_by(&mut first, &map, &owner, 3);
+        let mut at_owner = Client::connect(owner.parse().unwrap());
+        for key in &keys {
+            let slot = key_slot(&mut first, key);
+            for node in &three.nodes {
+                let mut c = node.connect();
+                let answer = c.call(&["TRYHOLD", "spread", key]);
+                if node.addr.to_string() == owner {
+                    let (lease, _) = granted(answer);
+                    assert_eq!(c.call(&["RELEASE", &lease.to_string()]), Value::ok());
+                } else {
+                    assert_eq!(error_text(answer), format!("MOVED {slot} {owner}"));
+                }
+            }
+            granted(at_owner.call(&["HOLD", "spread", key, "WAIT", "0"]));
+        }
+        // The owner shows them held; STATS counts what this node serves.
+        assert_eq!(at_owner.stat("spread", "held_keys"), 3);
+    }
+    // A row must share its key's slot; GET is routed by the row's slot.
+    let mut c = three.nodes[0].connect();
+    let err = error_text(c.call(&["PUT", "spread", "{a}", "1", "{b}row", "v"]));
+    assert_eq!(err, "CROSSSLOT Keys in request don't hash to the same slot");
+    let single = Server::start(&[]);
+    let err = error_text(single.connect().call(&["CLUSTER", "SLOTS"]));
+    assert_eq!(err, "ERR This instance has cluster support disabled");
+}
+
+#[test]
+fn redis_cli_follows_redirects_and_reads_the_map() {
+    if !etcd_available()
+        || !common::tool_available("redis-cli", common::runs("redis-cli", &["--version"]))
+    {
+        return;
+    }
+    let three = Three::start("cli");
+    let map = slot_map(three.nodes[0].addr);
+    let mut c = three.nodes[0].connect();
+    let elsewhere = three.addrs()[1].clone();
+    let key = &keys_owned_by(&mut c, &map, &elsewhere, 1)[0];
+    let out = std::process::Command::new("redis-cli")
+        .args([
+            "-c",
+            "-p",
+            &three.nodes[0].port(),
+            "HOLD",
+            "cli",
+            key,
+            "WAIT",
+            "0",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().filter(|l| !l.is_empty()).collect();
+    assert_eq!(
+        lines.len(),
+        2,
+        "a lease and a fence after the redirect: {text:?}"
+    );
+    assert!(lines.iter().all(|l| l.parse::<i64>().is_ok()), "{text:?}");
+    // CLUSTER SHARDS and NODES name the same three nodes.
+    let Value::Array(shards) = c.call(&["CLUSTER", "SHARDS"]) else {
+        panic!()
+    };
+    assert_eq!(shards.len(), 3);
+    let Value::Bulk(nodes) = c.call(&["CLUSTER", "NODES"]) else {
+        panic!()
+    };
+    let nodes = String::from_utf8(nodes).unwrap();
+    assert_eq!(nodes.lines().count(), 3, "{nodes}");
+    assert_eq!(nodes.matches("myself").count(), 1, "{nodes}");
+    let Value::Bulk(info) = c.call(&["CLUSTER", "INFO"]) else {
+        panic!()
+    };
+    assert!(String::from_utf8_lossy(&info).contains("cluster_state:ok"));
+}
+
+/// A fenced register outside the cluster, as a resource behind the lock
+/// would be: it accepts a write only with a fence above every one it saw
+/// for the key, and counts the refusals.
+#[derive(Default)]
+struct Register {
+    highest: HashMap<String, i64>,
+    refused: Vec<(String, i64)>,
+}
+
+impl Register {
+    fn write(&mut self, key: &str, fence: i64) -> bool {
+        let top = self.highest.entry(key.to_owned()).or_insert(i64::MIN);
+        if fence > *top {
+            *top = fence;
+            true
+        } else {
+            self.refused.push((key.to_owned(), fence));
+            false
+        }
+    }
+}
+
+#[test]
+fn a_killed_owner_moves_its_partitions_within_ttl_plus_2s_and_fences_keep_rising() {
+    if !etcd_available() {
+        return;
+    }
+    let mut three = Three::start("kill");
+    let map = slot_map(three.nodes[0].addr);
+    let victim = three.addrs()[2].clone();
+    let mut c = three.nodes[0].connect();
+    let keys = keys_owned_by(&mut c, &map, &victim, 6);
+    let mut register = Register::default();
+    let mut at_victim = Client::connect(victim.parse().unwrap());
+    for key in &keys {
+        let (_, fence) = granted(at_victim.call(&["HOLD", "kill", key, "WAIT", "0"]));
+        assert!(register.write(key, fence));
+    }
+    three.nodes[2].signal(libc::SIGKILL);
+    let killed = Instant::now();
+    let survivor = three.nodes[0].addr;
+    for key in &keys {
+        let slot = key_slot(&mut c, key);
+        let owner = await_new_owner(survivor, slot, &victim, Duration::from_secs(TTL + 2));
+        assert_ne!(owner, victim);
+        let mut at_owner = Client::connect(owner.parse().unwrap());
+        // The new owner may take a moment past the map to serve.
+        let fence = loop {
+            match at_owner.call(&["HOLD", "kill", key, "WAIT", "0"]) {
+                Value::Error(e) if e.starts_with("CLUSTERDOWN") || e.starts_with("MOVED") => {
+                    assert!(killed.elapsed() < Duration::from_secs(TTL + 2), "{e}");
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                v => break granted(v).1,
+            }
+        };
+        assert!(
+            register.write(key, fence),
+            "{key}: fence {fence} not above the old owner's"
+        );
+    }
+    assert!(
+        killed.elapsed() < Duration::from_secs(TTL + 2),
+        "took {:?}",
+        killed.elapsed()
+    );
+    assert!(register.refused.is_empty());
+    drop(three.nodes.remove(2));
+}
+
+#[test]
+fn a_frozen_owner_never_grants_after_another_node_took_its_partition() {
+    if !etcd_available() {
+        return;
+    }
+    let three = Three::start("freeze");
+    let map = slot_map(three.nodes[0].addr);
+    let victim_addr = three.addrs()[1].clone();
+    let victim = three.node_at(&victim_addr);
+    let mut c = three.nodes[0].connect();
+    let key = keys_owned_by(&mut c, &map, &victim_addr, 1).remove(0);
+    let slot = key_slot(&mut c, &key);
+    let mut register = Register::default();
+    // A holds the key on the victim; B waits behind it there.
+    let mut a = victim.connect();
+    let (lease_a, fence_a) = granted(a.call(&["HOLD", "freeze", &key, "TTL", "60000"]));
+    assert!(register.write(&key, fence_a));
+    let mut b = victim.connect();
+    b.send(&["HOLD", "freeze", &key, "WAIT", "60000"]);
+    assert_eq!(b.read_within(Duration::from_millis(200)), None, "B waits");
+    victim.signal(libc::SIGSTOP);
+    let survivor = three.nodes[0].addr;
+    let owner = await_new_owner(survivor, slot, &victim_addr, Duration::from_secs(TTL + 3));
+    let mut c2 = Client::connect(owner.parse().unwrap());
+    let (_, fence_c) = loop {
+        match c2.call(&["HOLD", "freeze", &key, "WAIT", "0"]) {
+            Value::Error(e) if e.starts_with("CLUSTERDOWN") || e.starts_with("MOVED") => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            v => break granted(v),
+        }
+    };
+    assert!(register.write(&key, fence_c), "the new owner's fence rises");
+    victim.signal(libc::SIGCONT);
+    // A lets go on the woken victim: the key must not go to B there.
+    let release = a.call(&["RELEASE", &lease_a.to_string()]);
+    match b.read_within(Duration::from_secs(10)) {
+        Some(Value::Array(grant)) => {
+            let Value::Integer(fence_b) = grant[1] else {
+                panic!()
+            };
+            register.write(&key, fence_b);
+        }
+        Some(Value::Error(e)) => assert!(e.starts_with("CLOSED "), "{e}"),
+        other => panic!("B's HOLD answered {other:?}"),
+    }
+    assert!(
+        matches!(&release, Value::Error(e) if e.starts_with("LOST ")),
+        "A's lease was lost when the victim stopped: {release:?}"
+    );
+    assert!(
+        register.refused.is_empty(),
+        "stale grants: {:?}",
+        register.refused
+    );
+    // The woken victim rejoins: a later HOLD there is redirected to the
+    // owner of the moment, or (once the victim has its share back) granted
+    // above every fence given so far.
+    let mut v = victim.connect();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match v.call(&["HOLD", "freeze", &key, "WAIT", "0"]) {
+            Value::Error(e) if e == "CLUSTERDOWN Hash slot not served" => {}
+            Value::Error(e) if e.starts_with("MOVED ") => {
+                assert!(e.starts_with(&format!("MOVED {slot} ")), "{e}");
+                break;
+            }
+            Value::Error(e) if e.starts_with("INUSE ") => break,
+            v => {
+                let (_, fence) = granted(v);
+                assert!(register.write(&key, fence), "a late grant below {fence_c}");
+                break;
+            }
+        }
+        assert!(Instant::now() < deadline, "the victim never rejoined");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = owner;
+}
+
+#[test]
+fn nodes_keep_serving_while_etcd_is_away_then_stop_then_recover() {
+    if !etcd_available() {
+        return;
+    }
+    let mut three = Three::start("away");
+    let node = three.nodes[0].addr;
+    let map = slot_map(node);
+    let mut c = Client::connect(node);
+    let keys = keys_owned_by(&mut c, &map, &node.to_string(), 2);
+    let (lease, fence) = granted(c.call(&["HOLD", "away", &keys[0], "WAIT", "0"]));
+    three.etcd.kill();
+    let gone = Instant::now();
+    // Within the lease's margin the node still serves what it owns.
+    let other = c.call(&["TRYHOLD", "away", &keys[1]]);
+    if gone.elapsed() < Duration::from_millis(1000) {
+        granted(other);
+    }
+    // Past the lease it has stopped: the holder learns it, nothing is served.
+    std::thread::sleep(Duration::from_secs(TTL) + Duration::from_millis(300));
+    let renew = c.call(&["RENEW", &lease.to_string()]);
+    assert!(
+        matches!(&renew, Value::Error(e) if e.starts_with("LOST ")),
+        "{renew:?}"
+    );
+    let err = error_text(c.call(&["TRYHOLD", "away", &keys[0]]));
+    assert_eq!(err, "CLUSTERDOWN Hash slot not served");
+    three.etcd.restart();
+    let map = await_spread(node, &three.addrs(), Duration::from_secs(20));
+    let owner = owner_of(&map, key_slot(&mut c, &keys[0])).unwrap();
+    let mut at_owner = Client::connect(owner.parse().unwrap());
+    let (_, later) = loop {
+        match at_owner.call(&["HOLD", "away", &keys[0], "WAIT", "0"]) {
+            Value::Error(e) if e.starts_with("CLUSTERDOWN") || e.starts_with("MOVED") => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            v => break granted(v),
+        }
+    };
+    assert!(later > fence, "fences rise across etcd's absence");
+}
+
+#[test]
+fn a_joining_node_takes_its_share_without_dropping_holders_that_stay() {
+    if !etcd_available() {
+        return;
+    }
+    let etcd = Etcd::start();
+    let two: Vec<Server> = (0..2)
+        .map(|_| start_node(&etcd, "join", PARTITIONS, TTL))
+        .collect();
+    let addrs: Vec<String> = two.iter().map(|n| n.addr.to_string()).collect();
+    let before = await_spread(two[0].addr, &addrs, Duration::from_secs(20));
+    // One held key in every partition, each held through its owner.
+    let mut held = Vec::new();
+    for p in 0..PARTITIONS {
+        let (first, last) = (
+            p as u32 * 16384 / PARTITIONS as u32,
+            (p as u32 + 1) * 16384 / PARTITIONS as u32,
+        );
+        let key = (0..100_000)
+            .map(|i| format!("j{i}"))
+            .find(|k| (first..last).contains(&u32::from(slot(k))))
+            .unwrap();
+        let owner = owner_of(&before, slot(&key)).unwrap();
+        let mut c = Client::connect(owner.parse().unwrap());
+        let (lease, _) = granted(c.call(&["HOLD", "join", &key, "WAIT", "0", "TTL", "60000"]));
+        held.push((slot(&key), owner, c, lease));
+    }
+    let third = start_node_on(&etcd, "join", PARTITIONS, TTL, common::cluster::free_port());
+    let mut all = addrs.clone();
+    all.push(third.addr.to_string());
+    let after = await_spread(two[0].addr, &all, Duration::from_secs(20));
+    let mut kept = 0;
+    for (slot, owner, c, lease) in &mut held {
+        let renew = c.call(&["RENEW", &lease.to_string()]);
+        if owner_of(&after, *slot).as_deref() == Some(owner.as_str()) {
+            assert_eq!(
+                renew,
+                Value::ok(),
+                "slot {slot} stayed with {owner}: its holder stays"
+            );
+            kept += 1;
+        } else {
+            assert!(
+                matches!(&renew, Value::Error(e) if e.starts_with("LOST ")),
+                "{renew:?}"
+            );
+        }
+    }
+    assert!(kept >= 1, "some partitions stayed where they were");
+    assert!(kept < held.len(), "the new node took a share");
+}

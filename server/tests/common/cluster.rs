@@ -1,0 +1,236 @@
+//! A private etcd (Debian's `/usr/bin/etcd`, on free loopback ports, with
+//! its own data directory; never the system service) and cluster nodes of
+//! `holdline serve --etcd`, for the cluster tests.
+
+#![allow(dead_code)]
+
+use super::{tool_available, Client, Server, PATIENCE};
+use holdline_resp::Value;
+use std::io::{BufRead, BufReader};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The etcd binary, if this machine has one (CI installs `etcd-server`).
+pub fn etcd_available() -> bool {
+    tool_available("etcd (Debian's etcd-server)", PathBuf::from(ETCD).exists())
+}
+
+const ETCD: &str = "/usr/bin/etcd";
+
+/// A port free a moment ago.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// One etcd member, killed (and its directory removed) when dropped.
+pub struct Etcd {
+    child: Option<Child>,
+    dir: PathBuf,
+    pub client_port: u16,
+    peer_port: u16,
+}
+
+impl Etcd {
+    pub fn start() -> Etcd {
+        let dir = std::env::temp_dir().join(format!(
+            "holdline-etcd-{}-{}",
+            std::process::id(),
+            free_port()
+        ));
+        let mut etcd = Etcd {
+            child: None,
+            dir,
+            client_port: free_port(),
+            peer_port: free_port(),
+        };
+        etcd.restart();
+        etcd
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.client_port)
+    }
+
+    /// Starts it again on the same ports and data (after [`Etcd::kill`]).
+    pub fn restart(&mut self) {
+        let client = self.url();
+        let peer = format!("http://127.0.0.1:{}", self.peer_port);
+        let child = Command::new(ETCD)
+            .args(["--name", "test", "--data-dir"])
+            .arg(&self.dir)
+            .args([
+                "--listen-client-urls",
+                &client,
+                "--advertise-client-urls",
+                &client,
+            ])
+            .args([
+                "--listen-peer-urls",
+                &peer,
+                "--initial-advertise-peer-urls",
+                &peer,
+            ])
+            .args(["--initial-cluster", &format!("test={peer}")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start etcd");
+        self.child = Some(child);
+        let deadline = Instant::now() + PATIENCE;
+        while TcpStream::connect(("127.0.0.1", self.client_port)).is_err() {
+            assert!(Instant::now() < deadline, "etcd did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGKILL: etcd is gone until [`Etcd::restart`].
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Starts a node of cluster `name` on a free port, advertised as itself.
+pub fn start_node(etcd: &Etcd, name: &str, partitions: u16, ttl_secs: u64) -> Server {
+    start_node_on(etcd, name, partitions, ttl_secs, free_port())
+}
+
+pub fn start_node_on(etcd: &Etcd, name: &str, partitions: u16, ttl: u64, port: u16) -> Server {
+    let addr = format!("127.0.0.1:{port}");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_holdline"))
+        .args(["serve", "--listen", &addr, "--advertise", &addr])
+        .args(["--etcd", &etcd.url(), "--cluster", name])
+        .args(["--partitions", &partitions.to_string()])
+        .args(["--etcd-ttl", &format!("{ttl}s")])
+        .env(
+            "HOLDLINE_LOG",
+            std::env::var("HOLDLINE_LOG").unwrap_or("warn".into()),
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start holdline");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .expect("read the listening line");
+    assert!(line.starts_with("holdline: listening on "), "{line:?}");
+    Server {
+        child,
+        addr: addr.parse().unwrap(),
+    }
+}
+
+/// `CLUSTER SLOTS` of the node at `addr`: (first, last, owner address).
+pub fn slot_map(addr: SocketAddr) -> Vec<(u16, u16, String)> {
+    let Ok(stream) = TcpStream::connect(addr) else {
+        return Vec::new();
+    };
+    drop(stream);
+    let mut c = Client::connect(addr);
+    let Value::Array(ranges) = c.call(&["CLUSTER", "SLOTS"]) else {
+        return Vec::new();
+    };
+    ranges
+        .into_iter()
+        .filter_map(|r| {
+            let Value::Array(r) = r else { return None };
+            let (Value::Integer(first), Value::Integer(last), Value::Array(node)) =
+                (&r[0], &r[1], &r[2])
+            else {
+                return None;
+            };
+            let (Value::Bulk(host), Value::Integer(port)) = (&node[0], &node[1]) else {
+                return None;
+            };
+            let host = String::from_utf8_lossy(host);
+            Some((*first as u16, *last as u16, format!("{host}:{port}")))
+        })
+        .collect()
+}
+
+/// The owner of `slot` in a map.
+pub fn owner_of(map: &[(u16, u16, String)], slot: u16) -> Option<String> {
+    map.iter()
+        .find(|(f, l, _)| (*f..=*l).contains(&slot))
+        .map(|(_, _, a)| a.clone())
+}
+
+/// Whether the map covers every slot, each owned by one of `nodes`.
+pub fn covers(map: &[(u16, u16, String)], nodes: &[String]) -> bool {
+    let mut next = 0u32;
+    for (f, l, a) in map {
+        if u32::from(*f) != next || !nodes.contains(a) {
+            return false;
+        }
+        next = u32::from(*l) + 1;
+    }
+    next == 16384
+}
+
+/// Waits until `addr`'s map covers every slot with owners among `nodes`
+/// only, each of them owning some.
+pub fn await_spread(
+    addr: SocketAddr,
+    nodes: &[String],
+    within: Duration,
+) -> Vec<(u16, u16, String)> {
+    let deadline = Instant::now() + within;
+    loop {
+        let map = slot_map(addr);
+        let everyone = nodes.iter().all(|n| map.iter().any(|(_, _, a)| a == n));
+        if covers(&map, nodes) && everyone {
+            return map;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no full map over {nodes:?} within {within:?}: {map:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The slot of `key` as the node computes it.
+pub fn key_slot(c: &mut Client, key: &str) -> u16 {
+    match c.call(&["CLUSTER", "KEYSLOT", key]) {
+        Value::Integer(n) => n as u16,
+        other => panic!("KEYSLOT {key}: {other:?}"),
+    }
+}
+
+/// A key's slot computed here, independently of the server (CRC16-XMODEM
+/// of the key or its `{tag}`, mod 16384).
+pub fn slot(key: &str) -> u16 {
+    let bytes = key.as_bytes();
+    let tagged = bytes.iter().position(|&b| b == b'{').and_then(|open| {
+        let len = bytes[open + 1..].iter().position(|&b| b == b'}')?;
+        (len > 0).then(|| &bytes[open + 1..open + 1 + len])
+    });
+    let mut crc: u16 = 0;
+    for &b in tagged.unwrap_or(bytes) {
+        crc ^= u16::from(b) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % 16384
+}
