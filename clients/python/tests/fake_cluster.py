@@ -13,6 +13,9 @@ from holdline._cluster import SLOTS, slot
 
 Answer = Callable[["FakeNode", List[bytes]], Optional[bytes]]
 
+SILENT = b""
+"""What an override answers for the node to say nothing."""
+
 
 def bulk(data: bytes) -> bytes:
     return b"$%d\r\n%s\r\n" % (len(data), data)
@@ -26,7 +29,8 @@ class FakeNode:
         self.index = index
         self.server = Scripted(self._handle, single=False)
         self.override: Optional[Answer] = None
-        """Answers before the usual rules when set; None from it: the usual."""
+        """Answers before the usual rules when set; None from it: the usual,
+        SILENT: nothing."""
 
     @property
     def address(self) -> str:
@@ -40,7 +44,7 @@ class FakeNode:
         if self.override is not None:
             answer = self.override(self, command)
             if answer is not None:
-                return answer
+                return None if answer == SILENT else answer
         name = command[0].upper()
         if name == b"CLUSTER":
             return self.cluster.slots_answer()

@@ -9,7 +9,7 @@ from typing import Callable, List, Optional
 
 import pytest
 from conftest import Scripted, Server, free_port
-from fake_cluster import FakeCluster, FakeNode, hang_up_on
+from fake_cluster import SILENT, FakeCluster, FakeNode, hang_up_on
 from texts import RULES, assert_text
 
 import holdline
@@ -174,6 +174,36 @@ async def test_clusterdown_is_retried_after_a_fresh_map_then_served() -> None:
         assert all(b - a >= pause for a, b in zip(downs, downs[1:], strict=False))
         # A map fetched after each CLUSTERDOWN, before the command was resent.
         assert sum(len(n.sent(b"CLUSTER")) for n in cluster.nodes) >= asked + 3
+
+
+async def test_a_node_silent_to_cluster_slots_is_given_up_and_asked_last() -> None:
+    async with FakeCluster() as cluster:
+        first = cluster.nodes[0]
+        store = await holdline.connect(first.address, connect_timeout="300ms")
+        key = cluster.key_on(2)
+        cluster.owners[slot(key)] = None
+        downs: List[bytes] = []
+
+        def mute(node: FakeNode, command: List[bytes]) -> Optional[bytes]:
+            if command[0] == b"CLUSTER":
+                return SILENT  # stopped, as far as the map goes
+            if command[0] == b"HOLD" and cluster.owners[slot(key)] is None:
+                downs.append(command[2])
+                if len(downs) == 2:
+                    cluster.owners[slot(key)] = 2
+            return None
+
+        first.override = mute
+        started = time.monotonic()
+        async with store.lock("mute").hold(key):
+            pass
+        took = time.monotonic() - started
+        await store.aclose()
+        # Asked once at connect and once more, given up after 300 ms; then
+        # node 1 first (node 0 is asked last now).
+        assert len(first.sent(b"CLUSTER")) == 2
+        assert len(cluster.nodes[1].sent(b"CLUSTER")) >= 2
+        assert 0.3 + 2 * _texts.CLUSTER_DOWN_PAUSE_MS / 1000 <= took < 2
 
 
 async def test_a_dropped_connection_refreshes_the_map_and_the_next_hold_goes_to_the_new_owner() -> (

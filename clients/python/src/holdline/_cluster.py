@@ -36,6 +36,10 @@ from ._wire import DROPPED, Link, closed_error
 
 SLOTS = 16384
 
+MAP_TIMEOUT_MS = 2_000
+"""How long a node has to answer `CLUSTER SLOTS` when the map is fetched
+again (a stopped node is then asked no longer; the next one is)."""
+
 
 def _crc16_table() -> List[int]:
     table = []
@@ -139,6 +143,7 @@ class Router:
         self._refreshing: "Optional[asyncio.Task[None]]" = None
         self._again = False
         self._fetching = False
+        self._failing: Set[str] = set()  # nodes whose connections failed
         self.holding: Set[Holding] = set()
         """Every hold in progress: a hold of a key its owner holds is `Invalid`."""
 
@@ -175,7 +180,7 @@ class Router:
         pool = self._pools.get(name)
         if pool is None:
             pool = Pool(address, self._token, self.tls, self._connect_timeout_ms, self._max_idle)
-            pool.on_failure = self._failed
+            pool.on_failure = lambda: self._failed(name)
             self._pools[name] = pool
         return pool
 
@@ -226,7 +231,10 @@ class Router:
             self._slots[slot_of_key] = where.hostport
         self.refresh_soon()
 
-    def _failed(self) -> None:
+    def _failed(self, node: str) -> None:
+        """A connection to `node` failed: it is asked for the map last, and
+        the map is fetched again (unless it failed that fetch itself)."""
+        self._failing.add(node)
         if self._slots is not None and not self._closed and not self._fetching:
             self.refresh_soon()
 
@@ -261,16 +269,20 @@ class Router:
 
     async def _fetch_map(self) -> None:
         """`CLUSTER SLOTS` from the first node that answers one: the map's
-        nodes, then the others known, then the seed addresses."""
+        nodes, then the others known, then the seed addresses; those whose
+        connections failed last."""
         seeds = [address.hostport for address in self.seeds]
-        for where in dict.fromkeys([*self._nodes, *self._pools, *seeds]):
+        known = list(dict.fromkeys([*self._nodes, *self._pools, *seeds]))
+        for where in sorted(known, key=lambda node: node in self._failing):
             if self._closed:
                 return
             pool = self.pool_at(where)
             try:
                 reply = await self._ask_slots(pool)
             except Error:
+                self._failing.add(where)
                 continue
+            self._failing.discard(where)
             if isinstance(reply, list):
                 self._slots, self._nodes = slot_map(reply, pool.address)
                 return
@@ -279,7 +291,8 @@ class Router:
         link = await pool.checkout()
         try:
             pending = link.send("CLUSTER", "SLOTS")
-            await asyncio.wait([pending.future], timeout=self._connect_timeout_ms / 1000)
+            timeout = min(self._connect_timeout_ms, MAP_TIMEOUT_MS) / 1000
+            await asyncio.wait([pending.future], timeout=timeout)
             if not pending.future.done():
                 link.close()  # a node that says nothing is asked no more
                 raise closed_error()
