@@ -175,6 +175,17 @@ fn redis_cli_follows_redirects_and_reads_the_map() {
     let nodes = String::from_utf8(nodes).unwrap();
     assert_eq!(nodes.lines().count(), 3, "{nodes}");
     assert_eq!(nodes.matches("myself").count(), 1, "{nodes}");
+    let info = match c.call(&["INFO", "cluster"]) {
+        Value::Verbatim(t) => t,
+        Value::Bulk(b) => String::from_utf8(b).unwrap(),
+        other => panic!("{other:?}"),
+    };
+    assert!(info.contains("cluster_enabled:1\r\n"), "{info}");
+    let served = info
+        .lines()
+        .find_map(|l| l.strip_prefix("cluster_partitions_served:"))
+        .unwrap();
+    assert!(served.parse::<u16>().unwrap() >= 1, "{info}");
     let Value::Bulk(info) = c.call(&["CLUSTER", "INFO"]) else {
         panic!()
     };

@@ -32,9 +32,17 @@ fn info_answers_every_section_in_redis_format() {
     let mut admin = server.connect();
     admin.await_stat("inv", "waiters", 1);
     let info = text(admin.call(&["INFO"]));
-    for header in ["# Server", "# Clients", "# Stats", "# Memory", "# Locks"] {
+    for header in [
+        "# Server",
+        "# Clients",
+        "# Stats",
+        "# Memory",
+        "# Cluster",
+        "# Locks",
+    ] {
         assert!(info.contains(header), "{header} in {info}");
     }
+    assert_eq!(info_field(&info, "cluster_enabled").as_deref(), Some("0"));
     assert_eq!(info_field(&info, "tcp_port"), Some(server.port()));
     assert_eq!(info_field(&info, "connected_clients").as_deref(), Some("3"));
     assert_eq!(info_field(&info, "blocked_clients").as_deref(), Some("1"));

@@ -11,7 +11,7 @@ use std::fmt::Write;
 use std::time::Duration;
 
 /// INFO's sections, in the order a bare INFO answers them.
-const SECTIONS: [&str; 5] = ["server", "clients", "stats", "memory", "locks"];
+const SECTIONS: [&str; 6] = ["server", "clients", "stats", "memory", "cluster", "locks"];
 
 /// `INFO [section ...]`: `# Section` headers and `key:value` lines.
 pub fn info(s: &Session, section: Option<&[u8]>) -> Value {
@@ -62,8 +62,30 @@ fn write_section(s: &Session, name: &str, out: &mut String) {
         }
         "stats" => write_stats(s, &mut line),
         "memory" => line("used_memory_rss", &rss_bytes()),
+        "cluster" => write_cluster(s, &mut line),
         _ => write_locks(s, out),
     }
+}
+
+/// Redis's `cluster_enabled`, then (in a cluster) who this node is, what
+/// it serves and how long its etcd lease surely lives.
+fn write_cluster(s: &Session, line: &mut impl FnMut(&str, &dyn std::fmt::Display)) {
+    let Some(node) = &s.shared.cluster else {
+        line("cluster_enabled", &0);
+        return;
+    };
+    line("cluster_enabled", &1);
+    line("cluster_node_id", &node.id);
+    line("cluster_advertise", &node.advertise);
+    line("cluster_partitions", &node.partitions);
+    let served: Vec<String> = node.served().iter().map(|p| p.index.to_string()).collect();
+    line("cluster_partitions_served", &served.len());
+    line("cluster_partitions_served_list", &served.join(","));
+    let left = node.deadline().map_or(0, |d| {
+        d.saturating_duration_since(std::time::Instant::now())
+            .as_millis()
+    });
+    line("cluster_lease_left_ms", &left);
 }
 
 fn write_stats(s: &Session, line: &mut impl FnMut(&str, &dyn std::fmt::Display)) {
