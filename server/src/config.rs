@@ -96,6 +96,11 @@ pub struct ServeArgs {
     /// cannot renew it stops serving before it runs out.
     #[arg(long, value_name = "SECONDS", default_value = "5s")]
     pub etcd_ttl: String,
+    /// Fences a partition's owner reserves in etcd at a time (tests make it
+    /// small to see windows renewed and spent).
+    #[arg(long, hide = true, default_value_t = 1 << 40,
+          value_parser = clap::value_parser!(u64).range(2..=1 << 50))]
+    pub fence_window: u64,
 }
 
 /// Cluster mode's settings, checked.
@@ -106,6 +111,7 @@ pub struct ClusterSettings {
     pub advertise: String,
     pub partitions: u16,
     pub ttl: Duration,
+    pub fence_window: u64,
 }
 
 /// What `serve` runs with, checked.
@@ -195,6 +201,7 @@ impl ServeArgs {
             advertise: advertise.clone(),
             partitions: self.partitions,
             ttl: etcd_ttl(&self.etcd_ttl)?,
+            fence_window: self.fence_window,
         }))
     }
 }
@@ -254,6 +261,7 @@ mod tests {
             advertise: None,
             partitions: 16,
             etcd_ttl: "5s".into(),
+            fence_window: 1 << 40,
         }
     }
 

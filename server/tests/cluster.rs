@@ -435,3 +435,54 @@ fn a_joining_node_takes_its_share_without_dropping_holders_that_stay() {
     assert!(kept >= 1, "some partitions stayed where they were");
     assert!(kept < held.len(), "the new node took a share");
 }
+
+#[test]
+fn fence_windows_are_reserved_again_and_a_new_owner_starts_above_them() {
+    if !etcd_available() {
+        return;
+    }
+    let etcd = Etcd::start();
+    let window = "16";
+    let start = |etcd: &Etcd| {
+        common::cluster::start_node_with(etcd, "windows", 1, TTL, &["--fence-window", window])
+    };
+    let mut node = start(&etcd);
+    await_spread(node.addr, &[node.addr.to_string()], Duration::from_secs(20));
+    let mut c = node.connect();
+    let mut fences = Vec::new();
+    // Many grants of one key: the owner reserves window after window (at
+    // half of each); one it could not reserve in time stops the partition,
+    // which is claimed again above it. Every fence still rises.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while fences.len() < 100 {
+        match c.call(&["HOLD", "windows", "k", "WAIT", "0"]) {
+            v @ Value::Array(_) => {
+                let (lease, fence) = granted(v);
+                fences.push(fence);
+                assert_eq!(c.call(&["RELEASE", &lease.to_string()]), Value::ok());
+                if fences.len() % 5 == 0 {
+                    // Time for the agent's tick to reserve the next window.
+                    std::thread::sleep(Duration::from_millis(300));
+                }
+            }
+            Value::Error(e) if e.starts_with("CLUSTERDOWN") || e.starts_with("CLOSED ") => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(Instant::now() < deadline, "{} grants in 30 s", fences.len());
+    }
+    assert!(fences.windows(2).all(|w| w[1] > w[0]), "{fences:?}");
+    assert!(
+        fences[99] - fences[0] > 16,
+        "several windows were used: {fences:?}"
+    );
+    // A new process owning the partition starts above every window.
+    node.signal(libc::SIGKILL);
+    let _ = node.wait_exit(Duration::from_secs(5));
+    let node = start(&etcd);
+    await_spread(node.addr, &[node.addr.to_string()], Duration::from_secs(20));
+    let mut c = node.connect();
+    let (_, fence) = granted(c.call(&["HOLD", "windows", "k", "WAIT", "0"]));
+    assert!(fence > fences[99], "{fence} after {}", fences[99]);
+}

@@ -98,6 +98,7 @@ pub async fn join(settings: &Settings) -> Result<Agent, String> {
         settings.advertise.clone(),
         partitions,
         settings.ttl,
+        settings.fence_window,
     ));
     Ok(Agent {
         client,

@@ -68,10 +68,6 @@ use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 use tracing::warn;
 
-/// Fences reserved per window: 2^40 grants of one key before the owner
-/// must reserve again (done at half, in the background).
-pub const FENCE_WINDOW: u64 = 1 << 40;
-
 /// What the node knows of the cluster it is in.
 pub struct Node {
     /// 40 hex digits, as Redis Cluster's node ids; new at every start.
@@ -81,6 +77,9 @@ pub struct Node {
     /// Partitions in the cluster (read from etcd at start; fixed).
     pub partitions: u16,
     pub ttl: Duration,
+    /// Fences reserved in etcd at a time (`--fence-window`'s default
+    /// 2^40: that many grants of one key before the owner must reserve
+    /// again, which it does at half, in the background).
     pub window: u64,
     clock: Instant,
     /// Nanoseconds after `clock` until which the etcd lease surely lives;
@@ -131,13 +130,13 @@ pub enum Route {
 }
 
 impl Node {
-    pub fn new(id: String, advertise: String, partitions: u16, ttl: Duration) -> Node {
+    pub fn new(id: String, advertise: String, partitions: u16, ttl: Duration, window: u64) -> Node {
         Node {
             id,
             advertise,
             partitions,
             ttl,
-            window: FENCE_WINDOW,
+            window,
             clock: Instant::now(),
             deadline: AtomicU64::new(0),
             lease: AtomicI64::new(0),

@@ -111,12 +111,35 @@ pub fn start_node(etcd: &Etcd, name: &str, partitions: u16, ttl_secs: u64) -> Se
 }
 
 pub fn start_node_on(etcd: &Etcd, name: &str, partitions: u16, ttl: u64, port: u16) -> Server {
+    start_node_at(etcd, name, partitions, ttl, port, &[])
+}
+
+/// A node with more flags.
+pub fn start_node_with(
+    etcd: &Etcd,
+    name: &str,
+    partitions: u16,
+    ttl: u64,
+    extra: &[&str],
+) -> Server {
+    start_node_at(etcd, name, partitions, ttl, free_port(), extra)
+}
+
+fn start_node_at(
+    etcd: &Etcd,
+    name: &str,
+    partitions: u16,
+    ttl: u64,
+    port: u16,
+    extra: &[&str],
+) -> Server {
     let addr = format!("127.0.0.1:{port}");
     let mut child = Command::new(env!("CARGO_BIN_EXE_holdline"))
         .args(["serve", "--listen", &addr, "--advertise", &addr])
         .args(["--etcd", &etcd.url(), "--cluster", name])
         .args(["--partitions", &partitions.to_string()])
         .args(["--etcd-ttl", &format!("{ttl}s")])
+        .args(extra)
         .env(
             "HOLDLINE_LOG",
             std::env::var("HOLDLINE_LOG").unwrap_or("warn".into()),
