@@ -97,7 +97,9 @@ async fn serve(config: Config, tls: Option<Arc<tls::Tls>>) -> Result<(), String>
     let listener =
         listen(config.listen).map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
     let local = listener.local_addr().map_err(|e| e.to_string())?;
-    println!("holdline: listening on {local}");
+    // Never println!: a closed stdout (the starter read the line and went)
+    // must not take the server down.
+    let _ = writeln!(std::io::stdout(), "holdline: listening on {local}");
     let _ = std::io::stdout().flush();
     info!(
         %local,
@@ -113,7 +115,10 @@ async fn serve(config: Config, tls: Option<Arc<tls::Tls>>) -> Result<(), String>
             let bound = metrics::listen(addr).await;
             let listener = bound.map_err(|e| format!("--metrics {addr}: {e}"))?;
             let at = listener.local_addr().map_err(|e| e.to_string())?;
-            println!("holdline: metrics on http://{at}/metrics");
+            let _ = writeln!(
+                std::io::stdout(),
+                "holdline: metrics on http://{at}/metrics"
+            );
             let _ = std::io::stdout().flush();
             Some(listener)
         }

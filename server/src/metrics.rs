@@ -1,7 +1,8 @@
 //! Prometheus metrics (prometheus-client): connections, commands by name,
 //! errors by kind, and per lock (label `lock`, never the key) live and held
 //! keys, waiters, grants, timeouts, revocations, expirations, and the wait
-//! and hold times as histograms in seconds. `--metrics ADDR` serves them on
+//! and hold times as histograms in seconds; in a cluster, the partitions
+//! served and the etcd lease's time left. `--metrics ADDR` serves them on
 //! `/metrics` in Prometheus's text format, with `/healthz` beside it (200
 //! while serving, 503 once shutting down), on a port of their own.
 //!
@@ -189,6 +190,9 @@ pub struct Snapshot {
     pub blocked: u64,
     /// Each lock's name and its counters (as `LockStats::fields` names them).
     pub locks: Vec<(String, [(&'static str, u64); 7])>,
+    /// In a cluster: partitions served here, and milliseconds the etcd
+    /// lease surely lives (0: none).
+    pub cluster: Option<(u64, u64)>,
 }
 
 /// Connections and per-lock figures, read at scrape time.
@@ -231,6 +235,20 @@ impl Collector for ServerCollector {
             "Connections with a waiting HOLD",
             &blocked,
         )?;
+        if let Some((served, lease_ms)) = snap.cluster {
+            encode_one(
+                e,
+                "cluster_partitions_served",
+                "Partitions of the cluster this node serves now",
+                &gauge(served),
+            )?;
+            encode_one(
+                e,
+                "cluster_lease_left_seconds",
+                "How long the node's etcd lease surely lives (0: none; it serves nothing)",
+                &ConstGauge::new(lease_ms as f64 / 1000.0),
+            )?;
+        }
         encode_locks(&snap.locks, e)
     }
 }

@@ -155,6 +155,12 @@ impl Shared {
                 .into_iter()
                 .map(|(name, stats)| (name, stats.fields()))
                 .collect(),
+            cluster: self.cluster.as_ref().map(|node| {
+                let left = node.deadline().map_or(0, |d| {
+                    d.saturating_duration_since(Instant::now()).as_millis() as u64
+                });
+                (node.served().len() as u64, left)
+            }),
         }
     }
 

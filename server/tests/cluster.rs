@@ -443,11 +443,26 @@ fn fence_windows_are_reserved_again_and_a_new_owner_starts_above_them() {
     }
     let etcd = Etcd::start();
     let window = "16";
+    let metrics = format!("127.0.0.1:{}", common::cluster::free_port());
     let start = |etcd: &Etcd| {
-        common::cluster::start_node_with(etcd, "windows", 1, TTL, &["--fence-window", window])
+        let flags = ["--fence-window", window, "--metrics", &metrics];
+        common::cluster::start_node_with(etcd, "windows", 1, TTL, &flags)
     };
     let mut node = start(&etcd);
     await_spread(node.addr, &[node.addr.to_string()], Duration::from_secs(20));
+    // Operators see what the node serves and how long its lease lives.
+    let body = scrape(&metrics);
+    assert!(
+        body.contains("\nholdline_cluster_partitions_served 1\n"),
+        "{body}"
+    );
+    let left: f64 = body
+        .lines()
+        .find_map(|l| l.strip_prefix("holdline_cluster_lease_left_seconds "))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(left > 0.0 && left <= TTL as f64, "{left}");
     let mut c = node.connect();
     let mut fences = Vec::new();
     // Many grants of one key: the owner reserves window after window (at
@@ -485,4 +500,14 @@ fn fence_windows_are_reserved_again_and_a_new_owner_starts_above_them() {
     let mut c = node.connect();
     let (_, fence) = granted(c.call(&["HOLD", "windows", "k", "WAIT", "0"]));
     assert!(fence > fences[99], "{fence} after {}", fences[99]);
+}
+
+/// GET /metrics, the body.
+fn scrape(addr: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    write!(stream, "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
+    let mut out = String::new();
+    stream.read_to_string(&mut out).unwrap();
+    out
 }
