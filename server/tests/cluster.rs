@@ -351,8 +351,12 @@ fn nodes_keep_serving_while_etcd_is_away_then_stop_then_recover() {
     let node = three.nodes[0].addr;
     let map = slot_map(node);
     let mut c = Client::connect(node);
-    let keys = keys_owned_by(&mut c, &map, &node.to_string(), 2);
+    let keys = keys_owned_by(&mut c, &map, &node.to_string(), 3);
     let (lease, fence) = granted(c.call(&["HOLD", "away", &keys[0], "WAIT", "0"]));
+    // A RESP3 holder that sends nothing is told by a push all the same.
+    let mut quiet = Client::connect(node);
+    assert!(matches!(quiet.call(&["HELLO", "3"]), Value::Map(_)));
+    granted(quiet.call(&["HOLD", "away", &keys[2], "WAIT", "0", "TTL", "60000"]));
     three.etcd.kill();
     let gone = Instant::now();
     // Within the lease's margin the node still serves what it owns.
@@ -360,6 +364,14 @@ fn nodes_keep_serving_while_etcd_is_away_then_stop_then_recover() {
     if gone.elapsed() < Duration::from_millis(1000) {
         granted(other);
     }
+    match quiet.read_within(Duration::from_secs(TTL + 2)) {
+        Some(Value::Push(p)) => assert_eq!(p[0], Value::bulk("lost"), "{p:?}"),
+        other => panic!("no lost push within the lease: {other:?}"),
+    }
+    assert!(
+        gone.elapsed() < Duration::from_secs(TTL),
+        "stopped before etcd could expire the lease"
+    );
     // Past the lease it has stopped: the holder learns it, nothing is served.
     std::thread::sleep(Duration::from_secs(TTL) + Duration::from_millis(300));
     let renew = c.call(&["RENEW", &lease.to_string()]);

@@ -183,6 +183,8 @@ impl Agent {
             self.node.clone(),
             lease,
         )));
+        // Its own task: a reading of etcd that hangs must not delay the stop.
+        let _watchdog = AbortOnDrop(tokio::spawn(watchdog(self.node.clone())));
         self.tick_until_over().await
     }
 
@@ -369,7 +371,16 @@ async fn keep_alive(mut client: Client, node: Arc<Node>, lease: i64) {
     }
 }
 
-/// Ends the keepalive task with the session, however the session ends.
+/// Stops every partition when the deadline passes, even if no command
+/// comes to check it; ends when the session has no deadline any more.
+async fn watchdog(node: Arc<Node>) {
+    while let Some(deadline) = node.deadline() {
+        tokio::time::sleep_until(deadline.into()).await;
+        node.check_deadline();
+    }
+}
+
+/// Ends the keepalive and watchdog tasks with the session, however the session ends.
 struct AbortOnDrop(tokio::task::JoinHandle<()>);
 
 impl Drop for AbortOnDrop {
