@@ -13,7 +13,7 @@ from fake_cluster import SILENT, FakeCluster, FakeNode, hang_up_on
 from texts import RULES, assert_text
 
 import holdline
-from holdline import _texts
+from holdline import _cluster, _texts
 from holdline._address import Address, parse_addresses
 from holdline._cluster import _moved, slot
 
@@ -33,6 +33,7 @@ def test_the_routing_rules_are_the_tables() -> None:
     assert _texts.MAX_REDIRECTS == RULES["max_redirects"] == 5
     assert _texts.CLUSTER_DOWN_TRIES == RULES["cluster_down_tries"] == 10
     assert _texts.CLUSTER_DOWN_PAUSE_MS == RULES["cluster_down_pause_ms"] == 100
+    assert _cluster.MAP_TIMEOUT_MS == RULES["map_refresh_node_timeout_ms"] == 2000
 
 
 def test_several_addresses_in_one_string_or_a_list() -> None:
@@ -204,6 +205,46 @@ async def test_a_node_silent_to_cluster_slots_is_given_up_and_asked_last() -> No
         assert len(first.sent(b"CLUSTER")) == 2
         assert len(cluster.nodes[1].sent(b"CLUSTER")) >= 2
         assert 0.3 + 2 * _texts.CLUSTER_DOWN_PAUSE_MS / 1000 <= took < 2
+
+
+async def test_a_node_that_answers_nothing_first_in_the_map_holds_up_a_refresh_2s_at_most() -> None:
+    # texts.json's map_refresh: a node has 2 s to answer CLUSTER SLOTS when
+    # the map is fetched again, a new connection's HELLO included (the
+    # connect timeout is 10 s here), and is asked last after that.
+    given = RULES["map_refresh_node_timeout_ms"] / 1000
+    pause = RULES["cluster_down_pause_ms"] / 1000
+    async with FakeCluster() as cluster:
+        first = cluster.nodes[0]
+        # Node 0, first in the map, takes connections and answers nothing
+        # (not even HELLO); the store connects through node 1, so it has no
+        # connection to node 0 before the map is fetched again.
+        first.server._hello = False
+        first.override = lambda node, command: SILENT
+        store = await holdline.connect(cluster.nodes[1].address)
+        key = cluster.key_on(2)
+        # Node 2 answers CLUSTERDOWN for the key, though the map names it.
+        cluster.answered = list(cluster.owners)
+        cluster.owners[slot(key)] = None
+        downs: List[bytes] = []
+
+        def down_twice(node: FakeNode, command: List[bytes]) -> Optional[bytes]:
+            if command[0] == b"HOLD" and cluster.owners[slot(key)] is None:
+                downs.append(command[2])
+                if len(downs) == 3:
+                    cluster.owners[slot(key)] = 2  # served from the third HOLD on
+            return None
+
+        cluster.nodes[2].override = down_twice
+        started = time.monotonic()
+        async with store.lock("frozen").hold(key):
+            pass
+        took = time.monotonic() - started
+        await store.aclose()
+        # One connection to node 0, given up after 2 s; the second fetch
+        # asked node 1 first.
+        assert len(first.sent(b"HELLO")) == 1 and not first.sent(b"CLUSTER")
+        assert len(cluster.nodes[1].sent(b"CLUSTER")) == 3
+        assert given + 2 * pause <= took < given + 1.5
 
 
 async def test_a_dropped_connection_refreshes_the_map_and_the_next_hold_goes_to_the_new_owner() -> (

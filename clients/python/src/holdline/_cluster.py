@@ -38,7 +38,9 @@ SLOTS = 16384
 
 MAP_TIMEOUT_MS = 2_000
 """How long a node has to answer `CLUSTER SLOTS` when the map is fetched
-again (a stopped node is then asked no longer; the next one is)."""
+again, connecting included (the connect timeout if shorter): a stopped
+node is then asked no longer; the next one is. texts.json's rule
+`map_refresh_node_timeout_ms`."""
 
 
 def _crc16_table() -> List[int]:
@@ -288,20 +290,28 @@ class Router:
                 return
 
     async def _ask_slots(self, pool: Pool) -> Reply:
+        """`CLUSTER SLOTS`'s answer from `pool`'s node, given
+        `MAP_TIMEOUT_MS` (or the connect timeout, if shorter) for all of
+        it, a new connection's `HELLO` included; `Closed` past that."""
+        timeout = min(self._connect_timeout_ms, MAP_TIMEOUT_MS) / 1000
+        try:
+            return await asyncio.wait_for(self._slots_of(pool), timeout)
+        except asyncio.TimeoutError:
+            raise closed_error() from None
+
+    @staticmethod
+    async def _slots_of(pool: Pool) -> Reply:
         link = await pool.checkout()
         try:
-            pending = link.send("CLUSTER", "SLOTS")
-            timeout = min(self._connect_timeout_ms, MAP_TIMEOUT_MS) / 1000
-            await asyncio.wait([pending.future], timeout=timeout)
-            if not pending.future.done():
-                link.close()  # a node that says nothing is asked no more
-                raise closed_error()
+            reply = await link.send("CLUSTER", "SLOTS").future
         except BaseException:
-            link.close()
+            link.close()  # a node that says nothing in time is asked no more
             raise
         finally:
             pool.checkin(link)
-        return pending.future.result()
+        if reply is DROPPED:
+            raise closed_error()
+        return reply
 
     async def call(self, route_key: str, *args: Arg, lock: Optional[str] = None) -> Reply:
         """Sends a command for `route_key`'s slot to the node serving it,
