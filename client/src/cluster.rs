@@ -18,6 +18,12 @@ pub(crate) const CLUSTER_DOWN_TRIES: u32 = 10;
 /// The pause before a command that answered `CLUSTERDOWN` is sent again.
 pub(crate) const CLUSTER_DOWN_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
 
+/// How long one node has to answer `CLUSTER SLOTS` when the map is asked
+/// for again, connecting included (the connect timeout, if shorter); then
+/// the next node is asked, and this one is asked last from then on.
+pub(crate) const MAP_REFRESH_NODE_TIMEOUT: std::time::Duration =
+    std::time::Duration::from_millis(2000);
+
 /// No node serves the slot.
 const NONE: u16 = u16::MAX;
 

@@ -123,11 +123,28 @@ pub(crate) fn local_deadline(t: Instant, ttl: Duration) -> std::time::Instant {
     (t + ttl.saturating_sub(margin)).into_std()
 }
 
+/// What a connection that fails marks: its store's map, as worth asking
+/// for again, and its node, as one to ask for the map last.
+#[derive(Clone)]
+pub(crate) struct Failure {
+    pub(crate) map: Arc<AtomicBool>,
+    pub(crate) node: Arc<AtomicBool>,
+}
+
+impl Failure {
+    pub(crate) fn mark(&self) {
+        // Relaxed: hints, ordered by nothing.
+        self.map.store(true, Ordering::Relaxed);
+        self.node.store(true, Ordering::Relaxed);
+    }
+}
+
 impl Conn {
     /// Starts the task for `conn` on the current tokio runtime. `failed`
-    /// is set when the connection fails or goes silent (not when its
-    /// holder closes it): a cluster's map may be out of date then.
-    pub(crate) fn spawn(conn: Connection, failed: Arc<AtomicBool>) -> Conn {
+    /// is marked when the connection fails or goes silent (not when its
+    /// holder closes it): a cluster's map may be out of date then, and
+    /// this node is asked for it last.
+    pub(crate) fn spawn(conn: Connection, failed: Failure) -> Conn {
         let (requests, rx) = mpsc::unbounded_channel();
         let shared = Arc::new(ConnShared {
             renew_ms: AtomicU64::new(0),
@@ -250,8 +267,8 @@ struct Task {
     shared: Arc<ConnShared>,
     waiting: VecDeque<(Option<ReplyTo>, Instant)>,
     last_write: Instant,
-    /// Set when this connection fails or goes silent.
-    failed: Arc<AtomicBool>,
+    /// Marked when this connection fails or goes silent.
+    failed: Failure,
 }
 
 /// Why the task's loop ended.
@@ -375,8 +392,8 @@ impl Task {
         // A holder that closed its own connection let its lease go; a
         // silent one already marked it; only a failure loses it here.
         if !matches!(end, End::Dropped) {
-            // Relaxed: a hint to look at the map again, ordered by nothing.
-            self.failed.store(true, Ordering::Relaxed);
+            // A hint to look at the map again, this node last.
+            self.failed.mark();
         }
         let (dead, failed) = match end {
             End::Dropped => (

@@ -87,6 +87,24 @@ pub use store::Store;
 /// for [`ConnectOptions::tls_config`] of the same version.
 pub use tokio_rustls::rustls;
 
+/// The numbers of `clients/texts.json`'s rules this client keeps, by their
+/// names there, for the test that compares them with the table.
+#[doc(hidden)]
+pub fn rules() -> Vec<(&'static str, u64)> {
+    use cluster::{
+        CLUSTER_DOWN_PAUSE, CLUSTER_DOWN_TRIES, MAP_REFRESH_NODE_TIMEOUT, MAX_REDIRECTS,
+    };
+    let ms = |d: std::time::Duration| d.as_millis() as u64;
+    vec![
+        ("default_port", u64::from(DEFAULT_PORT)),
+        ("connect_timeout_ms", ms(CONNECT_TIMEOUT)),
+        ("max_redirects", u64::from(MAX_REDIRECTS)),
+        ("cluster_down_tries", u64::from(CLUSTER_DOWN_TRIES)),
+        ("cluster_down_pause_ms", ms(CLUSTER_DOWN_PAUSE)),
+        ("map_refresh_node_timeout_ms", ms(MAP_REFRESH_NODE_TIMEOUT)),
+    ]
+}
+
 /// The README's example, compiled as a doctest.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]

@@ -42,10 +42,23 @@ impl Lock {
         &self.name
     }
 
-    /// The lock's counters on the server (`STATS`; in a cluster, one
-    /// node's).
+    /// The lock's counters on the server (`STATS`). In a cluster, the
+    /// sums of every node's of the map: a node that cannot be reached, or
+    /// fails, fails the call with its error.
     pub async fn stats(&self) -> Result<LockStats, Error> {
-        let reply = self.store.command(&["STATS", &self.name]).await?;
+        self.store.inner.check_open(Scope::Store)?;
+        let mut total = LockStats::default();
+        for node in self.store.inner.map_nodes().await? {
+            let conn = node.checkout(Scope::Store).await?;
+            let reply = conn.request(&["STATS", &self.name]).await;
+            node.give_back(conn);
+            add(&mut total, &self.read_stats(reply?)?);
+        }
+        Ok(total)
+    }
+
+    /// One node's `STATS` answer.
+    fn read_stats(&self, reply: Value) -> Result<LockStats, Error> {
         let pairs: Vec<(Value, Value)> = match reply {
             Value::Map(pairs) => pairs,
             Value::Array(flat) => {
@@ -62,6 +75,17 @@ impl Lock {
         }
         Ok(stats)
     }
+}
+
+/// Adds `more`'s counters to `total`'s.
+fn add(total: &mut LockStats, more: &LockStats) {
+    total.live_keys = total.live_keys.saturating_add(more.live_keys);
+    total.held_keys = total.held_keys.saturating_add(more.held_keys);
+    total.waiters = total.waiters.saturating_add(more.waiters);
+    total.grants = total.grants.saturating_add(more.grants);
+    total.timeouts = total.timeouts.saturating_add(more.timeouts);
+    total.revocations = total.revocations.saturating_add(more.revocations);
+    total.expirations = total.expirations.saturating_add(more.expirations);
 }
 
 impl Store {

@@ -3,7 +3,7 @@
 //! connections, each with its background task.
 
 use crate::connection::Connection;
-use crate::driver::Conn;
+use crate::driver::{Conn, Failure};
 use crate::error::Error;
 use crate::options::Tls;
 use crate::texts;
@@ -73,6 +73,10 @@ pub(crate) struct Node {
     tls: Option<Tls>,
     dial: Arc<Dial>,
     idle: Mutex<Vec<Conn>>,
+    /// Set when a connection to it failed (or could not be made), or it
+    /// did not answer `CLUSTER SLOTS` in time; cleared when it answers
+    /// one. Such a node is asked for the map last.
+    failing: Arc<AtomicBool>,
 }
 
 impl Node {
@@ -87,6 +91,7 @@ impl Node {
             tls,
             dial,
             idle: Mutex::new(Vec::new()),
+            failing: Arc::new(AtomicBool::new(false)),
         })
     }
 
@@ -102,15 +107,23 @@ impl Node {
             .await
             .unwrap_or_else(|_| Err(texts::connect_silent(addr, CONNECT_TIMEOUT)));
         if opened.as_ref().is_err_and(Error::is_connection) {
-            self.dial.mark_failed();
+            self.failure().mark();
         }
         opened
+    }
+
+    /// What this node's connections mark when they fail.
+    fn failure(&self) -> Failure {
+        Failure {
+            map: self.dial.failed.clone(),
+            node: self.failing.clone(),
+        }
     }
 
     /// A fresh pooled connection (not in the pool until given back).
     pub(crate) async fn new_conn(&self) -> Result<Conn, Error> {
         let conn = self.new_connection().await?;
-        Ok(Conn::spawn(conn, self.dial.failed.clone()))
+        Ok(Conn::spawn(conn, self.failure()))
     }
 
     /// An idle connection, or a new one.
@@ -140,7 +153,18 @@ impl Node {
     /// This node answered nothing in time: a cluster's map is asked for
     /// again before the next command.
     pub(crate) fn suspect(&self) {
-        self.dial.mark_failed();
+        self.failure().mark();
+    }
+
+    /// Whether a connection to it failed since it last answered `CLUSTER
+    /// SLOTS` (it is asked for the map last).
+    pub(crate) fn is_failing(&self) -> bool {
+        self.failing.load(Ordering::Relaxed)
+    }
+
+    /// It answered `CLUSTER SLOTS` (`false`), or did not in time (`true`).
+    pub(crate) fn set_failing(&self, failing: bool) {
+        self.failing.store(failing, Ordering::Relaxed);
     }
 
     /// Idle connections in the pool now.

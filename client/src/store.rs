@@ -5,10 +5,10 @@
 //! `CLUSTERDOWN` included, is the `route` module's.
 
 use crate::address::Address;
-use crate::cluster::SlotMap;
+use crate::cluster::{SlotMap, MAP_REFRESH_NODE_TIMEOUT};
 use crate::connection::Connection;
 use crate::error::Error;
-use crate::node::{Dial, Node};
+use crate::node::{Dial, Node, CONNECT_TIMEOUT};
 use crate::options::ConnectOptions;
 use holdline::wire::Scope;
 use holdline::ErrorKind;
@@ -18,9 +18,6 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
-
-/// How long asking one node for the slot map may take.
-const REFRESH_PATIENCE: Duration = Duration::from_secs(1);
 
 /// A holdline server, or a cluster of them, reached over TCP (or TLS):
 /// `Clone + Send + Sync`, cheap to clone.
@@ -150,16 +147,6 @@ impl Store {
         self.inner.home.new_connection().await
     }
 
-    /// One command that is about no key, on a pooled connection (in a
-    /// cluster, of any node).
-    pub(crate) async fn command<A: AsRef<[u8]>>(&self, args: &[A]) -> Result<Value, Error> {
-        let node = self.inner.any_node(0)?;
-        let conn = node.checkout(Scope::Store).await?;
-        let reply = conn.request(args).await;
-        node.give_back(conn);
-        reply
-    }
-
     /// Closes the idle connections; every later call fails `closed`.
     /// Holds in progress keep their connections until they end. Idempotent.
     pub fn close(&self) {
@@ -278,24 +265,47 @@ impl StoreInner {
         }
     }
 
+    /// The nodes of the map, each once (a single server: that one),
+    /// after asking for the map again if a connection failed or a `MOVED`
+    /// came since.
+    pub(crate) async fn map_nodes(&self) -> Result<Vec<Arc<Node>>, Error> {
+        let Some(cluster) = &self.cluster else {
+            return Ok(vec![self.home.clone()]);
+        };
+        if self.dial.failed.load(Ordering::Relaxed) {
+            self.refresh(false).await;
+        }
+        let addrs = cluster.map().nodes().to_vec();
+        addrs.iter().map(|addr| self.node(addr)).collect()
+    }
+
     /// Asks for the map again (`CLUSTER SLOTS`): from the nodes it names,
-    /// then the addresses given, the first that answers. `force`: even if
-    /// nothing failed since the last time. Keeps the old map if none
-    /// answers (and asks again before the next command).
+    /// then the other nodes known, then the addresses given, those whose
+    /// connections failed last; the first that answers with a map wins.
+    /// Each node has `MAP_REFRESH_NODE_TIMEOUT` (the connect timeout if
+    /// shorter) to answer, connecting included. `force`: even if nothing
+    /// failed since the last time. Keeps the old map if none answers (and
+    /// asks again before the next command).
     pub(crate) async fn refresh(&self, force: bool) {
         let Some(cluster) = &self.cluster else { return };
         let _one = cluster.refreshing.lock().await;
         if !force && !self.dial.failed.load(Ordering::Relaxed) {
             return; // another refresh just ran
         }
-        let mut candidates = cluster.map().nodes().to_vec();
-        for seed in &self.seeds {
-            if !candidates.contains(seed) {
-                candidates.push(seed.clone());
+        let mut addrs = cluster.map().nodes().to_vec();
+        let mut known: Vec<Arc<str>> = self.all_nodes().iter().map(|n| n.addr.clone()).collect();
+        known.sort();
+        for addr in known.iter().chain(&self.seeds) {
+            if !addrs.contains(addr) {
+                addrs.push(addr.clone());
             }
         }
-        for addr in candidates {
-            if let Some(map) = self.slots_from(&addr).await {
+        let mut candidates: Vec<Arc<Node>> =
+            addrs.iter().filter_map(|a| self.node(a).ok()).collect();
+        // Stable: in that order otherwise.
+        candidates.sort_by_key(|node| node.is_failing());
+        for node in candidates {
+            if let Some(map) = self.slots_from(&node).await {
                 *cluster.map() = map;
                 self.dial.failed.store(false, Ordering::Relaxed);
                 return;
@@ -304,20 +314,32 @@ impl StoreInner {
         self.dial.mark_failed();
     }
 
-    /// `addr`'s map, if it answers `CLUSTER SLOTS` with one in time.
-    async fn slots_from(&self, addr: &str) -> Option<SlotMap> {
-        let node = self.node(addr).ok()?;
+    /// `node`'s map, if it answers `CLUSTER SLOTS` with one in time. One
+    /// that cannot be reached, fails, or answers nothing in time is marked
+    /// to be asked last; one that answers, unmarked.
+    async fn slots_from(&self, node: &Node) -> Option<SlotMap> {
         let ask = async {
             let conn = node.checkout(Scope::Store).await.ok()?;
-            let reply = conn.request(&["CLUSTER", "SLOTS"]).await.ok()?;
+            let reply = conn.request(&["CLUSTER", "SLOTS"]).await;
             node.give_back(conn);
-            let host = addr.rsplit_once(':').map_or("", |(host, _)| host);
-            SlotMap::from_reply(&reply, host.trim_matches(['[', ']']))
+            Some(reply)
         };
-        tokio::time::timeout(REFRESH_PATIENCE, ask)
-            .await
-            .ok()
-            .flatten()
+        // Past its time the connection is dropped (closed) unanswered.
+        let patience = MAP_REFRESH_NODE_TIMEOUT.min(CONNECT_TIMEOUT);
+        let reply = match tokio::time::timeout(patience, ask).await {
+            Ok(Some(Ok(reply))) => reply,
+            Ok(Some(Err(e))) if !e.is_connection() => {
+                node.set_failing(false);
+                return None; // an error reply: no map
+            }
+            _ => {
+                node.set_failing(true);
+                return None;
+            }
+        };
+        node.set_failing(false);
+        let host = node.addr.rsplit_once(':').map_or("", |(host, _)| host);
+        SlotMap::from_reply(&reply, host.trim_matches(['[', ']']))
     }
 }
 

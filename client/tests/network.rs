@@ -33,6 +33,17 @@ fn every_client_made_text_is_the_shared_tables() {
     }
 }
 
+#[test]
+fn every_rule_number_is_the_shared_tables() {
+    let rules = holdline_client::rules();
+    assert!(rules
+        .iter()
+        .any(|&(name, _)| name == "map_refresh_node_timeout_ms"));
+    for (name, n) in rules {
+        assert_eq!(n, common::client_rule(name), "{name}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_link_loses_the_lease_before_anyone_else_is_granted() {
     let server = Server::start();

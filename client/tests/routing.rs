@@ -1,17 +1,18 @@
 //! Routing against scripted nodes (no cluster needed): the map learnt at
 //! connect, `MOVED` followed and remembered, a loop of them, `CLUSTERDOWN`
-//! retried then given up, an unreachable node, several addresses, and a
-//! single server left alone. The two routing texts are compared with
-//! `clients/texts.json`.
+//! retried then given up, an unreachable node, a node silent while the
+//! map is fetched again, several addresses, `STATS` summed over the nodes,
+//! and a single server left alone. The two routing texts are compared
+//! with `clients/texts.json`.
 
 mod common;
 
 use bytes::BytesMut;
-use common::{assert_text_with_reason, expected_text, Server};
+use common::{assert_text_with_reason, client_rule, expected_text, Server};
 use holdline_client::{key_slot, ErrorKind, Store, Value};
 use holdline_resp::{encode, Decoder, Proto};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -38,6 +39,9 @@ struct NodeState {
     counts: Mutex<HashMap<String, usize>>,
     /// A verb answered only after a pause.
     slow: Mutex<Option<(&'static str, Duration)>>,
+    /// Set: takes connections and commands, answers nothing (not even
+    /// `HELLO`), as a stopped process.
+    mute: AtomicBool,
 }
 
 impl FakeNode {
@@ -49,6 +53,7 @@ impl FakeNode {
             script: Box::new(script),
             counts: Mutex::new(HashMap::new()),
             slow: Mutex::new(None),
+            mute: AtomicBool::new(false),
         });
         let shared = state.clone();
         tokio::spawn(async move {
@@ -68,6 +73,11 @@ impl FakeNode {
     /// From now on, answers `verb` only `after` it came.
     fn answer_late(&self, verb: &'static str, after: Duration) {
         *self.state.slow.lock().unwrap() = Some((verb, after));
+    }
+
+    /// From now on, answers nothing at all.
+    fn mute(&self) {
+        self.state.mute.store(true, Ordering::Relaxed);
     }
 }
 
@@ -92,6 +102,9 @@ async fn serve(mut sock: TcpStream, node: Arc<NodeState>) {
             .unwrap()
             .entry(cmd[0].clone())
             .or_default() += 1;
+        if node.mute.load(Ordering::Relaxed) {
+            continue;
+        }
         let reply = match cmd[0].as_str() {
             "HELLO" => Value::Map(vec![(Value::bulk("proto"), Value::Integer(3))]),
             "PING" => Value::simple("PONG"),
@@ -359,4 +372,159 @@ async fn a_leases_clock_starts_at_the_hold_that_was_granted() {
     // counted from the first HOLD would have passed, asking for a RENEW).
     assert_eq!((a.count("HOLD"), b.count("HOLD")), (1, 1));
     assert_eq!(b.count("RENEW"), 0);
+}
+
+/// Three scripted nodes that answer `CLUSTER SLOTS` with one map (the
+/// first node's range first), and a key on the third that answers
+/// `CLUSTERDOWN` twice, then is granted.
+async fn three_nodes_one_slot_down_twice() -> ([FakeNode; 3], String) {
+    let map = Arc::new(Mutex::new(Value::Array(vec![])));
+    let key = (0..)
+        .map(|n| format!("k{n}"))
+        .find(|k| key_slot(k) > 10922)
+        .unwrap();
+    let downs = Arc::new(AtomicUsize::new(0));
+    let start = |map: Arc<Mutex<Value>>, downs: Option<Arc<AtomicUsize>>| {
+        FakeNode::start(move |_, cmd| match cmd[0].as_str() {
+            "CLUSTER" => map.lock().unwrap().clone(),
+            "HOLD" => match &downs {
+                Some(downs) if downs.fetch_add(1, Ordering::Relaxed) < 2 => {
+                    Value::error("CLUSTERDOWN Hash slot not served")
+                }
+                _ => grant(),
+            },
+            "RELEASE" => Value::ok(),
+            other => panic!("unexpected {other}"),
+        })
+    };
+    let nodes = [
+        start(map.clone(), None).await,
+        start(map.clone(), None).await,
+        start(map.clone(), Some(downs)).await,
+    ];
+    *map.lock().unwrap() = slots(&[
+        (0, 5460, &nodes[0].addr),
+        (5461, 10922, &nodes[1].addr),
+        (10923, 16383, &nodes[2].addr),
+    ]);
+    (nodes, key)
+}
+
+/// Holds `key` (answered `CLUSTERDOWN` twice: the map is fetched again
+/// twice) and checks the time it took: one silent node given up after
+/// texts.json's `map_refresh_node_timeout_ms` (the connect timeout is
+/// 10 s), then asked last, so not waited for a second time.
+async fn hold_through_two_refreshes(store: &Store, key: &str) {
+    let given = Duration::from_millis(client_rule("map_refresh_node_timeout_ms"));
+    let pause = Duration::from_millis(client_rule("cluster_down_pause_ms"));
+    let lock = store.lock("frozen").open().unwrap();
+    let started = Instant::now();
+    let fence = timeout(PATIENCE, lock.hold(key, async |lease| lease.fence()))
+        .await
+        .unwrap()
+        .unwrap();
+    let took = started.elapsed();
+    assert_eq!(fence, 5);
+    assert!(
+        took >= given + 2 * pause && took < given + Duration::from_millis(1500),
+        "took {took:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_silent_to_cluster_slots_holds_up_a_refresh_2s_at_most_then_is_asked_last() {
+    let (nodes, key) = three_nodes_one_slot_down_twice().await;
+    // The store's first node, first in the map, with an idle connection.
+    let store = Store::connect(&nodes[0].addr).await.unwrap();
+    assert_eq!(
+        store.node_for(&*key).as_deref(),
+        Some(nodes[2].addr.as_str())
+    );
+    nodes[0].mute();
+    hold_through_two_refreshes(&store, &key).await;
+    // Asked at connect and by the first refresh (given up); the second
+    // asked node 1 first.
+    assert_eq!(nodes[0].count("CLUSTER"), 2);
+    assert_eq!(nodes[1].count("CLUSTER"), 2);
+    assert_eq!(nodes[2].count("HOLD"), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_answers_nothing_first_in_the_map_holds_up_a_refresh_2s_at_most() {
+    let (nodes, key) = three_nodes_one_slot_down_twice().await;
+    // Node 0 takes connections and answers nothing, HELLO included; the
+    // store connects through node 1, so it must open one to ask node 0.
+    nodes[0].mute();
+    let store = Store::connect(&nodes[1].addr).await.unwrap();
+    hold_through_two_refreshes(&store, &key).await;
+    assert_eq!((nodes[0].count("HELLO"), nodes[0].count("CLUSTER")), (1, 0));
+    assert_eq!(nodes[1].count("CLUSTER"), 3);
+}
+
+/// A `STATS` answer with these counters.
+fn stats_reply(counters: &[(&str, i64)]) -> Value {
+    let pairs = counters
+        .iter()
+        .map(|&(name, n)| (Value::bulk(name), Value::Integer(n)));
+    Value::Map(pairs.collect())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stats_sums_every_nodes_counters_and_fails_with_a_node_that_cannot_answer() {
+    let map = Arc::new(Mutex::new(Value::Array(vec![])));
+    let node = |map: Arc<Mutex<Value>>, counters: &'static [(&'static str, i64)]| {
+        FakeNode::start(move |_, cmd| match cmd[0].as_str() {
+            "CLUSTER" => map.lock().unwrap().clone(),
+            "STATS" => {
+                assert_eq!(cmd[1], "tally");
+                stats_reply(counters)
+            }
+            other => panic!("unexpected {other}"),
+        })
+    };
+    let a = node(
+        map.clone(),
+        &[("live_keys", 3), ("grants", 1), ("waiters", 2)],
+    )
+    .await;
+    let b = node(
+        map.clone(),
+        &[("live_keys", 4), ("grants", 10), ("timeouts", 7)],
+    )
+    .await;
+    *map.lock().unwrap() = slots(&[(0, 8191, &a.addr), (8192, 16383, &b.addr)]);
+    let store = Store::connect(&a.addr).await.unwrap();
+    let stats = store.lock("tally").open().unwrap().stats().await.unwrap();
+    assert_eq!(
+        (stats.live_keys, stats.grants, stats.waiters, stats.timeouts),
+        (7, 11, 2, 7)
+    );
+    assert_eq!((a.count("STATS"), b.count("STATS")), (1, 1));
+
+    // A node of the map that cannot be reached fails the call, as a hold
+    // sent there would.
+    let dead = dead_addr();
+    *map.lock().unwrap() = slots(&[(0, 8191, &a.addr), (8192, 16383, &dead)]);
+    let store = Store::connect(&a.addr).await.unwrap();
+    let err = store
+        .lock("tally")
+        .open()
+        .unwrap()
+        .stats()
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Closed);
+    assert_text_with_reason("cannot_connect", &[("hostport", &dead)], &err.to_string());
+
+    // A single server: its own counters, as ever.
+    let single = FakeNode::start(|_, cmd| match cmd[0].as_str() {
+        "CLUSTER" => Value::error(NOT_CLUSTER),
+        "STATS" => stats_reply(&[("grants", 5)]),
+        other => panic!("unexpected {other}"),
+    })
+    .await;
+    let store = Store::connect(&single.addr).await.unwrap();
+    let stats = store.lock("tally").open().unwrap().stats().await.unwrap();
+    assert_eq!((stats.grants, stats.live_keys), (5, 0));
+    assert_eq!(single.count("STATS"), 1);
 }

@@ -242,14 +242,25 @@ pub fn holder_binary() -> PathBuf {
         .expect("no holder example: cargo build --example holder -p holdline-client")
 }
 
-/// The client-made texts every client shares (`clients/texts.json`).
-pub fn client_text(name: &str) -> String {
+/// `clients/texts.json`, read once.
+fn client_table() -> &'static serde_json::Value {
     static TABLE: OnceLock<serde_json::Value> = OnceLock::new();
-    let table = TABLE.get_or_init(|| {
+    TABLE.get_or_init(|| {
         let path = repo_root().join("clients/texts.json");
         serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
-    });
-    table["texts"][name]
+    })
+}
+
+/// A number of the rules every client shares (`clients/texts.json`).
+pub fn client_rule(name: &str) -> u64 {
+    client_table()["rules"][name]
+        .as_u64()
+        .unwrap_or_else(|| panic!("clients/texts.json has no number rule {name}"))
+}
+
+/// The client-made texts every client shares (`clients/texts.json`).
+pub fn client_text(name: &str) -> String {
+    client_table()["texts"][name]
         .as_str()
         .unwrap_or_else(|| panic!("clients/texts.json has no text {name}"))
         .to_owned()
