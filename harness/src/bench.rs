@@ -10,17 +10,20 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::busy::Spinners;
 use crate::cli::BenchArgs;
+use crate::cluster::{etcd_binary, tools_required, Setup};
 use crate::designs::Design;
 use crate::row::{Row, Run};
 use crate::scenario::{Cfg, Kind, Scenario};
 use crate::servers::ServerKind;
 use crate::{for_async_design, for_design, plots, report, schema, workspace_path};
 
-/// What a row measures: an in-process design, or a server over loopback.
+/// What a row measures: an in-process design, a server over loopback, or
+/// a plain node or cluster (the `cluster` scenario).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Subject {
     Design(Design),
     Server(ServerKind),
+    Cluster(Setup),
 }
 
 impl Subject {
@@ -28,6 +31,7 @@ impl Subject {
         match self {
             Subject::Design(d) => d.name(),
             Subject::Server(s) => s.name(),
+            Subject::Cluster(s) => s.name(),
         }
     }
 }
@@ -58,6 +62,7 @@ impl Job {
         let (s, t) = (self.scenario, self.threads);
         match self.design {
             Subject::Server(kind) => crate::server_scenarios::run(s, kind, cfg, t),
+            Subject::Cluster(setup) => crate::cluster_scenarios::run(setup, cfg, t),
             Subject::Design(d) if s.kind() == Kind::Async => for_async_design!(d,
                 D => s.run_async::<D>(cfg, t),
                 else for_design!(d, D => s.run::<D>(cfg, t))),
@@ -71,9 +76,9 @@ impl Job {
             Subject::Design(d) => {
                 for_design!(d, D => self.scenario.failed::<D>(self.threads))
             }
-            Subject::Server(kind) => {
-                let mut run = Run::new(self.scenario, self.threads, kind.name());
-                run.fifo = kind.fifo();
+            Subject::Server(_) | Subject::Cluster(_) => {
+                let mut run = Run::new(self.scenario, self.threads, self.design.name());
+                run.fifo = !matches!(self.design, Subject::Server(ServerKind::Redis));
                 run.na = Some("PANICKED");
                 run.note = "the run panicked (see stderr)".into();
                 run
@@ -108,8 +113,9 @@ fn busy_levels(asked: &[usize], scenario: Scenario) -> Vec<usize> {
 }
 
 /// What runs `scenario`: every design for a blocking one, the designs
-/// with an async hold for an async one, both servers for a server one
-/// (`--design` picks the designs, not the servers).
+/// with an async hold for an async one, both servers for a server one, the
+/// plain node and the clusters for `cluster` (`--design` picks the designs,
+/// not the servers).
 fn subjects(scenario: Scenario, designs: &[Design]) -> Vec<Subject> {
     match scenario.kind() {
         Kind::Blocking => designs.iter().map(|&d| Subject::Design(d)).collect(),
@@ -119,6 +125,7 @@ fn subjects(scenario: Scenario, designs: &[Design]) -> Vec<Subject> {
             .map(|&d| Subject::Design(d))
             .collect(),
         Kind::Server => ServerKind::ALL.map(Subject::Server).to_vec(),
+        Kind::Cluster => Setup::ALL.map(Subject::Cluster).to_vec(),
     }
 }
 
@@ -355,10 +362,30 @@ fn write_outputs(plan: &Plan, rows: &[Row], table: &str, elapsed: Duration) -> b
     ok
 }
 
-/// Says, once, which planned servers cannot start here and how to get them.
+/// Says, once, which planned servers (and etcd) cannot start here and how
+/// to get them.
 fn say_missing_servers(plan: &Plan) {
+    let clusters = plan
+        .jobs
+        .iter()
+        .any(|j| matches!(j.design, Subject::Cluster(Setup::Nodes(_))));
+    if clusters {
+        if let Err(m) = etcd_binary() {
+            let then = if tools_required() {
+                "HOLDLINE_REQUIRE_TOOLS=1: the cluster rows fail"
+            } else {
+                "the cluster rows are n/a (HOLDLINE_REQUIRE_TOOLS=1 makes them fail)"
+            };
+            eprintln!("harness: {}; {then}", m.how);
+        }
+    }
     for kind in ServerKind::ALL {
-        if plan.jobs.iter().any(|j| j.design == Subject::Server(kind)) {
+        let cluster = kind == ServerKind::Holdline
+            && plan
+                .jobs
+                .iter()
+                .any(|j| matches!(j.design, Subject::Cluster(_)));
+        if cluster || plan.jobs.iter().any(|j| j.design == Subject::Server(kind)) {
             match kind.binary() {
                 Err(m) => eprintln!("harness: {}", m.how),
                 Ok(p) if crate::servers::is_debug_build(&p) => eprintln!(
@@ -515,13 +542,32 @@ mod tests {
                 (Scenario::ServerMemory, 16, "redis"),
             ]
         );
+        // Cluster: the plain node, then 1, 2 and 3 nodes, at 16 clients.
+        let clusters: Vec<(usize, &str)> = p
+            .jobs
+            .iter()
+            .filter(|j| j.scenario.kind() == Kind::Cluster)
+            .map(|j| (j.threads, j.design.name()))
+            .collect();
+        assert_eq!(
+            clusters,
+            [
+                (16, "plain"),
+                (16, "cluster-1"),
+                (16, "cluster-2"),
+                (16, "cluster-3")
+            ]
+        );
     }
 
     #[test]
-    fn quick_runs_the_async_scenarios_but_not_the_servers_unless_asked() {
+    fn quick_runs_the_async_and_cluster_scenarios_but_not_the_servers_unless_asked() {
         let p = plan(&["--quick"]);
         assert!(p.jobs.iter().any(|j| j.scenario == Scenario::AsyncHotKey));
         assert!(!p.jobs.iter().any(|j| j.scenario.kind() == Kind::Server));
+        // The cluster rows are quick enough (about 4 s) to stay in.
+        let clusters = p.jobs.iter().filter(|j| j.scenario == Scenario::Cluster);
+        assert_eq!(clusters.count(), 4);
         let p = plan(&["--quick", "--scenario", "server-hot-key"]);
         assert_eq!(p.jobs.len(), 2);
     }

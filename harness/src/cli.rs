@@ -53,9 +53,9 @@ pub struct BenchArgs {
     pub duration: Option<u64>,
     /// Scenarios to run: uncontended, hot-key, zipf, million-keys, handoff,
     /// deadline, async-uncontended, async-hot-key, async-fresh-keys,
-    /// async-deadline, server-uncontended, server-hot-key, server-memory; or
-    /// a group: blocking, async, server [default: all; --quick: all but the
-    /// server ones].
+    /// async-deadline, server-uncontended, server-pipelined, server-hot-key,
+    /// server-memory, cluster; or a group: blocking, async, server [default:
+    /// all; --quick: all but the server ones].
     #[arg(
         long = "scenario",
         alias = "scenarios",

@@ -7,14 +7,16 @@
 //! `tests/module_graph.rs` checks there is no import cycle):
 //! - leaves: `alloc` (the allocation-counting allocator), `busy` (CPU-bound
 //!   threads beside a row), `zipf` (key sequences), `servers` (starting
-//!   `holdline serve` and `redis-server`), `designs` (what is measured),
-//!   `units` (number formats);
+//!   `holdline serve` and `redis-server`), `cluster` (a private etcd,
+//!   cluster nodes, slots and the slot map; uses `servers`), `designs`
+//!   (what is measured), `units` (number formats);
 //! - `scenario` (the scenarios' names, legends, constants and [`Cfg`]),
 //!   `row` (a run, a row as the median of its runs, ratios to holdline),
 //!   `measure` (what every runner shares);
 //! - one file per family of runners: `rates`, `fresh_keys`, `handoff`,
 //!   `deadline`, `async_scenarios` (tasks on a tokio runtime),
 //!   `server_scenarios` (holdline serve against redis-server on loopback),
+//!   `cluster_scenarios` (a plain node against clusters of 1-3 nodes),
 //!   `hot_path` (the uncontended hold against the map pattern, checked
 //!   against recorded ratios); `scenarios` sends a scenario to its runner;
 //! - `schema` (a row's fields, once, for the table, CSV and JSON), `report`
@@ -28,6 +30,8 @@ mod async_scenarios;
 mod bench;
 mod busy;
 mod cli;
+mod cluster;
+mod cluster_scenarios;
 mod deadline;
 mod designs;
 mod flame;

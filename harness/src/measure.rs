@@ -1,6 +1,7 @@
 //! What every runner shares: histograms, a run's identity, running work
-//! on threads or tasks for a while, the throughput-then-latency loop of the
-//! keyed rows, and the end of a fresh-keys row.
+//! on threads or tasks for a while, the server and cluster rows' runtime
+//! and hold+release pairs, the throughput-then-latency loop of the keyed
+//! rows, and the end of a fresh-keys row.
 
 use std::future::Future;
 use std::hint::black_box;
@@ -14,7 +15,7 @@ use tokio::runtime::Runtime;
 use crate::alloc::live_bytes;
 use crate::designs::{Deadline, KeyedLock};
 use crate::row::{Run, QUANTILES};
-use crate::scenario::{Cfg, Scenario, BATCH, MILLION_TIMED_EVERY};
+use crate::scenario::{workers, Cfg, Scenario, BATCH, MILLION_TIMED_EVERY};
 use crate::units::fmt_bytes;
 
 pub fn hist() -> Histogram<u64> {
@@ -105,6 +106,36 @@ where
         }
         (out, start.elapsed().as_secs_f64())
     })
+}
+
+/// The runtime the server and cluster rows' clients run on: one worker
+/// per CPU, I/O and time enabled.
+pub fn io_runtime() -> Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers())
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+/// The tasks' latencies merged and their hold+release pairs as the rate;
+/// `lat_of` says what one latency sample is.
+pub fn record_pairs(
+    run: &mut Run,
+    outs: Vec<(Histogram<u64>, u64)>,
+    secs: f64,
+    lat_of: &'static str,
+) {
+    let mut all = hist();
+    let mut pairs = 0;
+    for (h, n) in outs {
+        all.add(h).expect("merge");
+        pairs += n;
+    }
+    run.unit = "hold+release";
+    run.lat_of = lat_of;
+    run.set_rate(pairs, secs);
+    fill_lat(run, &all);
 }
 
 /// One design instance on cache lines of its own (per-thread baselines must

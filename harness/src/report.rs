@@ -76,7 +76,9 @@ pub fn legend(runs: usize) -> String {
     };
     [
         of.as_str(),
-        "time vs hl: the design's time per operation relative to holdline's (holdline's rate / the design's): above 1 = slower than holdline",
+        "time vs hl: the design's time per operation relative to holdline's (holdline's rate / the design's): above 1 = slower than holdline \
+         (cluster: relative to the plain node's)",
+        "vs hl min-max: the lowest and highest of the same ratio taken round by round (each run against holdline's run of the same round)",
         "p99 vs hl: the design's p99 / holdline's: above 1 = worse than holdline",
         "busy: CPU-bound threads spinning beside the row",
         "fifo: grants in arrival order; deadline LACKS: no bounded wait",

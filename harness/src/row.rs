@@ -2,7 +2,6 @@
 //! shows ([`Row`]), the median of its runs with their min-max range; and
 //! how a row compares with holdline's row of its group.
 
-use crate::designs::Design;
 use crate::scenario::Scenario;
 
 /// Quantiles kept for the latency plots.
@@ -117,6 +116,8 @@ pub struct Row {
     /// Runs summarised (1 for an n/a row: it has nothing to repeat).
     pub runs: usize,
     pub rate: Spread<f64>,
+    /// Each run's rate, in the order the runs were made (round by round).
+    pub rates: Vec<f64>,
     /// Operations and seconds of the median-rate run.
     pub ops: u64,
     pub secs: f64,
@@ -179,6 +180,7 @@ impl Row {
             lat_of: first.lat_of,
             runs: runs.len(),
             rate,
+            rates: runs.iter().map(|r| r.per_sec).collect(),
             ops: mid.ops,
             secs: mid.secs,
             p50: median_of(runs.iter().map(|r| r.p50)),
@@ -206,10 +208,11 @@ pub fn groups(rows: &[Row]) -> Vec<(Scenario, usize)> {
     groups
 }
 
-/// The holdline row of the same scenario, thread count and busy level.
+/// The holdline row (the scenario's [reference](Scenario::reference)) of
+/// the same scenario, thread count and busy level.
 fn holdline_of<'a>(rows: &'a [Row], r: &Row) -> Option<&'a Row> {
     rows.iter().find(|h| {
-        h.design == Design::Holdline.name()
+        h.design == r.scenario.reference()
             && (h.scenario, h.threads, h.busy) == (r.scenario, r.threads, r.busy)
             && h.na.is_none()
     })
@@ -220,6 +223,16 @@ fn holdline_of<'a>(rows: &'a [Row], r: &Row) -> Option<&'a Row> {
 pub fn time_ratio(rows: &[Row], r: &Row) -> Option<f64> {
     let h = holdline_of(rows, r)?;
     (r.na.is_none() && r.rate.median > 0.0).then(|| h.rate.median / r.rate.median)
+}
+
+/// The lowest and highest of the per-round time ratios (each run's rate
+/// against holdline's run of the same round, made moments apart) and their
+/// median; `None` unless both rows have the same runs, at least two.
+pub fn time_ratio_spread(rows: &[Row], r: &Row) -> Option<Spread<f64>> {
+    let h = holdline_of(rows, r)?;
+    let paired = r.na.is_none() && r.rates.len() == h.rates.len() && r.rates.len() > 1;
+    let ratios: Vec<f64> = h.rates.iter().zip(&r.rates).map(|(h, r)| h / r).collect();
+    (paired && ratios.iter().all(|x| x.is_finite())).then(|| Spread::of(ratios))
 }
 
 /// The design's median p99 relative to holdline's: above 1, worse than holdline.
@@ -291,5 +304,33 @@ mod tests {
         assert_eq!(row.out_of_order, Some((3, 30)));
         assert_eq!(row.quantiles, [(0.5, 100), (0.99, 200)]);
         assert_eq!(row.mem_idle, None);
+        assert_eq!(row.rates, [30.0, 10.0, 20.0]);
+    }
+
+    #[test]
+    fn ratio_spread_pairs_runs_of_the_same_round() {
+        let row = |design: &'static str, scenario: Scenario, rates: &[f64]| {
+            let runs: Vec<Run> = rates
+                .iter()
+                .map(|&rate| {
+                    let mut r = Run::new(scenario, 16, design);
+                    r.set_rate(rate as u64, 1.0);
+                    r
+                })
+                .collect();
+            Row::of_runs(&runs, 0)
+        };
+        let rows = [
+            row("plain", Scenario::Cluster, &[100.0, 50.0, 80.0]),
+            row("cluster-2", Scenario::Cluster, &[50.0, 50.0, 40.0]),
+            row("holdline", Scenario::Cluster, &[10.0, 10.0, 10.0]),
+            row("cluster-3", Scenario::Cluster, &[50.0]),
+        ];
+        // Against plain, not holdline: 2, 1 and 2 round by round.
+        let s = time_ratio_spread(&rows, &rows[1]).unwrap();
+        assert_eq!((s.min, s.median, s.max), (1.0, 2.0, 2.0));
+        assert_eq!(time_ratio(&rows, &rows[1]), Some(80.0 / 50.0));
+        // Runs that do not pair up (or a single run) have no spread.
+        assert_eq!(time_ratio_spread(&rows, &rows[3]), None);
     }
 }

@@ -1,11 +1,12 @@
 //! What a scenario is: its name, kind, thread counts and legend, the
 //! numbers it is run with ([`Cfg`]), and the constants its runners share.
 //! The runners are one file per family (`rates`, `fresh_keys`, `handoff`,
-//! `deadline`, `async_scenarios`, `server_scenarios`); `scenarios` sends a
-//! scenario to its runner.
+//! `deadline`, `async_scenarios`, `server_scenarios`, `cluster_scenarios`);
+//! `scenarios` sends a scenario to its runner.
 
 use std::time::Duration;
 
+use crate::cluster::{Setup, ETCD_TTL, PARTITIONS};
 use crate::units::fmt_ns;
 use crate::zipf::{ZIPF_KEYS, ZIPF_S};
 
@@ -26,6 +27,7 @@ pub enum Scenario {
     ServerPipelined,
     ServerHotKey,
     ServerMemory,
+    Cluster,
 }
 
 /// What a scenario runs on.
@@ -37,6 +39,9 @@ pub enum Kind {
     Async,
     /// Connections to `holdline serve` and to `redis-server`.
     Server,
+    /// Connections to one plain `holdline serve` and to clusters of 1, 2
+    /// and 3 nodes (with a private etcd).
+    Cluster,
 }
 
 /// Keys each thread holds round robin in `uncontended`.
@@ -55,8 +60,14 @@ pub const ASYNC_HOT_TASKS: [usize; 3] = [2, 4, 64];
 pub const SERVER_CONNECTIONS: [usize; 3] = [1, 16, 64];
 pub const SERVER_HOT_CONNECTIONS: usize = 16;
 
+/// Clients in the rows of `cluster`; each has a connection to every node.
+pub const CLUSTER_CLIENTS: usize = 16;
+
+/// Keys each client of `cluster` holds round robin (its own: spread over the nodes).
+pub const CLUSTER_KEYS: usize = 16;
+
 impl Scenario {
-    pub const ALL: [Scenario; 14] = [
+    pub const ALL: [Scenario; 15] = [
         Scenario::Uncontended,
         Scenario::HotKey,
         Scenario::Zipf,
@@ -71,6 +82,7 @@ impl Scenario {
         Scenario::ServerPipelined,
         Scenario::ServerHotKey,
         Scenario::ServerMemory,
+        Scenario::Cluster,
     ];
 
     /// Names that stand for several scenarios on the command line.
@@ -90,12 +102,15 @@ impl Scenario {
             | Scenario::ServerPipelined
             | Scenario::ServerHotKey
             | Scenario::ServerMemory => Kind::Server,
+            Scenario::Cluster => Kind::Cluster,
             _ => Kind::Blocking,
         }
     }
 
     /// Part of `--quick`'s default set: the server scenarios need two
     /// servers built or installed, so CI's smoke run leaves them out.
+    /// `cluster` stays (about 4 s when quick; its rows are n/a, saying what
+    /// to install or build, without etcd or the holdline binary).
     pub fn in_quick(self) -> bool {
         self.kind() != Kind::Server
     }
@@ -117,6 +132,7 @@ impl Scenario {
             Scenario::ServerPipelined => "server-pipelined",
             Scenario::ServerHotKey => "server-hot-key",
             Scenario::ServerMemory => "server-memory",
+            Scenario::Cluster => "cluster",
         }
     }
 
@@ -129,7 +145,17 @@ impl Scenario {
             Scenario::AsyncHotKey => Some(&ASYNC_HOT_TASKS),
             Scenario::ServerUncontended | Scenario::ServerPipelined => Some(&SERVER_CONNECTIONS),
             Scenario::ServerHotKey | Scenario::ServerMemory => Some(&[SERVER_HOT_CONNECTIONS]),
+            Scenario::Cluster => Some(&[CLUSTER_CLIENTS]),
             _ => None,
+        }
+    }
+
+    /// The row the others' ratios read against: holdline's, or for
+    /// `cluster` the plain node's.
+    pub fn reference(self) -> &'static str {
+        match self {
+            Scenario::Cluster => Setup::Plain.name(),
+            _ => "holdline",
         }
     }
 
@@ -209,8 +235,24 @@ impl Scenario {
                 cfg.million,
                 PIPELINE
             ),
+            Scenario::Cluster => cluster_legend(),
         }
     }
+}
+
+/// What the `cluster` rows measure, and what they cannot show here.
+fn cluster_legend() -> String {
+    let cpus = workers();
+    format!(
+        "threads = clients, each holding its own {CLUSTER_KEYS} keys round robin (HOLD bench key \
+         WAIT 0, RELEASE lease) over a connection to every node, each key sent to its slot's \
+         owner (CRC16 computed by the client, owners from CLUSTER SLOTS); rate = hold+release \
+         pairs/s; latency = one pair; plain = one holdline serve without --etcd, cluster-N = N \
+         nodes of one cluster (a private etcd, {PARTITIONS} partitions, --etcd-ttl {ETCD_TTL}); \
+         time vs hl = against plain. On this machine's {cpus} CPU(s) the nodes, etcd and the \
+         client share the same cores, so more nodes cannot add throughput here: the rows show \
+         the cost of routing and of cluster mode, not scaling"
+    )
 }
 
 /// What the scenarios are run with.

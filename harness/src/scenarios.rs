@@ -23,7 +23,7 @@ impl Scenario {
             _ => {
                 let mut run = base_run::<D>(self, threads);
                 run.na = Some(match self.kind() {
-                    Kind::Server => "a server scenario",
+                    Kind::Server | Kind::Cluster => "a server scenario",
                     _ => "no async hold",
                 });
                 run

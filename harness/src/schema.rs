@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use crate::row::{p99_ratio, time_ratio, Row};
+use crate::row::{p99_ratio, time_ratio, time_ratio_spread, Row};
 use crate::units::{fmt_bytes, fmt_ns, fmt_rate, fmt_rate_range};
 
 /// A field's value in the CSV and the JSON.
@@ -194,6 +194,25 @@ pub const FIELDS: &[Field] = &[
         column: col("time vs hl", Align::Right, |rows, r| {
             ratio_cell(time_ratio(rows, r))
         }),
+    },
+    Field {
+        name: "time_vs_holdline_min",
+        measured: true,
+        value: |rows, r| opt(time_ratio_spread(rows, r), |s| Value::Num(s.min, 4)),
+        column: col(
+            "vs hl min-max",
+            Align::Right,
+            |rows, r| match time_ratio_spread(rows, r) {
+                Some(s) => format!("{:.2}-{:.2}x", s.min, s.max),
+                None => "-".into(),
+            },
+        ),
+    },
+    Field {
+        name: "time_vs_holdline_max",
+        measured: true,
+        value: |rows, r| opt(time_ratio_spread(rows, r), |s| Value::Num(s.max, 4)),
+        column: None,
     },
     Field {
         name: "latency_of",

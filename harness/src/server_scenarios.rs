@@ -17,9 +17,9 @@ use hdrhistogram::Histogram;
 use holdline_client::{Connection, Value};
 use tokio::runtime::Runtime;
 
-use crate::measure::{fill_lat, hist, run_tasks};
+use crate::measure::{fill_lat, hist, io_runtime as runtime, record_pairs, run_tasks};
 use crate::row::Run;
-use crate::scenario::{workers, Cfg, Scenario, PIPELINE, PIPELINED_DEPTH, REDIS_POLL};
+use crate::scenario::{Cfg, Scenario, PIPELINE, PIPELINED_DEPTH, REDIS_POLL};
 use crate::servers::{ServerKind, ServerProcess};
 use crate::units::fmt_bytes;
 
@@ -206,14 +206,6 @@ impl Client {
     }
 }
 
-fn runtime() -> Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(workers())
-        .enable_all()
-        .build()
-        .expect("tokio runtime")
-}
-
 /// `n` connected clients (and, for Redis, the script loaded).
 fn connect_all(rt: &Runtime, server: &ServerProcess, kind: ServerKind, n: usize) -> Vec<Client> {
     rt.block_on(async {
@@ -350,21 +342,6 @@ fn pipelined(
             ServerKind::Redis => "SET NX PX x16, then EVALSHA compare-and-delete x16",
         }
     );
-}
-
-/// The tasks' latencies merged and their hold+release pairs as the rate;
-/// `lat_of` says what one latency sample is.
-fn record_pairs(run: &mut Run, outs: Vec<(Histogram<u64>, u64)>, secs: f64, lat_of: &'static str) {
-    let mut all = hist();
-    let mut pairs = 0;
-    for (h, n) in outs {
-        all.add(h).expect("merge");
-        pairs += n;
-    }
-    run.unit = "hold+release";
-    run.lat_of = lat_of;
-    run.set_rate(pairs, secs);
-    fill_lat(run, &all);
 }
 
 fn recipe(kind: ServerKind) -> &'static str {

@@ -1,6 +1,7 @@
 //! The server processes the `server-*` scenarios measure: `holdline serve`
 //! and `redis-server`, each started on a free loopback port, its resident
-//! memory read from `/proc`, and killed when dropped.
+//! memory read from `/proc`, and killed when dropped (the `cluster` rows'
+//! nodes start here too, with their options).
 
 use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -172,49 +173,60 @@ fn proc_status_kib(pid: u32, field: &str) -> Option<i64> {
 /// `holdline serve --listen 127.0.0.1:0`: the port comes from its
 /// `holdline: listening on ADDR` line.
 fn start_holdline(bin: &Path) -> Result<ServerProcess, String> {
-    let mut child = Command::new(bin)
-        .args(["serve", "--listen", "127.0.0.1:0"])
-        // Its info lines (one per start) would break into the progress bar.
-        .env("HOLDLINE_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
-    let stdout = child.stdout.take().expect("piped stdout");
-    let (tx, rx) = mpsc::channel();
-    // Reads the listening line, then drains stdout so the server never
-    // blocks on a full pipe.
-    std::thread::spawn(move || {
-        let mut lines = BufReader::new(stdout).lines();
-        for line in lines.by_ref() {
-            let Ok(line) = line else { break };
-            if let Some(addr) = line.strip_prefix("holdline: listening on ") {
-                let _ = tx.send(addr.trim().to_string());
-                break;
+    ServerProcess::holdline(bin, "127.0.0.1:0", &[])
+}
+
+impl ServerProcess {
+    /// `holdline serve --listen LISTEN EXTRA...` (a cluster node's options
+    /// in `extra`); the address comes from its `holdline: listening on
+    /// ADDR` line.
+    pub fn holdline(bin: &Path, listen: &str, extra: &[&str]) -> Result<ServerProcess, String> {
+        let mut child = Command::new(bin)
+            .args(["serve", "--listen", listen])
+            .args(extra)
+            // Its info lines (one per start) would break into the progress bar.
+            .env("HOLDLINE_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, rx) = mpsc::channel();
+        // Reads the listening line, then drains stdout so the server never
+        // blocks on a full pipe.
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(stdout).lines();
+            for line in lines.by_ref() {
+                let Ok(line) = line else { break };
+                if let Some(addr) = line.strip_prefix("holdline: listening on ") {
+                    let _ = tx.send(addr.trim().to_string());
+                    break;
+                }
             }
-        }
-        for _ in lines {}
-    });
-    let mut server = ServerProcess {
-        child,
-        addr: SocketAddr::from(([127, 0, 0, 1], 0)),
-    };
-    let addr = rx.recv_timeout(START_TIMEOUT).map_err(|_| {
-        format!(
-            "{} did not say where it listens within {START_TIMEOUT:?}",
-            bin.display()
-        )
-    })?;
-    server.addr = addr
-        .parse()
-        .map_err(|_| format!("holdline said it listens on {addr:?}"))?;
-    Ok(server)
+            for _ in lines {}
+        });
+        let mut server = ServerProcess {
+            child,
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+        };
+        let addr = rx.recv_timeout(START_TIMEOUT).map_err(|_| {
+            format!(
+                "{} did not say where it listens within {START_TIMEOUT:?}",
+                bin.display()
+            )
+        })?;
+        server.addr = addr
+            .parse()
+            .map_err(|_| format!("holdline said it listens on {addr:?}"))?;
+        Ok(server)
+    }
 }
 
 /// A port free now (bound, read and let go): Redis takes a port number,
-/// and its `--port 0` means no TCP at all.
-fn free_port() -> Result<u16, String> {
+/// and its `--port 0` means no TCP at all; a cluster node advertises its
+/// address, so it must know its port before it starts.
+pub fn free_port() -> Result<u16, String> {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
