@@ -44,14 +44,14 @@ export class Pool {
 		return showAddress(this.address)
 	}
 
-	/** A free connection, opened when none is free. */
-	async take(): Promise<Connection> {
+	/** A free connection, opened when none is free (dialling and `HELLO` within `timeoutMs`, by default the connect timeout). */
+	async take(timeoutMs = this.options.connectTimeoutMs): Promise<Connection> {
 		for (let c = this.#idle.pop(); c; c = this.#idle.pop()) {
 			if (!c.closed) return c
 		}
 		let c: Connection
 		try {
-			c = await Connection.open(this.address, this.options.token, this.options.connectTimeoutMs, this.options.tls)
+			c = await Connection.open(this.address, this.options.token, timeoutMs, this.options.tls)
 		} catch (e) {
 			if (!this.#closed) this.options.onFailure?.()
 			throw e

@@ -6,6 +6,7 @@
  */
 
 import { ConnectionSilent, type Connection } from './connection.js'
+import { now } from './duration.js'
 import { errorFor, fromServer } from './errors.js'
 import type { Pool } from './pool.js'
 import { RespError, type Arg, type Reply } from './resp.js'
@@ -22,25 +23,34 @@ export async function request(pool: Pool, args: readonly Arg[], lock?: string, k
 	return reply
 }
 
-/** As `request`, but an error reply is answered as a `RespError` value (a `MOVED` to follow, say). */
-export async function exchange(pool: Pool, args: readonly Arg[], lock?: string, key?: string): Promise<Reply> {
+/**
+ * As `request`, but an error reply is answered as a `RespError` value (a
+ * `MOVED` to follow, say). `withinMs`: all of it, a new connection's
+ * dialling and `HELLO` included, within that time (else the connect
+ * timeout for each).
+ */
+export async function exchange(pool: Pool, args: readonly Arg[], lock?: string, key?: string, withinMs?: number): Promise<Reply> {
 	const storeClosed = () => errorFor('closed', 'the store is closed', lock, key)
 	if (pool.closed) throw storeClosed()
+	const startedAt = now()
 	let connection: Connection
 	try {
-		connection = await pool.take()
+		connection = await pool.take(withinMs)
 	} catch (e) {
 		if (pool.closed) throw storeClosed()
 		throw e
 	}
 	// In use: keeps the process alive until the answer comes.
 	connection.busy(60_000)
-	const timeoutMs = pool.connectTimeoutMs
+	const timeoutMs = withinMs ?? pool.connectTimeoutMs
 	let silent = false
-	const timer = setTimeout(() => {
-		silent = true
-		connection.destroy(new ConnectionSilent('the server answered nothing'))
-	}, timeoutMs)
+	const timer = setTimeout(
+		() => {
+			silent = true
+			connection.destroy(new ConnectionSilent('the server answered nothing'))
+		},
+		Math.max(1, timeoutMs - (withinMs === undefined ? 0 : now() - startedAt)),
+	)
 	let reply: Reply
 	try {
 		reply = await connection.send(args)

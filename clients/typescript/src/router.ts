@@ -21,6 +21,12 @@ export const MAX_REDIRECTS = 5
 export const CLUSTER_DOWN_TRIES = 10
 /** The pause after a `CLUSTERDOWN` (and the map asked again) before the command is sent again. */
 export const CLUSTER_DOWN_PAUSE_MS = 100
+/**
+ * How long one node has to answer `CLUSTER SLOTS` when the map is asked for
+ * again, dialling included (the connect timeout, if shorter); then the next
+ * node is asked, and this one is asked last from then on.
+ */
+export const MAP_REFRESH_NODE_TIMEOUT_MS = 2000
 
 export class Router {
 	readonly #seeds: readonly Address[]
@@ -32,6 +38,8 @@ export class Router {
 	/** Where a command without a key, or for a slot missing from the map, goes: the node that answered last. */
 	#home: Pool
 	#refreshing: Promise<void> | undefined
+	/** Nodes (`host:port`) whose connections failed, or that did not answer a refresh in time: asked for the map last. */
+	readonly #failing = new Set<string>()
 	#closed = false
 	#redirects = 0
 	/** The node `connect` reached, `host:port`. */
@@ -39,8 +47,7 @@ export class Router {
 
 	private constructor(seeds: readonly Address[], options: PoolOptions, first: Address) {
 		this.#seeds = seeds
-		// A connection that fails (refused, dropped, silent): the map may have changed.
-		this.#options = { ...options, onFailure: () => void this.refresh() }
+		this.#options = options
 		this.#home = this.#pool(first)
 		this.address = this.#home.where
 	}
@@ -95,10 +102,12 @@ export class Router {
 	}
 
 	/**
-	 * Asks for the map again (`CLUSTER SLOTS`): the known nodes first (the
-	 * one that answered last, those of the map, those named by a `MOVED`),
-	 * then the seed addresses; the first to answer with a map wins. One at a
-	 * time: asked while a refresh runs, it answers that one. Never rejects.
+	 * Asks for the map again (`CLUSTER SLOTS`): the nodes of the map, then
+	 * the others known (those named by a `MOVED`), then the seed addresses,
+	 * those whose connections failed last; the first to answer with a map
+	 * wins. Each has `MAP_REFRESH_NODE_TIMEOUT_MS` (the connect timeout if
+	 * shorter) to answer, dialling included. One at a time: asked while a
+	 * refresh runs, it answers that one. Never rejects.
 	 */
 	refresh(): Promise<void> {
 		if (!this.#owners || this.#closed) return Promise.resolve()
@@ -109,17 +118,35 @@ export class Router {
 	}
 
 	async #refreshOnce(): Promise<void> {
-		const mapped = [...new Set(this.#owners)].flatMap(where => (where === undefined ? [] : [this.#pools.get(where)!]))
-		const known = [this.#home, ...mapped, ...this.#pools.values()]
-		const candidates = new Set([...known, ...this.#seeds.map(seed => this.#pool(seed))])
-		for (const pool of candidates) {
+		const mapped = [...new Set(this.#owners)].flatMap(where => (where === undefined ? [] : [where]))
+		const seeds = this.#seeds.map(seed => this.#pool(seed).where)
+		const candidates = [...new Set([...mapped, ...this.#pools.keys(), ...seeds])]
+		// A stable sort: in that order otherwise.
+		candidates.sort((x, y) => Number(this.#failing.has(x)) - Number(this.#failing.has(y)))
+		for (const where of candidates) {
 			if (this.#closed) return
-			const reply = await exchange(pool, ['CLUSTER', 'SLOTS']).catch(() => undefined)
+			const pool = this.#pools.get(where)!
+			let reply: Reply
+			try {
+				reply = await exchange(pool, ['CLUSTER', 'SLOTS'], undefined, undefined, Math.min(MAP_REFRESH_NODE_TIMEOUT_MS, pool.connectTimeoutMs))
+			} catch {
+				this.#failing.add(where)
+				continue
+			}
+			this.#failing.delete(where)
 			if (Array.isArray(reply)) {
 				this.#apply(reply, pool)
 				return
 			}
 		}
+	}
+
+	/** Every node of the map, each once (in single-node mode, the one server). */
+	nodePools(): Pool[] {
+		if (!this.#owners) return [this.#home]
+		const mapped = new Set(this.#owners)
+		mapped.delete(undefined)
+		return [...mapped].map(where => this.#pools.get(where!)!)
 	}
 
 	/** Takes `CLUSTER SLOTS`'s answer (`[start, end, [host, port, id], ...]` per served range) as the map. */
@@ -146,7 +173,13 @@ export class Router {
 		const where = showAddress(address)
 		let pool = this.#pools.get(where)
 		if (!pool) {
-			pool = new Pool({ host: address.host, port: address.port }, this.#options)
+			// A connection that fails (refused, dropped, silent): the map may
+			// have changed, and this node is asked for it last.
+			const onFailure = () => {
+				this.#failing.add(where)
+				void this.refresh()
+			}
+			pool = new Pool({ host: address.host, port: address.port }, { ...this.#options, onFailure })
 			if (this.#closed) pool.close()
 			this.#pools.set(where, pool)
 		}

@@ -132,15 +132,21 @@ export class Store implements AsyncDisposable {
 		return new Lock(this.#router, name, options)
 	}
 
-	/** The counters of the lock `name`. */
+	/**
+	 * The counters of the lock `name`. Of a cluster, the sums of every
+	 * node's of the map: a node that cannot be reached, or fails, rejects
+	 * the call with its error.
+	 */
 	async stats(name: string): Promise<LockStats> {
-		// Of a cluster, the counters of one node.
-		const reply = await request(this.#router.poolFor(undefined), ['STATS', name], name)
+		const replies = await Promise.all(this.#router.nodePools().map(pool => request(pool, ['STATS', name], name)))
 		const stats: Record<string, number> = {}
-		if (reply instanceof Map) {
-			for (const [k, v] of reply) stats[String(k)] = Number(v)
-		} else if (Array.isArray(reply)) {
-			for (let i = 0; i + 1 < reply.length; i += 2) stats[String(reply[i])] = Number(reply[i + 1])
+		const add = (k: unknown, v: unknown) => (stats[String(k)] = (stats[String(k)] ?? 0) + Number(v))
+		for (const reply of replies) {
+			if (reply instanceof Map) {
+				for (const [k, v] of reply) add(k, v)
+			} else if (Array.isArray(reply)) {
+				for (let i = 0; i + 1 < reply.length; i += 2) add(reply[i], reply[i + 1])
+			}
 		}
 		return stats as unknown as LockStats
 	}

@@ -1,8 +1,9 @@
 /**
  * Cluster routing against scripted nodes: the map learned at connect, each
  * command sent to its slot's node, `MOVED` followed, `CLUSTERDOWN` waited
- * out, a node that fails, the two texts of too many redirects, and a
- * single node (`CLUSTER SLOTS` answered with an error) left as it was.
+ * out, a node that fails, a node silent while the map is asked for again,
+ * `STATS` summed over the nodes, the two texts of too many redirects, and
+ * a single node (`CLUSTER SLOTS` answered with an error) left as it was.
  */
 
 import { test, afterEach } from 'node:test'
@@ -11,7 +12,7 @@ import { connect, HoldlineError, type Store } from '../src/index.js'
 import { slotOf } from '../src/slots.js'
 import { fakeNode, keyIn, type FakeNode } from './fakenode.js'
 import { until, whenLost } from './server.js'
-import { isText } from './texts.js'
+import { isText, TABLE } from './texts.js'
 
 /** What each test started, closed after it whatever happened. */
 const started: Array<FakeNode | Store> = []
@@ -253,4 +254,93 @@ test('the first address\'s token applies to every node', async () => {
 	await s.lock('l').hold(HIGH, () => undefined)
 	assert.deepEqual(b.seen.find(c => c[0] === 'HELLO'), ['HELLO', '3', 'AUTH', 'default', 's3cret'])
 	assert.deepEqual(a.seen.find(c => c[0] === 'HELLO'), ['HELLO', '3', 'AUTH', 'default', 's3cret'])
+})
+
+/** Three nodes splitting the slots in thirds (the first node's range first), and a key on the third that answers CLUSTERDOWN twice, then is granted. */
+async function thirdsOneKeyDownTwice(): Promise<{ a: FakeNode; b: FakeNode; c: FakeNode; key: string }> {
+	const [a, b, c] = (await nodes(3)) as [FakeNode, FakeNode, FakeNode]
+	const layout = [
+		{ start: 0, end: 5460, node: a },
+		{ start: 5461, end: 10922, node: b },
+		{ start: 10923, end: 16383, node: c },
+	]
+	for (const node of [a, b, c]) node.layout = layout
+	const key = keyIn(10923, 16383)
+	let downs = 0
+	c.script = args => (args[0] === 'HOLD' && downs++ < 2 ? '-CLUSTERDOWN Hash slot not served\r\n' : undefined)
+	return { a, b, c, key }
+}
+
+/**
+ * Holds `key` (CLUSTERDOWN twice: the map asked for again twice) and checks
+ * the time: one silent node given up after texts.json's
+ * map_refresh_node_timeout_ms (the connect timeout is 10 s), then asked
+ * last, so not waited for again.
+ */
+async function holdThroughTwoRefreshes(s: Store, key: string): Promise<void> {
+	const rules = TABLE.rules as unknown as Record<string, number>
+	const given = rules.map_refresh_node_timeout_ms!
+	const pause = rules.cluster_down_pause_ms!
+	const began = performance.now()
+	assert.equal(await s.lock('frozen').hold(key, lease => lease.key), key)
+	const took = performance.now() - began
+	assert.ok(took >= given + 2 * pause - 20 && took < given + 1500, `took ${took} ms`)
+}
+
+test('a node silent to CLUSTER SLOTS, first in the map, holds up a refresh 2 s at most, then is asked last', async () => {
+	const { a, b, key } = await thirdsOneKeyDownTwice()
+	// The node connected through, first in the map, with an idle connection.
+	const s = await store(a.address)
+	a.script = () => '' // answers nothing from now on, HELLO included
+	await holdThroughTwoRefreshes(s, key)
+	// Asked at connect and by the first refresh (given up); the second asked b first.
+	assert.equal(a.count('CLUSTER SLOTS'), 2)
+	assert.equal(b.count('CLUSTER SLOTS'), 2)
+})
+
+test('a node that answers nothing, first in the map, holds up a refresh 2 s at most, dialling included', async () => {
+	const { a, b, key } = await thirdsOneKeyDownTwice()
+	// a takes connections and answers nothing, not even HELLO; connected
+	// through b, the store has no connection to a before the map is asked for again.
+	a.script = () => ''
+	const s = await store(b.address)
+	await holdThroughTwoRefreshes(s, key)
+	assert.equal(a.count('HELLO'), 1)
+	assert.equal(a.count('CLUSTER SLOTS'), 0)
+	assert.equal(b.count('CLUSTER SLOTS'), 3)
+})
+
+/** A `STATS` answer (a RESP3 map) with these counters. */
+function statsReply(counters: Record<string, number>): string {
+	const pairs = Object.entries(counters).map(([name, n]) => `+${name}\r\n:${n}\r\n`)
+	return `%${pairs.length}\r\n${pairs.join('')}`
+}
+
+test('stats: every node\'s counters summed; a node that cannot be reached rejects it cannot_connect; a single node\'s its own', async () => {
+	const [a, b] = await halves()
+	a.script = args => (args[0] === 'STATS' ? statsReply({ live_keys: 3, grants: 1, waiters: 2 }) : undefined)
+	b.script = args => (args[0] === 'STATS' ? statsReply({ live_keys: 4, grants: 10, timeouts: 7 }) : undefined)
+	const s = await store(a.address)
+	const stats = await s.stats('tally')
+	assert.deepEqual({ ...stats }, { live_keys: 7, grants: 11, waiters: 2, timeouts: 7 })
+	assert.deepEqual([a.count('STATS'), b.count('STATS')], [1, 1])
+	assert.deepEqual(a.seen.find(c => c[0] === 'STATS'), ['STATS', 'tally'])
+
+	// A node of the map that cannot be reached fails the call, as a hold sent there would.
+	const [c, gone] = (await nodes(2)) as [FakeNode, FakeNode]
+	c.layout = [
+		{ start: 0, end: 8191, node: c },
+		{ start: 8192, end: 16383, node: gone },
+	]
+	c.script = a.script
+	gone.close()
+	const withGone = await store(c.address)
+	await assert.rejects(withGone.stats('tally'), isText('closed', 'cannot_connect', { hostport: gone.address }))
+
+	// A single node: its own counters, as ever.
+	const [single] = (await nodes(1)) as [FakeNode]
+	single.script = args => (args[0] === 'STATS' ? statsReply({ grants: 5 }) : undefined)
+	const alone = await store(single.address)
+	assert.deepEqual({ ...(await alone.stats('tally')) }, { grants: 5 })
+	assert.equal(single.count('STATS'), 1)
 })

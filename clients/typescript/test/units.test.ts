@@ -8,7 +8,7 @@ import { Lease } from '../src/lease.js'
 import { errorFor, fromServer, showKey, HoldlineError } from '../src/errors.js'
 import { DEFAULT_PORT, parseAddress, parseAddresses, showAddress } from '../src/address.js'
 import { crc16, slotOf, SLOTS } from '../src/slots.js'
-import { CLUSTER_DOWN_PAUSE_MS, CLUSTER_DOWN_TRIES, MAX_REDIRECTS, movedTarget } from '../src/router.js'
+import { CLUSTER_DOWN_PAUSE_MS, CLUSTER_DOWN_TRIES, MAP_REFRESH_NODE_TIMEOUT_MS, MAX_REDIRECTS, movedTarget } from '../src/router.js'
 import { lostMarginMs, showMs, waitGraceMs } from '../src/duration.js'
 import { DEFAULT_CONNECT_TIMEOUT_MS } from '../src/store.js'
 import {
@@ -193,6 +193,7 @@ test('MOVED targets, and the counts of the routing rules', () => {
 	assert.equal(MAX_REDIRECTS, rules.max_redirects)
 	assert.equal(CLUSTER_DOWN_TRIES, rules.cluster_down_tries)
 	assert.equal(CLUSTER_DOWN_PAUSE_MS, rules.cluster_down_pause_ms)
+	assert.equal(MAP_REFRESH_NODE_TIMEOUT_MS, rules.map_refresh_node_timeout_ms)
 })
 
 test('durations are written as the core writes them', () => {
