@@ -3,6 +3,7 @@ package locks
 import (
 	"context"
 	"net"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,6 +20,11 @@ const (
 	// clusterDownPause, and resends.
 	clusterDownTries = 10
 	clusterDownPause = 100 * time.Millisecond
+	// mapRefreshNodeTimeout: how long one node has to answer CLUSTER
+	// SLOTS when the map is refreshed, dialling included (the connect
+	// timeout if shorter); then the next node is asked, and this one is
+	// asked last from then on.
+	mapRefreshNodeTimeout = 2 * time.Second
 )
 
 // slotMap is each slot's node, host:port as dialled; "" for a slot no
@@ -40,11 +46,14 @@ type router struct {
 	closed     bool
 	refreshing chan struct{} // closed when the refresh in flight ends
 	redirects  int           // MOVED answers followed
+	// failing: nodes whose connections failed, or that did not answer a
+	// refresh in time, until they answer one; asked for the map last.
+	failing map[string]bool
 }
 
 // newRouter starts routing with the map home's node answered.
 func newRouter(cfg connectConfig, seeds []string, home *pool, slots *slotMap) *router {
-	r := &router{cfg: cfg, seeds: seeds, home: home.addr.hostPort(), slots: slots, pools: map[string]*pool{}}
+	r := &router{cfg: cfg, seeds: seeds, home: home.addr.hostPort(), slots: slots, pools: map[string]*pool{}, failing: map[string]bool{}}
 	r.pools[r.home] = home
 	home.setOnFail(func() { r.refreshSoon(r.home) })
 	return r
@@ -195,22 +204,31 @@ func nodeName(host string, port int) (string, bool) {
 }
 
 // refreshSoon refreshes the map in the background, unless a refresh is
-// in flight already; avoid (a node whose connection just failed) is asked
-// last.
-func (r *router) refreshSoon(avoid string) {
+// in flight already; failed (a node whose connection just failed, or "")
+// is asked last from now on.
+func (r *router) refreshSoon(failed string) {
 	r.mu.Lock()
+	if failed != "" {
+		r.failing[failed] = true
+	}
 	busy := r.refreshing != nil || r.closed
 	r.mu.Unlock()
 	if !busy {
-		go r.refresh(context.Background(), avoid)
+		go r.refresh(context.Background(), "")
 	}
 }
 
 // refresh asks CLUSTER SLOTS of the nodes the map knows, then of the
-// addresses Connect was given (avoid last), and takes the first map
-// answered. A refresh already in flight is waited for instead.
-func (r *router) refresh(ctx context.Context, avoid string) {
+// others known, then of the addresses Connect was given, those whose
+// connections failed last (failed, if not "", from now on), and takes the
+// first map answered. Each node has mapRefreshNodeTimeout (the connect
+// timeout if shorter) to answer, dialling included. A refresh already in
+// flight is waited for instead.
+func (r *router) refresh(ctx context.Context, failed string) {
 	r.mu.Lock()
+	if failed != "" {
+		r.failing[failed] = true
+	}
 	if ch := r.refreshing; ch != nil || r.closed {
 		r.mu.Unlock()
 		if ch != nil {
@@ -223,7 +241,7 @@ func (r *router) refresh(ctx context.Context, avoid string) {
 	}
 	done := make(chan struct{})
 	r.refreshing = done
-	nodes := r.candidatesLocked(avoid)
+	nodes := r.candidatesLocked()
 	r.mu.Unlock()
 	defer func() {
 		r.mu.Lock()
@@ -236,23 +254,43 @@ func (r *router) refresh(ctx context.Context, avoid string) {
 		if err != nil {
 			return
 		}
-		slots, err := clusterSlots(ctx, p)
-		if slots != nil {
-			r.mu.Lock()
-			r.slots = slots
-			r.mu.Unlock()
+		slots, err := askSlots(ctx, p)
+		if err != nil && ctx.Err() != nil {
 			return
 		}
-		if err != nil && ctx.Err() != nil {
+		r.mu.Lock()
+		if err != nil {
+			r.failing[node] = true
+		} else {
+			delete(r.failing, node)
+		}
+		if slots != nil {
+			r.slots = slots
+		}
+		r.mu.Unlock()
+		if slots != nil {
 			return
 		}
 	}
 }
 
-// candidatesLocked: the nodes the map knows, then the seeds, each once,
-// avoid last.
-func (r *router) candidatesLocked(avoid string) []string {
-	seen := map[string]bool{avoid: true}
+// askSlots is clusterSlots within mapRefreshNodeTimeout (the connect
+// timeout if shorter), dialling included: past it the connection is
+// closed and the node's error answered.
+func askSlots(ctx context.Context, p *pool) (*slotMap, error) {
+	within := mapRefreshNodeTimeout
+	if p.timeout < within {
+		within = p.timeout
+	}
+	nodeCtx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	return clusterSlots(nodeCtx, p)
+}
+
+// candidatesLocked: the nodes the map knows, then the others known, then
+// the seeds, each once, those failing last.
+func (r *router) candidatesLocked() []string {
+	seen := map[string]bool{}
 	var nodes []string
 	add := func(node string) {
 		if node != "" && !seen[node] {
@@ -267,12 +305,15 @@ func (r *router) candidatesLocked(avoid string) []string {
 			last = node
 		}
 	}
-	for _, node := range r.seeds {
+	known := make([]string, 0, len(r.pools))
+	for node := range r.pools {
+		known = append(known, node)
+	}
+	sort.Strings(known)
+	for _, node := range append(known, r.seeds...) {
 		add(node)
 	}
-	if avoid != "" {
-		nodes = append(nodes, avoid)
-	}
+	sort.SliceStable(nodes, func(i, j int) bool { return !r.failing[nodes[i]] && r.failing[nodes[j]] })
 	return nodes
 }
 

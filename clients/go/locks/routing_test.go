@@ -27,6 +27,7 @@ type fakeCluster struct {
 	mu     sync.Mutex
 	ranges []slotRange
 	log    [][]string
+	muted  []bool
 }
 
 // slotRange: node serves slots start to end.
@@ -34,13 +35,17 @@ type slotRange struct{ start, end, node int }
 
 func newFakeCluster(t *testing.T, n int, script func(fc *fakeCluster, node int, args []string) string) *fakeCluster {
 	t.Helper()
-	fc := &fakeCluster{log: make([][]string, n)}
+	fc := &fakeCluster{log: make([][]string, n), muted: make([]bool, n)}
 	for i := 0; i < n; i++ {
 		i := i
 		fc.nodes = append(fc.nodes, startFakeNode(t, func(args []string) string {
 			fc.mu.Lock()
 			fc.log[i] = append(fc.log[i], strings.Join(args, " "))
+			muted := fc.muted[i]
 			fc.mu.Unlock()
+			if muted {
+				return silentReply
+			}
 			if args[0] == "HELLO" {
 				return helloReply
 			}
@@ -94,6 +99,14 @@ func (fc *fakeCluster) slotsReply() string {
 }
 
 func (fc *fakeCluster) addr(node int) string { return fc.nodes[node].addr }
+
+// mute: from now on node answers nothing at all, HELLO included, as a
+// stopped process (it still takes connections).
+func (fc *fakeCluster) mute(node int) {
+	fc.mu.Lock()
+	fc.muted[node] = true
+	fc.mu.Unlock()
+}
 
 // sent counts the commands node was sent that start with prefix.
 func (fc *fakeCluster) sent(node int, prefix string) int {
@@ -510,5 +523,69 @@ func TestClusterSlotsAnswersAreRead(t *testing.T) {
 		if slots[slot] != node {
 			t.Errorf("slot %d: %q, want %q", slot, slots[slot], node)
 		}
+	}
+}
+
+// thirdsOneKeyDownTwice: three nodes splitting the slots in thirds (node
+// 0's range first in CLUSTER SLOTS), and a key on node 2 that answers
+// CLUSTERDOWN twice, then is granted.
+func thirdsOneKeyDownTwice(t *testing.T) (*fakeCluster, string) {
+	var downs int32
+	fc := newFakeCluster(t, 3, func(fc *fakeCluster, node int, args []string) string {
+		if node == 2 && args[0] == "HOLD" && atomic.AddInt32(&downs, 1) <= 2 {
+			return "-CLUSTERDOWN Hash slot not served\r\n"
+		}
+		return ""
+	})
+	fc.setRanges(slotRange{0, 5460, 0}, slotRange{5461, 10922, 1}, slotRange{10923, slotCount - 1, 2})
+	return fc, keyIn(10923, slotCount-1)
+}
+
+// holdThroughTwoRefreshes holds key (CLUSTERDOWN twice: the map refreshed
+// twice) and checks the time it took: one silent node given up after
+// texts.json's map_refresh_node_timeout_ms (the connect timeout is 10 s),
+// then asked last, so not waited for again.
+func holdThroughTwoRefreshes(t *testing.T, store *Store, key string) {
+	t.Helper()
+	given := time.Duration(ruleNumber(t, "map_refresh_node_timeout_ms")) * time.Millisecond
+	pause := time.Duration(ruleNumber(t, "cluster_down_pause_ms")) * time.Millisecond
+	start := time.Now()
+	if err := openLock(t, store, "frozen").Hold(context.Background(), key, nothing); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took < given+2*pause || took >= given+1500*time.Millisecond {
+		t.Fatalf("the hold took %v", took)
+	}
+}
+
+// A node silent to CLUSTER SLOTS, first in the map, holds up a refresh
+// 2 s at most, and is asked last after that.
+func TestANodeSilentToClusterSlotsHoldsUpARefreshTwoSecondsAtMost(t *testing.T) {
+	fc, key := thirdsOneKeyDownTwice(t)
+	// The node connected through, first in the map, with an idle connection.
+	store := connect(t, fc.addr(0))
+	fc.mute(0)
+	holdThroughTwoRefreshes(t, store, key)
+	// Asked at connect and by the first refresh (given up); the second
+	// asked node 1 first.
+	if a, b := fc.sent(0, "CLUSTER SLOTS"), fc.sent(1, "CLUSTER SLOTS"); a != 2 || b != 2 {
+		t.Fatalf("CLUSTER SLOTS: node 0 %d, node 1 %d", a, b)
+	}
+}
+
+// A node that takes connections and answers nothing, first in the map,
+// holds up a refresh 2 s at most, dialling included.
+func TestANodeThatAnswersNothingHoldsUpARefreshTwoSecondsAtMost(t *testing.T) {
+	fc, key := thirdsOneKeyDownTwice(t)
+	// Connected through node 1: the store has no connection to node 0
+	// before the map is refreshed.
+	fc.mute(0)
+	store := connect(t, fc.addr(1))
+	holdThroughTwoRefreshes(t, store, key)
+	if hello, slots := fc.sent(0, "HELLO"), fc.sent(0, "CLUSTER"); hello != 1 || slots != 0 {
+		t.Fatalf("node 0: HELLO %d, CLUSTER %d", hello, slots)
+	}
+	if n := fc.sent(1, "CLUSTER SLOTS"); n != 3 {
+		t.Fatalf("node 1: CLUSTER SLOTS %d", n)
 	}
 }

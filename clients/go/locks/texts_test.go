@@ -34,6 +34,40 @@ func texts(t *testing.T) map[string]string {
 	return table.Texts
 }
 
+// ruleNumber reads a number of clients/texts.json's rules.
+func ruleNumber(t *testing.T, name string) int {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(repoRoot(t), "clients", "texts.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var table struct {
+		Rules map[string]any `json:"rules"`
+	}
+	if err := json.Unmarshal(raw, &table); err != nil {
+		t.Fatal(err)
+	}
+	n, ok := table.Rules[name].(float64)
+	if !ok {
+		t.Fatalf("clients/texts.json has no number rule %q", name)
+	}
+	return int(n)
+}
+
+// The numbers of the cluster contract this client keeps are the table's.
+func TestTheRoutingRulesAreTheTables(t *testing.T) {
+	for name, n := range map[string]int{
+		"max_redirects":               maxRedirects,
+		"cluster_down_tries":          clusterDownTries,
+		"cluster_down_pause_ms":       int(clusterDownPause / time.Millisecond),
+		"map_refresh_node_timeout_ms": int(mapRefreshNodeTimeout / time.Millisecond),
+	} {
+		if want := ruleNumber(t, name); n != want {
+			t.Errorf("%s: %d, the table's %d", name, n, want)
+		}
+	}
+}
+
 // expectText checks err against the table's text name, its placeholders
 // filled from vars ({reason} matches any text), and its kind.
 func expectText(t *testing.T, table map[string]string, name string, vars map[string]string, sentinel, err error) {
@@ -60,7 +94,8 @@ func expectText(t *testing.T, table map[string]string, name string, vars map[str
 
 // fakeServer answers each connection's commands with script; a reply of
 // "" answers nothing, "CLOSE" closes the connection. A CLUSTER command the
-// script leaves unanswered is answered as a single server answers it.
+// script leaves unanswered ("") is answered as a single server answers
+// it; silentReply answers nothing to it either.
 func fakeServer(t *testing.T, script func(args []string) string) string {
 	t.Helper()
 	return startFakeNode(t, script).addr
@@ -139,7 +174,7 @@ func serveFake(c net.Conn, script func(args []string) string) {
 			reply = singleNodeReply
 		}
 		switch reply {
-		case "":
+		case "", silentReply:
 		case "CLOSE":
 			return
 		default:
@@ -151,6 +186,10 @@ func serveFake(c net.Conn, script func(args []string) string) {
 }
 
 const helloReply = "%1\r\n+proto\r\n:3\r\n"
+
+// silentReply: a script's reply for nothing to be answered, whatever the
+// command (a CLUSTER one too).
+const silentReply = "SILENT"
 
 // singleNodeReply: what a server without --etcd answers every CLUSTER
 // subcommand (Redis's text).
