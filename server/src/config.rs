@@ -96,6 +96,12 @@ pub struct ServeArgs {
     /// cannot renew it stops serving before it runs out.
     #[arg(long, value_name = "SECONDS", default_value = "5s")]
     pub etcd_ttl: String,
+    /// The longest lease ttl a HOLD may ask for in a new cluster (kept in
+    /// etcd): a partition taken over from a node that stopped without
+    /// handing it over grants nothing for this long, so no holder of the
+    /// old node can still believe it holds a key (`10s`, `2500ms`).
+    #[arg(long, value_name = "DURATION", default_value = "10s")]
+    pub max_ttl: String,
     /// Fences a partition's owner reserves in etcd at a time (tests make it
     /// small to see windows renewed and spent).
     #[arg(long, hide = true, default_value_t = 1 << 40,
@@ -111,6 +117,7 @@ pub struct ClusterSettings {
     pub advertise: String,
     pub partitions: u16,
     pub ttl: Duration,
+    pub max_ttl: Duration,
     pub fence_window: u64,
 }
 
@@ -201,6 +208,7 @@ impl ServeArgs {
             advertise: advertise.clone(),
             partitions: self.partitions,
             ttl: etcd_ttl(&self.etcd_ttl)?,
+            max_ttl: max_ttl(&self.max_ttl)?,
             fence_window: self.fence_window,
         }))
     }
@@ -214,6 +222,23 @@ fn etcd_ttl(text: &str) -> Result<Duration, String> {
         Ok(n) if (2..=300).contains(&n) => Ok(Duration::from_secs(n)),
         _ => Err(format!(
             "--etcd-ttl {text:?}: expected whole seconds from 2s to 300s"
+        )),
+    }
+}
+
+/// `10s` or `2500ms`: from 100 ms to an hour.
+fn max_ttl(text: &str) -> Result<Duration, String> {
+    let parsed = match text.strip_suffix("ms") {
+        Some(ms) => ms.parse().ok().map(Duration::from_millis),
+        None => text
+            .strip_suffix('s')
+            .and_then(|s| s.parse().ok())
+            .map(Duration::from_secs),
+    };
+    match parsed {
+        Some(d) if d >= Duration::from_millis(100) && d <= Duration::from_secs(3600) => Ok(d),
+        _ => Err(format!(
+            "--max-ttl {text:?}: expected a duration from 100ms to 3600s, such as 10s or 2500ms"
         )),
     }
 }
@@ -261,6 +286,7 @@ mod tests {
             advertise: None,
             partitions: 16,
             etcd_ttl: "5s".into(),
+            max_ttl: "10s".into(),
             fence_window: 1 << 40,
         }
     }
@@ -280,6 +306,14 @@ mod tests {
             err,
             "--etcd-ttl \"1500ms\": expected whole seconds from 2s to 300s"
         );
+        a.max_ttl = "2500ms".into();
+        assert_eq!(
+            a.check().unwrap().cluster.unwrap().max_ttl,
+            Duration::from_millis(2500)
+        );
+        a.max_ttl = "2h".into();
+        assert!(a.check().err().unwrap().starts_with("--max-ttl \"2h\""));
+        a.max_ttl = "10s".into();
         a.etcd_ttl = "3".into();
         assert_eq!(
             a.check().unwrap().cluster.unwrap().ttl,

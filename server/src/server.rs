@@ -85,7 +85,8 @@ pub async fn run(
     }
     shared.store.close();
     if let Some(node) = &shared.cluster {
-        node.end_lease();
+        // Its partitions stop now; the agent hands them over in etcd.
+        node.leave();
     }
     let _ = notify_shutdown.send(true);
     drop(done_tx);

@@ -9,8 +9,8 @@
 mod common;
 
 use common::cluster::{
-    await_spread, etcd_available, key_slot, owner_of, slot, slot_map, start_node, start_node_on,
-    Etcd,
+    await_settled, await_spread, etcd_available, key_slot, owner_of, slot, slot_map,
+    start_node_with, Etcd,
 };
 use common::{error_text, Client, Server};
 use holdline_resp::Value;
@@ -29,13 +29,16 @@ struct Three {
 }
 
 impl Three {
-    fn start(name: &str) -> Three {
+    /// `max_ttl`: the cluster's `--max-ttl` (how long a partition taken
+    /// over without a hand-over grants nothing).
+    fn start(name: &str, max_ttl: &str) -> Three {
         let etcd = Etcd::start();
         let nodes: Vec<Server> = (0..3)
-            .map(|_| start_node(&etcd, name, PARTITIONS, TTL))
+            .map(|_| start_node_with(&etcd, name, PARTITIONS, TTL, &["--max-ttl", max_ttl]))
             .collect();
         let three = Three { etcd, nodes };
-        await_spread(three.nodes[0].addr, &three.addrs(), Duration::from_secs(20));
+        let addrs: Vec<SocketAddr> = three.nodes.iter().map(|n| n.addr).collect();
+        await_settled(&addrs, PARTITIONS, Duration::from_secs(20));
         three
     }
 
@@ -99,7 +102,7 @@ fn holds_spread_over_three_nodes_and_redirects_name_the_owner() {
     if !etcd_available() {
         return;
     }
-    let three = Three::start("spread");
+    let three = Three::start("spread", "10s");
     let map = slot_map(three.nodes[0].addr);
     let mut first = three.nodes[0].connect();
     for owner in three.addrs() {
@@ -138,7 +141,7 @@ fn redis_cli_follows_redirects_and_reads_the_map() {
     {
         return;
     }
-    let three = Three::start("cli");
+    let three = Three::start("cli", "10s");
     let map = slot_map(three.nodes[0].addr);
     let mut c = three.nodes[0].connect();
     let elsewhere = three.addrs()[1].clone();
@@ -192,6 +195,27 @@ fn redis_cli_follows_redirects_and_reads_the_map() {
     assert!(String::from_utf8_lossy(&info).contains("cluster_state:ok"));
 }
 
+/// HOLD `key` at `owner` (WAIT 0) until it is granted: while the new
+/// owner is not serving yet (CLUSTERDOWN, MOVED from a stale map) or has
+/// not opened the partition (INUSE). Panics past `within`.
+fn hold_when_served(owner: &str, lock: &str, key: &str, within: Duration) -> (i64, i64) {
+    let deadline = Instant::now() + within;
+    let mut c = Client::connect(owner.parse().unwrap());
+    loop {
+        match c.call(&["HOLD", lock, key, "WAIT", "0"]) {
+            Value::Error(e)
+                if e.starts_with("CLUSTERDOWN")
+                    || e.starts_with("MOVED")
+                    || e.starts_with("INUSE") =>
+            {
+                assert!(Instant::now() < deadline, "{key} at {owner}: {e}");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            v => return granted(v),
+        }
+    }
+}
+
 /// A fenced register outside the cluster, as a resource behind the lock
 /// would be: it accepts a write only with a fence above every one it saw
 /// for the key, and counts the refusals.
@@ -219,7 +243,7 @@ fn a_killed_owner_moves_its_partitions_within_ttl_plus_2s_and_fences_keep_rising
     if !etcd_available() {
         return;
     }
-    let mut three = Three::start("kill");
+    let mut three = Three::start("kill", "1s");
     let map = slot_map(three.nodes[0].addr);
     let victim = three.addrs()[2].clone();
     let mut c = three.nodes[0].connect();
@@ -237,27 +261,19 @@ fn a_killed_owner_moves_its_partitions_within_ttl_plus_2s_and_fences_keep_rising
         let slot = key_slot(&mut c, key);
         let owner = await_new_owner(survivor, slot, &victim, Duration::from_secs(TTL + 2));
         assert_ne!(owner, victim);
-        let mut at_owner = Client::connect(owner.parse().unwrap());
-        // The new owner may take a moment past the map to serve.
-        let fence = loop {
-            match at_owner.call(&["HOLD", "kill", key, "WAIT", "0"]) {
-                Value::Error(e) if e.starts_with("CLUSTERDOWN") || e.starts_with("MOVED") => {
-                    assert!(killed.elapsed() < Duration::from_secs(TTL + 2), "{e}");
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-                v => break granted(v).1,
-            }
-        };
+    }
+    let moved = killed.elapsed();
+    assert!(moved < Duration::from_secs(TTL + 2), "took {moved:?}");
+    for key in &keys {
+        let owner = owner_of(&slot_map(survivor), key_slot(&mut c, key)).unwrap();
+        // The new owner took over without a hand-over: it grants only once
+        // no holder of the dead node can think it holds (--max-ttl 1s).
+        let (_, fence) = hold_when_served(&owner, "kill", key, Duration::from_secs(TTL + 4));
         assert!(
             register.write(key, fence),
             "{key}: fence {fence} not above the old owner's"
         );
     }
-    assert!(
-        killed.elapsed() < Duration::from_secs(TTL + 2),
-        "took {:?}",
-        killed.elapsed()
-    );
     assert!(register.refused.is_empty());
     drop(three.nodes.remove(2));
 }
@@ -267,7 +283,7 @@ fn a_frozen_owner_never_grants_after_another_node_took_its_partition() {
     if !etcd_available() {
         return;
     }
-    let three = Three::start("freeze");
+    let three = Three::start("freeze", "1s");
     let map = slot_map(three.nodes[0].addr);
     let victim_addr = three.addrs()[1].clone();
     let victim = three.node_at(&victim_addr);
@@ -277,7 +293,8 @@ fn a_frozen_owner_never_grants_after_another_node_took_its_partition() {
     let mut register = Register::default();
     // A holds the key on the victim; B waits behind it there.
     let mut a = victim.connect();
-    let (lease_a, fence_a) = granted(a.call(&["HOLD", "freeze", &key, "TTL", "60000"]));
+    let a_sent = Instant::now();
+    let (lease_a, fence_a) = granted(a.call(&["HOLD", "freeze", &key, "TTL", "1000"]));
     assert!(register.write(&key, fence_a));
     let mut b = victim.connect();
     b.send(&["HOLD", "freeze", &key, "WAIT", "60000"]);
@@ -285,15 +302,13 @@ fn a_frozen_owner_never_grants_after_another_node_took_its_partition() {
     victim.signal(libc::SIGSTOP);
     let survivor = three.nodes[0].addr;
     let owner = await_new_owner(survivor, slot, &victim_addr, Duration::from_secs(TTL + 3));
-    let mut c2 = Client::connect(owner.parse().unwrap());
-    let (_, fence_c) = loop {
-        match c2.call(&["HOLD", "freeze", &key, "WAIT", "0"]) {
-            Value::Error(e) if e.starts_with("CLUSTERDOWN") || e.starts_with("MOVED") => {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            v => break granted(v),
-        }
-    };
+    let (_, fence_c) = hold_when_served(&owner, "freeze", &key, Duration::from_secs(TTL + 4));
+    // No overlap: A's client stops believing by its HOLD's send + ttl, and
+    // the new owner granted only after that.
+    assert!(
+        a_sent.elapsed() > Duration::from_secs(1),
+        "granted within A's ttl"
+    );
     assert!(register.write(&key, fence_c), "the new owner's fence rises");
     victim.signal(libc::SIGCONT);
     // A lets go on the woken victim: the key must not go to B there.
@@ -329,7 +344,7 @@ fn a_frozen_owner_never_grants_after_another_node_took_its_partition() {
                 assert!(e.starts_with(&format!("MOVED {slot} ")), "{e}");
                 break;
             }
-            Value::Error(e) if e.starts_with("INUSE ") => break,
+            Value::Error(e) if e.starts_with("INUSE ") => {}
             v => {
                 let (_, fence) = granted(v);
                 assert!(register.write(&key, fence), "a late grant below {fence_c}");
@@ -347,7 +362,7 @@ fn nodes_keep_serving_while_etcd_is_away_then_stop_then_recover() {
     if !etcd_available() {
         return;
     }
-    let mut three = Three::start("away");
+    let mut three = Three::start("away", "3s");
     let node = three.nodes[0].addr;
     let map = slot_map(node);
     let mut c = Client::connect(node);
@@ -356,7 +371,7 @@ fn nodes_keep_serving_while_etcd_is_away_then_stop_then_recover() {
     // A RESP3 holder that sends nothing is told by a push all the same.
     let mut quiet = Client::connect(node);
     assert!(matches!(quiet.call(&["HELLO", "3"]), Value::Map(_)));
-    granted(quiet.call(&["HOLD", "away", &keys[2], "WAIT", "0", "TTL", "60000"]));
+    granted(quiet.call(&["HOLD", "away", &keys[2], "WAIT", "0", "TTL", "3000"]));
     three.etcd.kill();
     let gone = Instant::now();
     // Within the lease's margin the node still serves what it owns.
@@ -384,15 +399,7 @@ fn nodes_keep_serving_while_etcd_is_away_then_stop_then_recover() {
     three.etcd.restart();
     let map = await_spread(node, &three.addrs(), Duration::from_secs(20));
     let owner = owner_of(&map, key_slot(&mut c, &keys[0])).unwrap();
-    let mut at_owner = Client::connect(owner.parse().unwrap());
-    let (_, later) = loop {
-        match at_owner.call(&["HOLD", "away", &keys[0], "WAIT", "0"]) {
-            Value::Error(e) if e.starts_with("CLUSTERDOWN") || e.starts_with("MOVED") => {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            v => break granted(v),
-        }
-    };
+    let (_, later) = hold_when_served(&owner, "away", &keys[0], Duration::from_secs(10));
     assert!(later > fence, "fences rise across etcd's absence");
 }
 
@@ -403,7 +410,7 @@ fn a_joining_node_takes_its_share_without_dropping_holders_that_stay() {
     }
     let etcd = Etcd::start();
     let two: Vec<Server> = (0..2)
-        .map(|_| start_node(&etcd, "join", PARTITIONS, TTL))
+        .map(|_| start_node_with(&etcd, "join", PARTITIONS, TTL, &["--max-ttl", "10s"]))
         .collect();
     let addrs: Vec<String> = two.iter().map(|n| n.addr.to_string()).collect();
     let before = await_spread(two[0].addr, &addrs, Duration::from_secs(20));
@@ -420,10 +427,10 @@ fn a_joining_node_takes_its_share_without_dropping_holders_that_stay() {
             .unwrap();
         let owner = owner_of(&before, slot(&key)).unwrap();
         let mut c = Client::connect(owner.parse().unwrap());
-        let (lease, _) = granted(c.call(&["HOLD", "join", &key, "WAIT", "0", "TTL", "60000"]));
+        let (lease, _) = granted(c.call(&["HOLD", "join", &key, "WAIT", "0", "TTL", "10000"]));
         held.push((slot(&key), owner, c, lease));
     }
-    let third = start_node_on(&etcd, "join", PARTITIONS, TTL, common::cluster::free_port());
+    let third = start_node_with(&etcd, "join", PARTITIONS, TTL, &["--max-ttl", "10s"]);
     let mut all = addrs.clone();
     all.push(third.addr.to_string());
     let after = await_spread(two[0].addr, &all, Duration::from_secs(20));
@@ -457,7 +464,14 @@ fn fence_windows_are_reserved_again_and_a_new_owner_starts_above_them() {
     let window = "16";
     let metrics = format!("127.0.0.1:{}", common::cluster::free_port());
     let start = |etcd: &Etcd| {
-        let flags = ["--fence-window", window, "--metrics", &metrics];
+        let flags = [
+            "--fence-window",
+            window,
+            "--metrics",
+            &metrics,
+            "--max-ttl",
+            "1s",
+        ];
         common::cluster::start_node_with(etcd, "windows", 1, TTL, &flags)
     };
     let mut node = start(&etcd);
@@ -510,7 +524,8 @@ fn fence_windows_are_reserved_again_and_a_new_owner_starts_above_them() {
     let node = start(&etcd);
     await_spread(node.addr, &[node.addr.to_string()], Duration::from_secs(20));
     let mut c = node.connect();
-    let (_, fence) = granted(c.call(&["HOLD", "windows", "k", "WAIT", "0"]));
+    // (It took over without a hand-over: the HOLD waits out --max-ttl.)
+    let (_, fence) = granted(c.call(&["HOLD", "windows", "k", "WAIT", "5000"]));
     assert!(fence > fences[99], "{fence} after {}", fences[99]);
 }
 
@@ -522,4 +537,39 @@ fn scrape(addr: &str) -> String {
     let mut out = String::new();
     stream.read_to_string(&mut out).unwrap();
     out
+}
+
+#[test]
+fn a_node_shut_down_hands_its_partitions_over_at_once() {
+    if !etcd_available() {
+        return;
+    }
+    // A long --max-ttl: a take-over without a hand-over would grant
+    // nothing for 10 s; SIGTERM's hand-over lets the next owner grant now.
+    let mut three = Three::start("leave", "10s");
+    let map = slot_map(three.nodes[0].addr);
+    let leaving = three.addrs()[2].clone();
+    let mut c = three.nodes[0].connect();
+    let key = keys_owned_by(&mut c, &map, &leaving, 1).remove(0);
+    let mut at_leaving = Client::connect(leaving.parse().unwrap());
+    // A lease may not outlive what a take-over waits for.
+    let err = error_text(at_leaving.call(&["HOLD", "leave", &key, "TTL", "20000"]));
+    assert_eq!(
+        err,
+        format!("INVALID lock leave: key \"{key}\": ttl 20s is above the cluster's max ttl (10s): invalid")
+    );
+    let (_, fence) = granted(at_leaving.call(&["HOLD", "leave", &key, "WAIT", "0"]));
+    three.nodes[2].signal(libc::SIGTERM);
+    let asked = Instant::now();
+    assert!(three.nodes[2].wait_exit(Duration::from_secs(10)).success());
+    let slot = key_slot(&mut c, &key);
+    let owner = await_new_owner(three.nodes[0].addr, slot, &leaving, Duration::from_secs(5));
+    let (_, next) = hold_when_served(&owner, "leave", &key, Duration::from_secs(5));
+    assert!(next > fence);
+    assert!(
+        asked.elapsed() < Duration::from_secs(8),
+        "granted {:?} after SIGTERM: the hand-over was not seen",
+        asked.elapsed()
+    );
+    drop(three.nodes.remove(2));
 }

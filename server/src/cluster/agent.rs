@@ -5,11 +5,12 @@
 //! When the lease is gone (or its deadline passed) it stops everything and
 //! starts a new session; a shutdown gives every partition up at once.
 //!
-//! Keys under `/holdline/<cluster>/`: `partitions` (the count, written
-//! once), `nodes/<id>` = advertised address and `owners/<p>` = node id
-//! (both under the node's lease), `fences/<p>` = the end of the highest
-//! fence window reserved (no lease). The safety argument is in the module
-//! doc of `cluster`.
+//! Keys under `/holdline/<cluster>/`: `partitions` and `max_ttl_ms`
+//! (written once, when the cluster is created), `nodes/<id>` = advertised
+//! address and `owners/<p>` = node id (both under the node's lease),
+//! `fences/<p>` = the end of the highest fence window reserved and
+//! `handed/<p>` = the window end of the last clean hand-over (no lease).
+//! The safety argument is in the module doc of `cluster`.
 
 use super::{shares, Node, View};
 use etcd_client::{Client, Compare, CompareOp, ConnectOptions, GetOptions, PutOptions, Txn, TxnOp};
@@ -62,42 +63,24 @@ pub async fn join(settings: &Settings) -> Result<Agent, String> {
     )
     .await?;
     let prefix = format!("/holdline/{}/", settings.cluster);
-    let key = format!("{prefix}partitions");
-    let txn = Txn::new()
-        .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
-        .and_then([TxnOp::put(
-            key.clone(),
-            settings.partitions.to_string(),
-            None,
-        )])
-        .or_else([TxnOp::get(key.clone(), None)]);
-    let resp = timed("txn", client.txn(txn)).await?;
-    let partitions = if resp.succeeded() {
-        settings.partitions
-    } else {
-        let got = timed("get", client.get(key.clone(), None)).await?;
-        let text = got
-            .kvs()
-            .first()
-            .and_then(|kv| kv.value_str().ok().map(str::to_owned))
-            .unwrap_or_default();
-        let n: u16 = text
-            .parse()
-            .map_err(|_| format!("etcd key {key} holds {text:?}, not a partition count"))?;
-        if n != settings.partitions {
-            warn!(
-                cluster = settings.cluster,
-                partitions = n,
-                "the cluster was created with another --partitions: its count stands"
-            );
-        }
-        n
-    };
+    let partitions = setting(
+        &mut client,
+        &prefix,
+        "partitions",
+        settings.partitions.into(),
+    )
+    .await?;
+    let partitions = u16::try_from(partitions)
+        .ok()
+        .filter(|n| (1..=1024).contains(n))
+        .ok_or_else(|| format!("etcd key {prefix}partitions holds {partitions}"))?;
+    let max_ttl_ms = settings.max_ttl.as_millis() as u64;
+    let max_ttl_ms = setting(&mut client, &prefix, "max_ttl_ms", max_ttl_ms).await?;
     let node = Arc::new(Node::new(
         super::new_node_id(),
         settings.advertise.clone(),
         partitions,
-        settings.ttl,
+        (settings.ttl, Duration::from_millis(max_ttl_ms)),
         settings.fence_window,
     ));
     Ok(Agent {
@@ -109,18 +92,59 @@ pub async fn join(settings: &Settings) -> Result<Agent, String> {
     })
 }
 
+/// A setting fixed when the cluster is created: written now if the cluster
+/// is new, else the cluster's value (a different flag is logged, not used).
+async fn setting(
+    client: &mut Client,
+    prefix: &str,
+    name: &str,
+    wanted: u64,
+) -> Result<u64, String> {
+    let key = format!("{prefix}{name}");
+    let txn = Txn::new()
+        .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+        .and_then([TxnOp::put(key.clone(), wanted.to_string(), None)]);
+    if timed("txn", client.txn(txn)).await?.succeeded() {
+        return Ok(wanted);
+    }
+    let got = timed("get", client.get(key.clone(), None)).await?;
+    let text = got
+        .kvs()
+        .first()
+        .and_then(|kv| kv.value_str().ok().map(str::to_owned))
+        .unwrap_or_default();
+    let value: u64 = text
+        .parse()
+        .map_err(|_| format!("etcd key {key} holds {text:?}, not a number"))?;
+    if value != wanted {
+        warn!(
+            key,
+            value,
+            flag = wanted,
+            "the cluster was created with another value: its value stands"
+        );
+    }
+    Ok(value)
+}
+
 impl Agent {
     pub fn node(&self) -> Arc<Node> {
         self.node.clone()
     }
 
-    /// Sessions until `shutdown` turns true; then gives everything up.
+    /// Sessions until the node leaves (the server's shutdown calls
+    /// [`Node::leave`]; `shutdown` turning true does the same); then hands
+    /// every partition over in etcd and revokes the lease, so other nodes
+    /// take over at once instead of waiting out the ttl.
     pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) {
-        loop {
+        while !self.node.is_leaving() {
             let ended = tokio::select! {
                 r = self.session() => r,
                 _ = shutdown.wait_for(|s| *s) => break,
             };
+            if self.node.is_leaving() {
+                break;
+            }
             self.node.end_lease();
             if let Err(why) = ended {
                 // Once per outage at warn: etcd away means a line a tick.
@@ -136,8 +160,10 @@ impl Agent {
                 _ = shutdown.wait_for(|s| *s) => break,
             }
         }
-        // Stop serving, then let etcd forget our claims at once (so other
-        // nodes need not wait for the lease to run out).
+        self.node.leave();
+        if let Err(why) = self.hand_over_stopped().await {
+            warn!(%why, "could not hand every partition over; the rest move when the lease runs out");
+        }
         self.node.end_lease();
         self.revoke_stale().await;
         info!("left the cluster");
@@ -157,7 +183,7 @@ impl Agent {
     }
 
     /// One lease's life: ends (with why) when it is gone or its deadline
-    /// passed. Never returns `Ok`.
+    /// passed; `Ok` only when the node leaves.
     async fn session(&mut self) -> Result<(), String> {
         self.revoke_stale().await;
         let ttl_secs = self.node.ttl.as_secs().max(1) as i64;
@@ -198,6 +224,9 @@ impl Agent {
                 _ = tokio::time::sleep(TICK) => {}
                 _ = tokio::time::sleep_until(deadline.into()) => {}
             }
+            if self.node.is_leaving() {
+                return Ok(());
+            }
             if !self.node.check_deadline() {
                 return Err("the lease's deadline passed".into());
             }
@@ -217,6 +246,7 @@ impl Agent {
         .await?;
         let facts = Facts::read(&self.prefix, self.node.partitions, all.kvs());
         self.node.set_view(facts.view());
+        self.hand_over_stopped().await?;
         self.drop_what_etcd_denies(&facts).await;
         let owners: Vec<Option<String>> = facts
             .owners
@@ -225,8 +255,10 @@ impl Agent {
             .collect();
         let plan = shares::plan(&self.node.id, &facts.live(), &owners);
         for p in plan.give_up {
-            self.give_up(p, &facts).await?;
+            self.node.stop(p);
+            info!(partition = p, "gave the partition up");
         }
+        self.hand_over_stopped().await?;
         for p in plan.claim {
             self.claim(p, &facts).await?;
         }
@@ -258,14 +290,38 @@ impl Agent {
         }
     }
 
-    async fn give_up(&mut self, p: u16, facts: &Facts) -> Result<(), String> {
-        // Stop first: nothing is granted once the key is gone.
-        self.node.stop(p);
-        if let Some((_, rev)) = &facts.owners[usize::from(p)] {
-            self.delete_claim(p, *rev).await?;
+    /// Hands over in etcd every partition the node stopped on purpose.
+    async fn hand_over_stopped(&mut self) -> Result<(), String> {
+        for (p, claim, end) in self.node.left() {
+            self.hand_over(p, claim, Some(end)).await?;
         }
-        info!(partition = p, "gave the partition up");
         Ok(())
+    }
+
+    /// Deletes our claim of `p` (revision `rev`), which we no longer
+    /// serve. With `end`, the end of our last window, it also marks the
+    /// hand-over clean (`handed/<p>` = that end, in the same transaction,
+    /// only if no window was reserved since): every holder was told it
+    /// lost its lease, so the next owner need not wait out their ttls.
+    async fn hand_over(&mut self, p: u16, rev: i64, end: Option<u64>) -> Result<(), String> {
+        let owner = format!("{}owners/{p}", self.prefix);
+        if let Some(end) = end {
+            let fences = format!("{}fences/{p}", self.prefix);
+            let handed = format!("{}handed/{p}", self.prefix);
+            let txn = Txn::new()
+                .when([
+                    Compare::create_revision(owner.clone(), CompareOp::Equal, rev),
+                    Compare::value(fences, CompareOp::Equal, end.to_string()),
+                ])
+                .and_then([
+                    TxnOp::delete(owner, None),
+                    TxnOp::put(handed, end.to_string(), None),
+                ]);
+            if timed("txn", self.client.txn(txn)).await?.succeeded() {
+                return Ok(());
+            }
+        }
+        self.delete_claim(p, rev).await
     }
 
     async fn delete_claim(&mut self, p: u16, rev: i64) -> Result<(), String> {
@@ -279,13 +335,25 @@ impl Agent {
     /// Claims `p` and reserves a fence window in one transaction; serves it
     /// if etcd granted both.
     async fn claim(&mut self, p: u16, facts: &Facts) -> Result<(), String> {
-        let Some(lease) = self.stale.last().copied() else {
+        let lease = self.node.lease();
+        if lease == 0 || self.node.is_leaving() {
             return Ok(());
-        };
+        }
         let owner = format!("{}owners/{p}", self.prefix);
         let fences = format!("{}fences/{p}", self.prefix);
         let (floor, fences_rev) = facts.fences[usize::from(p)].unwrap_or((wall_clock_ns(), 0));
-        let end = floor + self.node.window;
+        // Fences travel as signed 64-bit integers: a window must end below.
+        let Some(end) = floor
+            .checked_add(self.node.window)
+            .filter(|&e| e < i64::MAX as u64)
+        else {
+            warn!(
+                partition = p,
+                floor, "no fences left below 2^63 (or fences/<p> is not a number): not claiming"
+            );
+            return Ok(());
+        };
+        let handed_over = facts.handed_over(p);
         let txn = Txn::new()
             .when([
                 Compare::create_revision(owner.clone(), CompareOp::Equal, 0),
@@ -302,8 +370,12 @@ impl Agent {
         let resp = timed("claim", self.client.txn(txn)).await?;
         let revision = resp.header().map(|h| h.revision()).unwrap_or(0);
         if resp.succeeded() && self.node.check_deadline() {
-            self.node.serve(p, floor, revision);
-            info!(partition = p, "serving the partition");
+            self.node.serve(p, floor, revision, handed_over);
+            if handed_over {
+                info!(partition = p, "serving the partition");
+            } else {
+                info!(partition = p, wait = ?self.node.max_ttl, "serving the partition once no holder of its last owner can think it holds a key");
+            }
         }
         Ok(())
     }
@@ -334,40 +406,74 @@ impl Agent {
     }
 }
 
-/// Keeps the lease alive every ttl/4, moving the node's deadline on each
-/// answer by the send time of the request it answers; ends the session
-/// (no deadline) when etcd says the lease is gone. A request unanswered in
-/// ttl/4 drops the stream, so a late answer is never credited to a later
-/// request's send time.
+/// Keeps the lease alive: a keepalive every ttl/4 on one stream, each
+/// answer credited to the send time of the request it answers (etcd
+/// answers a stream's requests in order), so a slow answer still counts
+/// for what it proves. A stream with a request unanswered for a ttl is
+/// dropped for a new one (whose opening is itself a keepalive). etcd
+/// saying the lease is gone ends the session.
 async fn keep_alive(mut client: Client, node: Arc<Node>, lease: i64) {
     let every = node.ttl / 4;
-    let mut stream = None;
     loop {
-        if stream.is_none() {
-            stream = timed("keepalive", client.lease_keep_alive(lease))
-                .await
-                .ok();
-        }
-        if let Some((keeper, answers)) = stream.as_mut() {
-            let sent = node.now();
-            let answer = tokio::time::timeout(every, async {
-                keeper.keep_alive().await?;
-                answers.message().await
-            })
-            .await;
-            match answer {
-                Ok(Ok(Some(a))) if a.ttl() > 0 => {
-                    node.lease_confirmed(lease, sent, Duration::from_secs(a.ttl() as u64));
-                }
-                Ok(Ok(Some(_))) => {
+        let sent = node.now();
+        let (mut keeper, mut answers) =
+            match timed("keepalive", client.lease_keep_alive(lease)).await {
+                Ok(stream) => stream,
+                Err(why) if why.contains("lease not found") => {
                     warn!(lease, "etcd says the lease is gone");
-                    node.end_lease();
+                    node.lease_gone(lease);
                     return;
                 }
-                _ => stream = None,
-            }
+                Err(_) => {
+                    tokio::time::sleep(every / 2).await;
+                    continue;
+                }
+            };
+        // Opening the stream sent a keepalive and read its answer (alive).
+        node.lease_confirmed(lease, sent, node.ttl);
+        if !keep_stream(&node, lease, &mut keeper, &mut answers, every).await {
+            return;
         }
-        tokio::time::sleep(every).await;
+    }
+}
+
+/// One keepalive stream's life: `false` once the lease is gone.
+async fn keep_stream(
+    node: &Node,
+    lease: i64,
+    keeper: &mut etcd_client::LeaseKeeper,
+    answers: &mut etcd_client::LeaseKeepAliveStream,
+    every: Duration,
+) -> bool {
+    let mut sent: std::collections::VecDeque<u64> = std::collections::VecDeque::new();
+    let mut tick = tokio::time::interval(every);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {
+                let stuck = sent
+                    .front()
+                    .is_some_and(|s| node.now() - s > node.ttl.as_nanos() as u64);
+                if stuck {
+                    return true;
+                }
+                sent.push_back(node.now());
+                if keeper.keep_alive().await.is_err() {
+                    return true;
+                }
+            }
+            answer = answers.message() => match answer {
+                Ok(Some(a)) => {
+                    let Some(at) = sent.pop_front() else { return true };
+                    if a.ttl() <= 0 {
+                        warn!(lease, "etcd says the lease is gone");
+                        node.lease_gone(lease);
+                        return false;
+                    }
+                    node.lease_confirmed(lease, at, Duration::from_secs(a.ttl() as u64));
+                }
+                _ => return true,
+            },
+        }
     }
 }
 
@@ -397,6 +503,8 @@ struct Facts {
     owners: Vec<Option<(String, i64)>>,
     /// Each partition's reserved window end and its key's revision.
     fences: Vec<Option<(u64, i64)>>,
+    /// Each partition's last clean hand-over: the window end it was at.
+    handed: Vec<Option<u64>>,
 }
 
 impl Facts {
@@ -406,6 +514,7 @@ impl Facts {
             nodes: Vec::new(),
             owners: vec![None; n],
             fences: vec![None; n],
+            handed: vec![None; n],
         };
         for kv in kvs {
             let (Ok(key), Ok(value)) = (kv.key_str(), kv.value_str()) else {
@@ -422,12 +531,25 @@ impl Facts {
                     facts.owners[p] = Some((value.to_owned(), kv.create_revision()))
                 }
                 ("fences", Some(p)) => {
-                    facts.fences[p] = value.parse().ok().map(|e| (e, kv.mod_revision()));
+                    // A value that is not a number leaves no window to use.
+                    let end = value.parse().unwrap_or(u64::MAX);
+                    facts.fences[p] = Some((end, kv.mod_revision()));
                 }
+                ("handed", Some(p)) => facts.handed[p] = value.parse().ok(),
                 _ => {}
             }
         }
         facts
+    }
+
+    /// Whether `p`'s last owner handed it over cleanly: its mark names
+    /// the window still current (a later claim would have moved it), or no
+    /// owner ever claimed it.
+    fn handed_over(&self, p: u16) -> bool {
+        match self.fences[usize::from(p)] {
+            None => true,
+            Some((end, _)) => self.handed[usize::from(p)] == Some(end),
+        }
     }
 
     fn live(&self) -> Vec<String> {

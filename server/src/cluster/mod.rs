@@ -6,7 +6,7 @@
 //! command goes ([`Node::route`]). The etcd session that changes these
 //! lives in `agent`; the shares it aims for in `shares`; slots in `slots`.
 //!
-//! # Why a key never has two live owners, and fences keep rising
+//! # Why no two holders overlap, and fences keep rising
 //!
 //! Facts from etcd (linearizable; a revision orders every write):
 //! - A node holds one etcd lease of `etcd-ttl` seconds. Its claim of a
@@ -19,52 +19,79 @@
 //! - etcd's leader expires a lease no earlier than `ttl` after it processed
 //!   the last keepalive, and a keepalive is processed after it was sent.
 //!
-//! What the node does:
-//! 1. It serves a partition only between a claim etcd acknowledged and the
-//!    **deadline**: `s + ttl - margin`, `s` the send time (its own
+//! **Two nodes never serve a partition at once.**
+//! 1. A node serves a partition only between a claim etcd acknowledged and
+//!    the **deadline**: `s + ttl - margin`, `s` the send time (its own
 //!    monotonic clock) of the last keepalive (or grant) that etcd answered
-//!    with the lease alive. The margin is `max(ttl / 5, 250 ms)`.
-//! 2. Every path that could hand out or keep a grant reads the clock
-//!    first ([`Node::check_deadline`]: each command read, each grant about
-//!    to be answered, each RENEW, RELEASE and PUT); past the deadline it
-//!    stops every partition before answering. A timer in the agent does
-//!    the same when no command comes. A node frozen (SIGSTOP, a VM pause)
-//!    across its deadline therefore stops at its first step after waking,
-//!    before it answers anything.
+//!    with the lease alive (answers on a stream come in the order of the
+//!    requests, so each is credited to its own request). The margin is
+//!    `max(ttl / 5, 250 ms)`.
+//! 2. Every path that could hand out or keep a grant reads the clock first
+//!    ([`Node::check_deadline`]: each command read, each grant about to be
+//!    answered, each RENEW, RELEASE and PUT); past the deadline it stops
+//!    every partition and ends the session before answering (callers wait
+//!    for the stop under the session's lock, and no answer about the ended
+//!    lease moves the deadline again). A watchdog task does the same when
+//!    no command comes. A node paused across its deadline stops at its
+//!    first step after waking.
 //! 3. Stopping a partition closes its store: every lease on it is lost
-//!    (the holder is told), every waiter fails `closed`; later commands are
-//!    redirected. A partition given up is stopped *before* its key is
-//!    deleted in etcd.
+//!    (the holder is pushed `lost` or its connection closes), every waiter
+//!    fails `closed`; later commands are redirected. A partition given up
+//!    is stopped *before* its key is deleted in etcd.
 //!
-//! Timing assumption (the only one): during one `ttl`, the node's
-//! monotonic clock runs no slower than the etcd leader's by more than
-//! `margin / ttl` (20%). Then the node's deadline comes before etcd's
-//! expiry, so it stops serving before any other node can claim; a new
-//! owner serves only after etcd granted its claim. Nothing assumes the
-//! network's delays or that processes keep running: a pause only delays
-//! the node's next step, which checks the deadline first.
+//! **No holder of the old owner still believes when the new one grants.**
+//! A client believes in a lease until the send time of the last command
+//! answered, plus the lease's ttl, minus a margin. A holder of a node that
+//! died or froze cannot be told, so a partition taken over *without a
+//! hand-over* grants nothing for the cluster's `max_ttl` after the claim
+//! (TRYHOLD answers null, HOLD waits), and no lease may ask for a longer
+//! ttl: every command the old node answered was answered before its
+//! deadline, which came before the claim. A node that stops a partition on
+//! purpose (rebalancing, a spent fence window, SIGTERM) closes its store
+//! first, so each holder was told, and then marks the hand-over in the
+//! same transaction that deletes its claim (`handed/<p>` = its last window
+//! end, written only if `fences/<p>` still holds it, so the mark names that
+//! tenure only); the next owner grants at once. A holder whose link to the
+//! old node is cut at that very moment learns at its own deadline: like a
+//! maxHold revocation, that window is what fences cover.
 //!
-//! Fences, with no clock at all: `fences/<p>` in etcd holds the end of the
-//! highest window of fences ever reserved for the partition (it has no
-//! lease: it outlives owners). A claim reads it as `E` and, in the same
+//! **Timing assumptions.** (a) During one ttl, a node's monotonic clock
+//! runs no slower than the etcd leader's by more than `margin / ttl`
+//! (20%), and the clocks of the new owner and of clients run at rates close
+//! enough that `max_ttl` measured by one is not shorter than a ttl measured
+//! by the other by more than the clients' margin. (b) The monotonic clock
+//! counts every moment the node could act: `Instant` stops across a
+//! system suspend, and a hypervisor may stop a paused guest's clock, so a
+//! node must not run where that happens unnoticed. (c) etcd expires a
+//! lease only after its ttl: a stuck old etcd leader can revoke leases
+//! early (an etcd bug fixed only in part, in releases after Debian's
+//! 3.4.23); the tests run one member. Network delays and process pauses
+//! are not assumed anything about, with one exception of every lock
+//! service: an answer decided before a pause (already in the socket's
+//! buffer) still goes out after it; its lease is lost by then and its
+//! fence is below the new owner's.
+//!
+//! **Fences, with no clock at all.** `fences/<p>` in etcd holds the end of
+//! the highest window of fences ever reserved for the partition (no lease:
+//! it outlives owners). A claim reads it as `E` and, in the same
 //! transaction (which also checks `fences/<p>` is unchanged), raises it to
-//! `E + window`; the new store gives fences above `E` only, and a grant
-//! whose fence would pass the window's end is refused (the partition
-//! stops) unless the owner reserved the next window, again by a
-//! transaction that checks its claim is still the key's current one. So
+//! `E + window`; the new store gives fences above `E` only, a grant whose
+//! fence would pass the window's end is refused (the partition stops and
+//! is claimed again above it), and the next window is reserved at half by
+//! a transaction that checks the claim is still the key's current one. So
 //! every window an owner used was reserved, in etcd's order, before the
 //! next owner's claim, and that claim starts above it: a key's fences rise
-//! across owners even if the timing assumption above fails. Fences are
-//! what a resource behind the lock should check; the deadline is what
-//! keeps two holders from overlapping in the first place.
+//! across owners even if every timing assumption fails. This needs etcd's
+//! history kept (a restored or fresh etcd starts fences again at the
+//! clock), and stops claiming, saying so, when a window would pass 2^63.
 
 pub mod agent;
 pub mod shares;
 pub mod slots;
 
 use holdline::Store;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 use tracing::warn;
 
@@ -76,7 +103,11 @@ pub struct Node {
     pub advertise: String,
     /// Partitions in the cluster (read from etcd at start; fixed).
     pub partitions: u16,
+    /// The etcd lease's ttl.
     pub ttl: Duration,
+    /// The longest lease ttl a holder may ask for in this cluster; how long
+    /// a partition taken over without a hand-over grants nothing.
+    pub max_ttl: Duration,
     /// Fences reserved in etcd at a time (`--fence-window`'s default
     /// 2^40: that many grants of one key before the owner must reserve
     /// again, which it does at half, in the background).
@@ -85,9 +116,13 @@ pub struct Node {
     /// Nanoseconds after `clock` until which the etcd lease surely lives;
     /// 0 while there is none. Partitions are served only while it is set.
     deadline: AtomicU64,
-    /// The etcd lease the deadline follows: answers about an older one
-    /// (a keepalive task being stopped) move nothing.
-    lease: AtomicI64,
+    /// The etcd lease of the session, 0 between sessions. Its lock orders
+    /// every write of `deadline` (see `check_deadline`).
+    session: Mutex<i64>,
+    /// Set at shutdown: nothing more is claimed.
+    leaving: AtomicBool,
+    /// The partitions stopped by `leave`, to hand over in etcd.
+    left: Mutex<Vec<(u16, i64, u64)>>,
     /// The partitions served here, by index.
     serving: RwLock<Vec<Option<Arc<Partition>>>>,
     /// What the last reading of etcd said: every partition's owner.
@@ -108,7 +143,20 @@ pub struct Partition {
     fence_end: AtomicU64,
     /// Set when a grant passed half of the current window.
     pub wants_window: AtomicBool,
-    window_start: AtomicU64,
+    /// Before this, the partition grants nothing (see "Taking over").
+    pub opens: Instant,
+}
+
+impl Partition {
+    /// The last fence of the windows reserved so far.
+    pub fn fence_end(&self) -> u64 {
+        self.fence_end.load(Ordering::SeqCst)
+    }
+
+    /// Whether grants wait for the partition to open (a take-over).
+    pub fn opens_later(&self) -> bool {
+        Instant::now() < self.opens
+    }
 }
 
 /// Owners as etcd last showed them.
@@ -130,16 +178,27 @@ pub enum Route {
 }
 
 impl Node {
-    pub fn new(id: String, advertise: String, partitions: u16, ttl: Duration, window: u64) -> Node {
+    /// `ttls`: the etcd lease's, and the longest a lease of a holder may
+    /// ask for (the cluster's `max_ttl`).
+    pub fn new(
+        id: String,
+        advertise: String,
+        partitions: u16,
+        ttls: (Duration, Duration),
+        window: u64,
+    ) -> Node {
         Node {
             id,
             advertise,
             partitions,
-            ttl,
+            ttl: ttls.0,
+            max_ttl: ttls.1,
             window,
             clock: Instant::now(),
             deadline: AtomicU64::new(0),
-            lease: AtomicI64::new(0),
+            session: Mutex::new(0),
+            leaving: AtomicBool::new(false),
+            left: Mutex::new(Vec::new()),
             serving: RwLock::new(vec![None; usize::from(partitions)]),
             view: RwLock::new(View {
                 owners: vec![None; usize::from(partitions)],
@@ -161,21 +220,29 @@ impl Node {
 
     /// etcd answered a keepalive (or the grant) sent at `sent` with the
     /// lease alive for `granted`: the deadline moves to `sent + ttl -
-    /// margin` (never back).
+    /// margin` (never back). Answers about any other lease than the
+    /// session's (an ended one) move nothing.
     pub fn lease_confirmed(&self, lease: i64, sent: u64, granted: Duration) {
-        if self.lease.load(Ordering::SeqCst) != lease {
+        let session = lock(&self.session);
+        if *session != lease || lease == 0 {
             return;
         }
         let ttl = granted.min(self.ttl);
         let until = sent + ttl.saturating_sub(self.margin()).as_nanos() as u64;
-        // SeqCst: the deadline is read on every command beside the serving
-        // table; one total order keeps the argument short.
+        // SeqCst (and written only under `session`): the deadline is read
+        // on every command beside the serving table; one total order keeps
+        // the argument short.
         self.deadline.fetch_max(until, Ordering::SeqCst);
     }
 
     /// A session begins with `lease`: only its answers count from now.
     pub fn new_lease(&self, lease: i64) {
-        self.lease.store(lease, Ordering::SeqCst);
+        *lock(&self.session) = lease;
+    }
+
+    /// The session's lease, 0 when none.
+    pub fn lease(&self) -> i64 {
+        *lock(&self.session)
     }
 
     /// The instant the deadline falls, if there is a lease.
@@ -187,37 +254,72 @@ impl Node {
     }
 
     /// Whether the lease surely lives now; past the deadline, stops
-    /// serving everything first (see the module doc).
+    /// serving everything first and ends the session (see the module doc).
+    /// A caller told `false` finds every store of the session closed.
     pub fn check_deadline(&self) -> bool {
         let deadline = self.deadline.load(Ordering::SeqCst);
-        if deadline == 0 {
-            // Another thread may be stopping everything right now: wait for
-            // it (the stop holds the table), so a caller told "no" never
-            // finds a store of the old session still open.
-            self.stop_all();
-            return false;
-        }
-        if self.now() < deadline {
+        if deadline != 0 && self.now() < deadline {
             return true;
         }
-        // One caller does the stopping; the rest find 0.
-        if self
-            .deadline
-            .compare_exchange(deadline, 0, Ordering::SeqCst, Ordering::SeqCst)
-            .is_ok()
-        {
-            warn!("the etcd lease may lapse: stopped serving every partition");
-            self.stop_all();
+        // Past it (or no session): stop under the session's lock, so that
+        // every caller waits for the one stopping, and no answer about the
+        // ended lease can raise the deadline again.
+        let mut session = lock(&self.session);
+        let deadline = self.deadline.load(Ordering::SeqCst);
+        if deadline != 0 && self.now() < deadline {
+            // Raised meanwhile by a fresh answer: serving goes on, but this
+            // caller already read a passed deadline; "no" is the safe answer.
+            return false;
         }
+        if *session != 0 {
+            warn!("the etcd lease may lapse: stopped serving every partition");
+        }
+        *session = 0;
+        self.deadline.store(0, Ordering::SeqCst);
+        self.stop_all();
         false
     }
 
     /// The session ended (lease gone, revoked, or the node shutting down):
     /// no deadline, nothing served.
     pub fn end_lease(&self) {
-        self.lease.store(0, Ordering::SeqCst);
+        let mut session = lock(&self.session);
+        *session = 0;
         self.deadline.store(0, Ordering::SeqCst);
         self.stop_all();
+    }
+
+    /// etcd said `lease` is gone: ends the session if it is still that one.
+    pub fn lease_gone(&self, lease: i64) {
+        let mut session = lock(&self.session);
+        if *session == lease {
+            *session = 0;
+            self.deadline.store(0, Ordering::SeqCst);
+            self.stop_all();
+        }
+    }
+
+    /// The node is shutting down: every partition stops now (holders told,
+    /// waiters answered) and nothing more is claimed; the agent then hands
+    /// the stopped ones over in etcd ([`Node::left`]).
+    pub fn leave(&self) {
+        self.leaving.store(true, Ordering::SeqCst);
+        let mut serving = self.serving.write().unwrap_or_else(PoisonError::into_inner);
+        let mut left = lock_left(&self.left);
+        for part in serving.iter_mut().filter_map(Option::take) {
+            part.store.close();
+            left.push((part.index, part.claim, part.fence_end()));
+        }
+    }
+
+    /// What [`Node::leave`] and [`Node::stop`] stopped, to hand over:
+    /// (partition, claim, window end).
+    pub fn left(&self) -> Vec<(u16, i64, u64)> {
+        std::mem::take(&mut *lock_left(&self.left))
+    }
+
+    pub fn is_leaving(&self) -> bool {
+        self.leaving.load(Ordering::SeqCst)
     }
 
     /// Where a command for `slot` goes.
@@ -243,23 +345,30 @@ impl Node {
 
     /// Whether a grant with `fence` may be answered: within the window.
     pub fn fence_allowed(&self, part: &Partition, fence: u64) -> bool {
-        // SeqCst: read beside the window's start, written by the agent.
+        // SeqCst: written by the agent when it reserved a window.
         let end = part.fence_end.load(Ordering::SeqCst);
         if fence > end {
             warn!(partition = part.index, "out of reserved fences: stopping");
-            self.stop(part.index);
+            self.stop_store(part);
             return false;
         }
-        let start = part.window_start.load(Ordering::SeqCst);
-        if fence - start > self.window / 2 {
+        // Less than half a window left: time to reserve the next one.
+        if end - fence < self.window / 2 {
             part.wants_window.store(true, Ordering::SeqCst);
         }
         true
     }
 
     /// Starts serving partition `p` with fences above `floor` (etcd granted
-    /// the claim at revision `claim` and reserved up to `floor + window`).
-    pub fn serve(&self, p: u16, floor: u64, claim: i64) {
+    /// the claim at revision `claim` and reserved up to `floor + window`);
+    /// `handed_over` when its last owner gave it up cleanly, else it grants
+    /// nothing for `max_ttl`.
+    pub fn serve(&self, p: u16, floor: u64, claim: i64, handed_over: bool) {
+        let opens = if handed_over {
+            Instant::now()
+        } else {
+            Instant::now() + self.max_ttl
+        };
         // Relaxed: hands out ids; nothing is published through it.
         let store_id = self.next_store.fetch_add(1, Ordering::Relaxed);
         let part = Arc::new(Partition {
@@ -269,15 +378,16 @@ impl Node {
             claim,
             fence_end: AtomicU64::new(floor + self.window),
             wants_window: AtomicBool::new(false),
-            window_start: AtomicU64::new(floor),
+            opens,
         });
         let mut serving = self.serving.write().unwrap_or_else(PoisonError::into_inner);
-        serving[usize::from(p)] = Some(part);
+        if let Some(old) = serving[usize::from(p)].replace(part) {
+            old.store.close();
+        }
     }
 
     /// A new window for `p` was reserved up to `end`.
     pub fn window_reserved(&self, part: &Partition, end: u64) {
-        part.window_start.store(end - self.window, Ordering::SeqCst);
         part.fence_end.store(end, Ordering::SeqCst);
         part.wants_window.store(false, Ordering::SeqCst);
     }
@@ -287,10 +397,28 @@ impl Node {
     ///
     /// The store closes while the table is held, so whoever next reads the
     /// table finds the partition gone and its store closed.
+    ///
+    /// A stop the node chose (not its lease's deadline) is a clean one:
+    /// every holder is told, so it is queued for [`Node::left`] and handed
+    /// over in etcd.
     pub fn stop(&self, p: u16) {
         let mut serving = self.serving.write().unwrap_or_else(PoisonError::into_inner);
         if let Some(part) = serving[usize::from(p)].take() {
             part.store.close();
+            lock_left(&self.left).push((part.index, part.claim, part.fence_end()));
+        }
+    }
+
+    /// Stops `part` if it is still the store served at its index.
+    fn stop_store(&self, part: &Partition) {
+        let same = {
+            let serving = self.serving.read().unwrap_or_else(PoisonError::into_inner);
+            serving[usize::from(part.index)]
+                .as_ref()
+                .is_some_and(|p| p.store_id == part.store_id)
+        };
+        if same {
+            self.stop(part.index);
         }
     }
 
@@ -318,6 +446,14 @@ impl Node {
     pub fn set_view(&self, view: View) {
         *self.view.write().unwrap_or_else(PoisonError::into_inner) = view;
     }
+}
+
+fn lock(m: &Mutex<i64>) -> MutexGuard<'_, i64> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn lock_left(m: &Mutex<Vec<(u16, i64, u64)>>) -> MutexGuard<'_, Vec<(u16, i64, u64)>> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// A new node id: 40 hex digits from the clock, the process id and

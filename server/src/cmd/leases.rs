@@ -3,9 +3,9 @@
 use crate::parse::{milliseconds, syntax_error, Parse};
 use crate::reply::{core_error, invalid_key, invalid_store, key_not_utf8};
 use crate::session::{slot, LockOptions, PendingHold, Place, Session, Step};
-use holdline::{wire, Lock};
+use holdline::{wire, ErrorKind, Lock};
 use holdline_resp::Value;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// `HOLD lock key [WAIT ms] [TTL ms] [MAXHOLD ms]`.
 #[derive(Debug, PartialEq)]
@@ -13,7 +13,7 @@ pub struct Hold {
     lock: Vec<u8>,
     key: Vec<u8>,
     wait: Duration,
-    options: LockOptions,
+    options: Options,
 }
 
 impl Hold {
@@ -35,7 +35,8 @@ impl Hold {
             Ok(p) => p,
             Err(redirect) => return Step::Reply(redirect),
         };
-        let (lock, key) = match lock_and_key(s, &place, &self.lock, self.key, self.options) {
+        let options = self.options.for_session(s);
+        let (lock, key) = match lock_and_key(s, &place, &self.lock, self.key, options) {
             Ok(v) => v,
             Err(refusal) => return Step::Reply(refusal),
         };
@@ -44,11 +45,29 @@ impl Hold {
             let what = "hold inside a hold of the same key";
             return Step::Reply(invalid_key(lock.name(), &key, what));
         }
+        if let Err(refusal) = within_max_ttl(s, &place, &lock, &key, options) {
+            return Step::Reply(refusal);
+        }
         // The one place the server waits for a key: the core's async
-        // acquire, in the same FIFO line as threads, left on drop.
-        let wait = self.wait;
-        let future =
-            Box::pin(async move { lock.key(key.as_str()).wait(wait).acquire_async().await });
+        // acquire, in the same FIFO line as threads, left on drop. A
+        // partition just taken over first waits until it opens.
+        let (wait, opens) = (self.wait, place.partition().map(|p| p.opens));
+        let future = Box::pin(async move {
+            let wait = match opens.map(|o| until_open(o, wait)) {
+                Some(Err(wait)) => {
+                    tokio::time::sleep(wait).await;
+                    let what = "held past the hold's wait";
+                    let scope = wire::Scope::Key(lock.name(), &key);
+                    return Err(wire::error(ErrorKind::InUse, scope, what));
+                }
+                Some(Ok((gap, left))) => {
+                    tokio::time::sleep(gap).await;
+                    left
+                }
+                None => wait,
+            };
+            lock.key(key.as_str()).wait(wait).acquire_async().await
+        });
         Step::Wait(PendingHold {
             future,
             slot,
@@ -63,7 +82,7 @@ impl Hold {
 pub struct TryHold {
     lock: Vec<u8>,
     key: Vec<u8>,
-    options: LockOptions,
+    options: Options,
 }
 
 impl TryHold {
@@ -78,13 +97,19 @@ impl TryHold {
             Ok(p) => p,
             Err(redirect) => return redirect,
         };
-        let (lock, key) = match lock_and_key(s, &place, &self.lock, self.key, self.options) {
+        let options = self.options.for_session(s);
+        let (lock, key) = match lock_and_key(s, &place, &self.lock, self.key, options) {
             Ok(v) => v,
             Err(refusal) => return refusal,
         };
+        if let Err(refusal) = within_max_ttl(s, &place, &lock, &key, options) {
+            return refusal;
+        }
         let slot = slot(lock.name(), &key);
-        if s.client.holds(&slot) {
-            // As in process: a try of a key its caller holds answers None.
+        // As in process: a try of a key its caller holds answers None; so
+        // does any key of a partition just taken over, until it opens (a
+        // holder of its last owner may still think it holds the key).
+        if s.client.holds(&slot) || place.partition().is_some_and(|p| p.opens_later()) {
             return Value::Null;
         }
         match lock.key(key.as_str()).try_acquire() {
@@ -129,13 +154,53 @@ pub fn renew(s: &mut Session, id: i64) -> Value {
     }
 }
 
+/// In a cluster, a lease may not ask for more than the cluster's max ttl
+/// (a partition taken over waits that long before granting).
+fn within_max_ttl(
+    s: &Session,
+    place: &Place,
+    lock: &Lock,
+    key: &str,
+    options: LockOptions,
+) -> Result<(), Value> {
+    match (&s.shared.cluster, place.partition()) {
+        (Some(node), Some(_)) if options.ttl > node.max_ttl => {
+            let what = format!(
+                "ttl {} is above the cluster's max ttl ({})",
+                wire::duration_text(options.ttl),
+                wire::duration_text(node.max_ttl)
+            );
+            let scope = wire::Scope::Key(lock.name(), key);
+            Err(core_error(&wire::error(ErrorKind::Invalid, scope, what)))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// How long a HOLD waiting `wait` sleeps before a partition opening at
+/// `opens` lets it into the line, and the wait left then; `Err(wait)`
+/// when it would not open within the wait.
+fn until_open(opens: Instant, wait: Duration) -> Result<(Duration, Duration), Duration> {
+    let gap = opens.saturating_duration_since(Instant::now());
+    if gap.is_zero() {
+        Ok((gap, wait))
+    } else if gap >= wait {
+        Err(wait)
+    } else {
+        Ok((gap, wait - gap))
+    }
+}
+
 fn not_ours(id: i64) -> Value {
     invalid_store(format!("lease {id} is not held by this connection"))
 }
 
 /// `[WAIT ms] [TTL ms] [MAXHOLD ms]`, any order, case-insensitive, each at
 /// most once (a repeated option is a syntax error: which one was meant?).
-fn options(p: &mut Parse, wait_allowed: bool) -> Result<(Option<Duration>, LockOptions), String> {
+///
+/// A TTL left out is the default, or in a cluster the cluster's max ttl if
+/// that is lower (marked by `LockOptions::ttl_given` being false).
+fn options(p: &mut Parse, wait_allowed: bool) -> Result<(Option<Duration>, Options), String> {
     let (mut wait, mut ttl, mut max_hold) = (None, None, None);
     while let Some(word) = p.next_if_any() {
         // An option word without its value is a syntax error, as in Redis.
@@ -156,7 +221,31 @@ fn options(p: &mut Parse, wait_allowed: bool) -> Result<(Option<Duration>, LockO
         options.ttl = ttl;
     }
     options.max_hold = max_hold;
-    Ok((wait, options))
+    Ok((
+        wait,
+        Options {
+            lock: options,
+            ttl_given: ttl.is_some(),
+        },
+    ))
+}
+
+/// A HOLD's or TRYHOLD's lock options, and whether its TTL was given.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Options {
+    lock: LockOptions,
+    ttl_given: bool,
+}
+
+impl Options {
+    /// The options to open the lock with on this server.
+    fn for_session(self, s: &Session) -> LockOptions {
+        let mut lock = self.lock;
+        if let (Some(node), false) = (&s.shared.cluster, self.ttl_given) {
+            lock.ttl = lock.ttl.min(node.max_ttl);
+        }
+        lock
+    }
 }
 
 /// The lock and the key as text, or the refusal to answer.

@@ -228,6 +228,41 @@ pub fn await_spread(
     }
 }
 
+/// Waits until every node's map is the same, covers every slot with
+/// owners among `nodes` only, and is even (no node owns more than one
+/// partition's slots beyond another): the cluster has settled.
+pub fn await_settled(
+    nodes: &[SocketAddr],
+    partitions: u16,
+    within: Duration,
+) -> Vec<(u16, u16, String)> {
+    let names: Vec<String> = nodes.iter().map(|n| n.to_string()).collect();
+    let deadline = Instant::now() + within;
+    let per_partition = 16384 / u32::from(partitions) + 1;
+    loop {
+        let maps: Vec<_> = nodes.iter().map(|&n| slot_map(n)).collect();
+        let map = &maps[0];
+        let owned: Vec<u32> = names
+            .iter()
+            .map(|n| {
+                map.iter()
+                    .filter(|(_, _, a)| a == n)
+                    .map(|(f, l, _)| u32::from(l - f) + 1)
+                    .sum()
+            })
+            .collect();
+        let even = owned.iter().max().unwrap() - owned.iter().min().unwrap() <= per_partition;
+        if covers(map, &names) && even && maps.iter().all(|m| m == map) {
+            return map.clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not settled within {within:?}: {maps:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// The slot of `key` as the node computes it.
 pub fn key_slot(c: &mut Client, key: &str) -> u16 {
     match c.call(&["CLUSTER", "KEYSLOT", key]) {
