@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """A private holdline cluster for the clients' tests: one etcd and N nodes.
 
-    python3 cluster.py [--nodes 3] [--partitions 8] [--etcd-ttl 2] [--binary PATH]
+    python3 cluster.py [--nodes 3] [--partitions 8] [--etcd-ttl 2] [--max-ttl 10s]
+                       [--binary PATH]
     python3 cluster.py --self-test
 
 Starts `/usr/bin/etcd` on free loopback ports with its own temporary data
@@ -12,12 +13,24 @@ node's CLUSTER SLOTS covers all 16384 slots, all nodes answer the same map
 and the partitions are spread evenly over the nodes, then prints ONE JSON
 line to stdout:
 
-    {"etcd": "http://127.0.0.1:E",
+    {"etcd": "http://127.0.0.1:E", "max_ttl": "10s",
      "nodes": [{"addr": "127.0.0.1:P", "pid": 1234, "slots": [[0, 2047], ...]}, ...]}
 
-("slots": the ranges the node served when the line was printed). It then
-runs until its standard input closes or it gets SIGTERM/SIGINT, and kills
-every node and etcd (SIGKILL, then waits for them) and removes its
+("slots": the ranges the node served when the line was printed; "max_ttl":
+the --max-ttl every node got).
+
+Every node gets `--max-ttl` (`10s`, `2500ms`; the server's default `10s`):
+the longest ttl a hold may ask for, and how long a partition taken over
+WITHOUT a hand-over (its node killed or frozen) grants nothing after the
+new owner's claim (TRYHOLD answers null, HOLD waits; a HOLD whose wait ends
+first fails INUSE). A test that kills a node and holds its keys again
+allows etcd ttl + max ttl + a little; a short `--max-ttl` (say `2s`) makes
+that quick, but then every hold must ask for a ttl of at most that (a
+larger one is refused INVALID). The cluster keeps the max ttl of its first
+node (etcd holds it), so every node gets the same one.
+
+It then runs until its standard input closes or it gets SIGTERM/SIGINT, and
+kills every node and etcd (SIGKILL, then waits for them) and removes its
 temporary directories. Tests kill or stop nodes by pid themselves.
 
 While it runs, a line on its standard input is a request, answered with one
@@ -27,8 +40,8 @@ cover every slot again). A bad line answers {"error": "..."}.
 
 From Python (standard library only):
 
-    with Cluster(nodes=3) as c:
-        c.nodes[0].addr, c.nodes[0].pid, c.etcd
+    with Cluster(nodes=3, max_ttl="2s") as c:
+        c.nodes[0].addr, c.nodes[0].pid, c.etcd, c.max_ttl
         c.key_on(1)       # a key whose slot node 1 serves
         c.kill(1)         # SIGKILL node 1
         c.wait_covered()  # the others took its slots over
@@ -173,6 +186,28 @@ def _covers_all(ranges: List[Range]) -> bool:
 # ---------------------------------------------------------------- processes
 
 
+def duration_flag(value: Union[str, float]) -> str:
+    """The server's `--max-ttl` text (`10s`, `2500ms`) of a text like that
+    or of a number of seconds (2 -> `2s`, 2.5 -> `2500ms`)."""
+    if isinstance(value, str):
+        duration_seconds(value)  # raises ValueError for a bad text
+        return value
+    ms = round(float(value) * 1000)
+    return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
+
+
+def duration_seconds(text: str) -> float:
+    """Seconds of `10s` or `2500ms` (the server's --max-ttl forms)."""
+    try:
+        if text.endswith("ms"):
+            return int(text[:-2]) / 1000
+        if text.endswith("s"):
+            return float(int(text[:-1]))
+    except ValueError:
+        pass
+    raise ValueError(f"max ttl {text!r}: want whole seconds or milliseconds, e.g. 10s or 2500ms")
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -247,10 +282,13 @@ class Cluster:
         etcd_ttl: float = 2,
         binary: Optional[str] = None,
         timeout: float = 30,
+        max_ttl: Union[str, float] = "10s",
     ) -> None:
         self.binary = server_binary(binary)
         self.partitions = partitions
         self.etcd_ttl = etcd_ttl
+        self.max_ttl = duration_flag(max_ttl)
+        self.max_ttl_seconds = duration_seconds(self.max_ttl)
         self.timeout = timeout
         shm = Path("/dev/shm")
         tmp = shm if shm.is_dir() else None
@@ -332,7 +370,8 @@ class Cluster:
             node.proc = subprocess.Popen(
                 [str(self.binary), "serve", "--listen", node.addr, "--advertise", node.addr,
                  "--etcd", self.etcd, "--cluster", "fixture",
-                 "--partitions", str(self.partitions), "--etcd-ttl", f"{self.etcd_ttl:g}s"],
+                 "--partitions", str(self.partitions), "--etcd-ttl", f"{self.etcd_ttl:g}s",
+                 "--max-ttl", self.max_ttl],
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
             )  # fmt: skip
 
@@ -465,7 +504,7 @@ class Cluster:
         for node in self.nodes:
             mine = [[a, b] for a, b, addr in ranges if addr == node.addr]
             nodes.append({"addr": node.addr, "pid": node.pid, "slots": mine})
-        return {"etcd": self.etcd, "nodes": nodes}
+        return {"etcd": self.etcd, "max_ttl": self.max_ttl, "nodes": nodes}
 
 
 def _drain(proc: subprocess.Popen[bytes]) -> None:
@@ -506,10 +545,14 @@ def _stop(signum: int, frame: object) -> None:
     raise SystemExit(0)
 
 
+def _cluster(args: argparse.Namespace) -> Cluster:
+    return Cluster(args.nodes, args.partitions, args.etcd_ttl, args.binary, max_ttl=args.max_ttl)
+
+
 def serve(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
-    with Cluster(args.nodes, args.partitions, args.etcd_ttl, args.binary) as c:
+    with _cluster(args) as c:
         print(json.dumps(c.describe()), flush=True)
         for line in sys.stdin:
             if line.strip():
@@ -530,7 +573,7 @@ def self_test(args: argparse.Namespace) -> int:
     vectors.update({"foo{}{bar}": slot("foo{}{bar}"), "foo{{bar}}zap": slot("{bar")})
     _check(slot("123456789") == 12739 and slot("foo") == 12182, "slot() matches Redis's vectors")
     started = time.monotonic()
-    with Cluster(args.nodes, args.partitions, args.etcd_ttl, args.binary) as c:
+    with _cluster(args) as c:
         took = time.monotonic() - started
         _check(True, f"{args.nodes} nodes ready in {took:.1f}s: {c.describe()}")
         for key, want in vectors.items():
@@ -542,23 +585,73 @@ def self_test(args: argparse.Namespace) -> int:
             moved = command(c.nodes[0].addr, "INSPECT", "fixture", keys[1])
             redirect = f"MOVED {slot(keys[1])} {c.nodes[1].addr}"
             _check(str(moved) == redirect, f"INSPECT via a non-owner: {moved!r} (want {redirect})")
+            _self_test_max_ttl(c, keys[0])
             victim = len(c.nodes) - 1
             killed = time.monotonic()
             c.kill(victim)
             c.wait_covered(timeout=args.etcd_ttl + 10)
             took = time.monotonic() - killed
             _check(c.owner(keys[victim]) != victim, f"node {victim} killed: covered in {took:.1f}s")
+            _self_test_take_over(c, keys[victim], killed)
             c.start(victim)
             _check(c.nodes[victim].alive(), f"node {victim} restarted: {c.describe()}")
+            # Handed over cleanly (rebalancing): granted at once.
+            back = c.key_on(victim, prefix="back-")
+            got = command(c.nodes[victim].addr, "TRYHOLD", "fixture", back, "TTL", ttl_ms(c))
+            _check(isinstance(got, list), f"after a hand-over: TRYHOLD granted at once ({got!r})")
     _self_test_command_line(args)
     print("self-test passed", file=sys.stderr)
     return 0
+
+
+def ttl_ms(c: Cluster) -> int:
+    """A lease ttl (ms) the cluster allows: 1 s, or its max ttl if lower."""
+    return min(1000, round(c.max_ttl_seconds * 1000))
+
+
+def _self_test_max_ttl(c: Cluster, key: str) -> None:
+    """A hold asking more than the cluster's max ttl is refused INVALID."""
+    over = round(c.max_ttl_seconds * 1000) + 1000
+    got = command(c.nodes[0].addr, "TRYHOLD", "fixture", key, "TTL", over)
+    want = (
+        f'INVALID lock fixture: key "{key}": ttl {duration_text(over)} is above '
+        f"the cluster's max ttl ({duration_text(round(c.max_ttl_seconds * 1000))}): invalid"
+    )
+    _check(str(got) == want, f"TRYHOLD TTL {over}: {got!r}")
+    got = command(c.nodes[0].addr, "TRYHOLD", "fixture", key, "TTL", ttl_ms(c))
+    _check(isinstance(got, list), f"TRYHOLD TTL {ttl_ms(c)} (within the max): granted {got!r}")
+
+
+def duration_text(ms: int) -> str:
+    """A duration as the server's texts write it (`10s`, `2500ms`)."""
+    return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
+
+
+def _self_test_take_over(c: Cluster, key: str, killed: float) -> None:
+    """After a take-over without a hand-over (a SIGKILL), the new owner
+    grants nothing for the max ttl (TRYHOLD null, a short HOLD INUSE),
+    then grants."""
+    owner = c.nodes[c.owner(key)].addr
+    got = command(owner, "TRYHOLD", "fixture", key, "TTL", ttl_ms(c))
+    _check(got is None, f"right after the take-over: TRYHOLD answers null ({got!r})")
+    got = command(owner, "HOLD", "fixture", key, "WAIT", 50, "TTL", ttl_ms(c))
+    want = f'INUSE lock fixture: key "{key}": held past the hold\'s wait: in use'
+    _check(str(got) == want, f"right after the take-over: HOLD WAIT 50 fails {got!r}")
+    limit = c.etcd_ttl + c.max_ttl_seconds + 5
+    while True:
+        got = command(owner, "TRYHOLD", "fixture", key, "TTL", ttl_ms(c))
+        took = time.monotonic() - killed
+        if isinstance(got, list) or took > limit:
+            break
+        time.sleep(0.05)
+    _check(isinstance(got, list), f"granted {took:.1f}s after the kill (at most {limit:g}s)")
 
 
 def _self_test_command_line(args: argparse.Namespace) -> None:
     """The script as the other languages' tests run it: one JSON line,
     requests on stdin, everything gone once stdin closes."""
     flags = ["--nodes", "2", "--partitions", str(args.partitions), "--etcd-ttl", str(args.etcd_ttl)]
+    flags += ["--max-ttl", args.max_ttl]
     if args.binary:
         flags += ["--binary", args.binary]
     proc = subprocess.Popen(
@@ -569,6 +662,7 @@ def _self_test_command_line(args: argparse.Namespace) -> None:
         info = json.loads(proc.stdout.readline())
         pids = [n["pid"] for n in info["nodes"]]
         _check(len(pids) == 2 and info["etcd"].startswith("http://127.0.0.1:"), f"JSON line {info}")
+        _check(info["max_ttl"] == args.max_ttl, f"the JSON line's max_ttl is {args.max_ttl}")
         proc.stdin.write("bogus\n")
         proc.stdin.flush()
         _check("error" in json.loads(proc.stdout.readline()), "a bad request answers an error")
@@ -592,9 +686,19 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, default=3)
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--etcd-ttl", type=float, default=2, help="seconds")
+    parser.add_argument(
+        "--max-ttl",
+        help="every node's --max-ttl (10s, 2500ms; default 10s, 2s for --self-test)",
+    )
     parser.add_argument("--binary", help="the holdline binary (else $HOLDLINE_BIN, else ...)")
     parser.add_argument("--self-test", action="store_true", help="start, check, stop, exit 0")
     args = parser.parse_args()
+    if args.max_ttl is None:
+        args.max_ttl = "2s" if args.self_test else "10s"
+    try:
+        duration_seconds(args.max_ttl)
+    except ValueError as e:
+        parser.error(str(e))
     return self_test(args) if args.self_test else serve(args)
 
 
