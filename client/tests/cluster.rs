@@ -1,10 +1,12 @@
 //! The client against a real cluster (`clients/testing/cluster.py`: etcd
 //! and three `holdline serve --etcd` nodes, 8 partitions, etcd leases of
-//! 2 s): holds reach every node from one address, land on their owners,
-//! the map is learnt from all three addresses, and a node killed with
-//! SIGKILL loses its leases, fails its waiters closed, and its keys are
-//! held again on their new owner with greater fences. One cluster for the
-//! whole file: the phases run in order, the kill last.
+//! 2 s, a max ttl of 2 s): holds reach every node from one address, land
+//! on their owners, the map is learnt from all three addresses, a ttl above
+//! the cluster's max is refused `invalid`, and a node killed with SIGKILL
+//! loses its leases, fails its waiters closed, and its keys are held again
+//! on their new owner (once the take-over's max ttl has passed) with
+//! greater fences. One cluster for the whole file: the phases run in
+//! order, the kill last. Every lock asks a ttl of at most `MAX_TTL`.
 
 mod common;
 
@@ -15,16 +17,20 @@ use tokio::time::timeout;
 
 const PATIENCE: Duration = Duration::from_secs(30);
 const ETCD_TTL: Duration = Duration::from_secs(2);
+/// The cluster's max ttl: short, so a take-over without a hand-over (a
+/// SIGKILL) grants again quickly; every lock here asks at most this.
+const MAX_TTL: Duration = Duration::from_secs(2);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_three_node_cluster() {
-    let Some(cluster) = Cluster::start(3, 8, ETCD_TTL.as_secs()) else {
+    let Some(cluster) = Cluster::start(3, 8, ETCD_TTL.as_secs(), MAX_TTL) else {
         return;
     };
     let keys = keys_on_every_node(&cluster).await;
     one_address_reaches_every_node(&cluster, &keys).await;
     all_addresses_learn_the_map(&cluster, &keys).await;
     fenced_writes_go_to_the_keys_node(&cluster).await;
+    a_ttl_above_the_max_is_refused(&cluster, &keys[0]).await;
     a_killed_node_loses_its_leases_and_its_keys_move(&cluster, &keys[1]).await;
 }
 
@@ -68,7 +74,7 @@ fn held_with(reply: &Value, fence: u64) -> bool {
 async fn one_address_reaches_every_node(cluster: &Cluster, keys: &[String]) {
     let store = Store::connect(&cluster.nodes[0].addr).await.unwrap();
     assert!(store.is_cluster());
-    let lock = store.lock("spread").open().unwrap();
+    let lock = store.lock("spread").ttl(MAX_TTL).open().unwrap();
     let mut held = Vec::new();
     for (i, key) in keys.iter().enumerate() {
         assert_eq!(
@@ -100,7 +106,7 @@ async fn one_address_reaches_every_node(cluster: &Cluster, keys: &[String]) {
 async fn all_addresses_learn_the_map(cluster: &Cluster, keys: &[String]) {
     let all: Vec<&str> = cluster.nodes.iter().map(|n| &*n.addr).collect();
     let store = Store::connect(&all.join(",")).await.unwrap();
-    let lock = store.lock("learnt").open().unwrap();
+    let lock = store.lock("learnt").ttl(MAX_TTL).open().unwrap();
     for key in keys {
         let fence = lock.try_hold(key, async |lease| lease.fence()).await;
         assert!(fence.unwrap().expect("a free key") > 0);
@@ -114,7 +120,7 @@ async fn all_addresses_learn_the_map(cluster: &Cluster, keys: &[String]) {
 /// slot the key's), whichever node was dialled.
 async fn fenced_writes_go_to_the_keys_node(cluster: &Cluster) {
     let store = Store::connect(&cluster.nodes[0].addr).await.unwrap();
-    let lock = store.lock("rows").open().unwrap();
+    let lock = store.lock("rows").ttl(MAX_TTL).open().unwrap();
     let key = (0..)
         .map(|i| format!("{{inv-{i}}}"))
         .find(|k| cluster.owner(key_slot(k)) == 2)
@@ -136,16 +142,30 @@ async fn fenced_writes_go_to_the_keys_node(cluster: &Cluster) {
     assert_eq!(store.redirects(), 0);
 }
 
+/// A hold asking a ttl above the cluster's max ttl is refused `invalid`,
+/// with the node's text.
+async fn a_ttl_above_the_max_is_refused(cluster: &Cluster, key: &str) {
+    let store = Store::connect(&cluster.nodes[1].addr).await.unwrap();
+    let lock = store.lock("long").ttl(MAX_TTL * 2).open().unwrap();
+    let err = lock.hold(key, async |_| ()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Invalid);
+    let want =
+        format!("lock long: key {key:?}: ttl 4s is above the cluster's max ttl (2s): invalid");
+    assert_eq!(err.to_string(), want);
+    let err = lock.try_hold(key, async |_| ()).await.unwrap_err();
+    assert_eq!((err.kind(), err.to_string()), (ErrorKind::Invalid, want));
+}
+
 async fn a_killed_node_loses_its_leases_and_its_keys_move(cluster: &Cluster, key: &str) {
     let victim = &cluster.nodes[1];
     let all: Vec<&str> = cluster.nodes.iter().map(|n| &*n.addr).collect();
     let holder = Store::connect(&all.join(",")).await.unwrap();
     let waiter = Store::connect(&cluster.nodes[0].addr).await.unwrap();
-    let lock = holder.lock("failover").ttl(ETCD_TTL).open().unwrap();
+    let lock = holder.lock("failover").ttl(MAX_TTL).open().unwrap();
     let held = lock.acquire(key).await.unwrap();
     let first = held.fence();
     let waiting = {
-        let lock = waiter.lock("failover").open().unwrap();
+        let lock = waiter.lock("failover").ttl(MAX_TTL).open().unwrap();
         let key = key.to_owned();
         tokio::spawn(async move { lock.key(&*key).wait(PATIENCE).hold(async |_| ()).await })
     };
@@ -174,13 +194,16 @@ async fn a_killed_node_loses_its_leases_and_its_keys_move(cluster: &Cluster, key
         expected_text("connection_closed_key", &vars)
     );
     assert_eq!(held.release().await.unwrap_err().kind(), ErrorKind::Lost);
-    // Fails closed while no node serves the key, then its new owner grants.
-    let budget = ETCD_TTL + Duration::from_secs(5);
+    // Fails closed while no node serves the key; its new owner, having
+    // taken it over without a hand-over, grants nothing for the max ttl
+    // (a hold waiting less fails in use); then it grants.
+    let budget = ETCD_TTL + MAX_TTL + Duration::from_secs(4);
     let mut retried = Vec::new();
     let next = loop {
-        match lock.hold(key, async |lease| lease.fence()).await {
+        let hold = lock.key(key).wait(Duration::from_millis(500));
+        match hold.hold(async |lease| lease.fence()).await {
             Ok(fence) => break fence,
-            Err(e) if e.kind() == ErrorKind::Closed => {
+            Err(e) if matches!(e.kind(), ErrorKind::Closed | ErrorKind::InUse) => {
                 assert!(
                     killed.elapsed() < budget,
                     "not held again in {budget:?}: {e}"

@@ -356,9 +356,17 @@ pub struct ClusterNode {
 
 impl Cluster {
     /// `nodes` nodes over `partitions` partitions, etcd leases of
-    /// `etcd_ttl` seconds; `None` (saying so) when `/usr/bin/etcd` is
-    /// missing, unless `HOLDLINE_REQUIRE_TOOLS=1`, which fails instead.
-    pub fn start(nodes: usize, partitions: usize, etcd_ttl: u64) -> Option<Cluster> {
+    /// `etcd_ttl` seconds, a cluster max ttl of `max_ttl` (whole
+    /// milliseconds: every hold must ask a ttl at most that, and a
+    /// partition taken over without a hand-over grants nothing for that
+    /// long); `None` (saying so) when `/usr/bin/etcd` is missing, unless
+    /// `HOLDLINE_REQUIRE_TOOLS=1`, which fails instead.
+    pub fn start(
+        nodes: usize,
+        partitions: usize,
+        etcd_ttl: u64,
+        max_ttl: Duration,
+    ) -> Option<Cluster> {
         use std::io::{BufRead, BufReader};
         if !Path::new("/usr/bin/etcd").exists() {
             assert_ne!(
@@ -375,6 +383,7 @@ impl Cluster {
             .args(["--nodes", &nodes.to_string()])
             .args(["--partitions", &partitions.to_string()])
             .args(["--etcd-ttl", &etcd_ttl.to_string()])
+            .args(["--max-ttl", &format!("{}ms", max_ttl.as_millis())])
             .arg("--binary")
             .arg(binary())
             .stdin(Stdio::piped())
