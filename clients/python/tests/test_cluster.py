@@ -1,11 +1,16 @@
 """A real cluster: etcd and three `holdline serve` nodes started by
-clients/testing/cluster.py (8 partitions, etcd ttl 2 s), one for the
-whole module. Holds reach every node from one address, the map learned at
-connect sends each hold straight to its node, and a node killed with
-SIGKILL loses its leases, closes its waiting holds, and its keys are held
-again on their new owner under a greater fence; started again, it takes
-partitions back, and the leases on those are lost. The failover tests run
-last, in that order."""
+clients/testing/cluster.py (8 partitions, etcd ttl 2 s). Holds reach every
+node from one address, the map learned at connect sends each hold straight
+to its node, a ttl above the cluster's max ttl is refused, and a node
+killed with SIGKILL loses its leases, closes its waiting holds, and its
+keys are held again on their new owner under a greater fence once the
+take-over's max ttl has passed; started again, it takes partitions back
+(handed over: granted at once), and the leases on those are lost.
+
+Two clusters: `cluster` (the default max ttl, 10 s) for the tests that
+kill no node, and `failover` (a max ttl of 2 s, so a killed node's keys
+are granted again quickly; its locks ask a ttl of 2 s) for the two that
+do, which run last, in that order."""
 
 import asyncio
 import os
@@ -24,15 +29,29 @@ from holdline._address import Address
 from holdline._cluster import Router
 
 ETCD_TTL = 2
+MAX_TTL = 2
+"""The failover cluster's max ttl (s): how long a partition taken over
+without a hand-over grants nothing, and the most its locks may ask."""
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
+def _cluster(max_ttl: str) -> Cluster:
     if not Path("/usr/bin/etcd").is_file():
         if os.environ.get("HOLDLINE_REQUIRE_TOOLS"):
             pytest.fail("no /usr/bin/etcd (Debian's etcd-server) for the cluster tests")
         pytest.skip("no /usr/bin/etcd (Debian's etcd-server)")
-    with Cluster(nodes=3, partitions=8, etcd_ttl=ETCD_TTL, binary=str(server_binary())) as c:
+    binary = str(server_binary())
+    return Cluster(nodes=3, partitions=8, etcd_ttl=ETCD_TTL, binary=binary, max_ttl=max_ttl)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    with _cluster("10s") as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def failover() -> Iterator[Cluster]:
+    with _cluster(f"{MAX_TTL}s") as c:
         yield c
 
 
@@ -123,13 +142,30 @@ def test_the_readmes_several_nodes_snippet_runs_against_the_cluster(cluster: Clu
     assert (done.returncode, done.stderr, done.stdout) == (0, "", "b'paid'\n")
 
 
+async def test_a_ttl_above_the_clusters_max_ttl_is_refused(cluster: Cluster) -> None:
+    key = cluster.key_on(1, "long-")
+    async with holdline.connect(cluster.nodes[0].addr) as store:
+        lock = store.lock("long", ttl="20s")
+        want = f'lock long: key "{key}": ttl 20s is above the cluster\'s max ttl (10s): invalid'
+        with pytest.raises(holdline.Invalid) as caught:
+            async with lock.hold(key):
+                pass
+        assert str(caught.value) == want
+        with pytest.raises(holdline.Invalid) as caught:
+            async with lock.try_hold(key):
+                pass
+        assert str(caught.value) == want
+        async with store.lock("long", ttl="10s").try_hold(key) as lease:  # the max itself
+            assert lease is not None
+
+
 async def test_a_killed_node_loses_its_leases_closes_its_waiters_and_its_keys_move(
-    cluster: Cluster,
+    failover: Cluster,
 ) -> None:
-    victim = 1
+    cluster, victim = failover, 1
     key = cluster.key_on(victim, "fail-")
     async with holdline.connect(cluster.nodes[0].addr) as store:
-        lock = store.lock("failover")
+        lock = store.lock("failover", ttl=f"{MAX_TTL}s")
         with pytest.raises(holdline.Lost) as lost:
             async with lock.hold(key) as lease:
                 first = lease.fence
@@ -143,7 +179,9 @@ async def test_a_killed_node_loses_its_leases_closes_its_waiters_and_its_keys_mo
                     await asyncio.wait_for(waiter, ETCD_TTL + 3)  # not a hang
         assert_text(lost.value, "lost_connection", lock="failover", key=f'"{key}"')
         assert_text(closed.value, "connection_closed_key", lock="failover", key=f'"{key}"')
-        fence, took = await _hold_again(lock, key, killed + ETCD_TTL + 5)
+        # Its new owner took the partition over without a hand-over: it
+        # grants nothing for the max ttl after its claim.
+        fence, took = await _hold_again(lock, key, killed + ETCD_TTL + MAX_TTL + 4)
         assert fence > first, (fence, first)
         print(f"held again on the new owner {took:.1f}s after the kill")
         cluster.wait_covered()  # partitions may still move between the two left
@@ -165,29 +203,31 @@ async def _until_waiting(addr: str, key: str) -> None:
 
 
 async def _hold_again(lock: holdline.Lock, key: str, deadline: float) -> Tuple[int, float]:
-    """Holds `key` as soon as a node serves it again, retrying while the
-    hold fails closed (its node unreachable, or nobody serving the slot)."""
+    """Holds `key` as soon as a node grants it again, retrying while the
+    hold fails closed (its node unreachable, or nobody serving the slot) or
+    in use (the new owner's take-over wait outlasting the hold's)."""
     started = time.monotonic()
     while True:
         try:
-            async with lock.hold(key, wait="1s") as lease:
+            async with lock.hold(key, wait="500ms") as lease:
                 return lease.fence, time.monotonic() - started
-        except holdline.Closed:
+        except (holdline.Closed, holdline.InUse):
             if time.monotonic() > deadline:
                 raise
             await asyncio.sleep(0.1)
 
 
 async def test_a_node_that_comes_back_takes_partitions_and_their_leases_are_lost(
-    cluster: Cluster,
+    failover: Cluster,
 ) -> None:
     # Runs after the failover test (node 1 dead), or kills node 1 itself.
+    cluster = failover
     if cluster.nodes[1].alive():
         cluster.kill(1)
     cluster.wait_covered()
     keys = [f"back-{n}" for n in range(24)]
     async with holdline.connect(cluster.nodes[0].addr) as store:
-        lock = store.lock("back")
+        lock = store.lock("back", ttl=f"{MAX_TTL}s")
         holds = [await _hold_retrying(lock, key) for key in keys]
         leases = [lease for _, lease in holds]
         await asyncio.to_thread(cluster.start, 1)  # back, and the partitions spread again
@@ -202,7 +242,8 @@ async def test_a_node_that_comes_back_takes_partitions_and_their_leases_are_lost
                 await hold.__aexit__(None, None, None)
             except holdline.Lost:
                 assert lease.key in moved
-        async with lock.hold(gone[0].key) as again:  # on node 1 now
+        # On node 1 now, handed over cleanly: granted at once.
+        async with lock.hold(gone[0].key, wait=0) as again:
             assert again.fence > gone[0].fence
             state = inspect(cluster.nodes[1].addr, "back", gone[0].key)
             assert state is not None and state["held"] == 1
@@ -210,11 +251,13 @@ async def test_a_node_that_comes_back_takes_partitions_and_their_leases_are_lost
 
 async def _hold_retrying(lock: holdline.Lock, key: str) -> Tuple[holdline.Hold, holdline.Lease]:
     """A hold of `key` entered (left by the caller), tried again while it
-    fails closed (the store's map still naming a dead node for the key)."""
-    for _ in range(100):
-        hold = lock.hold(key)
+    fails closed (the store's map still naming a dead node for the key) or
+    in use (a partition just taken over, granting nothing for the max ttl)."""
+    deadline = time.monotonic() + ETCD_TTL + MAX_TTL + 4
+    while time.monotonic() < deadline:
+        hold = lock.hold(key, wait="500ms")
         try:
             return hold, await hold.__aenter__()
-        except holdline.Closed:
+        except (holdline.Closed, holdline.InUse):
             await asyncio.sleep(0.1)
     raise AssertionError(f"{key} never held")
