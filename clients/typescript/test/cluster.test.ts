@@ -1,10 +1,13 @@
 /**
  * Against a real cluster (clients/testing/cluster.py: a private etcd, three
- * nodes, 8 partitions, an etcd ttl of 2 s), one for the whole file: holds
- * through one address and through all land on their owners, a stale map is
- * mended by the nodes' MOVED, fenced writes with hash tags, and last, since
- * it kills a node, failover: the holder lost, the waiter closed, the key
- * granted again by the new owner with a greater fence.
+ * nodes, 8 partitions, an etcd ttl of 2 s, a max ttl of 2 s), one for the
+ * whole file: holds through one address and through all land on their
+ * owners, a stale map is mended by the nodes' MOVED, fenced writes with hash
+ * tags, a ttl above the cluster's max refused, and last, since it kills a
+ * node, failover: the holder lost, the waiter closed, the key granted again
+ * by the new owner (once its take-over wait, the max ttl, is over) with a
+ * greater fence. The short max ttl keeps that wait short; every lock here
+ * asks a ttl of at most it (a longer one is refused).
  */
 
 import { test, before, after } from 'node:test'
@@ -18,10 +21,13 @@ import { startServer, until, whenLost } from './server.js'
 import { isText } from './texts.js'
 
 const ETCD_TTL_MS = 2000
+/** The cluster's max ttl, and every lock's ttl here. */
+const MAX_TTL_MS = 2000
+const TTL = { ttl: MAX_TTL_MS }
 
 let cluster: Cluster
 before(async () => {
-	cluster = await startCluster()
+	cluster = await startCluster(['--nodes', '3', '--partitions', '8', '--etcd-ttl', '2', '--max-ttl', `${MAX_TTL_MS}ms`])
 })
 after(async () => {
 	await cluster?.stop()
@@ -37,7 +43,7 @@ const addrs = () => cluster.nodes.map(n => n.addr)
 async function holdOnEveryNode(store: Store, lock: string, prefix: string): Promise<void> {
 	for (const [i, node] of cluster.nodes.entries()) {
 		const key = cluster.keyOn(i, prefix)
-		await store.lock(lock).hold(key, async (lease: Lease) => {
+		await store.lock(lock, TTL).hold(key, async (lease: Lease) => {
 			const seen = await plainInspect(node.addr, lock, key)
 			assert.ok(seen instanceof Map, `node ${i} knows nothing of ${key}: ${String(seen)}`)
 			assert.equal(seen.get('held'), true, `held on node ${i}`)
@@ -55,7 +61,7 @@ test('through one address: the map learned at connect, a key of every node held 
 	assert.equal(store.redirects, 0, 'no MOVED: the map was right')
 	// tryHold and inspect go to the owner too.
 	const key = cluster.keyOn(2, 'try-')
-	const tried = await store.lock('one').tryHold(key, async () => (await store.lock('one').inspect(key))?.held)
+	const tried = await store.lock('one', TTL).tryHold(key, async () => (await store.lock('one', TTL).inspect(key))?.held)
 	assert.deepEqual(tried, { acquired: true, value: true })
 	assert.equal(store.redirects, 0)
 })
@@ -88,7 +94,7 @@ test('a stale map (every slot on node 0): the nodes answer MOVED, the client fol
 		let n = 0
 		await until('the map mended', async () => {
 			const before = store.redirects
-			await store.lock('stale').hold(cluster.keyOn(1, `again${n++}-`), () => undefined)
+			await store.lock('stale', TTL).hold(cluster.keyOn(1, `again${n++}-`), () => undefined)
 			return store.redirects === before
 		})
 		const settled = store.redirects
@@ -101,7 +107,7 @@ test('a stale map (every slot on node 0): the nodes answer MOVED, the client fol
 
 test('fenced writes with hash tags go to the key\'s node; a row of another slot is CROSSSLOT', async () => {
 	await using store = await connect(cluster.nodes[0]!.addr)
-	const invoices = store.lock('invoices')
+	const invoices = store.lock('invoices', TTL)
 	for (const [i] of cluster.nodes.entries()) {
 		const tag = `{${cluster.keyOn(i, 'inv-')}}`
 		await invoices.hold(tag, lease => store.put('invoices', tag, lease.fence, `${tag}:status`, `paid ${i}`))
@@ -133,12 +139,26 @@ test('a single server (no --etcd): CLUSTER SLOTS refused, the client in single-n
 	}
 })
 
+test("a ttl above the cluster's max ttl: holds and tries refused invalid, with the node's text", async () => {
+	await using store = await connect(cluster.nodes[0]!.addr)
+	const key = cluster.keyOn(1, 'long-')
+	const long = store.lock('long', { ttl: '4s' })
+	const refused = (e: unknown) => {
+		assert.ok(e instanceof HoldlineError && e.kind === 'invalid', String(e))
+		assert.equal(e.message, `lock long: key "${key}": ttl 4s is above the cluster's max ttl (2s): invalid`)
+		return true
+	}
+	await assert.rejects(long.hold(key, () => 'held'), refused)
+	await assert.rejects(long.tryHold(key, () => 'held'), refused)
+	assert.deepEqual(await store.lock('long', TTL).tryHold(key, () => 'held'), { acquired: true, value: 'held' })
+})
+
 test('failover: kill -9 of a key\'s owner loses its holder, fails its waiter closed, and the new owner grants it with a greater fence', async t => {
 	// Node 0: the address connect reached, also where a slot missing from the map goes.
 	await using store = await connect(addrs())
 	const victim = cluster.nodes[0]!
 	const key = cluster.keyOn(0, 'failover-')
-	const lock = store.lock('failover', { ttl: '10s' })
+	const lock = store.lock('failover', TTL)
 	let firstFence = 0n
 	let lostAt = 0
 	const holding = lock.hold(key, async lease => {
@@ -159,28 +179,30 @@ test('failover: kill -9 of a key\'s owner loses its holder, fails its waiter clo
 	await assert.rejects(holding, isText('lost', 'lost_connection', { lock: 'failover', key: JSON.stringify(key) }))
 	assert.ok(lostAt - killedAt < ETCD_TTL_MS + 3000, `lost ${lostAt - killedAt} ms after the kill`)
 	await assert.rejects(waiting, isText('closed', 'connection_closed_key', { lock: 'failover', key: JSON.stringify(key) }))
-	// Retried while it fails closed (the dead node, CLUSTERDOWN), it is granted by the new owner.
+	// Retried while it fails closed (the dead node, CLUSTERDOWN) or in use (the new owner, having
+	// taken the partition over without a hand-over, grants nothing for the max ttl), it is granted
+	// by the new owner.
 	const failures: string[] = []
 	let fence = 0n
 	await until(
 		'the key granted again',
 		async () => {
-			const granted = await lock.hold(key, lease => lease.fence, { wait: '1s' }).catch((e: unknown) => {
-				assert.ok(e instanceof HoldlineError && e.kind === 'closed', `failed ${String(e)}`)
+			const granted = await lock.hold(key, lease => lease.fence, { wait: '500ms' }).catch((e: unknown) => {
+				assert.ok(e instanceof HoldlineError && (e.kind === 'closed' || e.kind === 'in use'), `failed ${String(e)}`)
 				failures.push(e.message)
 				return undefined
 			})
 			fence = granted ?? 0n
 			return granted !== undefined
 		},
-		ETCD_TTL_MS + 5000,
+		ETCD_TTL_MS + MAX_TTL_MS + 4000,
 	)
 	const grantedAt = performance.now()
 	assert.ok(fence > firstFence, `fence ${fence} after ${firstFence}`)
 	// A store connecting now: the dead first address tried, the next one wins.
 	await using later = await connect(addrs())
 	assert.equal(later.address, cluster.nodes[1]!.addr)
-	const again = await later.lock('failover').hold(key, lease => lease.fence)
+	const again = await later.lock('failover', TTL).hold(key, lease => lease.fence)
 	assert.ok(again > fence, `fence ${again} after ${fence}`)
 	const tally = new Map<string, number>()
 	for (const text of failures) tally.set(text, (tally.get(text) ?? 0) + 1)
