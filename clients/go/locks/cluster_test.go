@@ -21,10 +21,16 @@ import (
 
 // A real cluster: clients/testing/cluster.py starts a private etcd and
 // three holdline nodes (8 partitions, an etcd ttl of 2s) on free loopback
-// ports. The tests that kill no node share one; a test that kills one
-// has its own.
+// ports. The tests that kill no node share one (the default max ttl,
+// 10s); a test that kills one has its own, with a max ttl of 2s, so the
+// new owner's take-over wait is short (its locks ask a ttl of at most
+// that: a longer one is refused invalid).
 
-const clusterEtcdTTL = 2 * time.Second
+const (
+	clusterEtcdTTL = 2 * time.Second
+	// clusterMaxTTL: the max ttl of a test's own cluster (startCluster).
+	clusterMaxTTL = 2 * time.Second
+)
 
 // clusterFixture is a running clients/testing/cluster.py.
 type clusterFixture struct {
@@ -39,8 +45,9 @@ type clusterFixture struct {
 	stderr bytes.Buffer
 }
 
-// launchCluster starts the fixture and waits for its line.
-func launchCluster(root string) (*clusterFixture, error) {
+// launchCluster starts the fixture, every node with --max-ttl maxTTL, and
+// waits for its line.
+func launchCluster(root string, maxTTL time.Duration) (*clusterFixture, error) {
 	python, err := exec.LookPath("python3")
 	if err != nil {
 		return nil, errSkip("python3 is not installed: the cluster tests need it")
@@ -52,7 +59,8 @@ func launchCluster(root string) (*clusterFixture, error) {
 	if _, err := os.Stat(script); err != nil {
 		return nil, errSkip("no " + script)
 	}
-	f := &clusterFixture{cmd: exec.Command(python, script, "--nodes", "3", "--partitions", "8", "--etcd-ttl", "2")}
+	f := &clusterFixture{cmd: exec.Command(python, script, "--nodes", "3", "--partitions", "8", "--etcd-ttl", "2",
+		"--max-ttl", strconv.FormatInt(maxTTL.Milliseconds(), 10)+"ms")}
 	f.cmd.Stderr = &f.stderr
 	if f.stdin, err = f.cmd.StdinPipe(); err != nil {
 		return nil, err
@@ -102,10 +110,11 @@ func (f *clusterFixture) stop() {
 	}
 }
 
-// startCluster starts a fixture of the test's own, stopped when it ends.
+// startCluster starts a fixture of the test's own (its max ttl
+// clusterMaxTTL), stopped when it ends.
 func startCluster(t *testing.T) *clusterFixture {
 	t.Helper()
-	f, err := launchCluster(repoRoot(t))
+	f, err := launchCluster(repoRoot(t), clusterMaxTTL)
 	return clusterOrSkip(t, f, err)
 }
 
@@ -134,7 +143,7 @@ var shared struct {
 
 func sharedCluster(t *testing.T) *clusterFixture {
 	t.Helper()
-	shared.once.Do(func() { shared.f, shared.err = launchCluster(repoRoot(t)) })
+	shared.once.Do(func() { shared.f, shared.err = launchCluster(repoRoot(t), 10*time.Second) })
 	return clusterOrSkip(t, shared.f, shared.err)
 }
 
@@ -304,16 +313,37 @@ func TestAClusterThroughEveryAddress(t *testing.T) {
 	}
 }
 
+// A hold or a try asking a ttl above the cluster's max ttl is refused
+// invalid, with the node's text; the max itself is granted.
+func TestAClusterRefusesATTLAboveItsMax(t *testing.T) {
+	f := sharedCluster(t)
+	store := connect(t, f.Nodes[0].Addr)
+	k := keyPerNode(t, f, store, "long-")[1]
+	l := openLock(t, store, "long", TTL(20*time.Second))
+	want := fmt.Sprintf(`lock long: key %q: ttl 20s is above the cluster's max ttl (10s): invalid`, k)
+	err := l.Hold(context.Background(), k, nothing)
+	if !errors.Is(err, ErrInvalid) || err.Error() != want {
+		t.Fatalf("Hold: %v, want %s", err, want)
+	}
+	if _, err := l.TryHold(context.Background(), k, nothing); !errors.Is(err, ErrInvalid) || err.Error() != want {
+		t.Fatalf("TryHold: %v, want %s", err, want)
+	}
+	if err := openLock(t, store, "long", TTL(10*time.Second)).Hold(context.Background(), k, nothing); err != nil {
+		t.Fatalf("a ttl of the max: %v", err)
+	}
+}
+
 // kill -9 of a key's owner: the lease held there is lost, the HOLD
 // waiting there fails closed, and a new hold, retried while it fails
-// closed, is granted by the new owner within the etcd ttl + 5s with a
-// greater fence.
+// closed or in use (the new owner, having taken the partition over
+// without a hand-over, grants nothing for the max ttl), is granted by the
+// new owner within the etcd ttl + the max ttl + 4s with a greater fence.
 func TestAFailoverLosesTheLeaseAndTheKeyMovesOn(t *testing.T) {
 	f := startCluster(t)
 	holder, waiter := connect(t, f.addrs()), connect(t, f.addrs())
 	const victim = 1
 	k := keyPerNode(t, f, holder, "fo-")[victim]
-	l := openLock(t, holder, "fo")
+	l := openLock(t, holder, "fo", TTL(clusterMaxTTL))
 	granted, lostAt := make(chan uint64, 1), make(chan time.Time, 1)
 	held := holdAsync(context.Background(), l, k, func(ctx context.Context, lease *Lease) error {
 		granted <- lease.Fence
@@ -322,7 +352,7 @@ func TestAFailoverLosesTheLeaseAndTheKeyMovesOn(t *testing.T) {
 		return nil
 	})
 	fence := within(t, "the grant", 10*time.Second, granted)
-	waiting := holdAsync(context.Background(), openLock(t, waiter, "fo"), k, nothing, Wait(60*time.Second))
+	waiting := holdAsync(context.Background(), openLock(t, waiter, "fo", TTL(clusterMaxTTL)), k, nothing, Wait(60*time.Second))
 	waitUntil(t, "the waiter in line", 10*time.Second, func() bool {
 		info, err := l.Inspect(context.Background(), k)
 		return err == nil && info != nil && info.Waiters == 1
@@ -338,7 +368,7 @@ func TestAFailoverLosesTheLeaseAndTheKeyMovesOn(t *testing.T) {
 	if err := within(t, "the waiting hold", clusterEtcdTTL+3*time.Second, waiting); !errors.Is(err, ErrClosed) {
 		t.Fatalf("the waiting hold answered %v", err)
 	}
-	next := retryUntilGranted(t, l, k, killed.Add(clusterEtcdTTL+5*time.Second))
+	next := retryUntilGranted(t, l, k, killed.Add(clusterEtcdTTL+clusterMaxTTL+4*time.Second))
 	t.Logf("granted again %v after the kill, fence %d then %d", time.Since(killed), fence, next)
 	if next <= fence {
 		t.Fatalf("fence %d after %d", next, fence)
@@ -346,7 +376,8 @@ func TestAFailoverLosesTheLeaseAndTheKeyMovesOn(t *testing.T) {
 }
 
 // retryUntilGranted holds key until it is granted, retrying while the
-// hold fails closed (the old owner gone, no owner yet), up to deadline.
+// hold fails closed (the old owner gone, no owner yet) or in use (the new
+// owner's take-over wait outlasting the hold's), up to deadline.
 func retryUntilGranted(t *testing.T, l *Lock, key string, deadline time.Time) uint64 {
 	t.Helper()
 	seen := map[string]int{}
@@ -356,11 +387,11 @@ func retryUntilGranted(t *testing.T, l *Lock, key string, deadline time.Time) ui
 		err := l.Hold(context.Background(), key, func(ctx context.Context, lease *Lease) error {
 			fence = lease.Fence
 			return nil
-		}, Wait(time.Second))
+		}, Wait(500*time.Millisecond))
 		if err == nil {
 			return fence
 		}
-		if !errors.Is(err, ErrClosed) {
+		if !errors.Is(err, ErrClosed) && !errors.Is(err, ErrInUse) {
 			t.Fatalf("a hold after the kill answered %v", err)
 		}
 		seen[err.Error()]++
