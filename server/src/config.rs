@@ -306,6 +306,11 @@ mod tests {
             err,
             "--etcd-ttl \"1500ms\": expected whole seconds from 2s to 300s"
         );
+        a.etcd_ttl = "3".into();
+        assert_eq!(
+            a.check().unwrap().cluster.unwrap().ttl,
+            Duration::from_secs(3)
+        );
         a.max_ttl = "2500ms".into();
         assert_eq!(
             a.check().unwrap().cluster.unwrap().max_ttl,
@@ -314,11 +319,6 @@ mod tests {
         a.max_ttl = "2h".into();
         assert!(a.check().err().unwrap().starts_with("--max-ttl \"2h\""));
         a.max_ttl = "10s".into();
-        a.etcd_ttl = "3".into();
-        assert_eq!(
-            a.check().unwrap().cluster.unwrap().ttl,
-            Duration::from_secs(3)
-        );
         a.advertise = Some("127.0.0.1".into());
         let err = a.check().err().unwrap();
         assert_eq!(err, "--advertise \"127.0.0.1\": expected host:port");

@@ -51,7 +51,10 @@ impl Hold {
         // The one place the server waits for a key: the core's async
         // acquire, in the same FIFO line as threads, left on drop. A
         // partition just taken over first waits until it opens.
-        let (wait, opens) = (self.wait, place.partition().map(|p| p.opens));
+        // Only a partition still closed costs a timer: a zero sleep would
+        // still wait for tokio's next millisecond tick.
+        let opens = place.partition().filter(|p| p.opens_later()).map(|p| p.opens);
+        let wait = self.wait;
         let future = Box::pin(async move {
             let wait = match opens.map(|o| until_open(o, wait)) {
                 Some(Err(wait)) => {
@@ -61,7 +64,9 @@ impl Hold {
                     return Err(wire::error(ErrorKind::InUse, scope, what));
                 }
                 Some(Ok((gap, left))) => {
-                    tokio::time::sleep(gap).await;
+                    if !gap.is_zero() {
+                        tokio::time::sleep(gap).await;
+                    }
                     left
                 }
                 None => wait,

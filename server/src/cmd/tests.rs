@@ -25,10 +25,20 @@ fn hold_with_options_in_any_order_and_case() {
     let b = hold(&["inv", "9", "TTL", "30", "WAIT", "0", "MAXHOLD", "500"]).unwrap();
     assert_eq!(a, b);
     assert_ne!(a, hold(&["inv", "9"]).unwrap());
-    assert_eq!(
-        hold(&["inv", "9"]).unwrap(),
-        hold(&["inv", "9", "WAIT", "10000", "TTL", "10000"]).unwrap(),
-        "the defaults are the core's"
+    // The defaults are the core's; a TTL left out is marked so (a cluster
+    // caps it at its max ttl), one given is kept as given.
+    let default = hold(&["inv", "9"]).unwrap();
+    assert_eq!(default, hold(&["inv", "9", "WAIT", "10000"]).unwrap());
+    let shown = format!("{default:?}");
+    assert!(
+        shown.contains("wait: 10s") && shown.contains("ttl: 10s"),
+        "{shown}"
+    );
+    assert!(shown.contains("ttl_given: false"), "{shown}");
+    let given = format!("{:?}", hold(&["inv", "9", "TTL", "10000"]).unwrap());
+    assert!(
+        given.contains("ttl: 10s") && given.contains("ttl_given: true"),
+        "{given}"
     );
 }
 
