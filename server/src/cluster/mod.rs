@@ -90,7 +90,7 @@ pub mod shares;
 pub mod slots;
 
 use holdline::Store;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 use tracing::warn;
@@ -125,6 +125,9 @@ pub struct Node {
     left: Mutex<Vec<(u16, i64, u64)>>,
     /// The partitions served here, by index.
     serving: RwLock<Vec<Option<Arc<Partition>>>>,
+    /// How many of them (changed under `serving`'s write lock, after a
+    /// store closed).
+    live: AtomicUsize,
     /// What the last reading of etcd said: every partition's owner.
     view: RwLock<View>,
     next_store: AtomicU64,
@@ -200,6 +203,7 @@ impl Node {
             leaving: AtomicBool::new(false),
             left: Mutex::new(Vec::new()),
             serving: RwLock::new(vec![None; usize::from(partitions)]),
+            live: AtomicUsize::new(0),
             view: RwLock::new(View {
                 owners: vec![None; usize::from(partitions)],
                 nodes: Vec::new(),
@@ -261,6 +265,12 @@ impl Node {
         if deadline != 0 && self.now() < deadline {
             return true;
         }
+        // No session and nothing served (every store taken out of the
+        // table was closed before the count fell): nothing to stop, and no
+        // lock for every command while etcd is away.
+        if deadline == 0 && self.live.load(Ordering::SeqCst) == 0 {
+            return false;
+        }
         // Past it (or no session): stop under the session's lock, so that
         // every caller waits for the one stopping, and no answer about the
         // ended lease can raise the deadline again.
@@ -308,6 +318,7 @@ impl Node {
         let mut left = lock_left(&self.left);
         for part in serving.iter_mut().filter_map(Option::take) {
             part.store.close();
+            self.live.fetch_sub(1, Ordering::SeqCst);
             left.push((part.index, part.claim, part.fence_end()));
         }
     }
@@ -381,8 +392,11 @@ impl Node {
             opens,
         });
         let mut serving = self.serving.write().unwrap_or_else(PoisonError::into_inner);
-        if let Some(old) = serving[usize::from(p)].replace(part) {
-            old.store.close();
+        match serving[usize::from(p)].replace(part) {
+            Some(old) => old.store.close(),
+            None => {
+                self.live.fetch_add(1, Ordering::SeqCst);
+            }
         }
     }
 
@@ -405,6 +419,7 @@ impl Node {
         let mut serving = self.serving.write().unwrap_or_else(PoisonError::into_inner);
         if let Some(part) = serving[usize::from(p)].take() {
             part.store.close();
+            self.live.fetch_sub(1, Ordering::SeqCst);
             lock_left(&self.left).push((part.index, part.claim, part.fence_end()));
         }
     }
@@ -426,6 +441,7 @@ impl Node {
         let mut serving = self.serving.write().unwrap_or_else(PoisonError::into_inner);
         for part in serving.iter_mut().filter_map(Option::take) {
             part.store.close();
+            self.live.fetch_sub(1, Ordering::SeqCst);
         }
     }
 

@@ -53,7 +53,10 @@ impl Hold {
         // partition just taken over first waits until it opens.
         // Only a partition still closed costs a timer: a zero sleep would
         // still wait for tokio's next millisecond tick.
-        let opens = place.partition().filter(|p| p.opens_later()).map(|p| p.opens);
+        let opens = place
+            .partition()
+            .filter(|p| p.opens_later())
+            .map(|p| p.opens);
         let wait = self.wait;
         let future = Box::pin(async move {
             let wait = match opens.map(|o| until_open(o, wait)) {
