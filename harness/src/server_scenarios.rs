@@ -439,38 +439,11 @@ fn memory(
         let handles: Vec<_> = clients
             .into_iter()
             .enumerate()
-            .map(|(t, mut c)| {
-                tokio::spawn(async move {
-                    let mut h = hist();
-                    let keys: Vec<String> = (t * per..((t + 1) * per).min(n))
-                        .map(|i| format!("m{i:07}"))
-                        .collect();
-                    let mut tokens: Vec<String> = Vec::with_capacity(PIPELINE);
-                    let mut leases: Vec<Held> = Vec::with_capacity(PIPELINE);
-                    for batch in keys.chunks(PIPELINE) {
-                        let t0 = Instant::now();
-                        tokens.clear();
-                        for k in batch {
-                            c.queue_hold(k, &["TTL", REDIS_PX]);
-                            tokens.push(c.token.clone());
-                        }
-                        c.conn.flush().await.expect("send holds");
-                        leases.clear();
-                        for k in batch {
-                            let held = c.read_hold(k).await;
-                            leases.push(held.unwrap_or_else(|| panic!("fresh key {k} was taken")));
-                        }
-                        let _ = h.record(t0.elapsed().as_nanos() as u64);
-                        for ((k, held), token) in batch.iter().zip(&leases).zip(&tokens) {
-                            c.queue_release(k, held, Some(token));
-                        }
-                        c.conn.flush().await.expect("send releases");
-                        for k in batch {
-                            c.read_release(k).await;
-                        }
-                    }
-                    (h, c)
-                })
+            .map(|(t, c)| {
+                let keys: Vec<String> = (t * per..((t + 1) * per).min(n))
+                    .map(|i| format!("m{i:07}"))
+                    .collect();
+                tokio::spawn(fresh_keys(c, keys))
             })
             .collect();
         let mut outs = Vec::with_capacity(handles.len());
@@ -505,6 +478,37 @@ fn memory(
         fmt_bytes(released_rss),
         fmt_bytes(settled_rss),
     );
+}
+
+/// One connection's part of `memory`: holds its fresh keys a pipelined
+/// batch at a time, each batch released after; the batches' times.
+async fn fresh_keys(mut c: Client, keys: Vec<String>) -> (Histogram<u64>, Client) {
+    let mut h = hist();
+    let mut tokens: Vec<String> = Vec::with_capacity(PIPELINE);
+    let mut leases: Vec<Held> = Vec::with_capacity(PIPELINE);
+    for batch in keys.chunks(PIPELINE) {
+        let t0 = Instant::now();
+        tokens.clear();
+        for k in batch {
+            c.queue_hold(k, &["TTL", REDIS_PX]);
+            tokens.push(c.token.clone());
+        }
+        c.conn.flush().await.expect("send holds");
+        leases.clear();
+        for k in batch {
+            let held = c.read_hold(k).await;
+            leases.push(held.unwrap_or_else(|| panic!("fresh key {k} was taken")));
+        }
+        let _ = h.record(t0.elapsed().as_nanos() as u64);
+        for ((k, held), token) in batch.iter().zip(&leases).zip(&tokens) {
+            c.queue_release(k, held, Some(token));
+        }
+        c.conn.flush().await.expect("send releases");
+        for k in batch {
+            c.read_release(k).await;
+        }
+    }
+    (h, c)
 }
 
 /// What the server still keeps: holdline's `live_keys` (STATS), Redis's `DBSIZE`.

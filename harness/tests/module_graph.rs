@@ -30,3 +30,9 @@ fn the_graph_knows_the_layers() {
     assert!(graph["server_scenarios"].contains("measure"));
     assert!(graph["bench"].contains("hot_path"));
 }
+
+#[test]
+fn no_function_of_the_harness_is_over_80_lines() {
+    let long = module_graph::long_functions(&src(), 80);
+    assert!(long.is_empty(), "over 80 lines:\n{}", long.join("\n"));
+}
