@@ -1,8 +1,8 @@
 //! What the `cluster` scenario starts and routes by: a private etcd
 //! (Debian's `/usr/bin/etcd` on free loopback ports with a data directory
 //! of its own; never the system's service), nodes of `holdline serve
-//! --etcd`, Redis Cluster's slot of a key (CRC16-XMODEM of the key, or of
-//! its `{tag}`, mod 16384), and the owners read from `CLUSTER SLOTS`.
+//! --etcd`, and the owners read from `CLUSTER SLOTS` (a key's slot is the
+//! client's `holdline_client::key_slot`, Redis Cluster's).
 
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -182,32 +182,6 @@ pub fn start_node(bin: &Path, etcd: &Etcd, name: &str) -> Result<ServerProcess, 
     ServerProcess::holdline(bin, &addr, &args)
 }
 
-/// Redis Cluster's slot of `key`: CRC16-XMODEM of the key, or of the part
-/// between its first `{` and the next `}` when that is not empty, mod 16384.
-pub fn slot(key: &[u8]) -> u16 {
-    let tag = key.iter().position(|&b| b == b'{').and_then(|open| {
-        let len = key[open + 1..].iter().position(|&b| b == b'}')?;
-        (len > 0).then(|| &key[open + 1..open + 1 + len])
-    });
-    crc16(tag.unwrap_or(key)) % SLOTS as u16
-}
-
-/// CRC16-XMODEM (polynomial 0x1021, initial value 0), as Redis Cluster's.
-fn crc16(bytes: &[u8]) -> u16 {
-    let mut crc: u16 = 0;
-    for &b in bytes {
-        crc ^= u16::from(b) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
-        }
-    }
-    crc
-}
-
 /// One range of `CLUSTER SLOTS`: first and last slot, the owner's address and id.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Range {
@@ -308,20 +282,6 @@ pub fn shares(map: &[Range], nodes: &[SocketAddr]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn slots_are_redis_clusters() {
-        // Redis Cluster's specification: CRC16("123456789") = 0x31C3.
-        assert_eq!(crc16(b"123456789"), 0x31C3);
-        assert_eq!(slot(b"123456789"), 12739);
-        assert_eq!(slot(b"foo"), 12182);
-        assert_eq!(slot(b"{user1000}.following"), slot(b"user1000"));
-        // An empty tag: the whole key is hashed.
-        assert_eq!(slot(b"foo{}{bar}"), crc16(b"foo{}{bar}") % 16384);
-        assert_eq!(slot(b"foo{bar}{zap}"), slot(b"bar"));
-        assert_eq!(slot(b"foo{{bar}}zap"), slot(b"{bar"));
-        assert_eq!(slot(b""), 0);
-    }
 
     fn range(first: u16, last: u16, port: u16, id: &str) -> Value {
         Value::Array(vec![

@@ -18,13 +18,14 @@ use tokio::runtime::Runtime;
 use tokio::time::timeout;
 
 use crate::cluster::{
-    cluster_name, etcd_binary, owners, parse_slots, settled, shares, slot, start_node,
-    tools_required, Etcd, Range, Setup, ETCD_TTL,
+    cluster_name, etcd_binary, owners, parse_slots, settled, shares, start_node, tools_required,
+    Etcd, Range, Setup, ETCD_TTL,
 };
 use crate::measure::{hist, io_runtime, record_pairs, run_tasks};
 use crate::row::Run;
 use crate::scenario::{Cfg, Scenario, CLUSTER_KEYS};
 use crate::servers::{is_debug_build, ServerKind, ServerProcess};
+use holdline_client::key_slot;
 
 /// The lock name the holds use.
 const LOCK: &str = "bench";
@@ -209,7 +210,7 @@ impl Router {
     /// millisecond; both are counted and the hold is sent again.
     async fn hold(&mut self, key: &str) -> (usize, i64) {
         loop {
-            let s = usize::from(slot(key.as_bytes()));
+            let s = usize::from(key_slot(key));
             let node = usize::from(self.owner[s]);
             let reply = self.conns[node]
                 .command(&["HOLD", LOCK, key, "WAIT", "0"])
@@ -384,7 +385,7 @@ mod tests {
         rt.block_on(async {
             let mut r = Router::connect(addrs.clone(), owner.clone()).await;
             for key in ["a", "b", "c", "{tag}x", "c0-1"] {
-                let s = slot(key.as_bytes());
+                let s = key_slot(key);
                 let right = usize::from(owner[usize::from(s)]);
                 let wrong = 1 - right;
                 let reply = r.conns[wrong]
@@ -398,7 +399,7 @@ mod tests {
                 r.release(node, lease).await;
             }
             // A wrong table is put right by the MOVED answer.
-            let s = usize::from(slot(b"a"));
+            let s = usize::from(key_slot("a"));
             r.owner[s] = 1 - owner[s];
             let (node, lease) = r.hold("a").await;
             assert_eq!((node, r.moved), (usize::from(owner[s]), 1));
