@@ -6,7 +6,6 @@
 
 use super::{tool_available, Client, Server, PATIENCE};
 use holdline_resp::Value;
-use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -134,29 +133,18 @@ fn start_node_at(
     extra: &[&str],
 ) -> Server {
     let addr = format!("127.0.0.1:{port}");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_holdline"))
-        .args(["serve", "--listen", &addr, "--advertise", &addr])
-        .args(["--etcd", &etcd.url(), "--cluster", name])
-        .args(["--partitions", &partitions.to_string()])
-        .args(["--etcd-ttl", &format!("{ttl}s")])
-        .args(extra)
-        .env(
-            "HOLDLINE_LOG",
-            std::env::var("HOLDLINE_LOG").unwrap_or("warn".into()),
-        )
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start holdline");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .expect("read the listening line");
-    assert!(line.starts_with("holdline: listening on "), "{line:?}");
-    Server {
-        child,
-        addr: addr.parse().unwrap(),
-    }
+    let (url, partitions, ttl) = (etcd.url(), partitions.to_string(), format!("{ttl}s"));
+    let mut args = vec!["--listen", &addr, "--advertise", &addr, "--etcd", &url];
+    args.extend([
+        "--cluster",
+        name,
+        "--partitions",
+        &partitions,
+        "--etcd-ttl",
+        &ttl,
+    ]);
+    args.extend_from_slice(extra);
+    Server::serve(&args)
 }
 
 /// `CLUSTER SLOTS` of the node at `addr`: (first, last, owner address).

@@ -27,9 +27,17 @@ impl Server {
     /// Starts `holdline serve --listen 127.0.0.1:0 EXTRA...` and waits for
     /// the line that names its port.
     pub fn start(extra: &[&str]) -> Server {
+        let mut args = vec!["--listen", "127.0.0.1:0"];
+        args.extend_from_slice(extra);
+        Server::serve(&args)
+    }
+
+    /// Starts `holdline serve ARGS...` and waits for the line that names
+    /// its address.
+    pub fn serve(args: &[&str]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_holdline"))
-            .args(["serve", "--listen", "127.0.0.1:0"])
-            .args(extra)
+            .arg("serve")
+            .args(args)
             .env(
                 "HOLDLINE_LOG",
                 std::env::var("HOLDLINE_LOG").unwrap_or("warn".into()),
