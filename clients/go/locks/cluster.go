@@ -342,27 +342,19 @@ func clusterSlots(ctx context.Context, p *pool) (*slotMap, error) {
 // slotsOn sends CLUSTER SLOTS on c, a connection of p, and reads its
 // answer as clusterSlots does, giving c back to p.
 func slotsOn(ctx context.Context, p *pool, c *conn) (*slotMap, error) {
-	cl := c.request("CLUSTER", "SLOTS")
-	silent := time.NewTimer(p.timeout)
-	defer silent.Stop()
-	select {
-	case r := <-cl.reply:
-		if r.err != nil {
-			p.discard(c, r.err)
-			return nil, errConnectionClosed(r.err)
-		}
-		p.put(c)
-		if r.v.kind != '*' || r.v.null {
-			return nil, nil
-		}
-		return slotsOf(r.v, p.addr.host), nil
-	case <-ctx.Done():
-		p.discard(c, errShutAbandoned)
-		return nil, ctx.Err()
-	case <-silent.C:
-		p.discard(c, errShutSilent)
-		return nil, errConnectSilent(p.addr.hostPort(), p.timeout)
+	r, err := p.ask(ctx, c, "CLUSTER", "SLOTS")
+	if err != nil {
+		return nil, err
 	}
+	if r.err != nil {
+		p.discard(c, r.err)
+		return nil, errConnectionClosed(r.err)
+	}
+	p.put(c)
+	if r.v.kind != '*' || r.v.null {
+		return nil, nil
+	}
+	return slotsOf(r.v, p.addr.host), nil
 }
 
 // slotsOf reads CLUSTER SLOTS's answer: [start, end, [host, port, id,

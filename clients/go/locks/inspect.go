@@ -76,19 +76,11 @@ func (l *Lock) inspectOnce(ctx context.Context, key string, t *tries) (*KeyInfo,
 	} else if err != nil {
 		return nil, err
 	}
-	cl := c.request("INSPECT", l.name, key)
-	silent := time.NewTimer(p.timeout)
-	defer silent.Stop()
-	select {
-	case r := <-cl.reply:
-		return l.inspected(p, c, r, key)
-	case <-ctx.Done():
-		p.discard(c, errShutAbandoned)
-		return nil, ctx.Err()
-	case <-silent.C:
-		p.discard(c, errShutSilent)
-		return nil, errConnectSilent(p.addr.hostPort(), p.timeout)
+	r, err := p.ask(ctx, c, "INSPECT", l.name, key)
+	if err != nil {
+		return nil, err
 	}
+	return l.inspected(p, c, r, key)
 }
 
 // inspected reads INSPECT's answer on c, a connection of p.

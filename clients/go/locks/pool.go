@@ -143,3 +143,23 @@ func (p *pool) isClosed() bool {
 	defer p.mu.Unlock()
 	return p.closed
 }
+
+// ask sends args on c, a connection of p, and waits for its answer at
+// most p.timeout. A connection abandoned (ctx done) or silent is
+// discarded and that error answered; otherwise the answer is the
+// caller's, and so is c.
+func (p *pool) ask(ctx context.Context, c *conn, args ...string) (result, error) {
+	cl := c.request(args...)
+	silent := time.NewTimer(p.timeout)
+	defer silent.Stop()
+	select {
+	case r := <-cl.reply:
+		return r, nil
+	case <-ctx.Done():
+		p.discard(c, errShutAbandoned)
+		return result{}, ctx.Err()
+	case <-silent.C:
+		p.discard(c, errShutSilent)
+		return result{}, errConnectSilent(p.addr.hostPort(), p.timeout)
+	}
+}
