@@ -6,8 +6,10 @@
     python3 cluster.py --self-test
 
 Starts `/usr/bin/etcd` on free loopback ports with its own temporary data
-directory (never the system's service), then N `holdline serve` nodes on
-free loopback ports (the binary: --binary, else $HOLDLINE_BIN, else
+directory (never the system's service; ports taken meanwhile are retried),
+then N `holdline serve` nodes on loopback ports each binds itself
+(`--listen 127.0.0.1:0 --advertise 127.0.0.1:0`, the address read from its
+first line; the binary: --binary, else $HOLDLINE_BIN, else
 target/release/holdline under the repository root), waits until every
 node's CLUSTER SLOTS covers all 16384 slots, all nodes answer the same map
 and the partitions are spread evenly over the nodes, then prints ONE JSON
@@ -35,8 +37,9 @@ temporary directories. Tests kill or stop nodes by pid themselves.
 
 While it runs, a line on its standard input is a request, answered with one
 JSON line: `kill I` (SIGKILL node I and wait for it), `start I` (start node
-I again on its port; answers {"addr", "pid"}), `wait` (until the live nodes
-cover every slot again). A bad line answers {"error": "..."}.
+I again, on a port it binds anew: answers its {"addr", "pid"}), `wait`
+(until the live nodes cover every slot again). A bad line answers
+{"error": "..."}.
 
 From Python (standard library only):
 
@@ -45,7 +48,7 @@ From Python (standard library only):
         c.key_on(1)       # a key whose slot node 1 serves
         c.kill(1)         # SIGKILL node 1
         c.wait_covered()  # the others took its slots over
-        c.start(1)        # node 1 again, on its port
+        c.start(1)        # node 1 again (c.nodes[1].addr: its new address)
 """
 
 from __future__ import annotations
@@ -209,6 +212,8 @@ def duration_seconds(text: str) -> float:
 
 
 def free_port() -> int:
+    """A port free now, for etcd (which cannot bind port 0 and say where): it
+    may be taken before etcd binds it, so etcd's start is retried then."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
@@ -239,6 +244,17 @@ def _kill(proc: Optional[subprocess.Popen[bytes]]) -> None:
         proc.stdout.close()
 
 
+def _port_taken(log: Path, mark: int) -> bool:
+    """Whether a log says, after byte `mark`, that a port was taken (etcd's
+    `bind: address already in use`)."""
+    try:
+        with open(log, "rb") as f:
+            f.seek(mark)
+            return b"address already in use" in f.read()
+    except OSError:
+        return False
+
+
 def _tail(path: Path, lines: int = 15) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
@@ -248,8 +264,8 @@ def _tail(path: Path, lines: int = 15) -> str:
 
 @dataclass
 class Node:
-    """One `holdline serve` of the cluster: its address (fixed for its life,
-    a restart reuses it), its process and its log file."""
+    """One `holdline serve` of the cluster: its address (the port it bound;
+    a restart binds another), its process and its log file."""
 
     index: int
     port: int
@@ -311,9 +327,9 @@ class Cluster:
     def start_all(self) -> None:
         self._start_etcd()
         for node in self.nodes:
-            self._spawn(node, fresh_port=True)
+            self._spawn(node)
         for node in self.nodes:
-            self._await_listening(node, retries=3)
+            self._await_listening(node)
         self.wait_ready()
 
     def close(self) -> None:
@@ -327,13 +343,17 @@ class Cluster:
     # ------------------------------------------------------------ etcd
 
     def _start_etcd(self) -> None:
-        for _ in range(3):
+        """etcd on ports free a moment ago; when its log says one was taken
+        meanwhile, again on others (any other failure is final)."""
+        log_path = self.dir / "etcd.log"
+        for _ in range(5):
             client, peer = free_port(), free_port()
             self.etcd = f"http://127.0.0.1:{client}"
             peer_url = f"http://127.0.0.1:{peer}"
             data = self.dir / "etcd"
             shutil.rmtree(data, ignore_errors=True)
-            with open(self.dir / "etcd.log", "ab") as log:
+            with open(log_path, "ab") as log:
+                mark = log_path.stat().st_size  # this try's lines follow
                 self.etcd_proc = subprocess.Popen(
                     [ETCD, "--name", "fixture", "--data-dir", str(data),
                      "--listen-client-urls", self.etcd, "--advertise-client-urls", self.etcd,
@@ -343,15 +363,23 @@ class Cluster:
                      "--heartbeat-interval", "20", "--election-timeout", "200"],
                     stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                 )  # fmt: skip
-            if self._await_etcd_health():
+            if self._await_etcd_health(log_path, mark):
                 return
             _kill(self.etcd_proc)
-        raise TimeoutError(f"etcd did not become healthy; log:\n{_tail(self.dir / 'etcd.log')}")
+            if not _port_taken(log_path, mark):
+                break
+        raise TimeoutError(f"etcd did not become healthy; log:\n{_tail(log_path)}")
 
-    def _await_etcd_health(self) -> bool:
+    def _await_etcd_health(self, log: Path, mark: int) -> bool:
+        """Until etcd says it is healthy (True), or exits, or its log after
+        `mark` says a port was taken, or 15 s pass (False)."""
         deadline = time.monotonic() + 15
         assert self.etcd_proc is not None
-        while time.monotonic() < deadline and self.etcd_proc.poll() is None:
+        while (
+            time.monotonic() < deadline
+            and self.etcd_proc.poll() is None
+            and not _port_taken(log, mark)
+        ):
             try:
                 with urllib.request.urlopen(f"{self.etcd}/health", timeout=2) as answer:
                     if json.load(answer).get("health") == "true":
@@ -363,51 +391,48 @@ class Cluster:
 
     # ------------------------------------------------------------ nodes
 
-    def _spawn(self, node: Node, fresh_port: bool) -> None:
-        if fresh_port:
-            node.port = free_port()
+    def _spawn(self, node: Node) -> None:
+        """Starts node on a port it binds itself, advertised as that port
+        (`:0`); _await_listening reads which from its first line."""
+        node.port = 0  # not known until then
         with open(node.log, "ab") as log:
             node.proc = subprocess.Popen(
-                [str(self.binary), "serve", "--listen", node.addr, "--advertise", node.addr,
+                [str(self.binary), "serve", "--listen", "127.0.0.1:0", "--advertise", "127.0.0.1:0",
                  "--etcd", self.etcd, "--cluster", "fixture",
                  "--partitions", str(self.partitions), "--etcd-ttl", f"{self.etcd_ttl:g}s",
                  "--max-ttl", self.max_ttl],
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
             )  # fmt: skip
 
-    def _await_listening(self, node: Node, retries: int = 0) -> None:
-        """Reads the node's first line; a node that exits first because its
-        port was taken meanwhile starts again on a fresh port, `retries` times."""
-        while True:
-            assert node.proc is not None and node.proc.stdout is not None
-            with selectors.DefaultSelector() as sel:
-                sel.register(node.proc.stdout, selectors.EVENT_READ)
-                ready = sel.select(15)
-            first = node.proc.stdout.readline().decode(errors="replace") if ready else ""
-            if first.startswith(LISTENING):
-                node.drain = threading.Thread(target=_drain, args=(node.proc,), daemon=True)
-                node.drain.start()
-                return
+    def _await_listening(self, node: Node) -> None:
+        """Reads the node's first line, `holdline: listening on 127.0.0.1:PORT`:
+        its port from now on."""
+        assert node.proc is not None and node.proc.stdout is not None
+        with selectors.DefaultSelector() as sel:
+            sel.register(node.proc.stdout, selectors.EVENT_READ)
+            ready = sel.select(15)
+        first = node.proc.stdout.readline().decode(errors="replace") if ready else ""
+        if not first.startswith(LISTENING):
             _kill(node.proc)
-            if retries <= 0 or "in use" not in _tail(node.log).lower():
-                raise RuntimeError(
-                    f"node {node.index} ({node.addr}) did not start: {first!r}; "
-                    f"log:\n{_tail(node.log)}"
-                )
-            retries -= 1
-            self._spawn(node, fresh_port=True)
+            raise RuntimeError(
+                f"node {node.index} did not start: {first!r}; log:\n{_tail(node.log)}"
+            )
+        node.port = int(first[len(LISTENING) :].strip().rsplit(":", 1)[1])
+        node.drain = threading.Thread(target=_drain, args=(node.proc,), daemon=True)
+        node.drain.start()
 
     def kill(self, i: int) -> None:
         """SIGKILL node i and wait for it to be gone."""
         _kill(self.nodes[i].proc)
 
     def start(self, i: int) -> None:
-        """Starts node i again on its port (after kill), then waits until the
-        cluster's map is whole and even again."""
+        """Starts node i again (after kill) on a port it binds anew (its old
+        one may be someone else's by now; nodes[i].addr says which), then
+        waits until the cluster's map is whole and even again."""
         node = self.nodes[i]
         if node.alive():
             raise RuntimeError(f"node {i} is running (pid {node.pid})")
-        self._spawn(node, fresh_port=False)
+        self._spawn(node)
         self._await_listening(node)
         self.wait_ready()
 

@@ -85,7 +85,8 @@ pub struct ServeArgs {
     /// The cluster's name: nodes with the same etcd and name split the keys.
     #[arg(long, value_name = "NAME", requires = "etcd")]
     pub cluster: Option<String>,
-    /// host:port clients and other nodes reach this node at (MOVED names it).
+    /// host:port clients and other nodes reach this node at (MOVED names
+    /// it); port 0 stands for the port the node listens on.
     #[arg(long, value_name = "HOST:PORT", requires = "etcd")]
     pub advertise: Option<String>,
     /// Partitions of a new cluster (kept in etcd: later nodes use its count).
@@ -196,9 +197,10 @@ impl ServeArgs {
                 "--cluster {cluster:?}: 1 to 64 ASCII letters, digits and \"_-.\""
             ));
         }
-        let port_ok = advertise.rsplit_once(':').is_some_and(|(host, port)| {
-            !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0)
-        });
+        // Port 0: the port --listen got (a node on `--listen HOST:0`).
+        let port_ok = advertise
+            .rsplit_once(':')
+            .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
         if !port_ok {
             return Err(format!("--advertise {advertise:?}: expected host:port"));
         }

@@ -93,7 +93,7 @@ fn main() -> ExitCode {
 /// Binds, says where (the first line on stdout: scripts and tests read
 /// the port from it; the metrics' address follows), and serves until a
 /// signal ends it.
-async fn serve(config: Config, tls: Option<Arc<tls::Tls>>) -> Result<(), String> {
+async fn serve(mut config: Config, tls: Option<Arc<tls::Tls>>) -> Result<(), String> {
     let listener =
         listen(config.listen).map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
     let local = listener.local_addr().map_err(|e| e.to_string())?;
@@ -130,8 +130,11 @@ async fn serve(config: Config, tls: Option<Arc<tls::Tls>>) -> Result<(), String>
         tls: tls.is_some(),
         max_clients: config.max_connections,
     };
-    let agent = match &config.cluster {
-        Some(settings) => Some(join_cluster(settings).await?),
+    let agent = match &mut config.cluster {
+        Some(settings) => {
+            settings.advertise = advertised(&settings.advertise, local.port());
+            Some(join_cluster(settings).await?)
+        }
         None => None,
     };
     let node = agent.as_ref().map(cluster::agent::Agent::node);
@@ -157,6 +160,14 @@ async fn serve(config: Config, tls: Option<Arc<tls::Tls>>) -> Result<(), String>
         let _ = tokio::time::timeout(LEAVE_GRACE, agent).await;
     }
     served.map_err(|e| e.to_string())
+}
+
+/// `--advertise HOST:0` names the port the listener got.
+fn advertised(advertise: &str, listening: u16) -> String {
+    match advertise.strip_suffix(":0") {
+        Some(host) => format!("{host}:{listening}"),
+        None => advertise.to_owned(),
+    }
 }
 
 /// How long leaving the cluster may take at shutdown.

@@ -10,7 +10,7 @@ mod common;
 
 use common::cluster::{
     await_settled, await_spread, etcd_available, key_slot, owner_of, slot, slot_map,
-    start_node_with, Etcd,
+    start_etcd, start_node_with, Etcd,
 };
 use common::{error_text, Client, Server};
 use holdline_resp::Value;
@@ -32,7 +32,7 @@ impl Three {
     /// `max_ttl`: the cluster's `--max-ttl` (how long a partition taken
     /// over without a hand-over grants nothing).
     fn start(name: &str, max_ttl: &str) -> Three {
-        let etcd = Etcd::start();
+        let etcd = start_etcd();
         let nodes: Vec<Server> = (0..3)
             .map(|_| start_node_with(&etcd, name, PARTITIONS, TTL, &["--max-ttl", max_ttl]))
             .collect();
@@ -396,7 +396,7 @@ fn nodes_keep_serving_while_etcd_is_away_then_stop_then_recover() {
     );
     let err = error_text(c.call(&["TRYHOLD", "away", &keys[0]]));
     assert_eq!(err, "CLUSTERDOWN Hash slot not served");
-    three.etcd.restart();
+    three.etcd.restart().unwrap();
     let map = await_spread(node, &three.addrs(), Duration::from_secs(20));
     let owner = owner_of(&map, key_slot(&mut c, &keys[0])).unwrap();
     let (_, later) = hold_when_served(&owner, "away", &keys[0], Duration::from_secs(10));
@@ -408,7 +408,7 @@ fn a_joining_node_takes_its_share_without_dropping_holders_that_stay() {
     if !etcd_available() {
         return;
     }
-    let etcd = Etcd::start();
+    let etcd = start_etcd();
     let two: Vec<Server> = (0..2)
         .map(|_| start_node_with(&etcd, "join", PARTITIONS, TTL, &["--max-ttl", "10s"]))
         .collect();
@@ -460,15 +460,14 @@ fn fence_windows_are_reserved_again_and_a_new_owner_starts_above_them() {
     if !etcd_available() {
         return;
     }
-    let etcd = Etcd::start();
+    let etcd = start_etcd();
     let window = "16";
-    let metrics = format!("127.0.0.1:{}", common::cluster::free_port());
     let start = |etcd: &Etcd| {
         let flags = [
             "--fence-window",
             window,
             "--metrics",
-            &metrics,
+            "127.0.0.1:0",
             "--max-ttl",
             "1s",
         ];
@@ -477,7 +476,7 @@ fn fence_windows_are_reserved_again_and_a_new_owner_starts_above_them() {
     let mut node = start(&etcd);
     await_spread(node.addr, &[node.addr.to_string()], Duration::from_secs(20));
     // Operators see what the node serves and how long its lease lives.
-    let body = scrape(&metrics);
+    let body = scrape(&node.metrics.expect("--metrics").to_string());
     assert!(
         body.contains("\nholdline_cluster_partitions_served 1\n"),
         "{body}"

@@ -4,38 +4,15 @@
 mod common;
 
 use common::{runs, tool_available, Server};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::{Command, Stdio};
 
 /// A server with `--metrics 127.0.0.1:0`, and where its metrics are.
 fn start() -> (Server, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_holdline"))
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--metrics",
-            "127.0.0.1:0",
-        ])
-        .env("HOLDLINE_LOG", "warn")
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let first = lines.next().unwrap().unwrap();
-    let second = lines.next().unwrap().unwrap();
-    let addr = first
-        .strip_prefix("holdline: listening on ")
-        .unwrap()
-        .parse()
-        .unwrap();
-    let metrics = second
-        .strip_prefix("holdline: metrics on http://")
-        .and_then(|a| a.strip_suffix("/metrics"))
-        .unwrap_or_else(|| panic!("{second}"))
-        .to_owned();
-    (Server { child, addr }, metrics)
+    let server = Server::start(&["--metrics", "127.0.0.1:0"]);
+    let metrics = server.metrics.expect("it printed the metrics' address");
+    (server, metrics.to_string())
 }
 
 /// `GET path`: the status code and the body.

@@ -6,15 +6,18 @@
 
 #![allow(dead_code)]
 
-use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+#[path = "../../../testing/spawn.rs"]
+mod spawn;
+
 /// A server process, killed when dropped.
 pub struct Server {
-    child: Child,
+    process: spawn::Holdline,
     pub addr: String,
     _dir: Option<TempDir>,
 }
@@ -29,7 +32,7 @@ impl Drop for TempDir {
 }
 
 impl Server {
-    /// A server on a free loopback port.
+    /// A server on a loopback port it binds itself.
     pub fn start() -> Server {
         Server::start_with(None, &[])
     }
@@ -45,47 +48,37 @@ impl Server {
     }
 
     fn start_with(token: Option<&str>, args: &[&str]) -> Server {
-        let bin = binary();
-        let port = free_port();
-        let addr = format!("127.0.0.1:{port}");
-        let mut cmd = Command::new(bin);
-        cmd.arg("serve").arg("--listen").arg(&addr).args(args);
+        static STARTED: AtomicUsize = AtomicUsize::new(0);
+        let mut all = vec!["--listen", "127.0.0.1:0"];
+        all.extend_from_slice(args);
         let dir = token.map(|token| {
             let dir = std::env::temp_dir().join(format!(
-                "holdline-client-test-{}-{port}",
-                std::process::id()
+                "holdline-client-test-{}-{}",
+                std::process::id(),
+                // Relaxed: the count only has to be unique.
+                STARTED.fetch_add(1, Ordering::Relaxed)
             ));
             std::fs::create_dir_all(&dir).unwrap();
-            let file = dir.join("token");
-            std::fs::write(&file, token).unwrap();
-            cmd.arg("--token-file").arg(&file);
+            std::fs::write(dir.join("token"), token).unwrap();
             TempDir(dir)
         });
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit());
-        let child = cmd.spawn().expect("start holdline serve");
-        let server = Server {
-            child,
-            addr,
-            _dir: dir,
-        };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while TcpStream::connect(&server.addr).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "holdline serve did not listen on {}",
-                server.addr
-            );
-            std::thread::sleep(Duration::from_millis(20));
+        let token_file = dir.as_ref().map(|d| d.0.join("token"));
+        let token_file = token_file.as_ref().and_then(|f| f.to_str());
+        if let Some(file) = token_file {
+            all.extend(["--token-file", file]);
         }
-        server
+        let process = spawn::Holdline::spawn(binary(), &all).unwrap_or_else(|why| panic!("{why}"));
+        Server {
+            addr: process.addr.to_string(),
+            process,
+            _dir: dir,
+        }
     }
 
     /// SIGKILL: every connection drops at once, no answers written.
     pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let _ = self.process.child.kill();
+        let _ = self.process.child.wait();
     }
 
     /// SIGSTOP: the process stalls, its connections stay open, silent.
@@ -99,7 +92,7 @@ impl Server {
     }
 
     fn signal(&self, sig: &str) {
-        let pid = self.child.id().to_string();
+        let pid = self.process.child.id().to_string();
         let status = Command::new("kill").args([sig, &pid]).status().unwrap();
         assert!(status.success(), "kill {sig} {pid}");
     }
@@ -107,20 +100,10 @@ impl Server {
     /// SIGTERM: the server closes its store (waiters `CLOSED`) and exits.
     pub fn terminate(&mut self) {
         self.signal("-TERM");
-        let _ = self.child.wait();
+        let _ = self.process.child.wait();
     }
 }
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
-}
 
 /// The server binary, found or built once per test process.
 pub fn binary() -> &'static Path {

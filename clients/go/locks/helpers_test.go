@@ -53,7 +53,8 @@ type server struct {
 }
 
 // startServer starts $HOLDLINE_BIN (else target/release/holdline) on a
-// free loopback port and stops it when the test ends.
+// loopback port it binds itself (it prints which first) and stops it when
+// the test ends.
 func startServer(t testing.TB, extra ...string) *server {
 	t.Helper()
 	bin := os.Getenv("HOLDLINE_BIN")
@@ -71,6 +72,32 @@ func startServer(t testing.TB, extra ...string) *server {
 		t.Fatalf("holdline serve said %q first", line)
 	}
 	return &server{addr: addr, cmd: cmd}
+}
+
+// refusedAddr answers 127.0.0.1:PORT where a socket is bound but not
+// listening until the test ends: dialling it is refused, and no other
+// process can take the port meanwhile, as it could one found free and let
+// go. (The net package binds a TCP socket only to listen or to dial.)
+func refusedAddr(t testing.TB) string {
+	t.Helper()
+	syscall.ForkLock.RLock() // close-on-exec before a child could inherit it
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	if err == nil {
+		syscall.CloseOnExec(fd)
+	}
+	syscall.ForkLock.RUnlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	bound, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("127.0.0.1:%d", bound.(*syscall.SockaddrInet4).Port)
 }
 
 // startLine starts cmd, stops it (SIGKILL) when the test ends, and

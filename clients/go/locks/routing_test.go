@@ -100,6 +100,17 @@ func (fc *fakeCluster) slotsReply() string {
 
 func (fc *fakeCluster) addr(node int) string { return fc.nodes[node].addr }
 
+// addUnreachable adds a node that nothing listens at (refusedAddr) for the
+// ranges to name, and answers its index.
+func (fc *fakeCluster) addUnreachable(t *testing.T) int {
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	fc.nodes = append(fc.nodes, &fakeNode{addr: refusedAddr(t)})
+	fc.log = append(fc.log, nil)
+	fc.muted = append(fc.muted, false)
+	return len(fc.nodes) - 1
+}
+
 // mute: from now on node answers nothing at all, HELLO included, as a
 // stopped process (it still takes connections).
 func (fc *fakeCluster) mute(node int) {
@@ -325,14 +336,14 @@ func TestADroppedNodeHasTheMapRefreshed(t *testing.T) {
 // naming that node, once the map was refreshed: the next hold goes to the
 // node that serves the key now.
 func TestAnUnreachableNodeFailsTheHoldAndTheNextGoesToTheNewOwner(t *testing.T) {
-	fc := newFakeCluster(t, 2, nil)
-	fc.setRanges(halves...)
+	fc := newFakeCluster(t, 1, nil)
+	gone := fc.addUnreachable(t) // the store dials a node only once it sends it something
+	fc.setRanges(slotRange{0, 8191, 0}, slotRange{8192, slotCount - 1, gone})
 	l := openLock(t, connect(t, fc.addr(0)), "l")
 	k := keyIn(8192, slotCount-1)
 	fc.setRanges(slotRange{0, slotCount - 1, 0})
-	fc.nodes[1].kill()
 	err := l.Hold(context.Background(), k, nothing)
-	expectText(t, texts(t), "cannot_connect", map[string]string{"hostport": fc.addr(1)}, ErrClosed, err)
+	expectText(t, texts(t), "cannot_connect", map[string]string{"hostport": fc.addr(gone)}, ErrClosed, err)
 	if err := l.Hold(context.Background(), k, nothing); err != nil {
 		t.Fatal(err)
 	}
@@ -343,18 +354,15 @@ func TestAnUnreachableNodeFailsTheHoldAndTheNextGoesToTheNewOwner(t *testing.T) 
 func TestConnectTriesTheAddressesInOrder(t *testing.T) {
 	table := texts(t)
 	ctx := context.Background()
-	hangUp := func([]string) string { return "CLOSE" }
-	dead1, dead2 := startFakeNode(t, hangUp), startFakeNode(t, hangUp)
-	dead1.kill()
-	dead2.kill()
+	dead1, dead2 := refusedAddr(t), refusedAddr(t)
 	fc := newFakeCluster(t, 1, nil)
 	fc.setRanges(slotRange{0, slotCount - 1, 0})
-	store := connect(t, dead1.addr+","+fc.addr(0))
+	store := connect(t, dead1+","+fc.addr(0))
 	if err := openLock(t, store, "l").Hold(ctx, "k", nothing); err != nil || store.router == nil {
 		t.Fatalf("%v (cluster mode %v)", err, store.router != nil)
 	}
-	_, err := Connect(ctx, dead1.addr+","+dead2.addr)
-	expectText(t, table, "cannot_connect", map[string]string{"hostport": dead2.addr}, ErrClosed, err)
+	_, err := Connect(ctx, dead1+","+dead2)
+	expectText(t, table, "cannot_connect", map[string]string{"hostport": dead2}, ErrClosed, err)
 	_, err = Connect(ctx, fc.addr(0)+",nope://x")
 	expectText(t, table, "bad_address", map[string]string{"address": `"nope://x"`}, ErrInvalid, err)
 	_, err = Connect(ctx, fc.addr(0)+",")

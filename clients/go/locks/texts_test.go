@@ -278,11 +278,9 @@ func connectTexts(t *testing.T, table map[string]string) {
 	_, err := Connect(ctx, "nope://x")
 	expectText(t, table, "bad_address", map[string]string{"address": `"nope://x"`}, ErrInvalid, err)
 
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	free := ln.Addr().String()
-	_ = ln.Close()
-	_, err = Connect(ctx, free)
-	expectText(t, table, "cannot_connect", map[string]string{"hostport": free}, ErrClosed, err)
+	dead := refusedAddr(t)
+	_, err = Connect(ctx, dead)
+	expectText(t, table, "cannot_connect", map[string]string{"hostport": dead}, ErrClosed, err)
 
 	silent := fakeServer(t, func([]string) string { return "" })
 	_, err = Connect(ctx, silent, DialTimeout(300*time.Millisecond))

@@ -1,4 +1,4 @@
-"""A real `holdline serve` per test, on a free port of its own.
+"""A real `holdline serve` per test, on a port it picks itself.
 
 The binary is $HOLDLINE_BIN (an absolute path; CI sets it), else
 <repo>/target/release/holdline.
@@ -14,6 +14,7 @@ import sys
 import tempfile
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import AsyncIterator, Awaitable, Callable, Iterator, List, Optional
 
@@ -41,10 +42,15 @@ def server_binary() -> Path:
     return path
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+@contextmanager
+def refused_address() -> Iterator[str]:
+    """`127.0.0.1:PORT` where nothing listens, while the block runs: a socket
+    bound there but not listening, so connecting is refused and no other
+    process can take the port meanwhile (a port found free and let go could
+    be someone else's by the time the test connects)."""
+    with socket.socket() as bound:
+        bound.bind(("127.0.0.1", 0))
+        yield f"127.0.0.1:{bound.getsockname()[1]}"
 
 
 class Server:

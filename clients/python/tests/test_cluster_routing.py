@@ -8,7 +8,7 @@ import time
 from typing import Callable, List, Optional
 
 import pytest
-from conftest import Scripted, Server, free_port
+from conftest import Scripted, Server, refused_address
 from fake_cluster import SILENT, FakeCluster, FakeNode, hang_up_on
 from texts import RULES, assert_text
 
@@ -59,15 +59,15 @@ def test_the_first_addresss_token_and_tls_apply_to_every_node() -> None:
 
 
 async def test_connect_takes_the_first_address_that_answers(server: Server) -> None:
-    dead = [f"127.0.0.1:{free_port()}" for _ in range(2)]
-    async with holdline.connect([dead[0], server.address, dead[1]]) as store:
-        assert store.address == server.address
-        assert store.nodes == [server.address] and not store._router.clustered  # single
-        async with store.lock("first").hold("k") as lease:
-            assert lease.fence >= 1
-    with pytest.raises(holdline.Closed) as caught:
-        await holdline.connect(",".join(dead))
-    assert_text(caught.value, "cannot_connect", hostport=dead[1])  # the last one tried
+    with refused_address() as dead0, refused_address() as dead1:
+        async with holdline.connect([dead0, server.address, dead1]) as store:
+            assert store.address == server.address
+            assert store.nodes == [server.address] and not store._router.clustered  # single
+            async with store.lock("first").hold("k") as lease:
+                assert lease.fence >= 1
+        with pytest.raises(holdline.Closed) as caught:
+            await holdline.connect(f"{dead0},{dead1}")
+    assert_text(caught.value, "cannot_connect", hostport=dead1)  # the last one tried
 
 
 async def test_a_single_server_is_asked_for_a_map_once_and_gets_every_command() -> None:
@@ -301,17 +301,18 @@ async def test_put_get_inspect_and_stats_go_where_their_keys_are() -> None:
 
 
 async def test_the_blocking_flavour_takes_several_addresses() -> None:
-    async with FakeCluster() as cluster:
-        addresses = [f"127.0.0.1:{free_port()}"] + [n.address for n in cluster.nodes]
-        key = cluster.key_on(2)
+    with refused_address() as dead:
+        async with FakeCluster() as cluster:
+            addresses = [dead] + [n.address for n in cluster.nodes]
+            key = cluster.key_on(2)
 
-        def blocking() -> None:
-            with holdline.connect_sync(addresses) as store:
-                with store.lock("sync").hold(key) as lease:
-                    assert lease.fence >= 1
+            def blocking() -> None:
+                with holdline.connect_sync(addresses) as store:
+                    with store.lock("sync").hold(key) as lease:
+                        assert lease.fence >= 1
 
-        await asyncio.to_thread(blocking)
-        assert cluster.granted[key.encode()] == 2
+            await asyncio.to_thread(blocking)
+            assert cluster.granted[key.encode()] == 2
 
 
 async def _until(check: Callable[[], bool]) -> None:

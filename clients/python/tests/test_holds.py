@@ -7,7 +7,7 @@ from types import SimpleNamespace
 from typing import Any, List
 
 import pytest
-from conftest import Server, free_port
+from conftest import Server, refused_address
 from texts import assert_text
 
 import holdline
@@ -433,7 +433,6 @@ async def test_closing_the_store_loses_its_leases(server: Server) -> None:
 
 
 async def test_connect_fails_closed_when_nothing_listens() -> None:
-    port = free_port()
-    with pytest.raises(holdline.Closed) as caught:
-        await holdline.connect(f"127.0.0.1:{port}", connect_timeout="2s")
-    assert_text(caught.value, "cannot_connect", hostport=f"127.0.0.1:{port}")
+    with refused_address() as dead, pytest.raises(holdline.Closed) as caught:
+        await holdline.connect(dead, connect_timeout="2s")
+    assert_text(caught.value, "cannot_connect", hostport=dead)

@@ -14,7 +14,7 @@ from typing import Awaitable, Callable, Dict, List, Optional
 
 import pytest
 from certs import Ca
-from conftest import HANG_UP, Scripted, Server, free_port, never_answer
+from conftest import HANG_UP, Scripted, Server, never_answer, refused_address
 from fake_cluster import FakeCluster, FakeNode
 from texts import RULES, TEXTS, assert_text
 
@@ -55,10 +55,9 @@ async def provoke_bad_address(server: Server) -> None:
 
 
 async def provoke_cannot_connect(server: Server) -> None:
-    port = free_port()
-    with pytest.raises(holdline.Closed) as caught:
-        await holdline.connect(f"127.0.0.1:{port}")
-    assert_text(caught.value, "cannot_connect", hostport=f"127.0.0.1:{port}")
+    with refused_address() as dead, pytest.raises(holdline.Closed) as caught:
+        await holdline.connect(dead)
+    assert_text(caught.value, "cannot_connect", hostport=dead)
 
 
 async def provoke_connect_silent(server: Server) -> None:

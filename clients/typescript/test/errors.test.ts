@@ -9,7 +9,7 @@ import * as path from 'node:path'
 import { execFileSync } from 'node:child_process'
 import { connect, HoldlineError, type ErrorKind, type Store } from '../src/index.js'
 import { once } from 'node:events'
-import { startServer, until, whenLost, type Server } from './server.js'
+import { refusedAddress, startServer, until, whenLost, type Server } from './server.js'
 import { isText } from './texts.js'
 
 let server: Server
@@ -251,11 +251,9 @@ test('the connection dropping: holders lost, waiters closed', async () => {
 })
 
 test('closed: nothing listening', async () => {
-	const own = await startServer()
-	await own.stop()
-	await assert.rejects(connect(own.address), isText('closed', 'cannot_connect', { hostport: own.address }))
-	const port = own.address.split(':')[1]
-	await assert.rejects(connect(`redis://localhost:${port}`), isText('closed', 'cannot_connect', { hostport: `localhost:${port}` }))
+	await using dead = await refusedAddress()
+	await assert.rejects(connect(dead.address), isText('closed', 'cannot_connect', { hostport: dead.address }))
+	await assert.rejects(connect(`redis://localhost:${dead.port}`), isText('closed', 'cannot_connect', { hostport: `localhost:${dead.port}` }))
 })
 
 test('closed: a server that accepts and answers nothing fails connect after the connect timeout', async () => {

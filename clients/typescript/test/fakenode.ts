@@ -8,12 +8,13 @@
 import * as net from 'node:net'
 import { once } from 'node:events'
 import { slotOf } from '../src/slots.js'
+import type { Refused } from './server.js'
 
-/** A served range of slots and its node. */
+/** A served range of slots and its node (a refused address: a node that cannot be reached). */
 export interface Range {
 	start: number
 	end: number
-	node: FakeNode
+	node: FakeNode | Refused
 }
 
 /**

@@ -11,7 +11,7 @@ import assert from 'node:assert/strict'
 import { connect, HoldlineError, type Store } from '../src/index.js'
 import { slotOf } from '../src/slots.js'
 import { fakeNode, keyIn, type FakeNode } from './fakenode.js'
-import { until, whenLost } from './server.js'
+import { refusedAddress, until, whenLost } from './server.js'
 import { isText, TABLE } from './texts.js'
 
 /** What each test started, closed after it whatever happened. */
@@ -178,9 +178,14 @@ test('CLUSTERDOWN, then served: the lease\'s clock starts at the send of the HOL
 })
 
 test('a node that cannot be reached: cannot_connect naming it, the map asked for again, the next hold to the new owner', async () => {
-	const [a, b] = await halves()
+	const [a] = (await nodes(1)) as [FakeNode]
+	// In the map, nothing listening there (the store dials a node only once it sends it something).
+	await using b = await refusedAddress()
+	a.layout = [
+		{ start: 0, end: 8191, node: a },
+		{ start: 8192, end: 16383, node: b },
+	]
 	const s = await store(a.address)
-	b.close()
 	const before = a.count('CLUSTER SLOTS')
 	await assert.rejects(s.lock('invoices').hold(HIGH, () => 1), isText('closed', 'cannot_connect', { hostport: b.address }))
 	await until('the map asked for again', () => a.count('CLUSTER SLOTS') > before)
@@ -236,16 +241,16 @@ test('a node gone silent under a waiting hold: wait_silent, and the map asked fo
 })
 
 test('several addresses: tried in order, the first that answers wins; none: the last one\'s cannot_connect', async () => {
-	const [dead, alive, deadToo] = await nodes(3)
-	dead!.close()
-	deadToo!.close()
-	for (const address of [`${dead!.address},${alive!.address}`, [dead!.address, alive!.address]]) {
+	const [alive] = await nodes(1)
+	await using dead = await refusedAddress()
+	await using deadToo = await refusedAddress()
+	for (const address of [`${dead.address},${alive!.address}`, [dead.address, alive!.address]]) {
 		const s = await store(address)
 		assert.equal(s.address, alive!.address)
 		assert.equal(await s.lock('l').hold('k', () => 'held'), 'held')
 	}
-	await assert.rejects(connect(`${alive!.address.replace(/:\d+$/, ':1')},${dead!.address},${deadToo!.address}`), isText('closed', 'cannot_connect', { hostport: deadToo!.address }))
-	await assert.rejects(connect([dead!.address, 'not an address']), isText('invalid', 'bad_address', { address: '"not an address"' }))
+	await assert.rejects(connect(`${alive!.address.replace(/:\d+$/, ':1')},${dead.address},${deadToo.address}`), isText('closed', 'cannot_connect', { hostport: deadToo.address }))
+	await assert.rejects(connect([dead.address, 'not an address']), isText('invalid', 'bad_address', { address: '"not an address"' }))
 })
 
 test('the first address\'s token applies to every node', async () => {
@@ -327,13 +332,13 @@ test('stats: every node\'s counters summed; a node that cannot be reached reject
 	assert.deepEqual(a.seen.find(c => c[0] === 'STATS'), ['STATS', 'tally'])
 
 	// A node of the map that cannot be reached fails the call, as a hold sent there would.
-	const [c, gone] = (await nodes(2)) as [FakeNode, FakeNode]
+	const [c] = (await nodes(1)) as [FakeNode]
+	await using gone = await refusedAddress()
 	c.layout = [
 		{ start: 0, end: 8191, node: c },
 		{ start: 8192, end: 16383, node: gone },
 	]
 	c.script = a.script
-	gone.close()
 	const withGone = await store(c.address)
 	await assert.rejects(withGone.stats('tally'), isText('closed', 'cannot_connect', { hostport: gone.address }))
 

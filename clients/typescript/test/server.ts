@@ -1,11 +1,11 @@
-/** Test helper: starts a real `holdline serve` on a free port and stops it. */
+/** Test helper: starts a real `holdline serve` on a port it binds itself, and stops it. */
 
 import { spawn, type ChildProcess } from 'node:child_process'
-import * as net from 'node:net'
 import * as path from 'node:path'
 import * as fs from 'node:fs'
 import { fileURLToPath } from 'node:url'
 import { once } from 'node:events'
+import { createInterface } from 'node:readline'
 
 /** This file is at clients/typescript/dist/test/: the repository is four folders up. */
 export const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../../..')
@@ -27,38 +27,26 @@ export interface Server {
 	stop(signal?: NodeJS.Signals): Promise<number | null>
 }
 
-async function freePort(): Promise<number> {
-	const probe = net.createServer()
-	probe.listen(0, '127.0.0.1')
-	await once(probe, 'listening')
-	const { port } = probe.address() as net.AddressInfo
-	probe.close()
-	await once(probe, 'close')
-	return port
-}
+const LISTENING = /^holdline: listening on (\S+)$/
 
-/** Starts `holdline serve --listen 127.0.0.1:PORT ...extra` and waits until it accepts connections. */
+/** Starts `holdline serve --listen 127.0.0.1:0 ...extra` and reads the address it bound from its first line. */
 export async function startServer(extra: string[] = []): Promise<Server> {
-	const port = await freePort()
-	const address = `127.0.0.1:${port}`
-	const child = spawn(holdlineBin(), ['serve', '--listen', address, ...extra], { stdio: ['ignore', 'ignore', 'pipe'] })
+	const child = spawn(holdlineBin(), ['serve', '--listen', '127.0.0.1:0', ...extra], { stdio: ['ignore', 'pipe', 'pipe'] })
 	let stderr = ''
 	child.stderr!.on('data', d => (stderr += d))
 	const exited = once(child, 'exit')
-	const deadline = Date.now() + 20_000
-	for (;;) {
-		if (child.exitCode !== null) throw new Error(`holdline serve exited ${child.exitCode}: ${stderr}`)
-		const ok = await new Promise<boolean>(resolve => {
-			const s = net.connect(port, '127.0.0.1')
-			s.once('connect', () => (s.destroy(), resolve(true)))
-			s.once('error', () => resolve(false))
-		})
-		if (ok) break
-		if (Date.now() > deadline) {
-			child.kill('SIGKILL')
-			throw new Error(`holdline serve did not listen on ${address} within 20s: ${stderr}`)
-		}
-		await new Promise(r => setTimeout(r, 50))
+	// It keeps reading stdout after the first line, so a later one (--metrics) never fills the pipe.
+	const lines = createInterface({ input: child.stdout! })
+	let timer: NodeJS.Timeout | undefined
+	const [first] = (await Promise.race([
+		once(lines, 'line'),
+		exited.then(() => [undefined]),
+		new Promise(resolve => (timer = setTimeout(resolve, 20_000, [undefined]))),
+	]).finally(() => clearTimeout(timer))) as [string | undefined]
+	const address = first?.match(LISTENING)?.[1]
+	if (address === undefined) {
+		child.kill('SIGKILL')
+		throw new Error(`holdline serve did not say where it listens within 20s (its first line: ${JSON.stringify(first)}): ${stderr}`)
 	}
 	return {
 		address,
@@ -68,6 +56,40 @@ export async function startServer(extra: string[] = []): Promise<Server> {
 			if (child.exitCode === null && child.signalCode === null) child.kill(signal)
 			const [code] = await exited
 			return code as number | null
+		},
+	}
+}
+
+/** An address where nothing listens, until disposed of. */
+export interface Refused {
+	/** `127.0.0.1:PORT` */
+	address: string
+	port: number
+	[Symbol.asyncDispose](): Promise<void>
+}
+
+/**
+ * A socket bound on loopback but not listening, until disposed of: dialling
+ * it is refused, and no other process can take its port meanwhile, as one
+ * could a port found free and let go. Node binds a TCP socket only to listen
+ * or connect, so a python3 process holds it (until its stdin closes).
+ */
+export async function refusedAddress(): Promise<Refused> {
+	const hold = 'import socket, sys\ns = socket.socket()\ns.bind(("127.0.0.1", 0))\nprint(s.getsockname()[1], flush=True)\nsys.stdin.read()\n'
+	const child = spawn('python3', ['-c', hold], { stdio: ['pipe', 'pipe', 'inherit'] })
+	const exited = once(child, 'exit')
+	const lines = createInterface({ input: child.stdout! })
+	const [first] = (await Promise.race([once(lines, 'line'), exited.then(() => [undefined])])) as [string | undefined]
+	if (first === undefined || !/^\d+$/.test(first)) {
+		child.kill('SIGKILL')
+		throw new Error(`python3 did not print the port it bound (got ${JSON.stringify(first)})`)
+	}
+	return {
+		address: `127.0.0.1:${first}`,
+		port: Number(first),
+		async [Symbol.asyncDispose]() {
+			child.stdin!.end()
+			await exited
 		},
 	}
 }

@@ -1,14 +1,13 @@
-//! A private etcd (Debian's `/usr/bin/etcd`, on free loopback ports, with
-//! its own data directory; never the system service) and cluster nodes of
-//! `holdline serve --etcd`, for the cluster tests.
+//! A private etcd (Debian's `/usr/bin/etcd`, `testing/spawn.rs`) and
+//! cluster nodes of `holdline serve --etcd` on ports they bind themselves,
+//! for the cluster tests.
 
 #![allow(dead_code)]
 
-use super::{tool_available, Client, Server, PATIENCE};
+use super::{tool_available, Client, Server};
 use holdline_resp::Value;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The etcd binary, if this machine has one (CI installs `etcd-server`).
@@ -16,101 +15,17 @@ pub fn etcd_available() -> bool {
     tool_available("etcd (Debian's etcd-server)", PathBuf::from(ETCD).exists())
 }
 
-const ETCD: &str = "/usr/bin/etcd";
+pub use super::spawn::{Etcd, ETCD};
 
-/// A port free a moment ago.
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// A private etcd member (other ports tried when one was taken).
+pub fn start_etcd() -> Etcd {
+    Etcd::start().unwrap_or_else(|why| panic!("{why}"))
 }
 
-/// One etcd member, killed (and its directory removed) when dropped.
-pub struct Etcd {
-    child: Option<Child>,
-    dir: PathBuf,
-    pub client_port: u16,
-    peer_port: u16,
-}
-
-impl Etcd {
-    pub fn start() -> Etcd {
-        let dir = std::env::temp_dir().join(format!(
-            "holdline-etcd-{}-{}",
-            std::process::id(),
-            free_port()
-        ));
-        let mut etcd = Etcd {
-            child: None,
-            dir,
-            client_port: free_port(),
-            peer_port: free_port(),
-        };
-        etcd.restart();
-        etcd
-    }
-
-    pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.client_port)
-    }
-
-    /// Starts it again on the same ports and data (after [`Etcd::kill`]).
-    pub fn restart(&mut self) {
-        let client = self.url();
-        let peer = format!("http://127.0.0.1:{}", self.peer_port);
-        let child = Command::new(ETCD)
-            .args(["--name", "test", "--data-dir"])
-            .arg(&self.dir)
-            .args([
-                "--listen-client-urls",
-                &client,
-                "--advertise-client-urls",
-                &client,
-            ])
-            .args([
-                "--listen-peer-urls",
-                &peer,
-                "--initial-advertise-peer-urls",
-                &peer,
-            ])
-            .args(["--initial-cluster", &format!("test={peer}")])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start etcd");
-        self.child = Some(child);
-        let deadline = Instant::now() + PATIENCE;
-        while TcpStream::connect(("127.0.0.1", self.client_port)).is_err() {
-            assert!(Instant::now() < deadline, "etcd did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// SIGKILL: etcd is gone until [`Etcd::restart`].
-    pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-impl Drop for Etcd {
-    fn drop(&mut self) {
-        self.kill();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// Starts a node of cluster `name` on a free port, advertised as itself.
+/// Starts a node of cluster `name` on a port it binds itself, advertised
+/// as itself.
 pub fn start_node(etcd: &Etcd, name: &str, partitions: u16, ttl_secs: u64) -> Server {
-    start_node_on(etcd, name, partitions, ttl_secs, free_port())
-}
-
-pub fn start_node_on(etcd: &Etcd, name: &str, partitions: u16, ttl: u64, port: u16) -> Server {
-    start_node_at(etcd, name, partitions, ttl, port, &[])
+    start_node_with(etcd, name, partitions, ttl_secs, &[])
 }
 
 /// A node with more flags.
@@ -121,20 +36,9 @@ pub fn start_node_with(
     ttl: u64,
     extra: &[&str],
 ) -> Server {
-    start_node_at(etcd, name, partitions, ttl, free_port(), extra)
-}
-
-fn start_node_at(
-    etcd: &Etcd,
-    name: &str,
-    partitions: u16,
-    ttl: u64,
-    port: u16,
-    extra: &[&str],
-) -> Server {
-    let addr = format!("127.0.0.1:{port}");
     let (url, partitions, ttl) = (etcd.url(), partitions.to_string(), format!("{ttl}s"));
-    let mut args = vec!["--listen", &addr, "--advertise", &addr, "--etcd", &url];
+    let addr = "127.0.0.1:0";
+    let mut args = vec!["--listen", addr, "--advertise", addr, "--etcd", &url];
     args.extend([
         "--cluster",
         name,

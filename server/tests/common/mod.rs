@@ -6,57 +6,34 @@
 
 use bytes::BytesMut;
 use holdline_resp::{encode_command, Decoder, Value};
-use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// How long any single answer may take before a test gives up: far above
-/// what a loaded 2-core machine needs, so only a hang trips it.
 pub mod cluster;
+#[path = "../../../testing/spawn.rs"]
+pub mod spawn;
 
-pub const PATIENCE: Duration = Duration::from_secs(20);
+pub use spawn::PATIENCE;
 
-/// A running server, killed when dropped.
-pub struct Server {
-    pub child: Child,
-    pub addr: SocketAddr,
-}
+/// A running `holdline serve`, killed when dropped.
+pub type Server = spawn::Holdline;
 
 impl Server {
-    /// Starts `holdline serve --listen 127.0.0.1:0 EXTRA...` and waits for
-    /// the line that names its port.
+    /// Starts `holdline serve --listen 127.0.0.1:0 EXTRA...` and reads the
+    /// port it printed.
     pub fn start(extra: &[&str]) -> Server {
         let mut args = vec!["--listen", "127.0.0.1:0"];
         args.extend_from_slice(extra);
         Server::serve(&args)
     }
 
-    /// Starts `holdline serve ARGS...` and waits for the line that names
-    /// its address.
+    /// Starts `holdline serve ARGS...` and reads the address it printed
+    /// (and the metrics' address, with `--metrics`).
     pub fn serve(args: &[&str]) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_holdline"))
-            .arg("serve")
-            .args(args)
-            .env(
-                "HOLDLINE_LOG",
-                std::env::var("HOLDLINE_LOG").unwrap_or("warn".into()),
-            )
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start holdline");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .expect("read the listening line");
-        let addr = line
-            .trim()
-            .strip_prefix("holdline: listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-            .parse()
-            .unwrap();
-        Server { child, addr }
+        let bin = std::path::Path::new(env!("CARGO_BIN_EXE_holdline"));
+        spawn::Holdline::spawn(bin, args).unwrap_or_else(|why| panic!("{why}"))
     }
 
     pub fn pid(&self) -> i32 {
@@ -100,13 +77,6 @@ impl Server {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
