@@ -28,6 +28,7 @@
 
 use crate::driver::Due;
 use crate::error::Error;
+use crate::heartbeat::HeartbeatState;
 use crate::lock_shared::LockShared;
 use crate::record::Record;
 use crate::signal_hub::Watched;
@@ -132,6 +133,8 @@ pub(crate) struct LeaseState {
     /// 0: renewed for as long as the closure runs (never runs out).
     ttl_ms: u64,
     renewed_ms: AtomicU64,
+    /// Renews it too, for every lease of its group at once (`heartbeat`).
+    heartbeat: Option<Arc<HeartbeatState<LeaseState>>>,
     /// The pending wheel entry, packed; read and written under the wheel lock.
     timer: AtomicU64,
     /// Tasks awaiting [`Signal::aborted`]; `has_wakers` lets an ending
@@ -163,6 +166,7 @@ impl LeaseState {
         fence: u64,
         max_hold_ms: u64,
         ttl_ms: u64,
+        heartbeat: Option<Arc<HeartbeatState<LeaseState>>>,
     ) -> Arc<LeaseState> {
         let now = if max_hold_ms | ttl_ms != 0 {
             store.clock.now_ms()
@@ -179,6 +183,7 @@ impl LeaseState {
             max_hold_ms,
             ttl_ms,
             renewed_ms: AtomicU64::new(now),
+            heartbeat,
             timer: AtomicU64::new(NO_TIMER),
             wakers: Mutex::new(AbortWakers::default()),
             has_wakers: AtomicBool::new(false),
@@ -187,16 +192,15 @@ impl LeaseState {
 
     /// When the lease must end if nothing changes, and what it then moves
     /// to: the earlier of maxHold (from the grant, `Revoked`) and ttl (from
-    /// the last renewal, `Expired`). `None`: never.
+    /// the last renewal or heartbeat, `Expired`). `None`: never.
     fn expiry_ms(&self) -> Option<(u64, Status)> {
         // +1: the clock reads whole milliseconds, so this never ends early.
         let by_max = (self.max_hold_ms != 0)
             .then(|| (self.granted_ms + self.max_hold_ms + 1, Status::Revoked));
         let by_ttl = (self.ttl_ms != 0).then(|| {
-            (
-                self.renewed_ms.load(Ordering::Relaxed) + self.ttl_ms + 1,
-                Status::Expired,
-            )
+            let own = self.renewed_ms.load(Ordering::Relaxed);
+            let heard = self.heartbeat.as_ref().map_or(0, |h| h.heard_ms());
+            (own.max(heard) + self.ttl_ms + 1, Status::Expired)
         });
         match (by_max, by_ttl) {
             (Some(a), Some(b)) => Some(if b.0 < a.0 { b } else { a }),
@@ -592,6 +596,7 @@ impl<'a> Lease<'a> {
                 self.fence,
                 0,
                 0,
+                None,
             )),
         };
         let p: *const LeaseState = state;

@@ -141,12 +141,15 @@
 //   due leases through its `Due` trait, sweeps through a callback).
 // - `store_core`: what a store's locks and leases share (closed flag,
 //   clock, signal hub, driver, locks by name); sweeps and `close`.
+//   `heartbeat`: when a group of leases was last heard of (one beat
+//   renews them all).
 // - `lease`: a lease's status machine and its one `end`; `Lease`,
 //   `HeldLease`, `Signal`.
 // - `lock`: `Lock`, `KeyHold`, `Grant`; the fast path and a thread's wait.
 //   `line_wait`: a task's wait in a line. `hold_async`: the async holds.
 // - `inspect`, `many`, `tx`: a key's snapshot, several keys, transactions.
-// - `store`: the `Store` handle, opening locks, `close`, `tx`.
+// - `store`: the `Store` handle, opening locks, `close`, `tx`; the
+//   `Heartbeat` handle.
 
 #![warn(missing_docs)]
 // Under loom the background thread and some clock helpers are not built.
@@ -157,6 +160,7 @@ pub mod counters;
 mod ctx;
 mod driver;
 mod error;
+mod heartbeat;
 mod hold_async;
 mod inspect;
 mod key;
@@ -185,7 +189,7 @@ pub use lease::{Aborted, EndReason, HeldLease, Lease, Signal};
 pub use lock::{KeyHold, Lock, LockStats, DEFAULT_WAIT, MAX_WAITERS};
 pub use many::KeySet;
 pub use outcome::Outcome;
-pub use store::{LockBuilder, Store, DEFAULT_TTL};
+pub use store::{Heartbeat, LockBuilder, Store, DEFAULT_TTL};
 pub use tx::Tx;
 
 /// The README's examples, compiled and run as doctests.

@@ -12,6 +12,7 @@
 use crate::ctx::{self, Refusal};
 use crate::driver::Driver;
 use crate::error::{Error, ErrorKind};
+use crate::heartbeat::HeartbeatState;
 use crate::key::{check_key, Key, KeyBuf, KeyRef};
 use crate::lease::{Core, HeldLease, Lease, LeaseState};
 use crate::lock_shared::LockShared;
@@ -39,6 +40,8 @@ pub struct Lock {
     pub(crate) shared: Arc<LockShared>,
     pub(crate) ttl_ms: u64,
     pub(crate) max_hold_ms: u64,
+    /// Renews every lease taken through this handle at once.
+    pub(crate) heartbeat: Option<Arc<HeartbeatState<LeaseState>>>,
 }
 
 /// A snapshot of a lock's keys and counters (all handles of the name).
@@ -142,12 +145,14 @@ impl Lock {
         shared: Arc<LockShared>,
         ttl_ms: u64,
         max_hold_ms: u64,
+        heartbeat: Option<Arc<HeartbeatState<LeaseState>>>,
     ) -> Lock {
         Lock {
             store,
             shared,
             ttl_ms,
             max_hold_ms,
+            heartbeat,
         }
     }
 
@@ -348,6 +353,7 @@ impl Lock {
             lease.fence,
             self.max_hold_ms,
             0,
+            None,
         );
         let armed = state.clone();
         // Installed before it is armed: once the timer can end the grant,
@@ -623,6 +629,7 @@ impl Lock {
             fence,
             self.max_hold_ms,
             self.ttl_ms,
+            self.heartbeat.clone(),
         );
         let lease = HeldLease::new(state, text);
         Driver::arm(&self.store.timer, lease.state());

@@ -4,8 +4,10 @@
 //! `driver.rs`.
 
 use crate::error::{Error, ErrorKind};
+use crate::heartbeat::HeartbeatState;
 use crate::key::check_name;
 use crate::lease::Core;
+use crate::lease::LeaseState;
 use crate::lock::Lock;
 use crate::sync::{Arc, Mutex, Ordering};
 use crate::tx::{Rows, Tx};
@@ -60,6 +62,15 @@ impl Store {
         }
     }
 
+    /// A new heartbeat of this store: locks opened with it
+    /// ([`LockBuilder::heartbeat`]) give leases that one
+    /// [`beat`](Heartbeat::beat) renews all at once.
+    pub fn heartbeat(&self) -> Heartbeat {
+        Heartbeat {
+            state: Arc::new(HeartbeatState::new(&self.shared.core)),
+        }
+    }
+
     /// Starts opening the lock `name` (1 to 128 ASCII letters, digits and
     /// `_ - . :`). Opening a name again gives a handle to the same keys.
     pub fn lock(&self, name: &str) -> LockBuilder<'_> {
@@ -68,6 +79,7 @@ impl Store {
             name: name.to_owned(),
             ttl: DEFAULT_TTL,
             max_hold: None,
+            heartbeat: None,
         }
     }
 
@@ -177,6 +189,14 @@ impl Store {
         self.shared.core.timer.fire_all();
     }
 
+    /// Under loom: a reading of the store's logical clock, in ms (which
+    /// moves it on, as every reading does).
+    #[cfg(loom)]
+    #[doc(hidden)]
+    pub fn clock_ms(&self) -> u64 {
+        self.shared.core.clock.now_ms()
+    }
+
     /// Under loom: how many timers are pending on the wheel.
     #[cfg(loom)]
     #[doc(hidden)]
@@ -193,6 +213,51 @@ impl fmt::Debug for Store {
     }
 }
 
+/// When a group of handle-style leases was last heard of; from
+/// [`Store::heartbeat`]. Locks opened with it ([`LockBuilder::heartbeat`])
+/// give leases that run out `ttl` after the later of their own last
+/// renewal and the heartbeat's last [`beat`](Heartbeat::beat): one beat
+/// renews them all, whatever their number (a server renewing a
+/// connection's leases whenever it hears from it). Cheap to clone: clones
+/// beat for the same group.
+///
+/// A beat only moves the time forward and never revives a lease that
+/// ended; one that lands after a lease's deadline but before its timer
+/// fired keeps it (nobody else was granted its key in between).
+#[derive(Clone)]
+pub struct Heartbeat {
+    pub(crate) state: Arc<HeartbeatState<LeaseState>>,
+}
+
+impl Heartbeat {
+    /// The holder was heard from: every lease of this heartbeat counts its
+    /// ttl from now. One clock reading and one atomic max.
+    pub fn beat(&self) {
+        self.state.beat();
+    }
+
+    /// Whether its store was closed (its leases are all lost: beating it
+    /// is no use any more).
+    pub fn is_store_closed(&self) -> bool {
+        self.state.is_store_closed()
+    }
+
+    /// Under loom: the last beat's clock reading.
+    #[cfg(loom)]
+    #[doc(hidden)]
+    pub fn heard_ms(&self) -> u64 {
+        self.state.heard_ms()
+    }
+}
+
+impl fmt::Debug for Heartbeat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Heartbeat")
+            .field("heard_ms", &self.state.heard_ms())
+            .finish()
+    }
+}
+
 /// Options for opening a lock; from [`Store::lock`].
 #[derive(Debug)]
 #[must_use = "a LockBuilder does nothing until .open()"]
@@ -201,9 +266,19 @@ pub struct LockBuilder<'s> {
     name: String,
     ttl: Duration,
     max_hold: Option<Duration>,
+    heartbeat: Option<Heartbeat>,
 }
 
 impl LockBuilder<'_> {
+    /// Every handle-style lease taken through the lock also counts its ttl
+    /// from `heartbeat`'s last beat: one beat renews them all (a server
+    /// renewing a connection's leases whenever it hears from it). The
+    /// heartbeat must be this store's.
+    pub fn heartbeat(mut self, heartbeat: &Heartbeat) -> Self {
+        self.heartbeat = Some(heartbeat.clone());
+        self
+    }
+
     /// How long a handle-style lease lives past its last renewal (default
     /// 10 s; at least 1 ms).
     pub fn ttl(mut self, ttl: Duration) -> Self {
@@ -237,8 +312,22 @@ impl LockBuilder<'_> {
             Some(d) => ms(d, "a maxHold is at least 1ms")?,
             None => 0,
         };
+        let heartbeat = self.heartbeat.map(|h| h.state);
+        if heartbeat
+            .as_ref()
+            .is_some_and(|h| !Arc::ptr_eq(&h.store, core))
+        {
+            let what = "a heartbeat of another store";
+            return Err(Error::new(ErrorKind::Invalid, what).for_lock(&self.name));
+        }
         let lock_shared = core.lock_named(&self.name);
-        Ok(Lock::new(core.clone(), lock_shared, ttl_ms, max_hold_ms))
+        Ok(Lock::new(
+            core.clone(),
+            lock_shared,
+            ttl_ms,
+            max_hold_ms,
+            heartbeat,
+        ))
     }
 }
 

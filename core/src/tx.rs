@@ -6,10 +6,13 @@
 //! or panics, so the table never holds half a transaction (and a panic
 //! leaves the store usable). A fenced write is checked when made and again
 //! at commit: it is accepted only while the key is held by the grant bearing
-//! that fence, and never over a row written with a newer fence.
+//! that fence, and never over a row written with a newer fence. The first
+//! fenced write binds a row to its lock and key (its guard): fences of
+//! different keys are not comparable, so a fenced write under any other
+//! guard is refused `invalid` until the row is deleted.
 
 use crate::ctx;
-use crate::error::{Error, ErrorKind};
+use crate::error::{shown_key, Error, ErrorKind};
 use crate::key::{check_key, Key, KeyBuf};
 use crate::lease::Core;
 use crate::lock::Lock;
@@ -19,6 +22,8 @@ use std::collections::BTreeMap;
 #[derive(Default)]
 pub(crate) struct Rows {
     map: BTreeMap<String, Row>,
+    /// The rows' names and values, in bytes.
+    bytes: usize,
 }
 
 #[derive(Clone)]
@@ -26,6 +31,9 @@ struct Row {
     value: Vec<u8>,
     /// The fence of the row's last fenced write (0: none).
     fence: u64,
+    /// The lock and key whose grants' fences guard it: bound by its first
+    /// fenced write, kept by plain writes.
+    guard: Option<Box<(String, String)>>,
 }
 
 /// A fenced write to re-check at commit.
@@ -105,21 +113,36 @@ impl Tx<'_> {
         self.row(key).map(|r| r.value.as_slice())
     }
 
+    /// Bytes the committed rows take (names and values), as the
+    /// transaction began: a writer can cap the table's size with it.
+    pub fn committed_bytes(&self) -> usize {
+        self.rows.bytes
+    }
+
     /// The fence of the row's last fenced write, if any.
     pub fn fence_of(&self, key: &str) -> Option<u64> {
         self.row(key).map(|r| r.fence).filter(|&f| f != 0)
     }
 
-    /// Writes a row (keeping the fence it remembers).
+    /// Writes a row (keeping the fence and guard it remembers).
     pub fn put(&mut self, key: &str, value: impl Into<Vec<u8>>) {
-        let fence = self.row(key).map_or(0, |r| r.fence);
+        let (fence, guard) = self
+            .row(key)
+            .map_or((0, None), |r| (r.fence, r.guard.clone()));
         self.writes.insert(
             key.to_owned(),
             Some(Row {
                 value: value.into(),
                 fence,
+                guard,
             }),
         );
+    }
+
+    /// The lock and key that guard the row (its first fenced write's), if any.
+    pub fn guard_of(&self, key: &str) -> Option<(&str, &str)> {
+        let guard = self.row(key)?.guard.as_deref()?;
+        Some((guard.0.as_str(), guard.1.as_str()))
     }
 
     /// Deletes a row.
@@ -129,7 +152,9 @@ impl Tx<'_> {
 
     /// Writes a row on behalf of the holder of `lock_key` in `lock` whose
     /// lease bears `fence`. Fails `lost` unless that grant still holds the
-    /// key, or when the row was written with a newer fence.
+    /// key, or when the row was written with a newer fence; fails
+    /// `invalid` when another lock or key guards the row (its first fenced
+    /// write bound it: fences of different keys are not comparable).
     pub fn put_fenced<K: Key + ?Sized>(
         &mut self,
         lock: &Lock,
@@ -147,6 +172,15 @@ impl Tx<'_> {
                     .for_key(lock.name(), text),
             );
         }
+        if let Some((guard_lock, guard_key)) = self.guard_of(key) {
+            if (guard_lock, guard_key) != (lock.name(), text) {
+                let why = format!(
+                    "row {key:?} is guarded by lock {guard_lock} key {}",
+                    shown_key(guard_key)
+                );
+                return Err(Error::new(ErrorKind::Invalid, why).for_key(lock.name(), text));
+            }
+        }
         check_fence(lock, text, fence)?;
         if let Some(newer) = self.row(key).map(|r| r.fence).filter(|&f| f > fence) {
             return Err(Error::lost(format!(
@@ -154,11 +188,13 @@ impl Tx<'_> {
             ))
             .for_key(lock.name(), text));
         }
+        let guard = Some(Box::new((lock.name().to_owned(), text.to_owned())));
         self.writes.insert(
             key.to_owned(),
             Some(Row {
                 value: value.into(),
                 fence,
+                guard,
             }),
         );
         self.fenced.push(FencedWrite {
@@ -220,13 +256,16 @@ pub(crate) fn run<R, E: From<Error>>(
         return Err(Error::closed().into());
     }
     for (k, w) in writes {
-        match w {
+        let size = k.len();
+        let old = match w {
             Some(row) => {
-                rows.map.insert(k, row);
+                rows.bytes += size + row.value.len();
+                rows.map.insert(k, row)
             }
-            None => {
-                rows.map.remove(&k);
-            }
+            None => rows.map.remove(&k),
+        };
+        if let Some(old) = old {
+            rows.bytes -= size + old.value.len();
         }
     }
     Ok(value)

@@ -509,11 +509,15 @@ fn a_revoked_holder_stalled_past_max_hold_cannot_write() {
     assert_eq!(row, (Some(b"new".to_vec()), Some(newer.unwrap())));
 }
 
+/// Fences of different keys are not comparable (every key's first fence
+/// is the same floor): a row's first fenced write binds it to its lock
+/// and key, and a fenced write under any other guard is refused, whether
+/// its fence is lower or higher, until the row is deleted.
 #[test]
-fn a_row_refuses_a_smaller_fence_even_from_a_current_holder() {
-    // Fresh keys start at the same floor, so "q" is behind "p".
+fn a_row_is_bound_to_the_lock_and_key_of_its_first_fenced_write() {
     let store = Store::new();
     let fresh = store.lock("fresh").open().unwrap();
+    let other = store.lock("other").open().unwrap();
     let mut p_fence = 0;
     for _ in 0..5 {
         p_fence = fresh.hold("p", |l| l.fence()).unwrap();
@@ -525,20 +529,124 @@ fn a_row_refuses_a_smaller_fence_even_from_a_current_holder() {
                 .unwrap()
         })
         .unwrap();
-    fresh
-        .hold("q", |lease| {
-            assert!(lease.fence() < p_fence);
-            let e = store
-                .tx(|tx| tx.put_fenced(&fresh, "q", lease.fence(), "shared", "q"))
-                .unwrap_err();
-            assert_eq!(e.kind(), ErrorKind::Lost);
-            assert!(
-                e.to_string()
-                    .contains("row \"shared\" was written with a newer fence"),
-                "{e}"
-            );
+    let refused = |lock: &holdline::Lock, key: &str, raise: usize| {
+        // An attacker raises its key's fence above the guard's first.
+        for _ in 0..raise {
+            lock.hold(key, |_| ()).unwrap();
+        }
+        lock.hold(key, |lease| {
+            store
+                .tx(|tx| tx.put_fenced(lock, key, lease.fence(), "shared", "evil"))
+                .unwrap_err()
+        })
+        .unwrap()
+    };
+    let behind = refused(&fresh, "q", 0);
+    assert_eq!(behind.kind(), ErrorKind::Invalid);
+    assert_eq!(
+        behind.to_string(),
+        r#"lock fresh: key "q": row "shared" is guarded by lock fresh key "p": invalid"#
+    );
+    let ahead = refused(&other, "p", 20);
+    assert!(other.hold("p", |l| l.fence()).unwrap() > p_fence);
+    assert_eq!(
+        ahead.to_string(),
+        r#"lock other: key "p": row "shared" is guarded by lock fresh key "p": invalid"#
+    );
+    let row = store
+        .tx(|tx| Ok(tx.get("shared").map(<[u8]>::to_vec)))
+        .unwrap();
+    assert_eq!(row.as_deref(), Some(&b"p"[..]), "nothing was poisoned");
+    // A plain write keeps the guard; a delete lets the next fenced write bind.
+    store
+        .tx(|tx| {
+            tx.put("shared", "plain");
+            Ok(())
         })
         .unwrap();
+    assert_eq!(refused(&fresh, "q", 0).kind(), ErrorKind::Invalid);
+    store
+        .tx(|tx| {
+            tx.delete("shared");
+            Ok(())
+        })
+        .unwrap();
+    fresh
+        .hold("q", |l| {
+            store
+                .tx(|tx| tx.put_fenced(&fresh, "q", l.fence(), "shared", "q"))
+                .unwrap()
+        })
+        .unwrap();
+    let guard = store
+        .tx(|tx| {
+            Ok(tx
+                .guard_of("shared")
+                .map(|(l, k)| (l.to_owned(), k.to_owned())))
+        })
+        .unwrap();
+    assert_eq!(guard, Some(("fresh".to_owned(), "q".to_owned())));
+}
+
+/// One beat of a heartbeat renews every lease taken through locks opened
+/// with it; once the beats stop, each runs out its ttl after the last.
+#[test]
+fn a_heartbeat_renews_all_its_leases_at_once_and_they_run_out_when_it_stops() {
+    let store = Store::new();
+    let heartbeat = store.heartbeat();
+    let ttl = Duration::from_millis(300);
+    let lock = store
+        .lock("hb")
+        .ttl(ttl)
+        .heartbeat(&heartbeat)
+        .open()
+        .unwrap();
+    let plain = store.lock("plain").ttl(ttl).open().unwrap();
+    let leases: Vec<_> = (0..100).map(|i| lock.acquire(&i).unwrap()).collect();
+    let alone = plain.acquire("x").unwrap();
+    let started = Instant::now();
+    while started.elapsed() < ttl * 3 {
+        heartbeat.beat();
+        thread::sleep(Duration::from_millis(30));
+    }
+    for l in &leases {
+        l.check()
+            .expect("beaten: every lease lives past three ttls");
+    }
+    let e = alone.check().unwrap_err();
+    assert_eq!(
+        e.kind(),
+        ErrorKind::Lost,
+        "a lease without the heartbeat ran out"
+    );
+    let stopped = Instant::now();
+    for l in &leases {
+        assert!(
+            l.signal().wait_timeout(Duration::from_secs(20)),
+            "it runs out"
+        );
+        assert_eq!(l.signal().reason(), Some(EndReason::Expired));
+    }
+    assert!(
+        stopped.elapsed() >= ttl - Duration::from_millis(30),
+        "{:?}",
+        stopped.elapsed()
+    );
+    // A beat after the end revives nothing: the key is granted again.
+    heartbeat.beat();
+    assert!(leases[0].check().is_err());
+    assert!(lock.key(&0).try_acquire().unwrap().is_some());
+}
+
+#[test]
+fn a_heartbeat_of_another_store_is_refused() {
+    let (a, b) = (Store::new(), Store::new());
+    let err = a.lock("x").heartbeat(&b.heartbeat()).open().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Invalid);
+    assert_eq!(
+        err.to_string(),
+        "lock x: a heartbeat of another store: invalid"
+    );
 }
 
 /// A store opened above a floor gives every fence above it, across keys

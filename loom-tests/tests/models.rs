@@ -261,3 +261,29 @@ fn release_racing_the_timer() {
         assert_idle_and_reclaimed(&store, &lock, "k");
     });
 }
+
+/// 12. Two beats of one heartbeat from two threads (a connection's reader
+/// and its RENEW racing, say): the heartbeat keeps the later clock
+/// reading, so no lease of it counts its ttl from an earlier moment than
+/// its holder was heard. (Mutant `beat_stores`: a plain store lets the
+/// earlier reading land last.)
+#[test]
+fn two_beats_keep_the_later_reading() {
+    check(3, || {
+        let store = Store::new();
+        let heartbeat = store.heartbeat();
+        let beats: Vec<_> = (0..2)
+            .map(|_| {
+                let h = heartbeat.clone();
+                thread::spawn(move || h.beat())
+            })
+            .collect();
+        for b in beats {
+            b.join().unwrap();
+        }
+        // Each reading moves the logical clock 2 ms: the later beat read
+        // 2 ms before this one.
+        let now = store.clock_ms();
+        assert_eq!(heartbeat.heard_ms(), now - 2, "a beat moved the time back");
+    });
+}
