@@ -27,6 +27,8 @@ pub struct ClientState {
     last_command: AtomicUsize,
     /// `CLIENT SETNAME`'s name.
     name: Mutex<Option<Vec<u8>>>,
+    /// The user it authenticated as.
+    user: Mutex<Option<Arc<str>>>,
     /// The held keys (`lock\0key`) and the lease holding each.
     holding: Mutex<HashMap<Box<str>, u64>>,
     /// The key (`lock\0key`) a HOLD of this connection waits for.
@@ -36,9 +38,9 @@ pub struct ClientState {
 }
 
 /// The commands' names as CLIENT LIST shows them (`cmd=`).
-pub const COMMAND_NAMES: [&str; 19] = [
+pub const COMMAND_NAMES: [&str; 20] = [
     "NULL", "hold", "tryhold", "release", "renew", "put", "get", "stats", "ping", "echo", "quit",
-    "hello", "auth", "client", "select", "command", "info", "inspect", "cluster",
+    "hello", "auth", "client", "select", "command", "info", "inspect", "cluster", "del",
 ];
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -55,6 +57,7 @@ impl ClientState {
             last_read_ms: AtomicU64::new(0),
             last_command: AtomicUsize::new(0),
             name: Mutex::new(None),
+            user: Mutex::new(None),
             holding: Mutex::new(HashMap::new()),
             waiting: Mutex::new(None),
             kill: Notify::new(),
@@ -76,6 +79,15 @@ impl ClientState {
 
     pub fn set_name(&self, name: Option<Vec<u8>>) {
         *lock(&self.name) = name;
+    }
+
+    pub fn set_user(&self, user: &str) {
+        *lock(&self.user) = Some(Arc::from(user));
+    }
+
+    /// The user it authenticated as, if it has.
+    pub fn user(&self) -> Option<Arc<str>> {
+        lock(&self.user).clone()
     }
 
     pub fn name(&self) -> Option<Vec<u8>> {

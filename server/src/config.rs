@@ -2,6 +2,7 @@
 //! broken configuration before anything listens.
 
 use crate::tls::TlsFiles;
+use crate::users::{self, Users};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -49,8 +50,13 @@ pub struct ServeArgs {
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7380")]
     pub listen: String,
     /// File holding the token every client must present (AUTH or HELLO AUTH).
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", conflicts_with = "users")]
     pub token_file: Option<PathBuf>,
+    /// Users, one a line: `NAME TOKEN [admin] [locks=GLOB,GLOB...]`
+    /// (`AUTH NAME TOKEN`; reloaded on SIGHUP). A user without `admin`
+    /// names only the locks its globs match.
+    #[arg(long, value_name = "PATH")]
+    pub users: Option<PathBuf>,
     /// Connections served at once; the next is answered an error and closed.
     #[arg(long, value_name = "N", default_value_t = 10_000,
           value_parser = clap::value_parser!(u64).range(1..))]
@@ -97,12 +103,29 @@ pub struct ServeArgs {
     /// cannot renew it stops serving before it runs out.
     #[arg(long, value_name = "SECONDS", default_value = "5s")]
     pub etcd_ttl: String,
-    /// The longest lease ttl a HOLD may ask for in a new cluster (kept in
-    /// etcd): a partition taken over from a node that stopped without
-    /// handing it over grants nothing for this long, so no holder of the
-    /// old node can still believe it holds a key (`10s`, `2500ms`).
+    /// The longest ttl or maxHold a HOLD may ask for (`10s`, `2500ms`; a
+    /// single server's default 3600s). In a new cluster it is kept in etcd
+    /// (default 10s): a partition taken over from a node that stopped
+    /// without handing it over grants nothing for this long, so no holder
+    /// of the old node can still believe it holds a key.
+    #[arg(long, value_name = "DURATION")]
+    pub max_ttl: Option<String>,
+    /// A connection that has not authenticated within this is closed, so
+    /// silent sockets cannot fill --max-connections (`10s`, `2500ms`).
     #[arg(long, value_name = "DURATION", default_value = "10s")]
-    pub max_ttl: String,
+    pub auth_timeout: String,
+    /// Close a connection idle this long (whole seconds; 0 keeps idle
+    /// connections; a holder's lease still needs its ttl).
+    #[arg(long, value_name = "SECS", default_value_t = 0)]
+    pub timeout: u64,
+    /// Answers that may wait for one connection that stopped reading
+    /// (`8mb`, `512kb`, bytes); past it the connection is closed and its
+    /// keys let go.
+    #[arg(long, value_name = "BYTES", default_value = "8mb")]
+    pub max_output: String,
+    /// Bytes all rows may take (`64mb`); a PUT past it answers LIMIT.
+    #[arg(long, value_name = "BYTES", default_value = "64mb")]
+    pub max_rows: String,
     /// Fences a partition's owner reserves in etcd at a time (tests make it
     /// small to see windows renewed and spent).
     #[arg(long, hide = true, default_value_t = 1 << 40,
@@ -125,7 +148,11 @@ pub struct ClusterSettings {
 /// What `serve` runs with, checked.
 pub struct Config {
     pub listen: SocketAddr,
-    pub token: Option<Vec<u8>>,
+    /// Who may connect: the users file's, the token's `default`, or
+    /// everyone (neither given).
+    pub users: Users,
+    pub users_file: Option<PathBuf>,
+    pub limits: Limits,
     pub max_connections: usize,
     pub max_frame: usize,
     pub tls: Option<TlsFiles>,
@@ -143,11 +170,16 @@ impl ServeArgs {
             None => None,
             Some(path) => Some(read_token(path)?),
         };
-        if token.is_none() && self.tls_client_ca.is_none() && !listen.ip().is_loopback() {
+        let users = match (&self.users, &token) {
+            (Some(path), _) => users::read_file(path)?,
+            (None, Some(token)) => Users::token(token.clone()),
+            (None, None) => Users::open(),
+        };
+        if !users.required() && self.tls_client_ca.is_none() && !listen.ip().is_loopback() {
             return Err(format!(
-                "refusing to listen on {listen} without --token-file or --tls-client-ca: any host \
-                 that can reach it could take and release every lock. Listen on a loopback \
-                 address (127.0.0.1 or ::1), or give --token-file PATH"
+                "refusing to listen on {listen} without --token-file, --users or --tls-client-ca: \
+                 any host that can reach it could take and release every lock. Listen on a \
+                 loopback address (127.0.0.1 or ::1), or give --token-file PATH"
             ));
         }
         let tls = match (&self.tls_cert, &self.tls_key) {
@@ -163,11 +195,21 @@ impl ServeArgs {
             .as_deref()
             .map(|a| resolve("--metrics", a))
             .transpose()?;
+        if let Some(at) = metrics.filter(|m| !m.ip().is_loopback() && !users.required()) {
+            return Err(format!(
+                "refusing to serve metrics on {at} without --token-file or --users: any host \
+                 that can reach it could read every lock's name. Serve them on a loopback \
+                 address, or give --token-file PATH (scrapers then send an admin's token as \
+                 `Authorization: Bearer TOKEN`)"
+            ));
+        }
         Ok(Config {
             cluster: self.cluster_settings()?,
             metrics,
             listen,
-            token,
+            users,
+            users_file: self.users.clone(),
+            limits: self.limits()?,
             max_connections: usize::try_from(self.max_connections).unwrap_or(usize::MAX),
             max_frame: usize::try_from(self.max_frame).unwrap_or(usize::MAX),
             tls,
@@ -210,7 +252,7 @@ impl ServeArgs {
             advertise: advertise.clone(),
             partitions: self.partitions,
             ttl: etcd_ttl(&self.etcd_ttl)?,
-            max_ttl: max_ttl(&self.max_ttl)?,
+            max_ttl: max_ttl(self.max_ttl.as_deref().unwrap_or(CLUSTER_MAX_TTL))?,
             fence_window: self.fence_window,
         }))
     }
@@ -226,6 +268,84 @@ fn etcd_ttl(text: &str) -> Result<Duration, String> {
             "--etcd-ttl {text:?}: expected whole seconds from 2s to 300s"
         )),
     }
+}
+
+/// A new cluster's max ttl unless `--max-ttl` says otherwise.
+const CLUSTER_MAX_TTL: &str = "10s";
+/// A single server's max ttl and maxHold unless `--max-ttl` says otherwise.
+const SINGLE_MAX_TTL: &str = "3600s";
+
+/// What one connection may cost, and how long a stranger may stay.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    pub auth_timeout: Duration,
+    /// `None`: idle connections stay.
+    pub idle_timeout: Option<Duration>,
+    pub max_output: usize,
+    /// The longest ttl and maxHold a HOLD may ask (a single server's; a
+    /// cluster bounds the ttl by its own, kept in etcd).
+    pub max_ttl: Duration,
+    pub max_rows: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            auth_timeout: Duration::from_secs(10),
+            idle_timeout: None,
+            max_output: 8 << 20,
+            max_ttl: Duration::from_secs(3600),
+            max_rows: 64 << 20,
+        }
+    }
+}
+
+impl ServeArgs {
+    fn limits(&self) -> Result<Limits, String> {
+        Ok(Limits {
+            auth_timeout: duration("--auth-timeout", &self.auth_timeout)?,
+            idle_timeout: (self.timeout > 0).then(|| Duration::from_secs(self.timeout)),
+            max_output: bytes("--max-output", &self.max_output)?,
+            max_ttl: max_ttl(self.max_ttl.as_deref().unwrap_or(SINGLE_MAX_TTL))?,
+            max_rows: bytes("--max-rows", &self.max_rows)?,
+        })
+    }
+}
+
+/// `8mb`, `512kb`, `1gb` or plain bytes (at least 1 KiB).
+fn bytes(flag: &str, text: &str) -> Result<usize, String> {
+    let lower = text.trim().to_ascii_lowercase();
+    let (digits, unit) = [("gb", 1 << 30), ("mb", 1 << 20), ("kb", 1 << 10), ("b", 1)]
+        .iter()
+        .find_map(|(suffix, unit)| lower.strip_suffix(suffix).map(|d| (d.to_owned(), *unit)))
+        .unwrap_or((lower.clone(), 1));
+    match digits
+        .trim()
+        .parse::<usize>()
+        .ok()
+        .and_then(|n| n.checked_mul(unit))
+    {
+        Some(n) if n >= 1024 => Ok(n),
+        _ => Err(format!(
+            "{flag} {text:?}: expected a size of at least 1kb, such as 8mb or 512kb"
+        )),
+    }
+}
+
+/// `10s` or `2500ms`, more than zero.
+fn duration(flag: &str, text: &str) -> Result<Duration, String> {
+    let parsed = match text.strip_suffix("ms") {
+        Some(ms) => ms.parse().ok().map(Duration::from_millis),
+        None => text
+            .strip_suffix('s')
+            .unwrap_or(text)
+            .parse()
+            .ok()
+            .map(Duration::from_secs),
+    };
+    parsed
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| format!("{flag} {text:?}: expected a duration such as 10s or 2500ms"))
 }
 
 /// `10s` or `2500ms`: from 100 ms to an hour.
@@ -275,6 +395,7 @@ mod tests {
         ServeArgs {
             listen: listen.into(),
             token_file,
+            users: None,
             max_connections: 10,
             max_frame: 1024,
             tls_cert: None,
@@ -288,7 +409,11 @@ mod tests {
             advertise: None,
             partitions: 16,
             etcd_ttl: "5s".into(),
-            max_ttl: "10s".into(),
+            max_ttl: None,
+            auth_timeout: "10s".into(),
+            timeout: 0,
+            max_output: "8mb".into(),
+            max_rows: "64mb".into(),
             fence_window: 1 << 40,
         }
     }
@@ -313,14 +438,14 @@ mod tests {
             a.check().unwrap().cluster.unwrap().ttl,
             Duration::from_secs(3)
         );
-        a.max_ttl = "2500ms".into();
+        a.max_ttl = Some("2500ms".into());
         assert_eq!(
             a.check().unwrap().cluster.unwrap().max_ttl,
             Duration::from_millis(2500)
         );
-        a.max_ttl = "2h".into();
+        a.max_ttl = Some("2h".into());
         assert!(a.check().err().unwrap().starts_with("--max-ttl \"2h\""));
-        a.max_ttl = "10s".into();
+        a.max_ttl = Some("10s".into());
         a.advertise = Some("127.0.0.1".into());
         let err = a.check().err().unwrap();
         assert_eq!(err, "--advertise \"127.0.0.1\": expected host:port");
@@ -336,7 +461,7 @@ mod tests {
         let err = args("0.0.0.0:7380", None).check().err().unwrap();
         assert!(
             err.starts_with(
-                "refusing to listen on 0.0.0.0:7380 without --token-file or --tls-client-ca"
+                "refusing to listen on 0.0.0.0:7380 without --token-file, --users or --tls-client-ca"
             ),
             "{err}"
         );
@@ -349,9 +474,33 @@ mod tests {
         let file = dir.join("token");
         std::fs::write(&file, "s3cret\n").unwrap();
         let config = args("0.0.0.0:0", Some(file.clone())).check().unwrap();
-        assert_eq!(config.token.as_deref(), Some(&b"s3cret"[..]));
+        let users = &config.users;
+        assert!(users.required() && users.authenticate(None, b"s3cret").is_some());
         std::fs::write(&file, " \n").unwrap();
         assert!(args("127.0.0.1:0", Some(file)).check().is_err());
         let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn limits_default_as_documented_and_read_their_units() {
+        let a = args("127.0.0.1:0", None);
+        assert_eq!(a.check().unwrap().limits, Limits::default());
+        let mut a = args("127.0.0.1:0", None);
+        a.max_output = "512KB".into();
+        a.max_rows = "1gb".into();
+        a.auth_timeout = "2500ms".into();
+        a.timeout = 30;
+        a.max_ttl = Some("60s".into());
+        let limits = a.check().unwrap().limits;
+        assert_eq!(limits.max_output, 512 << 10);
+        assert_eq!(limits.max_rows, 1 << 30);
+        assert_eq!(limits.auth_timeout, Duration::from_millis(2500));
+        assert_eq!(limits.idle_timeout, Some(Duration::from_secs(30)));
+        assert_eq!(limits.max_ttl, Duration::from_secs(60));
+        a.max_output = "12".into();
+        assert_eq!(
+            a.check().err().unwrap(),
+            "--max-output \"12\": expected a size of at least 1kb, such as 8mb or 512kb"
+        );
     }
 }

@@ -89,6 +89,29 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
         encode(value, proto, &mut self.output);
     }
 
+    /// Bytes of answers queued and not written yet.
+    pub fn pending_output(&self) -> usize {
+        self.output.len()
+    }
+
+    /// Writes what the socket takes now, without waiting: answers that
+    /// pile up for a client that reads slowly leave memory as fast as it
+    /// reads; what it does not read stays queued.
+    pub fn write_now(&mut self) -> io::Result<()> {
+        use futures_util::FutureExt;
+        let mut written = 0;
+        while written < self.output.len() {
+            match self.stream.write(&self.output[written..]).now_or_never() {
+                Some(Ok(0)) => return Err(io::ErrorKind::WriteZero.into()),
+                Some(Ok(n)) => written += n,
+                Some(Err(e)) => return Err(e),
+                None => break,
+            }
+        }
+        self.output.drain(..written);
+        Ok(())
+    }
+
     /// Writes every queued answer.
     pub async fn flush(&mut self) -> io::Result<()> {
         if self.output.is_empty() {

@@ -101,6 +101,12 @@ const COMMANDS: &[Doc] = &[
         args: &[arg("row", "string")],
     },
     Doc {
+        name: "del",
+        arity: -2,
+        summary: "Deletes rows (those whose guarding lock the user may name); the count deleted.",
+        args: &[arg("row", "string")],
+    },
+    Doc {
         name: "stats",
         arity: 2,
         summary: "A lock's counters: live_keys held_keys waiters grants timeouts revocations expirations.",

@@ -15,7 +15,11 @@
 //! | Ready   | QUIT, or a protocol fault's turn comes  | Closing |
 //! | Waiting | the HOLD is granted or fails            | Ready   |
 //! | Closing | the answers are written                 | (ends)  |
+//! | Ready   | answers past `--max-output` wait unread | Gone    |
+//! | Gone    | (nothing is written: the client does not read) | (ends) |
 //! | any     | the client leaves                       | (ends)  |
+//! | any     | an HTTP request is read                 | Closing |
+//! | Ready   | no AUTH within `--auth-timeout`, or idle past `--timeout` | (ends) |
 //! | any     | the server shuts down                   | (ends, after answering what it can) |
 //!
 //! The input is `Open`, or `Broken` after a malformed frame: from then on
@@ -35,7 +39,8 @@ use std::future::{pending, poll_fn};
 use std::task::Poll;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
-use tracing::{debug, info};
+use tokio::time::Instant;
+use tracing::{debug, info, warn};
 
 /// Commands read ahead of a waiting HOLD before reading pauses.
 const MAX_QUEUED_COMMANDS: usize = 1024;
@@ -46,6 +51,8 @@ enum State {
     Ready,
     Waiting(PendingHold),
     Closing,
+    /// Ends without writing: the client stopped reading its answers.
+    Gone,
 }
 
 #[derive(PartialEq)]
@@ -101,6 +108,8 @@ enum Event {
     Lost(u64),
     /// Bytes read; `false` when the client left.
     Read(bool),
+    /// No AUTH within `--auth-timeout`, or idle past `--timeout`.
+    TimedOut,
 }
 
 /// A client's connection and everything it has.
@@ -111,6 +120,10 @@ pub struct Handler<S> {
     state: State,
     input: Input,
     shutdown: Shutdown,
+    /// When the connection was made (for `--auth-timeout`).
+    opened: Instant,
+    /// When a command was last read (for `--timeout`; read only then).
+    heard: Instant,
     /// Dropped when the handler ends: the listener waits for every one.
     _done: mpsc::Sender<()>,
 }
@@ -125,6 +138,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Handler<S> {
             state: State::Ready,
             input: Input::Open,
             shutdown,
+            opened: Instant::now(),
+            heard: Instant::now(),
             _done: done,
         }
     }
@@ -132,22 +147,26 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Handler<S> {
     /// Serves the client until the connection ends.
     pub async fn run(mut self) {
         loop {
-            self.decode_input();
+            let buffered = self.decode_input();
             self.run_queued().await;
-            if self.connection.flush().await.is_err() {
+            if matches!(self.state, State::Gone) || !self.flush().await {
                 return;
             }
             if matches!(self.state, State::Closing) {
                 self.connection.close().await;
                 return;
             }
-            match self.next_event().await {
+            match self.next_event(buffered).await {
                 Event::Shutdown => return self.say_goodbye().await,
                 Event::Killed => return self.connection.close().await,
                 Event::HoldEnded(result) => self.hold_ended(result),
                 Event::Lost(id) => self.push_loss(id),
                 Event::Read(true) => {}
                 Event::Read(false) => return,
+                Event::TimedOut => {
+                    debug!(client = self.session.id(), "timed out: closing");
+                    return self.connection.close().await;
+                }
             }
         }
     }
@@ -155,35 +174,72 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Handler<S> {
     /// Decodes what is buffered into the queue, as far as it has room.
     /// Before authentication, one frame at a time: the frame limit grows
     /// once AUTH has run, and a pipelined AUTH must not be judged by the
-    /// stranger's limit for what follows it.
-    fn decode_input(&mut self) {
+    /// stranger's limit for what follows it. Answers whether bytes were
+    /// left undecoded for want of room (or behind an AUTH), not for want
+    /// of bytes: they are taken before anything more is read.
+    fn decode_input(&mut self) -> bool {
         if self.input == Input::Broken {
             self.connection.discard_input();
-            return;
+            return false;
         }
         let mut read = 0;
-        while self.connection.has_input()
-            && self.queue.has_room(self.connection.max_frame())
-            && (self.session.authenticated || self.queue.items.is_empty())
-        {
+        let mut left_for_room = false;
+        while self.connection.has_input() {
+            let room = self.queue.has_room(self.connection.max_frame())
+                && (self.session.authenticated || self.queue.items.is_empty());
+            if !room {
+                left_for_room = true;
+                break;
+            }
             match self.connection.decode() {
                 Ok(Some(frame)) => {
                     read += 1;
-                    self.session.renew_all();
                     match cmd::arguments(frame) {
                         Ok(args) if args.is_empty() => {}
+                        Ok(args) if looks_like_http(&args) => {
+                            self.refuse_http();
+                            break;
+                        }
                         Ok(args) => self.queue.push(Queued::Command(args)),
-                        Err(NotACommand(why)) => return self.broken(why.to_owned()),
+                        Err(NotACommand(why)) => {
+                            self.broken(why.to_owned());
+                            break;
+                        }
                     }
                 }
                 Ok(None) => break,
-                Err(e) => return self.broken(e.to_string()),
+                Err(e) => {
+                    self.broken(e.to_string());
+                    break;
+                }
             }
         }
         if read > 0 {
+            // One renewal for every frame read: the connection was heard.
+            self.session.renew_all();
+            if self.session.shared.limits.idle_timeout.is_some() {
+                self.heard = Instant::now();
+            }
             self.session.client.touch();
             Counts::add(&self.session.shared.counts.commands_processed, read);
         }
+        left_for_room
+    }
+
+    /// An HTTP request came to the RESP port (a web page a browser was
+    /// made to load can send one): nothing in it runs, nothing read
+    /// before it in this batch either, and the connection closes, as
+    /// Redis does.
+    fn refuse_http(&mut self) {
+        warn!(
+            addr = %self.session.client.addr,
+            client = self.session.id(),
+            "an HTTP request on the RESP port (possible cross-protocol attack): closing"
+        );
+        self.queue = Queue::default();
+        self.input = Input::Broken;
+        self.connection.discard_input();
+        self.state = State::Closing;
     }
 
     fn broken(&mut self, why: String) {
@@ -192,9 +248,25 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Handler<S> {
         self.connection.discard_input();
     }
 
+    /// Writes the queued answers; false when the connection is done: the
+    /// write failed, or an operator's CLIENT KILL or the server's shutdown
+    /// came while a client that stopped reading held the write up.
+    async fn flush(&mut self) -> bool {
+        let client = self.session.client.clone();
+        tokio::select! {
+            biased;
+            written = self.connection.flush() => written.is_ok(),
+            _ = client.killed() => false,
+            _ = self.shutdown.recv() => false,
+        }
+    }
+
     /// Carries out queued commands while the connection is ready.
     async fn run_queued(&mut self) {
         while matches!(self.state, State::Ready) {
+            if !self.output_within_limit() {
+                return;
+            }
             let Some(item) = self.queue.pop() else { break };
             match item {
                 Queued::Command(args) => match cmd::execute(&mut self.session, args) {
@@ -215,6 +287,30 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Handler<S> {
         }
     }
 
+    /// Whether the answers waiting for the client fit `--max-output` once
+    /// what the socket takes is written; a client that stopped reading
+    /// past it is closed at once (its keys let go), logged.
+    fn output_within_limit(&mut self) -> bool {
+        let max = self.session.shared.limits.max_output;
+        if self.connection.pending_output() < max {
+            return true;
+        }
+        if self.connection.write_now().is_ok() && self.connection.pending_output() < max {
+            return true;
+        }
+        warn!(
+            addr = %self.session.client.addr,
+            client = self.session.id(),
+            pending = self.connection.pending_output(),
+            max,
+            "the client does not read its answers: closing (--max-output)"
+        );
+        self.queue = Queue::default();
+        self.input = Input::Broken;
+        self.state = State::Gone;
+        false
+    }
+
     /// A free key is granted on the first poll: answer it now, with the
     /// replies around it in one write, rather than a turn of the loop
     /// later. Polled with this task's waker, so a HOLD that must wait is
@@ -233,21 +329,39 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Handler<S> {
     }
 
     /// Waits for the next event; shutdown first, then a HOLD's end and
-    /// losses (they answer what was asked), then bytes.
-    async fn next_event(&mut self) -> Event {
+    /// losses (they answer what was asked), then frames already read
+    /// (`buffered`: left for want of room) while ready, then bytes.
+    async fn next_event(&mut self, buffered: bool) -> Event {
         let can_read =
             self.input == Input::Broken || self.queue.has_room(self.connection.max_frame());
+        let take_buffered = buffered && matches!(self.state, State::Ready);
         let client = self.session.client.clone();
+        let deadline = self.timeout();
         tokio::select! {
             biased;
             _ = self.shutdown.recv() => Event::Shutdown,
             _ = client.killed() => Event::Killed,
+            () = until(deadline) => Event::TimedOut,
             result = hold_done(&mut self.state) => Event::HoldEnded(result),
             id = self.session.losses.next_lost() => Event::Lost(id),
+            () = std::future::ready(()), if take_buffered => Event::Read(true),
             read = self.connection.read_more(), if can_read => {
                 Event::Read(matches!(read, Ok(n) if n > 0))
             }
         }
+    }
+
+    /// When the connection times out if nothing comes: `--auth-timeout`
+    /// after it opened while it has not authenticated; `--timeout` after
+    /// the last command read while no HOLD waits.
+    fn timeout(&self) -> Option<Instant> {
+        let limits = &self.session.shared.limits;
+        let auth = (!self.session.authenticated).then(|| self.opened + limits.auth_timeout);
+        let idle = match self.state {
+            State::Ready => limits.idle_timeout.map(|t| self.heard + t),
+            _ => None,
+        };
+        auth.into_iter().chain(idle).min()
     }
 
     fn hold_ended(&mut self, result: Result<HeldLease, Error>) {
@@ -299,6 +413,26 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Handler<S> {
     }
 }
 
+/// Resolves at `deadline`; never without one.
+async fn until(deadline: Option<Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => pending().await,
+    }
+}
+
+/// Whether a command is an HTTP request's first line or header: `POST`,
+/// `GET /path HTTP/1.1`, or `Host:`.
+fn looks_like_http(args: &[Vec<u8>]) -> bool {
+    let name = args[0].as_slice();
+    name.eq_ignore_ascii_case(b"POST")
+        || name.eq_ignore_ascii_case(b"HOST:")
+        || (name.eq_ignore_ascii_case(b"GET")
+            && args.len() == 3
+            && args[1].starts_with(b"/")
+            && args[2].starts_with(b"HTTP/"))
+}
+
 /// The waiting HOLD's result; never resolves when none waits.
 async fn hold_done(state: &mut State) -> Result<HeldLease, Error> {
     match state {
@@ -322,7 +456,8 @@ mod tests {
             tls: false,
             max_clients: 1,
         };
-        let shared = Arc::new(Shared::new(holdline::Store::new(), None, 1 << 19, facts));
+        let users = crate::users::Directory::new(crate::users::Users::open(), None);
+        let shared = Arc::new(Shared::new(holdline::Store::new(), users, 1 << 19, facts));
         let session = Session::new(shared, "127.0.0.1:1".parse().unwrap());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let stream = tokio::net::TcpStream::connect(listener.local_addr().unwrap())

@@ -7,7 +7,8 @@
 //! or SIGTERM, exit 0.
 
 //! Module map, bottom-up (each module uses only those above it; checked by
-//! `tests/module_graph.rs`): `config` (flags), `tls` (certificates),
+//! `tests/module_graph.rs`): `users` (who may connect, their rights),
+//! `config` (flags), `tls` (certificates),
 //! `reply` (error replies in the core's shape), `loss_watch` (which leases
 //! were lost), `clients` (what operators see of each connection), `metrics`
 //! (Prometheus), `cluster` (partitions, etcd), `session`
@@ -31,6 +32,7 @@ mod server;
 mod session;
 mod shutdown;
 mod tls;
+mod users;
 
 use clap::Parser;
 use config::{Cli, Command, Config, LogFormat};
@@ -105,7 +107,7 @@ async fn serve(mut config: Config, tls: Option<Arc<tls::Tls>>) -> Result<(), Str
         %local,
         tls = tls.is_some(),
         client_certificates = config.tls.as_ref().is_some_and(|t| t.client_ca.is_some()),
-        auth = config.token.is_some(),
+        auth = config.users.required(),
         max_connections = config.max_connections,
         max_frame = config.max_frame,
         "serving"
@@ -139,7 +141,9 @@ async fn serve(mut config: Config, tls: Option<Arc<tls::Tls>>) -> Result<(), Str
     };
     let node = agent.as_ref().map(cluster::agent::Agent::node);
     let shared = Arc::new_cyclic(|weak: &std::sync::Weak<Shared>| {
-        let mut shared = Shared::new(Store::new(), config.token, config.max_frame, facts);
+        let users = users::Directory::new(config.users, config.users_file);
+        let mut shared = Shared::new(Store::new(), users, config.max_frame, facts);
+        shared.limits = config.limits;
         shared.cluster = node;
         if metrics_listener.is_some() {
             let weak = weak.clone();
@@ -148,8 +152,8 @@ async fn serve(mut config: Config, tls: Option<Arc<tls::Tls>>) -> Result<(), Str
         }
         shared
     });
-    if let (Some(listener), Some(m)) = (metrics_listener, &shared.metrics) {
-        tokio::spawn(metrics::serve(listener, m.clone()));
+    if let Some(listener) = metrics_listener {
+        serve_metrics(listener, &shared);
     }
     let (leave, left) = tokio::sync::watch::channel(false);
     let agent = agent.map(|a| tokio::spawn(a.run(left)));
@@ -160,6 +164,20 @@ async fn serve(mut config: Config, tls: Option<Arc<tls::Tls>>) -> Result<(), Str
         let _ = tokio::time::timeout(LEAVE_GRACE, agent).await;
     }
     served.map_err(|e| e.to_string())
+}
+
+/// Serves `/metrics` on `listener`: off loopback, only to a request
+/// bearing an admin's token.
+fn serve_metrics(listener: tokio::net::TcpListener, shared: &Arc<Shared>) {
+    let Some(m) = &shared.metrics else { return };
+    let open = listener.local_addr().is_ok_and(|a| a.ip().is_loopback());
+    let weak = Arc::downgrade(shared);
+    let admits: metrics::Admits = Arc::new(move |token: &[u8]| {
+        weak.upgrade()
+            .is_some_and(|s| s.users.now().admin_token(token))
+    });
+    let bearer = (!open).then_some(admits);
+    tokio::spawn(metrics::serve(listener, m.clone(), bearer));
 }
 
 /// `--advertise HOST:0` names the port the listener got.

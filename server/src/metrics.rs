@@ -337,8 +337,13 @@ fn to_prometheus_text(open_metrics: &str) -> String {
     out
 }
 
-/// Serves `/metrics` and `/healthz` on `listener` until the runtime ends.
-pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>) {
+/// Who may read the metrics: anyone (on loopback), or a request bearing
+/// an admin's token (`Authorization: Bearer TOKEN`).
+pub type Admits = Arc<dyn Fn(&[u8]) -> bool + Send + Sync>;
+
+/// Serves `/metrics` and `/healthz` on `listener` until the runtime ends;
+/// with `bearer`, only to requests whose token it admits.
+pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, bearer: Option<Admits>) {
     loop {
         let (stream, _) = match listener.accept().await {
             Ok(accepted) => accepted,
@@ -348,11 +353,21 @@ pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>) {
                 continue;
             }
         };
-        let metrics = metrics.clone();
+        let (metrics, bearer) = (metrics.clone(), bearer.clone());
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |req| {
                 let metrics = metrics.clone();
-                async move { Ok::<_, std::convert::Infallible>(answer(&metrics, &req)) }
+                let admitted = bearer.as_ref().is_none_or(|admits| {
+                    let header = req.headers().get(hyper::header::AUTHORIZATION);
+                    let token = header.and_then(|v| v.as_bytes().strip_prefix(b"Bearer "));
+                    token.is_some_and(|t| admits(t))
+                });
+                async move {
+                    Ok::<_, std::convert::Infallible>(match admitted {
+                        true => answer(&metrics, &req),
+                        false => unauthorized(),
+                    })
+                }
             });
             let conn = hyper::server::conn::http1::Builder::new()
                 .serve_connection(TokioIo::new(stream), service);
@@ -389,6 +404,19 @@ fn answer(metrics: &Metrics, req: &Request<hyper::body::Incoming>) -> Response<F
         response
             .headers_mut()
             .insert(hyper::header::CONTENT_TYPE, v);
+    }
+    response
+}
+
+/// 401: the request bore no admin's token.
+fn unauthorized() -> Response<Full<Bytes>> {
+    let body = "an admin's token is needed: Authorization: Bearer TOKEN\n";
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = StatusCode::UNAUTHORIZED;
+    if let Ok(v) = "Bearer".parse() {
+        response
+            .headers_mut()
+            .insert(hyper::header::WWW_AUTHENTICATE, v);
     }
     response
 }

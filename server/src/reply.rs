@@ -64,6 +64,11 @@ fn shown_bytes(bytes: &[u8]) -> String {
     out
 }
 
+/// Redis's answer to a command before authentication.
+pub fn noauth() -> Value {
+    Value::error("NOAUTH Authentication required.")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

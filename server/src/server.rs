@@ -65,10 +65,7 @@ pub async fn run(
             _ = server.accept_loop() => break,
             _ = interrupt.recv() => break,
             _ = terminate.recv() => break,
-            _ = hangup.recv() => match &server.tls {
-                Some(tls) => tls.reload(),
-                None => info!("SIGHUP: no TLS to reload"),
-            },
+            _ = hangup.recv() => reload(&server),
         }
     }
     info!("shutting down: closing the store");
@@ -93,6 +90,25 @@ pub async fn run(
     // `None` once every connection's sender is gone.
     let _ = tokio::time::timeout(SHUTDOWN_GRACE, done_rx.recv()).await;
     Ok(())
+}
+
+/// TCP keepalive: the first probe after this much silence...
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(60);
+/// ...and the next ones this far apart.
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(15);
+
+/// SIGHUP: the TLS certificate and key, and the users file, read again
+/// (a bad file keeps what was there and says why).
+fn reload(server: &Listener) {
+    match &server.tls {
+        Some(tls) => tls.reload(),
+        None => info!("SIGHUP: no TLS to reload"),
+    }
+    match server.shared.users.reload() {
+        Some(Ok(users)) => info!(users, "SIGHUP: users reloaded"),
+        Some(Err(why)) => warn!(%why, "SIGHUP: users not reloaded; the old ones stay"),
+        None => {}
+    }
 }
 
 impl Listener {
@@ -126,6 +142,12 @@ impl Listener {
         };
         // Answers are small and latency is the product: no Nagle delay.
         let _ = stream.set_nodelay(true);
+        // A peer gone without a word (a host off, a NAT entry dropped) is
+        // found out and its connection closed, its keys let go.
+        let keepalive = socket2::TcpKeepalive::new()
+            .with_time(KEEPALIVE_IDLE)
+            .with_interval(KEEPALIVE_INTERVAL);
+        let _ = socket2::SockRef::from(&stream).set_tcp_keepalive(&keepalive);
         let session = Session::new(self.shared.clone(), peer);
         let shutdown = Shutdown::new(self.notify_shutdown.subscribe());
         let done = self.done_tx.clone();
@@ -240,7 +262,8 @@ mod tests {
             tls: false,
             max_clients: 1,
         };
-        let shared = Arc::new(Shared::new(holdline::Store::new(), None, 1 << 19, facts));
+        let users = crate::users::Directory::new(crate::users::Users::open(), None);
+        let shared = Arc::new(Shared::new(holdline::Store::new(), users, 1 << 19, facts));
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let peer = listener.local_addr().unwrap();
         let stream = TcpStream::connect(peer).await.unwrap();

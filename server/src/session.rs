@@ -10,10 +10,12 @@
 
 use crate::clients::{ClientState, Clients};
 use crate::cluster::{slots, Node, Partition, Route};
+use crate::config::Limits;
 use crate::loss_watch::LossWatches;
 use crate::metrics::{Metrics, Snapshot};
 use crate::reply::core_error;
-use holdline::{wire, Error, ErrorKind, HeldLease, Lock, LockStats, Store};
+use crate::users::{Directory, User};
+use holdline::{wire, Error, ErrorKind, Heartbeat, HeldLease, Lock, LockStats, Store};
 use holdline_resp::{Proto, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
@@ -22,7 +24,6 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
-use subtle::ConstantTimeEq;
 
 /// Redis Cluster's answer for a slot nobody serves.
 pub const CLUSTER_DOWN: &str = "CLUSTERDOWN Hash slot not served";
@@ -45,7 +46,10 @@ pub struct Shared {
     pub store: Store,
     /// Set when the server is a node of a cluster.
     pub cluster: Option<Arc<Node>>,
-    token: Option<Vec<u8>>,
+    /// Who may connect, and each one's rights.
+    pub users: Directory,
+    /// What one connection may cost (`--max-output`, `--timeout`, ...).
+    pub limits: Limits,
     max_frame: usize,
     next_lease: AtomicU64,
     next_client: AtomicU64,
@@ -88,12 +92,13 @@ impl Counts {
 }
 
 impl Shared {
-    pub fn new(store: Store, token: Option<Vec<u8>>, max_frame: usize, facts: Facts) -> Shared {
+    pub fn new(store: Store, users: Directory, max_frame: usize, facts: Facts) -> Shared {
         Shared {
             metrics: None,
             cluster: None,
             store,
-            token,
+            users,
+            limits: Limits::default(),
             max_frame,
             next_lease: AtomicU64::new(1),
             next_client: AtomicU64::new(1),
@@ -104,18 +109,9 @@ impl Shared {
         }
     }
 
-    /// Whether `given` is the server's token (no token: anything is).
-    pub fn token_matches(&self, given: &[u8]) -> bool {
-        match &self.token {
-            // Constant time in the token's content (its length may show).
-            Some(token) => bool::from(token.as_slice().ct_eq(given)),
-            None => true,
-        }
-    }
-
-    /// Whether the server wants a token at all.
+    /// Whether a connection must authenticate before anything else.
     pub fn wants_token(&self) -> bool {
-        self.token.is_some()
+        self.users.now().required()
     }
 
     /// Every lock opened so far, by name, with its counters (in a cluster,
@@ -269,13 +265,40 @@ impl Held {
 }
 
 /// Lock handles by name, then by options: opening a handle per command
-/// would take the store's name map every time.
+/// would take the store's name map every time. Every handle is opened
+/// with the connection's heartbeat of its store, which renews all the
+/// leases taken through it at once.
 #[derive(Default)]
 struct LockCache {
     map: HashMap<Vec<u8>, Vec<(LockOptions, u64, Lock)>>,
+    /// One per store the connection opened locks of (one on a single
+    /// node; a partition's each in a cluster), by store id. Never dropped
+    /// while its store is open: its leases read it.
+    heartbeats: Vec<(u64, Heartbeat)>,
 }
 
 impl LockCache {
+    /// The connection's heartbeat of `store` (`store_id`), made on first use.
+    fn heartbeat(&mut self, store_id: u64, store: &Store) -> &Heartbeat {
+        let at = match self.heartbeats.iter().position(|(id, _)| *id == store_id) {
+            Some(at) => at,
+            None => {
+                self.heartbeats.retain(|(_, h)| !h.is_store_closed());
+                self.heartbeats.push((store_id, store.heartbeat()));
+                self.heartbeats.len() - 1
+            }
+        };
+        &self.heartbeats[at].1
+    }
+
+    /// The connection was heard from: every lease of it counts its ttl
+    /// from now. O(stores), whatever the number of leases.
+    fn beat(&self) {
+        for (_, heartbeat) in &self.heartbeats {
+            heartbeat.beat();
+        }
+    }
+
     fn get(
         &mut self,
         shared: &Shared,
@@ -295,7 +318,9 @@ impl LockCache {
         // A name that is not UTF-8 is no valid name: the core refuses the
         // replacement character with its own text.
         let text = String::from_utf8_lossy(name);
-        let mut builder = place.store(&shared.store).lock(&text).ttl(options.ttl);
+        let store = place.store(&shared.store);
+        let heartbeat = self.heartbeat(store_id, store).clone();
+        let mut builder = store.lock(&text).ttl(options.ttl).heartbeat(&heartbeat);
         if let Some(max_hold) = options.max_hold {
             builder = builder.max_hold(max_hold);
         }
@@ -322,6 +347,11 @@ pub struct Session {
     pub client: Arc<ClientState>,
     pub proto: Proto,
     pub authenticated: bool,
+    /// Who it authenticated as (everyone is `default` with every right on
+    /// a server without authentication); `None` before it has.
+    pub user: Option<Arc<User>>,
+    /// AUTHs refused so far (the tenth closes the connection).
+    pub failed_auths: u32,
     locks: LockCache,
     pub leases: HashMap<u64, Held>,
     /// Which leases were lost, polled by the connection.
@@ -335,12 +365,17 @@ impl Session {
         let client = Arc::new(ClientState::new(id, addr));
         shared.clients.add(client.clone());
         Counts::add(&shared.counts.connections_received, 1);
-        let authenticated = !shared.wants_token();
+        let user = shared.users.now().anonymous();
+        if let Some(u) = &user {
+            client.set_user(&u.name);
+        }
         Session {
             shared,
             client,
             proto: Proto::Resp2,
-            authenticated,
+            authenticated: user.is_some(),
+            user,
+            failed_auths: 0,
             locks: LockCache::default(),
             leases: HashMap::new(),
             losses: LossWatches::default(),
@@ -361,23 +396,19 @@ impl Session {
     }
 
     /// A command was read: the connection is alive, so all its leases are.
-    ///
-    /// O(leases) per command, on purpose: a silent connection then loses a
-    /// lease exactly `ttl` after its last command read, which is what its
-    /// client counts on. (Renewing at most once per a fraction of the ttl
-    /// was measured: it saves ~1.5 ms per command only for a connection
-    /// holding ~10,000 leases, and would lose a stalled holder's lease that
-    /// fraction early.)
+    /// O(1) in the leases (one beat of the connection's heartbeat, which
+    /// their expiry reads), so a connection holding 10,000 leases costs
+    /// nobody anything; a silent connection still loses each lease exactly
+    /// its `ttl` after the last command read, as its client counts on.
     pub fn renew_all(&self) {
         // In a cluster, past the node's deadline nothing is renewed: every
         // partition stops first.
         if let Some(node) = &self.shared.cluster {
             node.check_deadline();
         }
-        for held in self.leases.values() {
-            // A lost lease stays lost; its holder learns it from a push or
-            // from its next RENEW or RELEASE.
-            let _ = held.lease.renew();
+        // A lease granted later counts its ttl from its grant.
+        if !self.leases.is_empty() {
+            self.locks.beat();
         }
     }
 
@@ -389,7 +420,34 @@ impl Session {
         name: &[u8],
         options: LockOptions,
     ) -> Result<Lock, Value> {
+        self.may_use(name)?;
         self.locks.get(&self.shared, place, name, options)
+    }
+
+    /// `Ok` when this connection's user may name lock `name`, else the
+    /// NOPERM to answer.
+    pub fn may_use(&self, name: &[u8]) -> Result<(), Value> {
+        let name = String::from_utf8_lossy(name);
+        match &self.user {
+            Some(user) if user.may_use(&name) => Ok(()),
+            Some(user) => Err(Value::Error(user.refusal(&name))),
+            None => Err(crate::reply::noauth()),
+        }
+    }
+
+    /// Whether this connection's user sees connection `other` (its own,
+    /// or every one for an admin).
+    pub fn sees(&self, other: &ClientState) -> bool {
+        self.user
+            .as_ref()
+            .is_some_and(|u| u.admin || other.user().as_deref() == Some(u.name.as_str()))
+    }
+
+    /// Authenticated as `user`: the connection shows its name.
+    pub fn authenticated_as(&mut self, user: Arc<User>) {
+        self.client.set_user(&user.name);
+        self.user = Some(user);
+        self.authenticated = true;
     }
 
     /// Where a command for `key` runs, or the redirection to answer

@@ -309,7 +309,9 @@ fn a_public_address_without_a_token_is_refused_at_start() {
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("refusing to listen on 0.0.0.0:0 without --token-file or --tls-client-ca"),
+        stderr.contains(
+            "refusing to listen on 0.0.0.0:0 without --token-file, --users or --tls-client-ca"
+        ),
         "{stderr}"
     );
 }

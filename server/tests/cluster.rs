@@ -9,8 +9,8 @@
 mod common;
 
 use common::cluster::{
-    await_settled, await_spread, etcd_available, key_slot, owner_of, slot, slot_map,
-    start_etcd, start_node_with, Etcd,
+    await_settled, await_spread, etcd_available, key_slot, owner_of, slot, slot_map, start_etcd,
+    start_node_with, Etcd,
 };
 use common::{error_text, Client, Server};
 use holdline_resp::Value;

@@ -114,3 +114,51 @@ fn metrics_count_the_work_and_pass_promtool() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Off loopback the metrics need a token, and a scrape an admin's Bearer
+/// token: lock names are every team's business otherwise.
+#[test]
+fn off_loopback_the_metrics_answer_only_an_admins_bearer_token() {
+    let dir = std::env::temp_dir().join(format!("holdline-metrics-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let token = dir.join("token");
+    std::fs::write(&token, "scrape-token-0123456789").unwrap();
+    let refused = Command::new(env!("CARGO_BIN_EXE_holdline"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--metrics", "0.0.0.0:0"])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        err.contains("refusing to serve metrics on 0.0.0.0:0 without --token-file or --users"),
+        "{err}"
+    );
+    let server = Server::start(&[
+        "--token-file",
+        token.to_str().unwrap(),
+        "--metrics",
+        "0.0.0.0:0",
+    ]);
+    let port = server.metrics.unwrap().port();
+    let at = format!("127.0.0.1:{port}");
+    let scrape = |header: &str| {
+        let mut s = TcpStream::connect(&at).unwrap();
+        write!(
+            s,
+            "GET /metrics HTTP/1.1\r\nHost: x\r\n{header}Connection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut response = String::new();
+        s.read_to_string(&mut response).unwrap();
+        response
+    };
+    assert!(scrape("").starts_with("HTTP/1.1 401"), "{}", scrape(""));
+    let wrong = scrape("Authorization: Bearer guess\r\n");
+    assert!(wrong.starts_with("HTTP/1.1 401"), "{wrong}");
+    let ok = scrape("Authorization: Bearer scrape-token-0123456789\r\n");
+    assert!(
+        ok.starts_with("HTTP/1.1 200") && ok.contains("holdline_"),
+        "{ok}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}

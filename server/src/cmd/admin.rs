@@ -120,9 +120,13 @@ fn write_stats(s: &Session, line: &mut impl FnMut(&str, &dyn std::fmt::Display))
     line("lost_pushes", &Counts::get(&c.lost_pushes));
 }
 
-/// `lock_NAME:live_keys=3,held_keys=1,...`, one line per lock opened.
+/// `lock_NAME:live_keys=3,held_keys=1,...`, one line per lock opened that
+/// the user may name.
 fn write_locks(s: &Session, out: &mut String) {
     for (name, stats) in s.shared.locks() {
+        if s.may_use(name.as_bytes()).is_err() {
+            continue;
+        }
         let fields: Vec<String> = stats
             .fields()
             .iter()
@@ -225,6 +229,7 @@ impl ClientAdmin {
                     .clients
                     .all()
                     .iter()
+                    .filter(|c| s.sees(c))
                     .map(|c| list_line(s, c))
                     .collect();
                 Value::Verbatim(lines)
@@ -252,6 +257,8 @@ fn kill(p: &mut Parse) -> Result<Kill, String> {
     }
 }
 
+/// Kills a connection the user sees (its own; an admin's, any), logged
+/// with who killed whom; another user's connection is no such client.
 fn kill_client(s: &Session, which: Kill) -> Value {
     let target = match &which {
         Kill::Id(id) => s.shared.clients.get(*id),
@@ -262,6 +269,18 @@ fn kill_client(s: &Session, which: Kill) -> Value {
             .into_iter()
             .find(|c| c.addr.to_string().as_bytes() == addr.as_slice()),
     };
+    let target = target.filter(|c| s.sees(c));
+    if let Some(c) = &target {
+        tracing::info!(
+            killer = s.id(),
+            killer_user = s.user.as_ref().map_or("", |u| u.name.as_str()),
+            killer_addr = %s.client.addr,
+            killed = c.id,
+            killed_user = c.user().as_deref().unwrap_or(""),
+            killed_addr = %c.addr,
+            "CLIENT KILL"
+        );
+    }
     match (target, which) {
         (Some(client), Kill::Id(_)) => {
             client.kill();
@@ -294,12 +313,13 @@ fn list_line(s: &Session, c: &ClientState) -> String {
     };
     let flags = if waiting.is_some() { "b" } else { "N" };
     format!(
-        "id={} addr={} laddr=- fd=-1 name={name} age={} idle={} flags={flags} db=0 sub=0 psub=0 multi=-1 cmd={} user=default resp={resp} leases={} waiting={}\n",
+        "id={} addr={} laddr=- fd=-1 name={name} age={} idle={} flags={flags} db=0 sub=0 psub=0 multi=-1 cmd={} user={} resp={resp} leases={} waiting={}\n",
         c.id,
         c.addr,
         c.age_secs(),
         c.idle_secs(),
         c.last_command(),
+        c.user().as_deref().unwrap_or(""),
         c.lease_count(),
         waiting.unwrap_or_default(),
     )

@@ -53,11 +53,10 @@ impl Hello {
             Some(3) => Proto::Resp3,
             Some(_) => return Value::error("NOPROTO unsupported protocol version"),
         };
-        if let Some((_user, token)) = self.auth {
-            if !s.shared.token_matches(&token) {
-                return wrongpass();
+        if let Some((user, token)) = self.auth {
+            if let Err(refused) = authenticate(s, Some(&user), &token) {
+                return refused;
             }
-            s.authenticated = true;
         }
         if !s.authenticated {
             return Value::error(HELLO_NOAUTH);
@@ -94,7 +93,7 @@ fn hello_map(s: &Session, proto: Proto) -> Value {
 /// `AUTH [user] token`.
 #[derive(Debug, PartialEq)]
 pub struct Auth {
-    with_user: bool,
+    user: Option<Vec<u8>>,
     token: Vec<u8>,
 }
 
@@ -103,29 +102,83 @@ impl Auth {
         let first = p.next_bytes()?;
         Ok(match p.next_if_any() {
             None => Auth {
-                with_user: false,
+                user: None,
                 token: first,
             },
             Some(token) => Auth {
-                with_user: true,
+                user: Some(first),
                 token,
             },
         })
     }
 
     pub fn apply(self, s: &mut Session) -> Value {
-        if !s.shared.wants_token() && !self.with_user {
+        if !s.shared.wants_token() && self.user.is_none() {
             // Redis's answer, so a misconfigured client notices.
             return Value::error(
                 "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?",
             );
         }
-        if !s.shared.token_matches(&self.token) {
-            return wrongpass();
+        match authenticate(s, self.user.as_deref(), &self.token) {
+            Ok(()) => Value::ok(),
+            Err(refused) => refused,
         }
-        s.authenticated = true;
-        Value::ok()
     }
+}
+
+/// AUTHs a connection may get wrong: the last refusal closes it.
+pub const MAX_FAILED_AUTHS: u32 = 10;
+
+/// Failed AUTHs logged at most this often, server-wide (a brute force must
+/// not flood the log); the rest are counted in the next line.
+const FAILURE_LOG_EVERY_MS: u64 = 1000;
+
+/// Authenticates `s` as `user` (`default` when none) by `token`, or
+/// counts and logs the failure and answers WRONGPASS. On a server
+/// without authentication, anyone is `default` already.
+fn authenticate(s: &mut Session, user: Option<&[u8]>, token: &[u8]) -> Result<(), Value> {
+    if !s.shared.wants_token() {
+        return Ok(());
+    }
+    match s.shared.users.now().authenticate(user, token) {
+        Some(user) => {
+            s.authenticated_as(user);
+            Ok(())
+        }
+        None => {
+            s.failed_auths += 1;
+            log_failed_auth(s, user);
+            Err(wrongpass())
+        }
+    }
+}
+
+/// Logs a failed AUTH with the address and the user name tried, at most
+/// once a second server-wide, counting those not logged.
+fn log_failed_auth(s: &Session, user: Option<&[u8]>) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static LAST_MS: AtomicU64 = AtomicU64::new(0);
+    static UNLOGGED: AtomicU64 = AtomicU64::new(0);
+    let now = s.shared.facts.started.elapsed().as_millis() as u64 + FAILURE_LOG_EVERY_MS;
+    // Relaxed: a rate limit for log lines; a race logs one line more or less.
+    let last = LAST_MS.load(Ordering::Relaxed);
+    if now < last + FAILURE_LOG_EVERY_MS
+        || LAST_MS
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_err()
+    {
+        UNLOGGED.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    let user = String::from_utf8_lossy(user.unwrap_or(b"default"));
+    tracing::warn!(
+        addr = %s.client.addr,
+        client = s.id(),
+        %user,
+        failures = s.failed_auths,
+        not_logged_since = UNLOGGED.swap(0, Ordering::Relaxed),
+        "AUTH refused"
+    );
 }
 
 /// `CLIENT SETNAME | GETNAME | ID | SETINFO`.
@@ -183,9 +236,7 @@ fn set_name(s: &mut Session, name: Vec<u8>) -> Result<(), Value> {
 
 const HELLO_NOAUTH: &str = "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time";
 
-pub fn noauth() -> Value {
-    Value::error("NOAUTH Authentication required.")
-}
+pub use crate::reply::noauth;
 
 pub fn wrongpass() -> Value {
     Value::error("WRONGPASS invalid username-password pair or user is disabled.")

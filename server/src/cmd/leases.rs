@@ -162,8 +162,9 @@ pub fn renew(s: &mut Session, id: i64) -> Value {
     }
 }
 
-/// In a cluster, a lease may not ask for more than the cluster's max ttl
-/// (a partition taken over waits that long before granting).
+/// A lease may not ask for a ttl or maxHold above the server's max ttl
+/// (`--max-ttl`, an hour by default); in a cluster, nor for a ttl above
+/// the cluster's (a partition taken over waits that long before granting).
 fn within_max_ttl(
     s: &Session,
     place: &Place,
@@ -171,18 +172,27 @@ fn within_max_ttl(
     key: &str,
     options: LockOptions,
 ) -> Result<(), Value> {
-    match (&s.shared.cluster, place.partition()) {
-        (Some(node), Some(_)) if options.ttl > node.max_ttl => {
-            let what = format!(
-                "ttl {} is above the cluster's max ttl ({})",
-                wire::duration_text(options.ttl),
-                wire::duration_text(node.max_ttl)
-            );
-            let scope = wire::Scope::Key(lock.name(), key);
-            Err(core_error(&wire::error(ErrorKind::Invalid, scope, what)))
-        }
-        _ => Ok(()),
-    }
+    let server = s.shared.limits.max_ttl;
+    let cluster = match (&s.shared.cluster, place.partition()) {
+        (Some(node), Some(_)) => Some(node.max_ttl),
+        _ => None,
+    };
+    let over = match (cluster, options.max_hold) {
+        (Some(max), _) if options.ttl > max => Some(("ttl", options.ttl, "the cluster's", max)),
+        (None, _) if options.ttl > server => Some(("ttl", options.ttl, "the server's", server)),
+        (_, Some(held)) if held > server => Some(("maxHold", held, "the server's", server)),
+        _ => None,
+    };
+    let Some((what, asked, whose, max)) = over else {
+        return Ok(());
+    };
+    let what = format!(
+        "{what} {} is above {whose} max ttl ({})",
+        wire::duration_text(asked),
+        wire::duration_text(max)
+    );
+    let scope = wire::Scope::Key(lock.name(), key);
+    Err(core_error(&wire::error(ErrorKind::Invalid, scope, what)))
 }
 
 /// How long a HOLD waiting `wait` sleeps before a partition opening at

@@ -2,7 +2,7 @@
 //! (through a [`Parse`] cursor, so a missing or extra argument is always an
 //! error), then carried out on the connection's [`Session`]. One file per
 //! group: `leases` (HOLD, TRYHOLD, RELEASE, RENEW), `rows` (PUT, GET,
-//! STATS), `conn` (PING, ECHO, QUIT, HELLO, AUTH, SELECT, CLIENT's own
+//! DEL, STATS), `conn` (PING, ECHO, QUIT, HELLO, AUTH, SELECT, CLIENT's own
 //! subcommands), `admin` (INFO, INSPECT, CLIENT LIST, INFO, KILL, HELP:
 //! what operators ask), `cluster` (CLUSTER, for cluster-aware clients) and
 //! `table` (COMMAND, for redis-cli's hints).
@@ -27,6 +27,7 @@ pub enum Command {
     Renew(i64),
     Put(rows::Put),
     Get(Vec<u8>),
+    Del(Vec<Vec<u8>>),
     Stats(Vec<u8>),
     Ping(Option<Vec<u8>>),
     Echo(Vec<u8>),
@@ -55,6 +56,7 @@ impl Command {
             b"RENEW" => Command::Renew(p.next_int()?),
             b"PUT" => Command::Put(rows::Put::parse(&mut p)?),
             b"GET" => Command::Get(p.next_bytes()?),
+            b"DEL" => Command::Del(rows::del_args(&mut p)?),
             b"STATS" => Command::Stats(p.next_bytes()?),
             b"PING" => Command::Ping(p.next_if_any()),
             b"ECHO" => Command::Echo(p.next_bytes()?),
@@ -94,6 +96,7 @@ impl Command {
             Command::Info(_) => 16,
             Command::Inspect(..) => 17,
             Command::Cluster(_) => 18,
+            Command::Del(_) => 19,
         }
     }
 
@@ -111,6 +114,7 @@ impl Command {
             Command::Renew(id) => leases::renew(session, id),
             Command::Put(put) => put.apply(session),
             Command::Get(row) => rows::get(session, row),
+            Command::Del(rows) => rows::del(session, rows),
             Command::Stats(lock) => rows::stats(session, &lock),
             Command::Ping(None) => Value::simple("PONG"),
             Command::Ping(Some(msg)) | Command::Echo(msg) => Value::Bulk(msg),
@@ -146,7 +150,13 @@ pub fn execute(session: &mut Session, args: Vec<Vec<u8>>) -> Step {
     if let Some(m) = &session.shared.metrics {
         m.command(command.name_index());
     }
-    command.apply(session)
+    match command.apply(session) {
+        // A brute force is cut off: its last refusal closes the connection.
+        Step::Reply(refused) if session.failed_auths >= conn::MAX_FAILED_AUTHS => {
+            Step::Close(refused)
+        }
+        step => step,
+    }
 }
 
 /// `CLIENT ...`: the connection's own subcommands, or an operator's.

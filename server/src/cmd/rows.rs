@@ -1,9 +1,11 @@
-//! PUT, GET and STATS: the store's fenced rows and a lock's counters.
+//! PUT, GET, DEL and STATS: the store's fenced rows and a lock's counters.
 
 use crate::cluster::slots::key_slot;
 use crate::parse::{not_an_integer, Parse};
 use crate::reply::{core_error, invalid_store, key_not_utf8};
 use crate::session::{LockOptions, Place, Session};
+use holdline::wire::{self, Scope};
+use holdline::ErrorKind;
 use holdline_resp::Value;
 
 /// Redis Cluster's answer when a command's keys are in different slots.
@@ -57,10 +59,21 @@ impl Put {
             return invalid_store("a row name is UTF-8 text".into());
         };
         let (fence, value) = (self.fence, self.value);
-        match place
-            .store(&s.shared.store)
-            .tx(|tx| tx.put_fenced(&lock, key.as_str(), fence, &row, value))
-        {
+        let max = s.shared.limits.max_rows;
+        let written = place.store(&s.shared.store).tx(|tx| {
+            let old = tx.get(&row).map_or(0, |v| row.len() + v.len());
+            let bytes = tx.committed_bytes() - old + row.len() + value.len();
+            if bytes > max {
+                let what = format!("the rows would take {bytes} bytes, past --max-rows ({max})");
+                return Err(wire::error(
+                    ErrorKind::Limit,
+                    Scope::Key(lock.name(), &key),
+                    what,
+                ));
+            }
+            tx.put_fenced(&lock, key.as_str(), fence, &row, value)
+        });
+        match written {
             Ok(()) => Value::ok(),
             Err(e) => core_error(&e),
         }
@@ -77,12 +90,62 @@ pub fn get(s: &Session, row: Vec<u8>) -> Value {
     let Ok(row) = String::from_utf8(row) else {
         return Value::Null;
     };
-    match place
-        .store(&s.shared.store)
-        .tx(|tx| Ok(tx.get(&row).map(<[u8]>::to_vec)))
-    {
-        Ok(Some(v)) => Value::Bulk(v),
-        Ok(None) => Value::Null,
+    // A row is read by those who may name the lock that guards it.
+    let read = place.store(&s.shared.store).tx(|tx| {
+        let guard = tx.guard_of(&row).map(|(lock, _)| lock.to_owned());
+        Ok((guard, tx.get(&row).map(<[u8]>::to_vec)))
+    });
+    match read {
+        Ok((guard, value)) => {
+            if let Some(Err(refused)) = guard.map(|g| s.may_use(g.as_bytes())) {
+                return refused;
+            }
+            value.map_or(Value::Null, Value::Bulk)
+        }
+        Err(e) => core_error(&e),
+    }
+}
+
+/// `DEL row [row ...]`'s rows.
+pub fn del_args(p: &mut Parse) -> Result<Vec<Vec<u8>>, String> {
+    let mut rows = vec![p.next_bytes()?];
+    rows.extend(p.rest());
+    Ok(rows)
+}
+
+/// `DEL row [row ...]`: the count of rows deleted. Every row must be one
+/// the user may read (its guarding lock one it may name: NOPERM
+/// otherwise, and nothing is deleted); in a cluster, all in one slot.
+pub fn del(s: &Session, rows: Vec<Vec<u8>>) -> Value {
+    if s.shared.cluster.is_some() && rows.iter().any(|r| key_slot(r) != key_slot(&rows[0])) {
+        return Value::error(CROSS_SLOT);
+    }
+    let place = match s.place(&rows[0]) {
+        Ok(p) => p,
+        Err(redirect) => return redirect,
+    };
+    // No row has a name that is not UTF-8.
+    let rows: Vec<String> = rows
+        .into_iter()
+        .filter_map(|r| String::from_utf8(r).ok())
+        .collect();
+    let deleted = place.store(&s.shared.store).tx(|tx| {
+        for row in &rows {
+            if let Some((lock, _)) = tx.guard_of(row) {
+                if let Err(refused) = s.may_use(lock.as_bytes()) {
+                    return Ok(Err(refused));
+                }
+            }
+        }
+        let present: Vec<&String> = rows.iter().filter(|r| tx.get(r).is_some()).collect();
+        for row in &present {
+            tx.delete(row);
+        }
+        Ok(Ok(present.len()))
+    });
+    match deleted {
+        Ok(Ok(n)) => Value::Integer(n as i64),
+        Ok(Err(refused)) => refused,
         Err(e) => core_error(&e),
     }
 }

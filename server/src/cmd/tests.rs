@@ -119,8 +119,12 @@ fn session(token: Option<&str>) -> Session {
         tls: false,
         max_clients: 10,
     };
-    let token = token.map(|t| t.as_bytes().to_vec());
-    let shared = Shared::new(Store::new(), token, 1 << 19, facts);
+    let users = match token {
+        Some(t) => crate::users::Users::token(t.as_bytes().to_vec()),
+        None => crate::users::Users::open(),
+    };
+    let users = crate::users::Directory::new(users, None);
+    let shared = Shared::new(Store::new(), users, 1 << 19, facts);
     Session::new(Arc::new(shared), "127.0.0.1:1".parse().unwrap())
 }
 
@@ -146,7 +150,12 @@ fn a_token_gates_everything_but_hello_with_auth_auth_and_quit() {
         conn::wrongpass()
     );
     assert_eq!(s.frame_limit(), UNAUTHENTICATED_MAX_FRAME);
-    assert_eq!(run(&mut s, &["AUTH", "anyone", "sekret"]), Value::ok());
+    // The token is the user `default`'s: another name is no user at all.
+    assert_eq!(
+        run(&mut s, &["AUTH", "anyone", "sekret"]),
+        conn::wrongpass()
+    );
+    assert_eq!(run(&mut s, &["AUTH", "default", "sekret"]), Value::ok());
     assert_eq!(run(&mut s, &["PING"]), Value::simple("PONG"));
     assert!(matches!(run(&mut s, &["HELLO", "3"]), Value::Map(_)));
     assert_eq!(s.frame_limit(), 1 << 19);

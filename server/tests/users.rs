@@ -1,0 +1,238 @@
+//! A server several teams share (`--users`): each user names only its
+//! locks (NOPERM otherwise, for every command that names one), sees and
+//! kills only its own connections, reads only its locks in INFO; a brute
+//! force is cut off; SIGHUP reads the users again (a token rotated).
+
+mod common;
+
+use common::{error_text, Client, Server};
+use holdline_resp::Value;
+use std::path::PathBuf;
+use std::time::Duration;
+
+const ALICE: &str = "alice-token-0123456789";
+const BOB: &str = "bob-token-0123456789";
+const ROOT: &str = "root-token-0123456789";
+
+/// A users file in a folder of its own, removed when dropped.
+struct UsersFile(PathBuf);
+
+impl UsersFile {
+    fn new(text: &str) -> UsersFile {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static N: AtomicUsize = AtomicUsize::new(0);
+        // Relaxed: the count only has to be unique.
+        let n = N.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("holdline-users-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("users"), text).unwrap();
+        UsersFile(dir)
+    }
+
+    fn path(&self) -> String {
+        self.0.join("users").display().to_string()
+    }
+}
+
+impl Drop for UsersFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn teams() -> (Server, UsersFile) {
+    let file = UsersFile::new(&format!(
+        "# two teams and an operator\n\
+         alice {ALICE} locks=team-a.*\n\
+         bob   {BOB} locks=team-b.*,shared\n\
+         root  {ROOT} admin\n"
+    ));
+    let server = Server::start(&["--users", &file.path()]);
+    (server, file)
+}
+
+fn login(server: &Server, user: &str, token: &str) -> Client {
+    let mut c = server.connect();
+    assert_eq!(c.call(&["AUTH", user, token]), Value::ok(), "{user}");
+    c
+}
+
+fn text(v: Value) -> String {
+    match v {
+        Value::Bulk(b) => String::from_utf8(b).unwrap(),
+        Value::Verbatim(t) | Value::Simple(t) => t,
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_user_names_only_its_locks_and_every_command_says_noperm() {
+    let (server, _file) = teams();
+    let mut alice = login(&server, "alice", ALICE);
+    let mut bob = login(&server, "bob", BOB);
+    let (_, fence) = alice.grant(&["HOLD", "team-a.jobs", "k"]);
+    let (_, bob_fence) = bob.grant(&["HOLD", "team-b.jobs", "k"]);
+    assert_eq!(
+        bob.call(&[
+            "PUT",
+            "team-b.jobs",
+            "k",
+            &bob_fence.to_string(),
+            "b-row",
+            "1"
+        ]),
+        Value::ok()
+    );
+    let refused = |lock: &str| format!("NOPERM user alice may not use lock {lock:?}");
+    let fence = fence.to_string();
+    let denied: [&[&str]; 7] = [
+        &["HOLD", "team-b.jobs", "k"],
+        &["TRYHOLD", "payments", "k"],
+        &["STATS", "team-b.jobs"],
+        &["INSPECT", "team-b.jobs", "k"],
+        &["PUT", "team-b.jobs", "k", &fence, "r", "v"],
+        &["GET", "b-row"],
+        &["DEL", "b-row"],
+    ];
+    for command in denied {
+        let on_row = matches!(command[0], "GET" | "DEL");
+        let lock = if on_row { "team-b.jobs" } else { command[1] };
+        assert_eq!(
+            error_text(alice.call(command)),
+            refused(lock),
+            "{command:?}"
+        );
+    }
+    // Bob's lock and row are untouched; alice's own work goes on.
+    assert_eq!(bob.call(&["GET", "b-row"]), Value::bulk("1"));
+    assert!(matches!(
+        alice.call(&["STATS", "team-a.jobs"]),
+        Value::Array(_) | Value::Map(_)
+    ));
+    let info = text(alice.call(&["INFO", "locks"]));
+    assert!(
+        info.contains("lock_team-a.jobs:") && !info.contains("team-b"),
+        "{info}"
+    );
+    let info = text(login(&server, "root", ROOT).call(&["INFO", "locks"]));
+    assert!(
+        info.contains("lock_team-a.jobs:") && info.contains("lock_team-b.jobs:"),
+        "{info}"
+    );
+}
+
+#[test]
+fn a_user_lists_and_kills_only_its_own_connections_and_an_admin_any() {
+    let (server, _file) = teams();
+    let mut alice = login(&server, "alice", ALICE);
+    let mut bob = login(&server, "bob", BOB);
+    let bob_id = bob
+        .call(&["CLIENT", "ID"])
+        .as_integer()
+        .unwrap()
+        .to_string();
+    let (_, fence) = bob.grant(&["HOLD", "team-b.jobs", "k"]);
+    let list = text(alice.call(&["CLIENT", "LIST"]));
+    assert_eq!(list.lines().count(), 1, "{list}");
+    assert!(
+        list.contains("user=alice") && !list.contains("user=bob"),
+        "{list}"
+    );
+    // Bob's connection is no client alice knows of.
+    assert_eq!(
+        alice.call(&["CLIENT", "KILL", "ID", &bob_id]),
+        Value::Integer(0)
+    );
+    assert_eq!(bob.call(&["PING"]), Value::Simple("PONG".into()));
+    let mut root = login(&server, "root", ROOT);
+    let list = text(root.call(&["CLIENT", "LIST"]));
+    assert_eq!(list.lines().count(), 3, "{list}");
+    assert_eq!(
+        root.call(&["CLIENT", "KILL", "ID", &bob_id]),
+        Value::Integer(1)
+    );
+    let (_, next) = root.grant(&["HOLD", "team-b.jobs", "k", "WAIT", "10000"]);
+    assert!(next > fence, "the killed holder's key went to the next");
+}
+
+#[test]
+fn the_tenth_wrong_auth_closes_the_connection() {
+    let (server, _file) = teams();
+    let mut c = server.connect();
+    let wrong = "WRONGPASS invalid username-password pair or user is disabled.";
+    for _ in 0..9 {
+        assert_eq!(error_text(c.call(&["AUTH", "alice", BOB])), wrong);
+    }
+    c.send(&["AUTH", "alice", "guess-number-ten-0123"]);
+    assert_eq!(c.read_to_close(), [Value::Error(wrong.into())]);
+    // Another connection still authenticates (by name, and through HELLO).
+    let mut hello = server.connect();
+    let map = hello.call(&["HELLO", "3", "AUTH", "alice", ALICE]);
+    assert!(matches!(map, Value::Map(_)), "{map:?}");
+    assert_eq!(
+        error_text(server.connect().call(&["PING"])),
+        "NOAUTH Authentication required."
+    );
+}
+
+#[test]
+fn sighup_reads_the_users_again_and_a_rotated_token_takes_effect() {
+    let (server, file) = teams();
+    let mut before = login(&server, "alice", ALICE);
+    let rotated = "alice-token-ROTATED-0123";
+    std::fs::write(
+        file.0.join("users"),
+        format!("alice {rotated} locks=team-a.*\nroot {ROOT} admin\n"),
+    )
+    .unwrap();
+    server.signal(libc::SIGHUP);
+    let deadline = std::time::Instant::now() + common::PATIENCE;
+    loop {
+        let mut c = server.connect();
+        if c.call(&["AUTH", "alice", rotated]) == Value::ok() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the new token never worked"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let wrong = "WRONGPASS invalid username-password pair or user is disabled.";
+    assert_eq!(
+        error_text(server.connect().call(&["AUTH", "alice", ALICE])),
+        wrong
+    );
+    assert_eq!(
+        error_text(server.connect().call(&["AUTH", "bob", BOB])),
+        wrong
+    );
+    // A connection keeps the user it authenticated as.
+    assert_eq!(before.call(&["PING"]), Value::Simple("PONG".into()));
+    // A bad file keeps the users there were.
+    std::fs::write(file.0.join("users"), "alice short\n").unwrap();
+    server.signal(libc::SIGHUP);
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(
+        server.connect().call(&["AUTH", "alice", rotated]),
+        Value::ok()
+    );
+}
+
+#[test]
+fn a_bad_users_file_stops_the_start_naming_its_line() {
+    let file = UsersFile::new("alice alice-token-0123456789\nbob short\n");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_holdline"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--users", &file.path()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "--users {}: line 2: user bob: a token of at least 16 bytes",
+            file.path()
+        )),
+        "{err}"
+    );
+}
