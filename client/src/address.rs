@@ -1,8 +1,8 @@
 //! Where the server is: the address forms every holdline client takes.
 //!
 //! `host:port`, `host` (port 7380), `[ipv6]:port`, `[ipv6]`,
-//! `redis://[:token@]host[:port][/0]`, and `rediss://` the same over TLS.
-//! Anything else is `invalid` at once, naming the address, before any
+//! `redis://[[user]:token@]host[:port][/0]`, and `rediss://` the same over
+//! TLS. Anything else is `invalid` at once, naming the address, before any
 //! connection is tried.
 
 use crate::error::Error;
@@ -11,12 +11,14 @@ use crate::texts;
 /// The port `holdline serve` listens on unless told otherwise.
 pub const DEFAULT_PORT: u16 = 7380;
 
-/// A parsed address: host (without brackets), port, a URL's token, and
-/// what the address says about TLS.
+/// A parsed address: host (without brackets), port, a URL's user and
+/// token, and what the address says about TLS.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Address {
     pub(crate) host: String,
     pub(crate) port: u16,
+    /// The URL's user name (`None`: none, or an empty one: `default`).
+    pub(crate) user: Option<String>,
     pub(crate) token: Option<String>,
     pub(crate) scheme: Scheme,
 }
@@ -45,14 +47,15 @@ impl Address {
         } else {
             (None, Scheme::Bare)
         };
-        let (rest, token) = match url {
+        let (rest, user, token) = match url {
             Some(url) => url_parts(url).ok_or_else(bad)?,
-            None => (text, None),
+            None => (text, None, None),
         };
         let (host, port) = host_port(rest).ok_or_else(bad)?;
         Ok(Address {
             host: host.to_owned(),
             port,
+            user,
             token,
             scheme,
         })
@@ -68,8 +71,9 @@ impl Address {
     }
 }
 
-/// A URL's authority (without its `/0` database path) and its token.
-fn url_parts(url: &str) -> Option<(&str, Option<String>)> {
+/// A URL's authority (without its `/0` database path), its user (`None`
+/// when none or empty: `default`) and its token.
+fn url_parts(url: &str) -> Option<(&str, Option<String>, Option<String>)> {
     let url = url
         .strip_suffix("/0")
         .or_else(|| url.strip_suffix('/'))
@@ -78,19 +82,32 @@ fn url_parts(url: &str) -> Option<(&str, Option<String>)> {
         return None;
     }
     match url.rsplit_once('@') {
-        None => Some((url, None)),
+        None => Some((url, None, None)),
         Some((userinfo, rest)) => {
-            // `:token` (Redis's form) or `default:token`; a bare user name
-            // would be a user without a password, which holdline has not.
-            let token = userinfo
-                .strip_prefix(':')
-                .or_else(|| userinfo.strip_prefix("default:"))?;
+            // `user:token`, `:token` (Redis's form, the user `default`); a
+            // bare user name would be a user without a password, which
+            // holdline has not.
+            let (user, token) = userinfo.split_once(':')?;
             if token.is_empty() {
                 return None;
             }
-            Some((rest, Some(percent_decode(token)?)))
+            let user = match percent_decode(user)? {
+                user if user.is_empty() => None,
+                user if is_user_name(&user) => Some(user),
+                _ => return None,
+            };
+            Some((rest, user, Some(percent_decode(token)?)))
         }
     }
+}
+
+/// Whether `name` is a user name: 1 to 64 ASCII letters, digits or
+/// `_-.:@`.
+pub(crate) fn is_user_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_-.:@".contains(&b))
 }
 
 /// `host`, `host:port`, `[v6]` or `[v6]:port`.
@@ -152,6 +169,12 @@ mod tests {
         (a.host_port(), a.port, a.token)
     }
 
+    fn user(text: &str) -> Option<String> {
+        Address::parse(text)
+            .unwrap_or_else(|e| panic!("{text}: {e}"))
+            .user
+    }
+
     fn scheme(text: &str) -> Scheme {
         Address::parse(text).unwrap().scheme
     }
@@ -207,6 +230,35 @@ mod tests {
     }
 
     #[test]
+    fn a_url_names_its_user_before_the_token() {
+        assert_eq!(user("redis://:s3cret@h"), None);
+        assert_eq!(user("redis://h"), None);
+        assert_eq!(user("redis://default:s3cret@h").as_deref(), Some("default"));
+        assert_eq!(
+            parsed("redis://alice:tok:en@h:1"),
+            ("h:1".into(), 1, Some("tok:en".to_owned()))
+        );
+        assert_eq!(user("rediss://alice:tok@h").as_deref(), Some("alice"));
+        assert_eq!(
+            user("redis://team-b.ops_1:t@h").as_deref(),
+            Some("team-b.ops_1")
+        );
+        // `:` and `@` in a name: escaped, or `@` as it is (the last `@` ends it).
+        assert_eq!(user("redis://a%3Ab%40c:t@h").as_deref(), Some("a:b@c"));
+        assert_eq!(user("redis://a@b:t@h").as_deref(), Some("a@b"));
+        assert_eq!(
+            user(&format!("redis://{}:t@h", "u".repeat(64))).map(|u| u.len()),
+            Some(64)
+        );
+        assert!(is_user_name("a") && !is_user_name("") && !is_user_name("a b"));
+        let long = format!("redis://{}:t@h", "u".repeat(65));
+        assert_eq!(
+            Address::parse(&long).unwrap_err().kind(),
+            holdline::ErrorKind::Invalid
+        );
+    }
+
+    #[test]
     fn anything_else_is_invalid_naming_the_address() {
         for bad in [
             "",
@@ -223,7 +275,13 @@ mod tests {
             "redis://",
             "redis://h/1",
             "redis://user@h",
+            "redis://user:@h",
             "redis://:@h",
+            "redis://al ice:t@h",
+            "redis://al%20ice:t@h",
+            "redis://al%C3%A9:t@h",
+            "redis://é:t@h",
+            "redis://a/b:t@h",
             "h p",
             "h\n",
         ] {
@@ -232,7 +290,7 @@ mod tests {
             assert_eq!(
                 e.to_string(),
                 format!(
-                    "store: bad address {bad:?}: expected host, host:port, [ipv6]:port or redis[s]://[:token@]host[:port]: invalid"
+                    "store: bad address {bad:?}: expected host, host:port, [ipv6]:port or redis[s]://[[user]:token@]host[:port]: invalid"
                 )
             );
         }

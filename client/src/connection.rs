@@ -8,7 +8,7 @@
 //! only allocation per command is the decoded reply itself.
 
 use crate::error::Error;
-use crate::options::Tls;
+use crate::options::{Auth, Tls};
 use crate::stream::{self, ReadHalf, WriteHalf};
 use crate::texts;
 use bytes::BytesMut;
@@ -142,16 +142,16 @@ impl Connection {
         addr: impl ToSocketAddrs + fmt::Display,
         token: &str,
     ) -> Result<Connection, Error> {
-        Connection::open(addr, Some(token), None).await
+        Connection::open(addr, Some(&Auth::default_user(token)), None).await
     }
 
     /// Connects to `addr`, over TLS when given `tls`, and says `HELLO 3`
-    /// (with the token). A TLS failure, in the handshake or in an alert
-    /// that ends the connection before `HELLO` is answered, is
+    /// (with `AUTH <user> <token>`). A TLS failure, in the handshake or in
+    /// an alert that ends the connection before `HELLO` is answered, is
     /// `tls_failed`.
     pub(crate) async fn open(
         addr: impl ToSocketAddrs + fmt::Display,
-        token: Option<&str>,
+        auth: Option<&Auth>,
         tls: Option<&Tls>,
     ) -> Result<Connection, Error> {
         let hostport = addr.to_string();
@@ -168,7 +168,7 @@ impl Connection {
                 .map_err(|e| texts::tls_failed(&hostport, e))?,
         };
         let conn = Connection::new(rd, wr, peer, tls.is_some());
-        conn.say_hello(token, Some(&hostport))
+        conn.say_hello(auth, Some(&hostport))
             .await
             .map_err(|e| match e.io_error() {
                 Some(io) if tls.is_some() && stream::is_tls_failure(io) => {
@@ -186,8 +186,9 @@ impl Connection {
         stream.set_nodelay(true).map_err(texts::connection_closed)?;
         let peer = stream.peer_addr().ok();
         let (rd, wr) = stream::plain(stream);
+        let auth = token.map(Auth::default_user);
         Connection::new(rd, wr, peer, false)
-            .say_hello(token, None)
+            .say_hello(auth.as_ref(), None)
             .await
     }
 
@@ -214,12 +215,12 @@ impl Connection {
     /// naming `hostport` when it is known, else the server's line.
     async fn say_hello(
         mut self,
-        token: Option<&str>,
+        auth: Option<&Auth>,
         hostport: Option<&str>,
     ) -> Result<Connection, Error> {
-        let reply = match token {
-            Some(token) => {
-                self.command(&["HELLO", "3", "AUTH", "default", token])
+        let reply = match auth {
+            Some(Auth { user, token }) => {
+                self.command(&["HELLO", "3", "AUTH", user.as_str(), token.as_str()])
                     .await?
             }
             None => self.command(&["HELLO", "3"]).await?,

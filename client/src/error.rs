@@ -5,7 +5,9 @@
 //!   `-INVALID`, `-CLOSED` carry their kind word, then the core's text,
 //!   which is kept exactly as sent; any other error reply (`-ERR ...`,
 //!   `-NOAUTH ...`, `-WRONGPASS ...`) is a refused request: kind
-//!   [`ErrorKind::Invalid`], the whole line as its text;
+//!   [`ErrorKind::Invalid`], the whole line as its text; of those,
+//!   `-NOPERM ...` (the connection's user may not name that lock) answers
+//!   [`Error::is_no_perm`] true;
 //! - local checks (names, keys, durations), worded as the core words them;
 //! - the connection: an I/O failure, a dropped connection or a malformed
 //!   reply (the texts every client shares, built in `texts`). A call that held nothing fails [`ErrorKind::Closed`] (the store
@@ -29,6 +31,8 @@ pub struct Error {
     kind: ErrorKind,
     text: Box<str>,
     io: Option<Arc<io::Error>>,
+    /// A `NOPERM` error reply.
+    no_perm: bool,
 }
 
 impl Error {
@@ -38,15 +42,22 @@ impl Error {
             kind,
             text: text.into(),
             io: None,
+            no_perm: false,
         }
     }
 
     /// The error an error reply stands for (`text` is the line after `-`).
+    /// The five kinds' words are dropped and the core's text kept; any
+    /// other reply is [`ErrorKind::Invalid`] with the whole line, a
+    /// `NOPERM` one marked so ([`is_no_perm`](Error::is_no_perm)).
     pub fn from_reply(text: &str) -> Error {
         let (word, rest) = text.split_once(' ').unwrap_or((text, ""));
         match ErrorKind::from_wire_word(word) {
             Some(kind) => Error::new(kind, rest),
-            None => Error::new(ErrorKind::Invalid, text),
+            None => Error {
+                no_perm: word == "NOPERM",
+                ..Error::new(ErrorKind::Invalid, text)
+            },
         }
     }
 
@@ -58,6 +69,15 @@ impl Error {
     /// The kind, to branch on.
     pub fn kind(&self) -> ErrorKind {
         self.kind
+    }
+
+    /// Whether the server refused the command because the connection's
+    /// user may not use its lock (a server started with `--users`): a
+    /// `NOPERM` reply, kind [`ErrorKind::Invalid`], its text the server's
+    /// line as sent (`NOPERM user alice may not use lock "payments"`).
+    /// Retrying will not help; connecting as another user may.
+    pub fn is_no_perm(&self) -> bool {
+        self.no_perm
     }
 
     /// The I/O failure behind a connection error, if that is what it was.
@@ -88,6 +108,7 @@ impl Error {
             kind,
             text: text.into(),
             io: Some(Arc::new(e)),
+            no_perm: false,
         }
     }
 }
@@ -155,6 +176,22 @@ mod tests {
         assert!(!e.is_connection());
         let e = Error::from_reply("INUSE");
         assert_eq!((e.kind(), e.to_string().as_str()), (ErrorKind::InUse, ""));
+        assert!(!e.is_no_perm());
+    }
+
+    #[test]
+    fn noperm_is_invalid_with_the_servers_line_and_told_apart() {
+        let line = "NOPERM user team-b may not use lock \"payments\"";
+        let e = Error::from_reply(line);
+        assert_eq!(e.kind(), ErrorKind::Invalid);
+        assert_eq!(e.to_string(), line);
+        assert!(e.is_no_perm() && !e.is_connection());
+        assert!(e.clone().is_no_perm());
+        // Only the reply's first word counts.
+        for other in ["ERR NOPERM", "NOPERMS x", "INVALID NOPERM x"] {
+            assert!(!Error::from_reply(other).is_no_perm(), "{other}");
+        }
+        assert!(!Error::new(ErrorKind::Invalid, line).is_no_perm());
     }
 
     #[test]

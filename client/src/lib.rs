@@ -27,7 +27,7 @@
 //! `tests/module_graph.rs`):
 //! - `error`: the one error type; `texts`: the texts every holdline client
 //!   makes itself (`clients/texts.json`); `address`: the address forms;
-//! - `options`: [`ConnectOptions`]: the token, and TLS's trust and client
+//! - `options`: [`ConnectOptions`]: the user and token, and TLS's trust and client
 //!   certificate;
 //! - `slot`: a key's slot ([`key_slot`], CRC16 as Redis Cluster's);
 //!   `cluster`: a cluster's slot map and its `MOVED`/`CLUSTERDOWN` answers;

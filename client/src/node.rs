@@ -5,7 +5,7 @@
 use crate::connection::Connection;
 use crate::driver::{Conn, Failure};
 use crate::error::Error;
-use crate::options::Tls;
+use crate::options::{Auth, Tls};
 use crate::texts;
 use holdline::wire::Scope;
 use holdline::ErrorKind;
@@ -22,7 +22,8 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What every connection of one store is made with, and the store's flags.
 pub(crate) struct Dial {
-    pub(crate) token: Option<String>,
+    /// The user and token said in each `HELLO`.
+    pub(crate) auth: Option<Auth>,
     /// The TLS of the first address (its name replaced for each node).
     pub(crate) tls: Option<Tls>,
     pub(crate) closed: AtomicBool,
@@ -33,9 +34,9 @@ pub(crate) struct Dial {
 }
 
 impl Dial {
-    pub(crate) fn new(token: Option<String>, tls: Option<Tls>) -> Dial {
+    pub(crate) fn new(auth: Option<Auth>, tls: Option<Tls>) -> Dial {
         Dial {
-            token,
+            auth,
             tls,
             closed: AtomicBool::new(false),
             failed: Arc::new(AtomicBool::new(false)),
@@ -102,7 +103,7 @@ impl Node {
     /// A fresh connection, after `HELLO` (10 s at most).
     pub(crate) async fn new_connection(&self) -> Result<Connection, Error> {
         let addr = &*self.addr;
-        let open = Connection::open(addr, self.dial.token.as_deref(), self.tls.as_ref());
+        let open = Connection::open(addr, self.dial.auth.as_ref(), self.tls.as_ref());
         let opened = tokio::time::timeout(CONNECT_TIMEOUT, open)
             .await
             .unwrap_or_else(|_| Err(texts::connect_silent(addr, CONNECT_TIMEOUT)));

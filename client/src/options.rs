@@ -1,11 +1,12 @@
-//! How to connect: the server's token, and TLS: whom to trust (a CA file;
+//! How to connect: the user and its token, and TLS: whom to trust (a CA file;
 //! Mozilla's roots for a `rediss://` address given none; or the caller's
 //! whole rustls `ClientConfig`) and, for a server that asks for one, a
 //! client certificate. Files are read when the option is given, so a bad
 //! file fails there, not at the first connection.
 
-use crate::address::{Address, Scheme};
+use crate::address::{self, Address, Scheme};
 use crate::error::Error;
+use crate::texts;
 use holdline::wire::{self, Scope};
 use holdline::ErrorKind;
 use std::fmt;
@@ -17,7 +18,7 @@ use tokio_rustls::rustls::sign::{CertifiedKey, SingleCertAndKey};
 use tokio_rustls::rustls::{self, ClientConfig, RootCertStore};
 
 /// How [`Store::connect_with`](crate::Store::connect_with) connects: the
-/// token, and TLS.
+/// user and its token, and TLS.
 ///
 /// Any TLS option makes a `host:port` address speak TLS; a `rediss://`
 /// address speaks TLS with or without them (trusting Mozilla's roots when
@@ -38,11 +39,37 @@ use tokio_rustls::rustls::{self, ClientConfig, RootCertStore};
 #[derive(Clone, Default)]
 #[must_use = "ConnectOptions do nothing until given to Store::connect_with"]
 pub struct ConnectOptions {
+    user: Option<String>,
     token: Option<String>,
     /// The CAs of `tls_ca_file`; `None`: none given.
     roots: Option<RootCertStore>,
     identity: Option<Arc<CertifiedKey>>,
     config: Option<Arc<ClientConfig>>,
+}
+
+/// Who a store's connections say they are: `HELLO 3 AUTH <user> <token>`.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct Auth {
+    /// `default` when no user was named.
+    pub(crate) user: String,
+    pub(crate) token: String,
+}
+
+impl Auth {
+    /// The one user of a server started with `--token-file`.
+    pub(crate) fn default_user(token: &str) -> Auth {
+        Auth {
+            user: "default".to_owned(),
+            token: token.to_owned(),
+        }
+    }
+}
+
+impl fmt::Debug for Auth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Never the token itself.
+        write!(f, "Auth({:?}, <token>)", self.user)
+    }
 }
 
 /// TLS for one store's connections: the config, and the name the server's
@@ -70,10 +97,22 @@ impl ConnectOptions {
         ConnectOptions::default()
     }
 
-    /// The server's token (`HELLO 3 AUTH default <token>`); it wins over a
-    /// token in a `redis://` or `rediss://` address.
+    /// The token (`HELLO 3 AUTH <user> <token>`, the user `default`
+    /// unless one is named); it wins over a token in a `redis://` or
+    /// `rediss://` address.
     pub fn token(mut self, token: impl Into<String>) -> Self {
         self.token = Some(token.into());
+        self
+    }
+
+    /// The user to connect as, on a server started with `--users` (1 to 64
+    /// ASCII letters, digits or `_-.:@`); it wins over a user in a
+    /// `redis://user:token@host` address. It needs a token, given with
+    /// [`token`](Self::token) or in the address. Connecting fails
+    /// `invalid` for a name outside that rule (`bad_user`) or a user with
+    /// no token (`user_without_token`).
+    pub fn user(mut self, user: impl Into<String>) -> Self {
+        self.user = Some(user.into());
         self
     }
 
@@ -137,12 +176,9 @@ impl ConnectOptions {
         self.roots.is_some() || self.identity.is_some() || self.config.is_some()
     }
 
-    /// The token to send and the TLS to speak, for `address`.
-    pub(crate) fn resolve(
-        &self,
-        address: &Address,
-    ) -> Result<(Option<String>, Option<Tls>), Error> {
-        let token = self.token.clone().or_else(|| address.token.clone());
+    /// The user and token to send and the TLS to speak, for `address`.
+    pub(crate) fn resolve(&self, address: &Address) -> Result<(Option<Auth>, Option<Tls>), Error> {
+        let auth = self.auth(address)?;
         let tls =
             match (address.scheme, self.wants_tls()) {
                 (Scheme::Plain, true) => return Err(invalid(
@@ -154,7 +190,27 @@ impl ConnectOptions {
                     name: server_name(&address.host)?,
                 }),
             };
-        Ok((token, tls))
+        Ok((auth, tls))
+    }
+
+    /// The user (this option's, else the address's, else `default`) and
+    /// the token (the same way), if there is a token.
+    fn auth(&self, address: &Address) -> Result<Option<Auth>, Error> {
+        if let Some(user) = &self.user {
+            if !address::is_user_name(user) {
+                return Err(texts::bad_user(user));
+            }
+        }
+        let token = self.token.as_ref().or(address.token.as_ref());
+        let user = self.user.as_ref().or(address.user.as_ref());
+        match (user, token) {
+            (_, Some(token)) => Ok(Some(Auth {
+                user: user.map_or("default", String::as_str).to_owned(),
+                token: token.clone(),
+            })),
+            (Some(user), None) => Err(texts::user_without_token(user)),
+            (None, None) => Ok(None),
+        }
     }
 
     fn client_config(&self) -> Result<Arc<ClientConfig>, Error> {
@@ -186,6 +242,7 @@ impl fmt::Debug for ConnectOptions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // Never the token itself.
         f.debug_struct("ConnectOptions")
+            .field("user", &self.user)
             .field("token", &self.token.as_ref().map(|_| "<set>"))
             .field("tls_ca_certs", &self.roots.as_ref().map(RootCertStore::len))
             .field("tls_client_cert", &self.identity.is_some())
@@ -251,18 +308,68 @@ mod tests {
         );
     }
 
+    /// The user and token `options` send to `addr`.
+    fn auth(options: &ConnectOptions, addr: &str) -> Result<Option<(String, String)>, Error> {
+        let address = Address::parse(addr).unwrap();
+        let (auth, _) = options.resolve(&address)?;
+        Ok(auth.map(|a| (a.user, a.token)))
+    }
+
+    fn pair(user: &str, token: &str) -> Option<(String, String)> {
+        Some((user.to_owned(), token.to_owned()))
+    }
+
     #[test]
     fn the_explicit_token_wins_over_the_urls() {
-        let address = Address::parse("rediss://:from-url@h").unwrap();
-        let (token, _) = ConnectOptions::new().resolve(&address).unwrap();
-        assert_eq!(token.as_deref(), Some("from-url"));
-        let (token, _) = ConnectOptions::new()
-            .token("given")
-            .resolve(&address)
-            .unwrap();
-        assert_eq!(token.as_deref(), Some("given"));
+        let none = ConnectOptions::new();
+        assert_eq!(
+            auth(&none, "rediss://:from-url@h").unwrap(),
+            pair("default", "from-url")
+        );
+        let given = ConnectOptions::new().token("given");
+        assert_eq!(
+            auth(&given, "rediss://:from-url@h").unwrap(),
+            pair("default", "given")
+        );
+        assert_eq!(auth(&none, "h:1").unwrap(), None);
         let shown = format!("{:?}", ConnectOptions::new().token("given"));
         assert!(!shown.contains("given"), "{shown}");
+    }
+
+    #[test]
+    fn the_explicit_user_wins_over_the_urls() {
+        let none = ConnectOptions::new();
+        let url = "redis://alice:from-url@h";
+        assert_eq!(auth(&none, url).unwrap(), pair("alice", "from-url"));
+        let bob = ConnectOptions::new().user("bob");
+        assert_eq!(auth(&bob, url).unwrap(), pair("bob", "from-url"));
+        assert_eq!(auth(&bob, "redis://:t@h").unwrap(), pair("bob", "t"));
+        let both = ConnectOptions::new().user("bob").token("given");
+        assert_eq!(auth(&both, url).unwrap(), pair("bob", "given"));
+        assert_eq!(auth(&both, "h:1").unwrap(), pair("bob", "given"));
+        let token = ConnectOptions::new().token("given");
+        assert_eq!(auth(&token, url).unwrap(), pair("alice", "given"));
+        let shown = format!("{:?}", Auth::default_user("s3cret"));
+        assert_eq!(shown, "Auth(\"default\", <token>)");
+    }
+
+    #[test]
+    fn a_bad_user_or_one_without_a_token_fails_invalid() {
+        for bad in ["", "a b", "é", "a/b", &"u".repeat(65)] {
+            let e = auth(&ConnectOptions::new().user(bad).token("t"), "h:1").unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Invalid);
+            let shown = holdline::wire::shown_key(bad);
+            assert_eq!(
+                e.to_string(),
+                format!("store: bad user name {shown}: expected 1 to 64 ASCII letters, digits or _-.:@: invalid")
+            );
+        }
+        let e = auth(&ConnectOptions::new().user("alice"), "redis://h").unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Invalid);
+        assert_eq!(
+            e.to_string(),
+            "store: the user \"alice\" was given without a token: invalid"
+        );
     }
 
     #[test]

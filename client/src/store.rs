@@ -56,8 +56,8 @@ impl Cluster {
 
 impl Store {
     /// Connects to `holdline serve` at `addr`: `host:port`, `host` (port
-    /// 7380), `[::1]:7380`, `redis://[:token@]host[:port]`, or
-    /// `rediss://[:token@]host[:port]` (TLS, trusting Mozilla's roots:
+    /// 7380), `[::1]:7380`, `redis://[[user]:token@]host[:port]`, or
+    /// `rediss://[[user]:token@]host[:port]` (TLS, trusting Mozilla's roots:
     /// [`connect_with`](Store::connect_with) takes a CA). One connection
     /// is made now and says `HELLO 3`, so a wrong address, a failed TLS
     /// handshake, a server that wants a token, or one that answers nothing
@@ -88,8 +88,8 @@ impl Store {
             .split(',')
             .map(|part| Address::parse(part.trim()))
             .collect::<Result<Vec<_>, _>>()?;
-        let (token, tls) = options.resolve(&addresses[0])?;
-        let dial = Arc::new(Dial::new(token, tls));
+        let (auth, tls) = options.resolve(&addresses[0])?;
+        let dial = Arc::new(Dial::new(auth, tls));
         let seeds: Vec<Arc<str>> = addresses.iter().map(|a| a.host_port().into()).collect();
         let mut last = None;
         for seed in &seeds {

@@ -16,8 +16,31 @@ pub(crate) fn bad_address(address: &str) -> Error {
     Error::new(
         ErrorKind::Invalid,
         format!(
-            "store: bad address {}: expected host, host:port, [ipv6]:port or redis[s]://[:token@]host[:port]: invalid",
+            "store: bad address {}: expected host, host:port, [ipv6]:port or redis[s]://[[user]:token@]host[:port]: invalid",
             shown_key(address)
+        ),
+    )
+}
+
+/// `bad_user`: a user name option that is not 1 to 64 ASCII letters,
+/// digits or `_-.:@`.
+pub(crate) fn bad_user(user: &str) -> Error {
+    Error::new(
+        ErrorKind::Invalid,
+        format!(
+            "store: bad user name {}: expected 1 to 64 ASCII letters, digits or _-.:@: invalid",
+            shown_key(user)
+        ),
+    )
+}
+
+/// `user_without_token`: a user name option, and no token given anywhere.
+pub(crate) fn user_without_token(user: &str) -> Error {
+    Error::new(
+        ErrorKind::Invalid,
+        format!(
+            "store: the user {} was given without a token: invalid",
+            shown_key(user)
         ),
     )
 }
@@ -144,6 +167,8 @@ pub fn samples() -> Vec<(&'static str, String)> {
     let s = Duration::from_secs;
     vec![
         ("bad_address", bad_address("nope://x").to_string()),
+        ("bad_user", bad_user("a b").to_string()),
+        ("user_without_token", user_without_token("a b").to_string()),
         (
             "cannot_connect",
             cannot_connect("127.0.0.1:1", e()).to_string(),

@@ -17,6 +17,7 @@ const PATIENCE: Duration = Duration::from_secs(30);
 fn every_client_made_text_is_the_shared_tables() {
     let vars = [
         ("address", "\"nope://x\""),
+        ("user", "\"a b\""),
         ("hostport", "127.0.0.1:1"),
         ("reason", "REASON"),
         ("timeout", "10s"),
@@ -27,7 +28,7 @@ fn every_client_made_text_is_the_shared_tables() {
         ("slot", "12182"),
     ];
     let samples = holdline_client::texts::samples();
-    assert_eq!(samples.len(), 14, "one sample per text of the table");
+    assert_eq!(samples.len(), 16, "one sample per text of the table");
     for (name, text) in samples {
         assert_eq!(text, expected_text(name, &vars), "{name}");
     }

@@ -22,7 +22,7 @@ pub struct Server {
     _dir: Option<TempDir>,
 }
 
-/// A directory removed when dropped (for the token file).
+/// A directory removed when dropped (for the token or users file).
 struct TempDir(PathBuf);
 
 impl Drop for TempDir {
@@ -39,7 +39,13 @@ impl Server {
 
     /// A server that requires `token`.
     pub fn start_with_token(token: &str) -> Server {
-        Server::start_with(Some(token), &[])
+        Server::start_with(Some(("--token-file", token)), &[])
+    }
+
+    /// A server with users (`holdline serve --users`): `users` is the
+    /// file's text, one `NAME TOKEN [admin] [locks=GLOB,...]` a line.
+    pub fn start_with_users(users: &str) -> Server {
+        Server::start_with(Some(("--users", users)), &[])
     }
 
     /// A server with more arguments to `holdline serve` (`--tls-cert ...`).
@@ -47,11 +53,13 @@ impl Server {
         Server::start_with(None, args)
     }
 
-    fn start_with(token: Option<&str>, args: &[&str]) -> Server {
+    /// `file`: a flag and the text of the file it names (written to a
+    /// directory removed with the server).
+    fn start_with(file: Option<(&str, &str)>, args: &[&str]) -> Server {
         static STARTED: AtomicUsize = AtomicUsize::new(0);
         let mut all = vec!["--listen", "127.0.0.1:0"];
         all.extend_from_slice(args);
-        let dir = token.map(|token| {
+        let dir = file.map(|(_, text)| {
             let dir = std::env::temp_dir().join(format!(
                 "holdline-client-test-{}-{}",
                 std::process::id(),
@@ -59,13 +67,13 @@ impl Server {
                 STARTED.fetch_add(1, Ordering::Relaxed)
             ));
             std::fs::create_dir_all(&dir).unwrap();
-            std::fs::write(dir.join("token"), token).unwrap();
+            std::fs::write(dir.join("file"), text).unwrap();
             TempDir(dir)
         });
-        let token_file = dir.as_ref().map(|d| d.0.join("token"));
-        let token_file = token_file.as_ref().and_then(|f| f.to_str());
-        if let Some(file) = token_file {
-            all.extend(["--token-file", file]);
+        let path = dir.as_ref().map(|d| d.0.join("file"));
+        let path = path.as_ref().and_then(|f| f.to_str());
+        if let (Some((flag, _)), Some(path)) = (file, path) {
+            all.extend([flag, path]);
         }
         let process = spawn::Holdline::spawn(binary(), &all).unwrap_or_else(|why| panic!("{why}"));
         Server {
@@ -103,7 +111,6 @@ impl Server {
         let _ = self.process.child.wait();
     }
 }
-
 
 /// The server binary, found or built once per test process.
 pub fn binary() -> &'static Path {

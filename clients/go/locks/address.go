@@ -10,10 +10,12 @@ import (
 // DefaultPort is the port holdline serve listens on unless told otherwise.
 const DefaultPort = 7380
 
-// address is where a server listens, and a URL's token.
+// address is where a server listens, and a URL's user and token.
 type address struct {
-	host  string // without brackets
-	port  int
+	host string // without brackets
+	port int
+	// user: the URL's user name, "" when it named none (the user default).
+	user  string
 	token string
 	// hasToken: the URL carried a token.
 	hasToken bool
@@ -27,7 +29,8 @@ func (a address) hostPort() string {
 }
 
 // parseAddress reads host:port, host (port 7380), [ipv6]:port, [ipv6],
-// redis://[:token@]host[:port][/0], or the same with rediss:// (TLS).
+// redis://[[user]:token@]host[:port][/0], or the same with rediss://
+// (TLS).
 // Anything else is kind invalid, naming the address, before any
 // connection is tried.
 func parseAddress(text string) (address, *Error) {
@@ -41,7 +44,7 @@ func parseAddress(text string) (address, *Error) {
 	}
 	if isURL {
 		var ok bool
-		if rest, a.token, a.hasToken, ok = urlParts(url); !ok {
+		if rest, a.user, a.token, a.hasToken, ok = urlParts(url); !ok {
 			return bad()
 		}
 	} else if strings.Contains(text, "://") {
@@ -55,34 +58,49 @@ func parseAddress(text string) (address, *Error) {
 }
 
 // urlParts splits a URL's authority (its "/0" database path dropped) from
-// its token: ":token@" as Redis writes it, or "default:token@".
-func urlParts(url string) (rest, token string, hasToken, ok bool) {
+// its user and token: "user:token@", or ":token@" as Redis writes it (the
+// user default).
+func urlParts(url string) (rest, user, token string, hasToken, ok bool) {
 	if u, cut := cutSuffix(url, "/0"); cut {
 		url = u
 	} else {
 		url = strings.TrimSuffix(url, "/")
 	}
 	if strings.ContainsAny(url, "/?#") {
-		return "", "", false, false
+		return "", "", "", false, false
 	}
 	at := strings.LastIndexByte(url, '@')
 	if at < 0 {
-		return url, "", false, true
+		return url, "", "", false, true
 	}
 	userinfo, rest := url[:at], url[at+1:]
-	token, found := cutPrefix(userinfo, ":")
-	if !found {
-		// A bare user name would be a user without a password, which
-		// holdline has not.
-		if token, found = cutPrefix(userinfo, "default:"); !found {
-			return "", "", false, false
+	// A bare user name would be a user without a password, which holdline
+	// has not.
+	user, token, found := strings.Cut(userinfo, ":")
+	if !found || token == "" {
+		return "", "", "", false, false
+	}
+	if token, ok = percentDecode(token); !ok {
+		return "", "", "", false, false
+	}
+	if user, ok = percentDecode(user); !ok || user != "" && !isUserName(user) {
+		return "", "", "", false, false
+	}
+	return rest, user, token, true, true
+}
+
+// isUserName: name is 1 to 64 ASCII letters, digits or "_-.:@".
+func isUserName(name string) bool {
+	if len(name) < 1 || len(name) > 64 {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		b := name[i]
+		if !(b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9' || strings.IndexByte("_-.:@", b) >= 0) {
+			return false
 		}
 	}
-	token, ok = percentDecode(token)
-	if !ok || token == "" {
-		return "", "", false, false
-	}
-	return rest, token, true, true
+	return true
 }
 
 // splitHostPort reads host, host:port, [v6] or [v6]:port.

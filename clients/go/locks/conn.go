@@ -74,10 +74,15 @@ type result struct {
 	err error
 }
 
+// credentials is what a connection says in HELLO 3 AUTH USER TOKEN.
+type credentials struct {
+	user, token string
+}
+
 // dial opens a connection (TLS given tlsConfig) and says HELLO 3 (with
-// AUTH when given a token); timeout bounds all of it. A failed handshake,
-// a server that wants a token, or refuses it, fails here.
-func dial(ctx context.Context, a address, tlsConfig *tls.Config, token string, useToken bool, timeout time.Duration) (*conn, error) {
+// AUTH USER TOKEN given auth); timeout bounds all of it. A failed
+// handshake, a server that wants a token, or refuses it, fails here.
+func dial(ctx context.Context, a address, tlsConfig *tls.Config, auth *credentials, timeout time.Duration) (*conn, error) {
 	start := time.Now()
 	nc, err := open(ctx, a, tlsConfig, timeout)
 	if err != nil {
@@ -86,8 +91,8 @@ func dial(ctx context.Context, a address, tlsConfig *tls.Config, token string, u
 	c := &conn{nc: nc, br: bufio.NewReader(nc), tls: tlsConfig != nil, closed: make(chan struct{})}
 	go c.readLoop()
 	hello := []string{"HELLO", "3"}
-	if useToken {
-		hello = append(hello, "AUTH", "default", token)
+	if auth != nil {
+		hello = append(hello, "AUTH", auth.user, auth.token)
 	}
 	cl := c.request(hello...)
 	timer := time.NewTimer(timeout - time.Since(start))

@@ -54,6 +54,14 @@ var (
 	ErrClosed  = errors.New("locks: closed")
 )
 
+// ErrNoPerm is what errors.Is matches an error against when the server
+// refused a command naming a lock that the connection's user may not use
+// (holdline serve --users): its reply NOPERM, kind KindInvalid (so
+// errors.Is(err, ErrInvalid) holds too), and Error() the server's line as
+// sent: NOPERM user alice may not use lock "payments". Retrying will not
+// help; connecting as another user may.
+var ErrNoPerm = errors.New("locks: no permission")
+
 func (k Kind) sentinel() error {
 	switch k {
 	case KindInvalid:
@@ -85,6 +93,8 @@ type Error struct {
 	// cause is what the error wraps: a network error, or the function's
 	// own error when a lease was lost while it ran.
 	cause error
+	// noPerm: the server's reply was NOPERM.
+	noPerm bool
 }
 
 // Error answers the text.
@@ -95,8 +105,12 @@ func (e *Error) Error() string {
 	return e.text
 }
 
-// Is reports whether target is the sentinel of e's kind.
+// Is reports whether target is the sentinel of e's kind, or ErrNoPerm for
+// a NOPERM reply.
 func (e *Error) Is(target error) bool {
+	if e.noPerm && target == ErrNoPerm {
+		return true
+	}
 	return target != nil && target == e.Kind.sentinel()
 }
 
@@ -148,14 +162,15 @@ func lockError(kind Kind, lock, what string) *Error {
 
 // fromReply turns a server's error reply into an error. The first word of
 // the five kinds is dropped and the core's text kept; any other reply
-// (ERR, NOAUTH, ...) is kind invalid with the whole line.
+// (ERR, NOAUTH, ...) is kind invalid with the whole line, a NOPERM one
+// matching ErrNoPerm too.
 func fromReply(line, lock, key string) *Error {
 	word, text, _ := strings.Cut(line, " ")
 	kind, ok := kindOfWord[word]
 	if !ok {
 		kind, text = KindInvalid, line
 	}
-	return &Error{Kind: kind, Lock: lock, Key: key, text: text}
+	return &Error{Kind: kind, Lock: lock, Key: key, text: text, noPerm: word == "NOPERM"}
 }
 
 // kindOfWord: the first word of a server's error reply, for each kind.
@@ -169,7 +184,19 @@ var kindOfWord = map[string]Kind{
 
 func errBadAddress(address string) *Error {
 	return &Error{Kind: KindInvalid, text: "store: bad address " + showKey(address) +
-		": expected host, host:port, [ipv6]:port or redis[s]://[:token@]host[:port]: invalid"}
+		": expected host, host:port, [ipv6]:port or redis[s]://[[user]:token@]host[:port]: invalid"}
+}
+
+// errBadUser: a User option that is not 1 to 64 ASCII letters, digits or
+// "_-.:@".
+func errBadUser(user string) *Error {
+	return &Error{Kind: KindInvalid, text: "store: bad user name " + showKey(user) +
+		": expected 1 to 64 ASCII letters, digits or _-.:@: invalid"}
+}
+
+// errUserWithoutToken: a User option, and no token given anywhere.
+func errUserWithoutToken(user string) *Error {
+	return &Error{Kind: KindInvalid, text: "store: the user " + showKey(user) + " was given without a token: invalid"}
 }
 
 func errCannotConnect(hostport string, cause error) *Error {

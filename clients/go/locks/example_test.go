@@ -78,6 +78,23 @@ func ExampleTLS() {
 	defer store.Close()
 }
 
+// A server with users (holdline serve --users): connect as one; a lock
+// it may not name answers an error that is both ErrNoPerm and ErrInvalid.
+func ExampleUser() {
+	ctx := context.Background()
+	// Or "redis://alice:alice-token@locks.internal:7380".
+	store, err := locks.Connect(ctx, "locks.internal:7380", locks.User("alice"), locks.Token("alice-token"))
+	if err != nil {
+		log.Fatal(err) // a wrong user or token: "store: the server refused the token: invalid"
+	}
+	defer store.Close()
+	payments, _ := locks.OpenLock(store, "payments")
+	err = payments.Hold(ctx, 9, func(context.Context, *locks.Lease) error { return nil })
+	if errors.Is(err, locks.ErrNoPerm) {
+		log.Print(err) // NOPERM user alice may not use lock "payments"
+	}
+}
+
 // Who holds a key, and how many wait behind them.
 func ExampleLock_Inspect() {
 	ctx := context.Background()

@@ -17,12 +17,11 @@ var errPoolClosed = errors.New("the store is closed")
 // connection of its own from its HOLD to its RELEASE, and connections are
 // kept for the next hold once their hold is over (up to maxIdle of them).
 type pool struct {
-	addr     address
-	token    string
-	useToken bool
-	timeout  time.Duration
-	maxIdle  int
-	tls      *tls.Config // nil: plain TCP
+	addr    address
+	auth    *credentials // nil: HELLO 3 without AUTH
+	timeout time.Duration
+	maxIdle int
+	tls     *tls.Config // nil: plain TCP
 
 	mu     sync.Mutex
 	idle   []*conn // the most recently used last
@@ -37,16 +36,43 @@ type pool struct {
 type connectConfig struct {
 	token    string
 	useToken bool
-	timeout  time.Duration
-	maxIdle  int
-	tls      *tls.Config
+	user     string
+	useUser  bool
+	// auth is what token and user come to (resolveAuth).
+	auth    *credentials
+	timeout time.Duration
+	maxIdle int
+	tls     *tls.Config
+}
+
+// resolveAuth sets cfg.auth: the User option's name, else the first
+// address's, else default; with the token (Token's, else the address's),
+// nil without one. A bad User name, or a user without a token, is an
+// error.
+func (cfg *connectConfig) resolveAuth(first address) *Error {
+	if cfg.useUser && !isUserName(cfg.user) {
+		return errBadUser(cfg.user)
+	}
+	user := first.user
+	if cfg.useUser {
+		user = cfg.user
+	}
+	switch {
+	case cfg.useToken && user == "":
+		cfg.auth = &credentials{user: "default", token: cfg.token}
+	case cfg.useToken:
+		cfg.auth = &credentials{user: user, token: cfg.token}
+	case user != "":
+		return errUserWithoutToken(user)
+	}
+	return nil
 }
 
 // newPool makes the pool of the server at a with the store's settings.
 // An empty ServerName in the TLS config is a's host.
 func newPool(a address, cfg *connectConfig) *pool {
 	p := &pool{
-		addr: a, token: cfg.token, useToken: cfg.useToken,
+		addr: a, auth: cfg.auth,
 		timeout: cfg.timeout, maxIdle: cfg.maxIdle, all: map[*conn]struct{}{},
 	}
 	if cfg.tls != nil {
@@ -86,7 +112,7 @@ func (p *pool) get(ctx context.Context) (*conn, error) {
 		delete(p.all, c)
 	}
 	p.mu.Unlock()
-	c, err := dial(ctx, p.addr, p.tls, p.token, p.useToken, p.timeout)
+	c, err := dial(ctx, p.addr, p.tls, p.auth, p.timeout)
 	if err != nil {
 		return nil, err
 	}

@@ -20,10 +20,22 @@ type Store struct {
 // ConnectOption configures Connect.
 type ConnectOption func(*connectConfig)
 
-// Token is the server's token (holdline serve --token-file). It wins over
-// a token in a redis:// address.
+// Token is the server's token (holdline serve --token-file), or the
+// user's (--users). It wins over a token in a redis:// address.
 func Token(token string) ConnectOption {
 	return func(c *connectConfig) { c.token, c.useToken = token, true }
+}
+
+// User is the user to connect as, on a server started with --users (1 to
+// 64 ASCII letters, digits or "_-.:@"; without it, the user of a
+// redis://USER:TOKEN@host address, else default). It wins over the
+// address's user. It needs a token, from Token or the address: HELLO 3
+// AUTH USER TOKEN is said. Connect fails with kind KindInvalid for a name
+// outside that rule, or a user without a token. A command naming a lock
+// the user may not use fails with an error that matches both ErrNoPerm
+// and ErrInvalid.
+func User(name string) ConnectOption {
+	return func(c *connectConfig) { c.user, c.useUser = name, true }
 }
 
 // TLS makes every connection TLS with config, whatever the address's form
@@ -56,8 +68,8 @@ func MaxIdleConns(n int) ConnectOption {
 }
 
 // Connect connects to holdline serve at addr: "host:port", "host" (port
-// 7380), "[::1]:7380", "redis://[:token@]host[:port]", or the same with
-// rediss:// for TLS. It opens a first connection and says HELLO, so a
+// 7380), "[::1]:7380", "redis://[[user]:token@]host[:port]", or the same
+// with rediss:// for TLS. It opens a first connection and says HELLO, so a
 // wrong address, an unreachable server, a failed TLS handshake or a wrong
 // or missing token fails here (a bad address with kind KindInvalid before
 // anything is tried; an unreachable server or a failed handshake
@@ -65,8 +77,8 @@ func MaxIdleConns(n int) ConnectOption {
 // first answers ctx.Err().
 //
 // addr may name several nodes of a cluster, separated by commas
-// ("10.0.0.1:7380,10.0.0.2:7380"; the token and TLS of the first apply
-// to all): they are tried in order, the first that answers HELLO wins,
+// ("10.0.0.1:7380,10.0.0.2:7380"; the user, token and TLS of the first
+// apply to all): they are tried in order, the first that answers HELLO wins,
 // and when none does the error is the last one's. The store then asks
 // that node for the cluster's slot map (CLUSTER SLOTS): a single server
 // answers no map, and nothing else changes; a cluster's map has each
@@ -80,6 +92,9 @@ func Connect(ctx context.Context, addr string, opts ...ConnectOption) (*Store, e
 	cfg := connectConfig{token: first.token, useToken: first.hasToken, timeout: 10 * time.Second, maxIdle: 8}
 	for _, opt := range opts {
 		opt(&cfg)
+	}
+	if bad := cfg.resolveAuth(first); bad != nil {
+		return nil, bad
 	}
 	if cfg.timeout <= 0 {
 		cfg.timeout = 10 * time.Second

@@ -213,6 +213,7 @@ func TestTheClientsOwnTextsAreTheSharedTable(t *testing.T) {
 	ctx := context.Background()
 	t.Run("connect", func(t *testing.T) { connectTexts(t, table) })
 	t.Run("tokens", func(t *testing.T) { tokens(t, table) })
+	t.Run("users", func(t *testing.T) { userTexts(t, table) })
 	t.Run("a server whose certificate another CA signed", func(t *testing.T) {
 		srv := startTLSServer(t, newCA(t, "server CA"), nil)
 		_, err := Connect(ctx, srv.addr, TLS(&tls.Config{RootCAs: newCA(t, "other CA").pool}))
@@ -263,7 +264,7 @@ func TestTheClientsOwnTextsAreTheSharedTable(t *testing.T) {
 	})
 	for name := range table {
 		switch name {
-		case "bad_address", "cannot_connect", "connect_silent", "connect_refused", "tls_failed", "connection_closed",
+		case "bad_address", "bad_user", "user_without_token", "cannot_connect", "connect_silent", "connect_refused", "tls_failed", "connection_closed",
 			"token_missing", "token_refused", "connection_closed_key", "lost_connection", "lost_silent", "wait_silent",
 			"moved_loop", "slot_unserved":
 		default:

@@ -115,12 +115,13 @@ func TestAddressForms(t *testing.T) {
 	bad := []string{
 		"", ":7380", "h:", "h:0", "h:65536", "h:x", "h:1:2", "[::1", "[::1]x", "[h]:1",
 		"rediss://", "redis:/h", "http://h", "redis://", "redis://h/1", "redis://user@h",
-		"redis://:@h", "h p", "h\n", "redis://:%4@h",
+		"redis://:@h", "h p", "h\n", "redis://:%4@h", "redis://user:@h", "redis://us er:t@h",
+		"redis://us%20er:t@h", "redis://é:t@h", "redis://a%C3%A9:t@h", "redis://" + strings.Repeat("u", 65) + ":t@h",
 	}
 	for _, b := range bad {
 		_, err := parseAddress(b)
 		want := "store: bad address " + showKey(b) +
-			": expected host, host:port, [ipv6]:port or redis[s]://[:token@]host[:port]: invalid"
+			": expected host, host:port, [ipv6]:port or redis[s]://[[user]:token@]host[:port]: invalid"
 		if err == nil || err.Error() != want || !errors.Is(err, ErrInvalid) {
 			t.Errorf("%q: %v", b, err)
 		}

@@ -45,13 +45,26 @@ def test_the_packages_rules_are_the_tables() -> None:
 
 
 async def provoke_bad_address(server: Server) -> None:
-    for bad in ["ftp://h", "rediss://h:1/0", "h:port", "::1", "a b", "redis://user:pw@h"]:
+    for bad in ["ftp://h", "rediss://h:1/0", "h:port", "::1", "a b", "redis://user@h"]:
         with pytest.raises(holdline.Invalid) as caught:
             await holdline.connect(bad)
         assert_text(caught.value, "bad_address", address=f'"{bad}"')
     with pytest.raises(holdline.Invalid) as caught:
         holdline.connect('a"\n')  # shown as the core shows a key
     assert_text(caught.value, "bad_address", address='"a\\"\\n"')
+
+
+async def provoke_bad_user(server: Server) -> None:
+    for bad, shown in [("a b", '"a b"'), ("", '""'), ("é", '"é"'), ('a"', '"a\\""')]:
+        with pytest.raises(holdline.Invalid) as caught:
+            await holdline.connect(server.address, user=bad, token="t")
+        assert_text(caught.value, "bad_user", user=shown)
+
+
+async def provoke_user_without_token(server: Server) -> None:
+    with pytest.raises(holdline.Invalid) as caught:
+        await holdline.connect(server.address, user="alice")
+    assert_text(caught.value, "user_without_token", user='"alice"')
 
 
 async def provoke_cannot_connect(server: Server) -> None:
@@ -234,6 +247,8 @@ async def provoke_slot_unserved(server: Server) -> None:
 
 PROVOKE: Dict[str, Callable[[Server], Awaitable[None]]] = {
     "bad_address": provoke_bad_address,
+    "bad_user": provoke_bad_user,
+    "user_without_token": provoke_user_without_token,
     "cannot_connect": provoke_cannot_connect,
     "connect_silent": provoke_connect_silent,
     "token_missing": provoke_token_missing,

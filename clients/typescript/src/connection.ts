@@ -7,7 +7,7 @@
 
 import * as net from 'node:net'
 import * as tls from 'node:tls'
-import { showAddress, type Address } from './address.js'
+import { showAddress, type Address, type Auth } from './address.js'
 import { now } from './duration.js'
 import type { HoldlineError } from './errors.js'
 import { Decoder, encodeCommand, RespError, RespPush, RespProtocolError, type Arg, type Reply } from './resp.js'
@@ -82,10 +82,10 @@ export class Connection {
 
 	/**
 	 * Connects (over TLS given `tlsOptions`) and says `HELLO 3` (with
-	 * `AUTH default TOKEN` when given one), all within `timeoutMs`; fails
+	 * `AUTH USER TOKEN` when given them), all within `timeoutMs`; fails
 	 * with the texts every client shares.
 	 */
-	static async open(address: Address, token: string | undefined, timeoutMs: number, tlsOptions?: tls.ConnectionOptions): Promise<Connection> {
+	static async open(address: Address, auth: Auth | undefined, timeoutMs: number, tlsOptions?: tls.ConnectionOptions): Promise<Connection> {
 		const where = showAddress(address)
 		const secure = tlsOptions !== undefined
 		const socket = secure ? tls.connect(tlsConnectOptions(address, tlsOptions)) : net.connect({ host: address.host, port: address.port })
@@ -109,7 +109,7 @@ export class Connection {
 			throw dialFailed(where, silent, timeoutMs, e)
 		}
 		const connection = new Connection(socket, secure)
-		const hello: Arg[] = token === undefined ? ['HELLO', 3] : ['HELLO', 3, 'AUTH', 'default', token]
+		const hello: Arg[] = auth === undefined ? ['HELLO', 3] : ['HELLO', 3, 'AUTH', auth.user, auth.token]
 		let reply: Reply
 		try {
 			reply = await connection.send(hello)

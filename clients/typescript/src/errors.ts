@@ -20,27 +20,40 @@ const KIND_OF_WORD: Record<string, ErrorKind> = {
 	CLOSED: 'closed',
 }
 
+/**
+ * What tells an error apart within its kind, without reading its text:
+ * `'NOPERM'`, a command naming a lock that the connection's user may not
+ * use (`holdline serve --users`; kind `'invalid'`).
+ */
+export type ErrorCode = 'NOPERM'
+
 /** A holdline error: `kind` says what happened, `message` is the core's text. */
 export class HoldlineError extends Error {
 	override readonly name = 'HoldlineError'
+	/** `'NOPERM'` for a lock the connection's user may not use; absent otherwise. */
+	readonly code?: ErrorCode
 
 	constructor(
 		readonly kind: ErrorKind,
 		message: string,
-		options?: { cause?: unknown },
+		options?: { cause?: unknown; code?: ErrorCode },
 	) {
 		super(message, options)
+		if (options?.code !== undefined) this.code = options.code
 	}
 }
 
 /**
  * The error for a server's error reply. The five kinds carry the core's
  * text; anything else (`ERR` from a server too old for this client, say)
- * is `invalid` and keeps its first word.
+ * is `invalid` and keeps its first word; `NOPERM` (a lock the user may not
+ * use) is `invalid` too, its whole line kept, with `code: 'NOPERM'`.
  */
 export function fromServer(word: string, text: string): HoldlineError {
 	const kind = KIND_OF_WORD[word]
-	return kind ? new HoldlineError(kind, text) : new HoldlineError('invalid', text ? `${word} ${text}` : word)
+	if (kind) return new HoldlineError(kind, text)
+	const line = text ? `${word} ${text}` : word
+	return word === 'NOPERM' ? new HoldlineError('invalid', line, { code: 'NOPERM' }) : new HoldlineError('invalid', line)
 }
 
 /** Keys longer than this many characters are cut in error texts. */

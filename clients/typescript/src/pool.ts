@@ -7,11 +7,12 @@
  */
 
 import type * as tls from 'node:tls'
-import { showAddress, type Address } from './address.js'
+import { showAddress, type Address, type Auth } from './address.js'
 import { Connection } from './connection.js'
 
 export interface PoolOptions {
-	token: string | undefined
+	/** The user and token each connection says in `HELLO` (`undefined`: none). */
+	auth: Auth | undefined
 	/** Speak TLS with these options (`undefined`: plain TCP). */
 	tls: tls.ConnectionOptions | undefined
 	connectTimeoutMs: number
@@ -51,7 +52,7 @@ export class Pool {
 		}
 		let c: Connection
 		try {
-			c = await Connection.open(this.address, this.options.token, timeoutMs, this.options.tls)
+			c = await Connection.open(this.address, this.options.auth, timeoutMs, this.options.tls)
 		} catch (e) {
 			if (!this.#closed) this.options.onFailure?.()
 			throw e

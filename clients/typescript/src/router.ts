@@ -168,7 +168,7 @@ export class Router {
 		this.#home = from
 	}
 
-	/** The pool of the node at `address`, made on first use (with the first address's token and TLS). */
+	/** The pool of the node at `address`, made on first use (with the first address's user, token and TLS). */
 	#pool(address: Address): Pool {
 		const where = showAddress(address)
 		let pool = this.#pools.get(where)

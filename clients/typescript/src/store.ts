@@ -5,7 +5,7 @@
  */
 
 import type * as tls from 'node:tls'
-import { parseAddresses } from './address.js'
+import { parseAddresses, resolveAuth } from './address.js'
 import { toMillis, type Duration } from './duration.js'
 import { debugString, errorFor } from './errors.js'
 import { Lock, type LockOptions } from './lock.js'
@@ -24,10 +24,20 @@ export const DEFAULT_CONNECT_TIMEOUT_MS = 10_000
 
 export interface ConnectOptions {
 	/**
-	 * The token, when the server was started with `--token-file`. Given
-	 * here, it wins over one in a `redis://:TOKEN@host` address.
+	 * The token, when the server was started with `--token-file` or
+	 * `--users`. Given here, it wins over one in a `redis://:TOKEN@host`
+	 * address.
 	 */
 	token?: string
+	/**
+	 * The user to connect as, on a server started with `--users` (1 to 64
+	 * ASCII letters, digits or `_-.:@`; by default the address's
+	 * `redis://USER:TOKEN@host`, else `default`). Given here, it wins over
+	 * the address's. It needs a token: `HELLO 3 AUTH USER TOKEN` is said. A
+	 * command naming a lock the user may not use fails `invalid` with
+	 * `code: 'NOPERM'`.
+	 */
+	user?: string
 	/**
 	 * How long dialling and the handshake may take (default `'10s'`); also
 	 * how long a store command (`stats`, `put`, `get`) may go unanswered.
@@ -58,13 +68,13 @@ export interface LockStats {
 
 /**
  * Connects to `holdline serve` at `address`: `host:port`, `host` (port
- * 7380), `[ipv6]:port` or `redis[s]://[:token@]host[:port]`; by default
+ * 7380), `[ipv6]:port` or `redis[s]://[[user]:token@]host[:port]`; by default
  * `127.0.0.1:7380`. Resolves once a first connection has said `HELLO`, so a
  * wrong address or token, or a failed TLS handshake, fails here, not at
  * the first hold.
  *
  * Several nodes of a cluster: addresses separated by commas, or a list of
- * them (the first one's token and TLS apply to all). They are tried in
+ * them (the first one's user, token and TLS apply to all). They are tried in
  * order, the first that answers wins; none: the last one's error. A
  * cluster's map of slots is learned at once and each hold goes to the node
  * serving its key.
@@ -79,9 +89,9 @@ export async function connect(address: string | readonly string[] = '127.0.0.1:7
 	if (options.tls !== undefined && (typeof options.tls !== 'object' || options.tls === null)) {
 		throw errorFor('invalid', `the tls option is an object of tls.connect options, not ${String(options.tls)}`)
 	}
-	const token = options.token ?? where.token
+	const auth = resolveAuth(where, options.user, options.token)
 	const tlsOptions = options.tls ?? (where.tls ? {} : undefined)
-	return new Store(await Router.connect(seeds, { token, tls: tlsOptions, connectTimeoutMs: Math.max(1, timeout), maxIdle }))
+	return new Store(await Router.connect(seeds, { auth, tls: tlsOptions, connectTimeoutMs: Math.max(1, timeout), maxIdle }))
 }
 
 /** The names a lock may have: 1 to 128 ASCII letters, digits and `_ - . :`. */

@@ -9,11 +9,21 @@ import { errorFor, showKey, type HoldlineError } from './errors.js'
 import { showMs } from './duration.js'
 
 /** The forms an address may take, as `badAddress` lists them. */
-const ADDRESS_FORMS = 'host, host:port, [ipv6]:port or redis[s]://[:token@]host[:port]'
+const ADDRESS_FORMS = 'host, host:port, [ipv6]:port or redis[s]://[[user]:token@]host[:port]'
 
 /** An address that is none of the accepted forms (`invalid`). */
 export function badAddress(address: string): HoldlineError {
 	return errorFor('invalid', `bad address ${showKey(address)}: expected ${ADDRESS_FORMS}`)
+}
+
+/** A `user` option that is not 1 to 64 ASCII letters, digits or `_-.:@` (`invalid`). */
+export function badUser(user: string): HoldlineError {
+	return errorFor('invalid', `bad user name ${showKey(user)}: expected 1 to 64 ASCII letters, digits or _-.:@`)
+}
+
+/** A `user` option, and no token given anywhere (`invalid`). */
+export function userWithoutToken(user: string): HoldlineError {
+	return errorFor('invalid', `the user ${showKey(user)} was given without a token`)
 }
 
 /** Dialling failed; `reason` is the platform's own words (`closed`). */

@@ -293,7 +293,7 @@ test('closed: a server at its connection limit refuses the connection at connect
 })
 
 test('invalid: a bad address fails at once, naming it', async () => {
-	for (const address of ['http://127.0.0.1:7380', 'localhost:http', 'redis://user:pw@localhost', 'rediss://user:pw@localhost']) {
+	for (const address of ['http://127.0.0.1:7380', 'localhost:http', 'redis://user@localhost', 'rediss://user@localhost', 'redis://us er:pw@localhost']) {
 		await assert.rejects(connect(address), isText('invalid', 'bad_address', { address: JSON.stringify(address) }))
 	}
 })

@@ -3,7 +3,8 @@
  * real server (only its address put in for `127.0.0.1:7380`). A snippet
  * that speaks TLS (`tls:`) runs against a TLS server whose CA is `ca.pem`
  * in its working folder; one that names `127.0.0.1:7001` (and `:7002`, ...)
- * against a real cluster, node N's address put in for `127.0.0.1:700N`. Each `// prints: TEXT` comment is a line the
+ * against a real cluster, node N's address put in for `127.0.0.1:700N`; one
+ * that connects as `alice` against a server started with `--users`. Each `// prints: TEXT` comment is a line the
  * snippet must print, in order; a TEXT ending in `…` is the start of that
  * line.
  */
@@ -25,6 +26,7 @@ const DIR = path.join(PACKAGE, 'dist/readme')
 
 let server: Server
 let tlsServer: Server
+let usersServer: Server
 let folder: string
 let ca: Ca
 let cluster: Cluster
@@ -33,11 +35,15 @@ before(async () => {
 	ca = new Ca(folder)
 	server = await startServer()
 	tlsServer = await startServer(tlsFlags(ca))
+	const users = path.join(folder, 'users')
+	fs.writeFileSync(users, 'alice alice-token-0123456789 locks=team-a.*\n')
+	usersServer = await startServer(['--users', users])
 	cluster = await startCluster()
 })
 after(async () => {
 	await server?.stop()
 	await tlsServer?.stop()
+	await usersServer?.stop()
 	await cluster?.stop()
 	if (folder) removeFolder(folder)
 })
@@ -47,10 +53,14 @@ const speaksTls = (snippet: string) => /\btls:/.test(snippet)
 /** Whether a snippet talks to a cluster's nodes. */
 const forCluster = (snippet: string) => snippet.includes('127.0.0.1:7001')
 
+/** Whether a snippet connects as a user of a server started with `--users`. */
+const asUser = (snippet: string) => snippet.includes("user: 'alice'")
+
 /** The snippet with the addresses of the servers it runs against put in. */
 function withAddresses(snippet: string): string {
 	if (forCluster(snippet)) return snippet.replace(/127\.0\.0\.1:700(\d)/g, (_, n: string) => cluster.nodes[Number(n) - 1]!.addr)
-	return snippet.replaceAll('127.0.0.1:7380', (speaksTls(snippet) ? tlsServer : server).address)
+	const target = speaksTls(snippet) ? tlsServer : asUser(snippet) ? usersServer : server
+	return snippet.replaceAll('127.0.0.1:7380', target.address)
 }
 
 function snippets(): string[] {
@@ -67,6 +77,7 @@ test('every TypeScript snippet of the README compiles and runs as written', asyn
 	assert.ok(all.length >= 3, `${all.length} snippets found`)
 	assert.ok(all.some(speaksTls), 'a snippet speaks TLS')
 	assert.ok(all.some(forCluster), 'a snippet talks to a cluster')
+	assert.ok(all.some(asUser), 'a snippet connects as a user')
 	fs.rmSync(DIR, { recursive: true, force: true })
 	fs.mkdirSync(DIR, { recursive: true })
 	fs.copyFileSync(ca.cert, path.join(DIR, 'ca.pem'))

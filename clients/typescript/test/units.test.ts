@@ -25,6 +25,8 @@ import {
 	tlsFailed,
 	tokenMissing,
 	tokenRefused,
+	badUser,
+	userWithoutToken,
 	waitSilent,
 } from '../src/texts.js'
 import { isTableText, isText, TABLE, tableText, type Values } from './texts.js'
@@ -138,6 +140,13 @@ test('addresses: the accepted forms', () => {
 		['rediss://127.0.0.1', { host: '127.0.0.1', port, tls: true }],
 		['rediss://[::1]:27400', { host: '::1', port: 27400, tls: true }],
 		['rediss://:s3cret@host:1', { host: 'host', port: 1, token: 's3cret', tls: true }],
+		['redis://alice:s3cret@host:1', { host: 'host', port: 1, user: 'alice', token: 's3cret' }],
+		['rediss://alice:s3cret@host', { host: 'host', port, user: 'alice', token: 's3cret', tls: true }],
+		['redis://default:s3cret@host', { host: 'host', port, user: 'default', token: 's3cret' }],
+		['redis://alice:tok:en@host', { host: 'host', port, user: 'alice', token: 'tok:en' }],
+		['redis://a%3Ab%40c:t@host', { host: 'host', port, user: 'a:b@c', token: 't' }],
+		['redis://a@b:t@host', { host: 'host', port, user: 'a@b', token: 't' }],
+		[`redis://${'u'.repeat(64)}:t@host`, { host: 'host', port, user: 'u'.repeat(64), token: 't' }],
 	]
 	for (const [text, address] of cases) assert.deepEqual(parseAddress(text), address, text)
 	assert.equal(showAddress({ host: '::1', port: 7380 }), '[::1]:7380')
@@ -147,7 +156,7 @@ test('addresses: the accepted forms', () => {
 test('addresses: anything else fails invalid with the bad_address text', () => {
 	const bad = [
 		'', ':9000', 'a:b', 'a:70000', 'a:0', '::1', '::1:80', 'a b:1', 'host:', '[::1', '[nothex]:1', '[::1]:x',
-		'http://host', 'redis://', 'rediss://', 'redisss://host', 'rediss:/host', 'rediss://user:tok@host', 'redis://user:tok@host', 'redis://:@host', 'redis://host/0',
+		'http://host', 'redis://', 'rediss://', 'redisss://host', 'rediss:/host', 'rediss://user@host', 'redis://user@host', 'redis://user:@host', 'redis://us er:tok@host', 'redis://us%20er:tok@host', 'redis://é:tok@host', `redis://${'u'.repeat(65)}:t@h`, 'redis://:@host', 'redis://host/0',
 		'redis://:%zz@host', 'redis//host', 'host:7380 ', `${'x'.repeat(70)}:`,
 	]
 	for (const text of bad) assert.throws(() => parseAddress(text), isText('invalid', 'bad_address', { address: showKey(text) }), text)
@@ -217,6 +226,8 @@ test('every client-made text is the table text, byte for byte', () => {
 	const k = showKey(key)
 	const made: Array<[HoldlineError, string, Values]> = [
 		[badAddress('http://h'), 'bad_address', { address: '"http://h"' }],
+		[badUser('a b'), 'bad_user', { user: '"a b"' }],
+		[userWithoutToken('alice'), 'user_without_token', { user: '"alice"' }],
 		[cannotConnect('[::1]:7380', 'connect ECONNREFUSED ::1:7380'), 'cannot_connect', { hostport: '[::1]:7380' }],
 		[connectSilent('h:1', 10_000), 'connect_silent', { hostport: 'h:1', timeout: '10s' }],
 		[tokenMissing(), 'token_missing', {}],

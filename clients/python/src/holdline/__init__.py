@@ -18,7 +18,7 @@ moment the lease is lost. `connect_sync` gives the same with `with` blocks.
 """
 
 from ._durations import Duration
-from ._errors import Closed, Error, InUse, Invalid, Limit, Lost
+from ._errors import Closed, Error, InUse, Invalid, Limit, Lost, NoPerm
 from ._inspect import KeyHolder, KeyState
 from ._lease import Lease
 from ._lock import Hold, Key, Lock, TryHold
@@ -48,6 +48,7 @@ __all__ = [
     "DEFAULT_ADDRESS",
     "Error",
     "Invalid",
+    "NoPerm",
     "InUse",
     "Lost",
     "Limit",

@@ -1,15 +1,16 @@
 """Where a server listens, read from the forms every holdline client
 accepts: `host`, `host:port`, `[ipv6]` or `[ipv6]:port` (port 7380 when
-none is given), `redis://[:token@]host[:port]`, whose password is the
-token, and `rediss://`, the same over TLS. Anything else is `Invalid` at
-once, naming the address.
+none is given), `redis://[[user]:token@]host[:port]`, whose user name is
+the user to connect as (`default` when none is given) and whose password
+is its token, and `rediss://`, the same over TLS. Anything else is
+`Invalid` at once, naming the address.
 
 Several nodes of a cluster are several such addresses, in one string
 separated by commas or as a list.
 """
 
 import re
-from typing import List, NamedTuple, Optional, Sequence, Union
+from typing import List, NamedTuple, Optional, Sequence, Tuple, Union
 from urllib.parse import unquote
 
 from ._errors import Invalid, show_key
@@ -17,13 +18,15 @@ from ._texts import DEFAULT_PORT, text
 
 
 class Address(NamedTuple):
-    """A server's host and port, the token its URL carried, if any, and
-    whether the URL asked for TLS (`rediss://`)."""
+    """A server's host and port, the token its URL carried, if any,
+    whether the URL asked for TLS (`rediss://`), and the user its URL
+    named, if any (None: `default`)."""
 
     host: str
     port: int
     token: Optional[str] = None
     tls: bool = False
+    user: Optional[str] = None
 
     @property
     def hostport(self) -> str:
@@ -37,6 +40,13 @@ class Address(NamedTuple):
 _HOST = re.compile(r"[A-Za-z0-9._-]+")
 _IPV6 = re.compile(r"[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*(?:%[A-Za-z0-9._-]+)?")
 _HOST_PORT = re.compile(r"(?:\[([^\]]*)\]|([^:\[\]]*))(?::([0-9]{1,5}))?")
+# A user name: 1 to 64 ASCII letters, digits or `_-.:@`.
+_USER = re.compile(r"[A-Za-z0-9_.:@-]{1,64}")
+
+
+def is_user_name(name: object) -> bool:
+    """Whether `name` is a user name: 1 to 64 ASCII letters, digits or `_-.:@`."""
+    return isinstance(name, str) and _USER.fullmatch(name) is not None
 
 
 def parse_address(address: str) -> Address:
@@ -49,19 +59,25 @@ def parse_address(address: str) -> Address:
     if scheme not in ("redis", "rediss"):
         raise bad_address(address)
     token: Optional[str] = None
+    user: Optional[str] = None
     userinfo, at, hostpart = rest.rpartition("@")
     if at:
-        # Only the password form `:token`: the server knows one user.
-        if not userinfo.startswith(":") or len(userinfo) < 2:
+        # `user:token`, or `:token` (the user `default`); a bare user name
+        # would be a user without a password, which holdline has not.
+        name, colon, password = userinfo.partition(":")
+        if not colon or not password:
             raise bad_address(address)
         try:
-            token = unquote(userinfo[1:], errors="strict")
+            token = unquote(password, errors="strict")
+            user = unquote(name, errors="strict") or None
         except UnicodeDecodeError:
             raise bad_address(address) from None
+        if user is not None and not is_user_name(user):
+            raise bad_address(address)
     else:
         hostpart = rest
-    host, port, _, _ = _host_port(hostpart, address)
-    return Address(host, port, token, scheme == "rediss")
+    where = _host_port(hostpart, address)
+    return Address(where.host, where.port, token, scheme == "rediss", user)
 
 
 Addresses = Union[str, Sequence[str]]
@@ -101,6 +117,26 @@ def _host_port(part: str, address: Optional[str] = None) -> Address:
     if not 0 < port < 65536:
         raise bad_address(whole)
     return Address(host, port)
+
+
+Auth = Tuple[str, str]
+"""The user and token a connection says in `HELLO 3 AUTH USER TOKEN`."""
+
+
+def resolve_auth(first: Address, user: Optional[str], token: Optional[str]) -> Optional[Auth]:
+    """The user and token to say: each the option's when given, else the
+    first address's; the user `default` when neither names one. `Invalid`
+    for a user name outside the rule (bad_user) or a user without a token
+    (user_without_token); None when there is no token."""
+    if user is not None and not is_user_name(user):
+        raise Invalid(text("bad_user", user=show_key(str(user))))
+    token = token if token is not None else first.token
+    name = user if user is not None else first.user
+    if token is None:
+        if name is not None:
+            raise Invalid(text("user_without_token", user=show_key(name)))
+        return None
+    return (name or "default", token)
 
 
 def bad_address(address: str) -> Invalid:

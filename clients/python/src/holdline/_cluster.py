@@ -27,7 +27,7 @@ import asyncio
 import ssl
 from typing import Dict, List, Optional, Set, Tuple, Union
 
-from ._address import Address
+from ._address import Address, Auth
 from ._errors import Closed, Error
 from ._pool import Holding, Pool
 from ._resp import Arg, Reply, RespError
@@ -125,13 +125,13 @@ class Router:
     def __init__(
         self,
         seeds: List[Address],
-        token: Optional[str],
+        auth: Optional[Auth],
         tls: Optional[ssl.SSLContext],
         connect_timeout_ms: int,
         max_idle: int,
     ) -> None:
         self.seeds = seeds
-        self._token = token
+        self._auth = auth
         self.tls = tls
         """The TLS context every connection is made with; None: plain TCP."""
         self._connect_timeout_ms = connect_timeout_ms
@@ -181,7 +181,7 @@ class Router:
         name = address.hostport
         pool = self._pools.get(name)
         if pool is None:
-            pool = Pool(address, self._token, self.tls, self._connect_timeout_ms, self._max_idle)
+            pool = Pool(address, self._auth, self.tls, self._connect_timeout_ms, self._max_idle)
             pool.on_failure = lambda: self._failed(name)
             self._pools[name] = pool
         return pool

@@ -14,6 +14,7 @@ from typing import Dict, Optional, Type
 __all__ = [
     "Error",
     "Invalid",
+    "NoPerm",
     "InUse",
     "Lost",
     "Limit",
@@ -41,6 +42,13 @@ class Invalid(Error, ValueError):
     """A bad lock name, key or duration, or a hold where it may not be called."""
 
     kind = "invalid"
+
+
+class NoPerm(Invalid):
+    """The server refused a command naming a lock that the connection's user
+    may not use (`holdline serve --users`): kind `invalid`, `str(err)` the
+    server's line as sent, `NOPERM user alice may not use lock "payments"`.
+    Retrying will not help; connecting as another user may."""
 
 
 class InUse(Error):
@@ -81,11 +89,13 @@ def from_reply(message: str) -> Error:
 
     The five kinds carry the core's text; any other reply (`ERR`, `NOAUTH`,
     `WRONGPASS`: a server too old or too strict for this client) is
-    `Invalid` with the whole line, first word kept: retrying will not help."""
+    `Invalid` with the whole line, first word kept: retrying will not help.
+    A `NOPERM` reply (a lock the connection's user may not use) is `NoPerm`,
+    an `Invalid` too, with its whole line."""
     word, _, text = message.partition(" ")
     cls = _BY_WORD.get(word)
     if cls is None:
-        return Invalid(message)
+        return NoPerm(message) if word == "NOPERM" else Invalid(message)
     return cls(text)
 
 

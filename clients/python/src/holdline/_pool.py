@@ -11,7 +11,7 @@ import asyncio
 import ssl
 from typing import Callable, List, Optional, Set, Tuple
 
-from ._address import Address
+from ._address import Address, Auth
 from ._errors import Closed, text_for
 from ._resp import Arg, Reply
 from ._wire import Link, open_link
@@ -26,13 +26,13 @@ class Pool:
     def __init__(
         self,
         address: Address,
-        token: Optional[str],
+        auth: Optional[Auth],
         tls: Optional[ssl.SSLContext],
         connect_timeout_ms: int,
         max_idle: int,
     ) -> None:
         self.address = address
-        self._token = token
+        self._auth = auth
         self.tls = tls
         """The TLS context every connection is made with; None: plain TCP."""
         self._connect_timeout_ms = connect_timeout_ms
@@ -57,7 +57,7 @@ class Pool:
     async def open(self) -> Link:
         """A new connection, said `HELLO` to."""
         try:
-            link = await open_link(self.address, self._token, self._connect_timeout_ms, self.tls)
+            link = await open_link(self.address, self._auth, self._connect_timeout_ms, self.tls)
         except Closed:
             self._failed()
             raise

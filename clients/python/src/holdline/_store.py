@@ -11,7 +11,7 @@ import ssl as _ssl
 from types import TracebackType
 from typing import Any, Dict, Generator, List, Optional, Type, Union
 
-from ._address import Addresses, parse_addresses
+from ._address import Addresses, parse_addresses, resolve_auth
 from ._cluster import Router
 from ._durations import Duration, to_ms
 from ._lock import Key, Lock, check_name, key_text
@@ -25,27 +25,35 @@ def connect(
     address: Addresses = DEFAULT_ADDRESS,
     *,
     token: Optional[str] = None,
+    user: Optional[str] = None,
     ssl: Optional[_ssl.SSLContext] = None,
     connect_timeout: Optional[Duration] = None,
     max_idle: int = 16,
 ) -> "Connecting":
     """Connects to `holdline serve` at `address`: `host:port`, `host` (port
-    7380), `[ipv6]:port`, `redis://[:token@]host[:port]`, or `rediss://...`
+    7380), `[ipv6]:port`, `redis://[[user]:token@]host[:port]`, or `rediss://...`
     for TLS. The nodes of a cluster are several addresses, separated by
     commas in one string or as a list: the first that answers is asked for
     the cluster's slot map, and each key's commands go to the node that
     serves it (a single server answers no map, and gets every command).
 
-    `token` authenticates when the server was started with `--token-file`;
-    given here, it wins over one in a `redis://:TOKEN@host` address.
+    `token` authenticates when the server was started with `--token-file`
+    or `--users`; given here, it wins over one in a `redis://:TOKEN@host`
+    address. `user` is the user to connect as on a server started with
+    `--users` (1 to 64 ASCII letters, digits or `_-.:@`; default: the
+    address's `redis://USER:TOKEN@host`, else `default`); given here, it
+    wins over the address's. A user needs a token: `HELLO 3 AUTH USER
+    TOKEN` is said. A command naming a lock the user may not use raises
+    `NoPerm` (an `Invalid`).
     `ssl` makes every connection TLS with that context, whatever the
     address's form; a `rediss://` address without it uses
     `ssl.create_default_context()` (the system's trusted CAs).
     `connect_timeout` (default 10 s) bounds the connection, the TLS
     handshake and the server's answer to `HELLO`. Up to `max_idle`
     connections are kept open between holds. A bad address or duration
-    raises `Invalid` at once. With several addresses, the first one's token
-    and TLS apply to every node."""
+    raises `Invalid` at once, as does a bad user name or a user without a
+    token. With several addresses, the first one's user, token and TLS
+    apply to every node."""
     seeds = parse_addresses(address)
     first = seeds[0]
     timeout_ms = CONNECT_TIMEOUT_MS
@@ -53,8 +61,8 @@ def connect(
         timeout_ms = max(1, to_ms(connect_timeout, "connect_timeout"))
     if ssl is None and first.tls:
         ssl = _ssl.create_default_context()
-    token = token if token is not None else first.token
-    return Connecting(Router(seeds, token, ssl, timeout_ms, max_idle))
+    auth = resolve_auth(first, user, token)
+    return Connecting(Router(seeds, auth, ssl, timeout_ms, max_idle))
 
 
 class Connecting:

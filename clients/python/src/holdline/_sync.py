@@ -55,13 +55,19 @@ def connect_sync(
     address: Addresses = DEFAULT_ADDRESS,
     *,
     token: Optional[str] = None,
+    user: Optional[str] = None,
     ssl: Optional[_ssl.SSLContext] = None,
     connect_timeout: Optional[Duration] = None,
     max_idle: int = 16,
 ) -> "SyncStore":
     """`connect`, blocking: a store whose holds are `with` blocks."""
     connecting = connect(
-        address, token=token, ssl=ssl, connect_timeout=connect_timeout, max_idle=max_idle
+        address,
+        token=token,
+        user=user,
+        ssl=ssl,
+        connect_timeout=connect_timeout,
+        max_idle=max_idle,
     )
     runner = _LoopThread()
 

@@ -4,11 +4,11 @@ holdline client (Rust, Python, TypeScript, Go).
 `TEXTS` is a copy of the table in the repository's `clients/texts.json`,
 which this package cannot read at run time (it is not installed with it);
 the tests compare the two. Placeholders are `str.format` fields: `{address}`
-an address as the caller wrote it, shown as a key is shown; `{hostport}`
-the `host:port` dialled (an IPv6 host in brackets); `{reason}` the
-platform's own words; `{lock}` a lock name; `{key}` a key shown quoted;
-`{ttl}`, `{wait}`, `{timeout}` durations as `show_ms` writes them; `{slot}`
-a slot number in decimal.
+an address as the caller wrote it, shown as a key is shown; `{user}` a
+user name, shown the same way; `{hostport}` the `host:port` dialled (an
+IPv6 host in brackets); `{reason}` the platform's own words; `{lock}` a
+lock name; `{key}` a key shown quoted; `{ttl}`, `{wait}`, `{timeout}`
+durations as `show_ms` writes them; `{slot}` a slot number in decimal.
 """
 
 from typing import Dict
@@ -18,8 +18,12 @@ from ._errors import show_key
 TEXTS: Dict[str, str] = {
     "bad_address": (
         "store: bad address {address}: expected host, host:port, [ipv6]:port "
-        "or redis[s]://[:token@]host[:port]: invalid"
+        "or redis[s]://[[user]:token@]host[:port]: invalid"
     ),
+    "bad_user": (
+        "store: bad user name {user}: expected 1 to 64 ASCII letters, digits or _-.:@: invalid"
+    ),
+    "user_without_token": "store: the user {user} was given without a token: invalid",
     "cannot_connect": "store: cannot connect to {hostport} ({reason}): closed",
     "connect_silent": "store: the server at {hostport} answered nothing for {timeout}: closed",
     "token_missing": "store: the server wants a token: invalid",

@@ -25,7 +25,7 @@ import time
 from collections import deque
 from typing import Callable, Deque, Dict, List, Optional, Protocol, cast
 
-from ._address import Address
+from ._address import Address, Auth
 from ._errors import Closed, Invalid, from_reply
 from ._resp import Arg, Decoder, ProtocolFault, Push, Reply, RespError, encode
 from ._texts import show_ms, text
@@ -239,10 +239,10 @@ def _settle(future: "asyncio.Future[Reply]", value: Reply) -> None:
 
 
 async def open_link(
-    address: Address, token: Optional[str], timeout_ms: int, tls: Optional[ssl.SSLContext]
+    address: Address, auth: Optional[Auth], timeout_ms: int, tls: Optional[ssl.SSLContext]
 ) -> Link:
-    """Connects (over TLS given `tls`) and says `HELLO 3` (with `AUTH default
-    TOKEN` given a token), all within `timeout_ms`. A server that wants a
+    """Connects (over TLS given `tls`) and says `HELLO 3` (with `AUTH USER
+    TOKEN` given a user and token), all within `timeout_ms`. A server that wants a
     token, or refuses the one given, fails here (`Invalid`), as does a TLS
     handshake (`Closed`), never at the first hold."""
     loop = asyncio.get_running_loop()
@@ -262,8 +262,8 @@ async def open_link(
         raise Closed(text("cannot_connect", hostport=address.hostport, reason=reason)) from None
     try:
         hello: List[Arg] = ["HELLO", "3"]
-        if token is not None:
-            hello += ["AUTH", "default", token]
+        if auth is not None:
+            hello += ["AUTH", auth[0], auth[1]]
         reply: Reply = DROPPED
         if link.writable:
             pending = link.send(*hello)
