@@ -87,9 +87,54 @@ impl Job {
     }
 }
 
+/// Which run: the tour (the default), every row (`--full`, or rows
+/// picked by flags), or CI's smoke run (`--quick`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Tour,
+    Full,
+    Quick,
+}
+
+/// The tour's rows: the scenario, thread count and busy level of each
+/// verdict question (every design, or both servers; the cluster question
+/// the plain node and three nodes).
+const TOUR: [(Scenario, usize, usize); 8] = [
+    (Scenario::Uncontended, 1, 0),
+    (Scenario::HotKey, 2, 0),
+    (Scenario::HotKey, 2, 1),
+    (Scenario::AsyncHotKey, 4, 0),
+    (Scenario::MillionKeys, 1, 0),
+    (Scenario::ServerUncontended, 1, 0),
+    (Scenario::ServerHotKey, 16, 0),
+    (Scenario::Cluster, 16, 0),
+];
+
+/// The tour's jobs, in [`TOUR`]'s order.
+fn tour_jobs(designs: &[Design]) -> Vec<Job> {
+    let mut jobs = Vec::new();
+    // The single-key baselines answer no question of the verdict.
+    let keyed: Vec<Design> = designs.iter().copied().filter(|d| !d.single()).collect();
+    for (scenario, threads, busy) in TOUR {
+        for design in subjects(scenario, &keyed) {
+            let routed = matches!(design, Subject::Cluster(Setup::Nodes(n)) if n != 3);
+            if !routed {
+                jobs.push(Job {
+                    scenario,
+                    threads,
+                    design,
+                    busy,
+                });
+            }
+        }
+    }
+    jobs
+}
+
 /// What a run of the harness will do, settled from the command line.
 pub struct Plan {
     pub cfg: Cfg,
+    pub mode: Mode,
     pub quick: bool,
     pub threads: Vec<usize>,
     pub runs: usize,
@@ -163,7 +208,20 @@ fn chosen<T: Copy + PartialEq>(all: &[T], asked: &[T]) -> Vec<T> {
 
 impl Plan {
     pub fn new(args: &BenchArgs) -> Plan {
-        let ms = args.duration.unwrap_or(if args.quick { 120 } else { 1000 });
+        let picked = !(args.scenarios.is_empty()
+            && args.designs.is_empty()
+            && args.threads.is_empty()
+            && args.busy.is_empty());
+        let mode = match (args.quick, args.full || picked) {
+            (true, _) => Mode::Quick,
+            (false, true) => Mode::Full,
+            (false, false) => Mode::Tour,
+        };
+        let ms = args.duration.unwrap_or(match mode {
+            Mode::Quick => 120,
+            Mode::Tour => 600,
+            Mode::Full => 1000,
+        });
         let million = args
             .keys
             .unwrap_or(if args.quick { 200_000 } else { 1_000_000 });
@@ -184,10 +242,15 @@ impl Plan {
                 .unwrap_or_else(|| workspace_path("target"))
                 .join("harness")
         });
+        let jobs = match mode {
+            Mode::Tour => tour_jobs(&designs),
+            _ => jobs(&scenarios, &designs, &threads, &args.busy),
+        };
         Plan {
             cfg: Cfg::new(Duration::from_millis(ms), million),
+            mode,
             quick: args.quick,
-            jobs: jobs(&scenarios, &designs, &threads, &args.busy),
+            jobs,
             threads,
             runs: args.runs.unwrap_or(if args.quick { 1 } else { 3 }),
             out_dir,
@@ -303,6 +366,7 @@ fn meta(plan: &Plan, elapsed: Duration) -> Vec<(&'static str, String)> {
     };
     vec![
         ("quick", plan.quick.to_string()),
+        ("mode", format!("{:?}", plan.mode).to_lowercase()),
         ("threads", format!("{:?}", plan.threads)),
         ("busy", busy.join(", ")),
         ("runs", plan.runs.to_string()),
@@ -399,8 +463,79 @@ fn say_missing_servers(plan: &Plan) {
     }
 }
 
+/// Builds `holdline serve` (a no-op when it is current) when a planned row
+/// starts it and no `HOLDLINE_BIN` names one, so that `cargo run -p
+/// harness` needs no build step first; says so. Run outside cargo (no
+/// `CARGO` in the environment), it leaves the binary as it finds it.
+fn build_holdline(plan: &Plan) {
+    let starts_holdline = plan.jobs.iter().any(|j| {
+        matches!(
+            j.design,
+            Subject::Server(ServerKind::Holdline) | Subject::Cluster(_)
+        )
+    });
+    let Some(cargo) = std::env::var_os("CARGO") else {
+        return;
+    };
+    if !starts_holdline || std::env::var_os("HOLDLINE_BIN").is_some() {
+        return;
+    }
+    eprintln!(
+        "harness: building holdline serve for the server rows \
+         (cargo build --release --bin holdline; seconds when it is current)"
+    );
+    let mut build = std::process::Command::new(cargo);
+    build.current_dir(workspace_path("")).args([
+        "build",
+        "--release",
+        "--quiet",
+        "--bin",
+        "holdline",
+    ]);
+    // What `cargo run` set for this process is not the build's: ring's
+    // build script watches it, and passing it on rebuilt ring, rustls and
+    // all above them at every run (and again at the next `cargo run`).
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        let of_this_run = [
+            "CARGO_PKG_",
+            "CARGO_MANIFEST_",
+            "CARGO_BIN_",
+            "CARGO_CRATE_",
+        ]
+        .iter()
+        .any(|p| name.starts_with(p))
+            || name == "CARGO_PRIMARY_PACKAGE"
+            || name == "CARGO_RUSTC_CURRENT_DIR";
+        if of_this_run {
+            build.env_remove(name.as_ref());
+        }
+    }
+    let built = build.status();
+    if !built.is_ok_and(|s| s.success()) {
+        eprintln!("harness: building holdline failed: its rows say how to build it");
+    }
+}
+
+/// The verdict's lines: the hot path's, then each question's, with memory
+/// per connection before the cluster's.
+fn verdict(rows: &[Row], hot: &[crate::hot_path::Measured], start: Instant) -> String {
+    use crate::server_scenarios::connection_memory;
+    use crate::verdict::{answer, connection_memory_line, hot_path_lines, render, QUESTIONS};
+    let mut lines = hot_path_lines(hot);
+    let (last, rest) = QUESTIONS.split_last().expect("questions");
+    lines.extend(rest.iter().map(|q| answer(rows, q)));
+    lines.push(connection_memory_line(
+        connection_memory(ServerKind::Holdline),
+        connection_memory(ServerKind::Redis),
+    ));
+    lines.push(answer(rows, last));
+    render(&lines, start.elapsed().as_secs_f64())
+}
+
 pub fn bench(args: &BenchArgs) -> ExitCode {
     let plan = Plan::new(args);
+    build_holdline(&plan);
     say_missing_servers(&plan);
     eprintln!(
         "harness: {} rows x {} runs (threads {:?}), {} ms + {} ms per run, {} keys in million-keys, {} CPUs",
@@ -423,6 +558,7 @@ pub fn bench(args: &BenchArgs) -> ExitCode {
         elapsed.as_secs_f64(),
         report::legend(plan.runs)
     );
+    let mut hot = Vec::new();
     if plan
         .jobs
         .iter()
@@ -434,7 +570,11 @@ pub fn bench(args: &BenchArgs) -> ExitCode {
         } else {
             (15, 400_000)
         };
-        table.push_str(&crate::hot_path::check(rounds, holds));
+        hot = crate::hot_path::measure(rounds, holds);
+        table.push_str(&crate::hot_path::report(rounds, holds, &hot));
+    }
+    if plan.mode != Mode::Quick {
+        table.push_str(&verdict(&rows, &hot, start));
     }
     print!("{table}");
     let written = write_outputs(&plan, &rows, &table, elapsed);
@@ -465,8 +605,8 @@ mod tests {
     }
 
     #[test]
-    fn the_default_run_adds_busy_hot_key_rows_and_repeats_three_times() {
-        let p = plan(&[]);
+    fn the_full_run_adds_busy_hot_key_rows_and_repeats_three_times() {
+        let p = plan(&["--full"]);
         assert_eq!(p.runs, 3);
         assert_eq!(p.threads, [1, 2, 4]);
         let busy: Vec<&Job> = p.jobs.iter().filter(|j| j.busy > 0).collect();
@@ -558,6 +698,37 @@ mod tests {
                 (16, "cluster-3")
             ]
         );
+    }
+
+    #[test]
+    fn the_default_run_is_the_tour_of_the_verdicts_rows() {
+        let p = plan(&[]);
+        assert_eq!((p.mode, p.runs), (Mode::Tour, 3));
+        assert_eq!(p.cfg.duration, Duration::from_millis(600));
+        // Every question's rows are planned, holdline's and the others'.
+        for q in crate::verdict::QUESTIONS {
+            let of_q: Vec<&Job> = p
+                .jobs
+                .iter()
+                .filter(|j| (j.scenario, j.threads, j.busy) == (q.scenario, q.threads, q.busy))
+                .collect();
+            assert!(of_q.len() >= 2, "{q:?}");
+            assert!(
+                of_q.iter()
+                    .any(|j| j.design.name() == q.scenario.reference()),
+                "{q:?}"
+            );
+        }
+        let clusters: Vec<&str> = p
+            .jobs
+            .iter()
+            .filter(|j| j.scenario == Scenario::Cluster)
+            .map(|j| j.design.name())
+            .collect();
+        assert_eq!(clusters, ["plain", crate::verdict::CLUSTER]);
+        // A flag that picks rows runs them as --full would.
+        assert_eq!(plan(&["--scenario", "zipf"]).mode, Mode::Full);
+        assert_eq!(plan(&["--quick"]).mode, Mode::Quick);
     }
 
     #[test]

@@ -25,10 +25,18 @@ pub struct Cli {
 }
 
 const AFTER_HELP: &str = "\
-Default run: every scenario at threads 1,2,4 on a quiet machine, plus the
+Default run: the tour, about 2 to 3 minutes on 2 cores: the rows that
+answer the questions a user asks (uncontended holds, one hot key quiet
+and beside a busy CPU, async tasks, a million fresh keys, the server's
+round trip and hot key against Redis, memory per connection, the
+cluster's routing cost), each 3 times, ending with the verdict: one line
+per question, holdline against the best other design.
+
+--full: every scenario at threads 1,2,4 on a quiet machine, plus the
 hot-key rows again with one CPU-bound thread beside them (--busy 0 with
 hot-key also at 1); every row 3 times, reported as the median with the
-min-max range.
+min-max range (README's numbers, about 14 minutes); the verdict too.
+--scenario, --design, --threads or --busy pick rows as --full would.
 
 Exit status: 0; 1 when a row panicked or an output could not be written;
 2 on bad arguments; 3 when a row ran far past its time budget (a hang).";
@@ -42,20 +50,23 @@ pub enum Command {
 #[derive(Args, Debug, Default)]
 pub struct BenchArgs {
     /// CI smoke run: short rows, threads 1,2, 200k keys, each row once.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "full")]
     pub quick: bool,
+    /// Every scenario, thread count and design (README's numbers).
+    #[arg(long)]
+    pub full: bool,
     /// Thread counts [default: 1,2,4; --quick: 1,2].
     #[arg(long, value_delimiter = ',', value_parser = positive)]
     pub threads: Vec<usize>,
     /// Throughput phase per row in ms; the latency phase is half as long
-    /// [default: 1000; --quick: 120].
+    /// [default: 600; --full: 1000; --quick: 120].
     #[arg(long, value_parser = millis)]
     pub duration: Option<u64>,
     /// Scenarios to run: uncontended, hot-key, zipf, million-keys, handoff,
     /// deadline, async-uncontended, async-hot-key, async-fresh-keys,
     /// async-deadline, server-uncontended, server-pipelined, server-hot-key,
     /// server-memory, cluster; or a group: blocking, async, server [default:
-    /// all; --quick: all but the server ones].
+    /// the tour's; --full: all; --quick: all but the server ones].
     #[arg(
         long = "scenario",
         alias = "scenarios",

@@ -4,15 +4,13 @@
 //! --etcd`, and the owners read from `CLUSTER SLOTS` (a key's slot is the
 //! client's `holdline_client::key_slot`, Redis Cluster's).
 
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
-use std::time::{Duration, Instant};
 
 use holdline_client::Value;
 
-use crate::servers::{free_port, Missing, ServerProcess};
+use crate::servers::{Missing, ServerProcess};
 
 /// Redis Cluster's slots.
 pub const SLOTS: usize = 16384;
@@ -24,10 +22,7 @@ pub const PARTITIONS: usize = 16;
 pub const ETCD_TTL: &str = "5s";
 
 /// The etcd the rows start (Debian's `etcd-server`).
-const ETCD: &str = "/usr/bin/etcd";
-
-/// How long etcd may take to listen.
-const ETCD_START: Duration = Duration::from_secs(15);
+const ETCD: &str = crate::spawn::ETCD;
 
 /// What a row of the `cluster` scenario runs against.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -83,74 +78,14 @@ pub fn tools_required() -> bool {
     std::env::var("HOLDLINE_REQUIRE_TOOLS").as_deref() == Ok("1")
 }
 
-/// One etcd member; killed, and its data directory removed, when dropped.
-pub struct Etcd {
-    child: Child,
-    dir: PathBuf,
-    pub url: String,
-}
+/// One etcd member (`testing/spawn.rs`), killed and its data removed
+/// when dropped.
+pub type Etcd = crate::spawn::Etcd;
 
-impl Etcd {
-    /// Starts a single-member etcd on free loopback ports (a short election
-    /// timeout: it leads within a fraction of a second) and waits until it
-    /// listens.
-    pub fn start(bin: &Path) -> Result<Etcd, String> {
-        let (client, peer) = (free_port()?, free_port()?);
-        let shm = Path::new("/dev/shm");
-        let base = if shm.is_dir() {
-            shm.to_path_buf()
-        } else {
-            std::env::temp_dir()
-        };
-        let dir = base.join(format!(
-            "holdline-harness-etcd-{}-{client}",
-            std::process::id()
-        ));
-        let url = format!("http://127.0.0.1:{client}");
-        let peer_url = format!("http://127.0.0.1:{peer}");
-        let child = Command::new(bin)
-            .args(["--name", "harness", "--data-dir"])
-            .arg(&dir)
-            .args([
-                "--listen-client-urls",
-                &url,
-                "--advertise-client-urls",
-                &url,
-            ])
-            .args(["--listen-peer-urls", &peer_url])
-            .args(["--initial-advertise-peer-urls", &peer_url])
-            .args(["--initial-cluster", &format!("harness={peer_url}")])
-            .args(["--heartbeat-interval", "20", "--election-timeout", "200"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
-        let mut etcd = Etcd { child, dir, url };
-        let start = Instant::now();
-        while TcpStream::connect(("127.0.0.1", client)).is_err() {
-            if let Ok(Some(status)) = etcd.child.try_wait() {
-                return Err(format!(
-                    "etcd exited ({status}) before listening on {client}"
-                ));
-            }
-            if start.elapsed() > ETCD_START {
-                return Err(format!(
-                    "etcd did not listen on {client} within {ETCD_START:?}"
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        Ok(etcd)
-    }
-}
-
-impl Drop for Etcd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
+/// A single-member etcd on free loopback ports (a short election
+/// timeout: it leads within a fraction of a second).
+pub fn start_etcd() -> Result<Etcd, String> {
+    Etcd::start_with(&["--heartbeat-interval", "20", "--election-timeout", "200"])
 }
 
 /// A cluster name no other run of this process used.
@@ -163,15 +98,15 @@ pub fn cluster_name() -> String {
     )
 }
 
-/// A node of cluster `name` on a free loopback port, advertised as itself.
+/// A node of cluster `name` on a loopback port it binds, advertised as itself.
 pub fn start_node(bin: &Path, etcd: &Etcd, name: &str) -> Result<ServerProcess, String> {
-    let addr = format!("127.0.0.1:{}", free_port()?);
     let partitions = PARTITIONS.to_string();
+    let url = etcd.url();
     let args = [
         "--advertise",
-        &addr,
+        "127.0.0.1:0",
         "--etcd",
-        &etcd.url,
+        &url,
         "--cluster",
         name,
         "--partitions",
@@ -179,7 +114,7 @@ pub fn start_node(bin: &Path, etcd: &Etcd, name: &str) -> Result<ServerProcess, 
         "--etcd-ttl",
         ETCD_TTL,
     ];
-    ServerProcess::holdline(bin, &addr, &args)
+    ServerProcess::holdline(bin, &args)
 }
 
 /// One range of `CLUSTER SLOTS`: first and last slot, the owner's address and id.

@@ -76,7 +76,7 @@ pub fn run(setup: Setup, cfg: &Cfg, clients: usize) -> Run {
     let started = match setup {
         Setup::Plain => start_plain(&bin),
         Setup::Nodes(n) => match etcd_binary() {
-            Ok(etcd) => start_cluster(&bin, &etcd, n, &rt),
+            Ok(_) => start_cluster(&bin, n, &rt),
             Err(missing) if tools_required() => {
                 panic!(
                     "etcd is required (HOLDLINE_REQUIRE_TOOLS=1) but missing: {}",
@@ -101,7 +101,7 @@ pub fn run(setup: Setup, cfg: &Cfg, clients: usize) -> Run {
 
 fn start_plain(bin: &std::path::Path) -> Result<Started, String> {
     let t0 = Instant::now();
-    let node = ServerProcess::holdline(bin, "127.0.0.1:0", &[])?;
+    let node = ServerProcess::holdline(bin, &[])?;
     Ok(Started {
         nodes: vec![node],
         _etcd: None,
@@ -112,14 +112,9 @@ fn start_plain(bin: &std::path::Path) -> Result<Started, String> {
 
 /// etcd, then `n` nodes of a fresh cluster, then a wait until every node
 /// answers the same settled map.
-fn start_cluster(
-    bin: &std::path::Path,
-    etcd_bin: &std::path::Path,
-    n: usize,
-    rt: &Runtime,
-) -> Result<Started, String> {
+fn start_cluster(bin: &std::path::Path, n: usize, rt: &Runtime) -> Result<Started, String> {
     let t0 = Instant::now();
-    let etcd = Etcd::start(etcd_bin)?;
+    let etcd = crate::cluster::start_etcd()?;
     let name = cluster_name();
     let nodes = (0..n)
         .map(|_| start_node(bin, &etcd, &name))
@@ -378,7 +373,7 @@ mod tests {
         }
         let bin = ServerKind::Holdline.binary().unwrap();
         let rt = io_runtime();
-        let started = start_cluster(&bin, &etcd_binary().unwrap(), 2, &rt).expect("a cluster");
+        let started = start_cluster(&bin, 2, &rt).expect("a cluster");
         let addrs: Arc<[SocketAddr]> = started.addrs().into();
         assert_eq!(shares(&started.map, &addrs), "8/8");
         let owner = owners(&started.map, &addrs);

@@ -446,6 +446,12 @@ impl Design {
         crate::for_design!(self, D => D::NAME)
     }
 
+    /// One lock for every key (a baseline, not a keyed design): the
+    /// verdict does not count it as a design a user picks instead.
+    pub fn single(self) -> bool {
+        crate::for_design!(self, D => D::SINGLE)
+    }
+
     /// The design has an async hold ([`AsyncKeyedLock`]): it runs the `async-*` scenarios.
     pub fn has_async(self) -> bool {
         crate::for_async_design!(self, _D => true, else false)

@@ -65,44 +65,71 @@ fn spread(v: &mut [f64]) -> (f64, f64, f64) {
     (v[v.len() / 2], v[0], v[v.len() - 1])
 }
 
-/// Runs the check: `rounds` alternating rounds of `holds` holds per design
-/// and case; answers the text to print.
-pub fn check(rounds: usize, holds: usize) -> String {
+/// One case measured: ns per hold of each side (medians over rounds) and
+/// holdline's time over the map's, round by round.
+#[derive(Clone, Debug)]
+pub struct Measured {
+    pub name: &'static str,
+    pub holdline_ns: f64,
+    pub map_ns: f64,
+    /// Median, lowest and highest of the rounds' ratios.
+    pub ratio: (f64, f64, f64),
+}
+
+/// The map design the check holds holdline against.
+pub const MAP: &str = "dashmap+pl";
+
+/// `rounds` alternating rounds of `holds` holds per design and case.
+pub fn measure(rounds: usize, holds: usize) -> Vec<Measured> {
+    CASES
+        .iter()
+        .map(|case| {
+            let keys: Vec<String> = (0..case.keys).map(|i| format!("key-{i}")).collect();
+            let (hl, map) = (Holdline::new(), DashPl::new());
+            // Every key made once before timing, in both.
+            time_holds(&hl, &keys, keys.len());
+            time_holds(&map, &keys, keys.len());
+            let (mut ratios, mut hl_ns, mut map_ns) = (Vec::new(), Vec::new(), Vec::new());
+            for round in 0..rounds {
+                // Alternate which goes first, so neither always follows the other.
+                let (h, m) = if round % 2 == 0 {
+                    let h = time_holds(&hl, &keys, holds);
+                    (h, time_holds(&map, &keys, holds))
+                } else {
+                    let m = time_holds(&map, &keys, holds);
+                    (time_holds(&hl, &keys, holds), m)
+                };
+                ratios.push(h / m);
+                hl_ns.push(h);
+                map_ns.push(m);
+            }
+            Measured {
+                name: case.name,
+                holdline_ns: spread(&mut hl_ns).0,
+                map_ns: spread(&mut map_ns).0,
+                ratio: spread(&mut ratios),
+            }
+        })
+        .collect()
+}
+
+/// The check's text: each case beside its recorded ratio, a regression
+/// called out.
+pub fn report(rounds: usize, holds: usize, measured: &[Measured]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
         "\n== hot path: one thread, {rounds} alternating rounds of {holds} holds; \
-         time per hold, holdline / dashmap+pl (median, min-max over rounds)"
+         time per hold, holdline / {MAP} (median, min-max over rounds)"
     );
-    for (case, previous) in CASES.iter().zip(PREVIOUS_CORE) {
-        let keys: Vec<String> = (0..case.keys).map(|i| format!("key-{i}")).collect();
-        let (hl, map) = (Holdline::new(), DashPl::new());
-        // Every key made once before timing, in both.
-        time_holds(&hl, &keys, keys.len());
-        time_holds(&map, &keys, keys.len());
-        let (mut ratios, mut hl_ns, mut map_ns) = (Vec::new(), Vec::new(), Vec::new());
-        for round in 0..rounds {
-            // Alternate which goes first, so neither always follows the other.
-            let (h, m) = if round % 2 == 0 {
-                let h = time_holds(&hl, &keys, holds);
-                (h, time_holds(&map, &keys, holds))
-            } else {
-                let m = time_holds(&map, &keys, holds);
-                (time_holds(&hl, &keys, holds), m)
-            };
-            ratios.push(h / m);
-            hl_ns.push(h);
-            map_ns.push(m);
-        }
-        let (r, lo, hi) = spread(&mut ratios);
+    for ((case, previous), m) in CASES.iter().zip(PREVIOUS_CORE).zip(measured) {
+        let (r, lo, hi) = m.ratio;
         let (rec, rec_lo, rec_hi) = case.recorded;
         let _ = writeln!(
             out,
-            "  {:<12} holdline {:>5.1} ns  dashmap+pl {:>5.1} ns  {r:.2}x ({lo:.2}-{hi:.2})  \
+            "  {:<12} holdline {:>5.1} ns  {MAP} {:>5.1} ns  {r:.2}x ({lo:.2}-{hi:.2})  \
              recorded {rec:.2}x ({rec_lo:.2}-{rec_hi:.2}); the core at 0e09196: {previous:.2}x",
-            case.name,
-            spread(&mut hl_ns).0,
-            spread(&mut map_ns).0,
+            case.name, m.holdline_ns, m.map_ns,
         );
         if r > rec * CALL_OUT {
             let _ = writeln!(
@@ -122,7 +149,7 @@ mod tests {
 
     #[test]
     fn the_check_prints_a_ratio_per_case() {
-        let text = check(3, 2_000);
+        let text = report(3, 2_000, &measure(3, 2_000));
         assert!(text.contains("== hot path"), "{text}");
         for case in &CASES {
             assert!(text.contains(case.name), "{text}");

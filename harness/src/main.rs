@@ -6,7 +6,8 @@
 //! Modules, bottom-up (each uses only those before it;
 //! `tests/module_graph.rs` checks there is no import cycle):
 //! - leaves: `alloc` (the allocation-counting allocator), `busy` (CPU-bound
-//!   threads beside a row), `zipf` (key sequences), `servers` (starting
+//!   threads beside a row), `zipf` (key sequences), `spawn` (the tests'
+//!   process starter, `testing/spawn.rs`), `servers` (starting
 //!   `holdline serve` and `redis-server`), `cluster` (a private etcd,
 //!   cluster nodes, slots and the slot map; uses `servers`), `designs`
 //!   (what is measured), `units` (number formats);
@@ -20,8 +21,9 @@
 //!   `hot_path` (the uncontended hold against the map pattern, checked
 //!   against recorded ratios); `scenarios` sends a scenario to its runner;
 //! - `schema` (a row's fields, once, for the table, CSV and JSON), `report`
-//!   (the table), `plots` (SVGs), `cli` (the command line), `flame`
-//!   (flamegraphs), `bench` (plans and runs the rows).
+//!   (the table), `verdict` (one line per question a user asks), `plots`
+//!   (SVGs), `cli` (the command line), `flame` (flamegraphs), `bench`
+//!   (plans the tour, the full run or the smoke run, and runs the rows).
 //!
 //! [`Cfg`]: scenario::Cfg
 
@@ -48,7 +50,10 @@ mod scenarios;
 mod schema;
 mod server_scenarios;
 mod servers;
+#[path = "../../testing/spawn.rs"]
+mod spawn;
 mod units;
+mod verdict;
 mod zipf;
 
 use std::path::PathBuf;

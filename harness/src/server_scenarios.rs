@@ -274,6 +274,33 @@ pub fn run(scenario: Scenario, kind: ServerKind, cfg: &Cfg, conns: usize) -> Run
     run
 }
 
+/// Connections the memory-per-connection figure opens: few enough for a
+/// default limit of 1,024 open files.
+pub const MEMORY_CONNECTIONS: usize = 400;
+
+/// The server's resident memory per connection holding one key (HOLD, or
+/// Redis's SET NX PX), over [`MEMORY_CONNECTIONS`] connections: the growth
+/// from before they connected to [`SETTLE`] after the last hold, per
+/// connection, in bytes.
+pub fn connection_memory(kind: ServerKind) -> Result<f64, String> {
+    kind.binary().map_err(|m| m.how)?;
+    let server = ServerProcess::start(kind)?;
+    let rt = runtime();
+    let before = server.rss().ok_or("no RSS")?;
+    let mut clients = connect_all(&rt, &server, kind, MEMORY_CONNECTIONS);
+    let held: Vec<Held> = rt.block_on(async {
+        let mut held = Vec::with_capacity(clients.len());
+        for (i, c) in clients.iter_mut().enumerate() {
+            held.push(c.hold(&format!("conn-{i}")).await);
+        }
+        held
+    });
+    std::thread::sleep(SETTLE);
+    let after = server.rss().ok_or("no RSS")?;
+    drop((held, clients));
+    Ok((after - before) as f64 / MEMORY_CONNECTIONS as f64)
+}
+
 /// Each connection holds and releases its own key, again and again.
 fn uncontended(
     run: &mut Run,

@@ -1,17 +1,14 @@
 //! The server processes the `server-*` scenarios measure: `holdline serve`
-//! and `redis-server`, each started on a free loopback port, its resident
+//! and `redis-server`, each started on a loopback port (`testing/spawn.rs`:
+//! holdline binds port 0, Redis is tried again when its port was taken), its resident
 //! memory read from `/proc`, and killed when dropped (the `cluster` rows'
 //! nodes start here too, with their options).
 
-use std::io::{BufRead, BufReader};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::process::{Child, Command};
 
-/// How long a server may take to start listening.
-const START_TIMEOUT: Duration = Duration::from_secs(10);
+use crate::spawn;
 
 /// The servers, in table order.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -173,99 +170,42 @@ fn proc_status_kib(pid: u32, field: &str) -> Option<i64> {
 /// `holdline serve --listen 127.0.0.1:0`: the port comes from its
 /// `holdline: listening on ADDR` line.
 fn start_holdline(bin: &Path) -> Result<ServerProcess, String> {
-    ServerProcess::holdline(bin, "127.0.0.1:0", &[])
+    ServerProcess::holdline(bin, &[])
 }
 
 impl ServerProcess {
-    /// `holdline serve --listen LISTEN EXTRA...` (a cluster node's options
-    /// in `extra`); the address comes from its `holdline: listening on
-    /// ADDR` line.
-    pub fn holdline(bin: &Path, listen: &str, extra: &[&str]) -> Result<ServerProcess, String> {
-        let mut child = Command::new(bin)
-            .args(["serve", "--listen", listen])
-            .args(extra)
-            // Its info lines (one per start) would break into the progress bar.
-            .env("HOLDLINE_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
-        let stdout = child.stdout.take().expect("piped stdout");
-        let (tx, rx) = mpsc::channel();
-        // Reads the listening line, then drains stdout so the server never
-        // blocks on a full pipe.
-        std::thread::spawn(move || {
-            let mut lines = BufReader::new(stdout).lines();
-            for line in lines.by_ref() {
-                let Ok(line) = line else { break };
-                if let Some(addr) = line.strip_prefix("holdline: listening on ") {
-                    let _ = tx.send(addr.trim().to_string());
-                    break;
-                }
-            }
-            for _ in lines {}
-        });
-        let mut server = ServerProcess {
-            child,
-            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
-        };
-        let addr = rx.recv_timeout(START_TIMEOUT).map_err(|_| {
-            format!(
-                "{} did not say where it listens within {START_TIMEOUT:?}",
-                bin.display()
-            )
-        })?;
-        server.addr = addr
-            .parse()
-            .map_err(|_| format!("holdline said it listens on {addr:?}"))?;
-        Ok(server)
+    /// `holdline serve --listen 127.0.0.1:0 EXTRA...` (a cluster node's
+    /// options in `extra`); the address comes from its `holdline:
+    /// listening on ADDR` line (its info lines, one per start, would break
+    /// into the progress bar: `HOLDLINE_LOG` is `warn` unless set).
+    pub fn holdline(bin: &Path, extra: &[&str]) -> Result<ServerProcess, String> {
+        let mut args = vec!["--listen", "127.0.0.1:0"];
+        args.extend_from_slice(extra);
+        let (child, addr, _) = spawn::spawn_holdline(bin, &args)?;
+        Ok(ServerProcess { child, addr })
     }
 }
 
-/// A port free now (bound, read and let go): Redis takes a port number,
-/// and its `--port 0` means no TCP at all; a cluster node advertises its
-/// address, so it must know its port before it starts.
-pub fn free_port() -> Result<u16, String> {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(|e| format!("no free loopback port: {e}"))
-}
-
-/// `redis-server` on a free loopback port, nothing saved to disk.
+/// `redis-server` on a free loopback port, nothing saved to disk: Redis
+/// takes a port number (its `--port 0` means no TCP at all), so another
+/// port is tried when its log says the one picked was taken.
 fn start_redis(bin: &Path) -> Result<ServerProcess, String> {
-    let port = free_port()?;
-    let child = Command::new(bin)
-        .args(["--port", &port.to_string()])
-        .args(["--bind", "127.0.0.1"])
-        .args(["--save", "", "--appendonly", "no"])
-        .args(["--daemonize", "no", "--loglevel", "warning"])
-        .args(["--dir", &std::env::temp_dir().display().to_string()])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
-    let mut server = ServerProcess {
-        child,
-        addr: SocketAddr::from(([127, 0, 0, 1], port)),
-    };
-    let start = Instant::now();
-    while TcpStream::connect(server.addr).is_err() {
-        if let Ok(Some(status)) = server.child.try_wait() {
-            return Err(format!(
-                "redis-server exited ({status}) before listening on port {port}"
-            ));
+    spawn::on_free_ports(|port, _| {
+        let mut cmd = Command::new(bin);
+        cmd.args(["--port", &port.to_string()])
+            .args(["--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .args(["--daemonize", "no", "--loglevel", "notice"])
+            .args(["--dir", &std::env::temp_dir().display().to_string()]);
+        match spawn::launch(cmd, false, "Ready to accept connections") {
+            spawn::Launch::Ready(child) => Ok(Some(ServerProcess {
+                child,
+                addr: SocketAddr::from(([127, 0, 0, 1], port)),
+            })),
+            spawn::Launch::PortTaken => Ok(None),
+            spawn::Launch::Failed(why) => Err(format!("redis-server: {why}")),
         }
-        if start.elapsed() > START_TIMEOUT {
-            return Err(format!(
-                "redis-server did not listen on port {port} within {START_TIMEOUT:?}"
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    Ok(server)
+    })
 }
 
 #[cfg(test)]
@@ -315,6 +255,9 @@ mod tests {
         assert!(server.rss().unwrap() > 0);
         assert!(server.peak_rss().unwrap() >= server.rss().unwrap() / 2);
         drop(server);
-        assert!(TcpStream::connect(addr).is_err(), "still listening");
+        assert!(
+            std::net::TcpStream::connect(addr).is_err(),
+            "still listening"
+        );
     }
 }
