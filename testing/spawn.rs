@@ -185,7 +185,10 @@ pub fn launch(mut cmd: Command, from_stderr: bool, ready: &str) -> Launch {
     match outcome {
         Launch::Failed(why) => {
             let start = tail.len().saturating_sub(5);
-            Launch::Failed(format!("{why}; its last lines: {}", tail[start..].join(" | ")))
+            Launch::Failed(format!(
+                "{why}; its last lines: {}",
+                tail[start..].join(" | ")
+            ))
         }
         other => other,
     }
@@ -235,7 +238,10 @@ impl Etcd {
         on_free_ports(|client_port, peer_port| {
             let mut etcd = Etcd {
                 child: None,
-                dir: base.join(format!("holdline-etcd-{}-{client_port}", std::process::id())),
+                dir: base.join(format!(
+                    "holdline-etcd-{}-{client_port}",
+                    std::process::id()
+                )),
                 client_port,
                 peer_port,
                 extra: extra.iter().map(|s| s.to_string()).collect(),
@@ -252,7 +258,10 @@ impl Etcd {
     pub fn restart(&mut self) -> Result<(), String> {
         match self.launch()? {
             true => Ok(()),
-            false => Err(format!("etcd's port {} was taken while it was down", self.client_port)),
+            false => Err(format!(
+                "etcd's port {} was taken while it was down",
+                self.client_port
+            )),
         }
     }
 
@@ -263,8 +272,18 @@ impl Etcd {
         let mut cmd = Command::new(ETCD);
         cmd.args(["--name", "test", "--data-dir"])
             .arg(&self.dir)
-            .args(["--listen-client-urls", &client, "--advertise-client-urls", &client])
-            .args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer])
+            .args([
+                "--listen-client-urls",
+                &client,
+                "--advertise-client-urls",
+                &client,
+            ])
+            .args([
+                "--listen-peer-urls",
+                &peer,
+                "--initial-advertise-peer-urls",
+                &peer,
+            ])
             .args(["--initial-cluster", &format!("test={peer}")])
             .args(["--logger", "zap", "--log-outputs", "stderr"])
             .args(&self.extra);

@@ -12,7 +12,7 @@
 //! holds the driver, not the store: the store's drop shuts it down.
 //!
 //! Sweeps: creating a key asks for one; it runs `SWEEP_MIN_MS` later and
-//! repeats, backing off to `SWEEP_MAX_MS`, while any key is live, so a key
+//! repeats, backing off to `SWEEP_MAX_MS`, while any key (or lock) is live, so a key
 //! that goes idle is reclaimed within about a second, and a store whose keys
 //! are all gone stops sweeping.
 

@@ -8,7 +8,7 @@ use crate::heartbeat::HeartbeatState;
 use crate::key::check_name;
 use crate::lease::Core;
 use crate::lease::LeaseState;
-use crate::lock::Lock;
+use crate::lock::{Lock, LockStats};
 use crate::sync::{Arc, Mutex, Ordering};
 use crate::tx::{Rows, Tx};
 use std::fmt;
@@ -69,6 +69,27 @@ impl Store {
         Heartbeat {
             state: Arc::new(HeartbeatState::new(&self.shared.core)),
         }
+    }
+
+    /// Every lock this store knows, by name, with its counters: those with
+    /// a handle open somewhere or a key in memory. A lock nobody has a
+    /// handle of and whose keys are all reclaimed is forgotten (counters
+    /// and all) by the store's background sweep or [`reclaim_idle`]; a
+    /// name opened again starts from zero, its fences above every earlier one.
+    ///
+    /// [`reclaim_idle`]: Store::reclaim_idle
+    pub fn locks(&self) -> Vec<(String, LockStats)> {
+        let core = &self.shared.core;
+        let mut all: Vec<(String, LockStats)> = core
+            .known_locks()
+            .into_iter()
+            .map(|shared| {
+                let name = shared.name.to_string();
+                (name, Lock::new(core.clone(), shared, 0, 0, None).stats())
+            })
+            .collect();
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        all
     }
 
     /// Starts opening the lock `name` (1 to 128 ASCII letters, digits and

@@ -8,7 +8,9 @@
 use crate::driver::{Driver, Due};
 use crate::lock_shared::LockShared;
 use crate::signal_hub::{SignalHub, Watched};
-use crate::sync::{instant_now, lock, wall_clock_ns, Arc, AtomicBool, Clock, Mutex, Ordering};
+use crate::sync::{
+    instant_now, lock, wall_clock_ns, Arc, AtomicBool, AtomicU64, Clock, Mutex, Ordering,
+};
 use crossbeam_epoch as epoch;
 use std::collections::HashMap;
 
@@ -18,7 +20,10 @@ pub(crate) struct StoreCore<L> {
     pub(crate) clock: Arc<Clock>,
     pub(crate) signals: SignalHub<L>,
     pub(crate) timer: Arc<Driver<L>>,
-    fence_floor: u64,
+    /// The first fence of a lock made now: raised above every fence of a
+    /// lock forgotten (see `sweep_all`), so a name made again fences on
+    /// from there. Only under `locks`' mutex (which orders it).
+    fence_floor: AtomicU64,
     locks: Mutex<HashMap<Box<str>, Arc<LockShared>>>,
 }
 
@@ -36,7 +41,7 @@ impl<L: Due + Watched> StoreCore<L> {
             clock: clock.clone(),
             signals: SignalHub::new(),
             timer: Arc::new(Driver::new(clock)),
-            fence_floor,
+            fence_floor: AtomicU64::new(fence_floor),
             locks: Mutex::new(HashMap::new()),
         });
         // Weak: the timer's thread must not keep the store alive. (Under
@@ -50,16 +55,65 @@ impl<L: Due + Watched> StoreCore<L> {
         core
     }
 
-    /// The state of the lock `name`, made on its first opening.
+    /// The state of the lock `name`, made on its first opening (or again
+    /// after it was forgotten).
     pub(crate) fn lock_named(&self, name: &str) -> Arc<LockShared> {
-        lock(&self.locks)
-            .entry(name.into())
-            .or_insert_with(|| Arc::new(LockShared::new(name, self.fence_floor)))
-            .clone()
+        let mut locks = lock(&self.locks);
+        if let Some(known) = locks.get(name) {
+            return known.clone();
+        }
+        // Relaxed: written and read only under `locks`.
+        let floor = self.fence_floor.load(Ordering::Relaxed);
+        let made = Arc::new(LockShared::new(name, floor));
+        locks.insert(name.into(), made.clone());
+        drop(locks);
+        // A sweep will come to forget it once nobody uses it.
+        Driver::want_sweep(&self.timer);
+        made
     }
 
-    /// Sweeps every lock; answers (reclaimed, still live).
+    /// Every lock the store knows now (a handle open or a key in memory).
+    pub(crate) fn known_locks(&self) -> Vec<Arc<LockShared>> {
+        lock(&self.locks).values().cloned().collect()
+    }
+
+    /// Forgets every lock nobody has a handle of and that has no key left:
+    /// a name used once costs nothing once idle (its counters go with it).
+    /// The store's floor is raised above the fences each granted, so a
+    /// name made again fences on above them. Answers how many were forgotten.
+    pub(crate) fn forget_idle_locks(&self) -> usize {
+        let mut locks = lock(&self.locks);
+        let before = locks.len();
+        let mut floor = self.fence_floor.load(Ordering::Relaxed);
+        // Only the map holds an idle lock's Arc: no handle, hold, lease or
+        // waiter can reach it, and none can get it without `locks`.
+        locks.retain(|_, l| {
+            let idle = Arc::strong_count(l) == 1 && l.table.live() == 0;
+            if idle {
+                floor = floor.max(l.table.floor());
+            }
+            !idle
+        });
+        // Relaxed: under `locks`, as in `lock_named`.
+        self.fence_floor.store(floor, Ordering::Relaxed);
+        // The map's room for names gone goes too.
+        if locks.capacity() > 4 * locks.len().max(16) {
+            locks.shrink_to_fit();
+        }
+        before - locks.len()
+    }
+
+    /// Sweeps every lock, then forgets the idle ones; answers (reclaimed,
+    /// still live), counting as live a lock kept only by a handle, so that
+    /// sweeps go on (backing off) until it is forgotten too.
     pub(crate) fn sweep_all(&self) -> (usize, usize) {
+        let (reclaimed, live) = self.sweep_keys();
+        self.forget_idle_locks();
+        (reclaimed, live + lock(&self.locks).len())
+    }
+
+    /// Sweeps every lock's keys; answers (reclaimed, still live).
+    fn sweep_keys(&self) -> (usize, usize) {
         let locks: Vec<Arc<LockShared>> = lock(&self.locks).values().cloned().collect();
         let mut reclaimed = 0;
         let mut live = 0;

@@ -308,6 +308,16 @@ impl Table {
     pub(crate) fn live(&self) -> usize {
         self.shards.iter().map(|s| lock(&s.writer).len).sum()
     }
+
+    /// The highest of the shards' floors: with no record live, above every
+    /// fence the table ever granted.
+    pub(crate) fn floor(&self) -> u64 {
+        self.shards
+            .iter()
+            .map(|s| lock(&s.writer).floor)
+            .max()
+            .unwrap_or(0)
+    }
 }
 
 /// Records retired by one sweep, freed together once the epoch allows.

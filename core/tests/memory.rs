@@ -122,3 +122,46 @@ fn a_held_key_is_small() {
     // A waiter is a node on its own thread's stack (no heap): its size is
     // asserted in the core's unit tests (`record::tests`).
 }
+
+/// A lock nobody has a handle of and whose keys are reclaimed is
+/// forgotten, counters and all, so names used once cost nothing; a name
+/// opened again fences above every grant it made before.
+#[test]
+fn an_idle_lock_name_is_forgotten_and_fences_on_when_made_again() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let store = Store::new();
+    let kept = store.lock("kept").open().unwrap();
+    kept.hold("k", |_| ()).unwrap();
+    store.reclaim_idle();
+    let base = live();
+    let mut last = 0;
+    for i in 0..1000 {
+        let once = store.lock(&format!("once-{i}")).open().unwrap();
+        last = once.hold("k", |l| l.fence()).unwrap();
+    }
+    assert_eq!(store.locks().len(), 1001, "all known while their keys live");
+    store.reclaim_idle();
+    let left: Vec<(String, u64)> = store
+        .locks()
+        .into_iter()
+        .map(|(n, s)| (n, s.grants))
+        .collect();
+    assert_eq!(left, [("kept".to_owned(), 1)], "a handle keeps its lock");
+    // A thousand names used once cost (almost) nothing once forgotten: the
+    // epoch hands their tables back after a few more flushes.
+    let started = Instant::now();
+    let mut grown = live() - base;
+    while grown >= 64 * 1024 {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{grown} bytes kept for 1,000 forgotten names"
+        );
+        store.reclaim_idle();
+        std::thread::sleep(Duration::from_millis(10));
+        grown = live() - base;
+    }
+    let again = store.lock("once-999").open().unwrap();
+    let fence = again.hold("k", |l| l.fence()).unwrap();
+    assert!(fence > last, "{fence} after {last}");
+    assert_eq!(again.stats().grants, 1, "its counters started afresh");
+}

@@ -167,6 +167,21 @@ impl Metrics {
         pair
     }
 
+    /// Forgets the histograms of every lock but those `keep` names: the
+    /// others' names nobody uses any more.
+    pub fn forget_locks_but(&self, keep: impl Fn(&str) -> bool) {
+        let mut cache = self.by_lock.write().unwrap_or_else(PoisonError::into_inner);
+        cache.retain(|lock, _| {
+            if keep(lock) {
+                return true;
+            }
+            let label = LockLabel { lock: lock.clone() };
+            self.wait.remove(&label);
+            self.hold.remove(&label);
+            false
+        });
+    }
+
     /// The exposition, in Prometheus's text format (0.0.4).
     pub fn encode(&self) -> String {
         let mut out = String::new();

@@ -22,7 +22,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Redis Cluster's answer for a slot nobody serves.
@@ -56,9 +56,6 @@ pub struct Shared {
     pub clients: Clients,
     pub facts: Facts,
     pub counts: Counts,
-    /// Every lock opened, by name and store (for INFO and metrics), with
-    /// the partition it belongs to in a cluster.
-    locks: Mutex<BTreeMap<(String, u64), OpenedLock>>,
     /// Recorded into when `--metrics` serves them.
     pub metrics: Option<Arc<Metrics>>,
 }
@@ -105,7 +102,6 @@ impl Shared {
             clients: Clients::default(),
             facts,
             counts: Counts::default(),
-            locks: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -114,20 +110,25 @@ impl Shared {
         self.users.now().required()
     }
 
-    /// Every lock opened so far, by name, with its counters (in a cluster,
-    /// summed over the partitions served here; the others are forgotten).
+    /// Every lock the store knows (a handle open or a key in memory), by
+    /// name, with its counters; in a cluster, summed over the partitions
+    /// served here. A name nobody uses is forgotten by the store, and with
+    /// it its metrics.
     pub fn locks(&self) -> Vec<(String, LockStats)> {
-        let mut locks = self.locks.lock().unwrap_or_else(PoisonError::into_inner);
-        locks.retain(|_, (_, part)| part.as_ref().is_none_or(|p| !p.store.is_closed()));
-        let mut sums: Vec<(String, LockStats)> = Vec::new();
-        for ((name, _), (lock, _)) in locks.iter() {
-            let stats = lock.stats();
-            match sums.last_mut() {
-                Some((last, sum)) if last == name => add_stats(sum, &stats),
-                _ => sums.push((name.clone(), stats)),
+        let stores: Vec<Store> = match &self.cluster {
+            Some(node) => node.served().iter().map(|p| p.store.clone()).collect(),
+            None => vec![self.store.clone()],
+        };
+        let mut sums: BTreeMap<String, LockStats> = BTreeMap::new();
+        for store in stores {
+            for (name, stats) in store.locks() {
+                add_stats(sums.entry(name).or_default(), &stats);
             }
         }
-        sums
+        if let Some(m) = &self.metrics {
+            m.forget_locks_but(|name| sums.contains_key(name));
+        }
+        sums.into_iter().collect()
     }
 
     /// One lock's counters (see [`Shared::locks`]); zeros if never opened.
@@ -159,17 +160,7 @@ impl Shared {
             }),
         }
     }
-
-    fn lock_opened(&self, lock: &Lock, place: &Place) {
-        let mut locks = self.locks.lock().unwrap_or_else(PoisonError::into_inner);
-        locks
-            .entry((lock.name().to_owned(), place.store_id()))
-            .or_insert_with(|| (lock.clone(), place.partition().cloned()));
-    }
 }
-
-/// A lock handle the registry keeps, with its partition in a cluster.
-type OpenedLock = (Lock, Option<Arc<Partition>>);
 
 fn add_stats(sum: &mut LockStats, more: &LockStats) {
     let adds = more.fields();
@@ -325,7 +316,6 @@ impl LockCache {
             builder = builder.max_hold(max_hold);
         }
         let lock = builder.open().map_err(|e| core_error(&e))?;
-        shared.lock_opened(&lock, place);
         if self.map.len() >= LOCK_CACHE_ENTRIES {
             self.map.clear();
         }

@@ -248,11 +248,8 @@ fn too_many_connections_are_refused_and_others_served() {
 
 #[test]
 fn a_token_is_required_when_configured() {
-    let dir = std::env::temp_dir().join(format!("holdline-token-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let token_file = dir.join("token");
-    std::fs::write(&token_file, "open-sesame\n").unwrap();
-    let server = Server::start(&["--token-file", token_file.to_str().unwrap()]);
+    let token_file = common::TempFile::new("token", "open-sesame\n");
+    let server = Server::start(&["--token-file", &token_file.path]);
     let mut c = server.connect();
     assert_eq!(
         error_text(c.call(&["PING"])),
@@ -297,7 +294,6 @@ fn a_token_is_required_when_configured() {
     ));
     let (lease, _) = h.grant(&["HOLD", "l", "k"]);
     assert_eq!(h.call(&["RELEASE", &lease.to_string()]), Value::ok());
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]

@@ -17,10 +17,15 @@ fn start() -> (Server, String) {
 
 /// `GET path`: the status code and the body.
 fn get(addr: &str, path: &str) -> (u16, String) {
+    get_with(addr, path, "")
+}
+
+/// `GET path` with `headers` (each ending `\r\n`).
+fn get_with(addr: &str, path: &str, headers: &str) -> (u16, String) {
     let mut s = TcpStream::connect(addr).unwrap();
     write!(
         s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: x\r\n{headers}Connection: close\r\n\r\n"
     )
     .unwrap();
     let mut response = String::new();
@@ -119,10 +124,7 @@ fn metrics_count_the_work_and_pass_promtool() {
 /// token: lock names are every team's business otherwise.
 #[test]
 fn off_loopback_the_metrics_answer_only_an_admins_bearer_token() {
-    let dir = std::env::temp_dir().join(format!("holdline-metrics-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let token = dir.join("token");
-    std::fs::write(&token, "scrape-token-0123456789").unwrap();
+    let token = common::TempFile::new("token", "scrape-token-0123456789");
     let refused = Command::new(env!("CARGO_BIN_EXE_holdline"))
         .args(["serve", "--listen", "127.0.0.1:0", "--metrics", "0.0.0.0:0"])
         .output()
@@ -133,32 +135,16 @@ fn off_loopback_the_metrics_answer_only_an_admins_bearer_token() {
         err.contains("refusing to serve metrics on 0.0.0.0:0 without --token-file or --users"),
         "{err}"
     );
-    let server = Server::start(&[
-        "--token-file",
-        token.to_str().unwrap(),
-        "--metrics",
-        "0.0.0.0:0",
-    ]);
+    let server = Server::start(&["--token-file", &token.path, "--metrics", "0.0.0.0:0"]);
     let port = server.metrics.unwrap().port();
     let at = format!("127.0.0.1:{port}");
-    let scrape = |header: &str| {
-        let mut s = TcpStream::connect(&at).unwrap();
-        write!(
-            s,
-            "GET /metrics HTTP/1.1\r\nHost: x\r\n{header}Connection: close\r\n\r\n"
-        )
-        .unwrap();
-        let mut response = String::new();
-        s.read_to_string(&mut response).unwrap();
-        response
-    };
-    assert!(scrape("").starts_with("HTTP/1.1 401"), "{}", scrape(""));
-    let wrong = scrape("Authorization: Bearer guess\r\n");
-    assert!(wrong.starts_with("HTTP/1.1 401"), "{wrong}");
-    let ok = scrape("Authorization: Bearer scrape-token-0123456789\r\n");
-    assert!(
-        ok.starts_with("HTTP/1.1 200") && ok.contains("holdline_"),
-        "{ok}"
+    assert_eq!(get_with(&at, "/metrics", "").0, 401);
+    assert_eq!(
+        get_with(&at, "/metrics", "Authorization: Bearer guess\r\n").0,
+        401
     );
-    let _ = std::fs::remove_dir_all(dir);
+    let bearer = "Authorization: Bearer scrape-token-0123456789\r\n";
+    let (status, body) = get_with(&at, "/metrics", bearer);
+    assert_eq!(status, 200);
+    assert!(body.contains("holdline_"), "{body}");
 }

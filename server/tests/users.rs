@@ -5,49 +5,25 @@
 
 mod common;
 
-use common::{error_text, Client, Server};
+use common::{error_text, Client, Server, TempFile};
 use holdline_resp::Value;
-use std::path::PathBuf;
 use std::time::Duration;
 
 const ALICE: &str = "alice-token-0123456789";
 const BOB: &str = "bob-token-0123456789";
 const ROOT: &str = "root-token-0123456789";
 
-/// A users file in a folder of its own, removed when dropped.
-struct UsersFile(PathBuf);
-
-impl UsersFile {
-    fn new(text: &str) -> UsersFile {
-        use std::sync::atomic::{AtomicUsize, Ordering};
-        static N: AtomicUsize = AtomicUsize::new(0);
-        // Relaxed: the count only has to be unique.
-        let n = N.fetch_add(1, Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("holdline-users-{}-{n}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("users"), text).unwrap();
-        UsersFile(dir)
-    }
-
-    fn path(&self) -> String {
-        self.0.join("users").display().to_string()
-    }
-}
-
-impl Drop for UsersFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn teams() -> (Server, UsersFile) {
-    let file = UsersFile::new(&format!(
-        "# two teams and an operator\n\
+fn teams() -> (Server, TempFile) {
+    let file = TempFile::new(
+        "users",
+        &format!(
+            "# two teams and an operator\n\
          alice {ALICE} locks=team-a.*\n\
          bob   {BOB} locks=team-b.*,shared\n\
          root  {ROOT} admin\n"
-    ));
-    let server = Server::start(&["--users", &file.path()]);
+        ),
+    );
+    let server = Server::start(&["--users", &file.path]);
     (server, file)
 }
 
@@ -180,11 +156,9 @@ fn sighup_reads_the_users_again_and_a_rotated_token_takes_effect() {
     let (server, file) = teams();
     let mut before = login(&server, "alice", ALICE);
     let rotated = "alice-token-ROTATED-0123";
-    std::fs::write(
-        file.0.join("users"),
-        format!("alice {rotated} locks=team-a.*\nroot {ROOT} admin\n"),
-    )
-    .unwrap();
+    file.write(&format!(
+        "alice {rotated} locks=team-a.*\nroot {ROOT} admin\n"
+    ));
     server.signal(libc::SIGHUP);
     let deadline = std::time::Instant::now() + common::PATIENCE;
     loop {
@@ -210,7 +184,7 @@ fn sighup_reads_the_users_again_and_a_rotated_token_takes_effect() {
     // A connection keeps the user it authenticated as.
     assert_eq!(before.call(&["PING"]), Value::Simple("PONG".into()));
     // A bad file keeps the users there were.
-    std::fs::write(file.0.join("users"), "alice short\n").unwrap();
+    file.write("alice short\n");
     server.signal(libc::SIGHUP);
     std::thread::sleep(Duration::from_millis(200));
     assert_eq!(
@@ -221,9 +195,9 @@ fn sighup_reads_the_users_again_and_a_rotated_token_takes_effect() {
 
 #[test]
 fn a_bad_users_file_stops_the_start_naming_its_line() {
-    let file = UsersFile::new("alice alice-token-0123456789\nbob short\n");
+    let file = TempFile::new("users", "alice alice-token-0123456789\nbob short\n");
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_holdline"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--users", &file.path()])
+        .args(["serve", "--listen", "127.0.0.1:0", "--users", &file.path])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
@@ -231,7 +205,7 @@ fn a_bad_users_file_stops_the_start_naming_its_line() {
     assert!(
         err.contains(&format!(
             "--users {}: line 2: user bob: a token of at least 16 bytes",
-            file.path()
+            file.path
         )),
         "{err}"
     );

@@ -17,6 +17,40 @@ pub mod spawn;
 
 pub use spawn::PATIENCE;
 
+/// A file written for one test (a token, a users file) in a folder of its
+/// own, removed when dropped.
+pub struct TempFile {
+    dir: std::path::PathBuf,
+    /// The file's path, as a flag takes it.
+    pub path: String,
+}
+
+impl TempFile {
+    pub fn new(name: &str, text: &str) -> TempFile {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static MADE: AtomicUsize = AtomicUsize::new(0);
+        // Relaxed: the count only has to be unique.
+        let n = MADE.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("holdline-test-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        let path = path.to_str().expect("a UTF-8 temp dir").to_owned();
+        TempFile { dir, path }
+    }
+
+    /// Writes the file again.
+    pub fn write(&self, text: &str) {
+        std::fs::write(&self.path, text).unwrap();
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 /// A running `holdline serve`, killed when dropped.
 pub type Server = spawn::Holdline;
 
