@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::timeout;
 
@@ -85,16 +85,8 @@ async fn serve(mut sock: TcpStream, node: Arc<NodeState>) {
     let mut dec = Decoder::new(1 << 20);
     let mut buf = BytesMut::new();
     loop {
-        let cmd = match dec.decode(&mut buf).unwrap() {
-            Some(Value::Array(args)) => args
-                .iter()
-                .map(|a| a.as_str().unwrap().to_owned())
-                .collect::<Vec<_>>(),
-            Some(other) => panic!("not a command: {other}"),
-            None => match sock.read_buf(&mut buf).await {
-                Ok(0) | Err(_) => return,
-                Ok(_) => continue,
-            },
+        let Some(cmd) = common::next_command(&mut sock, &mut dec, &mut buf).await else {
+            return;
         };
         *node
             .counts

@@ -440,3 +440,29 @@ impl Drop for Cluster {
         let _ = self.child.wait();
     }
 }
+
+/// A scripted node's read of the next command from `sock`, as words;
+/// `None` once the client hung up.
+pub async fn next_command(
+    sock: &mut tokio::net::TcpStream,
+    dec: &mut holdline_resp::Decoder,
+    buf: &mut bytes::BytesMut,
+) -> Option<Vec<String>> {
+    use tokio::io::AsyncReadExt;
+    loop {
+        match dec.decode(buf).unwrap() {
+            Some(holdline_resp::Value::Array(args)) => {
+                return Some(
+                    args.iter()
+                        .map(|a| a.as_str().unwrap().to_owned())
+                        .collect(),
+                )
+            }
+            Some(other) => panic!("not a command: {other}"),
+            None => match sock.read_buf(buf).await {
+                Ok(0) | Err(_) => return None,
+                Ok(_) => continue,
+            },
+        }
+    }
+}
