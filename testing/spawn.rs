@@ -117,7 +117,7 @@ fn read_address(
 /// A port free a moment ago, for a server that cannot bind port 0 and say
 /// which it got: start it with [`launch`], which tells a port taken in
 /// between from any other failure, and try again with another.
-fn free_port() -> u16 {
+fn port_to_try() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -196,11 +196,11 @@ pub fn launch(mut cmd: Command, from_stderr: bool, ready: &str) -> Launch {
 
 /// `start(port_a, port_b)` with fresh ports until its log does not say one
 /// was taken (five tries).
-pub fn on_free_ports<T>(
+pub fn on_ports_to_try<T>(
     mut start: impl FnMut(u16, u16) -> Result<Option<T>, String>,
 ) -> Result<T, String> {
     for _ in 0..5 {
-        if let Some(started) = start(free_port(), free_port())? {
+        if let Some(started) = start(port_to_try(), port_to_try())? {
             return Ok(started);
         }
     }
@@ -235,7 +235,7 @@ impl Etcd {
         } else {
             std::env::temp_dir()
         };
-        on_free_ports(|client_port, peer_port| {
+        on_ports_to_try(|client_port, peer_port| {
             let mut etcd = Etcd {
                 child: None,
                 dir: base.join(format!(

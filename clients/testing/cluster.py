@@ -211,7 +211,7 @@ def duration_seconds(text: str) -> float:
     raise ValueError(f"max ttl {text!r}: want whole seconds or milliseconds, e.g. 10s or 2500ms")
 
 
-def free_port() -> int:
+def port_to_try() -> int:
     """A port free now, for etcd (which cannot bind port 0 and say where): it
     may be taken before etcd binds it, so etcd's start is retried then."""
     with socket.socket() as probe:
@@ -347,7 +347,7 @@ class Cluster:
         meanwhile, again on others (any other failure is final)."""
         log_path = self.dir / "etcd.log"
         for _ in range(5):
-            client, peer = free_port(), free_port()
+            client, peer = port_to_try(), port_to_try()
             self.etcd = f"http://127.0.0.1:{client}"
             peer_url = f"http://127.0.0.1:{peer}"
             data = self.dir / "etcd"

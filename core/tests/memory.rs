@@ -34,6 +34,25 @@ fn live() -> isize {
     LIVE_BYTES.load(Ordering::Relaxed)
 }
 
+/// Waits (up to 30 s from `started`) until the bytes allocated are within
+/// 64 KiB of `base`, reclaiming and letting the epoch hand back what it
+/// holds: the sweeper's batch is freed once the epoch advances past it,
+/// which needs a little activity (reclaim_idle's flushes). Answers the
+/// bytes left over `base`.
+fn bytes_back_to(base: isize, store: &Store, started: Instant, after: &str) -> isize {
+    let mut left = live() - base;
+    while left >= 64 * 1024 {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{left} bytes left after {after}"
+        );
+        store.reclaim_idle();
+        std::thread::sleep(Duration::from_millis(10));
+        left = live() - base;
+    }
+    left
+}
+
 #[test]
 fn a_million_idle_keys_give_their_memory_back() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -65,16 +84,7 @@ fn a_million_idle_keys_give_their_memory_back() {
     // Let the epoch hand the memory back: the sweeper's batch is freed once
     // the epoch advances past it, which needs a little activity (here,
     // reclaim_idle's flushes) and that the sweeping thread has unpinned.
-    let mut left = live() - base;
-    while left >= 64 * 1024 {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "{left} bytes left after {n} keys went idle"
-        );
-        store.reclaim_idle();
-        std::thread::sleep(Duration::from_millis(10));
-        left = live() - base;
-    }
+    let left = bytes_back_to(base, &store, started, &format!("{n} keys went idle"));
     eprintln!(
         "{n} keys: peak {peak} B over base, {left} B left after idle ({:?} after the last hold)",
         started.elapsed()
@@ -149,17 +159,7 @@ fn an_idle_lock_name_is_forgotten_and_fences_on_when_made_again() {
     assert_eq!(left, [("kept".to_owned(), 1)], "a handle keeps its lock");
     // A thousand names used once cost (almost) nothing once forgotten: the
     // epoch hands their tables back after a few more flushes.
-    let started = Instant::now();
-    let mut grown = live() - base;
-    while grown >= 64 * 1024 {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "{grown} bytes kept for 1,000 forgotten names"
-        );
-        store.reclaim_idle();
-        std::thread::sleep(Duration::from_millis(10));
-        grown = live() - base;
-    }
+    bytes_back_to(base, &store, Instant::now(), "1,000 names were forgotten");
     let again = store.lock("once-999").open().unwrap();
     let fence = again.hold("k", |l| l.fence()).unwrap();
     assert!(fence > last, "{fence} after {last}");

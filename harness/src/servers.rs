@@ -190,7 +190,7 @@ impl ServerProcess {
 /// takes a port number (its `--port 0` means no TCP at all), so another
 /// port is tried when its log says the one picked was taken.
 fn start_redis(bin: &Path) -> Result<ServerProcess, String> {
-    spawn::on_free_ports(|port, _| {
+    spawn::on_ports_to_try(|port, _| {
         let mut cmd = Command::new(bin);
         cmd.args(["--port", &port.to_string()])
             .args(["--bind", "127.0.0.1"])

@@ -28,7 +28,9 @@ HOLDLINE = sys.argv[2] if len(sys.argv) > 2 else os.path.join(ROOT, "target/rele
 LISTENING = "holdline: listening on "
 
 
-def free_port() -> int:
+def port_to_try() -> int:
+    """A port free now, for redis-server (its --port 0 means no TCP): it may
+    be taken before redis binds it, so its start is retried then."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -54,7 +56,7 @@ def start_redis() -> tuple:
     free, again on another while its log says the port was taken meanwhile:
     (process, port) once it logs that it is ready."""
     for _ in range(5):
-        port = free_port()
+        port = port_to_try()
         proc = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1",
                                  "--save", "", "--appendonly", "no", "--loglevel", "notice",
                                  "--maxclients", str(N + 100)],

@@ -1,5 +1,6 @@
-//! `cargo run -p etcd-codegen [-- --check]`: the vendored etcd-client's
-//! gRPC code (`vendor/etcd-client/src/rpc/generated/`), made from its
+//! `cargo run --release --manifest-path tools/etcd-codegen/Cargo.toml
+//! [-- --check]`: the vendored etcd-client's gRPC code
+//! (`vendor/etcd-client/src/rpc/generated/`), made from its
 //! `.proto` files with protox (a protobuf compiler in Rust) and tonic's
 //! generator, so that building holdline needs no protoc.
 //!
@@ -87,7 +88,7 @@ fn main() -> ExitCode {
         ExitCode::SUCCESS
     } else {
         eprintln!(
-            "etcd-codegen: {} differ from what the protos make: run `cargo run -p etcd-codegen`",
+            "etcd-codegen: {} differ from what the protos make: run `cargo run --release --manifest-path tools/etcd-codegen/Cargo.toml`",
             differ.join(", ")
         );
         ExitCode::FAILURE
