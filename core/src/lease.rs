@@ -30,7 +30,7 @@ use crate::driver::Due;
 use crate::error::Error;
 use crate::heartbeat::HeartbeatState;
 use crate::lock_shared::LockShared;
-use crate::record::Record;
+use crate::record_ref::HeldRecord;
 use crate::signal_hub::Watched;
 use crate::store_core::StoreCore;
 use crate::sync::AtomicBool;
@@ -125,7 +125,7 @@ pub(crate) struct LeaseState {
     status: AtomicU32,
     pub(crate) store: Arc<Core>,
     pub(crate) lock: Arc<LockShared>,
-    record: *const Record,
+    record: HeldRecord,
     pub(crate) fence: u64,
     granted_ms: u64,
     /// 0: off.
@@ -151,18 +151,11 @@ struct AbortWakers {
     watched: bool,
 }
 
-// SAFETY: `record` is only dereferenced by the winner of the `status` CAS,
-// while the grant it names is still HELD (module doc), which keeps the
-// record alive whatever thread does it; everything else is Send + Sync.
-unsafe impl Send for LeaseState {}
-// SAFETY: as above.
-unsafe impl Sync for LeaseState {}
-
 impl LeaseState {
     pub(crate) fn new(
         store: &Arc<Core>,
         lock: &Arc<LockShared>,
-        record: *const Record,
+        record: HeldRecord,
         fence: u64,
         max_hold_ms: u64,
         ttl_ms: u64,
@@ -287,7 +280,7 @@ impl LeaseState {
         self.store.timer.cancel(self);
         // SAFETY: we won the CAS, so no other path will release: the grant
         // is still HELD by this lease and the record alive (module doc).
-        unsafe { (*self.record).release(self.fence) };
+        unsafe { self.record.release(self.fence) };
         self.store.signals.notify();
         self.wake_aborted();
         Ok(())
@@ -439,7 +432,7 @@ impl Due for LeaseState {
     }
 
     fn timed_key(&self) -> (usize, u64) {
-        (self.record as usize, self.fence)
+        (self.record.addr(), self.fence)
     }
 
     /// Only under the wheel lock (which orders this Relaxed load).
@@ -477,7 +470,7 @@ pub struct Lease<'a> {
     pub(crate) store: &'a Arc<Core>,
     pub(crate) lock: &'a Arc<LockShared>,
     pub(crate) key: &'a str,
-    pub(crate) record: *const Record,
+    pub(crate) record: HeldRecord,
     pub(crate) fence: u64,
     /// The lease's [`LeaseState`], made when maxHold arms a timer or
     /// `signal()` first asks; null until then (a plain hold never makes
@@ -485,15 +478,6 @@ pub struct Lease<'a> {
     /// the lease and given back when it ends.
     state: AtomicPtr<LeaseState>,
 }
-
-// SAFETY: `record` is dereferenced only by `end_in_place` (run once, by the
-// hold that owns the lease, or by its drop) and handed to a `LeaseState`
-// (Send + Sync by its own argument); every other field is Send + Sync or a
-// shared reference to one.
-unsafe impl Send for Lease<'_> {}
-// SAFETY: as for `Send`; `&Lease` offers only reads and `signal()`, whose
-// first-call race is settled by one CAS on `state`.
-unsafe impl Sync for Lease<'_> {}
 
 impl<'a> Lease<'a> {
     /// A lease over a grant of `record` with `fence`, owning it from now
@@ -503,7 +487,7 @@ impl<'a> Lease<'a> {
         store: &'a Arc<Core>,
         lock: &'a Arc<LockShared>,
         key: &'a str,
-        record: *const Record,
+        record: HeldRecord,
         fence: u64,
     ) -> Lease<'a> {
         Lease {
@@ -634,7 +618,7 @@ impl<'a> Lease<'a> {
         }
         // SAFETY: no LeaseState means no timer: only we can let this grant
         // go, so it is still HELD by us and the record alive.
-        unsafe { (*self.record).release(self.fence) };
+        unsafe { self.record.release(self.fence) };
         if self.store.closed.load(Ordering::Acquire) {
             Err(Loss::StoreClosed)
         } else {

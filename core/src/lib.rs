@@ -134,8 +134,9 @@
 //   a thread's running holds, each listed by a drop guard. `timer`: the
 //   wheel, a plain data structure.
 // - `key`: key and lock-name text. `outcome`: a hold's value with its loss.
-// - `record`: one key's state word and waiter line. `table`: key text to
-//   records, reclaiming idle ones. `lock_shared`: a lock's table and counters.
+// - `record`: one key's state word and waiter line. `record_ref`: the
+//   pointers to a record a grant or a waiter keeps, and what keeps each
+//   alive. `table`: key text to records, reclaiming idle ones. `lock_shared`: a lock's table and counters.
 // - `signal_hub`: wakes who waits on lease signals. `driver`: the timer
 //   wheel, the registry of timed leases and the background thread (fires
 //   due leases through its `Due` trait, sweeps through a callback).
@@ -150,6 +151,9 @@
 // - `inspect`, `many`, `tx`: a key's snapshot, several keys, transactions.
 // - `store`: the `Store` handle, opening locks, `close`, `tx`; the
 //   `Heartbeat` handle.
+// - `wire`: what the server and the clients share with the core, the
+//   texts and defaults a lock speaks on the wire (kind words, durations,
+//   checks of names and keys), read from the modules above.
 
 #![warn(missing_docs)]
 // Under loom the background thread and some clock helpers are not built.
@@ -171,6 +175,7 @@ mod lock_shared;
 mod many;
 mod outcome;
 mod record;
+mod record_ref;
 mod signal_hub;
 mod spin;
 mod store;

@@ -24,6 +24,7 @@ use crate::driver::Driver;
 use crate::error::Error;
 use crate::lock::{Entered, Grant, Lock, Mode};
 use crate::record::{Record, WaitEnd, Waiter};
+use crate::record_ref::LineRecord;
 use crate::timer::TimerKey;
 use crossbeam_epoch as epoch;
 use std::future::Future;
@@ -35,7 +36,7 @@ enum State {
     Start,
     Waiting {
         /// The line the node is linked in.
-        record: *const Record,
+        record: LineRecord,
         /// The deadline's wheel entry (none for a wait without one, or
         /// once the store shut its timer down).
         timer: Option<Armed>,
@@ -72,10 +73,9 @@ pub(crate) struct LineWait<'a> {
     node: Option<Waiter>,
 }
 
-// SAFETY: `record` is dereferenced only while the node is linked or the
-// grant is ours (record.rs, "The record's lifetime"), which holds on any
-// thread; `Armed`'s pointers are only compared, never dereferenced; the
-// node is Send + Sync; the rest are Send + Sync references.
+// SAFETY: `Armed`'s pointers are only compared, never dereferenced; the
+// record is a `LineRecord` (Send by its own argument); the node is Send +
+// Sync; the rest are Send + Sync references.
 unsafe impl Send for LineWait<'_> {}
 // SAFETY: `&LineWait` exposes nothing.
 unsafe impl Sync for LineWait<'_> {}
@@ -131,13 +131,13 @@ impl<'a> LineWait<'a> {
     /// A later poll of a linked node.
     fn poll_waiting(
         &mut self,
-        record: *const Record,
+        record: LineRecord,
         waker: &Waker,
     ) -> Poll<Result<Option<Grant>, Error>> {
         let node = self.node();
         // SAFETY: the state is `Waiting`, so the node was linked: the record
         // lives until the node has an end we act on (record.rs).
-        let record = unsafe { &*record };
+        let record = unsafe { record.get() };
         if let Some(end) = node.end() {
             return self.finish(record, end);
         }
@@ -229,7 +229,7 @@ impl Drop for LineWait<'_> {
         let node = self.node();
         // SAFETY: the state is `Waiting`: the node was linked, so the record
         // lives until the node has an end (record.rs).
-        let record = unsafe { &*record };
+        let record = unsafe { record.get() };
         let end = match node.end() {
             Some(end) => end,
             None => {

@@ -18,6 +18,7 @@ use crate::lease::{Core, HeldLease, Lease, LeaseState};
 use crate::lock_shared::LockShared;
 use crate::outcome::Outcome;
 use crate::record::{Enqueued, Record, Tried, WaitEnd, Waiter, HELD};
+use crate::record_ref::{HeldRecord, LineRecord};
 use crate::sync::{Arc, Ordering};
 use crate::table::find_in_chain;
 use crossbeam_epoch as epoch;
@@ -77,7 +78,7 @@ pub(crate) enum Mode {
 /// lease's set-up lets the key go); [`into_parts`](Grant::into_parts) hands
 /// the duty to the lease that takes it over.
 pub(crate) struct Grant {
-    record: *const Record,
+    record: HeldRecord,
     fence: u64,
 }
 
@@ -87,14 +88,14 @@ impl Grant {
     #[inline]
     pub(crate) fn of(r: &Record) -> Grant {
         Grant {
-            record: r,
+            record: HeldRecord::of(r),
             fence: r.fence(),
         }
     }
 
     /// The record and fence, with the duty to release them once.
     #[inline]
-    pub(crate) fn into_parts(self) -> (*const Record, u64) {
+    pub(crate) fn into_parts(self) -> (HeldRecord, u64) {
         let g = ManuallyDrop::new(self);
         (g.record, g.fence)
     }
@@ -102,15 +103,11 @@ impl Grant {
 
 impl Drop for Grant {
     fn drop(&mut self) {
-        // SAFETY: a Grant exists only while its key is HELD by it, which
-        // keeps the record alive (record.rs, "The record's lifetime").
-        unsafe { (*self.record).release(self.fence) };
+        // SAFETY: a Grant exists only while its key is HELD by it, and
+        // this drop is its one release.
+        unsafe { self.record.release(self.fence) };
     }
 }
-
-// SAFETY: the record pointer is only dereferenced to release the grant,
-// which is valid from any thread while the grant is HELD.
-unsafe impl Send for Grant {}
 
 /// What the fast path found.
 pub(crate) enum Fast {
@@ -136,7 +133,7 @@ pub(crate) enum Entered {
     /// `Mode::Try` found the key held.
     Held,
     /// Its node is linked in `record`'s line (`first`: nobody before it).
-    Waiting { record: *const Record, first: bool },
+    Waiting { record: LineRecord, first: bool },
 }
 
 impl Lock {
@@ -457,9 +454,9 @@ impl Lock {
             Entered::Granted(g) => Ok(Some(g)),
             Entered::Held => Ok(None),
             Entered::Waiting { record, first } => {
-                // SAFETY: the node is linked, so the record is alive until
-                // the wait ends (record.rs, "The record's lifetime").
-                let record = unsafe { &*record };
+                // SAFETY: the node is linked, and this frame waits until
+                // its end: a grant (then held) or the wait's own end.
+                let record = unsafe { record.get() };
                 let end = record.wait(waiter.as_ref(), first, &self.store.clock, deadline);
                 self.wait_ended(record, end, text).map(Some)
             }
@@ -552,7 +549,10 @@ impl Lock {
                 Enqueued::Granted => return Ok(Entered::Granted(Grant::of(record))),
                 Enqueued::Dead => retired_seen = true,
                 // Unpinned on return: a waiter must not hold the epoch back.
-                Enqueued::Waiting { first } => return Ok(Entered::Waiting { record, first }),
+                Enqueued::Waiting { first } => {
+                    let record = LineRecord::of(record);
+                    return Ok(Entered::Waiting { record, first });
+                }
             }
         }
     }
