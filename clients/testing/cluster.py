@@ -54,6 +54,7 @@ From Python (standard library only):
 from __future__ import annotations
 
 import argparse
+import binascii
 import json
 import os
 import selectors
@@ -85,16 +86,6 @@ Range = Tuple[int, int, str]
 # ---------------------------------------------------------------- slots
 
 
-def _crc16(data: bytes) -> int:
-    crc = 0
-    for byte in data:
-        crc ^= byte << 8
-        for _ in range(8):
-            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else (crc << 1)
-            crc &= 0xFFFF
-    return crc
-
-
 def slot(key: Union[str, bytes]) -> int:
     """Redis Cluster's slot of a key: CRC16-XMODEM mod 16384, `{tag}` hashed alone."""
     data = key.encode() if isinstance(key, str) else key
@@ -103,7 +94,7 @@ def slot(key: Union[str, bytes]) -> int:
         end = data.find(b"}", start + 1)
         if end > start + 1:
             data = data[start + 1 : end]
-    return _crc16(data) % SLOTS
+    return binascii.crc_hqx(data, 0) % SLOTS
 
 
 # ---------------------------------------------------------------- RESP

@@ -29,6 +29,7 @@
 mod decode;
 mod encode;
 mod inline;
+pub mod slot;
 mod value;
 
 pub use decode::{Decoder, ProtocolError, DEFAULT_MAX_DEPTH};
