@@ -23,25 +23,24 @@ pub struct ClientState {
     created: Instant,
     /// Milliseconds after `created` of the last batch of commands read.
     last_read_ms: AtomicU64,
-    /// Index into [`COMMAND_NAMES`] of the last command carried out.
+    /// The command table's index of the last command carried out, or
+    /// [`NO_COMMAND`].
     last_command: AtomicUsize,
     /// `CLIENT SETNAME`'s name.
     name: Mutex<Option<Vec<u8>>>,
     /// The user it authenticated as.
     user: Mutex<Option<Arc<str>>>,
-    /// The held keys (`lock\0key`) and the lease holding each.
+    /// The held keys (`lock\0key`, the session's `held_key`) and the
+    /// lease holding each.
     holding: Mutex<HashMap<Box<str>, u64>>,
-    /// The key (`lock\0key`) a HOLD of this connection waits for.
+    /// The held key (`lock\0key`) a HOLD of this connection waits for.
     waiting: Mutex<Option<Box<str>>>,
     /// Pulled by CLIENT KILL.
     kill: Notify,
 }
 
-/// The commands' names as CLIENT LIST shows them (`cmd=`).
-pub const COMMAND_NAMES: [&str; 20] = [
-    "NULL", "hold", "tryhold", "release", "renew", "put", "get", "stats", "ping", "echo", "quit",
-    "hello", "auth", "client", "select", "command", "info", "inspect", "cluster", "del",
-];
+/// `last_command` before any command was carried out.
+const NO_COMMAND: usize = usize::MAX;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // Nothing panics while one is held; a poisoned map is still a map.
@@ -55,7 +54,7 @@ impl ClientState {
             addr,
             created: Instant::now(),
             last_read_ms: AtomicU64::new(0),
-            last_command: AtomicUsize::new(0),
+            last_command: AtomicUsize::new(NO_COMMAND),
             name: Mutex::new(None),
             user: Mutex::new(None),
             holding: Mutex::new(HashMap::new()),
@@ -71,7 +70,7 @@ impl ClientState {
         self.last_read_ms.store(ms, Ordering::Relaxed);
     }
 
-    /// The command about to be carried out (an index of [`COMMAND_NAMES`]).
+    /// The command about to be carried out (its index in the command table).
     pub fn ran(&self, command: usize) {
         // Relaxed: as in `touch`.
         self.last_command.store(command, Ordering::Relaxed);
@@ -94,30 +93,30 @@ impl ClientState {
         lock(&self.name).clone()
     }
 
-    /// Whether this connection holds the key `slot`.
-    pub fn holds(&self, slot: &str) -> bool {
-        lock(&self.holding).contains_key(slot)
+    /// Whether this connection holds `held_key`.
+    pub fn holds(&self, held_key: &str) -> bool {
+        lock(&self.holding).contains_key(held_key)
     }
 
-    /// The lease by which this connection holds `slot`, if it does.
-    pub fn lease_of(&self, slot: &str) -> Option<u64> {
-        lock(&self.holding).get(slot).copied()
+    /// The lease by which this connection holds `held_key`, if it does.
+    pub fn lease_of(&self, held_key: &str) -> Option<u64> {
+        lock(&self.holding).get(held_key).copied()
     }
 
-    pub fn held(&self, slot: Box<str>, lease: u64) {
-        lock(&self.holding).insert(slot, lease);
+    pub fn held(&self, held_key: Box<str>, lease: u64) {
+        lock(&self.holding).insert(held_key, lease);
     }
 
-    pub fn let_go(&self, slot: &str) {
-        lock(&self.holding).remove(slot);
+    pub fn let_go(&self, held_key: &str) {
+        lock(&self.holding).remove(held_key);
     }
 
     pub fn lease_count(&self) -> usize {
         lock(&self.holding).len()
     }
 
-    pub fn set_waiting(&self, slot: Option<Box<str>>) {
-        *lock(&self.waiting) = slot;
+    pub fn set_waiting(&self, held_key: Option<Box<str>>) {
+        *lock(&self.waiting) = held_key;
     }
 
     pub fn waiting(&self) -> Option<Box<str>> {
@@ -147,9 +146,11 @@ impl ClientState {
         now.saturating_sub(last) / 1000
     }
 
-    pub fn last_command(&self) -> &'static str {
+    /// The command table's index of the last command carried out, if any.
+    pub fn last_command(&self) -> Option<usize> {
         // Relaxed: as in `touch`.
-        COMMAND_NAMES[self.last_command.load(Ordering::Relaxed) % COMMAND_NAMES.len()]
+        let index = self.last_command.load(Ordering::Relaxed);
+        (index != NO_COMMAND).then_some(index)
     }
 }
 
@@ -194,11 +195,11 @@ impl Clients {
         lock(&self.map).len()
     }
 
-    /// The connection holding `slot` and its lease, if any.
-    pub fn holder_of(&self, slot: &str) -> Option<(Arc<ClientState>, u64)> {
+    /// The connection holding `held_key` and its lease, if any.
+    pub fn holder_of(&self, held_key: &str) -> Option<(Arc<ClientState>, u64)> {
         self.all()
             .into_iter()
-            .find_map(|c| c.lease_of(slot).map(|lease| (c, lease)))
+            .find_map(|c| c.lease_of(held_key).map(|lease| (c, lease)))
     }
 
     /// Connections with a waiting HOLD.

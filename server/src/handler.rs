@@ -30,10 +30,10 @@
 
 use crate::cmd::{self, NotACommand};
 use crate::connection::Connection;
-use crate::session::{slot_parts, Counts, PendingHold, Session, Step};
+use crate::reply::{ErrorReply, Reply};
+use crate::session::{held_key_parts, Counts, PendingHold, Session, Step};
 use crate::shutdown::Shutdown;
 use holdline::{Error, HeldLease};
-use holdline_resp::Value;
 use std::collections::VecDeque;
 use std::future::{pending, poll_fn};
 use std::task::Poll;
@@ -270,16 +270,16 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Handler<S> {
             let Some(item) = self.queue.pop() else { break };
             match item {
                 Queued::Command(args) => match cmd::execute(&mut self.session, args) {
-                    Step::Reply(v) => self.answer(&v),
+                    Step::Reply(reply) => self.answer(reply),
                     Step::Wait(hold) => self.first_poll(hold).await,
-                    Step::Close(v) => {
-                        self.answer(&v);
+                    Step::Close(reply) => {
+                        self.answer(reply);
                         self.state = State::Closing;
                     }
                 },
                 Queued::Fault(why) => {
                     debug!(reason = %why, "protocol error; closing the connection");
-                    self.answer(&Value::Error(format!("ERR protocol error: {why}")));
+                    self.answer(Err(ErrorReply::err(format!("protocol error: {why}"))));
                     self.state = State::Closing;
                 }
             }
@@ -318,11 +318,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Handler<S> {
     async fn first_poll(&mut self, mut hold: PendingHold) {
         match poll_fn(|cx| Poll::Ready(hold.future.as_mut().poll(cx))).await {
             Poll::Ready(result) => {
-                let v = self.session.granted(result, hold);
-                self.answer(&v);
+                let reply = self.session.granted(result, hold);
+                self.answer(reply);
             }
             Poll::Pending => {
-                self.session.client.set_waiting(Some(hold.slot.clone()));
+                self.session.client.set_waiting(Some(hold.held_key.clone()));
                 self.state = State::Waiting(hold);
             }
         }
@@ -367,8 +367,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Handler<S> {
     fn hold_ended(&mut self, result: Result<HeldLease, Error>) {
         if let State::Waiting(hold) = std::mem::replace(&mut self.state, State::Ready) {
             self.session.client.set_waiting(None);
-            let v = self.session.granted(result, hold);
-            self.answer(&v);
+            let reply = self.session.granted(result, hold);
+            self.answer(reply);
         }
     }
 
@@ -379,13 +379,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Handler<S> {
             return;
         };
         let reason = held.lease.signal().reason();
-        let (lock, key) = slot_parts(&held.slot);
+        let (lock, key) = held_key_parts(&held.held_key);
         let (client, addr) = (self.session.id(), self.session.client.addr);
         info!(lock, lease = id, client, %addr, ?reason, "lease lost");
         debug!(lock, lease = id, key, "lease lost: its key");
         if let Some(push) = self.session.loss_push(id) {
             Counts::add(&self.session.shared.counts.lost_pushes, 1);
-            self.answer(&push);
+            self.answer(Ok(push));
         }
     }
 
@@ -395,8 +395,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Handler<S> {
         if let State::Waiting(mut hold) = std::mem::replace(&mut self.state, State::Closing) {
             self.session.client.set_waiting(None);
             if let Some(result) = futures_util::FutureExt::now_or_never(&mut hold.future) {
-                let v = self.session.granted(result, hold);
-                self.answer(&v);
+                let reply = self.session.granted(result, hold);
+                self.answer(reply);
             }
         }
         while let Some(id) = self.session.losses.lost_now() {
@@ -405,11 +405,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Handler<S> {
         self.connection.close().await;
     }
 
-    fn answer(&mut self, value: &Value) {
-        if let (Value::Error(text), Some(m)) = (value, &self.session.shared.metrics) {
-            m.error(text.split(' ').next().unwrap_or_default());
-        }
-        self.connection.queue(value, self.session.proto);
+    fn answer(&mut self, reply: Reply) {
+        let value = match reply {
+            Ok(value) => value,
+            Err(refusal) => {
+                if let Some(m) = &self.session.shared.metrics {
+                    m.error(refusal.word);
+                }
+                refusal.into_value()
+            }
+        };
+        self.connection.queue(&value, self.session.proto);
     }
 }
 

@@ -12,8 +12,8 @@
 //! `reply` (error replies in the core's shape), `loss_watch` (which leases
 //! were lost), `clients` (what operators see of each connection), `metrics`
 //! (Prometheus), `cluster` (partitions, etcd), `session`
-//! (one connection's state), `parse` (the argument cursor), `docs` (the command
-//! table), `cmd` (each command: parse, effect), `connection` (the framed
+//! (one connection's state), `parse` (the argument cursor), `cmd` (the
+//! command table, and each command: parse, effect), `connection` (the framed
 //! stream), `shutdown` (the signal), `handler` (one connection's life),
 //! `server` (the listener).
 
@@ -22,7 +22,6 @@ mod cluster;
 mod cmd;
 mod config;
 mod connection;
-mod docs;
 mod handler;
 mod loss_watch;
 mod metrics;
@@ -148,7 +147,7 @@ async fn serve(mut config: Config, tls: Option<Arc<tls::Tls>>) -> Result<(), Str
         if metrics_listener.is_some() {
             let weak = weak.clone();
             let source = move || weak.upgrade().map(|s| s.snapshot());
-            shared.metrics = Some(Arc::new(metrics::Metrics::new(source)));
+            shared.metrics = Some(Arc::new(metrics::Metrics::new(&cmd::names(), source)));
         }
         shared
     });

@@ -11,7 +11,7 @@
 //! and per release; everything per lock is read from the core's counters
 //! at scrape time.
 
-use crate::clients::COMMAND_NAMES;
+use crate::reply::ErrorWord;
 use http_body_util::Full;
 use hyper::body::Bytes;
 use hyper::{Request, Response, StatusCode};
@@ -45,11 +45,6 @@ struct LockLabel {
     lock: String,
 }
 
-/// The error kinds counted: the core's five, then the protocol's own.
-const ERROR_KINDS: [&str; 8] = [
-    "invalid", "in_use", "lost", "limit", "closed", "err", "noauth", "other",
-];
-
 /// What the command path records into.
 pub struct Metrics {
     registry: Registry,
@@ -70,20 +65,27 @@ fn seconds_histogram() -> Histogram {
 }
 
 impl Metrics {
-    /// The registry, with the server-wide and per-lock figures read from
-    /// `source` at scrape time.
-    pub fn new(source: impl Fn() -> Option<Snapshot> + Send + Sync + 'static) -> Metrics {
+    /// The registry, counting the commands `commands_named` (by index),
+    /// with the server-wide and per-lock figures read from `source` at
+    /// scrape time.
+    pub fn new(
+        commands_named: &[&'static str],
+        source: impl Fn() -> Option<Snapshot> + Send + Sync + 'static,
+    ) -> Metrics {
         let mut registry = Registry::with_prefix("holdline");
         let commands: Family<CommandLabel, Counter> = Family::default();
-        let handles = COMMAND_NAMES
+        let handles = commands_named
             .iter()
             .map(|&command| commands.get_or_create(&CommandLabel { command }).clone())
             .collect();
         registry.register("commands", "Commands carried out, by name", commands);
         let errors: Family<KindLabel, Counter> = Family::default();
-        let error_handles = ERROR_KINDS
+        let error_handles = ErrorWord::ALL
             .iter()
-            .map(|&kind| errors.get_or_create(&KindLabel { kind }).clone())
+            .map(|word| {
+                let kind = word.label();
+                errors.get_or_create(&KindLabel { kind }).clone()
+            })
             .collect();
         registry.register("errors", "Error replies, by kind", errors);
         let wait = Family::<LockLabel, Histogram>::new_with_constructor(
@@ -118,26 +120,16 @@ impl Metrics {
         }
     }
 
-    /// A command of [`COMMAND_NAMES`]'s index `command` was carried out.
+    /// The command of index `command` in the names given was carried out.
     pub fn command(&self, command: usize) {
         if let Some(c) = self.commands.get(command) {
             c.inc();
         }
     }
 
-    /// An error reply whose first word is `word`.
-    pub fn error(&self, word: &str) {
-        let i = match word {
-            "INVALID" => 0,
-            "INUSE" => 1,
-            "LOST" => 2,
-            "LIMIT" => 3,
-            "CLOSED" => 4,
-            "ERR" => 5,
-            "NOAUTH" => 6,
-            _ => 7,
-        };
-        self.errors[i].inc();
+    /// An error reply starting with `word`.
+    pub fn error(&self, word: ErrorWord) {
+        self.errors[word.index()].inc();
     }
 
     pub fn waited(&self, lock: &str, waited: Duration) {

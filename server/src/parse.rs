@@ -4,6 +4,7 @@
 //! any is left over. So no command reads past its arguments, or ignores
 //! some, by accident.
 
+use crate::reply::ErrorReply;
 use std::time::Duration;
 use std::vec::IntoIter;
 
@@ -39,7 +40,7 @@ impl Parse {
     }
 
     /// The next argument, as bytes.
-    pub fn next_bytes(&mut self) -> Result<Vec<u8>, String> {
+    pub fn next_bytes(&mut self) -> Result<Vec<u8>, ErrorReply> {
         self.args.next().ok_or_else(|| self.wrong_arity())
     }
 
@@ -49,7 +50,7 @@ impl Parse {
     }
 
     /// The next argument as a decimal `i64`.
-    pub fn next_int(&mut self) -> Result<i64, String> {
+    pub fn next_int(&mut self) -> Result<i64, ErrorReply> {
         integer(&self.next_bytes()?)
     }
 
@@ -59,7 +60,7 @@ impl Parse {
     }
 
     /// Fails when arguments are left over.
-    pub fn finish(&self) -> Result<(), String> {
+    pub fn finish(&self) -> Result<(), ErrorReply> {
         if self.args.len() == 0 {
             Ok(())
         } else {
@@ -68,21 +69,24 @@ impl Parse {
     }
 
     /// Redis's text for a missing or extra argument.
-    pub fn wrong_arity(&self) -> String {
-        format!("ERR wrong number of arguments for '{}' command", self.name)
+    pub fn wrong_arity(&self) -> ErrorReply {
+        ErrorReply::err(format!(
+            "wrong number of arguments for '{}' command",
+            self.name
+        ))
     }
 }
 
-pub fn syntax_error() -> String {
-    "ERR syntax error".to_owned()
+pub fn syntax_error() -> ErrorReply {
+    ErrorReply::err("syntax error")
 }
 
-pub fn not_an_integer() -> String {
-    "ERR value is not an integer or out of range".to_owned()
+pub fn not_an_integer() -> ErrorReply {
+    ErrorReply::err("value is not an integer or out of range")
 }
 
 /// A decimal i64, strictly (no spaces, no `+`), as Redis reads numbers.
-pub fn integer(arg: &[u8]) -> Result<i64, String> {
+pub fn integer(arg: &[u8]) -> Result<i64, ErrorReply> {
     let digits = arg.strip_prefix(b"-").unwrap_or(arg);
     if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
         return Err(not_an_integer());
@@ -94,7 +98,7 @@ pub fn integer(arg: &[u8]) -> Result<i64, String> {
 }
 
 /// A count of milliseconds: a decimal integer, not negative.
-pub fn milliseconds(arg: &[u8]) -> Result<Duration, String> {
+pub fn milliseconds(arg: &[u8]) -> Result<Duration, ErrorReply> {
     let n = u64::try_from(integer(arg)?).map_err(|_| not_an_integer())?;
     Ok(Duration::from_millis(n))
 }
@@ -129,14 +133,14 @@ mod tests {
         let mut p = parse(&["a"]);
         assert_eq!(p.next_bytes().unwrap(), b"a");
         let arity = "ERR wrong number of arguments for 'hold' command";
-        assert_eq!(p.next_bytes().unwrap_err(), arity);
+        assert_eq!(p.next_bytes().unwrap_err().to_string(), arity);
         assert!(p.finish().is_ok());
         let p = parse(&["a", "b"]);
-        assert_eq!(p.finish().unwrap_err(), arity);
+        assert_eq!(p.finish().unwrap_err().to_string(), arity);
         let mut p = parse(&[]);
         p.subcommand(b"SetName");
         assert_eq!(
-            p.wrong_arity(),
+            p.wrong_arity().to_string(),
             "ERR wrong number of arguments for 'hold|setname' command"
         );
     }

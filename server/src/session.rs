@@ -13,7 +13,7 @@ use crate::cluster::{slots, Node, Partition, Route};
 use crate::config::Limits;
 use crate::loss_watch::LossWatches;
 use crate::metrics::{Metrics, Snapshot};
-use crate::reply::core_error;
+use crate::reply::{self, ErrorReply, ErrorWord, Reply};
 use crate::users::{Directory, User};
 use holdline::{wire, Error, ErrorKind, Heartbeat, HeldLease, Lock, LockStats, Store};
 use holdline_resp::{Proto, Value};
@@ -24,9 +24,6 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// Redis Cluster's answer for a slot nobody serves.
-pub const CLUSTER_DOWN: &str = "CLUSTERDOWN Hash slot not served";
 
 /// Frames a client may send before it authenticated, when a token is
 /// required: enough for HELLO with AUTH, too little to make the server
@@ -220,8 +217,8 @@ pub type HoldFuture = Pin<Box<dyn Future<Output = Result<HeldLease, Error>> + Se
 /// A HOLD whose answer is still to come.
 pub struct PendingHold {
     pub future: HoldFuture,
-    /// `lock\0key`, filed as held once granted.
-    pub slot: Box<str>,
+    /// The [held key](held_key), filed as held once granted.
+    pub held_key: Box<str>,
     /// When the HOLD was read (its wait, for the metrics).
     pub started: Instant,
     /// The partition it waits in, in a cluster.
@@ -230,18 +227,18 @@ pub struct PendingHold {
 
 /// What carrying out one command leads to.
 pub enum Step {
-    Reply(Value),
+    Reply(Reply),
     /// A HOLD must wait: poll its future, then call [`Session::granted`].
     Wait(PendingHold),
     /// Answer, then close the connection (QUIT).
-    Close(Value),
+    Close(Reply),
 }
 
 /// A lease this connection holds.
 pub struct Held {
     pub lease: HeldLease,
-    /// `lock\0key`: the connection's record that it holds this key.
-    pub slot: Box<str>,
+    /// The [held key](held_key): the connection's record that it holds it.
+    pub held_key: Box<str>,
     /// When it was granted (its hold time, for the metrics).
     pub granted: Instant,
     /// The partition it is held in, in a cluster.
@@ -251,7 +248,7 @@ pub struct Held {
 impl Held {
     /// The lock's name.
     pub fn lock(&self) -> &str {
-        slot_parts(&self.slot).0
+        held_key_parts(&self.held_key).0
     }
 }
 
@@ -296,7 +293,7 @@ impl LockCache {
         place: &Place,
         name: &[u8],
         options: LockOptions,
-    ) -> Result<Lock, Value> {
+    ) -> Result<Lock, ErrorReply> {
         let store_id = place.store_id();
         if let Some(lock) = self
             .map
@@ -315,7 +312,7 @@ impl LockCache {
         if let Some(max_hold) = options.max_hold {
             builder = builder.max_hold(max_hold);
         }
-        let lock = builder.open().map_err(|e| core_error(&e))?;
+        let lock = builder.open()?;
         if self.map.len() >= LOCK_CACHE_ENTRIES {
             self.map.clear();
         }
@@ -409,19 +406,19 @@ impl Session {
         place: &Place,
         name: &[u8],
         options: LockOptions,
-    ) -> Result<Lock, Value> {
+    ) -> Result<Lock, ErrorReply> {
         self.may_use(name)?;
         self.locks.get(&self.shared, place, name, options)
     }
 
     /// `Ok` when this connection's user may name lock `name`, else the
     /// NOPERM to answer.
-    pub fn may_use(&self, name: &[u8]) -> Result<(), Value> {
+    pub fn may_use(&self, name: &[u8]) -> Result<(), ErrorReply> {
         let name = String::from_utf8_lossy(name);
         match &self.user {
             Some(user) if user.may_use(&name) => Ok(()),
-            Some(user) => Err(Value::Error(user.refusal(&name))),
-            None => Err(crate::reply::noauth()),
+            Some(user) => Err(ErrorReply::new(ErrorWord::NoPerm, user.refusal(&name))),
+            None => Err(reply::noauth()),
         }
     }
 
@@ -442,15 +439,15 @@ impl Session {
 
     /// Where a command for `key` runs, or the redirection to answer
     /// (`MOVED slot host:port`, or `CLUSTERDOWN` while nobody serves it).
-    pub fn place(&self, key: &[u8]) -> Result<Place, Value> {
+    pub fn place(&self, key: &[u8]) -> Result<Place, ErrorReply> {
         let Some(node) = &self.shared.cluster else {
             return Ok(Place::Single);
         };
         let slot = slots::key_slot(key);
         match node.route(slot) {
             Route::Here(part) => Ok(Place::Partition(part)),
-            Route::Moved(slot, addr) => Err(Value::Error(format!("MOVED {slot} {addr}"))),
-            Route::Down => Err(Value::error(CLUSTER_DOWN)),
+            Route::Moved(slot, addr) => Err(reply::moved(slot, &addr)),
+            Route::Down => Err(reply::cluster_down()),
         }
     }
 
@@ -465,15 +462,18 @@ impl Session {
     }
 
     /// The answer to a HOLD that waited.
-    pub fn granted(&mut self, result: Result<HeldLease, Error>, pending: PendingHold) -> Value {
+    pub fn granted(&mut self, result: Result<HeldLease, Error>, pending: PendingHold) -> Reply {
         match result {
             Ok(lease) => {
                 if let Some(m) = &self.shared.metrics {
-                    m.waited(slot_parts(&pending.slot).0, pending.started.elapsed());
+                    m.waited(
+                        held_key_parts(&pending.held_key).0,
+                        pending.started.elapsed(),
+                    );
                 }
-                self.keep(lease, pending.slot, pending.partition)
+                self.keep(lease, pending.held_key, pending.partition)
             }
-            Err(e) => core_error(&e),
+            Err(e) => Err(e.into()),
         }
     }
 
@@ -485,18 +485,18 @@ impl Session {
     pub fn keep(
         &mut self,
         lease: HeldLease,
-        slot: Box<str>,
+        held_key: Box<str>,
         partition: Option<Arc<Partition>>,
-    ) -> Value {
+    ) -> Reply {
         if let (Some(part), Some(node)) = (&partition, &self.shared.cluster) {
             if !node.serves(part) || !node.fence_allowed(part, lease.fence()) {
                 drop(lease);
-                let (lock, key) = slot_parts(&slot);
-                return core_error(&wire::error(
+                let (lock, key) = held_key_parts(&held_key);
+                return Err(ErrorReply::core(&wire::error(
                     ErrorKind::Closed,
                     wire::Scope::Key(lock, key),
                     "the store is closed",
-                ));
+                )));
             }
         }
         // Relaxed: a counter handing out ids; nothing is published by it.
@@ -507,22 +507,22 @@ impl Session {
         // lost; the watch tells.)
         let _ = lease.renew();
         self.losses.watch(id, lease.signal().aborted());
-        self.client.held(slot.clone(), id);
+        self.client.held(held_key.clone(), id);
         let granted = Instant::now();
         self.leases.insert(
             id,
             Held {
                 lease,
-                slot,
+                held_key,
                 granted,
                 partition,
             },
         );
         // Fences stay below 2^63, so they travel as RESP integers.
-        Value::Array(vec![
+        Ok(Value::Array(vec![
             Value::Integer(id as i64),
             Value::Integer(i64::try_from(fence).unwrap_or(i64::MAX)),
-        ])
+        ]))
     }
 
     /// The push telling a RESP3 client its lease `id` was lost, if it is.
@@ -543,7 +543,7 @@ impl Session {
     /// A lease leaves the connection (released, forgotten, or closed with
     /// it): its hold time goes to the metrics.
     pub fn let_go(&self, held: &Held) {
-        self.client.let_go(&held.slot);
+        self.client.let_go(&held.held_key);
         self.held_for_metrics(held);
     }
 
@@ -563,13 +563,14 @@ impl Drop for Session {
     }
 }
 
-/// `lock\0key`: neither a lock name nor a valid key holds NUL, so the pair
-/// is unambiguous.
-pub fn slot(lock: &str, key: &str) -> Box<str> {
+/// A held key, `lock\0key`: a lock's name and a key as one string, the
+/// key by which a connection files what it holds and waits for. Neither a
+/// lock name nor a valid key holds NUL, so the pair is unambiguous.
+pub fn held_key(lock: &str, key: &str) -> Box<str> {
     format!("{lock}\0{key}").into_boxed_str()
 }
 
-/// A slot's lock name and key.
-pub fn slot_parts(slot: &str) -> (&str, &str) {
-    slot.split_once('\0').unwrap_or((slot, ""))
+/// A held key's lock name and key.
+pub fn held_key_parts(held_key: &str) -> (&str, &str) {
+    held_key.split_once('\0').unwrap_or((held_key, ""))
 }

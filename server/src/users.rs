@@ -50,9 +50,9 @@ impl User {
         self.admin || self.locks.is_match(lock)
     }
 
-    /// The refusal of a command naming `lock`.
+    /// Why a command naming `lock` is refused: the text after `NOPERM`.
     pub fn refusal(&self, lock: &str) -> String {
-        format!("NOPERM user {} may not use lock {lock:?}", self.name)
+        format!("user {} may not use lock {lock:?}", self.name)
     }
 
     fn token_is(&self, given: &[u8]) -> bool {
@@ -242,7 +242,7 @@ nobody nobody-token-0123456789
         assert!(!alice.may_use("payments") && !alice.may_use("team-b.jobs"));
         assert_eq!(
             alice.refusal("payments"),
-            r#"NOPERM user alice may not use lock "payments""#
+            r#"user alice may not use lock "payments""#
         );
         let root = users
             .authenticate(Some(b"root"), b"root-token-0123456789")

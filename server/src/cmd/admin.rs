@@ -4,8 +4,8 @@
 
 use crate::clients::ClientState;
 use crate::parse::{integer, syntax_error, Parse};
-use crate::reply::key_not_utf8;
-use crate::session::{slot, slot_parts, Counts, LockOptions, Session};
+use crate::reply::{key_not_utf8, ErrorReply, Reply};
+use crate::session::{held_key, held_key_parts, Counts, LockOptions, Session};
 use holdline_resp::{Proto, Value};
 use std::fmt::Write;
 use std::time::Duration;
@@ -147,21 +147,12 @@ fn rss_bytes() -> u64 {
 
 /// `INSPECT lock key`: a map (a flat array in RESP2), or a null for a key
 /// with no state.
-pub fn inspect(s: &mut Session, lock: &[u8], key: Vec<u8>) -> Value {
-    let place = match s.place(&key) {
-        Ok(p) => p,
-        Err(redirect) => return redirect,
-    };
-    let lock = match s.lock(&place, lock, LockOptions::default()) {
-        Ok(l) => l,
-        Err(refusal) => return refusal,
-    };
-    let key = match String::from_utf8(key) {
-        Ok(k) => k,
-        Err(e) => return key_not_utf8(lock.name(), e.as_bytes()),
-    };
+pub fn inspect(s: &mut Session, lock: &[u8], key: Vec<u8>) -> Reply {
+    let place = s.place(&key)?;
+    let lock = s.lock(&place, lock, LockOptions::default())?;
+    let key = String::from_utf8(key).map_err(|e| key_not_utf8(lock.name(), e.as_bytes()))?;
     let Some(info) = lock.inspect(key.as_str()) else {
-        return Value::Null;
+        return Ok(Value::Null);
     };
     let ms = |d: Option<Duration>| {
         d.map_or(Value::Null, |d| {
@@ -179,7 +170,7 @@ pub fn inspect(s: &mut Session, lock: &[u8], key: Vec<u8>) -> Value {
         (Value::bulk("waiters"), Value::Integer(info.waiters as i64)),
     ];
     if info.held {
-        if let Some((holder, lease)) = s.shared.clients.holder_of(&slot(lock.name(), &key)) {
+        if let Some((holder, lease)) = s.shared.clients.holder_of(&held_key(lock.name(), &key)) {
             let name = holder.name().map_or(Value::Null, Value::Bulk);
             let holder = Value::Map(vec![
                 (Value::bulk("id"), Value::Integer(holder.id as i64)),
@@ -190,7 +181,7 @@ pub fn inspect(s: &mut Session, lock: &[u8], key: Vec<u8>) -> Value {
             map.push((Value::bulk("holder"), holder));
         }
     }
-    Value::Map(map)
+    Ok(Value::Map(map))
 }
 
 /// CLIENT's operator subcommands.
@@ -211,7 +202,7 @@ pub enum Kill {
 
 impl ClientAdmin {
     /// `None`: a subcommand of the connection's own (SETNAME, ...).
-    pub fn parse(sub: &[u8], p: &mut Parse) -> Result<Option<ClientAdmin>, String> {
+    pub fn parse(sub: &[u8], p: &mut Parse) -> Result<Option<ClientAdmin>, ErrorReply> {
         Ok(Some(match sub.to_ascii_uppercase().as_slice() {
             b"LIST" => ClientAdmin::List,
             b"INFO" => ClientAdmin::Info,
@@ -221,7 +212,7 @@ impl ClientAdmin {
         }))
     }
 
-    pub fn apply(self, s: &mut Session) -> Value {
+    pub fn apply(self, s: &mut Session) -> Reply {
         match self {
             ClientAdmin::List => {
                 let lines: String = s
@@ -232,17 +223,17 @@ impl ClientAdmin {
                     .filter(|c| s.sees(c))
                     .map(|c| list_line(s, c))
                     .collect();
-                Value::Verbatim(lines)
+                Ok(Value::Verbatim(lines))
             }
-            ClientAdmin::Info => Value::Verbatim(list_line(s, &s.client)),
-            ClientAdmin::Help => help(),
+            ClientAdmin::Info => Ok(Value::Verbatim(list_line(s, &s.client))),
+            ClientAdmin::Help => Ok(help()),
             ClientAdmin::Kill(which) => kill_client(s, which),
         }
     }
 }
 
 /// `KILL ID n`, `KILL ADDR ip:port`, or Redis's old `KILL ip:port`.
-fn kill(p: &mut Parse) -> Result<Kill, String> {
+fn kill(p: &mut Parse) -> Result<Kill, ErrorReply> {
     let first = p.next_bytes()?;
     if p.remaining() == 0 {
         return Ok(Kill::Addr(first));
@@ -251,7 +242,7 @@ fn kill(p: &mut Parse) -> Result<Kill, String> {
     match first.to_ascii_uppercase().as_slice() {
         b"ID" => u64::try_from(integer(&value)?)
             .map(Kill::Id)
-            .map_err(|_| "ERR client-id should be greater than 0".to_owned()),
+            .map_err(|_| ErrorReply::err("client-id should be greater than 0")),
         b"ADDR" => Ok(Kill::Addr(value)),
         _ => Err(syntax_error()),
     }
@@ -259,7 +250,7 @@ fn kill(p: &mut Parse) -> Result<Kill, String> {
 
 /// Kills a connection the user sees (its own; an admin's, any), logged
 /// with who killed whom; another user's connection is no such client.
-fn kill_client(s: &Session, which: Kill) -> Value {
+fn kill_client(s: &Session, which: Kill) -> Reply {
     let target = match &which {
         Kill::Id(id) => s.shared.clients.get(*id),
         Kill::Addr(addr) => s
@@ -284,14 +275,14 @@ fn kill_client(s: &Session, which: Kill) -> Value {
     match (target, which) {
         (Some(client), Kill::Id(_)) => {
             client.kill();
-            Value::Integer(1)
+            Ok(Value::Integer(1))
         }
         (Some(client), Kill::Addr(_)) => {
             client.kill();
-            Value::ok()
+            Ok(Value::ok())
         }
-        (None, Kill::Id(_)) => Value::Integer(0),
-        (None, Kill::Addr(_)) => Value::error("ERR No such client"),
+        (None, Kill::Id(_)) => Ok(Value::Integer(0)),
+        (None, Kill::Addr(_)) => Err(ErrorReply::err("No such client")),
     }
 }
 
@@ -303,7 +294,7 @@ fn list_line(s: &Session, c: &ClientState) -> String {
         .map(|n| String::from_utf8_lossy(&n).into_owned())
         .unwrap_or_default();
     let waiting = c.waiting().map(|slot| {
-        let (lock, key) = slot_parts(&slot);
+        let (lock, key) = held_key_parts(&slot);
         format!("{lock}/{}", escaped(key))
     });
     let resp = if c.id == s.id() && s.proto == Proto::Resp3 {
@@ -318,7 +309,7 @@ fn list_line(s: &Session, c: &ClientState) -> String {
         c.addr,
         c.age_secs(),
         c.idle_secs(),
-        c.last_command(),
+        super::table::name_of(c.last_command()),
         c.user().as_deref().unwrap_or(""),
         c.lease_count(),
         waiting.unwrap_or_default(),

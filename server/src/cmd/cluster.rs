@@ -7,6 +7,7 @@ use super::unknown_subcommand;
 use crate::cluster::slots::{key_slot, partition_range, SLOTS};
 use crate::cluster::{Node, View};
 use crate::parse::Parse;
+use crate::reply::{ErrorReply, Reply};
 use crate::session::Session;
 use holdline_resp::Value;
 
@@ -22,10 +23,10 @@ pub enum Query {
 }
 
 /// Redis's answer when cluster mode is off.
-const DISABLED: &str = "ERR This instance has cluster support disabled";
+const DISABLED: &str = "This instance has cluster support disabled";
 
 impl Query {
-    pub fn parse(p: &mut Parse) -> Result<Query, String> {
+    pub fn parse(p: &mut Parse) -> Result<Query, ErrorReply> {
         let sub = p.next_bytes()?;
         p.subcommand(&sub);
         Ok(match sub.to_ascii_uppercase().as_slice() {
@@ -39,19 +40,19 @@ impl Query {
         })
     }
 
-    pub fn apply(self, s: &Session) -> Value {
+    pub fn apply(self, s: &Session) -> Reply {
         let Some(node) = &s.shared.cluster else {
-            return Value::error(DISABLED);
+            return Err(ErrorReply::err(DISABLED));
         };
         let view = node.view();
-        match self {
+        Ok(match self {
             Query::Slots => slots(&view, node),
             Query::Shards => shards(&view, node),
             Query::Nodes => Value::Bulk(nodes(&view, node).into_bytes()),
             Query::Info => Value::Bulk(info(&view, node).into_bytes()),
             Query::MyId => Value::bulk(node.id.clone()),
             Query::KeySlot(key) => Value::Integer(i64::from(key_slot(&key))),
-        }
+        })
     }
 }
 

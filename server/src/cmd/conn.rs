@@ -4,6 +4,7 @@
 
 use super::unknown_subcommand;
 use crate::parse::{integer, Parse};
+use crate::reply::{ErrorReply, ErrorWord, Reply};
 use crate::session::Session;
 use holdline_resp::{Proto, Value};
 
@@ -16,15 +17,15 @@ pub struct Hello {
 }
 
 impl Hello {
-    pub fn parse(p: &mut Parse) -> Result<Hello, String> {
+    pub fn parse(p: &mut Parse) -> Result<Hello, ErrorReply> {
         let mut hello = Hello {
             proto: None,
             auth: None,
             setname: None,
         };
         if let Some(v) = p.next_if_any() {
-            let bad = "ERR Protocol version is not an integer or out of range";
-            hello.proto = Some(integer(&v).map_err(|_| bad.to_owned())?);
+            let bad = "Protocol version is not an integer or out of range";
+            hello.proto = Some(integer(&v).map_err(|_| ErrorReply::err(bad))?);
         }
         while let Some(word) = p.next_if_any() {
             match word.to_ascii_uppercase().as_slice() {
@@ -33,10 +34,10 @@ impl Hello {
                 }
                 b"SETNAME" if p.remaining() >= 1 => hello.setname = Some(p.next_bytes()?),
                 _ => {
-                    return Err(format!(
-                        "ERR Syntax error in HELLO option '{}'",
+                    return Err(ErrorReply::err(format!(
+                        "Syntax error in HELLO option '{}'",
                         String::from_utf8_lossy(&word)
-                    ))
+                    )))
                 }
             }
         }
@@ -46,28 +47,27 @@ impl Hello {
     /// Authenticates (when it carries AUTH), names, switches protocol and
     /// answers the server's map. A server that wants a token refuses a
     /// HELLO without it, as Redis does, so a client learns at connect.
-    pub fn apply(self, s: &mut Session) -> Value {
+    pub fn apply(self, s: &mut Session) -> Reply {
         let proto = match self.proto {
             None => s.proto,
             Some(2) => Proto::Resp2,
             Some(3) => Proto::Resp3,
-            Some(_) => return Value::error("NOPROTO unsupported protocol version"),
+            Some(_) => {
+                let what = "unsupported protocol version";
+                return Err(ErrorReply::new(ErrorWord::NoProto, what));
+            }
         };
         if let Some((user, token)) = self.auth {
-            if let Err(refused) = authenticate(s, Some(&user), &token) {
-                return refused;
-            }
+            authenticate(s, Some(&user), &token)?;
         }
         if !s.authenticated {
-            return Value::error(HELLO_NOAUTH);
+            return Err(ErrorReply::new(ErrorWord::NoAuth, HELLO_NOAUTH));
         }
         if let Some(name) = self.setname {
-            if let Err(refusal) = set_name(s, name) {
-                return refusal;
-            }
+            set_name(s, name)?;
         }
         s.proto = proto;
-        hello_map(s, proto)
+        Ok(hello_map(s, proto))
     }
 }
 
@@ -98,7 +98,7 @@ pub struct Auth {
 }
 
 impl Auth {
-    pub fn parse(p: &mut Parse) -> Result<Auth, String> {
+    pub fn parse(p: &mut Parse) -> Result<Auth, ErrorReply> {
         let first = p.next_bytes()?;
         Ok(match p.next_if_any() {
             None => Auth {
@@ -112,17 +112,15 @@ impl Auth {
         })
     }
 
-    pub fn apply(self, s: &mut Session) -> Value {
+    pub fn apply(self, s: &mut Session) -> Reply {
         if !s.shared.wants_token() && self.user.is_none() {
             // Redis's answer, so a misconfigured client notices.
-            return Value::error(
-                "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?",
-            );
+            return Err(ErrorReply::err(
+                "AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?",
+            ));
         }
-        match authenticate(s, self.user.as_deref(), &self.token) {
-            Ok(()) => Value::ok(),
-            Err(refused) => refused,
-        }
+        authenticate(s, self.user.as_deref(), &self.token)?;
+        Ok(Value::ok())
     }
 }
 
@@ -136,7 +134,7 @@ const FAILURE_LOG_EVERY_MS: u64 = 1000;
 /// Authenticates `s` as `user` (`default` when none) by `token`, or
 /// counts and logs the failure and answers WRONGPASS. On a server
 /// without authentication, anyone is `default` already.
-fn authenticate(s: &mut Session, user: Option<&[u8]>, token: &[u8]) -> Result<(), Value> {
+fn authenticate(s: &mut Session, user: Option<&[u8]>, token: &[u8]) -> Result<(), ErrorReply> {
     if !s.shared.wants_token() {
         return Ok(());
     }
@@ -191,7 +189,7 @@ pub enum Client {
 }
 
 impl Client {
-    pub fn parse(sub: &[u8], p: &mut Parse) -> Result<Client, String> {
+    pub fn parse(sub: &[u8], p: &mut Parse) -> Result<Client, ErrorReply> {
         let client = match sub.to_ascii_uppercase().as_slice() {
             b"SETNAME" => Client::SetName(p.next_bytes()?),
             b"GETNAME" => Client::GetName,
@@ -202,10 +200,10 @@ impl Client {
                 match attr.to_ascii_uppercase().as_slice() {
                     b"LIB-NAME" | b"LIB-VER" => Client::SetInfo,
                     _ => {
-                        return Err(format!(
-                            "ERR Unrecognized option '{}'",
+                        return Err(ErrorReply::err(format!(
+                            "Unrecognized option '{}'",
                             String::from_utf8_lossy(&attr)
-                        ))
+                        )))
                     }
                 }
             }
@@ -214,30 +212,29 @@ impl Client {
         Ok(client)
     }
 
-    pub fn apply(self, s: &mut Session) -> Value {
-        match self {
-            Client::SetName(name) => set_name(s, name).map_or_else(|e| e, |()| Value::ok()),
+    pub fn apply(self, s: &mut Session) -> Reply {
+        Ok(match self {
+            Client::SetName(name) => set_name(s, name).map(|()| Value::ok())?,
             Client::GetName => s.client.name().map_or(Value::Null, Value::Bulk),
             Client::Id => Value::Integer(s.id() as i64),
             Client::SetInfo => Value::ok(),
-        }
+        })
     }
 }
 
-fn set_name(s: &mut Session, name: Vec<u8>) -> Result<(), Value> {
+fn set_name(s: &mut Session, name: Vec<u8>) -> Result<(), ErrorReply> {
     if !name.iter().all(|&b| (b'!'..=b'~').contains(&b)) {
-        return Err(Value::error(
-            "ERR Client names cannot contain spaces, newlines or special characters.",
+        return Err(ErrorReply::err(
+            "Client names cannot contain spaces, newlines or special characters.",
         ));
     }
     s.client.set_name((!name.is_empty()).then_some(name));
     Ok(())
 }
 
-const HELLO_NOAUTH: &str = "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time";
+const HELLO_NOAUTH: &str = "HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time";
 
-pub use crate::reply::noauth;
-
-pub fn wrongpass() -> Value {
-    Value::error("WRONGPASS invalid username-password pair or user is disabled.")
+pub fn wrongpass() -> ErrorReply {
+    let what = "invalid username-password pair or user is disabled.";
+    ErrorReply::new(ErrorWord::WrongPass, what)
 }

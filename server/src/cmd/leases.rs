@@ -1,8 +1,8 @@
 //! HOLD, TRYHOLD, RELEASE and RENEW: a connection's leases.
 
 use crate::parse::{milliseconds, syntax_error, Parse};
-use crate::reply::{core_error, invalid_key, invalid_store, key_not_utf8};
-use crate::session::{slot, LockOptions, PendingHold, Place, Session, Step};
+use crate::reply::{invalid_key, invalid_store, key_not_utf8, ErrorReply, Reply};
+use crate::session::{held_key, LockOptions, PendingHold, Place, Session, Step};
 use holdline::{wire, ErrorKind, Lock};
 use holdline_resp::Value;
 use std::time::{Duration, Instant};
@@ -17,7 +17,7 @@ pub struct Hold {
 }
 
 impl Hold {
-    pub fn parse(p: &mut Parse) -> Result<Hold, String> {
+    pub fn parse(p: &mut Parse) -> Result<Hold, ErrorReply> {
         let (lock, key) = (p.next_bytes()?, p.next_bytes()?);
         let (wait, options) = options(p, true)?;
         Ok(Hold {
@@ -31,23 +31,22 @@ impl Hold {
     /// Waits in the key's line (the connection polls the future); a key
     /// this connection holds is `invalid` at once: it would wait for itself.
     pub fn apply(self, s: &mut Session) -> Step {
-        let place = match s.place(&self.key) {
-            Ok(p) => p,
-            Err(redirect) => return Step::Reply(redirect),
-        };
+        match self.join_line(s) {
+            Ok(pending) => Step::Wait(pending),
+            Err(refusal) => Step::Reply(Err(refusal)),
+        }
+    }
+
+    fn join_line(self, s: &mut Session) -> Result<PendingHold, ErrorReply> {
+        let place = s.place(&self.key)?;
         let options = self.options.for_session(s);
-        let (lock, key) = match lock_and_key(s, &place, &self.lock, self.key, options) {
-            Ok(v) => v,
-            Err(refusal) => return Step::Reply(refusal),
-        };
-        let slot = slot(lock.name(), &key);
-        if s.client.holds(&slot) {
+        let (lock, key) = lock_and_key(s, &place, &self.lock, self.key, options)?;
+        let held_key = held_key(lock.name(), &key);
+        if s.client.holds(&held_key) {
             let what = "hold inside a hold of the same key";
-            return Step::Reply(invalid_key(lock.name(), &key, what));
+            return Err(invalid_key(lock.name(), &key, what));
         }
-        if let Err(refusal) = within_max_ttl(s, &place, &lock, &key, options) {
-            return Step::Reply(refusal);
-        }
+        within_max_ttl(s, &place, &lock, &key, options)?;
         // The one place the server waits for a key: the core's async
         // acquire, in the same FIFO line as threads, left on drop. A
         // partition just taken over first waits until it opens.
@@ -76,9 +75,9 @@ impl Hold {
             };
             lock.key(key.as_str()).wait(wait).acquire_async().await
         });
-        Step::Wait(PendingHold {
+        Ok(PendingHold {
             future,
-            slot,
+            held_key,
             started: std::time::Instant::now(),
             partition: place.partition().cloned(),
         })
@@ -94,72 +93,55 @@ pub struct TryHold {
 }
 
 impl TryHold {
-    pub fn parse(p: &mut Parse) -> Result<TryHold, String> {
+    pub fn parse(p: &mut Parse) -> Result<TryHold, ErrorReply> {
         let (lock, key) = (p.next_bytes()?, p.next_bytes()?);
         let (_, options) = options(p, false)?;
         Ok(TryHold { lock, key, options })
     }
 
-    pub fn apply(self, s: &mut Session) -> Value {
-        let place = match s.place(&self.key) {
-            Ok(p) => p,
-            Err(redirect) => return redirect,
-        };
+    pub fn apply(self, s: &mut Session) -> Reply {
+        let place = s.place(&self.key)?;
         let options = self.options.for_session(s);
-        let (lock, key) = match lock_and_key(s, &place, &self.lock, self.key, options) {
-            Ok(v) => v,
-            Err(refusal) => return refusal,
-        };
-        if let Err(refusal) = within_max_ttl(s, &place, &lock, &key, options) {
-            return refusal;
-        }
-        let slot = slot(lock.name(), &key);
+        let (lock, key) = lock_and_key(s, &place, &self.lock, self.key, options)?;
+        within_max_ttl(s, &place, &lock, &key, options)?;
+        let held_key = held_key(lock.name(), &key);
         // As in process: a try of a key its caller holds answers None; so
         // does any key of a partition just taken over, until it opens (a
         // holder of its last owner may still think it holds the key).
-        if s.client.holds(&slot) || place.partition().is_some_and(|p| p.opens_later()) {
-            return Value::Null;
+        if s.client.holds(&held_key) || place.partition().is_some_and(|p| p.opens_later()) {
+            return Ok(Value::Null);
         }
-        match lock.key(key.as_str()).try_acquire() {
-            Ok(Some(lease)) => s.keep(lease, slot, place.partition().cloned()),
-            Ok(None) => Value::Null,
-            Err(e) => core_error(&e),
+        match lock.key(key.as_str()).try_acquire()? {
+            Some(lease) => s.keep(lease, held_key, place.partition().cloned()),
+            None => Ok(Value::Null),
         }
     }
 }
 
 /// `RELEASE lease`: `OK`, or the loss (once: the lease is forgotten).
-pub fn release(s: &mut Session, id: i64) -> Value {
+pub fn release(s: &mut Session, id: i64) -> Reply {
     let Some((lease_id, held)) = u64::try_from(id)
         .ok()
         .and_then(|id| Some((id, s.leases.remove(&id)?)))
     else {
-        return not_ours(id);
+        return Err(not_ours(id));
     };
     // In a cluster: past the node's deadline the lease is lost first.
     s.still_served(held.partition.as_ref());
     s.let_go(&held);
     s.losses.forget(lease_id);
-    match held.lease.release() {
-        Ok(()) => Value::ok(),
-        Err(e) => core_error(&e),
-    }
+    held.lease.release()?;
+    Ok(Value::ok())
 }
 
 /// `RENEW lease`: `OK`, or the loss (every time).
-pub fn renew(s: &mut Session, id: i64) -> Value {
+pub fn renew(s: &mut Session, id: i64) -> Reply {
     match u64::try_from(id).ok().and_then(|id| s.leases.get(&id)) {
-        None => not_ours(id),
-        Some(held) if !s.still_served(held.partition.as_ref()) => held
-            .lease
-            .check()
-            .err()
-            .map_or_else(Value::ok, |e| core_error(&e)),
-        Some(held) => match held.lease.renew() {
-            Ok(()) => Value::ok(),
-            Err(e) => core_error(&e),
-        },
+        None => return Err(not_ours(id)),
+        Some(held) if !s.still_served(held.partition.as_ref()) => held.lease.check()?,
+        Some(held) => held.lease.renew()?,
     }
+    Ok(Value::ok())
 }
 
 /// A lease may not ask for a ttl or maxHold above the server's max ttl
@@ -171,7 +153,7 @@ fn within_max_ttl(
     lock: &Lock,
     key: &str,
     options: LockOptions,
-) -> Result<(), Value> {
+) -> Result<(), ErrorReply> {
     let server = s.shared.limits.max_ttl;
     let cluster = match (&s.shared.cluster, place.partition()) {
         (Some(node), Some(_)) => Some(node.max_ttl),
@@ -192,7 +174,11 @@ fn within_max_ttl(
         wire::duration_text(max)
     );
     let scope = wire::Scope::Key(lock.name(), key);
-    Err(core_error(&wire::error(ErrorKind::Invalid, scope, what)))
+    Err(ErrorReply::core(&wire::error(
+        ErrorKind::Invalid,
+        scope,
+        what,
+    )))
 }
 
 /// How long a HOLD waiting `wait` sleeps before a partition opening at
@@ -209,7 +195,7 @@ fn until_open(opens: Instant, wait: Duration) -> Result<(Duration, Duration), Du
     }
 }
 
-fn not_ours(id: i64) -> Value {
+fn not_ours(id: i64) -> ErrorReply {
     invalid_store(format!("lease {id} is not held by this connection"))
 }
 
@@ -218,7 +204,7 @@ fn not_ours(id: i64) -> Value {
 ///
 /// A TTL left out is the default, or in a cluster the cluster's max ttl if
 /// that is lower (marked by `LockOptions::ttl_given` being false).
-fn options(p: &mut Parse, wait_allowed: bool) -> Result<(Option<Duration>, Options), String> {
+fn options(p: &mut Parse, wait_allowed: bool) -> Result<(Option<Duration>, Options), ErrorReply> {
     let (mut wait, mut ttl, mut max_hold) = (None, None, None);
     while let Some(word) = p.next_if_any() {
         // An option word without its value is a syntax error, as in Redis.
@@ -273,7 +259,7 @@ fn lock_and_key(
     name: &[u8],
     key: Vec<u8>,
     options: LockOptions,
-) -> Result<(Lock, String), Value> {
+) -> Result<(Lock, String), ErrorReply> {
     let lock = s.lock(place, name, options)?;
     let key = String::from_utf8(key).map_err(|e| key_not_utf8(lock.name(), e.as_bytes()))?;
     Ok((lock, key))

@@ -2,14 +2,11 @@
 
 use crate::cluster::slots::key_slot;
 use crate::parse::{not_an_integer, Parse};
-use crate::reply::{core_error, invalid_store, key_not_utf8};
+use crate::reply::{self, invalid_store, key_not_utf8, ErrorReply, Reply};
 use crate::session::{LockOptions, Place, Session};
 use holdline::wire::{self, Scope};
 use holdline::ErrorKind;
 use holdline_resp::Value;
-
-/// Redis Cluster's answer when a command's keys are in different slots.
-pub const CROSS_SLOT: &str = "CROSSSLOT Keys in request don't hash to the same slot";
 
 /// `PUT lock key fence row value`: the fenced write.
 #[derive(Debug, PartialEq)]
@@ -22,7 +19,7 @@ pub struct Put {
 }
 
 impl Put {
-    pub fn parse(p: &mut Parse) -> Result<Put, String> {
+    pub fn parse(p: &mut Parse) -> Result<Put, ErrorReply> {
         let (lock, key) = (p.next_bytes()?, p.next_bytes()?);
         let fence = u64::try_from(p.next_int()?).map_err(|_| not_an_integer())?;
         Ok(Put {
@@ -36,31 +33,23 @@ impl Put {
 
     /// `OK`, or `LOST ...` when a newer grant of the key exists than the
     /// fence shows.
-    pub fn apply(self, s: &mut Session) -> Value {
+    pub fn apply(self, s: &mut Session) -> Reply {
         // As Redis Cluster: keys in two slots are refused before routing.
         if s.shared.cluster.is_some() && key_slot(&self.row) != key_slot(&self.key) {
-            return Value::error(CROSS_SLOT);
+            return Err(reply::cross_slot());
         }
-        let place = match s.place(&self.key) {
-            Ok(p) => p,
-            Err(redirect) => return redirect,
-        };
+        let place = s.place(&self.key)?;
         // In a cluster: past the node's deadline its leases are lost first.
         s.still_served(place.partition());
-        let lock = match s.lock(&place, &self.lock, LockOptions::default()) {
-            Ok(l) => l,
-            Err(refusal) => return refusal,
-        };
-        let key = match String::from_utf8(self.key) {
-            Ok(key) => key,
-            Err(e) => return key_not_utf8(lock.name(), e.as_bytes()),
-        };
+        let lock = s.lock(&place, &self.lock, LockOptions::default())?;
+        let key =
+            String::from_utf8(self.key).map_err(|e| key_not_utf8(lock.name(), e.as_bytes()))?;
         let Ok(row) = String::from_utf8(self.row) else {
-            return invalid_store("a row name is UTF-8 text".into());
+            return Err(invalid_store("a row name is UTF-8 text".into()));
         };
         let (fence, value) = (self.fence, self.value);
         let max = s.shared.limits.max_rows;
-        let written = place.store(&s.shared.store).tx(|tx| {
+        place.store(&s.shared.store).tx(|tx| {
             let old = tx.get(&row).map_or(0, |v| row.len() + v.len());
             let bytes = tx.committed_bytes() - old + row.len() + value.len();
             if bytes > max {
@@ -72,42 +61,31 @@ impl Put {
                 ));
             }
             tx.put_fenced(&lock, key.as_str(), fence, &row, value)
-        });
-        match written {
-            Ok(()) => Value::ok(),
-            Err(e) => core_error(&e),
-        }
+        })?;
+        Ok(Value::ok())
     }
 }
 
 /// `GET row`: the row's value, or a null.
-pub fn get(s: &Session, row: Vec<u8>) -> Value {
-    let place = match s.place(&row) {
-        Ok(p) => p,
-        Err(redirect) => return redirect,
-    };
+pub fn get(s: &Session, row: Vec<u8>) -> Reply {
+    let place = s.place(&row)?;
     // No row has a name that is not UTF-8.
     let Ok(row) = String::from_utf8(row) else {
-        return Value::Null;
+        return Ok(Value::Null);
     };
     // A row is read by those who may name the lock that guards it.
-    let read = place.store(&s.shared.store).tx(|tx| {
+    let (guard, value) = place.store(&s.shared.store).tx(|tx| {
         let guard = tx.guard_of(&row).map(|(lock, _)| lock.to_owned());
         Ok((guard, tx.get(&row).map(<[u8]>::to_vec)))
-    });
-    match read {
-        Ok((guard, value)) => {
-            if let Some(Err(refused)) = guard.map(|g| s.may_use(g.as_bytes())) {
-                return refused;
-            }
-            value.map_or(Value::Null, Value::Bulk)
-        }
-        Err(e) => core_error(&e),
+    })?;
+    if let Some(guard) = guard {
+        s.may_use(guard.as_bytes())?;
     }
+    Ok(value.map_or(Value::Null, Value::Bulk))
 }
 
 /// `DEL row [row ...]`'s rows.
-pub fn del_args(p: &mut Parse) -> Result<Vec<Vec<u8>>, String> {
+pub fn del_args(p: &mut Parse) -> Result<Vec<Vec<u8>>, ErrorReply> {
     let mut rows = vec![p.next_bytes()?];
     rows.extend(p.rest());
     Ok(rows)
@@ -116,14 +94,11 @@ pub fn del_args(p: &mut Parse) -> Result<Vec<Vec<u8>>, String> {
 /// `DEL row [row ...]`: the count of rows deleted. Every row must be one
 /// the user may read (its guarding lock one it may name: NOPERM
 /// otherwise, and nothing is deleted); in a cluster, all in one slot.
-pub fn del(s: &Session, rows: Vec<Vec<u8>>) -> Value {
+pub fn del(s: &Session, rows: Vec<Vec<u8>>) -> Reply {
     if s.shared.cluster.is_some() && rows.iter().any(|r| key_slot(r) != key_slot(&rows[0])) {
-        return Value::error(CROSS_SLOT);
+        return Err(reply::cross_slot());
     }
-    let place = match s.place(&rows[0]) {
-        Ok(p) => p,
-        Err(redirect) => return redirect,
-    };
+    let place = s.place(&rows[0])?;
     // No row has a name that is not UTF-8.
     let rows: Vec<String> = rows
         .into_iter()
@@ -143,31 +118,24 @@ pub fn del(s: &Session, rows: Vec<Vec<u8>>) -> Value {
         }
         Ok(Ok(present.len()))
     });
-    match deleted {
-        Ok(Ok(n)) => Value::Integer(n as i64),
-        Ok(Err(refused)) => refused,
-        Err(e) => core_error(&e),
-    }
+    Ok(Value::Integer(deleted?? as i64))
 }
 
 /// `STATS lock`: the lock's counters, by the names the core gives them.
 ///
 /// In a cluster, summed over the partitions this node serves.
-pub fn stats(s: &mut Session, name: &[u8]) -> Value {
-    let lock = match s.lock(&Place::Single, name, LockOptions::default()) {
-        Ok(l) => l,
-        Err(refusal) => return refusal,
-    };
+pub fn stats(s: &mut Session, name: &[u8]) -> Reply {
+    let lock = s.lock(&Place::Single, name, LockOptions::default())?;
     let stats = match s.shared.cluster {
         Some(_) => s.shared.lock_stats(lock.name()),
         None => lock.stats(),
     };
     let count = |n: u64| Value::Integer(i64::try_from(n).unwrap_or(i64::MAX));
-    Value::Map(
+    Ok(Value::Map(
         stats
             .fields()
             .into_iter()
             .map(|(name, n)| (Value::bulk(name), count(n)))
             .collect(),
-    )
+    ))
 }

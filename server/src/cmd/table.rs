@@ -1,10 +1,266 @@
-//! COMMAND, COMMAND COUNT, COMMAND INFO and COMMAND DOCS: the command table
-//! redis-cli asks for its argument hints.
+//! The command table: each command's name, arity, flags, summary and
+//! arguments, and the function that parses it. Parsing, `COMMAND` (and
+//! its COUNT, INFO and DOCS), the metrics' labels and CLIENT LIST's `cmd=`
+//! all read this one table, so a command cannot be accepted and left
+//! undocumented, or documented and refused.
 
-use super::unknown_subcommand;
-use crate::docs;
+use super::{client, cluster, conn, leases, rows, unknown_subcommand, Command};
 use crate::parse::Parse;
+use crate::reply::ErrorReply;
 use holdline_resp::Value;
+
+/// One argument, as `COMMAND DOCS` shows it.
+pub struct Arg {
+    name: &'static str,
+    kind: &'static str,
+    /// The option word before the value (`WAIT`), if any.
+    token: Option<&'static str>,
+    optional: bool,
+}
+
+const fn arg(name: &'static str, kind: &'static str) -> Arg {
+    Arg {
+        name,
+        kind,
+        token: None,
+        optional: false,
+    }
+}
+
+const fn option(name: &'static str, token: &'static str) -> Arg {
+    Arg {
+        name,
+        kind: "integer",
+        token: Some(token),
+        optional: true,
+    }
+}
+
+const fn optional(name: &'static str, kind: &'static str) -> Arg {
+    Arg {
+        name,
+        kind,
+        token: None,
+        optional: true,
+    }
+}
+
+/// What a command's arguments become.
+type ParseFn = fn(&mut Parse) -> Result<Command, ErrorReply>;
+
+/// One command.
+pub struct Spec {
+    /// Lower case, as `COMMAND` and the metrics show it.
+    pub name: &'static str,
+    /// Redis's arity: the count with the name, negative for "at least".
+    pub arity: i64,
+    /// Redis's flags; `no_auth` marks a command allowed before AUTH.
+    pub flags: &'static [&'static str],
+    pub summary: &'static str,
+    pub args: &'static [Arg],
+    pub parse: ParseFn,
+}
+
+impl Spec {
+    /// Whether `count` arguments, the name among them, fit its arity.
+    pub fn arity_fits(&self, count: usize) -> bool {
+        let count = count as i64;
+        match self.arity {
+            n if n < 0 => count >= -n,
+            n => count == n,
+        }
+    }
+
+    pub fn allowed_before_auth(&self) -> bool {
+        self.flags.contains(&"no_auth")
+    }
+}
+
+/// Every command, in the order of the metrics' labels.
+pub const COMMANDS: &[Spec] = &[
+    Spec {
+        name: "hold",
+        arity: -3,
+        flags: &["write", "blocking"],
+        summary: "Waits in the key's line (WAIT ms, default 10000) and holds it: answers [lease, fence].",
+        args: &[
+            arg("lock", "string"),
+            arg("key", "string"),
+            option("ms", "WAIT"),
+            option("ms", "TTL"),
+            option("ms", "MAXHOLD"),
+        ],
+        parse: |p| Ok(Command::Hold(leases::Hold::parse(p)?)),
+    },
+    Spec {
+        name: "tryhold",
+        arity: -3,
+        flags: &["write", "fast"],
+        summary: "Holds the key if it is free now: [lease, fence], or null when held.",
+        args: &[
+            arg("lock", "string"),
+            arg("key", "string"),
+            option("ms", "TTL"),
+            option("ms", "MAXHOLD"),
+        ],
+        parse: |p| Ok(Command::TryHold(leases::TryHold::parse(p)?)),
+    },
+    Spec {
+        name: "release",
+        arity: 2,
+        flags: &["write", "fast"],
+        summary: "Lets a lease's key go: OK, or LOST when the lease was lost before.",
+        args: &[arg("lease", "integer")],
+        parse: |p| Ok(Command::Release(p.next_int()?)),
+    },
+    Spec {
+        name: "renew",
+        arity: 2,
+        flags: &["write", "fast"],
+        summary: "Renews a lease (every command renews them all): OK, or LOST.",
+        args: &[arg("lease", "integer")],
+        parse: |p| Ok(Command::Renew(p.next_int()?)),
+    },
+    Spec {
+        name: "put",
+        arity: 6,
+        flags: &["write"],
+        summary: "Writes a row on behalf of the holder with this fence: OK, or LOST.",
+        args: &[
+            arg("lock", "string"),
+            arg("key", "string"),
+            arg("fence", "integer"),
+            arg("row", "string"),
+            arg("value", "string"),
+        ],
+        parse: |p| Ok(Command::Put(rows::Put::parse(p)?)),
+    },
+    Spec {
+        name: "get",
+        arity: 2,
+        flags: &["readonly", "fast"],
+        summary: "A row's value, or null.",
+        args: &[arg("row", "string")],
+        parse: |p| Ok(Command::Get(p.next_bytes()?)),
+    },
+    Spec {
+        name: "del",
+        arity: -2,
+        flags: &["write"],
+        summary: "Deletes rows (those whose guarding lock the user may name); the count deleted.",
+        args: &[arg("row", "string")],
+        parse: |p| Ok(Command::Del(rows::del_args(p)?)),
+    },
+    Spec {
+        name: "stats",
+        arity: 2,
+        flags: &["readonly"],
+        summary: "A lock's counters: live_keys held_keys waiters grants timeouts revocations expirations.",
+        args: &[arg("lock", "string")],
+        parse: |p| Ok(Command::Stats(p.next_bytes()?)),
+    },
+    Spec {
+        name: "ping",
+        arity: -1,
+        flags: &["fast"],
+        summary: "PONG, or the message.",
+        args: &[optional("message", "string")],
+        parse: |p| Ok(Command::Ping(p.next_if_any())),
+    },
+    Spec {
+        name: "echo",
+        arity: 2,
+        flags: &["fast"],
+        summary: "The message.",
+        args: &[arg("message", "string")],
+        parse: |p| Ok(Command::Echo(p.next_bytes()?)),
+    },
+    Spec {
+        name: "quit",
+        arity: -1,
+        flags: &["no_auth", "fast"],
+        summary: "Closes the connection, letting its keys go.",
+        args: &[],
+        parse: |_| Ok(Command::Quit),
+    },
+    Spec {
+        name: "hello",
+        arity: -1,
+        flags: &["no_auth", "fast"],
+        summary: "Switches the protocol (2 or 3), authenticates, names the connection.",
+        args: &[optional("protover", "integer")],
+        parse: |p| Ok(Command::Hello(conn::Hello::parse(p)?)),
+    },
+    Spec {
+        name: "auth",
+        arity: -2,
+        flags: &["no_auth", "fast"],
+        summary: "Authenticates as a user (default when none is named) with its token.",
+        args: &[optional("username", "string"), arg("token", "string")],
+        parse: |p| Ok(Command::Auth(conn::Auth::parse(p)?)),
+    },
+    Spec {
+        name: "client",
+        arity: -2,
+        flags: &[],
+        summary: "CLIENT SETNAME, GETNAME, SETINFO, ID; LIST, INFO, KILL, HELP.",
+        args: &[arg("subcommand", "string")],
+        parse: client,
+    },
+    Spec {
+        name: "select",
+        arity: 2,
+        flags: &["fast"],
+        summary: "Only database 0 exists.",
+        args: &[arg("index", "integer")],
+        parse: |p| Ok(Command::Select(p.next_int()?)),
+    },
+    Spec {
+        name: "command",
+        arity: -1,
+        flags: &[],
+        summary: "This table: COMMAND, COMMAND COUNT, COMMAND INFO, COMMAND DOCS.",
+        args: &[optional("subcommand", "string")],
+        parse: |p| Ok(Command::Table(Query::parse(p)?)),
+    },
+    Spec {
+        name: "info",
+        arity: -1,
+        flags: &[],
+        summary: "The server's state by section: server clients stats memory cluster locks.",
+        args: &[optional("section", "string")],
+        parse: |p| Ok(Command::Info(p.next_if_any())),
+    },
+    Spec {
+        name: "inspect",
+        arity: 3,
+        flags: &["readonly"],
+        summary: "One key: held, fence, held_for_ms, lease_left_ms, waiters, and its holder; null when idle.",
+        args: &[arg("lock", "string"), arg("key", "string")],
+        parse: |p| Ok(Command::Inspect(p.next_bytes()?, p.next_bytes()?)),
+    },
+    Spec {
+        name: "cluster",
+        arity: -2,
+        flags: &[],
+        summary: "CLUSTER SLOTS, SHARDS, NODES, INFO, MYID, KEYSLOT, for cluster-aware clients.",
+        args: &[arg("subcommand", "string")],
+        parse: |p| Ok(Command::Cluster(cluster::Query::parse(p)?)),
+    },
+];
+
+/// The command named `name` (any case), and its index in [`COMMANDS`].
+pub fn find(name: &[u8]) -> Option<(usize, &'static Spec)> {
+    COMMANDS
+        .iter()
+        .enumerate()
+        .find(|(_, spec)| spec.name.as_bytes().eq_ignore_ascii_case(name))
+}
+
+/// Every command's name, in the table's order.
+pub fn names() -> Vec<&'static str> {
+    COMMANDS.iter().map(|spec| spec.name).collect()
+}
 
 /// What a `COMMAND` asks.
 #[derive(Debug, PartialEq)]
@@ -16,7 +272,7 @@ pub enum Query {
 }
 
 impl Query {
-    pub fn parse(p: &mut Parse) -> Result<Query, String> {
+    fn parse(p: &mut Parse) -> Result<Query, ErrorReply> {
         let Some(sub) = p.next_if_any() else {
             return Ok(Query::All);
         };
@@ -31,10 +287,88 @@ impl Query {
 
     pub fn apply(self) -> Value {
         match self {
-            Query::All => docs::info(&[]),
-            Query::Count => docs::count(),
-            Query::Docs(names) => docs::docs(&names),
-            Query::Info(names) => docs::info(&names),
+            Query::All => info(&[]),
+            Query::Count => Value::Integer(COMMANDS.len() as i64),
+            Query::Docs(names) => docs(&names),
+            Query::Info(names) => info(&names),
         }
     }
+}
+
+fn bulk(s: &str) -> Value {
+    Value::bulk(s)
+}
+
+/// `COMMAND` (all) or `COMMAND INFO names...` (null for an unknown one),
+/// in Redis's ten fields.
+fn info(names: &[Vec<u8>]) -> Value {
+    let one = |spec: &Spec| {
+        Value::Array(vec![
+            bulk(spec.name),
+            Value::Integer(spec.arity),
+            Value::Set(spec.flags.iter().map(|&f| Value::simple(f)).collect()),
+            Value::Integer(0),
+            Value::Integer(0),
+            Value::Integer(0),
+            Value::Set(vec![]),
+            Value::Set(vec![]),
+            Value::Array(vec![]),
+            Value::Array(vec![]),
+        ])
+    };
+    if names.is_empty() {
+        return Value::Array(COMMANDS.iter().map(one).collect());
+    }
+    Value::Array(
+        names
+            .iter()
+            .map(|n| find(n).map_or(Value::Null, |(_, spec)| one(spec)))
+            .collect(),
+    )
+}
+
+/// `COMMAND DOCS [names...]`: a map from name to its doc; unknown names are
+/// left out, as Redis does.
+fn docs(names: &[Vec<u8>]) -> Value {
+    let one = |spec: &Spec| {
+        let args = spec.args.iter().map(arg_doc).collect();
+        (
+            bulk(spec.name),
+            Value::Map(vec![
+                (bulk("summary"), bulk(spec.summary)),
+                (bulk("since"), bulk("0.1.0")),
+                (bulk("group"), bulk("holdline")),
+                (bulk("arguments"), Value::Array(args)),
+            ]),
+        )
+    };
+    let pairs = if names.is_empty() {
+        COMMANDS.iter().map(one).collect()
+    } else {
+        names
+            .iter()
+            .filter_map(|n| find(n))
+            .map(|(_, spec)| one(spec))
+            .collect()
+    };
+    Value::Map(pairs)
+}
+
+fn arg_doc(a: &Arg) -> Value {
+    let mut fields = vec![(bulk("name"), bulk(a.name)), (bulk("type"), bulk(a.kind))];
+    if let Some(token) = a.token {
+        fields.push((bulk("token"), bulk(token)));
+    }
+    if a.optional {
+        fields.push((bulk("flags"), Value::Array(vec![Value::simple("optional")])));
+    }
+    Value::Map(fields)
+}
+
+/// CLIENT LIST's `cmd=`: the name of the command at `index`, `NULL`
+/// before any.
+pub fn name_of(index: Option<usize>) -> &'static str {
+    index
+        .and_then(|i| COMMANDS.get(i))
+        .map_or("NULL", |spec| spec.name)
 }

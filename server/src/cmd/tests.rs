@@ -2,13 +2,17 @@
 
 use super::leases::{Hold, TryHold};
 use super::*;
+use crate::reply::noauth;
 use crate::session::{Shared, UNAUTHENTICATED_MAX_FRAME};
 use holdline::Store;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// The command `words` spell, or the error's text on the wire.
 fn cmd(words: &[&str]) -> Result<Command, String> {
-    Command::parse(words.iter().map(|w| w.as_bytes().to_vec()).collect())
+    parse(words.iter().map(|w| w.as_bytes().to_vec()).collect())
+        .map(|(_, command)| command)
+        .map_err(|e| e.to_string())
 }
 
 fn hold(words: &[&str]) -> Result<Hold, String> {
@@ -16,7 +20,7 @@ fn hold(words: &[&str]) -> Result<Hold, String> {
         b"HOLD",
         words.iter().map(|w| w.as_bytes().to_vec()).collect(),
     );
-    Hold::parse(&mut p)
+    Hold::parse(&mut p).map_err(|e| e.to_string())
 }
 
 #[test]
@@ -44,7 +48,7 @@ fn hold_with_options_in_any_order_and_case() {
 
 #[test]
 fn refusals_carry_redis_texts() {
-    let not_an_integer = crate::parse::not_an_integer();
+    let not_an_integer = crate::parse::not_an_integer().to_string();
     let cases: &[(&[&str], &str)] = &[
         (
             &["HOLD", "inv"],
@@ -128,9 +132,10 @@ fn session(token: Option<&str>) -> Session {
     Session::new(Arc::new(shared), "127.0.0.1:1".parse().unwrap())
 }
 
+/// What the command `words` spell answers, as it goes on the wire.
 fn run(s: &mut Session, words: &[&str]) -> Value {
     match execute(s, words.iter().map(|w| w.as_bytes().to_vec()).collect()) {
-        Step::Reply(v) | Step::Close(v) => v,
+        Step::Reply(reply) | Step::Close(reply) => reply.unwrap_or_else(ErrorReply::into_value),
         Step::Wait(_) => panic!("{words:?} waits"),
     }
 }
@@ -138,22 +143,25 @@ fn run(s: &mut Session, words: &[&str]) -> Value {
 #[test]
 fn a_token_gates_everything_but_hello_with_auth_auth_and_quit() {
     let mut s = session(Some("sekret"));
-    assert_eq!(run(&mut s, &["PING"]), conn::noauth());
-    assert_eq!(run(&mut s, &["FROB"]), conn::noauth());
+    assert_eq!(run(&mut s, &["PING"]), noauth().into_value());
+    assert_eq!(run(&mut s, &["FROB"]), noauth().into_value());
     let Value::Error(text) = run(&mut s, &["HELLO", "3"]) else {
         panic!("HELLO without the token is refused")
     };
     assert!(text.starts_with("NOAUTH HELLO must be called"), "{text}");
-    assert_eq!(run(&mut s, &["AUTH", "nope"]), conn::wrongpass());
+    assert_eq!(
+        run(&mut s, &["AUTH", "nope"]),
+        conn::wrongpass().into_value()
+    );
     assert_eq!(
         run(&mut s, &["HELLO", "3", "AUTH", "default", "sekre"]),
-        conn::wrongpass()
+        conn::wrongpass().into_value()
     );
     assert_eq!(s.frame_limit(), UNAUTHENTICATED_MAX_FRAME);
     // The token is the user `default`'s: another name is no user at all.
     assert_eq!(
         run(&mut s, &["AUTH", "anyone", "sekret"]),
-        conn::wrongpass()
+        conn::wrongpass().into_value()
     );
     assert_eq!(run(&mut s, &["AUTH", "default", "sekret"]), Value::ok());
     assert_eq!(run(&mut s, &["PING"]), Value::simple("PONG"));
@@ -222,11 +230,12 @@ fn bad_names_and_keys_carry_core_texts() {
         &mut s,
         vec![b"TRYHOLD".to_vec(), b"inv".to_vec(), b"\xff".to_vec()],
     );
-    let Step::Reply(Value::Error(text)) = not_utf8 else {
+    let Step::Reply(Err(refusal)) = not_utf8 else {
         panic!()
     };
+    assert_eq!(refusal.word, crate::reply::ErrorWord::Invalid);
     assert_eq!(
-        text,
+        refusal.to_string(),
         "INVALID lock inv: key \"\\xff\": the key is not UTF-8: invalid"
     );
 }
@@ -238,4 +247,88 @@ fn try_hold_parses_its_options() {
         vec![b"l".to_vec(), b"k".to_vec(), b"ttl".to_vec(), b"5".to_vec()],
     );
     assert!(TryHold::parse(&mut p).is_ok());
+}
+
+/// One invocation of every command the server accepts.
+const EVERY_COMMAND: &[&[&str]] = &[
+    &["HOLD", "l", "k", "WAIT", "0"],
+    &["TRYHOLD", "l", "k"],
+    &["RELEASE", "1"],
+    &["RENEW", "1"],
+    &["PUT", "l", "k", "1", "r", "v"],
+    &["GET", "r"],
+    &["DEL", "r", "s"],
+    &["STATS", "l"],
+    &["PING"],
+    &["ECHO", "m"],
+    &["QUIT"],
+    &["HELLO", "3"],
+    &["AUTH", "user", "token"],
+    &["CLIENT", "LIST"],
+    &["SELECT", "0"],
+    &["COMMAND", "COUNT"],
+    &["INFO", "locks"],
+    &["INSPECT", "l", "k"],
+    &["CLUSTER", "MYID"],
+];
+
+#[test]
+fn command_info_and_docs_answer_every_command_the_parser_accepts() {
+    for words in EVERY_COMMAND {
+        if let Err(e) = cmd(words) {
+            panic!("{words:?} is refused: {e}");
+        }
+        let name = words[0].to_lowercase();
+        let Value::Array(infos) = table::Query::Info(vec![words[0].into()]).apply() else {
+            unreachable!()
+        };
+        let Value::Array(info) = &infos[0] else {
+            panic!("COMMAND INFO {name} answers {:?}", infos[0])
+        };
+        assert_eq!(info[0], Value::bulk(name.as_str()));
+        let arity = info[1].as_integer().unwrap();
+        let count = words.len() as i64;
+        assert!(
+            arity == count || (arity < 0 && count >= -arity),
+            "{words:?} does not fit arity {arity}"
+        );
+        let Value::Map(docs) = table::Query::Docs(vec![words[0].into()]).apply() else {
+            unreachable!()
+        };
+        assert_eq!(docs.len(), 1, "COMMAND DOCS {name}");
+    }
+    // The table holds no command the list above does not try.
+    assert_eq!(
+        table::Query::Count.apply(),
+        Value::Integer(EVERY_COMMAND.len() as i64)
+    );
+    assert_eq!(
+        table::Query::Info(vec![b"nope".to_vec()]).apply(),
+        Value::Array(vec![Value::Null])
+    );
+}
+
+#[test]
+fn command_docs_name_hold_options() {
+    let Value::Map(pairs) = table::Query::Docs(vec![b"HOLD".to_vec(), b"nope".to_vec()]).apply()
+    else {
+        unreachable!()
+    };
+    assert_eq!(pairs.len(), 1);
+    assert_eq!(pairs[0].0, Value::bulk("hold"));
+    let text = format!("{}", pairs[0].1);
+    assert!(
+        text.contains("\"WAIT\"") && text.contains("\"MAXHOLD\""),
+        "{text}"
+    );
+}
+
+#[test]
+fn only_hello_auth_and_quit_come_before_auth() {
+    let before: Vec<&str> = table::COMMANDS
+        .iter()
+        .filter(|spec| spec.allowed_before_auth())
+        .map(|spec| spec.name)
+        .collect();
+    assert_eq!(before, ["quit", "hello", "auth"]);
 }
