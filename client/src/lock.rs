@@ -206,7 +206,7 @@ impl fmt::Debug for Lock {
 mod tests {
     use super::*;
 
-    /// The same durations through the core, whose texts are the contract.
+    /// The same durations through the core, whose texts every client matches.
     #[test]
     fn lease_durations_fail_as_the_core_does() {
         let store = holdline::Store::new();

@@ -10,12 +10,11 @@
 
 mod common;
 
-use common::{expected_text, Cluster};
+use common::{expected_text, Cluster, PATIENCE};
 use holdline_client::{key_slot, Connection, ErrorKind, Store, Value};
 use std::time::{Duration, Instant};
 use tokio::time::timeout;
 
-const PATIENCE: Duration = Duration::from_secs(30);
 const ETCD_TTL: Duration = Duration::from_secs(2);
 /// The cluster's max ttl: short, so a take-over without a hand-over (a
 /// SIGKILL) grants again quickly; every lock here asks at most this.

@@ -4,14 +4,11 @@
 
 mod common;
 
-use common::Server;
+use common::{Server, PATIENCE};
 use holdline_client::{Connection, ErrorKind, Store, Value};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::time::{sleep, timeout};
-
-/// Far beyond any wait below: a test that hangs fails instead.
-const PATIENCE: Duration = Duration::from_secs(30);
 
 async fn store(server: &Server) -> Store {
     Store::connect(&server.addr).await.expect("connect")

@@ -4,14 +4,12 @@
 
 mod common;
 
-use common::{expected_text, holder_binary, Proxy, Server};
+use common::{expected_text, holder_binary, Proxy, Server, PATIENCE};
 use holdline_client::{ErrorKind, Store};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use tokio::time::timeout;
-
-const PATIENCE: Duration = Duration::from_secs(30);
 
 #[test]
 fn every_client_made_text_is_the_shared_tables() {

@@ -8,7 +8,7 @@
 mod common;
 
 use bytes::BytesMut;
-use common::{assert_text_with_reason, client_rule, expected_text, Server};
+use common::{assert_text_with_reason, client_rule, expected_text, Server, PATIENCE};
 use holdline_client::{key_slot, ErrorKind, Store, Value};
 use holdline_resp::{encode, Decoder, Proto};
 use std::collections::HashMap;
@@ -19,7 +19,6 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::timeout;
 
-const PATIENCE: Duration = Duration::from_secs(30);
 const NOT_CLUSTER: &str = "ERR This instance has cluster support disabled";
 
 /// A node's script: its own address and a command in, the reply out.

@@ -8,7 +8,7 @@ mod certs;
 mod common;
 
 use certs::{Ca, Dir};
-use common::{assert_text_with_reason, Proxy, Server};
+use common::{assert_text_with_reason, Proxy, Server, PATIENCE};
 use holdline_client::rustls::pki_types::pem::PemObject;
 use holdline_client::rustls::pki_types::CertificateDer;
 use holdline_client::rustls::{self, ClientConfig, RootCertStore};
@@ -16,8 +16,6 @@ use holdline_client::{ConnectOptions, ErrorKind, Store, Value};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::time::timeout;
-
-const PATIENCE: Duration = Duration::from_secs(30);
 
 /// A CA, a server certificate it signed, and their files.
 struct Setup {

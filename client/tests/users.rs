@@ -7,16 +7,14 @@
 mod common;
 
 use bytes::BytesMut;
-use common::{expected_text, Server};
+use common::{expected_text, Server, PATIENCE};
 use holdline_client::{ConnectOptions, ErrorKind, Store, Value};
 use holdline_resp::{encode, Decoder, Proto};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::timeout;
 
-const PATIENCE: Duration = Duration::from_secs(30);
 const NOPERM: &str = "NOPERM user team-b may not use lock \"payments\"";
 
 /// A scripted server: records every `HELLO`'s arguments; refuses every

@@ -1,5 +1,5 @@
-//! The contract's rules, one test each: values, try, keys, errors, waits,
-//! reentrancy, transactions, panics.
+//! The library's rules of behaviour, one test each: values, try, keys,
+//! errors, waits, reentrancy, transactions, panics.
 
 use holdline::{ErrorKind, Store};
 use std::sync::atomic::{AtomicBool, Ordering};

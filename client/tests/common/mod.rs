@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 #[path = "../../../testing/spawn.rs"]
 mod spawn;
 
+pub use spawn::PATIENCE;
+
 /// A server process, killed when dropped.
 pub struct Server {
     process: spawn::Holdline,
@@ -358,13 +360,7 @@ impl Cluster {
         max_ttl: Duration,
     ) -> Option<Cluster> {
         use std::io::{BufRead, BufReader};
-        if !Path::new("/usr/bin/etcd").exists() {
-            assert_ne!(
-                std::env::var("HOLDLINE_REQUIRE_TOOLS").as_deref(),
-                Ok("1"),
-                "/usr/bin/etcd is required (HOLDLINE_REQUIRE_TOOLS=1) but missing"
-            );
-            eprintln!("note: /usr/bin/etcd is missing (apt-get install etcd-server): skipped");
+        if !spawn::etcd_available() {
             return None;
         }
         let script = repo_root().join("clients/testing/cluster.py");

@@ -4,18 +4,14 @@
 
 #![allow(dead_code)]
 
-use super::{tool_available, Client, Server};
+use super::{Client, Server};
 use holdline_resp::Value;
 use std::net::{SocketAddr, TcpStream};
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-/// The etcd binary, if this machine has one (CI installs `etcd-server`).
-pub fn etcd_available() -> bool {
-    tool_available("etcd (Debian's etcd-server)", PathBuf::from(ETCD).exists())
-}
-
-pub use super::spawn::{Etcd, ETCD};
+// Each test binary uses a part of what it is handed.
+#[allow(unused_imports)]
+pub use super::spawn::{etcd_available, Etcd, ETCD};
 
 /// A private etcd member (other ports tried when one was taken).
 pub fn start_etcd() -> Etcd {

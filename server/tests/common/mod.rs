@@ -15,7 +15,9 @@ pub mod cluster;
 #[path = "../../../testing/spawn.rs"]
 pub mod spawn;
 
-pub use spawn::PATIENCE;
+// Each test binary uses a part of what it is handed.
+#[allow(unused_imports)]
+pub use spawn::{tool_available, PATIENCE};
 
 /// A file written for one test (a token, a users file) in a folder of its
 /// own, removed when dropped.
@@ -254,19 +256,6 @@ pub fn error_text(v: Value) -> String {
         Value::Error(text) => text,
         other => panic!("expected an error, got {other:?}"),
     }
-}
-
-/// Whether a test needing `tool` may run: `false` (with a note) when it is
-/// missing, unless `HOLDLINE_REQUIRE_TOOLS=1` (CI), which fails instead.
-pub fn tool_available(tool: &str, present: bool) -> bool {
-    if present {
-        return true;
-    }
-    if std::env::var("HOLDLINE_REQUIRE_TOOLS").as_deref() == Ok("1") {
-        panic!("{tool} is required (HOLDLINE_REQUIRE_TOOLS=1) but missing");
-    }
-    eprintln!("note: {tool} is missing; skipping this test (set HOLDLINE_REQUIRE_TOOLS=1 to fail instead)");
-    false
 }
 
 /// Whether `program args` runs and exits 0.
