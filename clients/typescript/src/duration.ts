@@ -28,12 +28,7 @@ export function toMillis(value: unknown, what: string, lock: string, key?: strin
 	const ms = parse(value)
 	if (ms === undefined || ms > MAX_MS) {
 		const shown = typeof value === 'string' ? JSON.stringify(value) : String(value)
-		throw errorFor(
-			'invalid',
-			`a ${what} is a duration such as '10s', '2m' or '500ms', or a number of milliseconds, not ${shown}`,
-			lock,
-			key,
-		)
+		throw errorFor('invalid', `a ${what} is a duration such as '10s', '2m' or '500ms', or a number of milliseconds, not ${shown}`, lock, key)
 	}
 	return Math.ceil(ms)
 }

@@ -313,7 +313,7 @@ export class Lock {
 	async #run<T>(grant: Grant, fn: (lease: Lease) => T | PromiseLike<T>): Promise<T> {
 		const { pool, connection, lease } = grant
 		const watch = this.#watch(grant)
-		const outcome = (!grant.late || (await this.#confirm(grant))) ? await this.#runFn(lease, fn) : undefined
+		const outcome = !grant.late || (await this.#confirm(grant)) ? await this.#runFn(lease, fn) : undefined
 		lease.settle()
 		connection.onAnswer = undefined
 		watch.stopClose()

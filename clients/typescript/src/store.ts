@@ -82,8 +82,7 @@ export interface LockStats {
 export async function connect(address: string | readonly string[] = '127.0.0.1:7380', options: ConnectOptions = {}): Promise<Store> {
 	const seeds = parseAddresses(address)
 	const where = seeds[0]!
-	const timeout =
-		options.connectTimeout === undefined ? DEFAULT_CONNECT_TIMEOUT_MS : toMillis(options.connectTimeout, 'connectTimeout', 'store')
+	const timeout = options.connectTimeout === undefined ? DEFAULT_CONNECT_TIMEOUT_MS : toMillis(options.connectTimeout, 'connectTimeout', 'store')
 	const maxIdle = options.maxIdle ?? 8
 	if (!Number.isSafeInteger(maxIdle) || maxIdle < 0) throw errorFor('invalid', `maxIdle is a count, not ${String(maxIdle)}`)
 	if (options.tls !== undefined && (typeof options.tls !== 'object' || options.tls === null)) {

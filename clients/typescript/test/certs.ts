@@ -62,8 +62,23 @@ export class Ca {
 	) {
 		this.cert = path.join(folder, `${name}.pem`)
 		this.key = path.join(folder, `${name}.key`)
-		openssl(['req', '-x509', ...NEW_KEY, '-keyout', this.key, '-out', this.cert, '-days', '2', '-subj', `/CN=holdline test ${name}`,
-			'-addext', 'basicConstraints = critical, CA:TRUE', '-addext', 'keyUsage = critical, keyCertSign, cRLSign'])
+		openssl([
+			'req',
+			'-x509',
+			...NEW_KEY,
+			'-keyout',
+			this.key,
+			'-out',
+			this.cert,
+			'-days',
+			'2',
+			'-subj',
+			`/CN=holdline test ${name}`,
+			'-addext',
+			'basicConstraints = critical, CA:TRUE',
+			'-addext',
+			'keyUsage = critical, keyCertSign, cRLSign',
+		])
 	}
 
 	/** A new leaf for 127.0.0.1 and localhost: a server's, or a client's. */
@@ -73,8 +88,7 @@ export class Ca {
 		fs.writeFileSync(`${base}.ext`, LEAF_EXTENSIONS(client ? 'clientAuth' : 'serverAuth'))
 		const pair = { cert: `${base}.pem`, key: `${base}.key` }
 		openssl(['req', ...NEW_KEY, '-keyout', pair.key, '-out', `${base}.csr`, '-subj', '/CN=localhost'])
-		openssl(['x509', '-req', '-in', `${base}.csr`, '-CA', this.cert, '-CAkey', this.key, '-set_serial', String(this.#serial),
-			'-days', '2', '-extfile', `${base}.ext`, '-out', pair.cert])
+		openssl(['x509', '-req', '-in', `${base}.csr`, '-CA', this.cert, '-CAkey', this.key, '-set_serial', String(this.#serial), '-days', '2', '-extfile', `${base}.ext`, '-out', pair.cert])
 		return pair
 	}
 

@@ -105,7 +105,7 @@ test('a stale map (every slot on node 0): the nodes answer MOVED, the client fol
 	}
 })
 
-test('fenced writes with hash tags go to the key\'s node; a row of another slot is CROSSSLOT', async () => {
+test("fenced writes with hash tags go to the key's node; a row of another slot is CROSSSLOT", async () => {
 	await using store = await connect(cluster.nodes[0]!.addr)
 	const invoices = store.lock('invoices', TTL)
 	for (const [i] of cluster.nodes.entries()) {
@@ -148,12 +148,18 @@ test("a ttl above the cluster's max ttl: holds and tries refused invalid, with t
 		assert.equal(e.message, `lock long: key "${key}": ttl 4s is above the cluster's max ttl (2s): invalid`)
 		return true
 	}
-	await assert.rejects(long.hold(key, () => 'held'), refused)
-	await assert.rejects(long.tryHold(key, () => 'held'), refused)
+	await assert.rejects(
+		long.hold(key, () => 'held'),
+		refused,
+	)
+	await assert.rejects(
+		long.tryHold(key, () => 'held'),
+		refused,
+	)
 	assert.deepEqual(await store.lock('long', TTL).tryHold(key, () => 'held'), { acquired: true, value: 'held' })
 })
 
-test('failover: kill -9 of a key\'s owner loses its holder, fails its waiter closed, and the new owner grants it with a greater fence', async t => {
+test("failover: kill -9 of a key's owner loses its holder, fails its waiter closed, and the new owner grants it with a greater fence", async t => {
 	// Node 0: the address connect reached, also where a slot missing from the map goes.
 	await using store = await connect(addrs())
 	const victim = cluster.nodes[0]!
@@ -187,11 +193,13 @@ test('failover: kill -9 of a key\'s owner loses its holder, fails its waiter clo
 	await until(
 		'the key granted again',
 		async () => {
-			const granted = await lock.hold(key, lease => lease.fence, { wait: '500ms' }).catch((e: unknown) => {
-				assert.ok(e instanceof HoldlineError && (e.kind === 'closed' || e.kind === 'in use'), `failed ${String(e)}`)
-				failures.push(e.message)
-				return undefined
-			})
+			const granted = await lock
+				.hold(key, lease => lease.fence, { wait: '500ms' })
+				.catch((e: unknown) => {
+					assert.ok(e instanceof HoldlineError && (e.kind === 'closed' || e.kind === 'in use'), `failed ${String(e)}`)
+					failures.push(e.message)
+					return undefined
+				})
 			fence = granted ?? 0n
 			return granted !== undefined
 		},

@@ -7,12 +7,11 @@
 import { spawn } from 'node:child_process'
 import { once } from 'node:events'
 import * as path from 'node:path'
-import { createInterface } from 'node:readline'
 import { parseAddress } from '../src/address.js'
 import { Connection } from '../src/connection.js'
 import { RespError, type Arg, type Reply } from '../src/resp.js'
 import { slotOf } from '../src/slots.js'
-import { REPO } from './server.js'
+import { firstLine, REPO } from './server.js'
 
 export interface ClusterNode {
 	addr: string
@@ -37,8 +36,7 @@ export async function startCluster(args = ['--nodes', '3', '--partitions', '8', 
 	const script = path.join(REPO, 'clients/testing/cluster.py')
 	const child = spawn('python3', [script, ...args], { stdio: ['pipe', 'pipe', 'inherit'] })
 	const exited = once(child, 'exit')
-	const lines = createInterface({ input: child.stdout! })
-	const [first] = (await Promise.race([once(lines, 'line'), exited.then(() => [undefined])])) as [string | undefined]
+	const first = await firstLine(child)
 	if (first === undefined) throw new Error('cluster.py exited before it printed its line')
 	const { etcd, nodes } = JSON.parse(first) as { etcd: string; nodes: ClusterNode[] }
 	return {
@@ -56,7 +54,7 @@ export async function startCluster(args = ['--nodes', '3', '--partitions', '8', 
 		},
 		async stop() {
 			if (child.exitCode !== null || child.signalCode !== null) return
-			child.stdin!.end()
+			child.stdin.end()
 			await exited
 		},
 	}

@@ -5,8 +5,10 @@
  * `MOVED`) and may answer any command itself first.
  */
 
+import { afterEach } from 'node:test'
 import * as net from 'node:net'
 import { once } from 'node:events'
+import type { Store } from '../src/index.js'
 import { slotOf } from '../src/slots.js'
 import type { Refused } from './server.js'
 
@@ -168,4 +170,22 @@ export async function fakeNode(script?: Script): Promise<FakeNode> {
 		},
 	}
 	return node
+}
+
+/**
+ * Closes what each test of the file started, after it, whatever happened.
+ * Answers the function a test hands a node or a store to (it answers it back).
+ */
+export function closedAfterEach(): <T extends FakeNode | Store>(thing: T) => T {
+	const started: Array<FakeNode | Store> = []
+	afterEach(async () => {
+		for (const thing of started.splice(0)) {
+			if ('seen' in thing) thing.close()
+			else await thing.close()
+		}
+	})
+	return thing => {
+		started.push(thing)
+		return thing
+	}
 }

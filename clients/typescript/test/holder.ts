@@ -6,28 +6,27 @@
  * with its old fence answered), and `rejected` (what `hold` rejected with).
  */
 
-import { connect, HoldlineError } from '../src/index.js'
+import { connect } from '../src/index.js'
+import { errorReport, report } from './child.js'
 import { whenLost } from './server.js'
 
 const [address, lockName, key, ttl] = process.argv.slice(2) as [string, string, string, string]
-const say = (o: object) => process.stdout.write(JSON.stringify(o) + '\n')
-const text = (e: unknown) => (e instanceof HoldlineError ? { kind: e.kind, message: e.message } : { message: String(e) })
 
 const store = await connect(address)
 try {
 	await store.lock(lockName, { ttl }).hold(key, async lease => {
-		say({ held: lease.fence.toString() })
+		report({ held: lease.fence.toString() })
 		await whenLost(lease)
-		say({ aborted: text(lease.signal.reason) })
+		report({ aborted: errorReport(lease.signal.reason) })
 		try {
 			await store.put(lockName, key, lease.fence, `row-${key}`, 'from the stalled holder')
-			say({ put: 'OK' })
+			report({ put: 'OK' })
 		} catch (e) {
-			say({ put: text(e) })
+			report({ put: errorReport(e) })
 		}
 	})
-	say({ resolved: true })
+	report({ resolved: true })
 } catch (e) {
-	say({ rejected: text(e) })
+	report({ rejected: errorReport(e) })
 }
 await store.close()

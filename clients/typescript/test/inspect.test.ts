@@ -1,39 +1,28 @@
 /** `lock.inspect(key)`: the server's `INSPECT` passed through, against a real server; and the reading of its answer. */
 
-import { test, before, after } from 'node:test'
+import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import { connect, HoldlineError, type Lease, type Store } from '../src/index.js'
+import { connect, HoldlineError, type Lease } from '../src/index.js'
 import { keyState } from '../src/inspect.js'
-import { RespError } from '../src/resp.js'
-import { startServer, until, type Server } from './server.js'
+import { RespError, type Reply } from '../src/resp.js'
+import { gate, sharedServer, until } from './server.js'
 
-let server: Server
-let store: Store
-before(async () => {
-	server = await startServer()
-	store = await connect(server.address)
-})
-after(async () => {
-	await store?.close()
-	await server?.stop()
-})
+const shared = sharedServer()
 
 test("inspect answers null for a key with no state; while held, the holder's fence, clock, connection and line; once let go, free", async () => {
 	const ttlMs = 2000
-	const lock = store.lock('inspect', { ttl: ttlMs })
+	const lock = shared.store.lock('inspect', { ttl: ttlMs })
 	assert.equal(await lock.inspect('k'), null)
 
-	let release!: () => void
-	const released = new Promise<void>(r => (release = r))
-	let granted!: (lease: Lease) => void
-	const grant = new Promise<Lease>(r => (granted = r))
+	const release = gate()
+	const grant = gate<Lease>()
 	const holding = lock.hold(7, async lease => {
-		granted(lease)
-		await released
+		grant.open(lease)
+		await release.opened
 	})
-	const lease = await grant
+	const lease = await grant.opened
 	const waiting = lock.hold('7', () => 'next', { wait: '30s' })
-	await until('the waiter in line', async () => (await store.stats('inspect')).waiters === 1)
+	await until('the waiter in line', async () => (await shared.store.stats('inspect')).waiters === 1)
 
 	const state = await lock.inspect(7)
 	assert.ok(state)
@@ -48,7 +37,7 @@ test("inspect answers null for a key with no state; while held, the holder's fen
 	assert.equal(holder.name, null)
 	assert.match(holder.addr, /^127\.0\.0\.1:\d+$/)
 
-	release()
+	release.open()
 	await holding
 	assert.equal(await waiting, 'next')
 	const freed = await lock.inspect('7')
@@ -58,7 +47,7 @@ test("inspect answers null for a key with no state; while held, the holder's fen
 })
 
 test('inspect fails as the other calls do: a bad key at once, a closed store closed', async () => {
-	const own = await connect(server.address)
+	const own = await connect(shared.server.address)
 	const lock = own.lock('inspect')
 	await assert.rejects(lock.inspect(1.5), (e: unknown) => e instanceof HoldlineError && e.kind === 'invalid' && e.message === 'lock inspect: a key is text or a whole number, not 1.5: invalid')
 	await own.close()
@@ -66,13 +55,30 @@ test('inspect fails as the other calls do: a bad key at once, a closed store clo
 })
 
 test("INSPECT's answer read: a RESP3 map or a RESP2 flat array, unknown fields skipped, anything else invalid", () => {
-	const holder = new Map<string, bigint | string | null>([['id', 3n], ['name', 'worker'], ['addr', '10.0.0.1:5000'], ['lease', 9n]])
-	const fields: Array<[string, any]> = [['held', true], ['fence', 2n ** 62n], ['held_for_ms', 5n], ['lease_left_ms', 95n], ['waiters', 2n], ['holder', holder], ['later', 'x']]
+	const holder = new Map<string, bigint | string | null>([
+		['id', 3n],
+		['name', 'worker'],
+		['addr', '10.0.0.1:5000'],
+		['lease', 9n],
+	])
+	const fields: Array<[string, Reply]> = [
+		['held', true],
+		['fence', 2n ** 62n],
+		['held_for_ms', 5n],
+		['lease_left_ms', 95n],
+		['waiters', 2n],
+		['holder', holder],
+		['later', 'x'],
+	]
 	const want = { held: true, fence: 2n ** 62n, heldForMs: 5, leaseLeftMs: 95, waiters: 2, holder: { id: 3, name: 'worker', addr: '10.0.0.1:5000', lease: 9 } }
 	assert.deepEqual(keyState(new Map(fields), 'l', 'k'), want)
 	assert.deepEqual(keyState(fields.flat(), 'l', 'k'), want)
 	assert.equal(keyState(null, 'l', 'k'), null)
-	const bad = (reply: any) => assert.throws(() => keyState(reply, 'l', 'k'), (e: unknown) => e instanceof HoldlineError && e.kind === 'invalid' && e.message.startsWith('lock l: key "k": the server answered INSPECT with'))
+	const bad = (reply: Reply) =>
+		assert.throws(
+			() => keyState(reply, 'l', 'k'),
+			(e: unknown) => e instanceof HoldlineError && e.kind === 'invalid' && e.message.startsWith('lock l: key "k": the server answered INSPECT with'),
+		)
 	bad('OK')
 	bad(new RespError('ERR', 'no'))
 	bad(new Map(fields.filter(([name]) => name !== 'fence')))

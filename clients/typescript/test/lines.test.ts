@@ -1,49 +1,26 @@
 /** FIFO lines across holders, renewal while holding and while waiting, and leaving a line. */
 
-import { test, before, after } from 'node:test'
+import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import { connect, HoldlineError, type Store } from '../src/index.js'
-import { startServer, until, sleep, type Server } from './server.js'
+import { connect, HoldlineError } from '../src/index.js'
+import { gate, holdOpen, sharedServer, sleep, until } from './server.js'
 
-let server: Server
-let store: Store
-before(async () => {
-	server = await startServer()
-	store = await connect(server.address)
-})
-after(async () => {
-	await store?.close()
-	await server?.stop()
-})
-
-/** A promise and the function that resolves it. */
-function gate() {
-	let open!: () => void
-	const opened = new Promise<void>(r => (open = r))
-	return { open, opened }
-}
+const shared = sharedServer()
 
 test('waiters get the key in the order they began to wait, across stores', async () => {
-	const lock = store.lock('fifo')
-	const others = await Promise.all([1, 2, 3].map(() => connect(server.address)))
+	const lock = shared.store.lock('fifo')
+	const others = await Promise.all([1, 2, 3].map(() => connect(shared.server.address)))
 	try {
-		const release = gate()
-		const held = gate()
-		const first = lock.hold('q', async () => {
-			held.open()
-			await release.opened
-		})
-		await held.opened
+		const letGo = await holdOpen(lock, 'q')
 		const order: number[] = []
 		const waiting: Promise<void>[] = []
 		for (let i = 0; i < 6; i++) {
 			// Alternate between this store and three others, so the line spans connections of several stores.
 			const via = i % 2 === 0 ? lock : others[i % 3]!.lock('fifo')
-			waiting.push(via.hold('q', async () => { order.push(i) }, { wait: '30s' }))
-			await until(`waiter ${i} in line`, async () => (await store.stats('fifo')).waiters === i + 1)
+			waiting.push(via.hold('q', async () => void order.push(i), { wait: '30s' }))
+			await until(`waiter ${i} in line`, async () => (await shared.store.stats('fifo')).waiters === i + 1)
 		}
-		release.open()
-		await first
+		await letGo()
 		await Promise.all(waiting)
 		assert.deepEqual(order, [0, 1, 2, 3, 4, 5])
 	} finally {
@@ -52,18 +29,18 @@ test('waiters get the key in the order they began to wait, across stores', async
 })
 
 test('a lease is renewed while its function runs, past many ttls', async () => {
-	const lock = store.lock('renewed', { ttl: '1s' })
+	const lock = shared.store.lock('renewed', { ttl: '1s' })
 	await lock.hold('r', async lease => {
 		await sleep(3500)
 		assert.equal(lease.lost, false)
 		assert.equal(lease.signal.aborted, false)
 	})
-	const stats = await store.stats('renewed')
+	const stats = await shared.store.stats('renewed')
 	assert.equal(stats.expirations, 0)
 })
 
 test('a hold that waits past its ttl is granted a live lease', async () => {
-	const lock = store.lock('waited', { ttl: '1s' })
+	const lock = shared.store.lock('waited', { ttl: '1s' })
 	const held = gate()
 	const holder = lock.hold('w', async () => {
 		held.open()
@@ -76,79 +53,72 @@ test('a hold that waits past its ttl is granted a live lease', async () => {
 	})
 	await holder
 	assert.equal(after, false)
-	assert.equal((await store.stats('waited')).expirations, 0)
+	assert.equal((await shared.store.stats('waited')).expirations, 0)
 })
 
 test("a waiting hold never delays another hold's renewal or release", async () => {
-	const lock = store.lock('busy', { ttl: '1s' })
-	const releaseA = gate()
-	const heldA = gate()
-	const a = lock.hold('a', async () => {
-		heldA.open()
-		await releaseA.opened
-	})
-	await heldA.opened
+	const lock = shared.store.lock('busy', { ttl: '1s' })
+	const letGoOfA = await holdOpen(lock, 'a')
 	// Several holds wait on `a` for the whole test ...
 	const waiters = [1, 2, 3].map(() => lock.hold('a', () => 'late', { wait: '30s' }))
-	await until('three waiters', async () => (await store.stats('busy')).waiters === 3)
+	await until('three waiters', async () => (await shared.store.stats('busy')).waiters === 3)
 	// ... while this one holds `b` past several ttls and lets it go.
 	await lock.hold('b', async lease => {
 		await sleep(3000)
 		assert.equal(lease.lost, false)
 	})
 	// `b` is free the moment hold answered, seen from another store.
-	const other = await connect(server.address)
+	const other = await connect(shared.server.address)
 	try {
 		assert.deepEqual(await other.lock('busy').tryHold('b', () => 'got it'), { acquired: true, value: 'got it' })
 	} finally {
 		await other.close()
 	}
-	releaseA.open()
-	await a
+	await letGoOfA()
 	assert.deepEqual(await Promise.all(waiters), ['late', 'late', 'late'])
-	assert.equal((await store.stats('busy')).expirations, 0)
+	assert.equal((await shared.store.stats('busy')).expirations, 0)
 })
 
 test('aborting a waiting hold takes it out of the line', async () => {
-	const lock = store.lock('abort')
-	const release = gate()
-	const held = gate()
-	const holder = lock.hold('x', async () => {
-		held.open()
-		await release.opened
-	})
-	await held.opened
+	const lock = shared.store.lock('abort')
+	const letGo = await holdOpen(lock, 'x')
 	const controller = new AbortController()
 	let ran = false
 	const waiting = lock.hold('x', () => (ran = true), { wait: '30s', signal: controller.signal })
 	const behind = lock.hold('x', () => 'behind', { wait: '30s' })
-	await until('two waiters', async () => (await store.stats('abort')).waiters === 2)
+	await until('two waiters', async () => (await shared.store.stats('abort')).waiters === 2)
 	const why = new Error('changed my mind')
 	controller.abort(why)
 	await assert.rejects(waiting, e => e === why)
-	await until('one waiter', async () => (await store.stats('abort')).waiters === 1)
-	release.open()
-	await holder
+	await until('one waiter', async () => (await shared.store.stats('abort')).waiters === 1)
+	await letGo()
 	assert.equal(await behind, 'behind')
 	assert.equal(ran, false)
 	// An already aborted signal never asks.
-	await assert.rejects(lock.hold('x', () => 1, { signal: AbortSignal.abort(why) }), e => e === why)
+	await assert.rejects(
+		lock.hold('x', () => 1, { signal: AbortSignal.abort(why) }),
+		e => e === why,
+	)
 })
 
 test('many concurrent holds of one key run one at a time', async () => {
-	const lock = store.lock('mutex')
+	const lock = shared.store.lock('mutex')
 	let inside = 0
 	let most = 0
 	let count = 0
 	await Promise.all(
 		Array.from({ length: 40 }, () =>
-			lock.hold('m', async () => {
-				inside++
-				most = Math.max(most, inside)
-				await sleep(2)
-				count++
-				inside--
-			}, { wait: '60s' }),
+			lock.hold(
+				'm',
+				async () => {
+					inside++
+					most = Math.max(most, inside)
+					await sleep(2)
+					count++
+					inside--
+				},
+				{ wait: '60s' },
+			),
 		),
 	)
 	assert.equal(most, 1)
@@ -156,7 +126,7 @@ test('many concurrent holds of one key run one at a time', async () => {
 })
 
 test('the lease knows whether it was lost', async () => {
-	const lock = store.lock('check')
+	const lock = shared.store.lock('check')
 	await lock.hold('c', lease => {
 		assert.equal(lease.lost, false)
 		lease.check()

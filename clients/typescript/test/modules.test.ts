@@ -15,7 +15,10 @@ const SRC = path.join(REPO, 'clients/typescript/src')
 /** Every `import ... from './x.js'` and `export ... from './x.js'` of each module, by module name. */
 function importGraph(dir: string): Map<string, string[]> {
 	const graph = new Map<string, string[]>()
-	for (const file of fs.readdirSync(dir).filter(f => f.endsWith('.ts')).sort()) {
+	for (const file of fs
+		.readdirSync(dir)
+		.filter(f => f.endsWith('.ts'))
+		.sort()) {
 		const text = fs.readFileSync(path.join(dir, file), 'utf8')
 		const targets = [...text.matchAll(/^\s*(?:import|export)\b[^;'"]*?\bfrom\s+['"]\.\/([\w.-]+)\.js['"]/gm)].map(m => m[1]!)
 		// Also `import './x.js'` for its effects alone.
@@ -50,9 +53,23 @@ function findCycle(graph: Map<string, string[]>): string[] | undefined {
 }
 
 test('the cycle finder finds a cycle and passes a layered graph', () => {
-	const cyclic = new Map([['a', ['b']], ['b', ['c']], ['c', ['a']], ['d', ['a']]])
+	const cyclic = new Map([
+		['a', ['b']],
+		['b', ['c']],
+		['c', ['a']],
+		['d', ['a']],
+	])
 	assert.deepEqual(findCycle(cyclic), ['a', 'b', 'c', 'a'])
-	assert.equal(findCycle(new Map([['a', ['b', 'c']], ['b', ['c']], ['c', []]])), undefined)
+	assert.equal(
+		findCycle(
+			new Map([
+				['a', ['b', 'c']],
+				['b', ['c']],
+				['c', []],
+			]),
+		),
+		undefined,
+	)
 })
 
 test('no import cycle among the modules of src/', () => {

@@ -7,69 +7,46 @@
  * its sockets stay open.
  */
 
-import { test, before, after } from 'node:test'
+import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import { connect, type Store } from '../src/index.js'
+import { connect } from '../src/index.js'
 import { runScript } from './child.js'
 import { lostBeforeTheKeyMovesOn, startProxy } from './proxy.js'
-import { startServer, until, type Server } from './server.js'
+import { holdOpen, sharedServer, sleep, until } from './server.js'
 import { isText, tableText } from './texts.js'
 
-let server: Server
-let direct: Store
-before(async () => {
-	server = await startServer()
-	direct = await connect(server.address)
-})
-after(async () => {
-	await direct?.close()
-	await server?.stop()
-})
-
-/** A promise and the function that resolves it. */
-function gate() {
-	let open!: () => void
-	const opened = new Promise<void>(r => (open = r))
-	return { open, opened }
-}
+const shared = sharedServer()
 
 test('a holder behind a frozen link is told of its loss before another client is granted the key', async () => {
-	const proxy = await startProxy(server.address)
+	const proxy = await startProxy(shared.server.address)
 	try {
 		await using behind = await connect(proxy.address)
-		await lostBeforeTheKeyMovesOn(proxy, behind, direct, 'net')
+		await lostBeforeTheKeyMovesOn(proxy, behind, shared.store, 'net')
 	} finally {
 		await proxy.stop()
 	}
 })
 
 test('a waiter behind a frozen link gives up closed after its wait plus its ttl, and keeps nothing', async () => {
-	const proxy = await startProxy(server.address)
+	const proxy = await startProxy(shared.server.address)
 	const behind = await connect(proxy.address)
 	try {
-		const release = gate()
-		const held = gate()
-		const holding = direct.lock('wait').hold('w', async () => {
-			held.open()
-			await release.opened
-		})
-		await held.opened
+		const letGo = await holdOpen(shared.store.lock('wait'), 'w')
 		let ran = false
 		const started = performance.now()
-		const waiting = behind.lock('wait', { ttl: '2s' }).hold('w', () => void (ran = true), { wait: '3s' })
+		const waiting = behind.lock('wait', { ttl: '2s' }).hold('w', () => (ran = true), { wait: '3s' })
 		waiting.catch(() => {})
-		await until('the waiter in line', async () => (await direct.stats('wait')).waiters === 1)
+		await until('the waiter in line', async () => (await shared.store.stats('wait')).waiters === 1)
 		proxy.freeze()
 		// The key goes to the waiter while its link is frozen: the grant never reaches it.
-		release.open()
-		await holding
+		await letGo()
 		await assert.rejects(waiting, isText('closed', 'wait_silent', { lock: 'wait', key: '"w"', wait: '3s', ttl: '2s' }))
 		const took = performance.now() - started
 		assert.ok(took >= 3000 + 2000 - 50, `gave up after ${took.toFixed(0)}ms, before its wait plus its ttl`)
 		assert.ok(took <= 3000 + 2000 + 1000, `gave up after ${took.toFixed(0)}ms`)
 		proxy.thaw()
 		// The abandoned waiter does not keep the key: another client gets it.
-		assert.equal(await direct.lock('wait').hold('w', () => 'mine', { wait: '10s' }), 'mine')
+		assert.equal(await shared.store.lock('wait').hold('w', () => 'mine', { wait: '10s' }), 'mine')
 		assert.equal(ran, false, 'the abandoned waiter never ran')
 	} finally {
 		await proxy.stop()
@@ -79,23 +56,22 @@ test('a waiter behind a frozen link gives up closed after its wait plus its ttl,
 
 test('a holder process stopped past its ttl finds its leases lost at its first look', async () => {
 	const ttl = '3s'
-	const h = runScript('spinner.js', [server.address, 'stalled', ttl])
+	const h = runScript('spinner.js', [shared.server.address, 'stalled', ttl])
 	try {
 		await h.next('spinning')
 		h.child.kill('SIGSTOP')
 		const stoppedAt = performance.now()
 		// Past the ttl, and the key given to the next in line meanwhile.
-		assert.equal(await direct.lock('stalled').hold('a', lease => lease.key, { wait: '20s' }), 'a')
-		while (performance.now() - stoppedAt < 4000) await new Promise(r => setTimeout(r, 100))
+		assert.equal(await shared.store.lock('stalled').hold('a', lease => lease.key, { wait: '20s' }), 'a')
+		while (performance.now() - stoppedAt < 4000) await sleep(100)
 		const contAt = performance.now()
 		h.child.kill('SIGCONT')
 		// Each lease's last look that read not lost came before the stop, its
 		// first look that read lost after it, with no timer or reply between.
-		const gapsMs: number[] = await h.next('gapsMs')
+		const gapsMs = await h.next<number[]>('gapsMs')
 		for (const gap of gapsMs) assert.ok(gap >= contAt - stoppedAt - 1, `gaps ${gapsMs}ms, the stop lasted ${contAt - stoppedAt}ms`)
-		const line = h.lines.find(l => 'gapsMs' in l)!
 		const silent = (key: string) => ({ kind: 'lost', message: tableText('lost_silent', { lock: 'stalled', key: `"${key}"`, ttl }) })
-		assert.deepEqual(line.reasons, [silent('a'), silent('b'), silent('c')])
+		assert.deepEqual(h.lines.find(l => 'gapsMs' in l)?.reasons, [silent('a'), silent('b'), silent('c')])
 		assert.deepEqual(await h.next('rejected'), silent('c'))
 		assert.equal(await h.exited, 0)
 	} finally {

@@ -8,9 +8,8 @@ import assert from 'node:assert/strict'
 import { spawn } from 'node:child_process'
 import { once } from 'node:events'
 import * as path from 'node:path'
-import { createInterface } from 'node:readline'
 import type { Store } from '../src/index.js'
-import { REPO, until, whenLost } from './server.js'
+import { firstLine, gate, REPO, until, whenLost } from './server.js'
 import { isText } from './texts.js'
 
 export interface Proxy {
@@ -27,8 +26,7 @@ export async function startProxy(target: string): Promise<Proxy> {
 	const script = path.join(REPO, 'clients/testing/frozen_proxy.py')
 	const child = spawn('python3', [script, target], { stdio: ['ignore', 'pipe', 'inherit'] })
 	const exited = once(child, 'exit')
-	const lines = createInterface({ input: child.stdout! })
-	const [first] = (await Promise.race([once(lines, 'line'), exited.then(() => [undefined])])) as [string | undefined]
+	const first = await firstLine(child)
 	if (first === undefined || !/^\d+$/.test(first)) {
 		child.kill('SIGKILL')
 		throw new Error(`frozen_proxy.py did not print its port (got ${JSON.stringify(first)})`)
@@ -57,19 +55,18 @@ export async function startProxy(target: string): Promise<Proxy> {
  */
 export async function lostBeforeTheKeyMovesOn(proxy: Proxy, behind: Store, direct: Store, lock: string): Promise<void> {
 	const ttlMs = 2000
-	let held!: () => void
-	const holding = new Promise<void>(r => (held = r))
+	const held = gate()
 	let lostAt = 0
 	const hold = behind.lock(lock, { ttl: '2s' }).hold('k', async lease => {
-		held()
+		held.open()
 		await whenLost(lease)
 		lostAt = performance.now()
 		assert.equal(lease.lost, true)
 	})
 	hold.catch(() => {})
-	await holding
+	await held.opened
 	let grantedAt = 0
-	const waiting = direct.lock(lock).hold('k', () => void (grantedAt = performance.now()), { wait: '30s' })
+	const waiting = direct.lock(lock).hold('k', () => (grantedAt = performance.now()), { wait: '30s' })
 	await until('the waiter in line', async () => (await direct.stats(lock)).waiters === 1)
 	proxy.freeze()
 	const frozenAt = performance.now()

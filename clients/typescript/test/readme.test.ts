@@ -17,7 +17,7 @@ import * as path from 'node:path'
 import { promisify } from 'node:util'
 import { Ca, certFolder, removeFolder, tlsFlags } from './certs.js'
 import { startCluster, type Cluster } from './cluster.js'
-import { REPO, startServer, type Server } from './server.js'
+import { REPO, startServer, startServerWithFile, type Server } from './server.js'
 
 const run = promisify(execFile)
 const PACKAGE = path.join(REPO, 'clients/typescript')
@@ -35,9 +35,7 @@ before(async () => {
 	ca = new Ca(folder)
 	server = await startServer()
 	tlsServer = await startServer(tlsFlags(ca))
-	const users = path.join(folder, 'users')
-	fs.writeFileSync(users, 'alice alice-token-0123456789 locks=team-a.*\n')
-	usersServer = await startServer(['--users', users])
+	usersServer = await startServerWithFile('--users', 'alice alice-token-0123456789 locks=team-a.*\n')
 	cluster = await startCluster()
 })
 after(async () => {

@@ -6,33 +6,24 @@
  * a single node (`CLUSTER SLOTS` answered with an error) left as it was.
  */
 
-import { test, afterEach } from 'node:test'
+import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { connect, HoldlineError, type Store } from '../src/index.js'
 import { slotOf } from '../src/slots.js'
-import { fakeNode, keyIn, type FakeNode } from './fakenode.js'
+import { closedAfterEach, fakeNode, keyIn, type FakeNode } from './fakenode.js'
 import { refusedAddress, until, whenLost } from './server.js'
 import { isText, TABLE } from './texts.js'
 
-/** What each test started, closed after it whatever happened. */
-const started: Array<FakeNode | Store> = []
-afterEach(async () => {
-	for (const thing of started.splice(0)) {
-		if ('seen' in thing) thing.close()
-		else await thing.close()
-	}
-})
+const closeAfterTest = closedAfterEach()
 
 async function nodes(count: number): Promise<FakeNode[]> {
 	const made = await Promise.all(Array.from({ length: count }, () => fakeNode()))
-	started.push(...made)
+	for (const node of made) closeAfterTest(node)
 	return made
 }
 
 async function store(address: string | string[], options = {}): Promise<Store> {
-	const s = await connect(address, options)
-	started.push(s)
-	return s
+	return closeAfterTest(await connect(address, options))
 }
 
 /** Two nodes splitting the slots in halves, both knowing it. */
@@ -65,14 +56,20 @@ test('a single node: CLUSTER SLOTS answered with an error once at connect, then 
 	assert.equal(s.clustered, false)
 })
 
-test('cluster: connected through one node, each hold, inspect, put and get goes to its slot\'s node, no MOVED needed', async () => {
+test("cluster: connected through one node, each hold, inspect, put and get goes to its slot's node, no MOVED needed", async () => {
 	const [a, b] = await halves()
 	const s = await store(a.address)
 	const invoices = s.lock('invoices')
 	assert.equal(await invoices.hold(LOW, lease => lease.key), LOW)
 	assert.equal(await invoices.hold(HIGH, lease => lease.key), HIGH)
-	assert.deepEqual(a.seen.filter(c => c[0] === 'HOLD').map(c => c[2]), [LOW])
-	assert.deepEqual(b.seen.filter(c => c[0] === 'HOLD').map(c => c[2]), [HIGH])
+	assert.deepEqual(
+		a.seen.filter(c => c[0] === 'HOLD').map(c => c[2]),
+		[LOW],
+	)
+	assert.deepEqual(
+		b.seen.filter(c => c[0] === 'HOLD').map(c => c[2]),
+		[HIGH],
+	)
 	assert.equal(await invoices.inspect(HIGH), null)
 	assert.equal(b.count('INSPECT'), 1)
 	// PUT goes by its key's slot, GET by its row's: a hash tag puts both on one node.
@@ -107,13 +104,13 @@ test('MOVED: the command goes to the node named, that slot is noted, and the map
 	assert.equal(await invoices.hold(`${tag}.2`, () => 'same slot'), 'same slot')
 	assert.deepEqual([a.count('HOLD'), b.count('HOLD')], [1, 2], 'the noted slot went straight to b')
 	await invoices.hold(keyIn(8192, 16383, 'other'), () => undefined)
-	assert.deepEqual([a.count('HOLD'), b.count('HOLD')], [2, 3], 'another slot of b\'s went to a first')
+	assert.deepEqual([a.count('HOLD'), b.count('HOLD')], [2, 3], "another slot of b's went to a first")
 	assert.equal(s.redirects, 2)
 	assert.equal(a.count('CLUSTER SLOTS'), 2, 'the map asked for again once (one at a time)')
 	// a gave no answer: b, a node known from MOVED, is asked next, and its map is taken.
 	await until('b asked for the map', () => b.count('CLUSTER SLOTS') === 1, 5000)
 	let i = 0
-	await until('every slot of b\'s goes straight to b', async () => {
+	await until("every slot of b's goes straight to b", async () => {
 		const before = a.count('HOLD')
 		await invoices.hold(keyIn(8192, 16383, `then${i++}-`), () => undefined)
 		return a.count('HOLD') === before
@@ -124,14 +121,23 @@ test('moved_loop: two nodes sending a key to each other fail it at the 6th MOVED
 	const [a, b] = (await nodes(2)) as [FakeNode, FakeNode]
 	a.layout = [{ start: 0, end: 16383, node: a }]
 	b.layout = a.layout
-	for (const [node, other] of [[a, b], [b, a]] as const) {
+	for (const [node, other] of [
+		[a, b],
+		[b, a],
+	] as const) {
 		node.script = args => (['HOLD', 'TRYHOLD', 'INSPECT'].includes(args[0]!) ? `-MOVED ${slotOf(args[2]!)} ${other.address}\r\n` : undefined)
 	}
 	const s = await store(a.address)
 	const invoices = s.lock('invoices')
-	await assert.rejects(invoices.hold('k"1', () => 1), isText('closed', 'moved_loop', { lock: 'invoices', key: '"k\\"1"' }))
+	await assert.rejects(
+		invoices.hold('k"1', () => 1),
+		isText('closed', 'moved_loop', { lock: 'invoices', key: '"k\\"1"' }),
+	)
 	assert.equal(a.count('HOLD') + b.count('HOLD'), 6)
-	await assert.rejects(invoices.tryHold('k', () => 1), isText('closed', 'moved_loop', { lock: 'invoices', key: '"k"' }))
+	await assert.rejects(
+		invoices.tryHold('k', () => 1),
+		isText('closed', 'moved_loop', { lock: 'invoices', key: '"k"' }),
+	)
 	assert.equal(a.count('TRYHOLD') + b.count('TRYHOLD'), 6)
 	await assert.rejects(invoices.inspect('k'), isText('closed', 'moved_loop', { lock: 'invoices', key: '"k"' }))
 	assert.equal(a.count('INSPECT') + b.count('INSPECT'), 6)
@@ -140,13 +146,15 @@ test('moved_loop: two nodes sending a key to each other fail it at the 6th MOVED
 test('slot_unserved: CLUSTERDOWN ten times, the map asked for after each, 100 ms apart, byte for byte', async () => {
 	const [a] = (await nodes(1)) as [FakeNode]
 	// a serves nothing: every keyed command answers CLUSTERDOWN.
-	const other = await fakeNode()
-	started.push(other)
+	const other = closeAfterTest(await fakeNode())
 	a.layout = [{ start: 0, end: 0, node: other }]
 	const s = await store(a.address)
 	const key = keyIn(1, 16383)
 	const began = performance.now()
-	await assert.rejects(s.lock('invoices').hold(key, () => 1), isText('closed', 'slot_unserved', { lock: 'invoices', key: JSON.stringify(key), slot: String(slotOf(key)) }))
+	await assert.rejects(
+		s.lock('invoices').hold(key, () => 1),
+		isText('closed', 'slot_unserved', { lock: 'invoices', key: JSON.stringify(key), slot: String(slotOf(key)) }),
+	)
 	assert.ok(performance.now() - began >= 9 * 100 - 20, `${performance.now() - began} ms`)
 	assert.equal(a.count('HOLD'), 10)
 	// Once at connect, then after each of the first nine CLUSTERDOWNs.
@@ -159,7 +167,7 @@ test('slot_unserved: CLUSTERDOWN ten times, the map asked for after each, 100 ms
 	})
 })
 
-test('CLUSTERDOWN, then served: the lease\'s clock starts at the send of the HOLD granted, not the first', async () => {
+test("CLUSTERDOWN, then served: the lease's clock starts at the send of the HOLD granted, not the first", async () => {
 	const [a] = (await nodes(1)) as [FakeNode]
 	a.layout = [{ start: 0, end: 16383, node: a }]
 	let downs = 0
@@ -187,20 +195,29 @@ test('a node that cannot be reached: cannot_connect naming it, the map asked for
 	]
 	const s = await store(a.address)
 	const before = a.count('CLUSTER SLOTS')
-	await assert.rejects(s.lock('invoices').hold(HIGH, () => 1), isText('closed', 'cannot_connect', { hostport: b.address }))
+	await assert.rejects(
+		s.lock('invoices').hold(HIGH, () => 1),
+		isText('closed', 'cannot_connect', { hostport: b.address }),
+	)
 	await until('the map asked for again', () => a.count('CLUSTER SLOTS') > before)
 	// a takes b's slots over; holds fail cannot_connect until the map asked for says so.
 	a.layout = [{ start: 0, end: 16383, node: a }]
 	let failures = 0
 	await until('a hold granted by a', async () => {
-		const held = await s.lock('invoices').hold(HIGH, () => 'moved on').catch(e => {
-			isText('closed', 'cannot_connect', { hostport: b.address })(e)
-			failures++
-		})
+		const held = await s
+			.lock('invoices')
+			.hold(HIGH, () => 'moved on')
+			.catch(e => {
+				isText('closed', 'cannot_connect', { hostport: b.address })(e)
+				failures++
+			})
 		return held === 'moved on'
 	})
 	assert.ok(failures <= 2, `${failures} failures`)
-	assert.deepEqual(a.seen.filter(c => c[0] === 'HOLD').map(c => c[2]), [HIGH])
+	assert.deepEqual(
+		a.seen.filter(c => c[0] === 'HOLD').map(c => c[2]),
+		[HIGH],
+	)
 })
 
 test('a node dropping its connections: its holder lost, its waiter closed, the map asked for again', async () => {
@@ -240,7 +257,7 @@ test('a node gone silent under a waiting hold: wait_silent, and the map asked fo
 	await until('the map asked for again', () => a.count('CLUSTER SLOTS') + b.count('CLUSTER SLOTS') > before)
 })
 
-test('several addresses: tried in order, the first that answers wins; none: the last one\'s cannot_connect', async () => {
+test("several addresses: tried in order, the first that answers wins; none: the last one's cannot_connect", async () => {
 	const [alive] = await nodes(1)
 	await using dead = await refusedAddress()
 	await using deadToo = await refusedAddress()
@@ -253,12 +270,18 @@ test('several addresses: tried in order, the first that answers wins; none: the 
 	await assert.rejects(connect([dead.address, 'not an address']), isText('invalid', 'bad_address', { address: '"not an address"' }))
 })
 
-test('the first address\'s token applies to every node', async () => {
+test("the first address's token applies to every node", async () => {
 	const [a, b] = await halves()
 	const s = await store(`redis://:s3cret@${a.address},${b.address}`)
 	await s.lock('l').hold(HIGH, () => undefined)
-	assert.deepEqual(b.seen.find(c => c[0] === 'HELLO'), ['HELLO', '3', 'AUTH', 'default', 's3cret'])
-	assert.deepEqual(a.seen.find(c => c[0] === 'HELLO'), ['HELLO', '3', 'AUTH', 'default', 's3cret'])
+	assert.deepEqual(
+		b.seen.find(c => c[0] === 'HELLO'),
+		['HELLO', '3', 'AUTH', 'default', 's3cret'],
+	)
+	assert.deepEqual(
+		a.seen.find(c => c[0] === 'HELLO'),
+		['HELLO', '3', 'AUTH', 'default', 's3cret'],
+	)
 })
 
 /** Three nodes splitting the slots in thirds (the first node's range first), and a key on the third that answers CLUSTERDOWN twice, then is granted. */
@@ -321,7 +344,7 @@ function statsReply(counters: Record<string, number>): string {
 	return `%${pairs.length}\r\n${pairs.join('')}`
 }
 
-test('stats: every node\'s counters summed; a node that cannot be reached rejects it cannot_connect; a single node\'s its own', async () => {
+test("stats: every node's counters summed; a node that cannot be reached rejects it cannot_connect; a single node's its own", async () => {
 	const [a, b] = await halves()
 	a.script = args => (args[0] === 'STATS' ? statsReply({ live_keys: 3, grants: 1, waiters: 2 }) : undefined)
 	b.script = args => (args[0] === 'STATS' ? statsReply({ live_keys: 4, grants: 10, timeouts: 7 }) : undefined)
@@ -329,7 +352,10 @@ test('stats: every node\'s counters summed; a node that cannot be reached reject
 	const stats = await s.stats('tally')
 	assert.deepEqual({ ...stats }, { live_keys: 7, grants: 11, waiters: 2, timeouts: 7 })
 	assert.deepEqual([a.count('STATS'), b.count('STATS')], [1, 1])
-	assert.deepEqual(a.seen.find(c => c[0] === 'STATS'), ['STATS', 'tally'])
+	assert.deepEqual(
+		a.seen.find(c => c[0] === 'STATS'),
+		['STATS', 'tally'],
+	)
 
 	// A node of the map that cannot be reached fails the call, as a hold sent there would.
 	const [c] = (await nodes(1)) as [FakeNode]

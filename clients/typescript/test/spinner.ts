@@ -11,11 +11,10 @@
  * then `rejected` (what `hold` rejected with).
  */
 
-import { connect, HoldlineError, type Lease } from '../src/index.js'
+import { connect, type Lease } from '../src/index.js'
+import { errorReport, report } from './child.js'
 
 const [address, lockName, ttl] = process.argv.slice(2) as [string, string, string]
-const say = (o: object) => process.stdout.write(JSON.stringify(o) + '\n')
-const text = (e: unknown) => (e instanceof HoldlineError ? { kind: e.kind, message: e.message } : { message: String(e) })
 
 function spin(a: Lease, b: Lease, c: Lease): void {
 	// The three ways to look: the lost property, the signal, check().
@@ -30,11 +29,11 @@ function spin(a: Lease, b: Lease, c: Lease): void {
 			else before[i] = start
 		})
 		if (!said) {
-			say({ spinning: true })
+			report({ spinning: true })
 			said = true
 		}
 	}
-	say({ gapsMs, reasons: [a, b, c].map(l => text(l.signal.reason)) })
+	report({ gapsMs, reasons: [a, b, c].map(l => errorReport(l.signal.reason)) })
 }
 
 function throws(f: () => void): boolean {
@@ -50,8 +49,8 @@ const store = await connect(address)
 const lock = store.lock(lockName, { ttl })
 try {
 	await lock.hold('a', a => lock.hold('b', b => lock.hold('c', c => spin(a, b, c))))
-	say({ resolved: true })
+	report({ resolved: true })
 } catch (e) {
-	say({ rejected: text(e) })
+	report({ rejected: errorReport(e) })
 }
 await store.close()

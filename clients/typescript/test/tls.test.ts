@@ -8,15 +8,12 @@
 
 import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
-import { spawn } from 'node:child_process'
-import { once } from 'node:events'
-import * as net from 'node:net'
 import * as fs from 'node:fs'
-import * as path from 'node:path'
 import { connect, HoldlineError } from '../src/index.js'
 import { Ca, certFolder, removeFolder, tlsFlags } from './certs.js'
+import { INDEX_URL, runProgram } from './child.js'
 import { lostBeforeTheKeyMovesOn, startProxy } from './proxy.js'
-import { startServer, type Server } from './server.js'
+import { silentServer, startServer, startServerWithFile, type Server } from './server.js'
 import { isText } from './texts.js'
 
 let folder: string
@@ -67,9 +64,7 @@ test('holds go over TLS given the tls option, with any address form, or a rediss
 		assert.equal(state?.fence, fence)
 	}
 	// A token in a rediss:// URL, as in a redis:// one.
-	const tokenFile = path.join(folder, 'token')
-	fs.writeFileSync(tokenFile, 's3cret\n')
-	const guarded = await startServer(tlsFlags(ca, '--token-file', tokenFile))
+	const guarded = await startServerWithFile('--token-file', 's3cret\n', tlsFlags(ca))
 	try {
 		const guardedPort = guarded.address.split(':')[1]!
 		assert.ok((await holdOnce(`rediss://:s3cret@127.0.0.1:${guardedPort}`, { tls: trusted })).fence >= 1n)
@@ -118,19 +113,10 @@ test('plain text and TLS meeting fail at connect, saying so', async () => {
 })
 
 test('a server that accepts and answers no TLS handshake fails connect after the connect timeout', async () => {
-	const sockets: net.Socket[] = []
-	const silent = net.createServer(s => sockets.push(s))
-	silent.listen(0, '127.0.0.1')
-	await once(silent, 'listening')
-	const address = `127.0.0.1:${(silent.address() as net.AddressInfo).port}`
-	try {
-		const started = Date.now()
-		await assert.rejects(connect(`rediss://${address}`, { connectTimeout: '300ms' }), isText('closed', 'connect_silent', { hostport: address, timeout: '300ms' }))
-		assert.ok(Date.now() - started >= 250, 'not before its timeout')
-	} finally {
-		for (const s of sockets) s.destroy()
-		silent.close()
-	}
+	await using silent = await silentServer()
+	const started = Date.now()
+	await assert.rejects(connect(`rediss://${silent.address}`, { connectTimeout: '300ms' }), isText('closed', 'connect_silent', { hostport: silent.address, timeout: '300ms' }))
+	assert.ok(Date.now() - started >= 250, 'not before its timeout')
 })
 
 test('the tls option is an object of tls.connect options', async () => {
@@ -152,23 +138,11 @@ test('over TLS, a holder behind a frozen link is told of its loss before another
 })
 
 test('a program that never closes its TLS store exits by itself once its work is done', async () => {
-	const index = new URL('../src/index.js', import.meta.url).href
 	const program = `
-		import { connect } from ${JSON.stringify(index)}
+		import { connect } from ${JSON.stringify(INDEX_URL)}
 		import * as fs from 'node:fs'
 		const store = await connect(${JSON.stringify(`rediss://${server.address}`)}, { tls: { ca: fs.readFileSync(${JSON.stringify(ca.cert)}) } })
 		console.log(await store.lock('exits').hold('k', lease => String(lease.lost)))
 	`
-	const child = spawn(process.execPath, ['--input-type=module', '-e', program], { stdio: ['ignore', 'pipe', 'pipe'] })
-	let out = ''
-	let err = ''
-	child.stdout!.on('data', d => (out += d))
-	child.stderr!.on('data', d => (err += d))
-	const timer = setTimeout(() => child.kill('SIGKILL'), 20_000)
-	const [code, signal] = await new Promise<[number | null, string | null]>(r => child.on('exit', (c, s) => r([c, s])))
-	clearTimeout(timer)
-	assert.equal(signal, null, 'it exited by itself, not killed after 20 s')
-	assert.equal(err, '')
-	assert.equal(code, 0)
-	assert.equal(out, 'false\n')
+	assert.equal(await runProgram(program), 'false\n')
 })

@@ -60,7 +60,13 @@ test('every RESP3 type decodes, whole or a byte at a time', () => {
 		assert.deepEqual(frames[1], new RespError('INUSE', 'lock invoices: key "9": held past the hold\'s wait: in use'))
 		assert.deepEqual(frames.slice(2, 6), [null, null, null, 'OK'])
 		assert.equal(frames[6], 'hé!')
-		assert.deepEqual(frames[7], new Map<Reply, Reply>([['server', 'holdline'], ['proto', 3n]]))
+		assert.deepEqual(
+			frames[7],
+			new Map<Reply, Reply>([
+				['server', 'holdline'],
+				['proto', 3n],
+			]),
+		)
 		assert.ok(frames[8] instanceof RespPush)
 		assert.deepEqual((frames[8] as RespPush).items, ['lost', 12n, 'gone.'])
 		assert.deepEqual(frames.slice(9), [true, 1.5, 123456789012345678901234567890n, ['a'], 'abcd', new RespError('ERR', 'bad'), 'after-attribute'])
@@ -94,8 +100,14 @@ test('durations as text, or milliseconds', () => {
 		catchMessage(() => toMillis('10x', 'wait', 'invoices', '9')),
 		`lock invoices: key "9": a wait is a duration such as '10s', '2m' or '500ms', or a number of milliseconds, not "10x": invalid`,
 	)
-	assert.equal(catchMessage(() => toPositiveMillis(0, 'ttl', 'invoices')), 'lock invoices: a ttl is at least 1ms: invalid')
-	assert.equal(catchMessage(() => toPositiveMillis('0s', 'maxHold', 'invoices')), 'lock invoices: a maxHold is at least 1ms: invalid')
+	assert.equal(
+		catchMessage(() => toPositiveMillis(0, 'ttl', 'invoices')),
+		'lock invoices: a ttl is at least 1ms: invalid',
+	)
+	assert.equal(
+		catchMessage(() => toPositiveMillis('0s', 'maxHold', 'invoices')),
+		'lock invoices: a maxHold is at least 1ms: invalid',
+	)
 })
 
 test('error texts have the core shape', () => {
@@ -110,7 +122,13 @@ test('error texts have the core shape', () => {
 })
 
 test('server errors keep their text; the first word gives the kind', () => {
-	const cases: Array<[string, string]> = [['INUSE', 'in use'], ['LOST', 'lost'], ['LIMIT', 'limit'], ['INVALID', 'invalid'], ['CLOSED', 'closed']]
+	const cases: Array<[string, string]> = [
+		['INUSE', 'in use'],
+		['LOST', 'lost'],
+		['LIMIT', 'limit'],
+		['INVALID', 'invalid'],
+		['CLOSED', 'closed'],
+	]
 	for (const [word, kind] of cases) {
 		const e = fromServer(word, 'lock a: key "b": text')
 		assert.equal(e.kind, kind)
@@ -155,21 +173,69 @@ test('addresses: the accepted forms', () => {
 
 test('addresses: anything else fails invalid with the bad_address text', () => {
 	const bad = [
-		'', ':9000', 'a:b', 'a:70000', 'a:0', '::1', '::1:80', 'a b:1', 'host:', '[::1', '[nothex]:1', '[::1]:x',
-		'http://host', 'redis://', 'rediss://', 'redisss://host', 'rediss:/host', 'rediss://user@host', 'redis://user@host', 'redis://user:@host', 'redis://us er:tok@host', 'redis://us%20er:tok@host', 'redis://é:tok@host', `redis://${'u'.repeat(65)}:t@h`, 'redis://:@host', 'redis://host/0',
-		'redis://:%zz@host', 'redis//host', 'host:7380 ', `${'x'.repeat(70)}:`,
+		'',
+		':9000',
+		'a:b',
+		'a:70000',
+		'a:0',
+		'::1',
+		'::1:80',
+		'a b:1',
+		'host:',
+		'[::1',
+		'[nothex]:1',
+		'[::1]:x',
+		'http://host',
+		'redis://',
+		'rediss://',
+		'redisss://host',
+		'rediss:/host',
+		'rediss://user@host',
+		'redis://user@host',
+		'redis://user:@host',
+		'redis://us er:tok@host',
+		'redis://us%20er:tok@host',
+		'redis://é:tok@host',
+		`redis://${'u'.repeat(65)}:t@h`,
+		'redis://:@host',
+		'redis://host/0',
+		'redis://:%zz@host',
+		'redis//host',
+		'host:7380 ',
+		`${'x'.repeat(70)}:`,
 	]
 	for (const text of bad) assert.throws(() => parseAddress(text), isText('invalid', 'bad_address', { address: showKey(text) }), text)
-	assert.equal(catchMessage(() => parseAddress('a\nb')), tableText('bad_address', { address: '"a\\nb"' }))
-	assert.equal(catchMessage(() => parseAddress(`${'y'.repeat(64)} z`)), tableText('bad_address', { address: `"${'y'.repeat(64)}..."` }))
+	assert.equal(
+		catchMessage(() => parseAddress('a\nb')),
+		tableText('bad_address', { address: '"a\\nb"' }),
+	)
+	assert.equal(
+		catchMessage(() => parseAddress(`${'y'.repeat(64)} z`)),
+		tableText('bad_address', { address: `"${'y'.repeat(64)}..."` }),
+	)
 })
 
 test('several addresses: separated by commas, or a list; each one checked', () => {
-	assert.deepEqual(parseAddresses('127.0.0.1:7001,127.0.0.1:7002'), [{ host: '127.0.0.1', port: 7001 }, { host: '127.0.0.1', port: 7002 }])
-	assert.deepEqual(parseAddresses(['redis://:t@a:1', '[::1]:2', 'b']), [{ host: 'a', port: 1, token: 't' }, { host: '::1', port: 2 }, { host: 'b', port: TABLE.rules.default_port }])
-	assert.deepEqual(parseAddresses('rediss://a:1,b:2'), [{ host: 'a', port: 1, tls: true }, { host: 'b', port: 2 }])
+	assert.deepEqual(parseAddresses('127.0.0.1:7001,127.0.0.1:7002'), [
+		{ host: '127.0.0.1', port: 7001 },
+		{ host: '127.0.0.1', port: 7002 },
+	])
+	assert.deepEqual(parseAddresses(['redis://:t@a:1', '[::1]:2', 'b']), [
+		{ host: 'a', port: 1, token: 't' },
+		{ host: '::1', port: 2 },
+		{ host: 'b', port: TABLE.rules.default_port },
+	])
+	assert.deepEqual(parseAddresses('rediss://a:1,b:2'), [
+		{ host: 'a', port: 1, tls: true },
+		{ host: 'b', port: 2 },
+	])
 	assert.deepEqual(parseAddresses('h'), [{ host: 'h', port: TABLE.rules.default_port }])
-	for (const [text, part] of [['a:1,', ''], ['a:1,,b:2', ''], ['a:1, b:2', ' b:2'], ['a:1,http://b', 'http://b']] as const) {
+	for (const [text, part] of [
+		['a:1,', ''],
+		['a:1,,b:2', ''],
+		['a:1, b:2', ' b:2'],
+		['a:1,http://b', 'http://b'],
+	] as const) {
 		assert.throws(() => parseAddresses(text), isText('invalid', 'bad_address', { address: showKey(part) }), text)
 	}
 	assert.throws(() => parseAddresses([]), isText('invalid', 'bad_address', { address: '""' }))
@@ -206,7 +272,17 @@ test('MOVED targets, and the counts of the routing rules', () => {
 })
 
 test('durations are written as the core writes them', () => {
-	const cases: Array<[number, string]> = [[0, '0s'], [1, '1ms'], [300, '300ms'], [1000, '1s'], [1500, '1500ms'], [2000, '2s'], [60_000, '1m'], [90_000, '90s'], [3_600_000, '60m']]
+	const cases: Array<[number, string]> = [
+		[0, '0s'],
+		[1, '1ms'],
+		[300, '300ms'],
+		[1000, '1s'],
+		[1500, '1500ms'],
+		[2000, '2s'],
+		[60_000, '1m'],
+		[90_000, '90s'],
+		[3_600_000, '60m'],
+	]
 	for (const [ms, text] of cases) assert.equal(showMs(ms), text, String(ms))
 })
 

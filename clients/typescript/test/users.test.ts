@@ -6,43 +6,29 @@
  * against a scripted node, then a real server.
  */
 
-import { test, afterEach } from 'node:test'
+import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import * as fs from 'node:fs'
-import * as os from 'node:os'
-import * as path from 'node:path'
 import { connect, HoldlineError, type ConnectOptions, type Store } from '../src/index.js'
 import { resolveAuth, parseAddress } from '../src/address.js'
 import { fromServer, showKey } from '../src/errors.js'
-import { fakeNode, type FakeNode } from './fakenode.js'
-import { startServer } from './server.js'
+import { closedAfterEach, fakeNode, type FakeNode } from './fakenode.js'
+import { startServerWithFile } from './server.js'
 import { isText } from './texts.js'
 
 const NOPERM = 'NOPERM user team-b may not use lock "payments"'
 
-/** What each test started, closed after it whatever happened. */
-const started: Array<FakeNode | Store> = []
-afterEach(async () => {
-	for (const thing of started.splice(0)) {
-		if ('seen' in thing) thing.close()
-		else await thing.close()
-	}
-})
+const closeAfterTest = closedAfterEach()
 
 /** A scripted node whose user may not name the lock `payments`. */
 async function guarded(): Promise<FakeNode> {
-	const node = await fakeNode(args => (args[1] === 'payments' && args[0] !== 'HELLO' ? `-${NOPERM}\r\n` : undefined))
-	started.push(node)
-	return node
+	return closeAfterTest(await fakeNode(args => (args[1] === 'payments' && args[0] !== 'HELLO' ? `-${NOPERM}\r\n` : undefined)))
 }
 
 async function store(address: string, options: ConnectOptions = {}): Promise<Store> {
-	const s = await connect(address, options)
-	started.push(s)
-	return s
+	return closeAfterTest(await connect(address, options))
 }
 
-test('the user and token options win over the address\'s, each on its own', () => {
+test("the user and token options win over the address's, each on its own", () => {
 	const auth = (address: string, user?: string, token?: string) => resolveAuth(parseAddress(address), user, token)
 	const url = 'redis://alice:from-url@h'
 	assert.deepEqual(auth(url), { user: 'alice', token: 'from-url' })
@@ -91,7 +77,7 @@ test('HELLO says the user and the token, on every connection', async () => {
 	}
 })
 
-test('NOPERM from any command: kind invalid, the server\'s text, code NOPERM', async () => {
+test("NOPERM from any command: kind invalid, the server's text, code NOPERM", async () => {
 	const node = await guarded()
 	const s = await store(`redis://team-b:tok@${node.address}`)
 	const payments = s.lock('payments')
@@ -102,8 +88,14 @@ test('NOPERM from any command: kind invalid, the server\'s text, code NOPERM', a
 		assert.equal(e.code, 'NOPERM')
 		return true
 	}
-	await assert.rejects(payments.hold('k', () => undefined), noperm)
-	await assert.rejects(payments.tryHold('k', () => undefined), noperm)
+	await assert.rejects(
+		payments.hold('k', () => undefined),
+		noperm,
+	)
+	await assert.rejects(
+		payments.tryHold('k', () => undefined),
+		noperm,
+	)
 	await assert.rejects(payments.inspect('k'), noperm)
 	await assert.rejects(s.stats('payments'), noperm)
 	await assert.rejects(s.put('payments', 'k', 5n, 'row', 'v'), noperm)
@@ -116,20 +108,20 @@ test('NOPERM from any command: kind invalid, the server\'s text, code NOPERM', a
 })
 
 test('a real server with users: each user may name only its own locks', async () => {
-	const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'holdline-'))
-	const file = path.join(dir, 'users')
-	fs.writeFileSync(file, 'alice alice-token-0123456789 locks=team-a.*\nroot root-token-0123456789 admin\n')
-	const own = await startServer(['--users', file])
+	const own = await startServerWithFile('--users', 'alice alice-token-0123456789 locks=team-a.*\nroot root-token-0123456789 admin\n')
 	try {
 		const alice = await store(`redis://alice:alice-token-0123456789@${own.address}`)
 		assert.ok((await alice.lock('team-a.jobs').hold('k', lease => lease.fence)) > 0n)
-		await assert.rejects(alice.lock('payments').hold('k', () => undefined), (e: unknown) => {
-			assert.ok(e instanceof HoldlineError)
-			assert.equal(e.kind, 'invalid')
-			assert.equal(e.message, 'NOPERM user alice may not use lock "payments"')
-			assert.equal(e.code, 'NOPERM')
-			return true
-		})
+		await assert.rejects(
+			alice.lock('payments').hold('k', () => undefined),
+			(e: unknown) => {
+				assert.ok(e instanceof HoldlineError)
+				assert.equal(e.kind, 'invalid')
+				assert.equal(e.message, 'NOPERM user alice may not use lock "payments"')
+				assert.equal(e.code, 'NOPERM')
+				return true
+			},
+		)
 		// The options, and an admin, who may use any lock.
 		const root = await store(own.address, { user: 'root', token: 'root-token-0123456789' })
 		assert.ok((await root.lock('payments').hold('k', lease => lease.fence)) > 0n)
@@ -138,6 +130,5 @@ test('a real server with users: each user may name only its own locks', async ()
 		}
 	} finally {
 		await own.stop()
-		fs.rmSync(dir, { recursive: true })
 	}
 })

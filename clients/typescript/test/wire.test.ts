@@ -5,6 +5,7 @@ import assert from 'node:assert/strict'
 import * as net from 'node:net'
 import { once } from 'node:events'
 import { connect, HoldlineError } from '../src/index.js'
+import { HELLO } from './fakenode.js'
 import { until, whenLost } from './server.js'
 import { isText } from './texts.js'
 
@@ -54,7 +55,7 @@ async function scripted(answers: Record<string, string | null>, delays: Record<s
 
 test('a loss pushed in the same read as its grant aborts the signal before the function runs', async () => {
 	const server = await scripted({
-		HELLO: '%1\r\n+server\r\n+scripted\r\n',
+		HELLO,
 		PING: '+PONG\r\n',
 		// The grant, then its loss, in one write.
 		HOLD: `*2\r\n:5\r\n:99\r\n>3\r\n+lost\r\n:5\r\n$${Buffer.byteLength(LOST)}\r\n${LOST}\r\n`,
@@ -80,7 +81,7 @@ test('a loss pushed in the same read as its grant aborts the signal before the f
 
 test('a RENEW answered LOST aborts the signal (a server that does not push)', async () => {
 	const server = await scripted({
-		HELLO: '%1\r\n+server\r\n+scripted\r\n',
+		HELLO,
 		PING: '+PONG\r\n',
 		TRYHOLD: '*2\r\n:1\r\n:7\r\n',
 		RENEW: `-LOST ${LOST}\r\n`,
@@ -101,10 +102,13 @@ test('a RENEW answered LOST aborts the signal (a server that does not push)', as
 })
 
 test('an answer that is no RESP closes the connection and fails what waited on it', async () => {
-	const server = await scripted({ HELLO: '%1\r\n+server\r\n+scripted\r\n', PING: '+PONG\r\n', HOLD: '?\r\n' })
+	const server = await scripted({ HELLO, PING: '+PONG\r\n', HOLD: '?\r\n' })
 	const store = await connect(server.address)
 	try {
-		await assert.rejects(store.lock('s').hold('k', () => 1), isText('closed', 'connection_closed_key', { lock: 's', key: '"k"' }))
+		await assert.rejects(
+			store.lock('s').hold('k', () => 1),
+			isText('closed', 'connection_closed_key', { lock: 's', key: '"k"' }),
+		)
 	} finally {
 		await store.close()
 		server.close()
@@ -112,10 +116,7 @@ test('an answer that is no RESP closes the connection and fails what waited on i
 })
 
 test('a hold keeps its connection talking while it waits in line', async () => {
-	const server = await scripted(
-		{ HELLO: '%1\r\n+server\r\n+scripted\r\n', PING: '+PONG\r\n', HOLD: '*2\r\n:3\r\n:30\r\n', RENEW: '+OK\r\n', RELEASE: '+OK\r\n' },
-		{ HOLD: 1000 },
-	)
+	const server = await scripted({ HELLO, PING: '+PONG\r\n', HOLD: '*2\r\n:3\r\n:30\r\n', RENEW: '+OK\r\n', RELEASE: '+OK\r\n' }, { HOLD: 1000 })
 	const store = await connect(server.address)
 	try {
 		// A ttl of 300 ms renews every 100 ms: a one-second wait sends many PINGs.
@@ -134,8 +135,6 @@ test('a hold keeps its connection talking while it waits in line', async () => {
 		server.close()
 	}
 })
-
-const HELLO = '%1\r\n+server\r\n+scripted\r\n'
 
 test('a store command whose connection closes fails with the connection_closed text', async () => {
 	const server = await scripted({ HELLO, GET: null })
@@ -198,7 +197,11 @@ test('a grant that comes after its first deadline is confirmed by a RENEW; LOST 
 		try {
 			let ran = false
 			const started = performance.now()
-			await assert.rejects(store.lock('s', { ttl: '300ms' }).hold('k', () => void (ran = true)), check, what)
+			await assert.rejects(
+				store.lock('s', { ttl: '300ms' }).hold('k', () => (ran = true)),
+				check,
+				what,
+			)
 			assert.equal(ran, false, what)
 			assert.ok(server.seen.includes('RENEW'), what)
 			// No answer: given up after the ttl, at least 1 s, past the grant.
