@@ -344,14 +344,8 @@ func TestAFailoverLosesTheLeaseAndTheKeyMovesOn(t *testing.T) {
 	const victim = 1
 	k := keyPerNode(t, f, holder, "fo-")[victim]
 	l := openLock(t, holder, "fo", TTL(clusterMaxTTL))
-	granted, lostAt := make(chan uint64, 1), make(chan time.Time, 1)
-	held := holdAsync(context.Background(), l, k, func(ctx context.Context, lease *Lease) error {
-		granted <- lease.Fence
-		<-ctx.Done()
-		lostAt <- time.Now()
-		return nil
-	})
-	fence := within(t, "the grant", 10*time.Second, granted)
+	held := holdUntilLost(t, l, k)
+	fence := held.lease.Fence
 	waiting := holdAsync(context.Background(), openLock(t, waiter, "fo", TTL(clusterMaxTTL)), k, nothing, Wait(60*time.Second))
 	waitUntil(t, "the waiter in line", 10*time.Second, func() bool {
 		info, err := l.Inspect(context.Background(), k)
@@ -361,8 +355,8 @@ func TestAFailoverLosesTheLeaseAndTheKeyMovesOn(t *testing.T) {
 		t.Fatal(err)
 	}
 	killed := time.Now()
-	within(t, "the lease's loss", clusterEtcdTTL+3*time.Second, lostAt)
-	if err := within(t, "the held hold", 5*time.Second, held); !errors.Is(err, ErrLost) {
+	within(t, "the lease's loss", clusterEtcdTTL+3*time.Second, held.lost)
+	if err := within(t, "the held hold", 5*time.Second, held.done); !errors.Is(err, ErrLost) {
 		t.Fatalf("the held hold answered %v", err)
 	}
 	if err := within(t, "the waiting hold", clusterEtcdTTL+3*time.Second, waiting); !errors.Is(err, ErrClosed) {

@@ -3,11 +3,15 @@ package locks
 import (
 	"bufio"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -191,6 +195,103 @@ func waitersAre(t testing.TB, store *Store, lock string, n int64) {
 	})
 }
 
+// nothing is a hold's function that does nothing: the hold is what the
+// test looks at.
+func nothing(context.Context, *Lease) error { return nil }
+
+// holdAsync runs a Hold in a goroutine: its answer comes on the channel.
+func holdAsync(ctx context.Context, l *Lock, key any, fn func(context.Context, *Lease) error, opts ...HoldOption) <-chan error {
+	done := make(chan error, 1)
+	go func() { done <- l.Hold(ctx, key, fn, opts...) }()
+	return done
+}
+
+// holdForFence starts a hold of key that waits up to wait and lets go at
+// once: its fence comes on the first channel, its answer on the second.
+func holdForFence(l *Lock, key any, wait time.Duration) (<-chan uint64, <-chan error) {
+	fence := make(chan uint64, 1)
+	done := holdAsync(context.Background(), l, key, func(ctx context.Context, lease *Lease) error {
+		fence <- lease.Fence
+		return nil
+	}, Wait(wait))
+	return fence, done
+}
+
+// backgroundHold is a hold of one key that a goroutine keeps until
+// release: what a test puts in the way of the holds it watches.
+type backgroundHold struct {
+	lease *Lease
+	letGo chan struct{}
+	done  <-chan error
+}
+
+// holdInBackground holds key in a goroutine and answers once it is
+// granted; the hold lasts until release.
+func holdInBackground(t testing.TB, l *Lock, key any) *backgroundHold {
+	t.Helper()
+	granted := make(chan *Lease, 1)
+	h := &backgroundHold{letGo: make(chan struct{})}
+	h.done = holdAsync(context.Background(), l, key, func(ctx context.Context, lease *Lease) error {
+		granted <- lease
+		<-h.letGo
+		return nil
+	})
+	h.lease = awaitGrant(t, key, granted, h.done)
+	return h
+}
+
+// awaitGrant waits for the grant of a hold running in a goroutine; a hold
+// that fails first fails the test.
+func awaitGrant(t testing.TB, key any, granted <-chan *Lease, done <-chan error) *Lease {
+	t.Helper()
+	select {
+	case lease := <-granted:
+		return lease
+	case err := <-done:
+		t.Fatalf("the hold of %v: %v", key, err)
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the hold of %v: no grant within 10s", key)
+	}
+	return nil
+}
+
+// release ends the hold and fails the test if the hold failed.
+func (h *backgroundHold) release(t testing.TB) {
+	t.Helper()
+	close(h.letGo)
+	if err := within(t, "the background hold's end", 10*time.Second, h.done); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// losingHold is a hold that a goroutine keeps until its lease is lost.
+type losingHold struct {
+	lease *Lease
+	lost  <-chan loss  // when and why its context ended
+	done  <-chan error // the Hold's answer
+}
+
+// loss is when a hold's context ended, and its cause.
+type loss struct {
+	at    time.Time
+	cause error
+}
+
+// holdUntilLost holds key in a goroutine until its lease is lost, and
+// answers once it is granted.
+func holdUntilLost(t testing.TB, l *Lock, key any) *losingHold {
+	t.Helper()
+	granted := make(chan *Lease, 1)
+	lost := make(chan loss, 1)
+	done := holdAsync(context.Background(), l, key, func(ctx context.Context, lease *Lease) error {
+		granted <- lease
+		<-ctx.Done()
+		lost <- loss{time.Now(), Cause(ctx)}
+		return nil
+	})
+	return &losingHold{lease: awaitGrant(t, key, granted, done), lost: lost, done: done}
+}
+
 // within fails the test unless ch delivers within d.
 func within[T any](t testing.TB, what string, d time.Duration, ch <-chan T) T {
 	t.Helper()
@@ -334,3 +435,171 @@ func holderProcess(spec string) int {
 	}
 	return 0
 }
+
+// sharedTable is clients/texts.json: the texts every client makes itself,
+// byte for byte alike, and the rules' numbers they all keep.
+type sharedTable struct {
+	Texts map[string]string `json:"texts"`
+	Rules map[string]any    `json:"rules"`
+}
+
+// readSharedTable reads clients/texts.json.
+func readSharedTable(t *testing.T) sharedTable {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(repoRoot(t), "clients", "texts.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var table sharedTable
+	if err := json.Unmarshal(raw, &table); err != nil {
+		t.Fatal(err)
+	}
+	return table
+}
+
+// texts reads clients/texts.json's texts.
+func texts(t *testing.T) map[string]string {
+	t.Helper()
+	return readSharedTable(t).Texts
+}
+
+// ruleNumber reads a number of clients/texts.json's rules.
+func ruleNumber(t *testing.T, name string) int {
+	t.Helper()
+	n, ok := readSharedTable(t).Rules[name].(float64)
+	if !ok {
+		t.Fatalf("clients/texts.json has no number rule %q", name)
+	}
+	return int(n)
+}
+
+// expectText checks err against the table's text name, its placeholders
+// filled from vars ({reason} matches any text), and its kind.
+func expectText(t *testing.T, table map[string]string, name string, vars map[string]string, sentinel, err error) {
+	t.Helper()
+	template, ok := table[name]
+	if !ok {
+		t.Fatalf("clients/texts.json has no text %q", name)
+	}
+	pattern := regexp.QuoteMeta(template)
+	for k, v := range vars {
+		pattern = strings.ReplaceAll(pattern, regexp.QuoteMeta("{"+k+"}"), regexp.QuoteMeta(v))
+	}
+	pattern = strings.ReplaceAll(pattern, regexp.QuoteMeta("{reason}"), ".+")
+	if strings.Contains(pattern, `\{`) {
+		t.Fatalf("%s: a placeholder left unfilled in %s", name, pattern)
+	}
+	if err == nil || !regexp.MustCompile("^"+pattern+"$").MatchString(err.Error()) {
+		t.Errorf("%s: got %v, want %s", name, err, template)
+	}
+	if !errors.Is(err, sentinel) {
+		t.Errorf("%s: %v is not %v", name, err, sentinel)
+	}
+}
+
+// fakeServer answers each connection's commands with script; a reply of
+// "" answers nothing, "CLOSE" closes the connection. A CLUSTER command the
+// script leaves unanswered ("") is answered as a single server answers
+// it; silentReply answers nothing to it either.
+func fakeServer(t *testing.T, script func(args []string) string) string {
+	t.Helper()
+	return startFakeNode(t, script).addr
+}
+
+// fakeNode is a scripted server that a test can kill: its port refuses
+// connections from then on, and its connections close.
+type fakeNode struct {
+	addr   string
+	ln     net.Listener
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	conns  []net.Conn
+	killed bool
+}
+
+// startFakeNode starts a fakeServer and kills it when the test ends.
+func startFakeNode(t *testing.T, script func(args []string) string) *fakeNode {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &fakeNode{addr: ln.Addr().String(), ln: ln}
+	t.Cleanup(n.kill)
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			n.mu.Lock()
+			if n.killed {
+				n.mu.Unlock()
+				_ = c.Close()
+				return
+			}
+			n.conns = append(n.conns, c)
+			n.mu.Unlock()
+			n.wg.Add(1)
+			go func() { defer n.wg.Done(); serveFake(c, script) }()
+		}
+	}()
+	return n
+}
+
+// kill closes the node's port and every connection to it, and waits
+// until its goroutines are done.
+func (n *fakeNode) kill() {
+	_ = n.ln.Close()
+	n.mu.Lock()
+	n.killed = true
+	for _, c := range n.conns {
+		_ = c.Close()
+	}
+	n.mu.Unlock()
+	n.wg.Wait()
+}
+
+func serveFake(c net.Conn, script func(args []string) string) {
+	defer c.Close()
+	r := bufio.NewReader(c)
+	for {
+		v, err := readValue(r)
+		if err != nil {
+			return
+		}
+		args := make([]string, len(v.items))
+		for i, item := range v.items {
+			args[i] = item.text
+		}
+		reply := script(args)
+		if reply == "" && len(args) > 0 && strings.EqualFold(args[0], "CLUSTER") {
+			reply = singleNodeReply
+		}
+		switch reply {
+		case "", silentReply:
+		case "CLOSE":
+			return
+		default:
+			if _, err := c.Write([]byte(reply)); err != nil {
+				return
+			}
+		}
+	}
+}
+
+// helloReply is a scripted server's answer to HELLO.
+const helloReply = "%1\r\n+proto\r\n:3\r\n"
+
+// grantReply grants a HOLD: lease 1, fence 5.
+const grantReply = "*2\r\n:1\r\n:5\r\n"
+
+// silentReply: a script's reply for nothing to be answered, whatever the
+// command (a CLUSTER one too).
+const silentReply = "SILENT"
+
+// singleNodeReply: what a server without --etcd answers every CLUSTER
+// subcommand (Redis's text).
+const singleNodeReply = "-ERR This instance has cluster support disabled\r\n"

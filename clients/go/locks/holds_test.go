@@ -11,32 +11,11 @@ import (
 	"time"
 )
 
-// hold runs a Hold in a goroutine: its answer comes on the channel.
-func holdAsync(ctx context.Context, l *Lock, key any, fn func(context.Context, *Lease) error, opts ...HoldOption) <-chan error {
-	done := make(chan error, 1)
-	go func() { done <- l.Hold(ctx, key, fn, opts...) }()
-	return done
-}
-
-// heldUntil holds key until release is closed; granted delivers the lease.
-func heldUntil(t *testing.T, l *Lock, key any, release <-chan struct{}) (<-chan *Lease, <-chan error) {
-	t.Helper()
-	granted := make(chan *Lease, 1)
-	done := holdAsync(context.Background(), l, key, func(ctx context.Context, lease *Lease) error {
-		granted <- lease
-		<-release
-		return nil
-	})
-	return granted, done
-}
-
 func TestWaitersAreServedFirstComeFirstServed(t *testing.T) {
 	srv := startServer(t)
 	store := connect(t, srv.addr)
 	l := openLock(t, store, "fifo")
-	release := make(chan struct{})
-	first, firstDone := heldUntil(t, l, "k", release)
-	within(t, "the first grant", 10*time.Second, first)
+	first := holdInBackground(t, l, "k")
 	const n = 8
 	var mu sync.Mutex
 	var order []int
@@ -53,10 +32,7 @@ func TestWaitersAreServedFirstComeFirstServed(t *testing.T) {
 		// The next starts once this one stands in line.
 		waitersAre(t, store, "fifo", int64(i+1))
 	}
-	close(release)
-	if err := within(t, "the first hold", 10*time.Second, firstDone); err != nil {
-		t.Fatal(err)
-	}
+	first.release(t)
 	for i, d := range dones {
 		if err := within(t, fmt.Sprintf("waiter %d", i), 20*time.Second, d); err != nil {
 			t.Fatal(err)
@@ -102,50 +78,43 @@ func TestAKeyHasOneHolderAtATime(t *testing.T) {
 	}
 }
 
-func TestInUseAfterTheWaitWithTheServersText(t *testing.T) {
+// A held key goes to no other hold, whose function never runs: a Hold
+// fails in use once its wait is over, with the server's text, and at once
+// with no wait; a TryHold answers false and no error. Once the key is
+// free, a TryHold holds it, runs its function and answers its error.
+func TestAHeldKeyGoesToNoOtherHoldAndAFreeOneToATry(t *testing.T) {
 	srv := startServer(t)
 	store := connect(t, srv.addr)
 	invoices := openLock(t, store, "invoices")
-	release := make(chan struct{})
-	granted, done := heldUntil(t, invoices, "9", release)
-	within(t, "the grant", 10*time.Second, granted)
-	ran := false
-	// The integer 9 is the key "9".
-	err := invoices.Hold(context.Background(), 9, func(context.Context, *Lease) error { ran = true; return nil }, Wait(100*time.Millisecond))
-	var e *Error
-	if !errors.Is(err, ErrInUse) || !errors.As(err, &e) || e.Kind != KindInUse || ran ||
-		err.Error() != `lock invoices: key "9": held past the hold's wait: in use` {
-		t.Fatalf("%v (ran %v)", err, ran)
+	holder := holdInBackground(t, invoices, "9")
+	ctx := context.Background()
+	inUseText := `lock invoices: key "9": held past the hold's wait: in use`
+	type fn = func(context.Context, *Lease) error
+	for _, c := range []struct {
+		name    string
+		attempt func(fn) (acquired bool, err error)
+		want    string // the error's text; "": no error
+	}{
+		// The integer 9 is the key "9".
+		{"a wait", func(f fn) (bool, error) { return false, invoices.Hold(ctx, 9, f, Wait(100*time.Millisecond)) }, inUseText},
+		{"no wait", func(f fn) (bool, error) { return false, invoices.Hold(ctx, uint16(9), f, Wait(0)) }, inUseText},
+		{"a try", func(f fn) (bool, error) { return invoices.TryHold(ctx, "9", f) }, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ran := false
+			acquired, err := c.attempt(func(context.Context, *Lease) error { ran = true; return nil })
+			var e *Error
+			inUse := errors.Is(err, ErrInUse) && errors.As(err, &e) && e.Kind == KindInUse
+			if acquired || ran || c.want == "" && err != nil || c.want != "" && (!inUse || err.Error() != c.want) {
+				t.Fatalf("acquired %v, ran %v: %v", acquired, ran, err)
+			}
+		})
 	}
-	err = invoices.Hold(context.Background(), uint16(9), func(context.Context, *Lease) error { return nil }, Wait(0))
-	if !errors.Is(err, ErrInUse) {
-		t.Fatalf("a zero wait: %v", err)
-	}
-	close(release)
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-}
-
-func TestTryHoldDoesNotRunTheFunctionWhenTheKeyIsHeld(t *testing.T) {
-	srv := startServer(t)
-	store := connect(t, srv.addr)
-	l := openLock(t, store, "try")
-	release := make(chan struct{})
-	granted, done := heldUntil(t, l, "k", release)
-	within(t, "the grant", 10*time.Second, granted)
-	ran := false
-	acquired, err := l.TryHold(context.Background(), "k", func(context.Context, *Lease) error { ran = true; return nil })
-	if acquired || err != nil || ran {
-		t.Fatalf("held key: acquired %v, err %v, ran %v", acquired, err, ran)
-	}
-	close(release)
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	holder.release(t)
 	mine := errors.New("mine")
-	acquired, err = l.TryHold(context.Background(), "k", func(ctx context.Context, lease *Lease) error {
-		ran = lease.Key == "k" && lease.Fence > 0
+	ran := false
+	acquired, err := invoices.TryHold(ctx, "9", func(ctx context.Context, lease *Lease) error {
+		ran = lease.Key == "9" && lease.Fence > 0
 		return mine
 	})
 	if !acquired || err != mine || !ran {
@@ -163,7 +132,7 @@ func TestTheFunctionsOwnErrorIsAnsweredUnchanged(t *testing.T) {
 		t.Fatalf("%v", err)
 	}
 	// And the key was let go.
-	acquired, err := l.TryHold(context.Background(), "k", func(context.Context, *Lease) error { return nil })
+	acquired, err := l.TryHold(context.Background(), "k", nothing)
 	if !acquired || err != nil {
 		t.Fatalf("after: %v %v", acquired, err)
 	}
@@ -212,9 +181,7 @@ func TestACancelledWaiterLeavesTheLineAtOnce(t *testing.T) {
 	srv := startServer(t)
 	store := connect(t, srv.addr)
 	l := openLock(t, store, "cancel")
-	release := make(chan struct{})
-	granted, done := heldUntil(t, l, "k", release)
-	within(t, "the grant", 10*time.Second, granted)
+	holder := holdInBackground(t, l, "k")
 	ctx, cancel := context.WithCancel(context.Background())
 	ran := atomic.Bool{}
 	// The longest wait there is: only the cancel ends it.
@@ -227,17 +194,14 @@ func TestACancelledWaiterLeavesTheLineAtOnce(t *testing.T) {
 	waitersAre(t, store, "cancel", 0)
 	deadline, stop := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer stop()
-	if err := l.Hold(deadline, "k", func(context.Context, *Lease) error { return nil }, Wait(60*time.Second)); err != context.DeadlineExceeded {
+	if err := l.Hold(deadline, "k", nothing, Wait(60*time.Second)); err != context.DeadlineExceeded {
 		t.Fatalf("%v", err)
 	}
-	next := holdAsync(context.Background(), l, "k", func(context.Context, *Lease) error { return nil }, Wait(60*time.Second))
+	next := holdAsync(context.Background(), l, "k", nothing, Wait(60*time.Second))
 	waitersAre(t, store, "cancel", 1)
-	close(release)
+	holder.release(t)
 	if err := within(t, "the next waiter", 10*time.Second, next); err != nil || ran.Load() {
 		t.Fatalf("%v (the cancelled one ran: %v)", err, ran.Load())
-	}
-	if err := <-done; err != nil {
-		t.Fatal(err)
 	}
 }
 
@@ -251,16 +215,16 @@ func TestAHoldInsideAHoldOfTheSameKeyIsInvalidAtOnce(t *testing.T) {
 		inner, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
 		start := time.Now()
-		err := again.Hold(inner, "7", func(context.Context, *Lease) error { return nil })
+		err := again.Hold(inner, "7", nothing)
 		want := `lock invoices: key "7": hold inside a hold of the same key: invalid`
 		if !errors.Is(err, ErrInvalid) || err.Error() != want || time.Since(start) > 5*time.Second {
 			return fmt.Errorf("inner hold: %v", err)
 		}
-		if ok, err := l.TryHold(inner, 7, func(context.Context, *Lease) error { return nil }); ok || err != nil {
+		if ok, err := l.TryHold(inner, 7, nothing); ok || err != nil {
 			return fmt.Errorf("inner try: %v %v", ok, err)
 		}
 		// Another key is another matter.
-		if err := l.Hold(inner, 8, func(context.Context, *Lease) error { return nil }); err != nil {
+		if err := l.Hold(inner, 8, nothing); err != nil {
 			return fmt.Errorf("another key: %v", err)
 		}
 		leaked = ctx
@@ -270,10 +234,10 @@ func TestAHoldInsideAHoldOfTheSameKeyIsInvalidAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Once the outer function has returned, its context holds nothing.
-	if err := l.Hold(leaked, 7, func(context.Context, *Lease) error { return nil }); err != context.Canceled {
+	if err := l.Hold(leaked, 7, nothing); err != context.Canceled {
 		t.Fatalf("after the outer hold: %v", err)
 	}
-	if err := l.Hold(context.Background(), 7, func(context.Context, *Lease) error { return nil }); err != nil {
+	if err := l.Hold(context.Background(), 7, nothing); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -284,9 +248,7 @@ func TestRenewalKeepsAShortTTLLeaseThroughALongWaitAndHold(t *testing.T) {
 	srv := startServer(t)
 	store := connect(t, srv.addr)
 	l := openLock(t, store, "renew", TTL(300*time.Millisecond))
-	release := make(chan struct{})
-	granted, done := heldUntil(t, l, "k", release)
-	within(t, "the grant", 10*time.Second, granted)
+	holder := holdInBackground(t, l, "k")
 	waited := holdAsync(context.Background(), l, "k", func(ctx context.Context, lease *Lease) error {
 		select {
 		case <-ctx.Done():
@@ -297,10 +259,7 @@ func TestRenewalKeepsAShortTTLLeaseThroughALongWaitAndHold(t *testing.T) {
 	}, Wait(30*time.Second))
 	waitersAre(t, store, "renew", 1)
 	time.Sleep(time.Second) // the holder holds on for three ttls; the waiter waits
-	close(release)
-	if err := <-done; err != nil {
-		t.Fatalf("the holder: %v", err)
-	}
+	holder.release(t)
 	if err := within(t, "the waiter", 10*time.Second, waited); err != nil {
 		t.Fatal(err)
 	}
@@ -320,7 +279,7 @@ func TestClosingTheStoreEndsWaitsAndLeases(t *testing.T) {
 		return nil
 	})
 	ctx := within(t, "the grant", 10*time.Second, holderCtx)
-	waiting := holdAsync(context.Background(), l, "k", func(context.Context, *Lease) error { return nil }, Wait(60*time.Second))
+	waiting := holdAsync(context.Background(), l, "k", nothing, Wait(60*time.Second))
 	waitersAre(t, store, "close", 1)
 	if err := store.Close(); err != nil {
 		t.Fatal(err)
@@ -336,10 +295,10 @@ func TestClosingTheStoreEndsWaitsAndLeases(t *testing.T) {
 	if Cause(ctx).Error() != want {
 		t.Fatalf("cause: %v", Cause(ctx))
 	}
-	if err := l.Hold(context.Background(), "k", func(context.Context, *Lease) error { return nil }); !errors.Is(err, ErrClosed) {
+	if err := l.Hold(context.Background(), "k", nothing); !errors.Is(err, ErrClosed) {
 		t.Fatalf("after: %v", err)
 	}
-	if ok, err := l.TryHold(context.Background(), "k", func(context.Context, *Lease) error { return nil }); ok || !errors.Is(err, ErrClosed) {
+	if ok, err := l.TryHold(context.Background(), "k", nothing); ok || !errors.Is(err, ErrClosed) {
 		t.Fatalf("try after: %v", err)
 	}
 	if _, err := OpenLock(store, "other"); !errors.Is(err, ErrClosed) || err.Error() != "lock other: the store is closed: closed" {
@@ -362,7 +321,7 @@ func TestAPanicLetsTheKeyGoAndGoesOn(t *testing.T) {
 		}()
 		_ = l.Hold(context.Background(), "k", func(context.Context, *Lease) error { panic("boom") })
 	}()
-	if err := l.Hold(context.Background(), "k", func(context.Context, *Lease) error { return nil }, Wait(5*time.Second)); err != nil {
+	if err := l.Hold(context.Background(), "k", nothing, Wait(5*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -381,10 +340,10 @@ func TestBadOptionsAndArgumentsAreInvalidAtOnce(t *testing.T) {
 			return err
 		},
 		`lock l: a key is a string or an integer, not float64: invalid`: func() error {
-			return openLock(t, store, "l").Hold(context.Background(), 1.5, func(context.Context, *Lease) error { return nil })
+			return openLock(t, store, "l").Hold(context.Background(), 1.5, nothing)
 		},
 		`lock l: key "": the key is empty: invalid`: func() error {
-			_, err := openLock(t, store, "l").TryHold(context.Background(), "", func(context.Context, *Lease) error { return nil })
+			_, err := openLock(t, store, "l").TryHold(context.Background(), "", nothing)
 			return err
 		},
 		`lock l: key "k": the function is nil: invalid`: func() error {

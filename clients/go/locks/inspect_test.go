@@ -22,10 +22,9 @@ func TestInspectAnswersTheServersSnapshot(t *testing.T) {
 		t.Fatalf("a key never held: %+v, %v", info, err)
 	}
 
-	release := make(chan struct{})
-	granted, done := heldUntil(t, l, 7, release)
-	lease := within(t, "the grant", 10*time.Second, granted)
-	waiter := holdAsync(ctx, l, "7", func(context.Context, *Lease) error { return nil }, Wait(30*time.Second))
+	holder := holdInBackground(t, l, 7)
+	lease := holder.lease
+	waiter := holdAsync(ctx, l, "7", nothing, Wait(30*time.Second))
 	waitersAre(t, store, "inspect", 1)
 	info, err := l.Inspect(ctx, 7)
 	if err != nil || info == nil {
@@ -46,11 +45,9 @@ func TestInspectAnswersTheServersSnapshot(t *testing.T) {
 		t.Fatalf("holder address %q", h.Addr)
 	}
 
-	close(release)
-	for _, d := range []<-chan error{done, waiter} {
-		if err := within(t, "the holds", 10*time.Second, d); err != nil {
-			t.Fatal(err)
-		}
+	holder.release(t)
+	if err := within(t, "the waiter", 10*time.Second, waiter); err != nil {
+		t.Fatal(err)
 	}
 	info, err = l.Inspect(ctx, strconv.Itoa(7))
 	if err != nil || info == nil || info.Held || info.Fence <= lease.Fence || info.Holder != nil ||

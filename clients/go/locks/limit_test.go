@@ -36,9 +36,7 @@ func TestThe10001stWaiterFailsLimit(t *testing.T) {
 	// A long ttl: no renewal is due while the test runs.
 	store := connect(t, srv.addr, MaxIdleConns(waiters+10))
 	l := openLock(t, store, "invoices", TTL(5*time.Minute))
-	release := make(chan struct{})
-	granted, holderDone := heldUntil(t, l, "7", release)
-	within(t, "the holder's grant", 10*time.Second, granted)
+	holder := holdInBackground(t, l, "7")
 	warmPool(t, store, waiters)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -46,14 +44,14 @@ func TestThe10001stWaiterFailsLimit(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_ = l.Hold(ctx, "7", func(context.Context, *Lease) error { return nil }, Wait(5*time.Minute))
+			_ = l.Hold(ctx, "7", nothing, Wait(5*time.Minute))
 		}()
 	}
 	defer func() { cancel(); wg.Wait() }()
 	counter := connect(t, srv.addr)
 	waitUntil(t, "10,000 waiters", 60*time.Second, func() bool { return stats(t, counter, "invoices")["waiters"] == waiters })
 	start := time.Now()
-	err := openLock(t, counter, "invoices").Hold(context.Background(), 7, func(context.Context, *Lease) error { return nil }, Wait(time.Minute))
+	err := openLock(t, counter, "invoices").Hold(context.Background(), 7, nothing, Wait(time.Minute))
 	want := `lock invoices: key "7": 10000 waiters already stand in line: limit`
 	if !errors.Is(err, ErrLimit) || err.Error() != want {
 		t.Fatalf("%v", err)
@@ -63,10 +61,7 @@ func TestThe10001stWaiterFailsLimit(t *testing.T) {
 	}
 	cancel()
 	wg.Wait()
-	close(release)
-	if err := <-holderDone; err != nil {
-		t.Fatal(err)
-	}
+	holder.release(t)
 }
 
 // warmPool opens n connections, 64 at a time, and leaves them idle in the

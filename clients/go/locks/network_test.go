@@ -16,15 +16,7 @@ func TestAHolderBehindAFrozenNetworkLetsGoBeforeTheKeyIsGivenAway(t *testing.T) 
 	const ttl = 2 * time.Second
 	behind := openLock(t, connect(t, p.addr), "frozen", TTL(ttl))
 	direct := connect(t, srv.addr)
-	granted := make(chan struct{})
-	lostAt := make(chan time.Time, 1)
-	held := holdAsync(context.Background(), behind, "k", func(ctx context.Context, lease *Lease) error {
-		close(granted)
-		<-ctx.Done()
-		lostAt <- time.Now()
-		return nil
-	})
-	within(t, "the grant behind the proxy", 10*time.Second, granted)
+	held := holdUntilLost(t, behind, "k")
 	nextAt := make(chan time.Time, 1)
 	next := holdAsync(context.Background(), openLock(t, direct, "frozen", TTL(ttl)), "k", func(ctx context.Context, lease *Lease) error {
 		nextAt <- time.Now()
@@ -33,7 +25,7 @@ func TestAHolderBehindAFrozenNetworkLetsGoBeforeTheKeyIsGivenAway(t *testing.T) 
 	waitersAre(t, direct, "frozen", 1)
 	p.freeze(t)
 	frozenAt := time.Now()
-	lost := within(t, "the frozen holder's ctx", 10*time.Second, lostAt)
+	lost := within(t, "the frozen holder's ctx", 10*time.Second, held.lost).at
 	given := within(t, "the next grant", 10*time.Second, nextAt)
 	t.Logf("lost %v after the freeze, %v before the key was given on", lost.Sub(frozenAt), given.Sub(lost))
 	if given.Sub(lost) < 10*time.Millisecond {
@@ -43,7 +35,7 @@ func TestAHolderBehindAFrozenNetworkLetsGoBeforeTheKeyIsGivenAway(t *testing.T) 
 		t.Fatalf("the frozen holder let go %v after the freeze", lost.Sub(frozenAt))
 	}
 	want := `lock frozen: key "k": the lease was lost: the server answered nothing for its ttl (2s)`
-	if err := within(t, "the frozen hold", 10*time.Second, held); !errors.Is(err, ErrLost) || err.Error() != want {
+	if err := within(t, "the frozen hold", 10*time.Second, held.done); !errors.Is(err, ErrLost) || err.Error() != want {
 		t.Fatalf("%v", err)
 	}
 	if err := <-next; err != nil {
@@ -59,9 +51,7 @@ func TestAWaiterBehindAFrozenNetworkGivesUp(t *testing.T) {
 	const ttl, wait = 2 * time.Second, 3 * time.Second
 	direct := connect(t, srv.addr)
 	l := openLock(t, direct, "frozen", TTL(ttl))
-	release := make(chan struct{})
-	granted, holderDone := heldUntil(t, l, "k", release)
-	within(t, "the direct grant", 10*time.Second, granted)
+	holder := holdInBackground(t, l, "k")
 	ran := make(chan struct{}, 1)
 	start := time.Now()
 	waiting := holdAsync(context.Background(), openLock(t, connect(t, p.addr), "frozen", TTL(ttl)), "k",
@@ -78,13 +68,10 @@ func TestAWaiterBehindAFrozenNetworkGivesUp(t *testing.T) {
 		t.Fatalf("the frozen waiter gave up after %v", took)
 	}
 	p.thaw(t)
-	close(release)
-	if err := <-holderDone; err != nil {
-		t.Fatal(err)
-	}
+	holder.release(t)
 	// Another client gets the key; the abandoned waiter never runs.
 	other := openLock(t, connect(t, srv.addr), "frozen")
-	if err := other.Hold(context.Background(), "k", func(context.Context, *Lease) error { return nil }, Wait(10*time.Second)); err != nil {
+	if err := other.Hold(context.Background(), "k", nothing, Wait(10*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	select {

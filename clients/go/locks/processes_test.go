@@ -69,21 +69,13 @@ func TestFIFOWithAHolderInAnotherProcessAndLanguage(t *testing.T) {
 	srv := startServer(t)
 	store := connect(t, srv.addr)
 	l := openLock(t, store, "cross")
-	release := make(chan struct{})
-	first, firstDone := heldUntil(t, l, "k", release)
-	f0 := within(t, "the first grant", 10*time.Second, first).Fence
+	first := holdInBackground(t, l, "k")
+	f0 := first.lease.Fence
 	foreign := startForeignHolder(t, srv.addr, "cross", "k")
 	waitersAre(t, store, "cross", 1)
-	third := make(chan uint64, 1)
-	thirdDone := holdAsync(context.Background(), l, "k", func(ctx context.Context, lease *Lease) error {
-		third <- lease.Fence
-		return nil
-	}, Wait(30*time.Second))
+	third, thirdDone := holdForFence(l, "k", 30*time.Second)
 	waitersAre(t, store, "cross", 2)
-	close(release)
-	if err := <-firstDone; err != nil {
-		t.Fatal(err)
-	}
+	first.release(t)
 	line := within(t, foreign.what+"'s grant", 10*time.Second, foreign.out)
 	f1, err := strconv.ParseUint(strings.TrimPrefix(line, "held "), 10, 64)
 	if err != nil || f1 <= f0 {
@@ -109,11 +101,7 @@ func TestAKilledHolderProcessLetsTheKeyGoAtOnce(t *testing.T) {
 	const ttl = 60 * time.Second // far longer than the test: the kill, not the ttl, lets go
 	l := openLock(t, store, "killed", TTL(ttl))
 	holder := startGoHolder(t, srv.addr, "killed", "k", ttl)
-	granted := make(chan uint64, 1)
-	done := holdAsync(context.Background(), l, "k", func(ctx context.Context, lease *Lease) error {
-		granted <- lease.Fence
-		return nil
-	}, Wait(ttl))
+	granted, done := holdForFence(l, "k", ttl)
 	waitersAre(t, store, "killed", 1)
 	if err := holder.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
@@ -140,11 +128,7 @@ func TestAStoppedHolderProcessLosesItsLeaseAndSaysSoOnItsFirstLook(t *testing.T)
 	if line := within(t, "a look while held", 10*time.Second, holder.out); line != "look held" {
 		t.Fatalf("the holder said %q", line)
 	}
-	granted := make(chan uint64, 1)
-	done := holdAsync(context.Background(), l, "k", func(ctx context.Context, lease *Lease) error {
-		granted <- lease.Fence
-		return nil
-	}, Wait(30*time.Second))
+	granted, done := holdForFence(l, "k", 30*time.Second)
 	waitersAre(t, store, "stopped", 1)
 	signal(t, holder.cmd, syscall.SIGSTOP)
 	if f := within(t, "the grant after the stop", 20*time.Second, granted); f <= holder.fence {
@@ -178,25 +162,17 @@ func TestADroppedConnectionEndsHoldsAndWaits(t *testing.T) {
 	srv := startServer(t)
 	store := connect(t, srv.addr)
 	l := openLock(t, store, "drop")
-	cause := make(chan error, 1)
-	granted := make(chan struct{})
-	held := holdAsync(context.Background(), l, "k", func(ctx context.Context, lease *Lease) error {
-		close(granted)
-		<-ctx.Done()
-		cause <- Cause(ctx)
-		return nil
-	})
-	within(t, "the grant", 10*time.Second, granted)
-	waiting := holdAsync(context.Background(), l, "k", func(context.Context, *Lease) error { return nil }, Wait(60*time.Second))
+	held := holdUntilLost(t, l, "k")
+	waiting := holdAsync(context.Background(), l, "k", nothing, Wait(60*time.Second))
 	waitersAre(t, store, "drop", 1)
 	if err := srv.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	lost := `lock drop: key "k": the lease was lost: its connection to the server closed`
-	if err := within(t, "the holder's ctx", 10*time.Second, cause); err == nil || err.Error() != lost {
+	if err := within(t, "the holder's ctx", 10*time.Second, held.lost).cause; err == nil || err.Error() != lost {
 		t.Fatalf("cause: %v", err)
 	}
-	if err := within(t, "the holder", 10*time.Second, held); !errors.Is(err, ErrLost) || err.Error() != lost {
+	if err := within(t, "the holder", 10*time.Second, held.done); !errors.Is(err, ErrLost) || err.Error() != lost {
 		t.Fatalf("holder: %v", err)
 	}
 	closed := `lock drop: key "k": the connection to the server closed: closed`

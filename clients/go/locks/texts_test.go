@@ -1,58 +1,14 @@
 package locks
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
-	"encoding/json"
-	"errors"
-	"net"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 )
-
-// texts reads clients/texts.json: the texts every client makes itself,
-// byte for byte alike.
-func texts(t *testing.T) map[string]string {
-	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(repoRoot(t), "clients", "texts.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var table struct {
-		Texts map[string]string `json:"texts"`
-	}
-	if err := json.Unmarshal(raw, &table); err != nil {
-		t.Fatal(err)
-	}
-	return table.Texts
-}
-
-// ruleNumber reads a number of clients/texts.json's rules.
-func ruleNumber(t *testing.T, name string) int {
-	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(repoRoot(t), "clients", "texts.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var table struct {
-		Rules map[string]any `json:"rules"`
-	}
-	if err := json.Unmarshal(raw, &table); err != nil {
-		t.Fatal(err)
-	}
-	n, ok := table.Rules[name].(float64)
-	if !ok {
-		t.Fatalf("clients/texts.json has no number rule %q", name)
-	}
-	return int(n)
-}
 
 // The numbers of the cluster contract this client keeps are the table's.
 func TestTheRoutingRulesAreTheTables(t *testing.T) {
@@ -67,133 +23,6 @@ func TestTheRoutingRulesAreTheTables(t *testing.T) {
 		}
 	}
 }
-
-// expectText checks err against the table's text name, its placeholders
-// filled from vars ({reason} matches any text), and its kind.
-func expectText(t *testing.T, table map[string]string, name string, vars map[string]string, sentinel, err error) {
-	t.Helper()
-	template, ok := table[name]
-	if !ok {
-		t.Fatalf("clients/texts.json has no text %q", name)
-	}
-	pattern := regexp.QuoteMeta(template)
-	for k, v := range vars {
-		pattern = strings.ReplaceAll(pattern, regexp.QuoteMeta("{"+k+"}"), regexp.QuoteMeta(v))
-	}
-	pattern = strings.ReplaceAll(pattern, regexp.QuoteMeta("{reason}"), ".+")
-	if strings.Contains(pattern, `\{`) {
-		t.Fatalf("%s: a placeholder left unfilled in %s", name, pattern)
-	}
-	if err == nil || !regexp.MustCompile("^"+pattern+"$").MatchString(err.Error()) {
-		t.Errorf("%s: got %v, want %s", name, err, template)
-	}
-	if !errors.Is(err, sentinel) {
-		t.Errorf("%s: %v is not %v", name, err, sentinel)
-	}
-}
-
-// fakeServer answers each connection's commands with script; a reply of
-// "" answers nothing, "CLOSE" closes the connection. A CLUSTER command the
-// script leaves unanswered ("") is answered as a single server answers
-// it; silentReply answers nothing to it either.
-func fakeServer(t *testing.T, script func(args []string) string) string {
-	t.Helper()
-	return startFakeNode(t, script).addr
-}
-
-// fakeNode is a scripted server that a test can kill: its port refuses
-// connections from then on, and its connections close.
-type fakeNode struct {
-	addr   string
-	ln     net.Listener
-	wg     sync.WaitGroup
-	mu     sync.Mutex
-	conns  []net.Conn
-	killed bool
-}
-
-// startFakeNode starts a fakeServer and kills it when the test ends.
-func startFakeNode(t *testing.T, script func(args []string) string) *fakeNode {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := &fakeNode{addr: ln.Addr().String(), ln: ln}
-	t.Cleanup(n.kill)
-	n.wg.Add(1)
-	go func() {
-		defer n.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			n.mu.Lock()
-			if n.killed {
-				n.mu.Unlock()
-				_ = c.Close()
-				return
-			}
-			n.conns = append(n.conns, c)
-			n.mu.Unlock()
-			n.wg.Add(1)
-			go func() { defer n.wg.Done(); serveFake(c, script) }()
-		}
-	}()
-	return n
-}
-
-// kill closes the node's port and every connection to it, and waits
-// until its goroutines are done.
-func (n *fakeNode) kill() {
-	_ = n.ln.Close()
-	n.mu.Lock()
-	n.killed = true
-	for _, c := range n.conns {
-		_ = c.Close()
-	}
-	n.mu.Unlock()
-	n.wg.Wait()
-}
-
-func serveFake(c net.Conn, script func(args []string) string) {
-	defer c.Close()
-	r := bufio.NewReader(c)
-	for {
-		v, err := readValue(r)
-		if err != nil {
-			return
-		}
-		args := make([]string, len(v.items))
-		for i, item := range v.items {
-			args[i] = item.text
-		}
-		reply := script(args)
-		if reply == "" && len(args) > 0 && strings.EqualFold(args[0], "CLUSTER") {
-			reply = singleNodeReply
-		}
-		switch reply {
-		case "", silentReply:
-		case "CLOSE":
-			return
-		default:
-			if _, err := c.Write([]byte(reply)); err != nil {
-				return
-			}
-		}
-	}
-}
-
-const helloReply = "%1\r\n+proto\r\n:3\r\n"
-
-// silentReply: a script's reply for nothing to be answered, whatever the
-// command (a CLUSTER one too).
-const silentReply = "SILENT"
-
-// singleNodeReply: what a server without --etcd answers every CLUSTER
-// subcommand (Redis's text).
-const singleNodeReply = "-ERR This instance has cluster support disabled\r\n"
 
 // fakeHolds: HELLO answered; HOLD as hold says; other commands nothing.
 func fakeHolds(hold string) func([]string) string {
@@ -221,7 +50,7 @@ func TestTheClientsOwnTextsAreTheSharedTable(t *testing.T) {
 	})
 	t.Run("a connection closed under a waiting HOLD", func(t *testing.T) {
 		store := connect(t, fakeServer(t, fakeHolds("CLOSE")))
-		err := openLock(t, store, "inv").Hold(ctx, 9, func(context.Context, *Lease) error { return nil })
+		err := openLock(t, store, "inv").Hold(ctx, 9, nothing)
 		expectText(t, table, "connection_closed_key", map[string]string{"lock": "inv", "key": `"9"`}, ErrClosed, err)
 	})
 	t.Run("a connection closed under a lease", func(t *testing.T) {
@@ -232,7 +61,7 @@ func TestTheClientsOwnTextsAreTheSharedTable(t *testing.T) {
 				return helloReply
 			case args[0] == "HOLD":
 				granted = true
-				return "*2\r\n:1\r\n:5\r\n"
+				return grantReply
 			case granted:
 				return "CLOSE"
 			}
@@ -243,7 +72,7 @@ func TestTheClientsOwnTextsAreTheSharedTable(t *testing.T) {
 		expectText(t, table, "lost_connection", map[string]string{"lock": "inv", "key": `"k"`}, ErrLost, err)
 	})
 	t.Run("a server silent under a lease", func(t *testing.T) {
-		store := connect(t, fakeServer(t, fakeHolds("*2\r\n:1\r\n:5\r\n")))
+		store := connect(t, fakeServer(t, fakeHolds(grantReply)))
 		l := openLock(t, store, "inv", TTL(300*time.Millisecond))
 		err := l.Hold(ctx, "k", func(ctx context.Context, lease *Lease) error { <-ctx.Done(); return nil })
 		expectText(t, table, "lost_silent", map[string]string{"lock": "inv", "key": `"k"`, "ttl": "300ms"}, ErrLost, err)
@@ -251,7 +80,7 @@ func TestTheClientsOwnTextsAreTheSharedTable(t *testing.T) {
 	t.Run("a server silent under a waiting HOLD", func(t *testing.T) {
 		store := connect(t, fakeServer(t, fakeHolds("")))
 		l := openLock(t, store, "inv", TTL(300*time.Millisecond))
-		err := l.Hold(ctx, "k", func(context.Context, *Lease) error { return nil }, Wait(200*time.Millisecond))
+		err := l.Hold(ctx, "k", nothing, Wait(200*time.Millisecond))
 		vars := map[string]string{"lock": "inv", "key": `"k"`, "wait": "200ms", "ttl": "1s"}
 		expectText(t, table, "wait_silent", vars, ErrClosed, err)
 	})
@@ -323,7 +152,7 @@ func tokens(t *testing.T, table map[string]string) {
 	} {
 		store := connect(t, ok.addr, ok.opts...)
 		l := openLock(t, store, "tok")
-		if err := l.Hold(ctx, strconv.Itoa(len(ok.opts)), func(context.Context, *Lease) error { return nil }); err != nil {
+		if err := l.Hold(ctx, strconv.Itoa(len(ok.opts)), nothing); err != nil {
 			t.Fatalf("%s: %v", ok.addr, err)
 		}
 	}

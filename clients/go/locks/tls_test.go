@@ -176,21 +176,13 @@ func TestAHolderOverTLSBehindAFrozenNetworkLetsGo(t *testing.T) {
 	p := startProxy(t, srv.addr)
 	const ttl = time.Second
 	l := openLock(t, connect(t, p.addr, TLS(&tls.Config{RootCAs: ca.pool})), "tls-frozen", TTL(ttl))
-	granted := make(chan struct{})
-	lostAt := make(chan time.Time, 1)
-	held := holdAsync(context.Background(), l, "k", func(ctx context.Context, lease *Lease) error {
-		close(granted)
-		<-ctx.Done()
-		lostAt <- time.Now()
-		return nil
-	})
-	within(t, "the grant over TLS", 10*time.Second, granted)
+	held := holdUntilLost(t, l, "k")
 	p.freeze(t)
 	frozenAt := time.Now()
-	if took := within(t, "the loss", 10*time.Second, lostAt).Sub(frozenAt); took > ttl+500*time.Millisecond {
+	if took := within(t, "the loss", 10*time.Second, held.lost).at.Sub(frozenAt); took > ttl+500*time.Millisecond {
 		t.Fatalf("let go %v after the freeze", took)
 	}
-	err := within(t, "the frozen hold", 10*time.Second, held)
+	err := within(t, "the frozen hold", 10*time.Second, held.done)
 	vars := map[string]string{"lock": "tls-frozen", "key": `"k"`, "ttl": "1s"}
 	expectText(t, texts(t), "lost_silent", vars, ErrLost, err)
 }

@@ -115,7 +115,7 @@ func nopermServer(t *testing.T) (addr string, hellos func() []string) {
 		case len(args) > 1 && args[1] == "payments":
 			return "-" + nopermLine + "\r\n"
 		case args[0] == "HOLD" || args[0] == "TRYHOLD":
-			return "*2\r\n:1\r\n:5\r\n"
+			return grantReply
 		case args[0] == "PING":
 			return "+PONG\r\n"
 		}
@@ -153,7 +153,7 @@ func TestHelloSaysTheUserAndTheToken(t *testing.T) {
 		lock := openLock(t, store, "team-a.jobs")
 		// Two holds at once: two connections.
 		err := lock.Hold(ctx, "k", func(ctx context.Context, _ *Lease) error {
-			return lock.Hold(ctx, "k2", func(context.Context, *Lease) error { return nil })
+			return lock.Hold(ctx, "k2", nothing)
 		})
 		if err != nil {
 			t.Fatalf("%s: %v", c.addr, err)
@@ -188,7 +188,7 @@ func TestNoPermIsInvalidWithTheServersTextFromAnyCommand(t *testing.T) {
 	store := connect(t, "redis://team-b:tok@"+at)
 	ctx := context.Background()
 	payments := openLock(t, store, "payments")
-	noop := func(context.Context, *Lease) error { return nil }
+	noop := nothing
 	expectNoPerm(t, "HOLD", nopermLine, payments.Hold(ctx, "k", noop))
 	_, err := payments.TryHold(ctx, "k", noop)
 	expectNoPerm(t, "TRYHOLD", nopermLine, err)
@@ -226,11 +226,11 @@ func TestARealServerWithUsersChecksEachUsersLocks(t *testing.T) {
 	if err != nil || fence == 0 {
 		t.Fatalf("team-a.jobs: %v (fence %d)", err, fence)
 	}
-	err = openLock(t, alice, "payments").Hold(ctx, "k", func(context.Context, *Lease) error { return nil })
+	err = openLock(t, alice, "payments").Hold(ctx, "k", nothing)
 	expectNoPerm(t, "payments", `NOPERM user alice may not use lock "payments"`, err)
 	// The options, and an admin, who may use any lock.
 	root := connect(t, srv.addr, User("root"), Token("root-token-0123456789"))
-	if err := openLock(t, root, "payments").Hold(ctx, "k", func(context.Context, *Lease) error { return nil }); err != nil {
+	if err := openLock(t, root, "payments").Hold(ctx, "k", nothing); err != nil {
 		t.Fatal(err)
 	}
 	table := texts(t)

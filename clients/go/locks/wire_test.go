@@ -15,6 +15,22 @@ import (
 
 const ranOut = `lock l: key "k": the lease was lost: it ran out (ttl 300ms)`
 
+// lostReply is the server's answer that the lease ran out.
+const lostReply = "-LOST " + ranOut + "\r\n"
+
+// grantingScript is a scripted server's script: HELLO answered, every
+// HOLD answered hold, RENEW renew and RELEASE release; those left "" and
+// the rest answered PONG.
+func grantingScript(hold, renew, release string) func([]string) string {
+	return func(args []string) string {
+		replies := map[string]string{"HELLO": helloReply, "HOLD": hold, "RENEW": renew, "RELEASE": release}
+		if reply := replies[args[0]]; reply != "" {
+			return reply
+		}
+		return "+PONG\r\n"
+	}
+}
+
 // lateGrantServer grants the HOLD only when the fourth PING comes (the
 // client PINGs every third of the ttl while it waits, so past the ttl),
 // the PINGs' answers right behind the grant, and answers RENEW with
@@ -45,7 +61,7 @@ func (s *lateGrantServer) start(t *testing.T, renew string) string {
 		case args[0] == "PING" && waiting:
 			if s.pings = append(s.pings, time.Now()); len(s.pings) == 4 {
 				waiting = false
-				return "*2\r\n:1\r\n:5\r\n" + strings.Repeat("+PONG\r\n", 4)
+				return grantReply + strings.Repeat("+PONG\r\n", 4)
 			}
 		case args[0] == "RENEW":
 			return renew
@@ -59,6 +75,13 @@ func (s *lateGrantServer) start(t *testing.T, renew string) string {
 		}
 		return ""
 	})
+}
+
+// said is the commands the server was sent, in order.
+func (s *lateGrantServer) said() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return strings.Join(s.commands, " ")
 }
 
 // checkPings: the PINGs went out every third of the ttl while the HOLD
@@ -81,27 +104,42 @@ func (s *lateGrantServer) checkPings(t *testing.T) {
 // A grant that comes a ttl after its HOLD, with the answers to the PINGs
 // sent while it waited right behind it: those answers prove nothing (PING
 // does not look at the lease, and a PING held up in the network past the
-// lease's end is still answered), so a RENEW must confirm the grant. The
-// server answers that the lease ran out: the hold fails with its text,
-// and the function never runs.
-func TestALateGrantWhoseRenewIsAnsweredLostNeverRuns(t *testing.T) {
-	srv := lateGrantServer{ttl: 300 * time.Millisecond}
-	addr := srv.start(t, "-LOST "+ranOut+"\r\n")
-	l := openLock(t, connect(t, addr), "l", TTL(srv.ttl))
-	ran := false
-	err := l.Hold(context.Background(), "k", func(ctx context.Context, lease *Lease) error {
-		ran = true
-		return nil
-	})
-	var e *Error
-	if ran || !errors.Is(err, ErrLost) || err.Error() != ranOut || !errors.As(err, &e) || e.Key != "k" {
-		t.Fatalf("ran %v: %v", ran, err)
-	}
-	srv.checkPings(t)
-	srv.mu.Lock()
-	defer srv.mu.Unlock()
-	if got := strings.Join(srv.commands, " "); !strings.HasSuffix(got, "PING PING PING PING RENEW RELEASE") {
-		t.Fatalf("commands: %s", got)
+// lease's end is still answered), so a RENEW must confirm the grant. When
+// the RENEW fails the hold fails lost and the function never runs: the
+// server answers that the lease ran out (the hold answers its text), or
+// answers nothing within the ttl (at least 1s).
+func TestALateGrantWhoseRenewFailsNeverRuns(t *testing.T) {
+	for _, c := range []struct {
+		name, renew, want string
+		// Checked when not empty or zero: how the commands end; the
+		// least time the hold takes to fail.
+		saidLast string
+		atLeast  time.Duration
+	}{
+		{"answered lost", lostReply, ranOut, "PING PING PING PING RENEW RELEASE", 0},
+		{"not answered", "", `lock l: key "k": the lease was lost: the server answered nothing for its ttl (300ms)`, "", time.Second},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			srv := lateGrantServer{ttl: 300 * time.Millisecond}
+			l := openLock(t, connect(t, srv.start(t, c.renew)), "l", TTL(srv.ttl))
+			ran := false
+			start := time.Now()
+			err := l.Hold(context.Background(), "k", func(context.Context, *Lease) error {
+				ran = true
+				return nil
+			})
+			var e *Error
+			if ran || !errors.Is(err, ErrLost) || err.Error() != c.want || !errors.As(err, &e) || e.Key != "k" {
+				t.Fatalf("ran %v: %v", ran, err)
+			}
+			if took := time.Since(start); took < c.atLeast {
+				t.Fatalf("gave up on the RENEW after %v", took)
+			}
+			srv.checkPings(t)
+			if got := srv.said(); !strings.HasSuffix(got, c.saidLast) {
+				t.Fatalf("commands: %s", got)
+			}
+		})
 	}
 }
 
@@ -127,49 +165,16 @@ func TestALateGrantConfirmedByRenewIsHeld(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv.checkPings(t)
-	srv.mu.Lock()
-	defer srv.mu.Unlock()
-	if got := strings.Join(srv.commands, " "); !strings.Contains(got, "HOLD PING PING PING PING RENEW") {
+	if got := srv.said(); !strings.Contains(got, "HOLD PING PING PING PING RENEW") {
 		t.Fatalf("commands: %s", got)
-	}
-}
-
-// A late grant whose RENEW is not answered within the ttl (at least 1s)
-// fails lost, its function unrun.
-func TestALateGrantWhoseRenewIsNotAnsweredNeverRuns(t *testing.T) {
-	srv := lateGrantServer{ttl: 300 * time.Millisecond}
-	addr := srv.start(t, "")
-	l := openLock(t, connect(t, addr), "l", TTL(srv.ttl))
-	ran := false
-	start := time.Now()
-	err := l.Hold(context.Background(), "k", func(ctx context.Context, lease *Lease) error {
-		ran = true
-		return nil
-	})
-	want := `lock l: key "k": the lease was lost: the server answered nothing for its ttl (300ms)`
-	if ran || !errors.Is(err, ErrLost) || err.Error() != want {
-		t.Fatalf("ran %v: %v", ran, err)
-	}
-	if took := time.Since(start); took < time.Second {
-		t.Fatalf("gave up on the RENEW after %v", took)
 	}
 }
 
 // A grant in time with a lost push in the same write: the hold answers
 // the server's text (its function, if it ran, saw its context end).
 func TestAGrantAndItsLossInOneWrite(t *testing.T) {
-	addr := fakeServer(t, func(args []string) string {
-		switch args[0] {
-		case "HELLO":
-			return helloReply
-		case "HOLD":
-			return "*2\r\n:1\r\n:5\r\n" +
-				">3\r\n$4\r\nlost\r\n:1\r\n$" + strconv.Itoa(len(ranOut)) + "\r\n" + ranOut + "\r\n"
-		case "RELEASE":
-			return "-LOST " + ranOut + "\r\n"
-		}
-		return "+PONG\r\n"
-	})
+	push := ">3\r\n$4\r\nlost\r\n:1\r\n$" + strconv.Itoa(len(ranOut)) + "\r\n" + ranOut + "\r\n"
+	addr := fakeServer(t, grantingScript(grantReply+push, "", lostReply))
 	l := openLock(t, connect(t, addr), "l", TTL(300*time.Millisecond))
 	err := l.Hold(context.Background(), "k", func(ctx context.Context, lease *Lease) error {
 		select {
@@ -187,17 +192,7 @@ func TestAGrantAndItsLossInOneWrite(t *testing.T) {
 // A RENEW answered LOST (what a client that gets no pushes relies on)
 // ends the function's context.
 func TestARenewAnsweredLostEndsTheContext(t *testing.T) {
-	addr := fakeServer(t, func(args []string) string {
-		switch args[0] {
-		case "HELLO":
-			return helloReply
-		case "HOLD":
-			return "*2\r\n:1\r\n:5\r\n"
-		case "RENEW", "RELEASE":
-			return "-LOST " + ranOut + "\r\n"
-		}
-		return "+PONG\r\n"
-	})
+	addr := fakeServer(t, grantingScript(grantReply, lostReply, lostReply))
 	l := openLock(t, connect(t, addr), "l", TTL(300*time.Millisecond))
 	var cause error
 	err := l.Hold(context.Background(), "k", func(ctx context.Context, lease *Lease) error {
@@ -216,19 +211,9 @@ func TestARenewAnsweredLostEndsTheContext(t *testing.T) {
 // A RELEASE answered LOST: the loss happened, its news had not come; the
 // hold answers it.
 func TestAReleaseAnsweredLostIsALoss(t *testing.T) {
-	addr := fakeServer(t, func(args []string) string {
-		switch args[0] {
-		case "HELLO":
-			return helloReply
-		case "HOLD":
-			return "*2\r\n:1\r\n:5\r\n"
-		case "RELEASE":
-			return "-LOST " + ranOut + "\r\n"
-		}
-		return "+PONG\r\n"
-	})
+	addr := fakeServer(t, grantingScript(grantReply, "", lostReply))
 	l := openLock(t, connect(t, addr), "l", TTL(300*time.Millisecond))
-	err := l.Hold(context.Background(), "k", func(ctx context.Context, lease *Lease) error { return nil })
+	err := l.Hold(context.Background(), "k", nothing)
 	if !errors.Is(err, ErrLost) || err.Error() != ranOut {
 		t.Fatalf("%v", err)
 	}

@@ -12,7 +12,7 @@ import shutil
 import ssl
 import subprocess
 from pathlib import Path
-from typing import NamedTuple
+from typing import List, NamedTuple
 
 import pytest
 
@@ -41,6 +41,10 @@ class Pair(NamedTuple):
 
     cert: str
     key: str
+
+    def serve_flags(self) -> List[str]:
+        """`holdline serve`'s flags to serve TLS with this pair."""
+        return ["--tls-cert", self.cert, "--tls-key", self.key]
 
 
 class Ca:

@@ -16,12 +16,17 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import AsyncIterator, Awaitable, Callable, Iterator, List, Optional
+from typing import AsyncIterator, Awaitable, Callable, Iterator, List, Optional, TypeVar, Union
 
 import pytest
 
 import holdline
 from holdline._resp import Decoder
+
+PATIENCE = 10.0
+"""Seconds a test waits for what another task, process or server is to do
+before it fails: far more than any of it takes, short enough to fail a
+stuck test soon."""
 
 REPO = Path(__file__).resolve().parents[3]
 HOLDER = Path(__file__).resolve().parent / "holder.py"
@@ -42,6 +47,87 @@ def server_binary() -> Path:
     return path
 
 
+async def until(
+    check: Callable[[], Union[bool, Awaitable[bool]]], what: str, timeout: float = PATIENCE
+) -> None:
+    """Polls `check` (plain or async) every 10 ms until it is true; fails,
+    saying `what` was awaited, past `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        done = check()
+        if not isinstance(done, bool):
+            done = await done
+        if done:
+            return
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what}: not within {timeout}s")
+        await asyncio.sleep(0.01)
+
+
+async def until_waiters(
+    store: holdline.Store, lock: str, count: int, timeout: float = PATIENCE
+) -> None:
+    """Waits until `count` holds stand in the line of `lock` (its STATS)."""
+
+    async def reached() -> bool:
+        return bool((await store.stats(lock))["waiters"] == count)
+
+    await until(reached, f"the line of {lock} reaching {count}", timeout)
+
+
+async def hold_once(lock: holdline.Lock, key: holdline.Key, wait: str = "30s") -> int:
+    """Waits up to `wait` in the line of `key`, then lets go as soon as it
+    is granted; answers the grant's fence."""
+    async with lock.hold(key, wait=wait) as lease:
+        return lease.fence
+
+
+class BackgroundHold:
+    """A hold on one key kept by a task of its own until `release()`: what
+    a test puts in the way of the holds it watches. Start it with
+    `hold_in_background`."""
+
+    def __init__(self, lock: holdline.Lock, key: holdline.Key) -> None:
+        self.let_go = asyncio.Event()
+        self._granted = asyncio.Event()
+        self._lease: Optional[holdline.Lease] = None
+        self.task = asyncio.create_task(self._hold(lock, key))
+
+    async def _hold(self, lock: holdline.Lock, key: holdline.Key) -> None:
+        async with lock.hold(key) as lease:
+            self._lease = lease
+            self._granted.set()
+            await self.let_go.wait()
+
+    @property
+    def lease(self) -> holdline.Lease:
+        assert self._lease is not None, "not granted yet"
+        return self._lease
+
+    async def granted(self) -> None:
+        """Waits for the grant; a hold that failed raises its error here."""
+        grant = asyncio.ensure_future(self._granted.wait())
+        await asyncio.wait(
+            {grant, self.task}, timeout=PATIENCE, return_when=asyncio.FIRST_COMPLETED
+        )
+        grant.cancel()
+        if self.task.done():
+            self.task.result()
+        assert self._granted.is_set(), f"not granted within {PATIENCE}s"
+
+    async def release(self) -> None:
+        """Leaves the hold's block and waits until the hold is done."""
+        self.let_go.set()
+        await asyncio.wait_for(self.task, PATIENCE)
+
+
+async def hold_in_background(lock: holdline.Lock, key: holdline.Key) -> BackgroundHold:
+    """Holds `key` in a task of its own; answers once it is granted."""
+    held = BackgroundHold(lock, key)
+    await held.granted()
+    return held
+
+
 @contextmanager
 def refused_address() -> Iterator[str]:
     """`127.0.0.1:PORT` where nothing listens, while the block runs: a socket
@@ -53,7 +139,24 @@ def refused_address() -> Iterator[str]:
         yield f"127.0.0.1:{bound.getsockname()[1]}"
 
 
-class Server:
+_Closed = TypeVar("_Closed", bound="Closes")
+
+
+class Closes:
+    """What a test starts and a `with` block ends (`close()`), whether the
+    test passes or fails."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: _Closed) -> _Closed:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Server(Closes):
     """One `holdline serve` process on a port it picks itself (`--listen
     127.0.0.1:0`, the address it prints first); its log goes to a file."""
 
@@ -103,15 +206,16 @@ class Server:
         if self.proc.stdout is not None:
             self.proc.stdout.close()
 
+    def close(self) -> None:
+        """Stops it (a test may have stopped it already) and lets go of its log."""
+        self.stop()
+        self.log.close()
+
 
 @pytest.fixture
 def server() -> Iterator[Server]:
-    srv = Server()
-    try:
+    with Server() as srv:
         yield srv
-    finally:
-        srv.stop()
-        srv.log.close()
 
 
 @pytest.fixture
@@ -120,7 +224,7 @@ async def store(server: Server) -> AsyncIterator[holdline.Store]:
         yield s
 
 
-class Holder:
+class Holder(Closes):
     """A Python process holding one key (tests/holder.py); it reports on stdout."""
 
     def __init__(self, address: str, lock: str, key: str, *options: str) -> None:
@@ -167,7 +271,7 @@ class Holder:
 PROXY = TESTING / "frozen_proxy.py"
 
 
-class Proxy:
+class Proxy(Closes):
     """`clients/testing/frozen_proxy.py` in front of a server: `freeze()`
     (SIGSTOP) stops every byte both ways while the sockets stay open."""
 
@@ -209,11 +313,8 @@ class Proxy:
 
 @pytest.fixture
 def proxy(server: Server) -> Iterator[Proxy]:
-    p = Proxy(server.address)
-    try:
+    with Proxy(server.address) as p:
         yield p
-    finally:
-        p.close()
 
 
 SINGLE_NODE = b"-ERR This instance has cluster support disabled\r\n"

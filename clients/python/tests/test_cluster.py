@@ -20,7 +20,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import pytest
 from cluster import Cluster, RespError, command
-from conftest import server_binary
+from conftest import hold_once, server_binary, until
 from test_scripts import readme_snippets, run_script
 from texts import assert_text
 
@@ -169,7 +169,7 @@ async def test_a_killed_node_loses_its_leases_closes_its_waiters_and_its_keys_mo
         with pytest.raises(holdline.Lost) as lost:
             async with lock.hold(key) as lease:
                 first = lease.fence
-                waiter = asyncio.ensure_future(_hold_briefly(lock, key))
+                waiter = asyncio.ensure_future(hold_once(lock, key))
                 await _until_waiting(cluster.nodes[victim].addr, key)
                 killed = time.monotonic()
                 cluster.kill(victim)
@@ -188,18 +188,12 @@ async def test_a_killed_node_loses_its_leases_closes_its_waiters_and_its_keys_mo
         assert cluster.owner(key) != victim
 
 
-async def _hold_briefly(lock: holdline.Lock, key: str) -> None:
-    async with lock.hold(key, wait="30s"):
-        pass
-
-
 async def _until_waiting(addr: str, key: str) -> None:
-    for _ in range(500):
+    async def waiting() -> bool:
         state = await asyncio.to_thread(inspect, addr, "failover", key)
-        if state is not None and state["waiters"] == 1:
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("the second hold never stood in line")
+        return state is not None and state["waiters"] == 1
+
+    await until(waiting, "the second hold standing in line")
 
 
 async def _hold_again(lock: holdline.Lock, key: str, deadline: float) -> Tuple[int, float]:

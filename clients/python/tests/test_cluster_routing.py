@@ -5,10 +5,10 @@ failed connection refreshing the map, a single server left as it is.
 
 import asyncio
 import time
-from typing import Callable, List, Optional
+from typing import List, Optional
 
 import pytest
-from conftest import Scripted, Server, refused_address
+from conftest import Scripted, Server, refused_address, until
 from fake_cluster import SILENT, FakeCluster, FakeNode, hang_up_on
 from texts import RULES, assert_text
 
@@ -19,11 +19,13 @@ from holdline._cluster import _moved, slot
 
 
 def test_slots_are_redis_clusters() -> None:
-    assert slot("123456789") == 12739  # CRC16 0x31C3
+    # The expected slots are CRC16-XMODEM worked out bit by bit, mod 16384.
+    assert slot("123456789") == 0x31C3  # the CRC's check value, below 16384
     assert slot("foo") == 12182
     assert slot("{user1000}.following") == slot("{user1000}.followers") == slot("user1000")
-    assert slot("foo{}{bar}") != slot("bar")  # an empty tag: the whole key
-    assert slot("foo{{bar}}zap") == slot("{bar")
+    assert slot("user1000") == 3443
+    assert slot("foo{}{bar}") == 8363  # an empty tag: the whole key ("bar" alone is 5061)
+    assert slot("foo{{bar}}zap") == slot("{bar") == 4015
     assert slot("{inv-7}") == slot("{inv-7}:status") == slot("inv-7")
     assert slot("") == 0 and slot("é") == slot("é".encode())
     assert all(0 <= slot(f"k{n}") < 16384 for n in range(1000))
@@ -112,7 +114,7 @@ async def test_a_stale_map_is_corrected_by_moved_and_refreshed() -> None:
                 assert lease.fence >= 1
             assert len(cluster.nodes[0].sent(b"HOLD")) == 1  # answered MOVED
             assert len(cluster.nodes[2].sent(b"HOLD")) == 1  # granted
-            await asyncio.wait_for(_until(lambda: len(store.nodes) == 3), 5)  # refreshed
+            await until(lambda: len(store.nodes) == 3, "the map refreshed", 5)
             async with store.lock("moved").hold(cluster.key_on(1)):
                 pass
             assert len(cluster.nodes[1].sent(b"HOLD")) == 1
@@ -259,7 +261,9 @@ async def test_a_dropped_connection_refreshes_the_map_and_the_next_hold_goes_to_
         assert_text(caught.value, "connection_closed_key", lock="cut", key=f'"{key}"')
         cluster.owners[slot(key)] = 2  # node 2 took the slot over
         asked = len(cluster.nodes[0].sent(b"CLUSTER"))
-        await asyncio.wait_for(_until(lambda: len(cluster.nodes[0].sent(b"CLUSTER")) > asked), 5)
+        await until(
+            lambda: len(cluster.nodes[0].sent(b"CLUSTER")) > asked, "the map asked again", 5
+        )
         await asyncio.sleep(0.05)  # the answer handled
         async with store.lock("cut").hold(key):
             pass
@@ -313,11 +317,6 @@ async def test_the_blocking_flavour_takes_several_addresses() -> None:
 
             await asyncio.to_thread(blocking)
             assert cluster.granted[key.encode()] == 2
-
-
-async def _until(check: Callable[[], bool]) -> None:
-    while not check():  # noqa: ASYNC110 (what it waits for is a scripted node's doing)
-        await asyncio.sleep(0.01)
 
 
 def test_moved_is_read_as_redis_writes_it() -> None:

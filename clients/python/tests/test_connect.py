@@ -83,12 +83,8 @@ def ipv6_server() -> Iterator[Server]:
             probe.bind(("::1", 0))
     except OSError:
         pytest.skip("no IPv6 loopback here")
-    srv = Server(listen="[::1]:0")
-    try:
+    with Server(listen="[::1]:0") as srv:
         yield srv
-    finally:
-        srv.stop()
-        srv.log.close()
 
 
 async def test_an_ipv6_address_in_brackets(ipv6_server: Server) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import List
 
 import pytest
-from conftest import REPO, Server
+from conftest import REPO, Server, hold_in_background, until_waiters
 
 import holdline
 
@@ -29,14 +29,6 @@ def rust_holder() -> Path:
     return path
 
 
-async def waiters(store: holdline.Store, lock: str, count: int) -> None:
-    for _ in range(1000):
-        if (await store.stats(lock))["waiters"] == count:
-            return
-        await asyncio.sleep(0.01)
-    pytest.fail(f"the line of {lock} never reached {count}")
-
-
 async def test_fifo_across_python_tasks_and_a_rust_client(
     server: Server, store: holdline.Store
 ) -> None:
@@ -47,20 +39,11 @@ async def test_fifo_across_python_tasks_and_a_rust_client(
         async with lock.hold("k", wait="60s") as lease:
             order.append(f"{name} {lease.fence}")
 
-    release_first = asyncio.Event()
-    first_in = asyncio.Event()
-
-    async def first() -> None:
-        async with lock.hold("k") as lease:
-            order.append(f"python-1 {lease.fence}")
-            first_in.set()
-            await release_first.wait()
-
-    tasks = [asyncio.create_task(first())]
-    await first_in.wait()
+    first = await hold_in_background(lock, "k")
+    order.append(f"python-1 {first.lease.fence}")
     # The line: python-2, then the Rust client, then python-3.
-    tasks.append(asyncio.create_task(python_waiter("python-2")))
-    await waiters(store, "mixed", 1)
+    second = asyncio.create_task(python_waiter("python-2"))
+    await until_waiters(store, "mixed", 1)
     rust = await asyncio.create_subprocess_exec(
         str(rust_holder()),
         server.address,
@@ -71,12 +54,12 @@ async def test_fifo_across_python_tasks_and_a_rust_client(
     )
     assert rust.stdin is not None and rust.stdout is not None
     try:
-        await waiters(store, "mixed", 2)
-        tasks.append(asyncio.create_task(python_waiter("python-3")))
-        await waiters(store, "mixed", 3)
+        await until_waiters(store, "mixed", 2)
+        third = asyncio.create_task(python_waiter("python-3"))
+        await until_waiters(store, "mixed", 3)
 
-        release_first.set()
-        await asyncio.wait_for(tasks[1], 10)  # python-2 first
+        await first.release()
+        await asyncio.wait_for(second, 10)  # python-2 first
         held = (await asyncio.wait_for(rust.stdout.readline(), 10)).decode().split()
         assert held[0] == "held"
         order.append(f"rust {held[1]}")
@@ -84,11 +67,11 @@ async def test_fifo_across_python_tasks_and_a_rust_client(
         # stands in line (granted, it would have left it), not holding.
         stats = await store.stats("mixed")
         assert (stats["held_keys"], stats["waiters"]) == (1, 1)
-        assert not tasks[2].done() and len(order) == 3
+        assert not third.done() and len(order) == 3
         rust.stdin.write(b"go\n")
         await rust.stdin.drain()
         assert (await asyncio.wait_for(rust.stdout.readline(), 10)) == b"released\n"
-        await asyncio.wait_for(asyncio.gather(*tasks), 10)
+        await asyncio.wait_for(third, 10)
         names = [entry.split()[0] for entry in order]
         fences = [int(entry.split()[1]) for entry in order]
         assert names == ["python-1", "python-2", "rust", "python-3"]

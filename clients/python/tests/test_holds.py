@@ -4,26 +4,13 @@ release on every exit, renewal, cancellation, and independence of holds."""
 import asyncio
 import time
 from types import SimpleNamespace
-from typing import Any, List
+from typing import Any, List, TypeVar
 
 import pytest
-from conftest import Server, refused_address
+from conftest import Server, hold_in_background, hold_once, refused_address, until_waiters
 from texts import assert_text
 
 import holdline
-
-
-async def until(predicate: Any, timeout: float = 10.0) -> None:
-    """Polls an async predicate until it is true; fails past `timeout`."""
-    deadline = time.monotonic() + timeout
-    while not await predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f"not true within {timeout}s")
-        await asyncio.sleep(0.01)
-
-
-async def waiters(store: holdline.Store, lock: str) -> int:
-    return (await store.stats(lock))["waiters"]
 
 
 async def test_the_usage_example_holds_waits_and_tries(store: holdline.Store) -> None:
@@ -84,26 +71,27 @@ async def test_fences_grow_and_key_9_is_key_text_9(store: holdline.Store) -> Non
     assert fences == sorted(fences) and len(set(fences)) == 3
 
 
+Note = TypeVar("Note")
+
+
+async def _hold_noting(lock: holdline.Lock, notes: List[Note], note: Note) -> None:
+    """Waits in the line of key "k" and notes `note` while it holds it:
+    the notes come in the order of the grants."""
+    async with lock.hold("k", wait="30s"):
+        notes.append(note)
+
+
 async def test_fifo_across_tasks(store: holdline.Store) -> None:
     lock = store.lock("fifo")
     order: List[int] = []
-
-    async def wait_in_line(i: int) -> None:
-        async with lock.hold("k", wait="30s"):
-            order.append(i)
-
     tasks = []
     async with lock.hold("k"):
         for i in range(12):
-            tasks.append(asyncio.create_task(wait_in_line(i)))
+            tasks.append(asyncio.create_task(_hold_noting(lock, order, i)))
             # The next one starts only once this one stands in the server's line.
-            await until(lambda i=i: _equals(waiters(store, "fifo"), i + 1))
+            await until_waiters(store, "fifo", i + 1)
     await asyncio.gather(*tasks)
     assert order == list(range(12))
-
-
-async def _equals(value: Any, expected: int) -> bool:
-    return bool(await value == expected)
 
 
 async def test_leaving_the_block_by_exception_releases_and_propagates_it_unchanged(
@@ -134,16 +122,7 @@ async def test_hold_waits_up_to_wait_then_fails_in_use_with_the_cores_text(
     store: holdline.Store,
 ) -> None:
     invoices = store.lock("invoices")
-    holder_in = asyncio.Event()
-    done = asyncio.Event()
-
-    async def holder() -> None:
-        async with invoices.hold(9):
-            holder_in.set()
-            await done.wait()
-
-    task = asyncio.create_task(holder())
-    await holder_in.wait()
+    holder = await hold_in_background(invoices, 9)
     started = time.monotonic()
     with pytest.raises(holdline.InUse) as caught:
         async with invoices.hold(9, wait="300ms"):
@@ -154,8 +133,7 @@ async def test_hold_waits_up_to_wait_then_fails_in_use_with_the_cores_text(
     with pytest.raises(holdline.InUse):
         async with invoices.hold(9, wait=0):
             pass
-    done.set()
-    await task
+    await holder.release()
     stats = await store.stats("invoices")
     assert stats["timeouts"] == 2
 
@@ -164,17 +142,7 @@ async def test_leases_are_renewed_while_held_and_while_waiting(store: holdline.S
     # Two and a half ttls held, and as long in line: only renewal keeps them.
     # (A 1 s ttl leaves a busy machine 0.5 s of slack between renewals.)
     lock = store.lock("renew", ttl="1s")
-    release_first = asyncio.Event()
-    first_in = asyncio.Event()
-
-    async def first() -> None:
-        async with lock.hold("k") as lease:
-            first_in.set()
-            await release_first.wait()
-            assert not lease.lost
-
-    task = asyncio.create_task(first())
-    await first_in.wait()
+    first = await hold_in_background(lock, "k")
 
     async def second() -> None:
         async with lock.hold("k", wait="10s") as lease:
@@ -183,8 +151,8 @@ async def test_leases_are_renewed_while_held_and_while_waiting(store: holdline.S
 
     waiting = asyncio.create_task(second())
     await asyncio.sleep(2.5)  # the second waits in line, renewing
-    release_first.set()
-    await task
+    assert not first.lease.lost
+    await first.release()
     await waiting
 
 
@@ -298,29 +266,14 @@ async def test_a_bad_key_is_invalid_with_the_servers_text(store: holdline.Store)
 async def test_a_cancelled_wait_leaves_the_line(store: holdline.Store) -> None:
     lock = store.lock("cancel")
     got: List[str] = []
-
-    async def hold_it(name: str) -> None:
-        async with lock.hold("k", wait="30s"):
-            got.append(name)
-
-    release = asyncio.Event()
-    held = asyncio.Event()
-
-    async def holder() -> None:
-        async with lock.hold("k"):
-            held.set()
-            await release.wait()
-
-    first = asyncio.create_task(holder())
-    await held.wait()
+    first = await hold_in_background(lock, "k")
     with pytest.raises(asyncio.TimeoutError):
-        await asyncio.wait_for(hold_it("cancelled"), 0.5)
-    await until(lambda: _equals(waiters(store, "cancel"), 0))
-    later = asyncio.create_task(hold_it("later"))
-    await until(lambda: _equals(waiters(store, "cancel"), 1))
-    release.set()
+        await asyncio.wait_for(_hold_noting(lock, got, "cancelled"), 0.5)
+    await until_waiters(store, "cancel", 0)
+    later = asyncio.create_task(_hold_noting(lock, got, "later"))
+    await until_waiters(store, "cancel", 1)
+    await first.release()
     await asyncio.wait_for(later, 5)
-    await first
     assert got == ["later"]
 
 
@@ -328,31 +281,16 @@ async def test_a_waiting_hold_never_delays_another_holds_release(
     store: holdline.Store,
 ) -> None:
     lock = store.lock("independent")
-    b_held = asyncio.Event()
-    b_release = asyncio.Event()
-
-    async def hold_b() -> None:
-        async with lock.hold("b"):
-            b_held.set()
-            await b_release.wait()
-
-    b = asyncio.create_task(hold_b())
-    await b_held.wait()
+    b = await hold_in_background(lock, "b")
     async with lock.hold("a"):
-        waiter = asyncio.create_task(_hold_quietly(lock, "b", "20s"))
-        await until(lambda: _equals(waiters(store, "independent"), 1))
+        waiter = asyncio.create_task(hold_once(lock, "b", "20s"))
+        await until_waiters(store, "independent", 1)
         started = time.monotonic()
     assert time.monotonic() - started < 5  # released while "b"'s wait goes on
     async with lock.hold("a", wait=0):
         pass
-    b_release.set()
+    await b.release()
     await asyncio.wait_for(waiter, 10)
-    await b
-
-
-async def _hold_quietly(lock: holdline.Lock, key: str, wait: str) -> None:
-    async with lock.hold(key, wait=wait):
-        pass
 
 
 async def test_a_dropped_connection_sets_the_signal_and_loses_the_lease(
@@ -396,7 +334,7 @@ async def test_server_shutdown_fails_waiters_closed_and_holders_lost(server: Ser
     tasks = [asyncio.create_task(holder())]
     await held.wait()
     tasks.append(asyncio.create_task(waiter()))
-    await until(lambda: _equals(waiters(store, "invoices"), 1))
+    await until_waiters(store, "invoices", 1)
     assert await asyncio.to_thread(server.terminate) == 0
     await asyncio.wait_for(asyncio.gather(*tasks), 10)
     texts = sorted(str(e) for e in outcomes)

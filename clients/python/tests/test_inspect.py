@@ -2,23 +2,27 @@
 `KeyState`, None for a key the server keeps nothing for."""
 
 import asyncio
-import time
+from typing import Optional
 
 import pytest
-from conftest import Server
+from conftest import Server, until
 
 import holdline
 from holdline._inspect import key_state
 
 
 async def until_waiting(lock: holdline.Lock, key: str, count: int) -> holdline.KeyState:
-    deadline = time.monotonic() + 10
-    while True:
+    """Waits until INSPECT says `count` wait on `key`; answers that state."""
+    state: Optional[holdline.KeyState] = None
+
+    async def reached() -> bool:
+        nonlocal state
         state = await lock.inspect(key)
-        if state is not None and state.waiters == count:
-            return state
-        assert time.monotonic() < deadline, f"never {count} waiting on {key}"
-        await asyncio.sleep(0.01)
+        return state is not None and state.waiters == count
+
+    await until(reached, f"{count} waiting on {key}")
+    assert state is not None
+    return state
 
 
 async def test_inspect_tells_the_holder_the_fence_and_the_line(store: holdline.Store) -> None:

@@ -7,7 +7,7 @@ import time
 from typing import List, Optional
 
 import pytest
-from conftest import Scripted
+from conftest import Scripted, hold_in_background, until_waiters
 from texts import assert_text
 
 import holdline
@@ -104,31 +104,19 @@ async def test_a_hold_that_waited_past_its_ttl_is_renewed_like_any_other(
     # the answers to its renewals keep it for as long as they come in time,
     # and one that comes too late still moves nothing.
     lock = store.lock("waited", ttl="800ms")
-    a_held = asyncio.Event()
-    let_go = asyncio.Event()
-
-    async def first() -> None:
-        async with lock.hold("k"):
-            a_held.set()
-            await let_go.wait()
-
-    a = asyncio.create_task(first())
-    await asyncio.wait_for(a_held.wait(), 10)
+    a = await hold_in_background(lock, "k")
 
     async def release_once_b_waited() -> None:
-        deadline = time.monotonic() + 10
-        while (await store.stats("waited"))["waiters"] != 1:
-            assert time.monotonic() < deadline, "B never stood in line"
-            await asyncio.sleep(0.01)
+        await until_waiters(store, "waited", 1)
         await asyncio.sleep(1.2)  # B's HOLD was sent before this: its grant is late
-        let_go.set()
+        await a.release()
 
     releaser = asyncio.create_task(release_once_b_waited())
     with pytest.raises(holdline.Lost) as caught:
         async with lock.hold("k", wait="10s") as lease:
-            assert let_go.is_set()
+            assert a.let_go.is_set()
             await asyncio.sleep(3 * 0.8)  # three ttls, on renewals alone
             assert not lease.lost
             await answer_after_the_deadline(lease, 0.8)
-    await asyncio.wait_for(asyncio.gather(a, releaser), 10)
+    await asyncio.wait_for(releaser, 10)
     assert_text(caught.value, "lost_silent", lock="waited", key='"k"', ttl="800ms")

@@ -14,17 +14,10 @@ import time
 from typing import List, Optional
 
 import pytest
-from conftest import Holder, Proxy
+from conftest import Holder, Proxy, hold_in_background, until_waiters
 from texts import assert_text
 
 import holdline
-
-
-async def until_waiters(store: holdline.Store, lock: str, count: int) -> None:
-    deadline = time.monotonic() + 10
-    while (await store.stats(lock))["waiters"] != count:
-        assert time.monotonic() < deadline, f"the line of {lock} never reached {count}"
-        await asyncio.sleep(0.01)
 
 
 async def test_a_holder_behind_a_frozen_link_is_lost_before_the_key_moves_on(
@@ -73,14 +66,7 @@ async def test_a_waiter_behind_a_frozen_link_gives_up_closed_and_keeps_nothing(
     proxy: Proxy, store: holdline.Store
 ) -> None:
     lock = store.lock("frozen", ttl="2s")
-    held = asyncio.Event()
-    release = asyncio.Event()
     entered: List[bool] = []
-
-    async def holder() -> None:
-        async with lock.hold("k"):
-            held.set()
-            await release.wait()
 
     async with holdline.connect(proxy.address) as far:
 
@@ -88,8 +74,7 @@ async def test_a_waiter_behind_a_frozen_link_gives_up_closed_and_keeps_nothing(
             async with far.lock("frozen", ttl="2s").hold("k", wait="3s"):
                 entered.append(True)
 
-        first = asyncio.create_task(holder())
-        await asyncio.wait_for(held.wait(), 10)
+        first = await hold_in_background(lock, "k")
         started = time.monotonic()
         waiting = asyncio.create_task(waiter())
         await until_waiters(store, "frozen", 1)
@@ -98,8 +83,7 @@ async def test_a_waiter_behind_a_frozen_link_gives_up_closed_and_keeps_nothing(
             await asyncio.wait_for(waiting, 15)
         gave_up_after = time.monotonic() - started
         proxy.thaw()
-        release.set()
-        await asyncio.wait_for(first, 10)
+        await first.release()
         # Another client gets the key: the abandoned HOLD kept nothing.
         async with lock.hold("k", wait="10s") as lease:
             assert lease is not None
@@ -115,8 +99,7 @@ async def test_a_stopped_holder_answers_lost_on_its_first_look(
     # The holder's link is frozen too, so nothing reaches it when it wakes:
     # only its clock can tell it. Its first act on waking is to look
     # (see holder.py), before any timer or reply.
-    holder = Holder(proxy.address, "stopped", "k", "1s", "look")
-    try:
+    with Holder(proxy.address, "stopped", "k", "1s", "look") as holder:
         assert (await asyncio.to_thread(holder.read_line)).startswith("held ")
         proxy.freeze()
         holder.send(signal.SIGSTOP)
@@ -138,8 +121,6 @@ async def test_a_stopped_holder_answers_lost_on_its_first_look(
         assert (await asyncio.to_thread(holder.read_line)).startswith("signal lock stopped")
         exit_line: Optional[str] = await asyncio.to_thread(holder.read_line)
         assert exit_line == "exit " + look[len("look True ") :]
-    finally:
-        holder.close()
 
 
 def test_a_blocking_holder_behind_a_frozen_link_sees_its_loss(proxy: Proxy) -> None:

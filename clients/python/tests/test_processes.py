@@ -4,7 +4,7 @@ import asyncio
 import signal
 import time
 
-from conftest import Holder, Server
+from conftest import Holder, Server, hold_once
 from texts import assert_text
 
 import holdline
@@ -14,12 +14,11 @@ async def test_a_killed_holders_key_goes_to_the_next_at_once(
     server: Server, store: holdline.Store
 ) -> None:
     # A ttl far longer than the test: only the closed connection can free it.
-    holder = Holder(server.address, "killed", "k", "60s")
-    try:
+    with Holder(server.address, "killed", "k", "60s") as holder:
         first = await asyncio.to_thread(holder.read_line)
         assert first.startswith("held ")
         lock = store.lock("killed")
-        waiting = asyncio.create_task(_hold_and_fence(lock, "k"))
+        waiting = asyncio.create_task(hold_once(lock, "k"))
         await asyncio.sleep(0.3)
         assert not waiting.done()
         started = time.monotonic()
@@ -27,20 +26,12 @@ async def test_a_killed_holders_key_goes_to_the_next_at_once(
         fence = await asyncio.wait_for(waiting, 10)
         assert time.monotonic() - started < 10
         assert fence > int(first.split()[1])
-    finally:
-        holder.close()
-
-
-async def _hold_and_fence(lock: holdline.Lock, key: str) -> int:
-    async with lock.hold(key, wait="30s") as lease:
-        return lease.fence
 
 
 async def test_a_stopped_holder_loses_its_lease_after_ttl_and_learns_it_on_waking(
     server: Server, store: holdline.Store
 ) -> None:
-    holder = Holder(server.address, "stopped", "k", "1s")
-    try:
+    with Holder(server.address, "stopped", "k", "1s") as holder:
         assert (await asyncio.to_thread(holder.read_line)).startswith("held ")
         holder.send(signal.SIGSTOP)
         stopped_at = time.monotonic()
@@ -57,5 +48,3 @@ async def test_a_stopped_holder_loses_its_lease_after_ttl_and_learns_it_on_wakin
             assert_text(holdline.Lost(text), "lost_silent", lock="stopped", key='"k"', ttl="1s")
             assert await asyncio.to_thread(holder.read_line) == f"exit {text}"
             assert not lease.lost
-    finally:
-        holder.close()

@@ -44,19 +44,14 @@ def test_each_readme_snippet_runs_as_written(index: int, tmp_path: Path) -> None
     flags: List[str] = []
     if "ssl=" in snippet:
         # A TLS snippet trusts `ca.pem` in its working directory.
-        leaf = Ca(tmp_path, "ca").leaf()
-        flags = ["--tls-cert", leaf.cert, "--tls-key", leaf.key]
+        flags = Ca(tmp_path, "ca").leaf().serve_flags()
     if "alice" in snippet:
         # A users snippet connects as alice, who may name team-a.* only.
         users = tmp_path / "users"
         users.write_text("alice alice-token-0123456789 locks=team-a.*\n")
         flags += ["--users", str(users)]
-    server = Server(*flags)
-    try:
+    with Server(*flags) as server:
         done = run_script(snippet.replace("127.0.0.1:7380", server.address), cwd=tmp_path)
-    finally:
-        server.stop()
-        server.log.close()
     assert (done.returncode, done.stderr) == (0, ""), done.stdout
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Iterator, List
 
 import pytest
-from conftest import Server
+from conftest import Server, until_waiters
 from texts import assert_text
 
 import holdline
@@ -16,12 +16,8 @@ import holdline
 def token_server(tmp_path: Path) -> Iterator[Server]:
     token = tmp_path / "token"
     token.write_text("s3cret\n")
-    srv = Server("--token-file", str(token))
-    try:
+    with Server("--token-file", str(token)) as srv:
         yield srv
-    finally:
-        srv.stop()
-        srv.log.close()
 
 
 async def test_a_token_is_presented_and_checked_at_connect(token_server: Server) -> None:
@@ -47,6 +43,9 @@ async def test_a_token_is_presented_and_checked_at_connect(token_server: Server)
 
 WAITERS = 10_000
 
+RAW_HOLD = b"*5\r\n$4\r\nHOLD\r\n$8\r\ninvoices\r\n$1\r\n7\r\n$4\r\nWAIT\r\n$6\r\n600000\r\n"
+"""`HOLD invoices 7 WAIT 600000` in RESP: what each raw waiter sends."""
+
 
 def _room_for_connections(needed: int) -> bool:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -64,38 +63,29 @@ async def test_the_line_holds_ten_thousand_waiters_then_fails_limit() -> None:
     # file limit, and it is told to accept them all.
     if not _room_for_connections(WAITERS + 500):
         pytest.skip(f"the file limit is below {WAITERS + 500}")
-    srv = Server("--max-connections", str(WAITERS + 100))
     writers: List[asyncio.StreamWriter] = []
-    try:
-        store = await holdline.connect(srv.address)
-        invoices = store.lock("invoices")
-        async with invoices.hold(7):
-            hold = (
-                b"*5\r\n$4\r\nHOLD\r\n$8\r\ninvoices\r\n$1\r\n7\r\n$4\r\nWAIT\r\n$6\r\n600000\r\n"
-            )
-            for _ in range(WAITERS):
-                _, writer = await asyncio.open_connection("127.0.0.1", srv.port)
-                writer.write(hold)
-                writers.append(writer)
-            for _ in range(600):
-                if (await store.stats("invoices"))["waiters"] == WAITERS:
-                    break
-                await asyncio.sleep(0.1)
-            assert (await store.stats("invoices"))["waiters"] == WAITERS
+    with Server("--max-connections", str(WAITERS + 100)) as srv:
+        try:
+            store = await holdline.connect(srv.address)
+            invoices = store.lock("invoices")
+            async with invoices.hold(7):
+                for _ in range(WAITERS):
+                    _, writer = await asyncio.open_connection("127.0.0.1", srv.port)
+                    writer.write(RAW_HOLD)
+                    writers.append(writer)
+                await until_waiters(store, "invoices", WAITERS, timeout=60)
 
-            async def one_more() -> None:
-                async with invoices.hold(7, wait="60s"):
-                    pass
+                async def one_more() -> None:
+                    async with invoices.hold(7, wait="60s"):
+                        pass
 
-            with pytest.raises(holdline.Limit) as caught:
-                await asyncio.wait_for(asyncio.create_task(one_more()), 30)
-            assert str(caught.value) == (
-                'lock invoices: key "7": 10000 waiters already stand in line: limit'
-            )
-            assert caught.value.kind == "limit"
-        await store.close()
-    finally:
-        for writer in writers:
-            writer.close()
-        srv.stop()
-        srv.log.close()
+                with pytest.raises(holdline.Limit) as caught:
+                    await asyncio.wait_for(asyncio.create_task(one_more()), 30)
+                assert str(caught.value) == (
+                    'lock invoices: key "7": 10000 waiters already stand in line: limit'
+                )
+                assert caught.value.kind == "limit"
+            await store.close()
+        finally:
+            for writer in writers:
+                writer.close()

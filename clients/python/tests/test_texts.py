@@ -104,14 +104,10 @@ async def provoke_token_refused(server: Server) -> None:
 
 async def provoke_connect_refused(server: Server) -> None:
     # A real server at its connection limit: Redis's words, then the close.
-    full = Server("--max-connections", "1")
-    try:
+    with Server("--max-connections", "1") as full:
         async with holdline.connect(full.address):
             with pytest.raises(holdline.Closed) as caught:
                 await holdline.connect(full.address)
-    finally:
-        full.stop()
-        full.log.close()
     assert_text(caught.value, "connect_refused", hostport=full.address)
     assert caught.value.kind == "closed"
     assert "(ERR max number of clients reached)" in str(caught.value)
@@ -144,15 +140,9 @@ async def provoke_connect_refused(server: Server) -> None:
 
 async def provoke_tls_failed(server: Server) -> None:
     with tempfile.TemporaryDirectory() as folder:
-        ca = Ca(Path(folder))
-        pair = ca.leaf()
-        tls = Server("--tls-cert", pair.cert, "--tls-key", pair.key)
-        try:
+        with Server(*Ca(Path(folder)).leaf().serve_flags()) as tls:
             with pytest.raises(holdline.Closed) as caught:
                 await holdline.connect(tls.address, ssl=Ca(Path(folder), "other").trusting())
-        finally:
-            tls.stop()
-            tls.log.close()
     assert_text(caught.value, "tls_failed", hostport=tls.address)
     assert caught.value.kind == "closed"
 

@@ -23,18 +23,13 @@ def ca(tmp_path: Path) -> Ca:
 
 
 def tls_server(ca: Ca, *flags: str) -> Server:
-    pair = ca.leaf()
-    return Server("--tls-cert", pair.cert, "--tls-key", pair.key, *flags)
+    return Server(*ca.leaf().serve_flags(), *flags)
 
 
 @pytest.fixture
 def server_tls(ca: Ca) -> Iterator[Server]:
-    srv = tls_server(ca)
-    try:
+    with tls_server(ca) as srv:
         yield srv
-    finally:
-        srv.stop()
-        srv.log.close()
 
 
 async def test_holds_go_over_tls_with_a_context_or_a_rediss_url(
@@ -53,8 +48,7 @@ async def test_holds_go_over_tls_with_a_context_or_a_rediss_url(
     # A token in a rediss:// URL, as in a redis:// one.
     token_file = tmp_path / "token"
     token_file.write_text("s3cret\n", encoding="ascii")
-    guarded = tls_server(ca, "--token-file", str(token_file))
-    try:
+    with tls_server(ca, "--token-file", str(token_file)) as guarded:
         url = f"rediss://:s3cret@127.0.0.1:{guarded.port}"
         async with holdline.connect(url, ssl=trusted) as store:
             async with store.lock("tls").hold("k") as lease:
@@ -62,9 +56,6 @@ async def test_holds_go_over_tls_with_a_context_or_a_rediss_url(
         with pytest.raises(holdline.Invalid) as caught:
             await holdline.connect(f"rediss://127.0.0.1:{guarded.port}", ssl=trusted)
         assert_text(caught.value, "token_missing")
-    finally:
-        guarded.stop()
-        guarded.log.close()
 
 
 def test_the_blocking_flavour_takes_ssl_too(ca: Ca, server_tls: Server) -> None:
@@ -94,8 +85,7 @@ async def test_a_client_trusting_another_ca_fails_at_connect(ca: Ca, server_tls:
 async def test_a_server_wanting_client_certificates_serves_only_clients_with_one(
     ca: Ca,
 ) -> None:
-    strict = tls_server(ca, "--tls-client-ca", ca.cert)
-    try:
+    with tls_server(ca, "--tls-client-ca", ca.cert) as strict:
         async with holdline.connect(strict.address, ssl=ca.trusting(client=True)) as store:
             async with store.lock("mtls").hold("k") as lease:
                 assert lease.fence >= 1
@@ -111,9 +101,6 @@ async def test_a_server_wanting_client_certificates_serves_only_clients_with_one
             context.load_cert_chain(leaf.cert, leaf.key)
             await holdline.connect(strict.address, ssl=context)
         assert_text(caught.value, "tls_failed", hostport=strict.address)
-    finally:
-        strict.stop()
-        strict.log.close()
 
 
 async def test_plain_text_and_tls_meeting_fail_at_connect_saying_so(
@@ -132,13 +119,10 @@ async def test_over_tls_a_holder_behind_a_frozen_link_is_lost_before_the_key_mov
     ca: Ca, server_tls: Server
 ) -> None:
     trusted = ca.trusting()
-    proxy = Proxy(server_tls.address)
-    try:
+    with Proxy(server_tls.address) as proxy:
         async with holdline.connect(proxy.address, ssl=trusted) as far:
             async with holdline.connect(server_tls.address, ssl=trusted) as near:
                 await lost_before_the_key_moves_on(proxy, far, near)
-    finally:
-        proxy.close()
 
 
 def test_an_ssl_context_is_what_ssl_takes() -> None:

@@ -170,12 +170,8 @@ USERS = "alice alice-token-0123456789 locks=team-a.*\nroot root-token-0123456789
 def users_server(tmp_path: Path) -> Iterator[Server]:
     users = tmp_path / "users"
     users.write_text(USERS)
-    srv = Server("--users", str(users))
-    try:
+    with Server("--users", str(users)) as srv:
         yield srv
-    finally:
-        srv.stop()
-        srv.log.close()
 
 
 async def test_a_real_server_with_users_checks_each_users_locks(users_server: Server) -> None:

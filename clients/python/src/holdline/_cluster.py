@@ -24,6 +24,7 @@ on the connection of their lease, never elsewhere.
 """
 
 import asyncio
+import binascii
 import ssl
 from typing import Dict, List, Optional, Set, Tuple, Union
 
@@ -43,33 +44,17 @@ node is then asked no longer; the next one is. texts.json's rule
 `map_refresh_node_timeout_ms`."""
 
 
-def _crc16_table() -> List[int]:
-    table = []
-    for byte in range(256):
-        crc = byte << 8
-        for _ in range(8):
-            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else crc << 1
-        table.append(crc & 0xFFFF)
-    return table
-
-
-_CRC16 = _crc16_table()
-
-
 def slot(key: Union[str, bytes]) -> int:
     """The key's slot, as Redis Cluster computes it: CRC16-XMODEM of its
     UTF-8 bytes mod 16384, only the part inside the first `{...}` when
-    that part is not empty."""
+    that part is not empty. `crc_hqx` from 0 is CRC16-XMODEM."""
     data = key.encode("utf-8") if isinstance(key, str) else key
     start = data.find(b"{")
     if start >= 0:
         end = data.find(b"}", start + 1)
         if end > start + 1:
             data = data[start + 1 : end]
-    crc = 0
-    for byte in data:
-        crc = ((crc << 8) & 0xFFFF) ^ _CRC16[(crc >> 8) ^ byte]
-    return crc % SLOTS
+    return binascii.crc_hqx(data, 0) % SLOTS
 
 
 def _hostport(host: str, port: int) -> str:
