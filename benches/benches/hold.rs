@@ -1,135 +1,46 @@
 //! criterion micro-benchmarks: holdline beside `parking_lot::Mutex`,
 //! `std::sync::Mutex` and the `DashMap<String, Arc<parking_lot::Mutex<()>>>`
-//! keyed pattern.
+//! keyed pattern. This is the one timer of the uncontended hold; the
+//! harness measures what criterion cannot (contention, a busy machine,
+//! servers, memory), and `compare_cores.sh` runs the same groups with
+//! earlier cores beside this one.
 //!
 //! Groups: `uncontended` (hold and let go of one key, one thread),
-//! `try-held` (a try on a key another thread holds), `fresh-key` (a key or
-//! lock created, held once and reclaimed), `handoff` (two threads take turns
-//! on one key; time per turn).
+//! `uncontended-10k-keys` (10,000 keys round robin), `try-held` (a try on a
+//! key another thread holds), `fresh-key` (a key or lock created, held once
+//! and reclaimed), `handoff` (two threads take turns on one key; time per
+//! turn). At the end, the uncontended groups' times against the map
+//! pattern's.
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
-use std::sync::{mpsc, Arc};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
-use criterion::{criterion_group, criterion_main, Criterion};
-use dashmap::DashMap;
+use criterion::Criterion;
+use holdline_benches::{bench, dash_get, Compared, DashPl, Holdline, Named, Workload, MAP};
 
-type Dash = DashMap<String, Arc<parking_lot::Mutex<()>>>;
-
-fn dash_get(map: &Dash, key: &str) -> Arc<parking_lot::Mutex<()>> {
-    if let Some(m) = map.get(key) {
-        return m.value().clone();
-    }
-    map.entry(key.to_owned()).or_default().value().clone()
+/// The uncontended groups: holdline, the map pattern, and (where the key
+/// does not matter) the plain mutexes as a floor.
+fn uncontended(c: &mut Criterion) -> Vec<Compared> {
+    let (hl, map) = (Holdline::default(), DashPl::default());
+    let (pl, std) = (parking_lot::Mutex::new(()), std::sync::Mutex::new(()));
+    let one_key: [Named; 4] = [
+        ("holdline", &hl),
+        ("parking_lot", &pl),
+        ("std", &std),
+        (MAP, &map),
+    ];
+    vec![
+        bench(c, Workload::OneKey, &one_key),
+        bench(c, Workload::ManyKeys, &[("holdline", &hl), (MAP, &map)]),
+        bench(c, Workload::TryHeld, &one_key),
+    ]
 }
 
 fn holdline_lock() -> (holdline::Store, holdline::Lock) {
     let store = holdline::Store::new();
     let lock = store.lock("bench").open().expect("open");
     (store, lock)
-}
-
-fn uncontended(c: &mut Criterion) {
-    let mut g = c.benchmark_group("uncontended");
-    let (_store, lock) = holdline_lock();
-    g.bench_function("holdline hold", |b| {
-        b.iter(|| lock.hold("k", |_| black_box(())).unwrap())
-    });
-    let pl = parking_lot::Mutex::new(());
-    g.bench_function("parking_lot lock+unlock", |b| {
-        b.iter(|| drop(black_box(&pl).lock()))
-    });
-    let sm = std::sync::Mutex::new(());
-    g.bench_function("std lock+unlock", |b| {
-        b.iter(|| drop(black_box(&sm).lock().unwrap()))
-    });
-    let map = Dash::default();
-    g.bench_function("dashmap+pl hold", |b| {
-        b.iter(|| {
-            let m = dash_get(&map, black_box("k"));
-            let _g = m.lock();
-            black_box(());
-        })
-    });
-    g.finish();
-}
-
-/// Runs `f` while another thread holds the key (via `hold_on`).
-fn with_holder<H, F>(hold_on: H, f: F)
-where
-    H: FnOnce(&dyn Fn()) + Send,
-    F: FnOnce(),
-{
-    let (held_tx, held_rx) = mpsc::channel::<()>();
-    let (done_tx, done_rx) = mpsc::channel::<()>();
-    std::thread::scope(|s| {
-        s.spawn(move || {
-            hold_on(&|| {
-                held_tx.send(()).unwrap();
-                done_rx.recv().unwrap();
-            })
-        });
-        held_rx.recv().unwrap();
-        f();
-        done_tx.send(()).unwrap();
-    });
-}
-
-fn try_held(c: &mut Criterion) {
-    let mut g = c.benchmark_group("try-held");
-    let (_store, lock) = holdline_lock();
-    with_holder(
-        |wait| {
-            lock.hold("k", |_| wait()).unwrap();
-        },
-        || {
-            g.bench_function("holdline try_hold", |b| {
-                b.iter(|| assert!(lock.try_hold("k", |_| ()).unwrap().is_none()))
-            });
-        },
-    );
-    let pl = parking_lot::Mutex::new(());
-    with_holder(
-        |wait| {
-            let _g = pl.lock();
-            wait();
-        },
-        || {
-            g.bench_function("parking_lot try_lock", |b| {
-                b.iter(|| assert!(black_box(&pl).try_lock().is_none()))
-            });
-        },
-    );
-    let sm = std::sync::Mutex::new(());
-    with_holder(
-        |wait| {
-            let _g = sm.lock().unwrap();
-            wait();
-        },
-        || {
-            g.bench_function("std try_lock", |b| {
-                b.iter(|| assert!(black_box(&sm).try_lock().is_err()))
-            });
-        },
-    );
-    let map = Dash::default();
-    with_holder(
-        |wait| {
-            let m = dash_get(&map, "k");
-            let _g = m.lock();
-            wait();
-        },
-        || {
-            g.bench_function("dashmap+pl try", |b| {
-                b.iter(|| {
-                    let m = dash_get(&map, black_box("k"));
-                    assert!(m.try_lock().is_none());
-                })
-            });
-        },
-    );
-    g.finish();
 }
 
 fn fresh_key(c: &mut Criterion) {
@@ -158,7 +69,7 @@ fn fresh_key(c: &mut Criterion) {
             drop(black_box(&m).lock().unwrap());
         })
     });
-    let map = Dash::default();
+    let map = DashPl::default();
     g.bench_function("dashmap+pl insert+lock+remove", |b| {
         b.iter(|| {
             i = i.wrapping_add(1);
@@ -227,7 +138,7 @@ fn handoff(c: &mut Criterion) {
             })
         })
     });
-    let map = Dash::default();
+    let map = DashPl::default();
     g.bench_function("dashmap+pl ping-pong", |b| {
         b.iter_custom(|n| {
             ping_pong(n, &|f| {
@@ -240,12 +151,12 @@ fn handoff(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group! {
-    name = benches;
-    config = Criterion::default()
-        .warm_up_time(Duration::from_millis(500))
-        .measurement_time(Duration::from_secs(2))
-        .sample_size(30);
-    targets = uncontended, try_held, fresh_key, handoff
+fn main() {
+    let since = SystemTime::now();
+    let mut c = holdline_benches::criterion();
+    let compared = uncontended(&mut c);
+    fresh_key(&mut c);
+    handoff(&mut c);
+    c.final_summary();
+    holdline_benches::print_against_map(&compared, since);
 }
-criterion_main!(benches);

@@ -3,7 +3,7 @@
 //! row is its number of tasks; the runtime has one worker per CPU.
 
 use std::hint::black_box;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -11,8 +11,9 @@ use hdrhistogram::Histogram;
 use tokio::runtime::Runtime;
 
 use crate::alloc::live_bytes;
+use crate::deadline::{deadline_duration, deadline_run, record_waits, Waits};
 use crate::designs::AsyncKeyedLock;
-use crate::measure::{base_run, fill_lat, hist, run_tasks, settle_fresh_keys};
+use crate::measure::{base_run, hist, record_latencies, run_tasks, settle_fresh_keys, GrantOrder};
 use crate::row::Run;
 use crate::scenario::{
     workers, Cfg, Scenario, BATCH, DEADLINE_WAITERS, MILLION_TIMED_EVERY, UNCONTENDED_KEYS,
@@ -57,56 +58,36 @@ fn rate_and_latency<D: AsyncKeyedLock>(
     });
     run.set_rate(counts.iter().sum(), secs);
 
-    let ticket = Arc::new(AtomicU64::new(0));
-    let max_granted = Arc::new(AtomicU64::new(0));
+    let order = Arc::new(GrantOrder::default());
     let (outs, _) = run_tasks(rt, tasks, cfg.lat_duration, |t, stop| {
-        let (d, seqs) = (d.clone(), seqs.clone());
-        let (ticket, max_granted) = (ticket.clone(), max_granted.clone());
+        let (d, seqs, order) = (d.clone(), seqs.clone(), order.clone());
         async move {
             let seq = &seqs[t];
             let mut h = hist();
-            let (mut i, mut ooo, mut grants) = (0usize, 0u64, 0u64);
+            let (mut i, mut late, mut grants) = (0usize, 0u64, 0u64);
             while !stop.load(Relaxed) {
                 for _ in 0..BATCH {
                     let k = &seq[i % seq.len()];
                     i = i.wrapping_add(1);
                     let t0;
-                    let late = if fairness {
-                        let my = ticket.fetch_add(1, Relaxed) + 1;
+                    let granted_late = if fairness {
+                        let my = order.ticket();
                         t0 = Instant::now();
-                        d.hold_async(k, || {
-                            // Inside the hold: the lock orders these accesses.
-                            let late = my < max_granted.load(Relaxed);
-                            if !late {
-                                max_granted.store(my, Relaxed);
-                            }
-                            late
-                        })
-                        .await
+                        d.hold_async(k, || order.granted_late(my)).await
                     } else {
                         t0 = Instant::now();
                         d.hold_async(k, || black_box(false)).await
                     };
                     let _ = h.record(t0.elapsed().as_nanos() as u64);
-                    ooo += u64::from(late);
+                    late += u64::from(granted_late);
                     grants += 1;
                 }
                 tokio::task::yield_now().await;
             }
-            (h, ooo, grants)
+            (h, [late, grants])
         }
     });
-    let mut all = hist();
-    let (mut ooo, mut grants) = (0, 0);
-    for (h, o, g) in outs {
-        all.add(h).expect("merge");
-        ooo += o;
-        grants += g;
-    }
-    fill_lat(run, &all);
-    if fairness {
-        run.out_of_order = Some((ooo, grants));
-    }
+    record_latencies(run, outs, fairness);
 }
 
 pub fn uncontended<D: AsyncKeyedLock>(cfg: &Cfg, tasks: usize) -> Run {
@@ -115,7 +96,7 @@ pub fn uncontended<D: AsyncKeyedLock>(cfg: &Cfg, tasks: usize) -> Run {
     let seqs: Vec<Vec<String>> = (0..tasks)
         .map(|t| (0..UNCONTENDED_KEYS).map(|j| format!("u{t}-{j}")).collect())
         .collect();
-    let d = Arc::new(D::new());
+    let d = Arc::new(D::default());
     rate_and_latency(&mut run, cfg, &rt, &d, &Arc::new(seqs), false);
     run.note = format!(
         "{UNCONTENDED_KEYS} own keys per task, {} workers; {}",
@@ -129,7 +110,7 @@ pub fn hot_key<D: AsyncKeyedLock>(cfg: &Cfg, tasks: usize) -> Run {
     let mut run = base_run::<D>(Scenario::AsyncHotKey, tasks);
     let rt = runtime();
     let seqs: Vec<Vec<String>> = (0..tasks).map(|_| vec!["hot".to_string()]).collect();
-    let d = Arc::new(D::new());
+    let d = Arc::new(D::default());
     rate_and_latency(&mut run, cfg, &rt, &d, &Arc::new(seqs), true);
     run.note = format!("{tasks} tasks on {} workers; {}", workers(), D::ASYNC_API);
     run
@@ -148,7 +129,7 @@ pub fn fresh_keys<D: AsyncKeyedLock>(cfg: &Cfg, tasks: usize) -> Run {
     let keys = Arc::new(keys);
     // The runtime exists before the baseline: its own memory is not the design's.
     let rt = runtime();
-    let d = Arc::new(D::new());
+    let d = Arc::new(D::default());
     let base = live_bytes();
     let start = Instant::now();
     let hs: Vec<Histogram<u64>> = rt.block_on(async {
@@ -193,13 +174,10 @@ pub fn fresh_keys<D: AsyncKeyedLock>(cfg: &Cfg, tasks: usize) -> Run {
 /// with a `dl_wait` deadline. Latency is how late each timeout came back.
 pub fn deadline<D: AsyncKeyedLock>(cfg: &Cfg) -> Run {
     let waiters = DEADLINE_WAITERS;
-    let mut run = base_run::<D>(Scenario::AsyncDeadline, waiters + 1);
-    run.unit = "timeouts";
-    run.lat_of = "lateness";
+    let mut run = deadline_run::<D>(Scenario::AsyncDeadline);
     let rt = runtime();
-    let d = Arc::new(D::new());
+    let d = Arc::new(D::default());
     let (wait, hold_for) = (cfg.dl_wait, cfg.dl_hold);
-    let total = (cfg.duration + cfg.lat_duration).max(hold_for * 60);
     let holder_stop = Arc::new(AtomicBool::new(false));
     let holder = {
         let (d, stop) = (d.clone(), holder_stop.clone());
@@ -209,43 +187,26 @@ pub fn deadline<D: AsyncKeyedLock>(cfg: &Cfg) -> Run {
             }
         })
     };
-    let (outs, secs) = run_tasks(&rt, waiters, total, |_, stop| {
+    let (outs, secs) = run_tasks(&rt, waiters, deadline_duration(cfg), |_, stop| {
         let d = d.clone();
         async move {
-            let mut h = hist();
-            let (mut timeouts, mut early, mut grants) = (0u64, 0u64, 0u64);
+            let mut waits = Waits::default();
             while !stop.load(Relaxed) {
                 let t0 = Instant::now();
-                match d.hold_within_async("dl", wait, || black_box(())).await {
-                    Some(()) => grants += 1,
-                    None => {
-                        let el = t0.elapsed();
-                        timeouts += 1;
-                        if el < wait {
-                            early += 1;
-                        } else {
-                            let _ = h.record(((el - wait).as_nanos() as u64).max(1));
-                        }
-                    }
-                }
+                let granted = d
+                    .hold_within_async("dl", wait, || black_box(()))
+                    .await
+                    .is_some();
+                waits.count(granted, t0.elapsed(), wait);
                 // A granted waiter comes straight back: let the holder in line.
                 tokio::task::yield_now().await;
             }
-            (h, timeouts, early, grants)
+            waits.into_parts()
         }
     });
     holder_stop.store(true, Relaxed);
     holder.join().expect("holder");
-    let mut all = hist();
-    let (mut timeouts, mut early, mut grants) = (0, 0, 0);
-    for (h, a, b, c) in outs {
-        all.add(h).expect("merge");
-        timeouts += a;
-        early += b;
-        grants += c;
-    }
-    fill_lat(&mut run, &all);
-    run.set_rate(timeouts, secs);
+    let [timeouts, early, grants] = record_waits(&mut run, outs, secs);
     run.note = format!(
         "{waiters} waiting tasks, wait {wait:?}, holder thread {hold_for:?}: {timeouts} timed out ({early} early), {grants} granted; compare `deadline` (thread waiters)"
     );

@@ -517,14 +517,13 @@ fn build_holdline(plan: &Plan) {
     }
 }
 
-/// The verdict's lines: the hot path's, then each question's, with memory
-/// per connection before the cluster's.
-fn verdict(rows: &[Row], hot: &[crate::hot_path::Measured], start: Instant) -> String {
+/// The verdict's lines: each question's, with memory per connection before
+/// the cluster's.
+fn verdict(rows: &[Row], start: Instant) -> String {
     use crate::server_scenarios::connection_memory;
-    use crate::verdict::{answer, connection_memory_line, hot_path_lines, render, QUESTIONS};
-    let mut lines = hot_path_lines(hot);
+    use crate::verdict::{answer, connection_memory_line, render, QUESTIONS};
     let (last, rest) = QUESTIONS.split_last().expect("questions");
-    lines.extend(rest.iter().map(|q| answer(rows, q)));
+    let mut lines: Vec<_> = rest.iter().map(|q| answer(rows, q)).collect();
     lines.push(connection_memory_line(
         connection_memory(ServerKind::Holdline),
         connection_memory(ServerKind::Redis),
@@ -558,23 +557,8 @@ pub fn bench(args: &BenchArgs) -> ExitCode {
         elapsed.as_secs_f64(),
         report::legend(plan.runs)
     );
-    let mut hot = Vec::new();
-    if plan
-        .jobs
-        .iter()
-        .any(|j| j.scenario == Scenario::Uncontended)
-    {
-        // The uncontended hold against recorded ratios: a regression shows.
-        let (rounds, holds) = if plan.quick {
-            (9, 100_000)
-        } else {
-            (15, 400_000)
-        };
-        hot = crate::hot_path::measure(rounds, holds);
-        table.push_str(&crate::hot_path::report(rounds, holds, &hot));
-    }
     if plan.mode != Mode::Quick {
-        table.push_str(&verdict(&rows, &hot, start));
+        table.push_str(&verdict(&rows, start));
     }
     print!("{table}");
     let written = write_outputs(&plan, &rows, &table, elapsed);

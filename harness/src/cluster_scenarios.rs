@@ -297,9 +297,9 @@ fn measure(run: &mut Run, cfg: &Cfg, rt: &Runtime, started: &Started, clients: u
         held: vec![0; addrs.len()],
         ..Counts::default()
     };
-    let mut pairs: Vec<(Histogram<u64>, u64)> = Vec::with_capacity(outs.len());
+    let mut pairs: Vec<(Histogram<u64>, [u64; 1])> = Vec::with_capacity(outs.len());
     for (h, n, r) in outs {
-        pairs.push((h, n));
+        pairs.push((h, [n]));
         for (sum, x) in counts.held.iter_mut().zip(&r.held) {
             *sum += x;
         }

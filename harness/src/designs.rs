@@ -22,7 +22,8 @@ pub enum Deadline {
     Lacks,
 }
 
-pub trait KeyedLock: Send + Sync + Sized + 'static {
+/// A design, made ready to hold keys by `Default`.
+pub trait KeyedLock: Default + Send + Sync + Sized + 'static {
     /// Short name used in tables, CSV and plots.
     const NAME: &'static str;
     /// Waiters are granted the key in arrival order.
@@ -33,7 +34,6 @@ pub trait KeyedLock: Send + Sync + Sized + 'static {
     /// What happens to an idle key's entry.
     const IDLE: &'static str;
 
-    fn new() -> Self;
     /// Hold `key` while `f` runs, waiting as long as it takes.
     fn hold<R>(&self, key: &str, f: impl FnOnce() -> R) -> R;
     /// Hold `key` while `f` runs, waiting at most `wait`; `None` when the wait ran out.
@@ -75,28 +75,36 @@ pub struct Holdline {
     pub lock: holdline::Lock,
 }
 
+/// A bounded hold's outcome: `None` when the wait ran out (`in use`).
+fn within_wait<R>(held: Result<R, holdline::Error>) -> Option<R> {
+    match held {
+        Ok(r) => Some(r),
+        Err(e) if e.kind() == holdline::ErrorKind::InUse => None,
+        Err(e) => panic!("holdline bounded hold: {e}"),
+    }
+}
+
+impl Default for Holdline {
+    fn default() -> Self {
+        let store = holdline::Store::new();
+        let lock = store.lock("bench").open().expect("open lock");
+        Holdline { store, lock }
+    }
+}
+
 impl KeyedLock for Holdline {
     const NAME: &'static str = "holdline";
     const FIFO: bool = true;
     const DEADLINE: Deadline = Deadline::Native("key().wait(d).hold()");
     const IDLE: &'static str = "reclaimed (reclaim_idle)";
 
-    fn new() -> Self {
-        let store = holdline::Store::new();
-        let lock = store.lock("bench").open().expect("open lock");
-        Holdline { store, lock }
-    }
     #[inline]
     fn hold<R>(&self, key: &str, f: impl FnOnce() -> R) -> R {
         self.lock.hold(key, |_lease| f()).expect("holdline hold")
     }
     #[inline]
     fn hold_within<R>(&self, key: &str, wait: Duration, f: impl FnOnce() -> R) -> Option<R> {
-        match self.lock.key(key).wait(wait).hold(|_lease| f()) {
-            Ok(r) => Some(r),
-            Err(e) if e.kind() == holdline::ErrorKind::InUse => None,
-            Err(e) => panic!("holdline hold: {e}"),
-        }
+        within_wait(self.lock.key(key).wait(wait).hold(|_lease| f()))
     }
     fn reclaim(&self) {
         self.store.reclaim_idle();
@@ -130,17 +138,8 @@ impl AsyncKeyedLock for Holdline {
         f: impl FnOnce() -> R + Send,
     ) -> impl Future<Output = Option<R>> + Send {
         async move {
-            match self
-                .lock
-                .key(key)
-                .wait(wait)
-                .hold_async(async |_lease| f())
-                .await
-            {
-                Ok(r) => Some(r),
-                Err(e) if e.kind() == holdline::ErrorKind::InUse => None,
-                Err(e) => panic!("holdline hold_async: {e}"),
-            }
+            let held = self.lock.key(key).wait(wait);
+            within_wait(held.hold_async(async |_lease| f()).await)
         }
     }
 }
@@ -159,9 +158,6 @@ impl KeyedLock for NaiveStd {
     const DEADLINE: Deadline = Deadline::Lacks;
     const IDLE: &'static str = "kept";
 
-    fn new() -> Self {
-        Self::default()
-    }
     #[inline]
     fn hold<R>(&self, key: &str, f: impl FnOnce() -> R) -> R {
         let m = {
@@ -185,28 +181,27 @@ impl KeyedLock for NaiveStd {
 
 // ------------------------------------------- DashMap<String, Arc<parking_lot::Mutex>>
 
-/// The common fast pattern: a sharded map of per-key parking_lot mutexes.
+/// The dashmap pattern: a sharded map of per-key mutexes `M`, an entry
+/// kept after its hold.
 #[derive(Default)]
-pub struct DashPl {
-    map: DashMap<String, Arc<parking_lot::Mutex<()>>>,
+pub struct DashMapOf<M> {
+    map: DashMap<String, Arc<M>>,
 }
 
-/// The dashmap pattern's lookup: a shared read of the shard when the key is
-/// there, an insert otherwise; the entry stays after the hold.
-#[inline]
-fn entry_of<M: Default>(map: &DashMap<String, Arc<M>>, key: &str) -> Arc<M> {
-    if let Some(m) = map.get(key) {
-        return m.value().clone();
-    }
-    map.entry(key.to_owned()).or_default().value().clone()
-}
-
-impl DashPl {
+impl<M: Default> DashMapOf<M> {
+    /// The pattern's lookup: a shared read of the shard when the key is
+    /// there, an insert otherwise.
     #[inline]
-    fn get(&self, key: &str) -> Arc<parking_lot::Mutex<()>> {
-        entry_of(&self.map, key)
+    fn get(&self, key: &str) -> Arc<M> {
+        if let Some(m) = self.map.get(key) {
+            return m.value().clone();
+        }
+        self.map.entry(key.to_owned()).or_default().value().clone()
     }
 }
+
+/// The common fast pattern: per-key parking_lot mutexes.
+pub type DashPl = DashMapOf<parking_lot::Mutex<()>>;
 
 impl KeyedLock for DashPl {
     const NAME: &'static str = "dashmap+pl";
@@ -214,9 +209,6 @@ impl KeyedLock for DashPl {
     const DEADLINE: Deadline = Deadline::Native("try_lock_for");
     const IDLE: &'static str = "kept";
 
-    fn new() -> Self {
-        Self::default()
-    }
     #[inline]
     fn hold<R>(&self, key: &str, f: impl FnOnce() -> R) -> R {
         let m = self.get(key);
@@ -255,17 +247,7 @@ fn block_on_with_timer<F: std::future::Future>(fut: F) -> F::Output {
 /// A fair FIFO lock per key: tokio's mutex (a batch semaphore with an
 /// intrusive FIFO waiter list). Plain holds use `blocking_lock()`; bounded
 /// waits run `timeout(d, lock())` on a per-thread current-thread runtime.
-#[derive(Default)]
-pub struct DashTokio {
-    map: DashMap<String, Arc<tokio::sync::Mutex<()>>>,
-}
-
-impl DashTokio {
-    #[inline]
-    fn get(&self, key: &str) -> Arc<tokio::sync::Mutex<()>> {
-        entry_of(&self.map, key)
-    }
-}
+pub type DashTokio = DashMapOf<tokio::sync::Mutex<()>>;
 
 impl KeyedLock for DashTokio {
     const NAME: &'static str = "dashmap+tokio";
@@ -273,9 +255,6 @@ impl KeyedLock for DashTokio {
     const DEADLINE: Deadline = Deadline::Native("timeout(lock())");
     const IDLE: &'static str = "kept";
 
-    fn new() -> Self {
-        Self::default()
-    }
     #[inline]
     fn hold<R>(&self, key: &str, f: impl FnOnce() -> R) -> R {
         let m = self.get(key);
@@ -340,9 +319,6 @@ impl KeyedLock for Lockable {
     const DEADLINE: Deadline = Deadline::Native("timeout(async_lock())");
     const IDLE: &'static str = "removed on unlock";
 
-    fn new() -> Self {
-        Self::default()
-    }
     #[inline]
     fn hold<R>(&self, key: &str, f: impl FnOnce() -> R) -> R {
         let _g = self.pool.blocking_lock(key.to_owned());
@@ -371,9 +347,6 @@ impl KeyedLock for StdSingle {
     const SINGLE: bool = true;
     const IDLE: &'static str = "-";
 
-    fn new() -> Self {
-        Self::default()
-    }
     #[inline]
     fn hold<R>(&self, _key: &str, f: impl FnOnce() -> R) -> R {
         let _g = self.0.lock().unwrap();
@@ -395,9 +368,6 @@ impl KeyedLock for PlSingle {
     const SINGLE: bool = true;
     const IDLE: &'static str = "-";
 
-    fn new() -> Self {
-        Self::default()
-    }
     #[inline]
     fn hold<R>(&self, _key: &str, f: impl FnOnce() -> R) -> R {
         let _g = self.0.lock();
@@ -463,17 +433,7 @@ impl Design {
 #[macro_export]
 macro_rules! for_async_design {
     ($design:expr, $d:ident => $body:expr, else $other:expr) => {
-        match $design {
-            $crate::designs::Design::Holdline => {
-                type $d = $crate::designs::Holdline;
-                $body
-            }
-            $crate::designs::Design::DashTokio => {
-                type $d = $crate::designs::DashTokio;
-                $body
-            }
-            _ => $other,
-        }
+        $crate::match_design!($design, $d => $body; Holdline, DashTokio; else $other)
     };
 }
 
@@ -482,35 +442,24 @@ macro_rules! for_async_design {
 #[macro_export]
 macro_rules! for_design {
     ($design:expr, $d:ident => $body:expr) => {
+        $crate::match_design!($design, $d => $body;
+            Holdline, NaiveStd, DashPl, DashTokio, Lockable, StdSingle, PlSingle)
+    };
+}
+
+/// The `match` behind [`for_design!`] and [`for_async_design!`]: one arm
+/// per listed variant, each binding `$d` to the type of the variant's
+/// name, and `$other` for the rest.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! match_design {
+    ($design:expr, $d:ident => $body:expr; $($variant:ident),+ $(; else $other:expr)?) => {
         match $design {
-            $crate::designs::Design::Holdline => {
-                type $d = $crate::designs::Holdline;
+            $($crate::designs::Design::$variant => {
+                type $d = $crate::designs::$variant;
                 $body
-            }
-            $crate::designs::Design::NaiveStd => {
-                type $d = $crate::designs::NaiveStd;
-                $body
-            }
-            $crate::designs::Design::DashPl => {
-                type $d = $crate::designs::DashPl;
-                $body
-            }
-            $crate::designs::Design::DashTokio => {
-                type $d = $crate::designs::DashTokio;
-                $body
-            }
-            $crate::designs::Design::Lockable => {
-                type $d = $crate::designs::Lockable;
-                $body
-            }
-            $crate::designs::Design::StdSingle => {
-                type $d = $crate::designs::StdSingle;
-                $body
-            }
-            $crate::designs::Design::PlSingle => {
-                type $d = $crate::designs::PlSingle;
-                $body
-            }
+            })+
+            $(_ => $other,)?
         }
     };
 }
@@ -548,7 +497,7 @@ mod tests {
             .enable_time()
             .build()
             .unwrap();
-        let d = Arc::new(D::new());
+        let d = Arc::new(D::default());
         let inside = Arc::new(AtomicUsize::new(0));
         let total = Arc::new(AtomicUsize::new(0));
         rt.block_on(async {

@@ -17,7 +17,7 @@ use crate::{for_design, workspace_path};
 type Res = Result<(), Box<dyn std::error::Error>>;
 
 fn workload<D: KeyedLock>(scenario: &str, threads: usize, dur: Duration) {
-    let d = D::new();
+    let d = D::default();
     let keys: Vec<Vec<String>> = (0..threads)
         .map(|t| match scenario {
             "uncontended" => (0..crate::scenario::UNCONTENDED_KEYS)
@@ -31,7 +31,7 @@ fn workload<D: KeyedLock>(scenario: &str, threads: usize, dur: Duration) {
     // Single-key baselines: one lock per thread when uncontended.
     let per_thread: Vec<crate::measure::Padded<D>> = if D::SINGLE && scenario == "uncontended" {
         (0..threads)
-            .map(|_| crate::measure::Padded(D::new()))
+            .map(|_| crate::measure::Padded(D::default()))
             .collect()
     } else {
         Vec::new()

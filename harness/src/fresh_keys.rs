@@ -20,7 +20,7 @@ pub fn million_keys<D: KeyedLock>(cfg: &Cfg, threads: usize) -> Run {
     }
     let n = cfg.million;
     let keys: Vec<String> = (0..n).map(|i| format!("m{i:07}")).collect();
-    let d = D::new();
+    let d = D::default();
     let base = live_bytes();
     let chunk = n.div_ceil(threads);
     let start = Instant::now();

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::Instant;
 
 use crate::designs::KeyedLock;
-use crate::measure::{base_run, fill_lat, hist, run_for};
+use crate::measure::{base_run, fill_lat, hist, merged, run_for};
 use crate::row::Run;
 use crate::scenario::{Cfg, Scenario};
 
@@ -21,7 +21,7 @@ pub fn handoff<D: KeyedLock>(cfg: &Cfg) -> Run {
     let mut run = base_run::<D>(Scenario::Handoff, threads);
     run.unit = "handoffs";
     run.lat_of = "release->next";
-    let d = D::new();
+    let d = D::default();
     let base = Instant::now();
     let now = || base.elapsed().as_nanos() as u64;
     let last_release = AtomicU64::new(0);
@@ -63,15 +63,9 @@ pub fn handoff<D: KeyedLock>(cfg: &Cfg) -> Run {
             });
             holds += 1;
         }
-        (h, holds, handoffs)
+        (h, [holds, handoffs])
     });
-    let mut all = hist();
-    let (mut holds, mut handoffs) = (0, 0);
-    for (h, a, b) in outs {
-        all.add(h).expect("merge");
-        holds += a;
-        handoffs += b;
-    }
+    let (all, [holds, handoffs]) = merged(outs);
     fill_lat(&mut run, &all);
     run.set_rate(handoffs, secs);
     run.note = format!(

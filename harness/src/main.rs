@@ -3,6 +3,10 @@
 //! `cargo run --release -p harness -- flamegraph`: flamegraphs of holdline's
 //! uncontended and hot-key paths (pprof).
 //!
+//! What criterion measures well is criterion's (`benches/`): the
+//! uncontended hold of one thread. The harness keeps what it cannot do:
+//! contention, a busy machine, servers, clusters, memory.
+//!
 //! Modules, bottom-up (each uses only those before it;
 //! `tests/module_graph.rs` checks there is no import cycle):
 //! - leaves: `alloc` (the allocation-counting allocator), `busy` (CPU-bound
@@ -17,11 +21,10 @@
 //! - one file per family of runners: `rates`, `fresh_keys`, `handoff`,
 //!   `deadline`, `async_scenarios` (tasks on a tokio runtime),
 //!   `server_scenarios` (holdline serve against redis-server on loopback),
-//!   `cluster_scenarios` (a plain node against clusters of 1-3 nodes),
-//!   `hot_path` (the uncontended hold against the map pattern, checked
-//!   against recorded ratios); `scenarios` sends a scenario to its runner;
+//!   `cluster_scenarios` (a plain node against clusters of 1-3 nodes);
+//!   `scenarios` sends a scenario to its runner;
 //! - `schema` (a row's fields, once, for the table, CSV and JSON), `report`
-//!   (the table), `verdict` (one line per question a user asks), `plots`
+//!   (the tables), `verdict` (one line per question a user asks), `plots`
 //!   (SVGs), `cli` (the command line), `flame` (flamegraphs), `bench`
 //!   (plans the tour, the full run or the smoke run, and runs the rows).
 //!
@@ -39,7 +42,6 @@ mod designs;
 mod flame;
 mod fresh_keys;
 mod handoff;
-mod hot_path;
 mod measure;
 mod plots;
 mod rates;

@@ -118,24 +118,70 @@ pub fn io_runtime() -> Runtime {
         .expect("tokio runtime")
 }
 
+/// Every worker's latencies merged into one histogram, and its counts summed.
+pub fn merged<const N: usize>(
+    outs: impl IntoIterator<Item = (Histogram<u64>, [u64; N])>,
+) -> (Histogram<u64>, [u64; N]) {
+    let mut all = hist();
+    let mut sums = [0; N];
+    for (h, counts) in outs {
+        all.add(h).expect("merge");
+        for (sum, n) in sums.iter_mut().zip(counts) {
+            *sum += n;
+        }
+    }
+    (all, sums)
+}
+
 /// The tasks' latencies merged and their hold+release pairs as the rate;
 /// `lat_of` says what one latency sample is.
 pub fn record_pairs(
     run: &mut Run,
-    outs: Vec<(Histogram<u64>, u64)>,
+    outs: Vec<(Histogram<u64>, [u64; 1])>,
     secs: f64,
     lat_of: &'static str,
 ) {
-    let mut all = hist();
-    let mut pairs = 0;
-    for (h, n) in outs {
-        all.add(h).expect("merge");
-        pairs += n;
-    }
+    let (all, [pairs]) = merged(outs);
     run.unit = "hold+release";
     run.lat_of = lat_of;
     run.set_rate(pairs, secs);
     fill_lat(run, &all);
+}
+
+/// Grant order, sampled: a ticket taken just before each hold, and the
+/// newest ticket granted so far. A grant whose ticket is older than one
+/// already granted came out of arrival order.
+#[derive(Default)]
+pub struct GrantOrder {
+    ticket: AtomicU64,
+    newest_granted: AtomicU64,
+}
+
+impl GrantOrder {
+    /// A ticket, taken just before a hold.
+    pub fn ticket(&self) -> u64 {
+        self.ticket.fetch_add(1, Relaxed) + 1
+    }
+
+    /// Called inside the hold of ticket `my` (the lock orders these
+    /// accesses): whether it was granted out of arrival order.
+    pub fn granted_late(&self, my: u64) -> bool {
+        let late = my < self.newest_granted.load(Relaxed);
+        if !late {
+            self.newest_granted.store(my, Relaxed);
+        }
+        late
+    }
+}
+
+/// The latency phase's figures from every worker's latencies and
+/// `[grants out of order, grants]`, the order only where it was sampled.
+pub fn record_latencies(run: &mut Run, outs: Vec<(Histogram<u64>, [u64; 2])>, fairness: bool) {
+    let (all, [late, grants]) = merged(outs);
+    fill_lat(run, &all);
+    if fairness {
+        run.out_of_order = Some((late, grants));
+    }
 }
 
 /// One design instance on cache lines of its own (per-thread baselines must
@@ -173,29 +219,21 @@ pub fn throughput_and_latency<D: KeyedLock>(
     run.set_rate(counts.iter().sum(), secs);
 
     // Latency: every hold timed; for fairness also a ticket taken before each hold.
-    let ticket = AtomicU64::new(0);
-    let max_granted = AtomicU64::new(0);
-    let (hs, _) = run_for(threads, cfg.lat_duration, |t, stop| {
+    let order = GrantOrder::default();
+    let (outs, _) = run_for(threads, cfg.lat_duration, |t, stop| {
         let d = inst(t);
         let seq = &seqs[t];
         let mask = seq.len() - 1;
         let mut h = hist();
         let mut i = 0usize;
-        let (mut ooo, mut grants) = (0u64, 0u64);
+        let (mut late, mut grants) = (0u64, 0u64);
         while !stop.load(Relaxed) {
             let k = seq[i & mask];
             i = i.wrapping_add(1);
             if fairness {
-                let my = ticket.fetch_add(1, Relaxed) + 1;
+                let my = order.ticket();
                 let t0 = Instant::now();
-                d.hold(k, || {
-                    // Inside the hold: the lock orders these accesses.
-                    if my < max_granted.load(Relaxed) {
-                        ooo += 1;
-                    } else {
-                        max_granted.store(my, Relaxed);
-                    }
-                });
+                late += u64::from(d.hold(k, || order.granted_late(my)));
                 let _ = h.record(t0.elapsed().as_nanos() as u64);
                 grants += 1;
             } else {
@@ -204,19 +242,9 @@ pub fn throughput_and_latency<D: KeyedLock>(
                 let _ = h.record(t0.elapsed().as_nanos() as u64);
             }
         }
-        (h, ooo, grants)
+        (h, [late, grants])
     });
-    let mut all = hist();
-    let (mut ooo, mut grants) = (0, 0);
-    for (h, o, g) in hs {
-        all.add(h).expect("merge");
-        ooo += o;
-        grants += g;
-    }
-    fill_lat(run, &all);
-    if fairness {
-        run.out_of_order = Some((ooo, grants));
-    }
+    record_latencies(run, outs, fairness);
 }
 
 /// The end of a fresh-keys row (threads or tasks): the latencies, and the
@@ -230,10 +258,7 @@ pub fn settle_fresh_keys(
     held: &str,
     reclaim: impl Fn(),
 ) {
-    let mut all = hist();
-    for h in hs {
-        all.add(h).expect("merge");
-    }
+    let (all, []) = merged(hs.into_iter().map(|h| (h, [])));
     fill_lat(run, &all);
     // The histogram is the harness's own memory: gone before measuring.
     drop(all);

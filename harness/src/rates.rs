@@ -6,7 +6,7 @@ use crate::designs::KeyedLock;
 use crate::measure::{base_run, throughput_and_latency, Padded};
 use crate::row::Run;
 use crate::scenario::{Cfg, Scenario, UNCONTENDED_KEYS};
-use crate::zipf::{Rng, Zipf, ZIPF_KEYS, ZIPF_S};
+use crate::zipf::{ranks, ZIPF_KEYS, ZIPF_S};
 
 pub fn uncontended<D: KeyedLock>(cfg: &Cfg, threads: usize) -> Run {
     let mut run = base_run::<D>(Scenario::Uncontended, threads);
@@ -19,7 +19,7 @@ pub fn uncontended<D: KeyedLock>(cfg: &Cfg, threads: usize) -> Run {
         .collect();
     // A single-key baseline gets one lock per thread (each thread its own lock).
     let n = if D::SINGLE { threads } else { 1 };
-    let instances: Vec<Padded<D>> = (0..n).map(|_| Padded(D::new())).collect();
+    let instances: Vec<Padded<D>> = (0..n).map(|_| Padded(D::default())).collect();
     throughput_and_latency(&mut run, cfg, &instances, &seqs, false);
     if D::SINGLE {
         run.note = "one lock per thread".into();
@@ -32,7 +32,7 @@ pub fn uncontended<D: KeyedLock>(cfg: &Cfg, threads: usize) -> Run {
 pub fn hot_key<D: KeyedLock>(cfg: &Cfg, threads: usize) -> Run {
     let mut run = base_run::<D>(Scenario::HotKey, threads);
     let seqs: Vec<Vec<&str>> = (0..threads).map(|_| vec!["hot"]).collect();
-    let d = [Padded(D::new())];
+    let d = [Padded(D::default())];
     throughput_and_latency(&mut run, cfg, &d, &seqs, true);
     run
 }
@@ -44,16 +44,13 @@ pub fn zipf<D: KeyedLock>(cfg: &Cfg, threads: usize) -> Run {
         return run;
     }
     let keys: Vec<String> = (0..ZIPF_KEYS).map(|i| format!("z{i}")).collect();
-    let z = Zipf::new(ZIPF_KEYS, ZIPF_S);
     let seqs: Vec<Vec<&str>> = (0..threads)
         .map(|t| {
-            let mut rng = Rng::new(t as u64 + 1);
-            (0..1 << 16)
-                .map(|_| keys[z.sample(rng.unit())].as_str())
-                .collect()
+            let ranks = ranks(t as u64 + 1, 1 << 16).into_iter();
+            ranks.map(|r| keys[r].as_str()).collect()
         })
         .collect();
-    let d = [Padded(D::new())];
+    let d = [Padded(D::default())];
     throughput_and_latency(&mut run, cfg, &d, &seqs, false);
     run.note = format!("{ZIPF_KEYS} keys, s={ZIPF_S}");
     run

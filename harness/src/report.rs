@@ -2,9 +2,28 @@
 
 use std::fmt::Write as _;
 
+use comfy_table::{CellAlignment, ColumnConstraint, Table, Width};
+
 use crate::row::{groups, Row};
 use crate::scenario::Cfg;
-use crate::schema::{self, Align};
+use crate::schema;
+
+/// The widest a note's lines get; a longer note wraps.
+const NOTE_WIDTH: u16 = 64;
+
+/// A table as the harness prints them: no borders, two spaces between
+/// columns, a dashed line under the header row.
+pub fn plain_table(heads: &[&str], aligns: &[CellAlignment]) -> Table {
+    let mut table = Table::new();
+    // Header line and its crossings only (comfy-table's preset order).
+    table.load_preset("     --            ");
+    table.set_header(heads.to_vec());
+    for (column, &align) in table.column_iter_mut().zip(aligns) {
+        column.set_cell_alignment(align);
+        column.set_padding((0, 1));
+    }
+    table
+}
 
 /// What the busy level of a group means, for its heading.
 fn busy_words(busy: usize) -> String {
@@ -15,52 +34,36 @@ fn busy_words(busy: usize) -> String {
     }
 }
 
-/// One section per (scenario, busy) group, headed by what the scenario measures.
+/// One section per (scenario, busy) group, headed by what the scenario
+/// measures. A column with nothing in a section (`-` or blank in every
+/// row: one run has no min-max, most scenarios no `ooo`) is left out of it.
 pub fn table(rows: &[Row], cfg: &Cfg) -> String {
-    let columns: Vec<_> = schema::columns().map(|(_, c)| c).collect();
+    let (heads, aligns): (Vec<&str>, Vec<CellAlignment>) =
+        schema::columns().map(|(_, c)| (c.head, c.align)).unzip();
     let mut out = String::new();
     for (s, busy) in groups(rows) {
-        let mut cells: Vec<Vec<String>> =
-            vec![columns.iter().map(|c| c.head.to_string()).collect()];
-        for r in rows.iter().filter(|r| (r.scenario, r.busy) == (s, busy)) {
-            cells.push(schema::cells(rows, r));
-        }
-        let widths: Vec<usize> = (0..columns.len())
-            .map(|i| {
-                cells
-                    .iter()
-                    .map(|c| c[i].chars().count())
-                    .max()
-                    .unwrap_or(0)
-            })
+        let cells: Vec<Vec<String>> = rows
+            .iter()
+            .filter(|r| (r.scenario, r.busy) == (s, busy))
+            .map(|r| schema::cells(rows, r))
             .collect();
+        let mut t = plain_table(&heads, &aligns);
+        for (i, column) in t.column_iter_mut().enumerate() {
+            if cells.iter().all(|c| c[i].is_empty() || c[i] == "-") {
+                column.set_constraint(ColumnConstraint::Hidden);
+            } else if heads[i] == "note" {
+                column.set_constraint(ColumnConstraint::UpperBoundary(Width::Fixed(NOTE_WIDTH)));
+            }
+        }
+        t.add_rows(cells);
         let _ = writeln!(
             out,
-            "\n== {}{}: {}",
+            "\n== {}{}: {}\n{}",
             s.name(),
             busy_words(busy),
-            s.legend(cfg)
+            s.legend(cfg),
+            t.trim_fmt()
         );
-        for (n, c) in cells.iter().enumerate() {
-            let mut line = String::new();
-            for (i, cell) in c.iter().enumerate() {
-                let w = widths[i];
-                match columns[i].align {
-                    _ if i == columns.len() - 1 => line.push_str(cell),
-                    Align::Left => {
-                        let _ = write!(line, "{cell:<w$}  ");
-                    }
-                    Align::Right => {
-                        let _ = write!(line, "{cell:>w$}  ");
-                    }
-                }
-            }
-            let _ = writeln!(out, "{}", line.trim_end());
-            if n == 0 {
-                let total: usize = widths.iter().sum::<usize>() + 2 * (widths.len() - 1);
-                let _ = writeln!(out, "{}", "-".repeat(total.min(180)));
-            }
-        }
     }
     out
 }
@@ -126,5 +129,10 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("time vs hl") && t.contains("p99 vs hl"), "{t}");
+        // One run each and no memory measured: nothing to show there.
+        assert!(
+            !t.contains("rate min-max") && !t.contains("mem idle"),
+            "{t}"
+        );
     }
 }

@@ -2,72 +2,17 @@
 //! key, and, for the fields the table shows, its header and cell text.
 //! The table, the CSV and the JSON are all read off [`FIELDS`].
 
-use std::fmt::Write as _;
+use comfy_table::CellAlignment::{self, Left, Right};
+use serde::{Serialize, Serializer};
+use serde_json::{json, Value};
 
 use crate::row::{p99_ratio, time_ratio, time_ratio_spread, Row};
 use crate::units::{fmt_bytes, fmt_ns, fmt_rate, fmt_rate_range};
 
-/// A field's value in the CSV and the JSON.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Value {
-    Text(String),
-    Int(i64),
-    /// A number and the decimals it is written with.
-    Num(f64, usize),
-    Bool(bool),
-    /// (quantile, nanoseconds) pairs: a JSON array of pairs, `q:v;q:v` in the CSV.
-    Pairs(Vec<(f64, u64)>),
-    Null,
-}
-
-impl Value {
-    fn csv(&self) -> String {
-        match self {
-            Value::Text(s) => csv_quoted(s),
-            Value::Int(n) => n.to_string(),
-            Value::Num(x, d) => format!("{x:.d$}"),
-            Value::Bool(b) => b.to_string(),
-            Value::Pairs(p) => p
-                .iter()
-                .map(|(q, v)| format!("{q}:{v}"))
-                .collect::<Vec<_>>()
-                .join(";"),
-            Value::Null => String::new(),
-        }
-    }
-
-    fn json(&self) -> String {
-        match self {
-            Value::Text(s) => json_string(s),
-            Value::Num(x, _) if !x.is_finite() => "null".into(),
-            Value::Pairs(p) => {
-                let items: Vec<String> = p.iter().map(|(q, v)| format!("[{q}, {v}]")).collect();
-                format!("[{}]", items.join(", "))
-            }
-            Value::Null => "null".into(),
-            other => other.csv(),
-        }
-    }
-}
-
-fn int(n: impl TryInto<i64>) -> Value {
-    n.try_into().map(Value::Int).unwrap_or(Value::Null)
-}
-
-fn opt<T>(x: Option<T>, f: impl FnOnce(T) -> Value) -> Value {
-    x.map(f).unwrap_or(Value::Null)
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Align {
-    Left,
-    Right,
-}
-
 /// How the table shows a field.
 pub struct Column {
     pub head: &'static str,
-    pub align: Align,
+    pub align: CellAlignment,
     pub cell: fn(&[Row], &Row) -> String,
 }
 
@@ -83,240 +28,144 @@ pub struct Field {
     pub column: Option<Column>,
 }
 
-const fn col(head: &'static str, align: Align, cell: fn(&[Row], &Row) -> String) -> Option<Column> {
-    Some(Column { head, align, cell })
+impl Field {
+    /// What the row is (its scenario, design, settings): there even for an n/a row.
+    const fn given(name: &'static str, value: fn(&[Row], &Row) -> Value) -> Field {
+        Field {
+            name,
+            measured: false,
+            value,
+            column: None,
+        }
+    }
+
+    /// What a run measured.
+    const fn measured(name: &'static str, value: fn(&[Row], &Row) -> Value) -> Field {
+        Field {
+            measured: true,
+            ..Field::given(name, value)
+        }
+    }
+
+    /// The field in the table too, under `head`.
+    const fn shown(
+        self,
+        head: &'static str,
+        align: CellAlignment,
+        cell: fn(&[Row], &Row) -> String,
+    ) -> Field {
+        Field {
+            column: Some(Column { head, align, cell }),
+            ..self
+        }
+    }
+}
+
+fn text(s: &str) -> Value {
+    Value::from(s)
+}
+
+fn int(n: impl TryInto<i64>) -> Value {
+    n.try_into().map_or(Value::Null, Value::from)
+}
+
+/// `x` to `decimals` places (null when not finite).
+fn num(x: f64, decimals: i32) -> Value {
+    let scale = 10f64.powi(decimals);
+    Value::from((x * scale).round() / scale)
+}
+
+fn opt<T>(x: Option<T>, f: impl FnOnce(T) -> Value) -> Value {
+    x.map_or(Value::Null, f)
 }
 
 fn ratio_cell(x: Option<f64>) -> String {
-    x.map(|x| format!("{x:.2}x")).unwrap_or_else(|| "-".into())
+    x.map_or_else(|| "-".into(), |x| format!("{x:.2}x"))
+}
+
+/// A min-max cell: `-` for a row of one run, which has no range.
+fn range_cell(r: &Row, range: impl FnOnce() -> String) -> String {
+    if r.runs > 1 {
+        range()
+    } else {
+        "-".into()
+    }
 }
 
 /// Every field of a row, in CSV order; the table shows those with a column, in the same order.
 pub const FIELDS: &[Field] = &[
-    Field {
-        name: "scenario",
-        measured: false,
-        value: |_, r| Value::Text(r.scenario.name().into()),
-        column: None,
-    },
-    Field {
-        name: "threads",
-        measured: false,
-        value: |_, r| int(r.threads),
-        column: col("threads", Align::Right, |_, r| r.threads.to_string()),
-    },
-    Field {
-        name: "busy",
-        measured: false,
-        value: |_, r| int(r.busy),
-        column: col("busy", Align::Right, |_, r| r.busy.to_string()),
-    },
-    Field {
-        name: "design",
-        measured: false,
-        value: |_, r| Value::Text(r.design.into()),
-        column: col("design", Align::Left, |_, r| r.design.into()),
-    },
-    Field {
-        name: "fifo",
-        measured: false,
-        value: |_, r| Value::Bool(r.fifo),
-        column: col("fifo", Align::Left, |_, r| {
-            if r.fifo { "yes" } else { "no" }.into()
-        }),
-    },
-    Field {
-        name: "deadline",
-        measured: false,
-        value: |_, r| Value::Bool(r.deadline),
-        column: col("deadline", Align::Left, |_, r| {
-            if r.deadline { "yes" } else { "LACKS" }.into()
-        }),
-    },
-    Field {
-        name: "na",
-        measured: false,
-        value: |_, r| opt(r.na, |s| Value::Text(s.into())),
-        column: None,
-    },
-    Field {
-        name: "runs",
-        measured: false,
-        value: |_, r| int(r.runs),
-        column: None,
-    },
-    Field {
-        name: "unit",
-        measured: false,
-        value: |_, r| Value::Text(r.unit.into()),
-        column: None,
-    },
-    Field {
-        name: "ops",
-        measured: true,
-        value: |_, r| int(r.ops),
-        column: None,
-    },
-    Field {
-        name: "secs",
-        measured: true,
-        value: |_, r| Value::Num(r.secs, 4),
-        column: None,
-    },
-    Field {
-        name: "per_sec",
-        measured: true,
-        value: |_, r| Value::Num(r.rate.median, 1),
-        column: col("rate", Align::Right, |_, r| fmt_rate(r.rate.median)),
-    },
-    Field {
-        name: "per_sec_min",
-        measured: true,
-        value: |_, r| Value::Num(r.rate.min, 1),
-        column: col("rate min-max", Align::Right, |_, r| {
-            if r.runs > 1 {
-                fmt_rate_range(r.rate.min, r.rate.max)
-            } else {
-                "-".into()
-            }
-        }),
-    },
-    Field {
-        name: "per_sec_max",
-        measured: true,
-        value: |_, r| Value::Num(r.rate.max, 1),
-        column: None,
-    },
-    Field {
-        name: "time_vs_holdline",
-        measured: true,
-        value: |rows, r| opt(time_ratio(rows, r), |x| Value::Num(x, 4)),
-        column: col("time vs hl", Align::Right, |rows, r| {
-            ratio_cell(time_ratio(rows, r))
-        }),
-    },
-    Field {
-        name: "time_vs_holdline_min",
-        measured: true,
-        value: |rows, r| opt(time_ratio_spread(rows, r), |s| Value::Num(s.min, 4)),
-        column: col(
-            "vs hl min-max",
-            Align::Right,
-            |rows, r| match time_ratio_spread(rows, r) {
-                Some(s) => format!("{:.2}-{:.2}x", s.min, s.max),
-                None => "-".into(),
-            },
-        ),
-    },
-    Field {
-        name: "time_vs_holdline_max",
-        measured: true,
-        value: |rows, r| opt(time_ratio_spread(rows, r), |s| Value::Num(s.max, 4)),
-        column: None,
-    },
-    Field {
-        name: "latency_of",
-        measured: false,
-        value: |_, r| Value::Text(r.lat_of.into()),
-        column: None,
-    },
-    Field {
-        name: "p50_ns",
-        measured: true,
-        value: |_, r| int(r.p50),
-        column: col("p50", Align::Right, |_, r| fmt_ns(r.p50)),
-    },
-    Field {
-        name: "p99_ns",
-        measured: true,
-        value: |_, r| int(r.p99.median),
-        column: col("p99", Align::Right, |_, r| fmt_ns(r.p99.median)),
-    },
-    Field {
-        name: "p99_min_ns",
-        measured: true,
-        value: |_, r| int(r.p99.min),
-        column: col("p99 min-max", Align::Right, |_, r| {
-            if r.runs > 1 {
-                format!("{}-{}", fmt_ns(r.p99.min), fmt_ns(r.p99.max))
-            } else {
-                "-".into()
-            }
-        }),
-    },
-    Field {
-        name: "p99_max_ns",
-        measured: true,
-        value: |_, r| int(r.p99.max),
-        column: None,
-    },
-    Field {
-        name: "p999_ns",
-        measured: true,
-        value: |_, r| int(r.p999),
-        column: col("p999", Align::Right, |_, r| fmt_ns(r.p999)),
-    },
-    Field {
-        name: "max_ns",
-        measured: true,
-        value: |_, r| int(r.max),
-        column: col("max", Align::Right, |_, r| fmt_ns(r.max)),
-    },
-    Field {
-        name: "p99_vs_holdline",
-        measured: true,
-        value: |rows, r| opt(p99_ratio(rows, r), |x| Value::Num(x, 4)),
-        column: col("p99 vs hl", Align::Right, |rows, r| {
-            ratio_cell(p99_ratio(rows, r))
-        }),
-    },
-    Field {
-        name: "quantiles_ns",
-        measured: true,
-        value: |_, r| Value::Pairs(r.quantiles.clone()),
-        column: None,
-    },
-    Field {
-        name: "out_of_order",
-        measured: true,
-        value: |_, r| opt(r.out_of_order, |x| int(x.0)),
-        column: col("ooo", Align::Right, |_, r| match r.out_of_order {
-            Some((o, g)) => format!("{o}/{g}"),
-            None => "-".into(),
-        }),
-    },
-    Field {
-        name: "grants_sampled",
-        measured: true,
-        value: |_, r| opt(r.out_of_order, |x| int(x.1)),
-        column: None,
-    },
-    Field {
-        name: "mem_live_bytes",
-        measured: true,
-        value: |_, r| opt(r.mem_live, int),
-        column: None,
-    },
-    Field {
-        name: "mem_idle_bytes",
-        measured: true,
-        value: |_, r| opt(r.mem_idle, int),
-        column: col("mem idle", Align::Right, |_, r| {
-            r.mem_idle.map(fmt_bytes).unwrap_or_else(|| "-".into())
-        }),
-    },
-    Field {
-        name: "mem_settled_bytes",
-        measured: true,
-        value: |_, r| opt(r.mem_settled, int),
-        column: None,
-    },
-    Field {
-        name: "note",
-        measured: false,
-        value: |_, r| Value::Text(r.note.clone()),
-        column: col("note", Align::Left, |_, r| r.note.clone()),
-    },
+    Field::given("scenario", |_, r| text(r.scenario.name())),
+    Field::given("threads", |_, r| int(r.threads))
+        .shown("threads", Right, |_, r| r.threads.to_string()),
+    Field::given("busy", |_, r| int(r.busy)).shown("busy", Right, |_, r| r.busy.to_string()),
+    Field::given("design", |_, r| text(r.design)).shown("design", Left, |_, r| r.design.into()),
+    Field::given("fifo", |_, r| Value::Bool(r.fifo)).shown("fifo", Left, |_, r| {
+        if r.fifo { "yes" } else { "no" }.into()
+    }),
+    Field::given("deadline", |_, r| Value::Bool(r.deadline)).shown("deadline", Left, |_, r| {
+        if r.deadline { "yes" } else { "LACKS" }.into()
+    }),
+    Field::given("na", |_, r| opt(r.na, text)),
+    Field::given("runs", |_, r| int(r.runs)),
+    Field::given("unit", |_, r| text(r.unit)),
+    Field::measured("ops", |_, r| int(r.ops)),
+    Field::measured("secs", |_, r| num(r.secs, 4)),
+    Field::measured("per_sec", |_, r| num(r.rate.median, 1))
+        .shown("rate", Right, |_, r| fmt_rate(r.rate.median)),
+    Field::measured("per_sec_min", |_, r| num(r.rate.min, 1)).shown(
+        "rate min-max",
+        Right,
+        |_, r| range_cell(r, || fmt_rate_range(r.rate.min, r.rate.max)),
+    ),
+    Field::measured("per_sec_max", |_, r| num(r.rate.max, 1)),
+    Field::measured("time_vs_holdline", |rows, r| {
+        opt(time_ratio(rows, r), |x| num(x, 4))
+    })
+    .shown("time vs hl", Right, |rows, r| {
+        ratio_cell(time_ratio(rows, r))
+    }),
+    Field::measured("time_vs_holdline_min", |rows, r| {
+        opt(time_ratio_spread(rows, r), |s| num(s.min, 4))
+    })
+    .shown("vs hl min-max", Right, |rows, r| {
+        time_ratio_spread(rows, r)
+            .map_or_else(|| "-".into(), |s| format!("{:.2}-{:.2}x", s.min, s.max))
+    }),
+    Field::measured("time_vs_holdline_max", |rows, r| {
+        opt(time_ratio_spread(rows, r), |s| num(s.max, 4))
+    }),
+    Field::given("latency_of", |_, r| text(r.lat_of)),
+    Field::measured("p50_ns", |_, r| int(r.p50)).shown("p50", Right, |_, r| fmt_ns(r.p50)),
+    Field::measured("p99_ns", |_, r| int(r.p99.median))
+        .shown("p99", Right, |_, r| fmt_ns(r.p99.median)),
+    Field::measured("p99_min_ns", |_, r| int(r.p99.min)).shown("p99 min-max", Right, |_, r| {
+        range_cell(r, || format!("{}-{}", fmt_ns(r.p99.min), fmt_ns(r.p99.max)))
+    }),
+    Field::measured("p99_max_ns", |_, r| int(r.p99.max)),
+    Field::measured("p999_ns", |_, r| int(r.p999)).shown("p999", Right, |_, r| fmt_ns(r.p999)),
+    Field::measured("max_ns", |_, r| int(r.max)).shown("max", Right, |_, r| fmt_ns(r.max)),
+    Field::measured("p99_vs_holdline", |rows, r| {
+        opt(p99_ratio(rows, r), |x| num(x, 4))
+    })
+    .shown("p99 vs hl", Right, |rows, r| ratio_cell(p99_ratio(rows, r))),
+    Field::measured("quantiles_ns", |_, r| json!(r.quantiles)),
+    Field::measured("out_of_order", |_, r| opt(r.out_of_order, |x| int(x.0))).shown(
+        "ooo",
+        Right,
+        |_, r| {
+            r.out_of_order
+                .map_or_else(|| "-".into(), |(o, g)| format!("{o}/{g}"))
+        },
+    ),
+    Field::measured("grants_sampled", |_, r| opt(r.out_of_order, |x| int(x.1))),
+    Field::measured("mem_live_bytes", |_, r| opt(r.mem_live, int)),
+    Field::measured("mem_idle_bytes", |_, r| opt(r.mem_idle, int)).shown(
+        "mem idle",
+        Right,
+        |_, r| r.mem_idle.map_or_else(|| "-".into(), fmt_bytes),
+    ),
+    Field::measured("mem_settled_bytes", |_, r| opt(r.mem_settled, int)),
+    Field::given("note", |_, r| text(&r.note)).shown("note", Left, |_, r| r.note.clone()),
 ];
 
 /// A field's value in `r`, null where `r` measured nothing.
@@ -328,62 +177,73 @@ fn value_of(f: &Field, rows: &[Row], r: &Row) -> Value {
     }
 }
 
-fn csv_quoted(s: &str) -> String {
-    if s.contains([',', '"', '\n']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s.to_string()
-    }
-}
-
-fn json_string(s: &str) -> String {
-    let mut o = String::from("\"");
-    for c in s.chars() {
-        match c {
-            '"' => o.push_str("\\\""),
-            '\\' => o.push_str("\\\\"),
-            '\n' => o.push_str("\\n"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(o, "\\u{:04x}", c as u32);
-            }
-            c => o.push(c),
+/// A value as a CSV cell: null is empty, a list of pairs is `q:v;q:v`.
+fn csv_cell(v: &Value) -> String {
+    match v {
+        Value::Null => String::new(),
+        Value::String(s) => s.clone(),
+        Value::Array(pairs) => {
+            let pair = |p: &Value| match p {
+                Value::Array(qv) => qv.iter().map(csv_cell).collect::<Vec<_>>().join(":"),
+                other => csv_cell(other),
+            };
+            pairs.iter().map(pair).collect::<Vec<_>>().join(";")
         }
+        // Numbers and booleans as the JSON writes them.
+        other => other.to_string(),
     }
-    o.push('"');
-    o
 }
 
 pub fn csv(rows: &[Row]) -> String {
-    let names: Vec<&str> = FIELDS.iter().map(|f| f.name).collect();
-    let mut out = names.join(",") + "\n";
+    let mut out = csv::Writer::from_writer(Vec::new());
+    let to_memory = "writing to memory";
+    out.write_record(FIELDS.iter().map(|f| f.name))
+        .expect(to_memory);
     for r in rows {
-        let line: Vec<String> = FIELDS.iter().map(|f| value_of(f, rows, r).csv()).collect();
-        let _ = writeln!(out, "{}", line.join(","));
+        let cells = FIELDS.iter().map(|f| csv_cell(&value_of(f, rows, r)));
+        out.write_record(cells).expect(to_memory);
     }
-    out
+    String::from_utf8(out.into_inner().expect(to_memory)).expect("UTF-8 cells")
+}
+
+/// A row as a JSON object, its keys in [`FIELDS`]' order.
+struct JsonRow<'a> {
+    rows: &'a [Row],
+    row: &'a Row,
+}
+
+impl Serialize for JsonRow<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(
+            FIELDS
+                .iter()
+                .map(|f| (f.name, value_of(f, self.rows, self.row))),
+        )
+    }
+}
+
+/// The run's settings, in the order given.
+struct Meta<'a>(&'a [(&'a str, String)]);
+
+impl Serialize for Meta<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.0.iter().map(|(k, v)| (k, v)))
+    }
+}
+
+#[derive(Serialize)]
+struct Document<'a> {
+    meta: Meta<'a>,
+    rows: Vec<JsonRow<'a>>,
 }
 
 /// `{"meta": {...}, "rows": [{...}, ...]}`.
 pub fn json(rows: &[Row], meta: &[(&str, String)]) -> String {
-    let m: Vec<String> = meta
-        .iter()
-        .map(|(k, v)| format!("{}: {}", json_string(k), json_string(v)))
-        .collect();
-    let items: Vec<String> = rows
-        .iter()
-        .map(|r| {
-            let kv: Vec<String> = FIELDS
-                .iter()
-                .map(|f| format!("{}: {}", json_string(f.name), value_of(f, rows, r).json()))
-                .collect();
-            format!("    {{{}}}", kv.join(", "))
-        })
-        .collect();
-    format!(
-        "{{\n  \"meta\": {{{}}},\n  \"rows\": [\n{}\n  ]\n}}\n",
-        m.join(", "),
-        items.join(",\n")
-    )
+    let doc = Document {
+        meta: Meta(meta),
+        rows: rows.iter().map(|row| JsonRow { rows, row }).collect(),
+    };
+    serde_json::to_string_pretty(&doc).expect("JSON of plain values") + "\n"
 }
 
 /// The table's columns, in order.
@@ -443,29 +303,19 @@ mod tests {
             row("std-1key", 0.0, 0, Some("single key")),
         ];
         let text = csv(&rows);
-        let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines.len(), 3);
-        assert!(
-            lines[0].starts_with("scenario,threads,busy,design,"),
-            "{}",
-            lines[0]
-        );
-        // The note is quoted (it has a comma), so count cells outside quotes.
-        for l in &lines {
-            let mut quoted = false;
-            let commas = l
-                .chars()
-                .filter(|&c| {
-                    if c == '"' {
-                        quoted = !quoted;
-                    }
-                    c == ',' && !quoted
-                })
-                .count();
-            assert_eq!(commas + 1, FIELDS.len(), "{l}");
-        }
-        assert!(lines[1].contains("0.5:10;1:100"), "{}", lines[1]);
-        assert!(lines[2].contains(",single key,"), "{}", lines[2]);
+        let mut reader = csv::Reader::from_reader(text.as_bytes());
+        let names: Vec<&str> = FIELDS.iter().map(|f| f.name).collect();
+        assert_eq!(reader.headers().unwrap(), names);
+        let records: Vec<csv::StringRecord> = reader.records().map(Result::unwrap).collect();
+        assert_eq!(records.len(), 2);
+        let cell = |r: &csv::StringRecord, name: &str| {
+            r[names.iter().position(|n| *n == name).unwrap()].to_string()
+        };
+        assert_eq!(cell(&records[0], "quantiles_ns"), "0.5:10;1.0:100");
+        assert_eq!(cell(&records[0], "note"), "a, \"quoted\" note");
+        assert_eq!(cell(&records[0], "per_sec"), "10.0");
+        assert_eq!(cell(&records[1], "na"), "single key");
+        assert_eq!(cell(&records[1], "per_sec"), "");
     }
 
     #[test]

@@ -17,7 +17,7 @@ use hdrhistogram::Histogram;
 use holdline_client::{Connection, Value};
 use tokio::runtime::Runtime;
 
-use crate::measure::{fill_lat, hist, io_runtime as runtime, record_pairs, run_tasks};
+use crate::measure::{fill_lat, hist, io_runtime as runtime, merged, record_pairs, run_tasks};
 use crate::row::Run;
 use crate::scenario::{Cfg, Scenario, PIPELINE, PIPELINED_DEPTH, REDIS_POLL};
 use crate::servers::{ServerKind, ServerProcess};
@@ -261,11 +261,18 @@ pub fn run(scenario: Scenario, kind: ServerKind, cfg: &Cfg, conns: usize) -> Run
     };
     let server = ServerProcess::start(kind).unwrap_or_else(|e| panic!("{e}"));
     let rt = runtime();
+    let on = Target {
+        cfg,
+        rt: &rt,
+        server: &server,
+        kind,
+        conns,
+    };
     match scenario {
-        Scenario::ServerUncontended => uncontended(&mut run, cfg, &rt, &server, kind, conns),
-        Scenario::ServerPipelined => pipelined(&mut run, cfg, &rt, &server, kind, conns),
-        Scenario::ServerHotKey => hot_key(&mut run, cfg, &rt, &server, kind, conns),
-        Scenario::ServerMemory => memory(&mut run, cfg, &rt, &server, kind, conns),
+        Scenario::ServerUncontended => uncontended(&mut run, &on),
+        Scenario::ServerPipelined => pipelined(&mut run, &on),
+        Scenario::ServerHotKey => hot_key(&mut run, &on),
+        Scenario::ServerMemory => memory(&mut run, &on),
         other => panic!("{} is not a server scenario", other.name()),
     }
     if debug {
@@ -301,70 +308,101 @@ pub fn connection_memory(kind: ServerKind) -> Result<f64, String> {
     Ok((after - before) as f64 / MEMORY_CONNECTIONS as f64)
 }
 
-/// Each connection holds and releases its own key, again and again.
-fn uncontended(
-    run: &mut Run,
-    cfg: &Cfg,
-    rt: &Runtime,
-    server: &ServerProcess,
+/// What a server row runs against: the run's settings, the clients'
+/// runtime, the server started for the row, and how many connections.
+struct Target<'a> {
+    cfg: &'a Cfg,
+    rt: &'a Runtime,
+    server: &'a ServerProcess,
     kind: ServerKind,
     conns: usize,
-) {
-    let clients = Clients::new(connect_all(rt, server, kind, conns));
-    let (outs, secs) = run_tasks(rt, conns, cfg.duration, |t, stop| {
+}
+
+impl Target<'_> {
+    fn connect(&self) -> Vec<Client> {
+        connect_all(self.rt, self.server, self.kind, self.conns)
+    }
+}
+
+/// What a connection does again and again in [`repeat_rounds`].
+enum Round {
+    /// Holds and releases its own key; a latency sample covers both.
+    Pair(String),
+    /// Holds its own keys in one pipelined batch, then releases them; a
+    /// latency sample is the batch of holds.
+    Batch(Vec<String>),
+}
+
+impl Round {
+    /// What one latency sample is.
+    fn lat_of(&self) -> &'static str {
+        match self {
+            Round::Pair(_) => "hold+release",
+            Round::Batch(_) => "batch of holds",
+        }
+    }
+
+    /// Makes the round on `c`, its latency recorded in `h`; answers the holds made.
+    async fn make(&self, c: &mut Client, h: &mut Histogram<u64>) -> u64 {
+        let t0 = Instant::now();
+        match self {
+            Round::Pair(key) => {
+                let held = c.hold(key).await;
+                c.release(key, held).await;
+                let _ = h.record(t0.elapsed().as_nanos() as u64);
+                1
+            }
+            Round::Batch(keys) => {
+                let held = c.hold_batch(keys).await;
+                let _ = h.record(t0.elapsed().as_nanos() as u64);
+                c.release_batch(keys, &held).await;
+                keys.len() as u64
+            }
+        }
+    }
+}
+
+/// Every connection makes its round (`round_of(connection)`) again and
+/// again for the run's duration: holds per second, the rounds' latency.
+fn repeat_rounds(run: &mut Run, on: &Target, round_of: fn(usize) -> Round) {
+    let clients = Clients::new(on.connect());
+    let (outs, secs) = run_tasks(on.rt, on.conns, on.cfg.duration, |t, stop| {
         let clients = clients.clone();
+        let round = round_of(t);
         async move {
             let mut c = clients.take(t);
-            let key = format!("own-{t}");
             let mut h = hist();
             let mut n = 0u64;
             while !stop.load(SeqCst) {
-                let t0 = Instant::now();
-                let held = c.hold(&key).await;
-                c.release(&key, held).await;
-                let _ = h.record(t0.elapsed().as_nanos() as u64);
-                n += 1;
+                n += round.make(&mut c, &mut h).await;
             }
-            (h, n)
+            (h, [n])
         }
     });
-    record_pairs(run, outs, secs, "hold+release");
-    run.note = format!("{conns} connections, each its own key; {}", recipe(kind));
+    record_pairs(run, outs, secs, round_of(0).lat_of());
+}
+
+/// Each connection holds and releases its own key, again and again.
+fn uncontended(run: &mut Run, on: &Target) {
+    repeat_rounds(run, on, |t| Round::Pair(format!("own-{t}")));
+    run.note = format!(
+        "{} connections, each its own key; {}",
+        on.conns,
+        recipe(on.kind)
+    );
 }
 
 /// Each connection pipelines holds of its own keys, then their releases,
 /// again and again: what a server does per command once round trips are
 /// out of the way.
-fn pipelined(
-    run: &mut Run,
-    cfg: &Cfg,
-    rt: &Runtime,
-    server: &ServerProcess,
-    kind: ServerKind,
-    conns: usize,
-) {
-    let clients = Clients::new(connect_all(rt, server, kind, conns));
-    let (outs, secs) = run_tasks(rt, conns, cfg.duration, |t, stop| {
-        let clients = clients.clone();
-        async move {
-            let mut c = clients.take(t);
-            let keys: Vec<String> = (0..PIPELINED_DEPTH).map(|i| format!("p{t}-{i}")).collect();
-            let mut h = hist();
-            let mut n = 0u64;
-            while !stop.load(SeqCst) {
-                let t0 = Instant::now();
-                let held = c.hold_batch(&keys).await;
-                let _ = h.record(t0.elapsed().as_nanos() as u64);
-                c.release_batch(&keys, &held).await;
-                n += keys.len() as u64;
-            }
-            (h, n)
-        }
+fn pipelined(run: &mut Run, on: &Target) {
+    repeat_rounds(run, on, |t| {
+        Round::Batch((0..PIPELINED_DEPTH).map(|i| format!("p{t}-{i}")).collect())
     });
-    record_pairs(run, outs, secs, "batch of holds");
     run.note = format!(
-        "{conns} connections, {PIPELINED_DEPTH} deep; {}",
-        match kind {
+        "{} connections, {PIPELINED_DEPTH} deep; {}",
+        on.conns,
+        match on.kind {
             ServerKind::Holdline => "TRYHOLD x16, then RELEASE x16",
             ServerKind::Redis => "SET NX PX x16, then EVALSHA compare-and-delete x16",
         }
@@ -379,22 +417,16 @@ fn recipe(kind: ServerKind) -> &'static str {
 }
 
 /// Every connection on one key: wait (from the first try), hold, release.
-fn hot_key(
-    run: &mut Run,
-    cfg: &Cfg,
-    rt: &Runtime,
-    server: &ServerProcess,
-    kind: ServerKind,
-    conns: usize,
-) {
-    let clients = Clients::new(connect_all(rt, server, kind, conns));
+fn hot_key(run: &mut Run, on: &Target) {
+    let conns = on.conns;
+    let clients = Clients::new(on.connect());
     // A ticket when a connection begins to wait, kept in `waiting` until it
     // is granted (0: not waiting). A grant made while a connection with an
     // older ticket still waits passed over it: out of arrival order. (A
     // barging client passes over every poller, and each such grant counts.)
     let ticket = Arc::new(AtomicU64::new(1));
     let waiting: Arc<Vec<AtomicU64>> = Arc::new((0..conns).map(|_| AtomicU64::new(0)).collect());
-    let (outs, secs) = run_tasks(rt, conns, cfg.duration, |t, stop| {
+    let (outs, secs) = run_tasks(on.rt, conns, on.cfg.duration, |t, stop| {
         let clients = clients.clone();
         let (ticket, waiting) = (ticket.clone(), waiting.clone());
         async move {
@@ -416,22 +448,16 @@ fn hot_key(
                 grants += 1;
                 c.release("hot", held).await;
             }
-            (h, grants, ooo)
+            (h, [grants, ooo])
         }
     });
-    let mut all = hist();
-    let (mut grants, mut ooo) = (0, 0);
-    for (h, g, o) in outs {
-        all.add(h).expect("merge");
-        grants += g;
-        ooo += o;
-    }
+    let (all, [grants, ooo]) = merged(outs);
     run.unit = "grants";
     run.lat_of = "wait";
     run.set_rate(grants, secs);
     fill_lat(run, &all);
     run.out_of_order = Some((ooo, grants));
-    run.note = match kind {
+    run.note = match on.kind {
         ServerKind::Holdline => {
             format!("{conns} connections; HOLD waits in line, answered on grant")
         }
@@ -449,15 +475,9 @@ fn hot_key(
 /// Batches rather than every key held at once: holdline renews all of a
 /// connection's leases on every command it reads, so one connection holding
 /// tens of thousands of leases makes each command cost as many renewals.
-fn memory(
-    run: &mut Run,
-    cfg: &Cfg,
-    rt: &Runtime,
-    server: &ServerProcess,
-    kind: ServerKind,
-    conns: usize,
-) {
-    let clients = connect_all(rt, server, kind, conns);
+fn memory(run: &mut Run, on: &Target) {
+    let (cfg, rt, server, conns) = (on.cfg, on.rt, on.server, on.conns);
+    let clients = on.connect();
     let start_rss = server.rss().expect("server RSS");
     let n = cfg.million;
     let per = n.div_ceil(conns);

@@ -28,7 +28,8 @@ fn the_graph_knows_the_layers() {
     assert!(graph["scenarios"].contains("rates"));
     assert!(graph["report"].contains("schema"));
     assert!(graph["server_scenarios"].contains("measure"));
-    assert!(graph["bench"].contains("hot_path"));
+    assert!(graph["bench"].contains("verdict"));
+    assert!(graph["verdict"].contains("report"));
 }
 
 #[test]
