@@ -4,7 +4,11 @@
 //! its own), until when its etcd lease surely lives, what it last read of
 //! the other nodes (for `MOVED` and `CLUSTER SLOTS`), and where a key's
 //! command goes ([`Node::route`]). The etcd session that changes these
-//! lives in `agent`; the shares it aims for in `shares`; slots in `slots`.
+//! lives in `agent`, which uses, as etcd's own `concurrency` package keeps
+//! them apart: `etcd` (key names, typed errors), `lease_session` (the
+//! lease's keepalive and watchdog), `facts` (reading and watching the
+//! cluster's keys) and `claims` (claims, windows, hand-overs); the shares
+//! it aims for are in `shares`; slots in `slots`.
 //!
 //! # Why no two holders overlap, and fences keep rising
 //!
@@ -86,6 +90,10 @@
 //! clock), and stops claiming, saying so, when a window would pass 2^63.
 
 pub mod agent;
+mod claims;
+mod etcd;
+mod facts;
+mod lease_session;
 pub mod shares;
 pub mod slots;
 

@@ -1,0 +1,172 @@
+//! A node's claims of partitions in etcd: claiming one together with a
+//! fence window (one transaction), reserving the next window at half,
+//! handing a stopped partition over (the claim deleted, the hand-over
+//! marked, in one transaction), and stopping what etcd no longer shows as
+//! ours. Each write is conditioned on the revision it read, so a claim of
+//! a tenure that ended changes nothing. The safety argument is in the
+//! module doc of `cluster`.
+
+use super::etcd::{timed, EtcdError, Keys};
+use super::facts::Facts;
+use super::Node;
+use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+use tracing::{info, warn};
+
+/// The node's claims: what it writes to etcd about partitions.
+pub struct Claims {
+    pub client: Client,
+    pub keys: Keys,
+    pub node: Arc<Node>,
+}
+
+impl Claims {
+    /// Stops partitions etcd does not show as ours (claim and all), and
+    /// gives up any claim of ours that is not served (a stopped one, or a
+    /// claim left by an ended session).
+    pub async fn drop_what_etcd_denies(&mut self, facts: &Facts) {
+        for part in self.node.served() {
+            let ok = matches!(&facts.owners[usize::from(part.index)],
+                Some((id, rev)) if *id == self.node.id && *rev == part.claim);
+            if !ok {
+                warn!(
+                    partition = part.index,
+                    "etcd no longer shows our claim: stopping"
+                );
+                self.node.stop(part.index);
+            }
+        }
+        let served: Vec<u16> = self.node.served().iter().map(|p| p.index).collect();
+        for (p, owner) in facts.owners.iter().enumerate() {
+            if let Some((id, rev)) = owner {
+                if *id == self.node.id && !served.contains(&(p as u16)) {
+                    let _ = self.delete_claim(p as u16, *rev).await;
+                }
+            }
+        }
+    }
+
+    /// Hands over in etcd every partition the node stopped on purpose.
+    pub async fn hand_over_stopped(&mut self) -> Result<(), EtcdError> {
+        for (p, claim, end) in self.node.left() {
+            self.hand_over(p, claim, Some(end)).await?;
+        }
+        Ok(())
+    }
+
+    /// Deletes our claim of `p` (revision `rev`), which we no longer
+    /// serve. With `end`, the end of our last window, it also marks the
+    /// hand-over clean (`handed/<p>` = that end, in the same transaction,
+    /// only if no window was reserved since): every holder was told it
+    /// lost its lease, so the next owner need not wait out their ttls.
+    pub async fn hand_over(&mut self, p: u16, rev: i64, end: Option<u64>) -> Result<(), EtcdError> {
+        let owner = self.keys.owner(p);
+        if let Some(end) = end {
+            let fences = self.keys.fences(p);
+            let handed = self.keys.handed(p);
+            let txn = Txn::new()
+                .when([
+                    Compare::create_revision(owner.clone(), CompareOp::Equal, rev),
+                    Compare::value(fences, CompareOp::Equal, end.to_string()),
+                ])
+                .and_then([
+                    TxnOp::delete(owner, None),
+                    TxnOp::put(handed, end.to_string(), None),
+                ]);
+            if timed("txn", self.client.txn(txn)).await?.succeeded() {
+                return Ok(());
+            }
+        }
+        self.delete_claim(p, rev).await
+    }
+
+    pub async fn delete_claim(&mut self, p: u16, rev: i64) -> Result<(), EtcdError> {
+        let key = self.keys.owner(p);
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.clone(), CompareOp::Equal, rev)])
+            .and_then([TxnOp::delete(key, None)]);
+        timed("txn", self.client.txn(txn)).await.map(drop)
+    }
+
+    /// Claims `p` and reserves a fence window in one transaction; serves it
+    /// if etcd granted both.
+    pub async fn claim(&mut self, p: u16, facts: &Facts) -> Result<(), EtcdError> {
+        let lease = self.node.lease();
+        if lease == 0 || self.node.is_leaving() {
+            return Ok(());
+        }
+        let owner = self.keys.owner(p);
+        let fences = self.keys.fences(p);
+        let (floor, fences_rev) = facts.fences[usize::from(p)].unwrap_or((wall_clock_ns(), 0));
+        // Fences travel as signed 64-bit integers: a window must end below.
+        let Some(end) = floor
+            .checked_add(self.node.window)
+            .filter(|&e| e < i64::MAX as u64)
+        else {
+            warn!(
+                partition = p,
+                floor, "no fences left below 2^63 (or fences/<p> is not a number): not claiming"
+            );
+            return Ok(());
+        };
+        let handed_over = facts.handed_over(p);
+        let txn = Txn::new()
+            .when([
+                Compare::create_revision(owner.clone(), CompareOp::Equal, 0),
+                Compare::mod_revision(fences.clone(), CompareOp::Equal, fences_rev),
+            ])
+            .and_then([
+                TxnOp::put(
+                    owner,
+                    self.node.id.clone(),
+                    Some(PutOptions::new().with_lease(lease)),
+                ),
+                TxnOp::put(fences, end.to_string(), None),
+            ]);
+        let resp = timed("claim", self.client.txn(txn)).await?;
+        let revision = resp.header().map(|h| h.revision()).unwrap_or(0);
+        if resp.succeeded() && self.node.check_deadline() {
+            self.node.serve(p, floor, revision, handed_over);
+            if handed_over {
+                info!(partition = p, "serving the partition");
+            } else {
+                info!(partition = p, wait = ?self.node.max_ttl, "serving the partition once no holder of its last owner can think it holds a key");
+            }
+        }
+        Ok(())
+    }
+
+    /// Reserves the next window for every partition past half its own.
+    pub async fn reserve_windows(&mut self, facts: &Facts) -> Result<(), EtcdError> {
+        for part in self.node.served() {
+            if !part.wants_window.load(std::sync::atomic::Ordering::SeqCst) {
+                continue;
+            }
+            let Some((end, rev)) = facts.fences[usize::from(part.index)] else {
+                continue;
+            };
+            let owner = self.keys.owner(part.index);
+            let fences = self.keys.fences(part.index);
+            let next = end + self.node.window;
+            let txn = Txn::new()
+                .when([
+                    Compare::create_revision(owner, CompareOp::Equal, part.claim),
+                    Compare::mod_revision(fences.clone(), CompareOp::Equal, rev),
+                ])
+                .and_then([TxnOp::put(fences, next.to_string(), None)]);
+            if timed("reserve", self.client.txn(txn)).await?.succeeded() {
+                self.node.window_reserved(&part, next);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Nanoseconds since the Unix epoch: a new partition's first window starts
+/// there, level with a single node's fences.
+fn wall_clock_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}

@@ -1,0 +1,135 @@
+//! Talking to etcd: the names of the cluster's keys, and etcd's errors
+//! kept as values (a caller asks an error's gRPC code, never its text),
+//! every request bounded in time.
+//!
+//! Keys under `/holdline/<cluster>/`: `partitions` and `max_ttl_ms`
+//! (written once, when the cluster is created), `nodes/<id>` = advertised
+//! address and `owners/<p>` = node id (both under the node's lease),
+//! `fences/<p>` = the end of the highest fence window reserved and
+//! `handed/<p>` = the window end of the last clean hand-over (no lease).
+
+use std::fmt;
+use std::future::Future;
+use std::time::Duration;
+
+/// The longest any one etcd request may take.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Why a request to etcd did not do what was asked.
+#[derive(Debug)]
+pub enum EtcdError {
+    /// etcd (or the way to it) answered with an error.
+    Failed {
+        what: &'static str,
+        source: etcd_client::Error,
+    },
+    /// No answer within [`REQUEST_TIMEOUT`].
+    NoAnswer { what: &'static str },
+    /// A key of the cluster holds what no node writes there.
+    Unreadable(String),
+}
+
+impl EtcdError {
+    /// Whether etcd said the thing asked about does not exist (a lease
+    /// that ran out or was revoked).
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, EtcdError::Failed { source: etcd_client::Error::GRpcStatus(status), .. }
+            if status.code() == tonic::Code::NotFound)
+    }
+}
+
+impl fmt::Display for EtcdError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EtcdError::Failed { what, source } => write!(f, "etcd {what}: {source}"),
+            EtcdError::NoAnswer { what } => {
+                write!(f, "etcd {what}: no answer in {REQUEST_TIMEOUT:?}")
+            }
+            EtcdError::Unreadable(why) => write!(f, "{why}"),
+        }
+    }
+}
+
+impl std::error::Error for EtcdError {}
+
+/// `f`, or why not, within [`REQUEST_TIMEOUT`].
+pub async fn timed<T>(
+    what: &'static str,
+    f: impl Future<Output = Result<T, etcd_client::Error>>,
+) -> Result<T, EtcdError> {
+    match tokio::time::timeout(REQUEST_TIMEOUT, f).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(source)) => Err(EtcdError::Failed { what, source }),
+        Err(_) => Err(EtcdError::NoAnswer { what }),
+    }
+}
+
+/// The names of one cluster's keys.
+#[derive(Clone, Debug)]
+pub struct Keys {
+    /// `/holdline/<cluster>/`: every key of the cluster starts so.
+    pub prefix: String,
+}
+
+impl Keys {
+    pub fn new(cluster: &str) -> Keys {
+        Keys {
+            prefix: format!("/holdline/{cluster}/"),
+        }
+    }
+
+    /// A setting fixed at the cluster's creation (`partitions`, ...).
+    pub fn setting(&self, name: &str) -> String {
+        format!("{}{name}", self.prefix)
+    }
+
+    pub fn node(&self, id: &str) -> String {
+        format!("{}nodes/{id}", self.prefix)
+    }
+
+    pub fn owner(&self, p: u16) -> String {
+        format!("{}owners/{p}", self.prefix)
+    }
+
+    pub fn fences(&self, p: u16) -> String {
+        format!("{}fences/{p}", self.prefix)
+    }
+
+    pub fn handed(&self, p: u16) -> String {
+        format!("{}handed/{p}", self.prefix)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_under_the_clusters_prefix() {
+        let keys = Keys::new("prod");
+        assert_eq!(keys.owner(3), "/holdline/prod/owners/3");
+        assert_eq!(keys.fences(0), "/holdline/prod/fences/0");
+        assert_eq!(keys.handed(7), "/holdline/prod/handed/7");
+        assert_eq!(keys.node("ab"), "/holdline/prod/nodes/ab");
+        assert_eq!(keys.setting("partitions"), "/holdline/prod/partitions");
+    }
+
+    #[test]
+    fn not_found_is_read_from_the_grpc_code_not_the_text() {
+        let gone = EtcdError::Failed {
+            what: "keepalive",
+            source: etcd_client::Error::GRpcStatus(tonic::Status::not_found("whatever")),
+        };
+        assert!(gone.is_not_found());
+        let worded = EtcdError::Failed {
+            what: "keepalive",
+            source: etcd_client::Error::GRpcStatus(tonic::Status::unavailable("not found")),
+        };
+        assert!(!worded.is_not_found());
+        assert!(!EtcdError::NoAnswer { what: "get" }.is_not_found());
+        assert_eq!(
+            EtcdError::NoAnswer { what: "get" }.to_string(),
+            "etcd get: no answer in 2s"
+        );
+    }
+}
