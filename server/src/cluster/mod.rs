@@ -69,7 +69,8 @@
 //! node must not run where that happens unnoticed. (c) etcd expires a
 //! lease only after its ttl: a stuck old etcd leader can revoke leases
 //! early (an etcd bug fixed only in part, in releases after Debian's
-//! 3.4.23); the tests run one member. Network delays and process pauses
+//! 3.4.23); the cluster tests run one member, the nemesis suite
+//! (`clients/testing/nemesis.py`) three, killing their leader. Network delays and process pauses
 //! are not assumed anything about, with one exception of every lock
 //! service: an answer decided before a pause (already in the socket's
 //! buffer) still goes out after it; its lease is lost by then and its

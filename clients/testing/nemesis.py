@@ -1,0 +1,413 @@
+#!/usr/bin/env python3
+"""The cluster tested as Jepsen tests: three etcd members, three holdline
+nodes whose etcd links run through freezable proxies, client processes
+holding a handful of keys through the real Python client, and faults
+injected at random, overlapping; then a checker (`nemesis_check.py`).
+
+    python3 nemesis.py [--seconds 30] [--seed N] [--clients 4] [--keys 4]
+                       [--faults all|LIST] [--clock-rate R] [--never-looks]
+                       [--expect-violation] [--keep DIR] [--binary PATH]
+
+The seed is printed first; the same seed replays the same faults at the
+same moments (what the processes do in between is up to the machine).
+Faults (`--faults` names a comma-separated subset):
+
+  node-kill     SIGKILL a node; heal: start it again (a new port)
+  node-stop     SIGSTOP a node; heal: SIGCONT
+  node-cut      freeze the proxies between a node and etcd (its clients
+                still reach it); heal: thaw them
+  leader-kill   SIGKILL etcd's leader; heal: start it again, same data
+  member-stop   SIGSTOP an etcd member; heal: SIGCONT
+  client-stop   SIGSTOP a client while it holds (a GC pause, often past
+                the lease's ttl); heal: SIGCONT
+
+`--clock-rate R` runs node 0 under libfaketime at R times real speed.
+`--never-looks` runs the clients' mutant that never looks at its lease:
+the checker must then fail. Exit status: 0 when the checker passes, 1 when
+it finds a violation, 2 when the cluster could not be set up
+(`--expect-violation` swaps 0 and 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Tuple
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import cluster as fixture  # noqa: E402
+import nemesis_check  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+FAULTS = ["node-kill", "node-stop", "node-cut", "leader-kill", "member-stop", "client-stop"]
+ETCD_TTL_S = 2
+MAX_TTL_MS = 2000
+WAIT_MS = 3000
+PARTITIONS = 8
+NS = 1_000_000_000
+
+Fault = Tuple[str, Callable[[], None]]
+"""A fault applied: what it did, and how to heal it."""
+
+
+def say(text: str) -> None:
+    print(f"nemesis: {text}", flush=True)
+
+
+def stop(proc: Optional[subprocess.Popen[bytes]], sig: int) -> None:
+    if proc is not None and proc.poll() is None:
+        try:
+            os.kill(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def fake_clock(rate: float) -> Dict[str, str]:
+    """The environment that runs a process's clocks (CLOCK_MONOTONIC among
+    them) at `rate` times real speed: libfaketime preloaded into the process
+    itself (not the `faketime` wrapper, whose child a signal would miss)."""
+    libs = sorted(Path("/usr/lib").glob("*/faketime/libfaketimeMT.so.1"))
+    if not libs:
+        raise RuntimeError("no libfaketimeMT.so.1: apt-get install faketime")
+    return {"LD_PRELOAD": str(libs[0]), "FAKETIME": f"+0 x{rate}"}
+
+
+class Member:
+    """One etcd member: its ports stay its own across restarts."""
+
+    def __init__(self, index: int, dir: Path) -> None:
+        self.index = index
+        self.name = f"m{index}"
+        self.client = fixture.port_to_try()
+        self.peer = fixture.port_to_try()
+        self.data = dir / f"etcd-{index}"
+        self.log = dir / f"etcd-{index}.log"
+        self.proc: Optional[subprocess.Popen[bytes]] = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.client}"
+
+    def start(self, initial: str, state: str) -> None:
+        peer = f"http://127.0.0.1:{self.peer}"
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(
+                [fixture.ETCD, "--name", self.name, "--data-dir", str(self.data),
+                 "--listen-client-urls", self.url, "--advertise-client-urls", self.url,
+                 "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+                 "--initial-cluster", initial, "--initial-cluster-state", state,
+                 "--initial-cluster-token", "nemesis",
+                 "--heartbeat-interval", "50", "--election-timeout", "500"],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+            )  # fmt: skip
+
+    def status(self) -> Optional[Tuple[int, int]]:
+        """(its member id, the leader's id), or None when it does not answer."""
+        request = urllib.request.Request(
+            f"{self.url}/v3/maintenance/status", data=b"{}", method="POST"
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=1) as answer:
+                status = json.load(answer)
+            return int(status["header"]["member_id"]), int(status["leader"])
+        except (OSError, ValueError, KeyError):
+            return None
+
+
+class Proxy:
+    """A frozen_proxy.py in front of one etcd member, for one node."""
+
+    def __init__(self, target: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, str(HERE / "frozen_proxy.py"), target],
+            stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        assert self.proc.stdout is not None
+        self.port = int(self.proc.stdout.readline())
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+class World:
+    """Every process of one run, and the faults on them."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.binary = fixture.server_binary(args.binary)
+        self.dir = Path(args.keep or tempfile.mkdtemp(prefix="holdline-nemesis-"))
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.members = [Member(i, self.dir) for i in range(3)]
+        self.proxies: List[List[Proxy]] = []
+        self.nodes = [fixture.Node(i, 0, self.dir / f"node{i}.log") for i in range(3)]
+        self.clients: List[subprocess.Popen[bytes]] = []
+        self.pauses: List[Tuple[int, int, int]] = []  # client, from, until
+
+    # ---------------------------------------------------------------- set-up
+
+    def start(self) -> None:
+        initial = ",".join(f"{m.name}=http://127.0.0.1:{m.peer}" for m in self.members)
+        for m in self.members:
+            m.start(initial, "new")
+        self._await(lambda: all(m.status() for m in self.members), "etcd's three members")
+        for _ in self.nodes:
+            self.proxies.append([Proxy(f"127.0.0.1:{m.client}") for m in self.members])
+        for node in self.nodes:
+            self.spawn_node(node)
+        for node in self.nodes:
+            self.await_node(node)
+        self._await(self.covered, "every slot served")
+
+    def spawn_node(self, node: fixture.Node) -> None:
+        etcd = ",".join(p.url for p in self.proxies[node.index])
+        env = dict(os.environ)
+        if node.index == 0 and self.args.clock_rate != 1.0:
+            env.update(fake_clock(self.args.clock_rate))
+        node.port = 0
+        with open(node.log, "ab") as log:
+            node.proc = subprocess.Popen(
+                [str(self.binary), "serve", "--listen", "127.0.0.1:0",
+                 "--advertise", "127.0.0.1:0", "--etcd", etcd, "--cluster", "nemesis",
+                 "--partitions", str(PARTITIONS), "--etcd-ttl", f"{ETCD_TTL_S}s",
+                 "--max-ttl", f"{MAX_TTL_MS}ms"],
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, env=env,
+            )  # fmt: skip
+
+    def await_node(self, node: fixture.Node) -> None:
+        # The cluster fixture's reader of the first line (a private helper
+        # there, public in spirit: both are the tests' own).
+        fixture.Cluster._await_listening(self, node)  # type: ignore[arg-type]
+
+    def covered(self) -> bool:
+        for node in self.nodes:
+            if node.alive():
+                try:
+                    if fixture._covers_all(fixture.cluster_slots(node.addr)):
+                        return True
+                except (OSError, fixture.RespError):
+                    pass
+        return False
+
+    def _await(self, ready: Callable[[], bool], what: str, seconds: float = 30) -> None:
+        deadline = time.monotonic() + seconds
+        while not ready():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{what}: not within {seconds:g}s (logs in {self.dir})")
+            time.sleep(0.1)
+
+    def addresses(self) -> str:
+        return ",".join(n.addr for n in self.nodes if n.alive())
+
+    def start_clients(self, seed: int) -> None:
+        for i in range(self.args.clients):
+            self.clients.append(self.client(i, seed + i, ["--seconds", str(self.args.seconds)]))
+
+    def client(self, i: int, seed: int, extra: List[str]) -> subprocess.Popen[bytes]:
+        mutant = ["--never-looks"] if self.args.never_looks else []
+        return subprocess.Popen(
+            [sys.executable, str(HERE / "nemesis_client.py"), "--nodes", self.addresses(),
+             "--id", str(i), "--keys", str(self.args.keys), "--seed", str(seed),
+             "--ttl-ms", str(MAX_TTL_MS), "--wait-ms", str(WAIT_MS),
+             "--log", str(self.dir / f"client{i}.jsonl"),
+             "--state", str(self.dir / f"client{i}.state")] + mutant + extra,
+            stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+
+    def close(self) -> None:
+        for p in self.clients:
+            fixture._kill(p)
+        for node in self.nodes:
+            fixture._kill(node.proc)
+        for row in self.proxies:
+            for proxy in row:
+                fixture._kill(proxy.proc)
+        for m in self.members:
+            fixture._kill(m.proc)
+        if not self.args.keep:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    # ---------------------------------------------------------------- faults
+
+    def leader(self) -> Optional[Member]:
+        ids: Dict[int, Member] = {}
+        leader = None
+        for m in self.members:
+            status = m.status()
+            if status is not None:
+                ids[status[0]] = m
+                leader = status[1]
+        return ids.get(leader) if leader is not None else None
+
+    def holding_client(self, rng: random.Random) -> Optional[int]:
+        holding = []
+        for i, p in enumerate(self.clients):
+            state = self.dir / f"client{i}.state"
+            if p.poll() is None and state.exists() and state.read_bytes()[:1] == b"1":
+                holding.append(i)
+        return rng.choice(holding) if holding else None
+
+    def inject(self, fault: str, rng: random.Random) -> Optional[Fault]:
+        """Applies `fault` to a target chosen by `rng`: (what, its heal)."""
+        if fault == "client-stop":
+            return self._stop_client(rng)
+        if fault in ("leader-kill", "member-stop"):
+            return self._etcd_fault(fault, rng)
+        node = self.nodes[rng.randrange(len(self.nodes))]
+        if fault == "node-kill":
+            fixture._kill(node.proc)
+            return f"node {node.index} killed", lambda: self._restart_node(node)
+        if fault == "node-stop":
+            stop(node.proc, signal.SIGSTOP)
+            return f"node {node.index} stopped", lambda: stop(node.proc, signal.SIGCONT)
+        for proxy in self.proxies[node.index]:
+            stop(proxy.proc, signal.SIGSTOP)
+        return f"node {node.index} cut off from etcd", lambda: self._thaw(node.index)
+
+    def _stop_client(self, rng: random.Random) -> Optional[Fault]:
+        i = self.holding_client(rng)
+        if i is None:
+            return None
+        stop(self.clients[i], signal.SIGSTOP)
+        since = time.monotonic_ns()
+
+        def heal() -> None:
+            stop(self.clients[i], signal.SIGCONT)
+            self.pauses.append((i, since, time.monotonic_ns()))
+
+        return f"client {i} stopped while holding", heal
+
+    def _etcd_fault(self, fault: str, rng: random.Random) -> Optional[Fault]:
+        if fault == "leader-kill":
+            m = self.leader()
+            if m is None:
+                return None
+            fixture._kill(m.proc)
+            return f"etcd leader {m.name} killed", lambda: self._restart_member(m)
+        m = self.members[rng.randrange(3)]
+        stop(m.proc, signal.SIGSTOP)
+        return f"etcd member {m.name} stopped", lambda: stop(m.proc, signal.SIGCONT)
+
+    def _restart_node(self, node: fixture.Node) -> None:
+        self.spawn_node(node)
+        self.await_node(node)
+
+    def _restart_member(self, m: Member) -> None:
+        initial = ",".join(f"{x.name}=http://127.0.0.1:{x.peer}" for x in self.members)
+        m.start(initial, "existing")
+
+    def _thaw(self, index: int) -> None:
+        for proxy in self.proxies[index]:
+            stop(proxy.proc, signal.SIGCONT)
+
+
+def target_of(what: str) -> str:
+    """The process a fault's description names: one fault at a time each."""
+    return " ".join(what.split()[:2])
+
+
+def run_faults(world: World, rng: random.Random, faults: List[str], seconds: float) -> int:
+    """Injects faults until `seconds` pass, overlapping (at most two at a
+    time, one per target), then heals them all; answers how many."""
+    active: List[Tuple[float, str, Callable[[], None]]] = []
+    until = time.monotonic() + seconds
+    injected = 0
+    while time.monotonic() < until:
+        time.sleep(rng.uniform(0.3, 1.5))
+        for entry in [a for a in active if a[0] <= time.monotonic()]:
+            active.remove(entry)
+            entry[2]()
+            say(f"healed: {entry[1]}")
+        if len(active) >= 2:
+            continue
+        applied = world.inject(rng.choice(faults), rng)
+        if applied is None:
+            continue
+        what, heal = applied
+        if any(target_of(a[1]) == target_of(what) for a in active):
+            heal()
+            continue
+        injected += 1
+        say(f"fault: {what}")
+        active.append((time.monotonic() + rng.uniform(0.5, 4.0), what, heal))
+    for _, what, heal in active:
+        heal()
+        say(f"healed: {what}")
+    return injected
+
+
+def verdict(world: World, healed: int) -> nemesis_check.Verdict:
+    records = nemesis_check.read_records(
+        world.dir / f"client{i}.jsonl" for i in range(world.args.clients)
+    )
+    finals = nemesis_check.read_records([world.dir / "final.jsonl"])
+    hold_bound = (WAIT_MS + MAX_TTL_MS) * 1_000_000 + 5 * NS
+    recovery_bound = (ETCD_TTL_S * 1000 + MAX_TTL_MS) * 1_000_000 + 5 * NS
+    return nemesis_check.check(records, finals, world.pauses, hold_bound, healed, recovery_bound)
+
+
+def run(args: argparse.Namespace) -> int:
+    seed = args.seed if args.seed is not None else random.randrange(1 << 32)
+    say(f"seed {seed} (replay: --seed {seed}); {args.seconds:g}s, faults {','.join(args.faults)}")
+    rng = random.Random(seed)
+    world = World(args)
+    try:
+        try:
+            world.start()
+        except (TimeoutError, RuntimeError, OSError) as e:
+            say(f"could not set the cluster up: {e}")
+            return 2
+        world.start_clients(seed)
+        injected = run_faults(world, rng, args.faults, args.seconds)
+        healed = time.monotonic_ns()
+        for p in world.clients:
+            p.wait(timeout=WAIT_MS / 1000 + 30)
+        final = world.client(99, seed, ["--final", "--wait-ms", "20000"])
+        final_log = world.dir / "client99.jsonl"
+        final.wait(timeout=len(range(args.keys)) * 25 + 10)
+        os.replace(final_log, world.dir / "final.jsonl")
+        v = verdict(world, healed)
+        say(f"{injected} faults; {v.summary()}")
+        if args.keep:
+            say(f"logs kept in {world.dir}")
+    finally:
+        world.close()
+    failed = not v.ok
+    if args.expect_violation:
+        say("the checker caught it, as it must" if failed else "the checker missed the mutant")
+        return 0 if failed else 1
+    return 1 if failed else 0
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--seconds", type=float, default=float(os.environ.get("NEMESIS_SECONDS", 30)))
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--clients", type=int, default=4)
+    p.add_argument("--keys", type=int, default=4)
+    p.add_argument("--faults", default="all")
+    p.add_argument("--clock-rate", type=float, default=1.0)
+    p.add_argument("--never-looks", action="store_true")
+    p.add_argument("--expect-violation", action="store_true")
+    p.add_argument("--keep", default="")
+    p.add_argument("--binary", default=None)
+    args = p.parse_args()
+    args.faults = FAULTS if args.faults == "all" else args.faults.split(",")
+    unknown = set(args.faults) - set(FAULTS)
+    if unknown:
+        p.error(f"unknown faults {sorted(unknown)}; known: {', '.join(FAULTS)}")
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
