@@ -159,24 +159,8 @@ pub fn key_slot(c: &mut Client, key: &str) -> u16 {
     }
 }
 
-/// A key's slot computed here, independently of the server (CRC16-XMODEM
-/// of the key or its `{tag}`, mod 16384).
+/// A key's slot as the wire crate computes it (checked there against
+/// Redis's own vectors): what every node's map and KEYSLOT must agree with.
 pub fn slot(key: &str) -> u16 {
-    let bytes = key.as_bytes();
-    let tagged = bytes.iter().position(|&b| b == b'{').and_then(|open| {
-        let len = bytes[open + 1..].iter().position(|&b| b == b'}')?;
-        (len > 0).then(|| &bytes[open + 1..open + 1 + len])
-    });
-    let mut crc: u16 = 0;
-    for &b in tagged.unwrap_or(bytes) {
-        crc ^= u16::from(b) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
-        }
-    }
-    crc % 16384
+    holdline_resp::slot::key_slot(key.as_bytes())
 }
