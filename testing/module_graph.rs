@@ -218,3 +218,23 @@ fn body_lines(lines: &[&str]) -> Option<usize> {
     }
     None
 }
+
+/// The whole check of one crate's `src`: the reader works, no module
+/// uses one that uses it back, and `edges` (`(module, a module it uses)`,
+/// known to exist) are seen, so an empty graph cannot pass.
+pub fn assert_crate_layered(src: &Path, edges: &[(&str, &str)]) {
+    check_the_reader();
+    let graph = assert_layered(src);
+    for (from, to) in edges {
+        assert!(
+            graph.get(*from).is_some_and(|uses| uses.contains(*to)),
+            "the reader missed {from} -> {to}"
+        );
+    }
+}
+
+/// Panics listing every function of `src` over `max` lines.
+pub fn assert_short_functions(src: &Path, max: usize) {
+    let long = long_functions(src, max);
+    assert!(long.is_empty(), "over {max} lines:\n{}", long.join("\n"));
+}

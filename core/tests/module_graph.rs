@@ -5,27 +5,23 @@
 #[path = "../../testing/module_graph.rs"]
 mod module_graph;
 
-use std::path::Path;
-
 fn src() -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
 }
 
 #[test]
 fn no_module_of_the_core_uses_one_that_uses_it_back() {
-    module_graph::assert_layered(&src());
+    module_graph::assert_crate_layered(
+        &src(),
+        &[
+            ("lease", "store_core"),
+            ("store", "lock"),
+            ("lock", "lease"),
+        ],
+    );
 }
 
 #[test]
-fn the_reader_sees_imports_and_groups() {
-    module_graph::check_the_reader();
-}
-
-#[test]
-fn the_graph_knows_the_layers() {
-    // Guards the reader: these edges exist, so an empty graph cannot pass.
-    let graph = module_graph::module_graph(&src());
-    assert!(graph["lease"].contains("store_core"));
-    assert!(graph["store"].contains("lock"));
-    assert!(graph["lock"].contains("lease"));
+fn no_function_of_the_core_is_over_80_lines() {
+    module_graph::assert_short_functions(&src(), 80);
 }
