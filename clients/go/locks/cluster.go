@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// The numbers of the cluster contract, the same in every client.
+// The cluster numbers every client keeps alike (clients/texts.json).
 const (
 	// maxRedirects: a command is resent to the node a MOVED names at most
 	// this many times; the next MOVED fails it (moved_loop).

@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// The numbers of the cluster contract this client keeps are the table's.
+// The cluster numbers this client keeps are the table's.
 func TestTheRoutingRulesAreTheTables(t *testing.T) {
 	for name, n := range map[string]int{
 		"max_redirects":               maxRedirects,

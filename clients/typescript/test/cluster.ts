@@ -25,7 +25,7 @@ export interface Cluster {
 	nodes: ClusterNode[]
 	/** A key whose slot node `i` served when the cluster was ready, starting with `prefix`. */
 	keyOn(i: number, prefix?: string): string
-	/** SIGKILLs node `i` (by its pid, as the contract has tests do). */
+	/** SIGKILLs node `i` by its pid, as every cluster test kills a node. */
 	kill(i: number): void
 	/** Closes the script's stdin: it kills every node and etcd, and exits. */
 	stop(): Promise<void>
