@@ -169,7 +169,8 @@ class World:
             self.await_node(node)
         self._await(self.covered, "every slot served")
 
-    def spawn_node(self, node: fixture.Node) -> None:
+    def spawn_node(self, node: fixture.Node, port: int = 0) -> None:
+        """Starts `node` on `port` (0: one it binds itself and prints)."""
         etcd = ",".join(p.url for p in self.proxies[node.index])
         env = dict(os.environ)
         if node.index == 0 and self.args.clock_rate != 1.0:
@@ -177,8 +178,8 @@ class World:
         node.port = 0
         with open(node.log, "ab") as log:
             node.proc = subprocess.Popen(
-                [str(self.binary), "serve", "--listen", "127.0.0.1:0",
-                 "--advertise", "127.0.0.1:0", "--etcd", etcd, "--cluster", "nemesis",
+                [str(self.binary), "serve", "--listen", f"127.0.0.1:{port}",
+                 "--advertise", f"127.0.0.1:{port}", "--etcd", etcd, "--cluster", "nemesis",
                  "--partitions", str(PARTITIONS), "--etcd-ttl", f"{ETCD_TTL_S}s",
                  "--max-ttl", f"{MAX_TTL_MS}ms"],
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, env=env,
@@ -299,8 +300,16 @@ class World:
         return f"etcd member {m.name} stopped", lambda: stop(m.proc, signal.SIGCONT)
 
     def _restart_node(self, node: fixture.Node) -> None:
-        self.spawn_node(node)
-        self.await_node(node)
+        """Starts a killed node again at its address, as a deployment would
+        (clients know no other way to find it); on another port only if
+        that one was taken meanwhile."""
+        port = node.port
+        self.spawn_node(node, port)
+        try:
+            self.await_node(node)
+        except RuntimeError:
+            self.spawn_node(node)
+            self.await_node(node)
 
     def _restart_member(self, m: Member) -> None:
         initial = ",".join(f"{x.name}=http://127.0.0.1:{x.peer}" for x in self.members)
