@@ -2,6 +2,7 @@
 """A TCP forwarder for the clients' network-safety tests.
 
     python3 frozen_proxy.py HOST:PORT
+    python3 frozen_proxy.py -        (HOST:PORT read from stdin's first line)
 
 Listens on a free loopback port, prints that port on its first line, then
 forwards every accepted connection to HOST:PORT, both ways, byte for byte.
@@ -17,14 +18,17 @@ import sys
 
 
 def main() -> None:
-    host, _, port = sys.argv[1].rpartition(":")
-    target = (host.strip("[]"), int(port))
     listener = socket.socket()
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind(("127.0.0.1", 0))
     listener.listen(256)
     listener.setblocking(False)
     print(listener.getsockname()[1], flush=True)
+    # `-`: the target is the first line of stdin, for a server that must
+    # be told this proxy's address before it starts (and says its own).
+    where = sys.stdin.readline().strip() if sys.argv[1] == "-" else sys.argv[1]
+    host, _, port = where.rpartition(":")
+    target = (host.strip("[]"), int(port))
     sel = selectors.DefaultSelector()
     sel.register(listener, selectors.EVENT_READ, None)
     peers = {}

@@ -16,6 +16,9 @@ Faults (`--faults` names a comma-separated subset):
   node-stop     SIGSTOP a node; heal: SIGCONT
   node-cut      freeze the proxies between a node and etcd (its clients
                 still reach it); heal: thaw them
+  node-isolate  freeze the proxy between a node and its clients (every
+                client reaches a node through one, whose address the node
+                advertises; the node still reaches etcd); heal: thaw it
   leader-kill   SIGKILL etcd's leader; heal: start it again, same data
   member-stop   SIGSTOP an etcd member; heal: SIGCONT
   client-stop   SIGSTOP a client while it holds (a GC pause, often past
@@ -49,7 +52,15 @@ import cluster as fixture  # noqa: E402
 import nemesis_check  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
-FAULTS = ["node-kill", "node-stop", "node-cut", "leader-kill", "member-stop", "client-stop"]
+FAULTS = [
+    "node-kill",
+    "node-stop",
+    "node-cut",
+    "node-isolate",
+    "leader-kill",
+    "member-stop",
+    "client-stop",
+]
 ETCD_TTL_S = 2
 MAX_TTL_MS = 2000
 WAIT_MS = 3000
@@ -125,15 +136,25 @@ class Member:
 
 
 class Proxy:
-    """A frozen_proxy.py in front of one etcd member, for one node."""
+    """A frozen_proxy.py: in front of one etcd member for one node, or in
+    front of a node for its clients (`target` "-": told later, by `aim`)."""
 
     def __init__(self, target: str) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, str(HERE / "frozen_proxy.py"), target],
-            stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stdin=subprocess.PIPE,
         )  # fmt: skip
         assert self.proc.stdout is not None
         self.port = int(self.proc.stdout.readline())
+
+    def aim(self, target: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(f"{target}\n".encode())
+        self.proc.stdin.close()
+
+    @property
+    def addr(self) -> str:
+        return f"127.0.0.1:{self.port}"
 
     @property
     def url(self) -> str:
@@ -150,6 +171,9 @@ class World:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.members = [Member(i, self.dir) for i in range(3)]
         self.proxies: List[List[Proxy]] = []
+        # Each node's clients reach it through one proxy, whose address
+        # the node advertises: freezing it cuts the node from its clients.
+        self.fronts = [Proxy("-") for _ in range(3)]
         self.nodes = [fixture.Node(i, 0, self.dir / f"node{i}.log") for i in range(3)]
         self.clients: List[subprocess.Popen[bytes]] = []
         self.pauses: List[Tuple[int, int, int]] = []  # client, from, until
@@ -167,6 +191,7 @@ class World:
             self.spawn_node(node)
         for node in self.nodes:
             self.await_node(node)
+            self.fronts[node.index].aim(node.addr)
         self._await(self.covered, "every slot served")
 
     def spawn_node(self, node: fixture.Node, port: int = 0) -> None:
@@ -179,7 +204,8 @@ class World:
         with open(node.log, "ab") as log:
             node.proc = subprocess.Popen(
                 [str(self.binary), "serve", "--listen", f"127.0.0.1:{port}",
-                 "--advertise", f"127.0.0.1:{port}", "--etcd", etcd, "--cluster", "nemesis",
+                 "--advertise", self.fronts[node.index].addr, "--etcd", etcd,
+                 "--cluster", "nemesis",
                  "--partitions", str(PARTITIONS), "--etcd-ttl", f"{ETCD_TTL_S}s",
                  "--max-ttl", f"{MAX_TTL_MS}ms"],
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, env=env,
@@ -208,7 +234,7 @@ class World:
             time.sleep(0.1)
 
     def addresses(self) -> str:
-        return ",".join(n.addr for n in self.nodes if n.alive())
+        return ",".join(self.fronts[n.index].addr for n in self.nodes if n.alive())
 
     def start_clients(self, seed: int) -> None:
         for i in range(self.args.clients):
@@ -230,7 +256,7 @@ class World:
             fixture._kill(p)
         for node in self.nodes:
             fixture._kill(node.proc)
-        for row in self.proxies:
+        for row in self.proxies + [self.fronts]:
             for proxy in row:
                 fixture._kill(proxy.proc)
         for m in self.members:
@@ -271,6 +297,11 @@ class World:
         if fault == "node-stop":
             stop(node.proc, signal.SIGSTOP)
             return f"node {node.index} stopped", lambda: stop(node.proc, signal.SIGCONT)
+        if fault == "node-isolate":
+            front = self.fronts[node.index].proc
+            stop(front, signal.SIGSTOP)
+            what = f"node {node.index} cut off from its clients"
+            return what, lambda: stop(front, signal.SIGCONT)
         for proxy in self.proxies[node.index]:
             stop(proxy.proc, signal.SIGSTOP)
         return f"node {node.index} cut off from etcd", lambda: self._thaw(node.index)
@@ -321,8 +352,10 @@ class World:
 
 
 def target_of(what: str) -> str:
-    """The process a fault's description names: one fault at a time each."""
-    return " ".join(what.split()[:2])
+    """What a fault's description acts on, one fault at a time each: a
+    process (`node 0`), or one of a node's links (`node 0 cut off from
+    etcd`), so a node may be cut from etcd and from its clients at once."""
+    return what if " cut off " in what else " ".join(what.split()[:2])
 
 
 def run_faults(world: World, rng: random.Random, faults: List[str], seconds: float) -> int:
