@@ -339,8 +339,14 @@ class World:
         try:
             self.await_node(node)
         except RuntimeError:
+            # Elsewhere: its clients' proxy must lead there, and it must
+            # advertise that proxy (the old one may lead to another node
+            # now holding the old port).
+            fixture._kill(self.fronts[node.index].proc)
+            self.fronts[node.index] = Proxy("-")
             self.spawn_node(node)
             self.await_node(node)
+            self.fronts[node.index].aim(node.addr)
 
     def _restart_member(self, m: Member) -> None:
         initial = ",".join(f"{x.name}=http://127.0.0.1:{x.peer}" for x in self.members)
