@@ -39,6 +39,7 @@ import os
 import random
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -81,6 +82,21 @@ def stop(proc: Optional[subprocess.Popen[bytes]], sig: int) -> None:
             os.kill(proc.pid, sig)
         except ProcessLookupError:
             pass
+
+
+def quiet_port(rng: random.Random) -> int:
+    """A port free now below Linux's ephemeral range (32768-60999), so no
+    outgoing connection takes it while its node is down: a node restarts
+    where its clients look for it."""
+    for _ in range(200):
+        port = rng.randrange(20000, 32000)
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+    return 0
 
 
 def fake_clock(rate: float) -> Dict[str, str]:
@@ -187,8 +203,9 @@ class World:
         self._await(lambda: all(m.status() for m in self.members), "etcd's three members")
         for _ in self.nodes:
             self.proxies.append([Proxy(f"127.0.0.1:{m.client}") for m in self.members])
+        ports = random.Random()
         for node in self.nodes:
-            self.spawn_node(node)
+            self.spawn_node(node, quiet_port(ports))
         for node in self.nodes:
             self.await_node(node)
             self.fronts[node.index].aim(node.addr)
@@ -284,31 +301,42 @@ class World:
                 holding.append(i)
         return rng.choice(holding) if holding else None
 
-    def inject(self, fault: str, rng: random.Random) -> Optional[Fault]:
-        """Applies `fault` to a target chosen by `rng`: (what, its heal)."""
+    def inject(
+        self, fault: str, rng: random.Random, busy: Callable[[str], bool]
+    ) -> Optional[Fault]:
+        """Applies `fault` to a target chosen by `rng`, unless a fault is on
+        that target already (`busy`, asked before anything is done):
+        (what, its heal)."""
         if fault == "client-stop":
-            return self._stop_client(rng)
+            return self._stop_client(rng, busy)
         if fault in ("leader-kill", "member-stop"):
-            return self._etcd_fault(fault, rng)
+            return self._etcd_fault(fault, rng, busy)
         node = self.nodes[rng.randrange(len(self.nodes))]
+        what = {
+            "node-kill": f"node {node.index} killed",
+            "node-stop": f"node {node.index} stopped",
+            "node-isolate": f"node {node.index} cut off from its clients",
+            "node-cut": f"node {node.index} cut off from etcd",
+        }[fault]
+        if busy(what):
+            return None
         if fault == "node-kill":
             fixture._kill(node.proc)
-            return f"node {node.index} killed", lambda: self._restart_node(node)
+            return what, lambda: self._restart_node(node)
         if fault == "node-stop":
             stop(node.proc, signal.SIGSTOP)
-            return f"node {node.index} stopped", lambda: stop(node.proc, signal.SIGCONT)
+            return what, lambda: stop(node.proc, signal.SIGCONT)
         if fault == "node-isolate":
             front = self.fronts[node.index].proc
             stop(front, signal.SIGSTOP)
-            what = f"node {node.index} cut off from its clients"
             return what, lambda: stop(front, signal.SIGCONT)
         for proxy in self.proxies[node.index]:
             stop(proxy.proc, signal.SIGSTOP)
-        return f"node {node.index} cut off from etcd", lambda: self._thaw(node.index)
+        return what, lambda: self._thaw(node.index)
 
-    def _stop_client(self, rng: random.Random) -> Optional[Fault]:
+    def _stop_client(self, rng: random.Random, busy: Callable[[str], bool]) -> Optional[Fault]:
         i = self.holding_client(rng)
-        if i is None:
+        if i is None or busy(f"client {i} stopped while holding"):
             return None
         stop(self.clients[i], signal.SIGSTOP)
         since = time.monotonic_ns()
@@ -319,14 +347,18 @@ class World:
 
         return f"client {i} stopped while holding", heal
 
-    def _etcd_fault(self, fault: str, rng: random.Random) -> Optional[Fault]:
+    def _etcd_fault(
+        self, fault: str, rng: random.Random, busy: Callable[[str], bool]
+    ) -> Optional[Fault]:
         if fault == "leader-kill":
             m = self.leader()
-            if m is None:
+            if m is None or busy(f"etcd leader {m.name} killed"):
                 return None
             fixture._kill(m.proc)
             return f"etcd leader {m.name} killed", lambda: self._restart_member(m)
         m = self.members[rng.randrange(3)]
+        if busy(f"etcd member {m.name} stopped"):
+            return None
         stop(m.proc, signal.SIGSTOP)
         return f"etcd member {m.name} stopped", lambda: stop(m.proc, signal.SIGCONT)
 
@@ -378,13 +410,14 @@ def run_faults(world: World, rng: random.Random, faults: List[str], seconds: flo
             say(f"healed: {entry[1]}")
         if len(active) >= 2:
             continue
-        applied = world.inject(rng.choice(faults), rng)
+
+        def busy(what: str) -> bool:
+            return any(target_of(a[1]) == target_of(what) for a in active)
+
+        applied = world.inject(rng.choice(faults), rng, busy)
         if applied is None:
             continue
         what, heal = applied
-        if any(target_of(a[1]) == target_of(what) for a in active):
-            heal()
-            continue
         injected += 1
         say(f"fault: {what}")
         active.append((time.monotonic() + rng.uniform(0.5, 4.0), what, heal))
