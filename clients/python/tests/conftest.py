@@ -4,6 +4,7 @@ The binary is $HOLDLINE_BIN (an absolute path; CI sets it), else
 <repo>/target/release/holdline.
 """
 
+import abc
 import asyncio
 import os
 import selectors
@@ -142,12 +143,13 @@ def refused_address() -> Iterator[str]:
 _Closed = TypeVar("_Closed", bound="Closes")
 
 
-class Closes:
+class Closes(abc.ABC):
     """What a test starts and a `with` block ends (`close()`), whether the
     test passes or fails."""
 
+    @abc.abstractmethod
     def close(self) -> None:
-        raise NotImplementedError
+        """Stops what was started; each kind says how."""
 
     def __enter__(self: _Closed) -> _Closed:
         return self
