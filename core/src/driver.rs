@@ -79,13 +79,15 @@ struct State<L> {
     sleeping_until: u64,
     sweep_at: Option<u64>,
     sweep_delay: u64,
-    /// The timed leases now active, by their record's address, so
-    /// `Lock::inspect` can tell how long a key has been held and how long
-    /// its lease has left. Kept beside the wheel so that a lease joins and
-    /// leaves it under the wheel lock it takes anyway (a hold with no timer
-    /// never touches it). An entry leaves before its grant is let go, so a
-    /// record's entry always names its current grant, if any.
-    timed: HashMap<usize, (u64, Weak<L>)>,
+    /// The timed leases now active, by their record's address and fence
+    /// (a key of several permits has several), so `Lock::inspect` can tell
+    /// how long a key has been held and how long its lease has left. Kept
+    /// beside the wheel so that a lease joins and leaves it under the wheel
+    /// lock it takes anyway (a hold with no timer never touches it). An
+    /// entry leaves before its grant is let go, so every entry names a
+    /// current grant: its record is held, so not retired, and its address
+    /// names no other record meanwhile.
+    timed: HashMap<(usize, u64), Weak<L>>,
 }
 
 impl<L> Driver<L> {
@@ -169,8 +171,7 @@ impl<L: Due> Driver<L> {
         }
         let key = st.wheel.insert(Entry::Lease(lease.clone()), at);
         lease.set_timer_key(Some(key));
-        let (addr, fence) = lease.timed_key();
-        st.timed.insert(addr, (fence, downgrade(lease)));
+        st.timed.insert(lease.timed_key(), downgrade(lease));
         Self::wake_thread(this, &mut st, at);
     }
 
@@ -185,11 +186,7 @@ impl<L: Due> Driver<L> {
             let mut st = lock(&self.state);
             let entry = lease.timer_key().and_then(|k| st.wheel.cancel(k));
             lease.set_timer_key(None);
-            let (addr, fence) = lease.timed_key();
-            // One grant, one fence: the entry is this lease's if its fence is.
-            if st.timed.get(&addr).is_some_and(|(f, _)| *f == fence) {
-                st.timed.remove(&addr);
-            }
+            st.timed.remove(&lease.timed_key());
             entry
         };
         // Dropped outside the wheel lock (it is not the last reference:
@@ -201,11 +198,7 @@ impl<L: Due> Driver<L> {
     /// `record_addr`, if that grant has one.
     pub(crate) fn timed_lease(&self, record_addr: usize, fence: u64) -> Option<Arc<L>> {
         let st = lock(&self.state);
-        let (f, lease) = st.timed.get(&record_addr)?;
-        if *f != fence {
-            return None;
-        }
-        upgrade(lease).filter(|l| l.is_active())
+        upgrade(st.timed.get(&(record_addr, fence))?).filter(|l| l.is_active())
     }
 
     /// Wakes `waker` at `at_us` on the store's clock (a waiting task's

@@ -35,12 +35,18 @@ impl Lock {
         self.key(key).acquire_async()
     }
 
-    /// The grant for `text`, waited for as a task.
-    async fn grant_async(&self, text: &str, hash: u64, mode: Mode) -> Result<Option<Grant>, Error> {
+    /// The grant of `want` permits of `text`, waited for as a task.
+    async fn grant_async(
+        &self,
+        text: &str,
+        hash: u64,
+        mode: Mode,
+        want: u32,
+    ) -> Result<Option<Grant>, Error> {
         match self.acquire_fast(text, hash, mode)? {
             Fast::Granted(g) => Ok(Some(g)),
             Fast::Held => Ok(None),
-            Fast::Slow => LineWait::new(self, text, hash, mode).await,
+            Fast::Slow => LineWait::new(self, text, hash, mode, want).await,
         }
     }
 }
@@ -50,11 +56,12 @@ impl<'l> KeyHold<'l> {
     /// without blocking the thread; see [`Lock::hold_async`].
     pub async fn hold_async<R>(self, f: impl AsyncFnOnce(&Lease<'_>) -> R) -> Result<R, Error> {
         let lock = self.lock;
+        let want = self.asked()?;
         let mut buf = KeyBuf::new();
         let text = self.key.text(&mut buf);
         let hash = lock.shared.table.hash(text);
         let grant = lock
-            .grant_async(text, hash, Mode::Wait(ms(self.wait)))
+            .grant_async(text, hash, Mode::Wait(ms(self.wait)), want)
             .await?
             .expect("a waiting hold grants");
         let lease = lock.closure_lease(text, grant);
@@ -79,11 +86,12 @@ impl<'l> KeyHold<'l> {
     pub fn acquire_async(self) -> impl Future<Output = Result<HeldLease, Error>> + Send + 'l {
         async move {
             let lock = self.lock;
+            let want = self.asked()?;
             let mut buf = KeyBuf::new();
             let text = self.key.text(&mut buf);
             let hash = lock.shared.table.hash(text);
             let grant = lock
-                .grant_async(text, hash, Mode::Wait(ms(self.wait)))
+                .grant_async(text, hash, Mode::Wait(ms(self.wait)), want)
                 .await?
                 .expect("a waiting acquire grants");
             Ok(lock.held_lease(text, grant))

@@ -21,26 +21,31 @@ use std::time::Duration;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KeyInfo {
     /// Whether the key has a holder (a revoked holder whose closure still
-    /// runs does not count: the key has gone to the next in line).
+    /// runs does not count: its permits have gone back to the key).
     pub held: bool,
-    /// While held, the current grant's fence (the one its lease's
-    /// [`fence`](crate::Lease::fence) answers); while free, the fence of
-    /// the last grant. Every later grant's fence is greater.
+    /// While held, the highest fence among the current grants (for a lock
+    /// of one permit, the one its lease's [`fence`](crate::Lease::fence)
+    /// answers); while free, the fence of the last grant. Every later
+    /// grant's fence is greater.
     pub fence: u64,
-    /// How long the current grant has been held (to the millisecond), when
-    /// its lease has a timer: a lock opened with `max_hold`, or a
-    /// handle-style lease ([`Lock::acquire`]). `None` when the key is free,
-    /// and for a closure hold without `max_hold`, whose uncontended path
-    /// reads no clock.
+    /// How long the longest-held current grant has been held (to the
+    /// millisecond), when its lease has a timer: a lock opened with
+    /// `max_hold`, or a handle-style lease ([`Lock::acquire`]). `None` when
+    /// the key is free, and for a closure hold without `max_hold`, whose
+    /// uncontended path reads no clock.
     pub held_for: Option<Duration>,
-    /// How long the current lease has left before it is revoked at its
-    /// maxHold or runs out at its ttl, whichever comes first (a renewal
-    /// pushes the ttl back). `None` when the key is free or its lease has
-    /// no timer (as for `held_for`).
+    /// How long that lease has left before it is revoked at its maxHold or
+    /// runs out at its ttl, whichever comes first (a renewal pushes the ttl
+    /// back). `None` when the key is free or its lease has no timer (as for
+    /// `held_for`).
     pub lease_left: Option<Duration>,
-    /// How many threads and tasks wait in the key's line (the holder not
+    /// How many threads and tasks wait in the key's line (the holders not
     /// counted).
     pub waiters: usize,
+    /// How many leases hold the key (at most 1 for a lock of one permit).
+    pub holders: u32,
+    /// How many of the key's permits they hold in all.
+    pub permits_held: u32,
 }
 
 impl Lock {
@@ -84,29 +89,33 @@ impl Lock {
 
     fn info_of(&self, record: &Record) -> KeyInfo {
         let waiters = record.waiter_count() as usize;
-        match record.current_fence_if_held() {
-            Some(fence) => {
+        let holders = record.holders(0);
+        match (holders.oldest, holders.newest) {
+            (Some(oldest), Some(newest)) => {
                 let timing = self
                     .store
                     .timer
-                    .timed_lease(record as *const Record as usize, fence)
+                    .timed_lease(record as *const Record as usize, oldest)
                     .map(|lease| lease.timing(self.store.clock.now_ms()));
                 KeyInfo {
                     held: true,
-                    fence,
+                    fence: newest,
                     held_for: timing.map(|t| t.0),
                     lease_left: timing.and_then(|t| t.1),
                     waiters,
+                    holders: holders.count,
+                    permits_held: holders.permits,
                 }
             }
-            None => KeyInfo {
+            // Free: every record was made by a grant, so there was a last one.
+            _ => KeyInfo {
                 held: false,
-                // Free: the record keeps the next grant's fence; every
-                // record was made by a grant, so there was a last one.
-                fence: record.next_fence_after_retire().saturating_sub(1),
+                fence: holders.latest,
                 held_for: None,
                 lease_left: None,
                 waiters,
+                holders: 0,
+                permits_held: 0,
             },
         }
     }

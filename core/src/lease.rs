@@ -30,7 +30,7 @@ use crate::driver::Due;
 use crate::error::Error;
 use crate::heartbeat::HeartbeatState;
 use crate::lock_shared::LockShared;
-use crate::record_ref::HeldRecord;
+use crate::record_ref::{Granted, HeldRecord};
 use crate::signal_hub::Watched;
 use crate::store_core::StoreCore;
 use crate::sync::AtomicBool;
@@ -127,6 +127,7 @@ pub(crate) struct LeaseState {
     pub(crate) lock: Arc<LockShared>,
     record: HeldRecord,
     pub(crate) fence: u64,
+    pub(crate) permits: u32,
     granted_ms: u64,
     /// 0: off.
     max_hold_ms: u64,
@@ -155,8 +156,7 @@ impl LeaseState {
     pub(crate) fn new(
         store: &Arc<Core>,
         lock: &Arc<LockShared>,
-        record: HeldRecord,
-        fence: u64,
+        granted: Granted,
         max_hold_ms: u64,
         ttl_ms: u64,
         heartbeat: Option<Arc<HeartbeatState<LeaseState>>>,
@@ -170,8 +170,9 @@ impl LeaseState {
             status: AtomicU32::new(Status::Active as u32),
             store: store.clone(),
             lock: lock.clone(),
-            record,
-            fence,
+            record: granted.record,
+            fence: granted.fence,
+            permits: granted.permits,
             granted_ms: now,
             max_hold_ms,
             ttl_ms,
@@ -472,6 +473,7 @@ pub struct Lease<'a> {
     pub(crate) key: &'a str,
     pub(crate) record: HeldRecord,
     pub(crate) fence: u64,
+    permits: u32,
     /// The lease's [`LeaseState`], made when maxHold arms a timer or
     /// `signal()` first asks; null until then (a plain hold never makes
     /// one). A non-null pointer is one strong count of an `Arc`, owned by
@@ -480,23 +482,32 @@ pub struct Lease<'a> {
 }
 
 impl<'a> Lease<'a> {
-    /// A lease over a grant of `record` with `fence`, owning it from now
-    /// on: its end (or its drop) releases it once.
+    /// A lease over `granted`, owning it from now on: its end (or its
+    /// drop) releases it once.
     #[inline(always)]
     pub(crate) fn new(
         store: &'a Arc<Core>,
         lock: &'a Arc<LockShared>,
         key: &'a str,
-        record: HeldRecord,
-        fence: u64,
+        granted: Granted,
     ) -> Lease<'a> {
         Lease {
             store,
             lock,
             key,
-            record,
-            fence,
+            record: granted.record,
+            fence: granted.fence,
+            permits: granted.permits,
             state: AtomicPtr::new(std::ptr::null_mut()),
+        }
+    }
+
+    /// The grant this lease owns.
+    pub(crate) fn granted(&self) -> Granted {
+        Granted {
+            record: self.record,
+            fence: self.fence,
+            permits: self.permits,
         }
     }
 
@@ -504,6 +515,13 @@ impl<'a> Lease<'a> {
     #[inline]
     pub fn fence(&self) -> u64 {
         self.fence
+    }
+
+    /// How many of the key's permits this lease holds (1 unless the hold
+    /// asked for more, or for all).
+    #[inline]
+    pub fn permits(&self) -> u32 {
+        self.permits
     }
 
     /// The key, as text.
@@ -576,8 +594,7 @@ impl<'a> Lease<'a> {
             None => self.install_state(LeaseState::new(
                 self.store,
                 self.lock,
-                self.record,
-                self.fence,
+                self.granted(),
                 0,
                 0,
                 None,
@@ -772,6 +789,11 @@ impl HeldLease {
     /// The fencing token.
     pub fn fence(&self) -> u64 {
         self.state.fence
+    }
+
+    /// How many of the key's permits this lease holds.
+    pub fn permits(&self) -> u32 {
+        self.state.permits
     }
 
     pub(crate) fn state(&self) -> &Arc<LeaseState> {

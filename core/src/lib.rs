@@ -174,6 +174,7 @@ mod lock;
 mod lock_shared;
 mod many;
 mod outcome;
+mod permits;
 mod record;
 mod record_ref;
 mod signal_hub;
@@ -194,7 +195,7 @@ pub use lease::{Aborted, EndReason, HeldLease, Lease, Signal};
 pub use lock::{KeyHold, Lock, LockStats, DEFAULT_WAIT, MAX_WAITERS};
 pub use many::KeySet;
 pub use outcome::Outcome;
-pub use store::{Heartbeat, LockBuilder, Store, DEFAULT_TTL};
+pub use store::{Heartbeat, LockBuilder, Store, DEFAULT_TTL, MAX_PERMITS};
 pub use tx::Tx;
 
 /// The README's examples, compiled and run as doctests.

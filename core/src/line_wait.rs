@@ -66,6 +66,8 @@ pub(crate) struct LineWait<'a> {
     text: &'a str,
     hash: u64,
     mode: Mode,
+    /// The permits asked for.
+    want: u32,
     /// µs on the store's clock, read when the node is linked (0: none).
     deadline_us: u64,
     state: State,
@@ -89,12 +91,13 @@ impl<'a> LineWait<'a> {
         unsafe { Pin::new_unchecked(node) }
     }
 
-    pub(crate) fn new(lock: &'a Lock, text: &'a str, hash: u64, mode: Mode) -> Self {
+    pub(crate) fn new(lock: &'a Lock, text: &'a str, hash: u64, mode: Mode, want: u32) -> Self {
         LineWait {
             lock,
             text,
             hash,
             mode,
+            want,
             deadline_us: 0,
             state: State::Start,
             node: None,
@@ -103,7 +106,7 @@ impl<'a> LineWait<'a> {
 
     /// The first poll: links the node, or answers at once.
     fn start(&mut self, waker: &Waker) -> Poll<Result<Option<Grant>, Error>> {
-        let node = self.node.insert(Waiter::for_task(waker.clone()));
+        let node = self.node.insert(Waiter::for_task(waker.clone(), self.want));
         // SAFETY: the node lives in this pinned future; `Drop` leaves the
         // line before the node is dropped, and nothing replaces it while
         // the state is `Waiting`.
@@ -162,7 +165,12 @@ impl<'a> LineWait<'a> {
     fn finish(&mut self, record: &Record, end: WaitEnd) -> Poll<Result<Option<Grant>, Error>> {
         self.disarm();
         self.state = State::Done;
-        Poll::Ready(self.lock.wait_ended(record, end, self.text).map(Some))
+        let node = self.node();
+        Poll::Ready(
+            self.lock
+                .wait_ended(record, &node, end, self.text)
+                .map(Some),
+        )
     }
 
     /// Puts the deadline on the wheel, to call `waker`.
@@ -245,7 +253,7 @@ impl Drop for LineWait<'_> {
         if end == WaitEnd::Granted && !cfg!(holdline_mutant = "drop_forgets_grant") {
             // The grant raced the drop: it is ours, so let it go, to the
             // next in line.
-            drop(Grant::of(record));
+            drop(Grant::of_waiter(record, &node));
         }
     }
 }

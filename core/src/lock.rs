@@ -17,8 +17,8 @@ use crate::key::{check_key, Key, KeyBuf, KeyRef};
 use crate::lease::{Core, HeldLease, Lease, LeaseState};
 use crate::lock_shared::LockShared;
 use crate::outcome::Outcome;
-use crate::record::{Enqueued, Record, Tried, WaitEnd, Waiter, HELD};
-use crate::record_ref::{HeldRecord, LineRecord};
+use crate::record::{Enqueued, Holders, Record, Take, Tried, WaitEnd, Waiter, HELD, MULTI};
+use crate::record_ref::{Granted, HeldRecord, LineRecord};
 use crate::sync::{Arc, Ordering};
 use crate::table::find_in_chain;
 use crossbeam_epoch as epoch;
@@ -73,31 +73,49 @@ pub(crate) enum Mode {
     Wait(u64),
 }
 
-/// A grant: the caller holds `record` with `fence`, and owes it exactly one
-/// release. Dropping a `Grant` pays it (so a panic between a grant and its
-/// lease's set-up lets the key go); [`into_parts`](Grant::into_parts) hands
-/// the duty to the lease that takes it over.
+/// A grant: the caller holds `permits` of `record`'s key with `fence`, and
+/// owes it exactly one release. Dropping a `Grant` pays it (so a panic
+/// between a grant and its lease's set-up lets the key go);
+/// [`into_parts`](Grant::into_parts) hands the duty to the lease that takes
+/// it over.
 pub(crate) struct Grant {
     record: HeldRecord,
     fence: u64,
+    permits: u32,
 }
 
 impl Grant {
-    /// The caller just took `r`'s key (a CAS or a GRANTED status, both
-    /// Acquire, so the fence read here is the grant's).
+    /// The caller just took `r`'s one permit with the uncontended CAS
+    /// (Acquire, so the fence read here is the grant's).
     #[inline]
     pub(crate) fn of(r: &Record) -> Grant {
+        Grant::new(r, r.fence(), 1)
+    }
+
+    /// The caller just took `permits` of `r`'s key with `fence`.
+    #[inline]
+    pub(crate) fn new(r: &Record, fence: u64, permits: u32) -> Grant {
         Grant {
             record: HeldRecord::of(r),
-            fence: r.fence(),
+            fence,
+            permits,
         }
     }
 
-    /// The record and fence, with the duty to release them once.
+    /// The grant `waiter` was given (its status read `Granted`).
+    pub(crate) fn of_waiter(r: &Record, waiter: &Waiter) -> Grant {
+        Grant::new(r, waiter.granted_fence(), waiter.want())
+    }
+
+    /// The record, fence and permits, with the duty to release them once.
     #[inline]
-    pub(crate) fn into_parts(self) -> (HeldRecord, u64) {
+    pub(crate) fn into_parts(self) -> Granted {
         let g = ManuallyDrop::new(self);
-        (g.record, g.fence)
+        Granted {
+            record: g.record,
+            fence: g.fence,
+            permits: g.permits,
+        }
     }
 }
 
@@ -120,9 +138,10 @@ pub(crate) enum Fast {
     Slow,
 }
 
-/// A key's record, and whether we just made it (and so hold its key).
+/// A key's record, and whether we just made it (and so hold its key, with
+/// this fence).
 enum Found<'g> {
-    Made(&'g Record),
+    Made(&'g Record, u64),
     Existing(&'g Record),
 }
 
@@ -176,7 +195,7 @@ impl Lock {
         key: &K,
         f: impl FnOnce(&Lease<'_>) -> R,
     ) -> Result<R, Error> {
-        self.hold_with(key.key_ref(), Mode::Wait(DEFAULT_WAIT_MS), f)
+        self.hold_with(key.key_ref(), Mode::Wait(DEFAULT_WAIT_MS), 1, f)
             .map(|r| r.expect("a waiting hold runs f"))
     }
 
@@ -188,7 +207,7 @@ impl Lock {
         key: &K,
         f: impl FnOnce(&Lease<'_>) -> R,
     ) -> Result<Option<R>, Error> {
-        self.hold_with(key.key_ref(), Mode::Try, f)
+        self.hold_with(key.key_ref(), Mode::Try, 1, f)
     }
 
     /// A hold of `key` with options (`wait`).
@@ -197,6 +216,7 @@ impl Lock {
             lock: self,
             key: key.key_ref(),
             wait: DEFAULT_WAIT,
+            want: Want::One,
         }
     }
 
@@ -238,9 +258,10 @@ impl Lock {
         &self,
         key: KeyRef<'_>,
         mode: Mode,
+        want: u32,
         f: impl FnOnce(&Lease<'_>) -> R,
     ) -> Result<Option<R>, Error> {
-        match self.hold_run(key, mode, f)? {
+        match self.hold_run(key, mode, want, f)? {
             Some(outcome) => outcome.into_result().map(Some),
             None => Ok(None),
         }
@@ -258,6 +279,7 @@ impl Lock {
         &self,
         key: KeyRef<'_>,
         mode: Mode,
+        want: u32,
         f: impl FnOnce(&Lease<'_>) -> R,
     ) -> Result<Option<Outcome<R>>, Error> {
         let mut buf = KeyBuf::new();
@@ -265,7 +287,8 @@ impl Lock {
         let hash = self.shared.table.hash(text);
         // SAFETY: the guard lives in this frame until the hold ends
         // (unwinding too), and `text` outlives the frame.
-        let Some((_listed, grant)) = (unsafe { self.acquire_listed(text, hash, mode, None) })?
+        let Some((_listed, grant)) =
+            (unsafe { self.acquire_listed(text, hash, mode, want, None) })?
         else {
             return Ok(None);
         };
@@ -282,7 +305,8 @@ impl Lock {
     /// the closed flag, the thread's context checked and the hold listed in
     /// it, then the fast path, then a wait in line (until `deadline`, µs on
     /// the store's clock; `None`: `mode`'s wait from now). `None`: a `Try`
-    /// found the key held.
+    /// found the key held. `want`: the permits asked for, checked against
+    /// the lock's count.
     ///
     /// # Safety
     /// The caller drops the guard (never leaks it): it lists `text`.
@@ -292,6 +316,7 @@ impl Lock {
         text: &'k str,
         hash: u64,
         mode: Mode,
+        want: u32,
         deadline: Option<u64>,
     ) -> Result<Option<(ctx::Listed<'k>, Grant)>, Error> {
         // The lookup's first loads go out before the checks below, so their
@@ -318,7 +343,7 @@ impl Lock {
             Fast::Held if matches!(mode, Mode::Try) => return Ok(None),
             Fast::Held | Fast::Slow => {
                 let deadline = deadline.unwrap_or_else(|| self.deadline_us(mode));
-                match self.acquire_slow_until(text, hash, mode, deadline)? {
+                match self.acquire_slow_until(text, hash, mode, want, deadline)? {
                     Some(g) => g,
                     None => return Ok(None),
                 }
@@ -331,8 +356,7 @@ impl Lock {
     /// lease owns the grant before anything that could panic runs.
     #[inline(always)]
     pub(crate) fn closure_lease<'a>(&'a self, text: &'a str, grant: Grant) -> Lease<'a> {
-        let (record, fence) = grant.into_parts();
-        let lease = Lease::new(&self.store, &self.shared, text, record, fence);
+        let lease = Lease::new(&self.store, &self.shared, text, grant.into_parts());
         if self.max_hold_ms != 0 {
             self.arm_max_hold(&lease);
         }
@@ -346,8 +370,7 @@ impl Lock {
         let state = LeaseState::new(
             &self.store,
             &self.shared,
-            lease.record,
-            lease.fence,
+            lease.granted(),
             self.max_hold_ms,
             0,
             None,
@@ -395,13 +418,19 @@ impl Lock {
         }
     }
 
-    /// From key text to a grant (`None`: `Try` found it held).
+    /// From key text to a grant of `want` permits (`None`: `Try` found it held).
     #[inline]
-    fn acquire_text(&self, text: &str, hash: u64, mode: Mode) -> Result<Option<Grant>, Error> {
+    fn acquire_text(
+        &self,
+        text: &str,
+        hash: u64,
+        mode: Mode,
+        want: u32,
+    ) -> Result<Option<Grant>, Error> {
         match self.acquire_fast(text, hash, mode)? {
             Fast::Granted(g) => Ok(Some(g)),
             Fast::Held => Ok(None),
-            Fast::Slow => self.acquire_slow(text, hash, mode),
+            Fast::Slow => self.acquire_slow_until(text, hash, mode, want, self.deadline_us(mode)),
         }
     }
 
@@ -428,12 +457,6 @@ impl Lock {
         })
     }
 
-    /// Past the fast path: wait in line on this thread.
-    #[cold]
-    fn acquire_slow(&self, text: &str, hash: u64, mode: Mode) -> Result<Option<Grant>, Error> {
-        self.acquire_slow_until(text, hash, mode, self.deadline_us(mode))
-    }
-
     /// Past the fast path: wait in line on this thread until `deadline`
     /// (µs on the store's clock; used only when `mode` waits at all).
     #[cold]
@@ -442,9 +465,10 @@ impl Lock {
         text: &str,
         hash: u64,
         mode: Mode,
+        want: u32,
         deadline: u64,
     ) -> Result<Option<Grant>, Error> {
-        let waiter = Waiter::for_thread();
+        let waiter = Waiter::for_thread(want);
         // The node lives in this frame, which does not return until it has
         // left every line: pin it here.
         let waiter = std::pin::pin!(waiter);
@@ -458,7 +482,7 @@ impl Lock {
                 // its end: a grant (then held) or the wait's own end.
                 let record = unsafe { record.get() };
                 let end = record.wait(waiter.as_ref(), first, &self.store.clock, deadline);
-                self.wait_ended(record, end, text).map(Some)
+                self.wait_ended(record, &waiter, end, text).map(Some)
             }
         }
     }
@@ -481,11 +505,12 @@ impl Lock {
     pub(crate) fn wait_ended(
         &self,
         record: &Record,
+        waiter: &Waiter,
         end: WaitEnd,
         text: &str,
     ) -> Result<Grant, Error> {
         match end {
-            WaitEnd::Granted => Ok(Grant::of(record)),
+            WaitEnd::Granted => Ok(Grant::of_waiter(record, waiter)),
             WaitEnd::Closed => Err(self.error(Error::closed(), text)),
             WaitEnd::TimedOut => {
                 // Relaxed: a statistic.
@@ -510,16 +535,19 @@ impl Lock {
         waiter: Pin<&Waiter>,
     ) -> Result<Entered, Error> {
         check_key(&self.shared.name, text)?;
+        let want = waiter.want();
         let mut retired_seen = false;
         loop {
             let guard = epoch::pin();
-            let record = match self.find_or_make(hash, text, retired_seen, &guard) {
-                Found::Made(r) => return Ok(Entered::Granted(Grant::of(r))),
+            let record = match self.find_or_make(hash, text, want, retired_seen, &guard) {
+                Found::Made(r, fence) => return Ok(Entered::Granted(Grant::new(r, fence, want))),
                 Found::Existing(r) => r,
             };
             if matches!(mode, Mode::Try | Mode::Wait(0)) {
-                match record.try_acquire() {
-                    Tried::Granted => return Ok(Entered::Granted(Grant::of(record))),
+                match record.try_acquire(want) {
+                    Tried::Granted(fence) => {
+                        return Ok(Entered::Granted(Grant::new(record, fence, want)))
+                    }
                     Tried::Dead => retired_seen = true,
                     Tried::Held if matches!(mode, Mode::Try) => return Ok(Entered::Held),
                     Tried::Held => {
@@ -546,7 +574,9 @@ impl Lock {
             let enqueued = unsafe { record.acquire_or_enqueue(waiter, admit) }
                 .map_err(|kind| self.refused(kind, text))?;
             match enqueued {
-                Enqueued::Granted => return Ok(Entered::Granted(Grant::of(record))),
+                Enqueued::Granted(fence) => {
+                    return Ok(Entered::Granted(Grant::new(record, fence, want)))
+                }
                 Enqueued::Dead => retired_seen = true,
                 // Unpinned on return: a waiter must not hold the epoch back.
                 Enqueued::Waiting { first } => {
@@ -557,11 +587,13 @@ impl Lock {
         }
     }
 
-    /// The key's record: found, or made (and then held by us).
+    /// The key's record: found, or made (and then `want` of its permits
+    /// held by us).
     fn find_or_make<'g>(
         &self,
         hash: u64,
         text: &str,
+        want: u32,
         retired_seen: bool,
         guard: &'g epoch::Guard,
     ) -> Found<'g> {
@@ -573,12 +605,16 @@ impl Lock {
                 return Found::Existing(r);
             }
         }
-        let (r, created) = self.shared.table.find_or_create(hash, text, guard);
-        if created {
-            Driver::want_sweep(&self.store.timer);
-            Found::Made(r)
-        } else {
-            Found::Existing(r)
+        let take = Take {
+            total: self.shared.permits,
+            want,
+        };
+        match self.shared.table.find_or_create(hash, text, take, guard) {
+            (r, Some(fence)) => {
+                Driver::want_sweep(&self.store.timer);
+                Found::Made(r, fence)
+            }
+            (r, None) => Found::Existing(r),
         }
     }
 
@@ -608,11 +644,16 @@ impl Lock {
         )
     }
 
-    fn acquire_lease(&self, key: KeyRef<'_>, mode: Mode) -> Result<Option<HeldLease>, Error> {
+    fn acquire_lease(
+        &self,
+        key: KeyRef<'_>,
+        mode: Mode,
+        want: u32,
+    ) -> Result<Option<HeldLease>, Error> {
         let mut buf = KeyBuf::new();
         let text = key.text(&mut buf);
         let hash = self.shared.table.hash(text);
-        let Some(grant) = self.acquire_text(text, hash, mode)? else {
+        let Some(grant) = self.acquire_text(text, hash, mode, want)? else {
             return Ok(None);
         };
         Ok(Some(self.held_lease(text, grant)))
@@ -621,12 +662,10 @@ impl Lock {
     /// A handle-style lease over `grant`, its timer armed. The lease owns
     /// the grant before anything that could panic runs.
     pub(crate) fn held_lease(&self, text: &str, grant: Grant) -> HeldLease {
-        let (record, fence) = grant.into_parts();
         let state = LeaseState::new(
             &self.store,
             &self.shared,
-            record,
-            fence,
+            grant.into_parts(),
             self.max_hold_ms,
             self.ttl_ms,
             self.heartbeat.clone(),
@@ -636,15 +675,15 @@ impl Lock {
         lease
     }
 
-    /// The fence a write must carry to be accepted now: `Some` while `key`
-    /// is held. Authoritative (under the shard lock when the quick look misses).
-    pub(crate) fn current_fence(&self, key: &str) -> Option<u64> {
+    /// Who holds `key` now, and whether the grant with `fence` is one of
+    /// them. Authoritative (under the shard lock when the quick look misses).
+    pub(crate) fn holders(&self, key: &str, fence: u64) -> Holders {
         let hash = self.shared.table.hash(key);
         let guard = epoch::pin();
         self.shared
             .table
             .find_authoritative(hash, key, &guard)
-            .and_then(Record::current_fence_if_held)
+            .map_or_else(Holders::default, |r| r.holders(fence))
     }
 }
 
@@ -655,7 +694,8 @@ impl Lock {
 fn take(r: &Record) -> Fast {
     match r.try_lock_fast() {
         Ok(()) => Fast::Granted(Grant::of(r)),
-        Err(s) if s & HELD != 0 => Fast::Held,
+        // A lock of several permits may fit one more: the slow way.
+        Err(s) if s & (HELD | MULTI) == HELD => Fast::Held,
         Err(_) => Fast::Slow,
     }
 }
@@ -691,6 +731,15 @@ pub struct KeyHold<'l> {
     pub(crate) lock: &'l Lock,
     pub(crate) key: KeyRef<'l>,
     pub(crate) wait: Duration,
+    pub(crate) want: Want,
+}
+
+/// How many permits a [`KeyHold`] asks for.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Want {
+    One,
+    Permits(u32),
+    Exclusive,
 }
 
 impl KeyHold<'_> {
@@ -701,28 +750,59 @@ impl KeyHold<'_> {
         self
     }
 
+    /// Takes `permits` of the key's permits (default 1; 1 to the lock's
+    /// count, else the hold fails `invalid` at once).
+    pub fn permits(mut self, permits: u32) -> Self {
+        self.want = Want::Permits(permits);
+        self
+    }
+
+    /// Takes all the key's permits: alone with the key (a writer of a
+    /// read-write lock).
+    pub fn exclusive(mut self) -> Self {
+        self.want = Want::Exclusive;
+        self
+    }
+
+    /// The permits asked for, checked against the lock's count.
+    pub(crate) fn asked(&self) -> Result<u32, Error> {
+        let total = self.lock.shared.permits;
+        match self.want {
+            Want::One => Ok(1),
+            Want::Exclusive => Ok(total),
+            Want::Permits(m) if (1..=total).contains(&m) => Ok(m),
+            Want::Permits(m) => {
+                let mut buf = KeyBuf::new();
+                let text = self.key.text(&mut buf);
+                let what = format!("{m} permits asked of a lock of {total}");
+                Err(self.lock.error(Error::new(ErrorKind::Invalid, what), text))
+            }
+        }
+    }
+
     /// Holds the key while `f` runs; see [`Lock::hold`].
     pub fn hold<R>(self, f: impl FnOnce(&Lease<'_>) -> R) -> Result<R, Error> {
         self.lock
-            .hold_with(self.key, Mode::Wait(ms(self.wait)), f)
+            .hold_with(self.key, Mode::Wait(ms(self.wait)), self.asked()?, f)
             .map(|r| r.expect("a waiting hold runs f"))
     }
 
-    /// Runs `f` only if the key is free now; see [`Lock::try_hold`].
+    /// Runs `f` only if the key is free now; see [`Lock::try_hold`]. With
+    /// several permits: only if its permits fit now and nobody waits.
     pub fn try_hold<R>(self, f: impl FnOnce(&Lease<'_>) -> R) -> Result<Option<R>, Error> {
-        self.lock.hold_with(self.key, Mode::Try, f)
+        self.lock.hold_with(self.key, Mode::Try, self.asked()?, f)
     }
 
     /// A handle-style lease, waiting up to `wait`.
     pub fn acquire(self) -> Result<HeldLease, Error> {
         self.lock
-            .acquire_lease(self.key, Mode::Wait(ms(self.wait)))
+            .acquire_lease(self.key, Mode::Wait(ms(self.wait)), self.asked()?)
             .map(|l| l.expect("a waiting acquire grants"))
     }
 
     /// A handle-style lease only if the key is free now.
     pub fn try_acquire(self) -> Result<Option<HeldLease>, Error> {
-        self.lock.acquire_lease(self.key, Mode::Try)
+        self.lock.acquire_lease(self.key, Mode::Try, self.asked()?)
     }
 }
 impl Lock {
@@ -765,7 +845,7 @@ impl KeyHold<'_> {
     /// value with the loss; see [`Lock::hold_outcome`].
     pub fn hold_outcome<R>(self, f: impl FnOnce(&Lease<'_>) -> R) -> Result<Outcome<R>, Error> {
         self.lock
-            .hold_run(self.key, Mode::Wait(ms(self.wait)), f)
+            .hold_run(self.key, Mode::Wait(ms(self.wait)), self.asked()?, f)
             .map(|o| o.expect("a waiting hold runs f"))
     }
 }

@@ -118,7 +118,7 @@ impl Lock {
             // SAFETY: the guard goes into `listed`, dropped (never leaked)
             // on every return; `text` lives in `texts`, which outlives it.
             let Some((l, grant)) =
-                (unsafe { self.acquire_listed(text, hash, mode, Some(deadline)) })?
+                (unsafe { self.acquire_listed(text, hash, mode, 1, Some(deadline)) })?
             else {
                 return Ok(None);
             };

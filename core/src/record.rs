@@ -9,6 +9,7 @@
 //! | `QUEUED` | the line is not empty                                          |
 //! | `DEAD`   | the table retired this record; look the key up again           |
 //! | 4..18    | the line's length (written by the `QLOCK` owner)               |
+//! | `MULTI`  | the key's lock has several permits (set at birth, never changed) |
 //!
 //! The word is a `u32`, so that with the 32-bit hash and an inline key the
 //! record stays one cache line.
@@ -22,10 +23,24 @@
 //!   plain store of the value it locked from, updated.
 //! - `DEAD` is set only from exactly `0` (free, no line, unlocked), by the
 //!   table's sweeper, and is final.
-//! - `fence` is the fence of the current grant while `HELD`, and the fence
+//! - `fence` is the fence of the latest grant while `HELD`, and the fence
 //!   the next grant will carry while free: a release stores `fence + 1`
 //!   before it gives the key up, so a stale fence is refused from the moment
 //!   its holder lets go or is revoked.
+//!
+//! # Several permits
+//!
+//! A record with `MULTI` belongs to a lock of several permits and keeps a
+//! [`Holding`] book: who holds how many. Every change to such a record
+//! (grant, release, leave) is made under `QLOCK`, and the uncontended
+//! paths of one permit never succeed on it: its word is never exactly `0`
+//! or `HELD`. `HELD` then means "some grant holds permits", and the
+//! invariants above still hold: the line's first waiter does not fit, so
+//! something is held (`QUEUED` implies `HELD`). A release, or a waiter
+//! leaving the head of the line, grants in order every head waiter that
+//! now fits, and none behind one that does not (no overtaking). Each grant
+//! takes the next fence, so `fence` is the latest grant's while `HELD`; a
+//! waiter's fence travels in its node, since one release may grant several.
 //!
 //! # The line
 //!
@@ -85,6 +100,7 @@
 //!   too (a DEAD peek is confirmed under the shard lock).
 
 use crate::counters::{count, Event};
+use crate::permits::{Booked, Holding};
 use crate::spin::{first_in_line_spin_pauses, spin_learn, Backoff, SPIN_BEHIND, SPIN_ROUND};
 use crate::sync::{
     park_timeout, spin_loop, AtomicU32, AtomicU64, Clock, Ordering, Thread, UnsafeCell,
@@ -100,6 +116,8 @@ pub(crate) const HELD: u32 = 1;
 pub(crate) const QLOCK: u32 = 1 << 1;
 pub(crate) const QUEUED: u32 = 1 << 2;
 pub(crate) const DEAD: u32 = 1 << 3;
+/// A lock of several permits: see the module doc's "Several permits".
+pub(crate) const MULTI: u32 = 1 << 31;
 /// The line's length lives in the state word above the flags, so a record
 /// fits one cache line (10,000 waiters need 14 bits).
 const WAITER_SHIFT: u32 = 4;
@@ -131,8 +149,8 @@ pub(crate) enum WaitEnd {
 /// What `acquire_or_enqueue` did.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum Enqueued {
-    /// The key was free: the caller holds it.
-    Granted,
+    /// The key was free (its permits fit): the caller holds it with this fence.
+    Granted(u64),
     /// The caller stands in line; `first` when nobody stands before it.
     Waiting { first: bool },
     /// The record was retired: look the key up again.
@@ -142,7 +160,8 @@ pub(crate) enum Enqueued {
 /// What `try_acquire` found.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum Tried {
-    Granted,
+    /// The caller holds the key with this fence.
+    Granted(u64),
     Held,
     Dead,
 }
@@ -190,6 +209,11 @@ pub(crate) struct Waiter {
     prev: UnsafeCell<*const Waiter>,
     next: UnsafeCell<*const Waiter>,
     status: AtomicU32,
+    /// How many permits it asks for (1 for a lock of one permit).
+    want: u32,
+    /// Its grant's fence: written by the granter before it publishes
+    /// `GRANTED` (Release), read by the owner after reading it (Acquire).
+    fence: UnsafeCell<u64>,
     /// Written by its owner before it is linked, and then only under `QLOCK`.
     wake: UnsafeCell<Wake>,
     _pinned: PhantomPinned,
@@ -203,24 +227,43 @@ unsafe impl Send for Waiter {}
 unsafe impl Sync for Waiter {}
 
 impl Waiter {
-    /// A node for the calling thread.
-    pub(crate) fn for_thread() -> Self {
-        Self::new(Wake::Thread(crate::sync::current_thread()))
+    /// A node for the calling thread, asking for `want` permits.
+    pub(crate) fn for_thread(want: u32) -> Self {
+        Self::new(Wake::Thread(crate::sync::current_thread()), want)
     }
 
-    /// A node for a task, woken through `waker`.
-    pub(crate) fn for_task(waker: Waker) -> Self {
-        Self::new(Wake::Task(waker))
+    /// A node for a task, woken through `waker`, asking for `want` permits.
+    pub(crate) fn for_task(waker: Waker, want: u32) -> Self {
+        Self::new(Wake::Task(waker), want)
     }
 
-    fn new(wake: Wake) -> Self {
+    fn new(wake: Wake, want: u32) -> Self {
         Waiter {
             prev: UnsafeCell::new(ptr::null()),
             next: UnsafeCell::new(ptr::null()),
             status: AtomicU32::new(IDLE),
+            want,
+            fence: UnsafeCell::new(0),
             wake: UnsafeCell::new(wake),
             _pinned: PhantomPinned,
         }
+    }
+
+    /// How many permits it asks for.
+    pub(crate) fn want(&self) -> u32 {
+        self.want
+    }
+
+    /// The fence of its grant. Only its owner asks, after [`end`] answered
+    /// `Granted` (an Acquire read of the status the granter published
+    /// after writing the fence).
+    ///
+    /// [`end`]: Waiter::end
+    pub(crate) fn granted_fence(&self) -> u64 {
+        debug_assert_eq!(self.end(), Some(WaitEnd::Granted));
+        // SAFETY: the granter wrote it before its Release store of
+        // GRANTED, which the owner read with Acquire; nobody writes it again.
+        self.fence.with(|f| unsafe { *f })
     }
 
     /// The wait's end, once a granter, a closer or the waiter itself decided
@@ -249,6 +292,7 @@ impl Drop for Waiter {
             self.prev.with_mut(|_| ());
             self.next.with_mut(|_| ());
             self.wake.with_mut(|_| ());
+            self.fence.with_mut(|_| ());
         }
     }
 }
@@ -337,11 +381,12 @@ pub(crate) struct Record {
     pub(crate) hash: u32,
     pub(crate) key: KeyText,
     state: AtomicU32,
-    /// See the module doc: the current grant's fence while held, the next's while free.
+    /// See the module doc: the latest grant's fence while held, the next's while free.
     fence: AtomicU64,
-    /// The fence of this record's first grant (for `grants` in stats).
-    first_fence: u64,
     line: UnsafeCell<Line>,
+    /// A lock of several permits: the book of who holds how many, under
+    /// `QLOCK`. `None` (and no `MULTI`) for a lock of one permit.
+    book: Option<Box<UnsafeCell<Holding>>>,
 }
 
 /// Under loom a record's end is a write to its line, so a `QLOCK` owner
@@ -361,16 +406,23 @@ unsafe impl Send for Record {}
 unsafe impl Sync for Record {}
 
 impl Record {
-    /// A record whose creator already holds its key with fence `fence`.
-    pub(crate) fn new_held(hash: u64, key: &str, fence: u64) -> Record {
+    /// A record whose creator already holds `take.want` of its key's
+    /// `take.total` permits, with fence `fence`.
+    pub(crate) fn new_held(hash: u64, key: &str, fence: u64, take: Take) -> Record {
+        let (state, book) = if take.total == 1 {
+            (HELD, None)
+        } else {
+            let book = Holding::first(take.total, fence, take.want);
+            (MULTI | HELD, Some(Box::new(UnsafeCell::new(book))))
+        };
         Record {
             next: epoch::Atomic::null(),
             hash: hash as u32,
             key: KeyText::new(key),
-            state: AtomicU32::new(HELD),
+            state: AtomicU32::new(state),
             fence: AtomicU64::new(fence),
-            first_fence: fence,
             line: UnsafeCell::new(Line { tail: ptr::null() }),
+            book,
         }
     }
 
@@ -423,11 +475,13 @@ impl Record {
         waiters_in(self.state.load(Ordering::Relaxed))
     }
 
-    /// Grants made through this record so far.
-    pub(crate) fn grants(&self) -> u64 {
+    /// The fence the next grant would carry if the key were free now:
+    /// this minus the record's first fence is how many grants it made (the
+    /// table keeps the first fences' sum, so a record spends no room on it).
+    pub(crate) fn grant_mark(&self) -> u64 {
         let s = self.state.load(Ordering::Acquire);
-        let next = self.fence.load(Ordering::Relaxed);
-        next - self.first_fence + u64::from(s & HELD != 0)
+        let fence = self.fence.load(Ordering::Relaxed);
+        fence + u64::from(s & HELD != 0)
     }
 
     /// The fence a new record for this key must start from once this one is
@@ -436,9 +490,13 @@ impl Record {
         self.fence.load(Ordering::Relaxed)
     }
 
-    /// Never waits: takes the key if it is free.
-    pub(crate) fn try_acquire(&self) -> Tried {
+    /// Never waits: takes `want` permits of the key if they fit and nobody
+    /// waits.
+    pub(crate) fn try_acquire(&self, want: u32) -> Tried {
         let mut s = self.state.load(Ordering::Relaxed);
+        if s & MULTI != 0 {
+            return self.try_acquire_multi(want);
+        }
         let mut backoff = Backoff::new();
         loop {
             if s & DEAD != 0 {
@@ -460,7 +518,7 @@ impl Record {
                 Ordering::Acquire,
                 Ordering::Relaxed,
             ) {
-                Ok(_) => return Tried::Granted,
+                Ok(_) => return Tried::Granted(self.fence()),
                 Err(now) => s = now,
             }
         }
@@ -480,6 +538,10 @@ impl Record {
         admit: impl FnOnce(u32) -> Result<(), E>,
     ) -> Result<Enqueued, E> {
         let mut s = self.state.load(Ordering::Relaxed);
+        if s & MULTI != 0 {
+            // SAFETY: the caller's contract.
+            return unsafe { self.acquire_or_enqueue_multi(waiter, admit) };
+        }
         let mut backoff = Backoff::new();
         loop {
             if s & DEAD != 0 {
@@ -492,7 +554,7 @@ impl Record {
                     Ordering::Acquire,
                     Ordering::Relaxed,
                 ) {
-                    Ok(_) => return Ok(Enqueued::Granted),
+                    Ok(_) => return Ok(Enqueued::Granted(self.fence())),
                     Err(now) => s = now,
                 }
                 continue;
@@ -511,36 +573,52 @@ impl Record {
                 continue;
             }
             // We own QLOCK; `s` (which has HELD) is the word's value without it.
-            let len = waiters_in(s);
-            if let Err(e) = admit(len) {
-                // Release: publish nothing new, but keep the unlock a release.
-                self.state.store(s, Ordering::Release);
-                return Err(e);
-            }
-            // Relaxed: published with the node by the unlock below.
-            let first_status = waiter.wake.with(|w| {
-                // SAFETY: the node is not linked yet, so only its owner (our
-                // caller) can reach `wake`.
-                match unsafe { &*w } {
-                    Wake::Thread(_) => WAITING,
-                    Wake::Task(_) => PARKED,
-                }
-            });
-            waiter.status.store(first_status, Ordering::Relaxed);
-            // SAFETY: we own QLOCK, so we have exclusive access to the line
-            // and to the links of every node in it; `waiter` is not linked
-            // yet, and the caller keeps it in place while linked.
-            unsafe { self.push_back(waiter) };
-            // Release: the next QLOCK owner must see the node linked.
-            // (Mutant for loom-tests/README.md: a Relaxed unlock.)
-            let unlock = if cfg!(holdline_mutant = "relaxed_unlock") {
-                Ordering::Relaxed
-            } else {
-                Ordering::Release
-            };
-            self.state.store((s | QUEUED) + WAITER_ONE, unlock);
-            return Ok(Enqueued::Waiting { first: len == 0 });
+            // SAFETY: the caller's contract.
+            return unsafe { self.enqueue_locked(s, waiter, admit) };
         }
+    }
+
+    /// Links `waiter` at the back of the line if `admit` agrees, and lets
+    /// QLOCK go.
+    ///
+    /// # Safety
+    /// The caller owns QLOCK (`s`: the word without it, with `HELD`); as
+    /// for [`acquire_or_enqueue`](Record::acquire_or_enqueue).
+    unsafe fn enqueue_locked<E>(
+        &self,
+        s: u32,
+        waiter: Pin<&Waiter>,
+        admit: impl FnOnce(u32) -> Result<(), E>,
+    ) -> Result<Enqueued, E> {
+        let len = waiters_in(s);
+        if let Err(e) = admit(len) {
+            // Release: publish nothing new, but keep the unlock a release.
+            self.state.store(s, Ordering::Release);
+            return Err(e);
+        }
+        // Relaxed: published with the node by the unlock below.
+        let first_status = waiter.wake.with(|w| {
+            // SAFETY: the node is not linked yet, so only its owner (our
+            // caller) can reach `wake`.
+            match unsafe { &*w } {
+                Wake::Thread(_) => WAITING,
+                Wake::Task(_) => PARKED,
+            }
+        });
+        waiter.status.store(first_status, Ordering::Relaxed);
+        // SAFETY: we own QLOCK, so we have exclusive access to the line
+        // and to the links of every node in it; `waiter` is not linked
+        // yet, and the caller keeps it in place while linked.
+        unsafe { self.push_back(waiter) };
+        // Release: the next QLOCK owner must see the node linked.
+        // (Mutant for loom-tests/README.md: a Relaxed unlock.)
+        let unlock = if cfg!(holdline_mutant = "relaxed_unlock") {
+            Ordering::Relaxed
+        } else {
+            Ordering::Release
+        };
+        self.state.store((s | QUEUED) + WAITER_ONE, unlock);
+        Ok(Enqueued::Waiting { first: len == 0 })
     }
 
     /// Waits until `waiter` is granted the key, the store closes, or
@@ -677,7 +755,17 @@ impl Record {
         waiter.status.store(LEFT, Ordering::Relaxed);
         let s = s - WAITER_ONE;
         let s = if now_empty { s & !QUEUED } else { s };
+        // Mutant for loom-tests/README.md: a departure that serves nobody.
+        if s & MULTI == 0 || cfg!(holdline_mutant = "leave_serves_none") {
+            self.state.store(s, Ordering::Release);
+            return WaitEnd::TimedOut;
+        }
+        // Several permits: whoever stood behind it may fit now.
+        let mut woken = Woken::default();
+        // SAFETY: we own QLOCK.
+        let s = unsafe { self.serve_line(s, &mut woken) };
         self.state.store(s, Ordering::Release);
+        woken.wake();
         WaitEnd::TimedOut
     }
 
@@ -686,6 +774,10 @@ impl Record {
     /// by whoever took its lease away. `fence` is that grant's fence.
     #[inline]
     pub(crate) fn release(&self, fence: u64) {
+        // Relaxed: MULTI is set at birth and never changes.
+        if self.state.load(Ordering::Relaxed) & MULTI != 0 {
+            return self.release_multi(fence);
+        }
         // Relaxed: published by the Release transition below.
         self.fence.store(fence + 1, Ordering::Relaxed);
         // Release: the next holder (fast acquire, Acquire) sees our writes.
@@ -730,9 +822,11 @@ impl Record {
             // SAFETY: we own QLOCK; QUEUED says the line is not empty.
             let (first, now_empty) = unsafe { self.pop_front() };
             let s = s - WAITER_ONE;
+            // Relaxed: our own store in `release`.
+            let fence = self.fence.load(Ordering::Relaxed);
             // SAFETY: `first` was linked until just now and has no final
             // status, so its thread is still waiting for one: alive.
-            let wake = unsafe { finish_waiter(first, GRANTED) };
+            let wake = unsafe { finish_waiter(first, GRANTED, fence) };
             // HELD stays set: it passed to `first`.
             let s = if now_empty { s & !QUEUED } else { s };
             // Release: publishes the line and, to later lockers, the grant.
@@ -755,7 +849,7 @@ impl Record {
             // SAFETY: we own QLOCK, and the count says how many are linked.
             let (w, _) = unsafe { self.pop_front() };
             // SAFETY: `w` was linked and has no final status: alive.
-            if let Some(t) = unsafe { finish_waiter(w, CLOSED) } {
+            if let Some(t) = unsafe { finish_waiter(w, CLOSED, 0) } {
                 wake.push(t);
             }
         }
@@ -763,13 +857,16 @@ impl Record {
             .store(s & !(QUEUED | WAITER_MASK), Ordering::Release);
     }
 
-    /// The sweeper's step: retires the record if it is idle (exactly `0`).
+    /// The sweeper's step: retires the record if it is idle (exactly `0`,
+    /// or exactly `MULTI`).
     pub(crate) fn try_retire(&self) -> bool {
+        // Relaxed: MULTI never changes.
+        let multi = self.state.load(Ordering::Relaxed) & MULTI;
         // Mutant for loom-tests/README.md: retire a held key too.
         let idle = if cfg!(holdline_mutant = "retire_held") {
-            self.state.load(Ordering::Relaxed) & HELD
+            self.state.load(Ordering::Relaxed) & (HELD | MULTI)
         } else {
-            0
+            multi
         };
         // Acquire: to read the last holder's fence bump afterwards.
         self.state
@@ -778,7 +875,9 @@ impl Record {
     }
 
     /// Spins until it owns QLOCK; answers the word's value without QLOCK.
-    /// The caller must know the record is alive and not DEAD.
+    /// The caller must know the record is alive; if it may be DEAD (a
+    /// caller that is only pinned), it lets the lock go unchanged when the
+    /// answer has DEAD (`DEAD|QLOCK` only ever goes back to `DEAD`).
     fn lock_line(&self) -> u32 {
         let mut s = self.state.load(Ordering::Relaxed);
         let mut backoff = Backoff::new();
@@ -870,17 +969,289 @@ impl Record {
     }
 }
 
+/// What one grant takes of a key: `want` of its lock's `total` permits.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) struct Take {
+    pub(crate) total: u32,
+    pub(crate) want: u32,
+}
+
+/// Who holds a key now: from the state word for a lock of one permit,
+/// from the book (read under the line lock) for one of several.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub(crate) struct Holders {
+    /// Grants holding the key.
+    pub(crate) count: u32,
+    /// Permits they hold in all.
+    pub(crate) permits: u32,
+    /// The oldest current grant's fence, and the newest's.
+    pub(crate) oldest: Option<u64>,
+    pub(crate) newest: Option<u64>,
+    /// The latest grant's fence, current or not (0 before any).
+    pub(crate) latest: u64,
+    /// Whether the grant asked about holds the key.
+    pub(crate) asked_holds: bool,
+}
+
+/// The wakes one release or departure owes, fired once the line lock is
+/// let go; the first needs no allocation.
+#[derive(Default)]
+struct Woken {
+    first: Option<Wake>,
+    more: Vec<Wake>,
+}
+
+impl Woken {
+    fn push(&mut self, wake: Wake) {
+        match self.first {
+            None => self.first = Some(wake),
+            Some(_) => self.more.push(wake),
+        }
+    }
+
+    fn wake(self) {
+        if let Some(w) = self.first {
+            w.wake();
+        }
+        wake_all(self.more);
+    }
+}
+
+/// A record of a lock of several permits (`MULTI`): every change under QLOCK.
+impl Record {
+    /// Runs `f` on the book.
+    ///
+    /// # Safety
+    /// The caller owns QLOCK, and the record has `MULTI` (so a book).
+    unsafe fn with_book<R>(&self, f: impl FnOnce(&mut Holding) -> R) -> R {
+        let cell = self.book.as_deref().expect("a MULTI record has a book");
+        // SAFETY: QLOCK gives exclusive access to the book.
+        cell.with_mut(|b| f(unsafe { &mut *b }))
+    }
+
+    /// Books a grant of `want` permits (they fit); answers its fence: the
+    /// next one while free, one past the latest while held.
+    ///
+    /// # Safety
+    /// The caller owns QLOCK of a `MULTI` record.
+    unsafe fn book_grant(&self, want: u32) -> u64 {
+        // SAFETY: the caller's contract.
+        unsafe {
+            self.with_book(|book| {
+                // Relaxed: the fence changes only under QLOCK, which we own.
+                let latest = self.fence.load(Ordering::Relaxed);
+                let fence = if book.holders() == 0 {
+                    latest
+                } else {
+                    latest + 1
+                };
+                self.fence.store(fence, Ordering::Relaxed);
+                book.book(fence, want);
+                fence
+            })
+        }
+    }
+
+    /// Takes `want` permits if they fit and nobody waits.
+    #[cold]
+    fn try_acquire_multi(&self, want: u32) -> Tried {
+        let s = self.lock_line();
+        let tried = if s & DEAD != 0 {
+            Tried::Dead
+        } else {
+            // SAFETY: we own QLOCK of a MULTI record.
+            let fits = s & QUEUED == 0 && unsafe { self.with_book(|b| b.fits(want)) };
+            if fits {
+                // SAFETY: as above.
+                Tried::Granted(unsafe { self.book_grant(want) })
+            } else {
+                Tried::Held
+            }
+        };
+        let s = if matches!(tried, Tried::Granted(_)) {
+            s | HELD
+        } else {
+            s
+        };
+        // Release: publishes the book to the next QLOCK owner.
+        self.state.store(s, Ordering::Release);
+        tried
+    }
+
+    /// [`acquire_or_enqueue`](Record::acquire_or_enqueue) of a `MULTI`
+    /// record: granted when the node's permits fit and nobody waits.
+    ///
+    /// # Safety
+    /// As for `acquire_or_enqueue`.
+    #[cold]
+    unsafe fn acquire_or_enqueue_multi<E>(
+        &self,
+        waiter: Pin<&Waiter>,
+        admit: impl FnOnce(u32) -> Result<(), E>,
+    ) -> Result<Enqueued, E> {
+        let s = self.lock_line();
+        if s & DEAD != 0 {
+            self.state.store(s, Ordering::Release);
+            return Ok(Enqueued::Dead);
+        }
+        // SAFETY: we own QLOCK of a MULTI record.
+        if s & QUEUED == 0 && unsafe { self.with_book(|b| b.fits(waiter.want)) } {
+            // SAFETY: as above.
+            let fence = unsafe { self.book_grant(waiter.want) };
+            // Release: publishes the book to the next QLOCK owner.
+            self.state.store(s | HELD, Ordering::Release);
+            return Ok(Enqueued::Granted(fence));
+        }
+        // Something is held: the permits did not fit, or a line stands
+        // (which implies HELD).
+        debug_assert!(s & HELD != 0);
+        // SAFETY: we own QLOCK; the caller's contract for the node.
+        unsafe { self.enqueue_locked(s, waiter, admit) }
+    }
+
+    /// Ends the grant with `fence` and serves the line.
+    #[cold]
+    fn release_multi(&self, fence: u64) {
+        let s = self.lock_line();
+        // SAFETY: we own QLOCK of a MULTI record.
+        let now_free = unsafe {
+            self.with_book(|book| {
+                let ended = book.end(fence);
+                debug_assert!(ended.is_some(), "a release of a grant not booked");
+                book.holders() == 0
+            })
+        };
+        let s = if now_free {
+            // Free: the word keeps the next grant's fence (module doc).
+            // Relaxed: under QLOCK; published by the unlock below.
+            let latest = self.fence.load(Ordering::Relaxed);
+            self.fence.store(latest + 1, Ordering::Relaxed);
+            s & !HELD
+        } else {
+            s
+        };
+        let mut woken = Woken::default();
+        // SAFETY: we own QLOCK of a MULTI record.
+        let s = unsafe { self.serve_line(s, &mut woken) };
+        // Release: the next QLOCK owner (and the next holder) sees our writes.
+        self.state.store(s, Ordering::Release);
+        woken.wake();
+    }
+
+    /// Grants, in order, every waiter at the head of the line whose permits
+    /// now fit, stopping at the first that does not (no overtaking).
+    /// Answers the word to unlock with.
+    ///
+    /// # Safety
+    /// The caller owns QLOCK of a `MULTI` record; `s` is the word without it.
+    unsafe fn serve_line(&self, mut s: u32, woken: &mut Woken) -> u32 {
+        while s & QUEUED != 0 {
+            // SAFETY: QLOCK; QUEUED says the line is not empty, and linked
+            // nodes are alive.
+            let want = unsafe { (*self.head()).want };
+            // SAFETY: we own QLOCK of a MULTI record.
+            if !unsafe { self.with_book(|b| b.fits(want)) } {
+                break;
+            }
+            // SAFETY: as above.
+            let (head, now_empty) = unsafe { self.pop_front() };
+            // SAFETY: as above.
+            let fence = unsafe { self.book_grant(want) };
+            s = (s - WAITER_ONE) | HELD;
+            if now_empty {
+                s &= !QUEUED;
+            }
+            // SAFETY: `head` was linked until just now, with no final status.
+            if let Some(wake) = unsafe { finish_waiter(head, GRANTED, fence) } {
+                woken.push(wake);
+            }
+            // Mutant for loom-tests/README.md: serve one waiter per release.
+            if cfg!(holdline_mutant = "serve_one") {
+                break;
+            }
+        }
+        s
+    }
+
+    /// The line's first node.
+    ///
+    /// # Safety
+    /// The caller owns QLOCK and the line is not empty.
+    unsafe fn head(&self) -> *const Waiter {
+        self.line.with(|line| {
+            // SAFETY: QLOCK gives exclusive access; the tail is linked.
+            unsafe { (*(*line).tail).next.with(|n| *n) }
+        })
+    }
+
+    /// Who holds the key now, and whether the grant with `fence` is one of
+    /// them. For several permits it takes the line lock for an instant: it
+    /// changes nothing and orders nobody. The caller is pinned (or holds).
+    pub(crate) fn holders(&self, fence: u64) -> Holders {
+        // Relaxed: MULTI never changes.
+        if self.state.load(Ordering::Relaxed) & MULTI == 0 {
+            return match self.current_fence_if_held() {
+                Some(f) => Holders {
+                    count: 1,
+                    permits: 1,
+                    oldest: Some(f),
+                    newest: Some(f),
+                    latest: f,
+                    asked_holds: f == fence,
+                },
+                None => Holders {
+                    latest: self.next_fence_after_retire().saturating_sub(1),
+                    ..Holders::default()
+                },
+            };
+        }
+        let s = self.lock_line();
+        let holders = if s & DEAD != 0 {
+            Holders::default()
+        } else {
+            // Relaxed: under QLOCK, where the fence changes.
+            let word = self.fence.load(Ordering::Relaxed);
+            let latest = if s & HELD != 0 {
+                word
+            } else {
+                word.saturating_sub(1)
+            };
+            // SAFETY: we own QLOCK of a MULTI record.
+            unsafe { self.with_book(|b| book_holders(b, fence, latest)) }
+        };
+        self.state.store(s, Ordering::Release);
+        holders
+    }
+}
+
+fn book_holders(book: &Holding, fence: u64, latest: u64) -> Holders {
+    let grants: &[Booked] = book.grants();
+    Holders {
+        count: book.holders(),
+        permits: book.held(),
+        oldest: grants.first().map(|b| b.fence),
+        newest: grants.last().map(|b| b.fence),
+        latest,
+        asked_holds: book.has(fence),
+    }
+}
+
 /// Gives a just-unlinked waiter its final status; answers the wake to fire
 /// once the caller has let QLOCK go.
+///
+/// `fence` is the grant's (ignored for `CLOSED`).
 ///
 /// # Safety
 /// The caller owns the QLOCK of the line `w` was just unlinked from, and `w`
 /// has no final status yet (so its owner has not returned or dropped it).
-unsafe fn finish_waiter(w: *const Waiter, to: u32) -> Option<Wake> {
+unsafe fn finish_waiter(w: *const Waiter, to: u32, fence: u64) -> Option<Wake> {
     // SAFETY: per the contract, `w`'s owner waits for a final status and
     // cannot free the node before it reads one (a dropped future takes
     // QLOCK first, which we hold); until our store below, `w` is alive.
     let w = unsafe { &*w };
+    // SAFETY: only a QLOCK owner writes a linked node's fence, and its
+    // owner reads it only after the Release store of its final status.
+    w.fence.with_mut(|f| unsafe { *f = fence });
     // Release: the new holder must see the fence and everything before.
     match w
         .status

@@ -52,6 +52,15 @@ impl HeldRecord {
     }
 }
 
+/// A grant's parts, once a lease owns its one release: the record, the
+/// grant's fence (which names it) and the permits it holds.
+#[derive(Clone, Copy)]
+pub(crate) struct Granted {
+    pub(crate) record: HeldRecord,
+    pub(crate) fence: u64,
+    pub(crate) permits: u32,
+}
+
 /// The record in whose line a waiter's node is linked.
 #[derive(Clone, Copy)]
 pub(crate) struct LineRecord(NonNull<Record>);

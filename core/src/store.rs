@@ -101,6 +101,7 @@ impl Store {
             ttl: DEFAULT_TTL,
             max_hold: None,
             heartbeat: None,
+            permits: None,
         }
     }
 
@@ -288,9 +289,27 @@ pub struct LockBuilder<'s> {
     ttl: Duration,
     max_hold: Option<Duration>,
     heartbeat: Option<Heartbeat>,
+    permits: Option<u32>,
 }
 
+/// Most permits a key of a lock may have.
+pub const MAX_PERMITS: u32 = 1_000_000;
+
 impl LockBuilder<'_> {
+    /// How many permits each key has (1 to 1,000,000; a lock opened
+    /// without a count has the one it was first opened with, else 1: a
+    /// keyed mutex). A hold takes one unless it asks for more
+    /// ([`KeyHold::permits`](crate::KeyHold::permits)) or for all
+    /// ([`exclusive`](crate::KeyHold::exclusive)): a semaphore per key, or
+    /// a read-write lock whose readers take one and writers all. The count
+    /// belongs to the name: opening it again on this store with another
+    /// count fails `invalid` while the name is known (a handle open, or a
+    /// key in memory).
+    pub fn permits(mut self, permits: u32) -> Self {
+        self.permits = Some(permits);
+        self
+    }
+
     /// Every handle-style lease taken through the lock also counts its ttl
     /// from `heartbeat`'s last beat: one beat renews them all (a server
     /// renewing a connection's leases whenever it hears from it). The
@@ -314,8 +333,24 @@ impl LockBuilder<'_> {
         self
     }
 
+    /// Opens the lock only if the store knows it now (a handle open or a
+    /// key in memory), with its own count of permits; `Ok(None)` otherwise.
+    /// For a look at a lock that must not make it (and so fix its count).
+    pub fn open_if_known(self) -> Result<Option<Lock>, Error> {
+        if self.permits.is_some() {
+            let what = "open_if_known takes the lock's own count: give no permits";
+            return Err(Error::new(ErrorKind::Invalid, what).for_lock(&self.name));
+        }
+        self.opened(false)
+    }
+
     /// Opens the lock.
     pub fn open(self) -> Result<Lock, Error> {
+        self.opened(true).map(|lock| lock.expect("made if unknown"))
+    }
+
+    /// Opens the lock, made if unknown when `make`.
+    fn opened(self, make: bool) -> Result<Option<Lock>, Error> {
         let core = &self.store.shared.core;
         if core.closed.load(Ordering::Acquire) {
             return Err(Error::closed().for_lock(&self.name));
@@ -341,14 +376,29 @@ impl LockBuilder<'_> {
             let what = "a heartbeat of another store";
             return Err(Error::new(ErrorKind::Invalid, what).for_lock(&self.name));
         }
-        let lock_shared = core.lock_named(&self.name);
-        Ok(Lock::new(
+        if let Some(n) = self.permits.filter(|n| !(1..=MAX_PERMITS).contains(n)) {
+            let what = format!("a lock has 1 to {MAX_PERMITS} permits, not {n}");
+            return Err(Error::new(ErrorKind::Invalid, what).for_lock(&self.name));
+        }
+        let lock_shared = if make {
+            core.lock_named(&self.name, self.permits).map_err(|known| {
+                let asked = self.permits.unwrap_or(1);
+                let what = format!("opened with {known} permits, not {asked}");
+                Error::new(ErrorKind::Invalid, what).for_lock(&self.name)
+            })?
+        } else {
+            let Some(known) = core.lock_known(&self.name) else {
+                return Ok(None);
+            };
+            known
+        };
+        Ok(Some(Lock::new(
             core.clone(),
             lock_shared,
             ttl_ms,
             max_hold_ms,
             heartbeat,
-        ))
+        )))
     }
 }
 

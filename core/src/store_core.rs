@@ -56,20 +56,35 @@ impl<L: Due + Watched> StoreCore<L> {
     }
 
     /// The state of the lock `name`, made on its first opening (or again
-    /// after it was forgotten).
-    pub(crate) fn lock_named(&self, name: &str) -> Arc<LockShared> {
+    /// after it was forgotten) with `permits` per key (`None`: whatever
+    /// count it has, 1 if new). `Err`: the name is known with another
+    /// count (answered).
+    pub(crate) fn lock_named(
+        &self,
+        name: &str,
+        permits: Option<u32>,
+    ) -> Result<Arc<LockShared>, u32> {
         let mut locks = lock(&self.locks);
         if let Some(known) = locks.get(name) {
-            return known.clone();
+            return match permits {
+                Some(n) if n != known.permits => Err(known.permits),
+                _ => Ok(known.clone()),
+            };
         }
         // Relaxed: written and read only under `locks`.
         let floor = self.fence_floor.load(Ordering::Relaxed);
-        let made = Arc::new(LockShared::new(name, floor));
+        let made = Arc::new(LockShared::new(name, permits.unwrap_or(1), floor));
         locks.insert(name.into(), made.clone());
         drop(locks);
         // A sweep will come to forget it once nobody uses it.
         Driver::want_sweep(&self.timer);
-        made
+        Ok(made)
+    }
+
+    /// The state of the lock `name` if the store knows it now (a handle
+    /// open or a key in memory); never makes it.
+    pub(crate) fn lock_known(&self, name: &str) -> Option<Arc<LockShared>> {
+        lock(&self.locks).get(name).cloned()
     }
 
     /// Every lock the store knows now (a handle open or a key in memory).

@@ -26,7 +26,7 @@
 //! load them Relaxed (the lock orders writers among themselves) and publish
 //! with Release.
 
-use crate::record::Record;
+use crate::record::{Record, Take};
 use crate::sync::{lock, Mutex, Ordering};
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned, Shared};
 use crossbeam_utils::CachePadded;
@@ -62,8 +62,17 @@ struct ShardWriter {
     len: usize,
     /// The first fence of the next record created here.
     floor: u64,
-    /// Grants made through records already retired.
-    retired_grants: u64,
+    /// Grants made here, less the live records' grant marks (wrapping): a
+    /// record's grants are its mark less its first fence, so creating one
+    /// subtracts its first fence and retiring one adds its final mark, and
+    /// the records need not remember their first fence.
+    grants_base: u64,
+}
+
+/// What [`Table::visit`] shows: a shard (first), then each of its records.
+enum Visit<'a> {
+    Shard(&'a ShardWriter),
+    Record(&'a Record),
 }
 
 struct Buckets {
@@ -100,7 +109,7 @@ impl Table {
                     writer: Mutex::new(ShardWriter {
                         len: 0,
                         floor: fence_floor,
-                        retired_grants: 0,
+                        grants_base: 0,
                     }),
                 })
             })
@@ -149,8 +158,9 @@ impl Table {
         &self,
         hash: u64,
         key: &str,
+        take: Take,
         guard: &'g Guard,
-    ) -> (&'g Record, bool) {
+    ) -> (&'g Record, Option<u64>) {
         let shard = self.shard(hash);
         let mut w = lock(&shard.writer);
         // Relaxed: writers are ordered by the shard lock.
@@ -165,10 +175,12 @@ impl Table {
         // Acquire: as every chain walk (the lock orders it anyway).
         let head = b.slot(hash).load(Ordering::Acquire, guard);
         if let Some(r) = find_in_chain(head, hash, key, guard) {
-            return (r, false);
+            return (r, None);
         }
         let slot = b.slot(hash);
-        let record = Owned::new(Record::new_held(hash, key, w.floor));
+        let fence = w.floor;
+        let record = Owned::new(Record::new_held(hash, key, fence, take));
+        w.grants_base = w.grants_base.wrapping_sub(fence);
         // Relaxed: the record is not published yet; the Release store of
         // the slot below publishes it with this link.
         record
@@ -183,7 +195,7 @@ impl Table {
         }
         // SAFETY: just published; it is HELD by the caller, so no sweeper
         // can retire it, and the guard keeps it alive regardless.
-        (unsafe { record.deref() }, true)
+        (unsafe { record.deref() }, Some(fence))
     }
 
     /// Finds the key's record without creating one. Authoritative: a quick
@@ -243,7 +255,7 @@ impl Table {
                         // Release: readers arriving later skip it.
                         link.store(next, Ordering::Release);
                         w.floor = w.floor.max(r.next_fence_after_retire());
-                        w.retired_grants += r.grants();
+                        w.grants_base = w.grants_base.wrapping_add(r.grant_mark());
                         w.len -= 1;
                         retired += 1;
                         garbage.0.push(p.as_raw());
@@ -271,8 +283,19 @@ impl Table {
 
     /// Calls `f` on every live record, under each shard's lock in turn.
     pub(crate) fn for_each(&self, guard: &Guard, mut f: impl FnMut(&Record)) {
+        self.visit(guard, |v| {
+            if let Visit::Record(r) = v {
+                f(r)
+            }
+        });
+    }
+
+    /// Visits each shard's writer state and then its records, under the
+    /// shard's lock.
+    fn visit(&self, guard: &Guard, mut f: impl FnMut(Visit<'_>)) {
         for shard in self.shards.iter() {
-            let _w = lock(&shard.writer);
+            let w = lock(&shard.writer);
+            f(Visit::Shard(&w));
             let buckets = shard.buckets.load(Ordering::Relaxed, guard);
             // SAFETY: we are a writer, and pinned.
             let Some(b) = (unsafe { buckets.as_ref() }) else {
@@ -282,7 +305,7 @@ impl Table {
                 let mut p = slot.load(Ordering::Relaxed, guard);
                 // SAFETY: chains hold live records; we are pinned.
                 while let Some(r) = unsafe { p.as_ref() } {
-                    f(r);
+                    f(Visit::Record(r));
                     p = r.next.load(Ordering::Relaxed, guard);
                 }
             }
@@ -292,15 +315,18 @@ impl Table {
     pub(crate) fn totals(&self) -> TableTotals {
         let guard = epoch::pin();
         let mut t = TableTotals::default();
-        for shard in self.shards.iter() {
-            let w = lock(&shard.writer);
-            t.live += w.len;
-            t.grants += w.retired_grants;
-        }
-        self.for_each(&guard, |r| {
-            t.held += usize::from(r.is_held());
-            t.waiters += r.waiter_count() as usize;
-            t.grants += r.grants();
+        // Each shard's base and its records are read under its one lock,
+        // so no record is made or retired between them.
+        self.visit(&guard, |v| match v {
+            Visit::Shard(w) => {
+                t.live += w.len;
+                t.grants = t.grants.wrapping_add(w.grants_base);
+            }
+            Visit::Record(r) => {
+                t.held += usize::from(r.is_held());
+                t.waiters += r.waiter_count() as usize;
+                t.grants = t.grants.wrapping_add(r.grant_mark());
+            }
         });
         t
     }

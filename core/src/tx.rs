@@ -207,13 +207,16 @@ impl Tx<'_> {
 }
 
 fn check_fence(lock: &Lock, key: &str, fence: u64) -> Result<(), Error> {
-    let why = match lock.current_fence(key) {
-        Some(current) if current == fence => return Ok(()),
-        Some(current) if current > fence => {
-            format!("a newer grant holds the key (fence {current} > {fence})")
-        }
-        Some(_) => format!("fence {fence} was never granted"),
+    let holders = lock.holders(key, fence);
+    let why = match holders.newest {
+        _ if holders.asked_holds => return Ok(()),
         None => format!("the key is not held (fence {fence})"),
+        Some(_) if fence > holders.latest => format!("fence {fence} was never granted"),
+        Some(newest) if newest > fence => {
+            format!("a newer grant holds the key (fence {newest} > {fence})")
+        }
+        // Several permits: a later grant came and went; older ones hold.
+        Some(_) => format!("the grant of fence {fence} has ended"),
     };
     Err(Error::lost(why).for_key(lock.name(), key))
 }

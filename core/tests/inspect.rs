@@ -65,6 +65,8 @@ fn a_free_key_shows_its_last_fence_until_it_is_reclaimed() {
             held_for: None,
             lease_left: None,
             waiters: 0,
+            holders: 0,
+            permits_held: 0,
         })
     );
     store.reclaim_idle();
@@ -87,6 +89,8 @@ fn a_plain_hold_shows_held_with_its_fence_and_no_times() {
             held_for: None,
             lease_left: None,
             waiters: 0,
+            holders: 1,
+            permits_held: 1,
         })
     );
     // Numbers are their text: 9 and "9" are one key.
