@@ -16,6 +16,15 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 use tokio::sync::Notify;
 
+/// The lease by which a connection holds a key: its id, and the grant's
+/// fence and permits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HeldBy {
+    pub lease: u64,
+    pub fence: u64,
+    pub permits: u32,
+}
+
 /// What a connection shows of itself.
 pub struct ClientState {
     pub id: u64,
@@ -32,7 +41,7 @@ pub struct ClientState {
     user: Mutex<Option<Arc<str>>>,
     /// The held keys (`lock\0key`, the session's `held_key`) and the
     /// lease holding each.
-    holding: Mutex<HashMap<Box<str>, u64>>,
+    holding: Mutex<HashMap<Box<str>, HeldBy>>,
     /// The held key (`lock\0key`) a HOLD of this connection waits for.
     waiting: Mutex<Option<Box<str>>>,
     /// Pulled by CLIENT KILL.
@@ -99,12 +108,12 @@ impl ClientState {
     }
 
     /// The lease by which this connection holds `held_key`, if it does.
-    pub fn lease_of(&self, held_key: &str) -> Option<u64> {
+    pub fn lease_of(&self, held_key: &str) -> Option<HeldBy> {
         lock(&self.holding).get(held_key).copied()
     }
 
-    pub fn held(&self, held_key: Box<str>, lease: u64) {
-        lock(&self.holding).insert(held_key, lease);
+    pub fn held(&self, held_key: Box<str>, by: HeldBy) {
+        lock(&self.holding).insert(held_key, by);
     }
 
     pub fn let_go(&self, held_key: &str) {
@@ -195,11 +204,16 @@ impl Clients {
         lock(&self.map).len()
     }
 
-    /// The connection holding `held_key` and its lease, if any.
-    pub fn holder_of(&self, held_key: &str) -> Option<(Arc<ClientState>, u64)> {
-        self.all()
+    /// The connections holding `held_key` and their leases, oldest grant
+    /// first (a lock of several permits has several).
+    pub fn holders_of(&self, held_key: &str) -> Vec<(Arc<ClientState>, HeldBy)> {
+        let mut holders: Vec<_> = self
+            .all()
             .into_iter()
-            .find_map(|c| c.lease_of(held_key).map(|lease| (c, lease)))
+            .filter_map(|c| c.lease_of(held_key).map(|by| (c, by)))
+            .collect();
+        holders.sort_by_key(|(_, by)| by.fence);
+        holders
     }
 
     /// Connections with a waiting HOLD.

@@ -8,7 +8,7 @@
 //! [`Step::Wait`] holding the future, which the connection polls while it
 //! goes on reading; [`Session::granted`] then answers it.
 
-use crate::clients::{ClientState, Clients};
+use crate::clients::{ClientState, Clients, HeldBy};
 use crate::cluster::{slots, Node, Partition, Route};
 use crate::config::Limits;
 use crate::loss_watch::LossWatches;
@@ -29,10 +29,6 @@ use std::time::{Duration, Instant};
 /// required: enough for HELLO with AUTH, too little to make the server
 /// buffer much for a stranger (Redis does the same).
 pub const UNAUTHENTICATED_MAX_FRAME: usize = 16 * 1024;
-
-/// Distinct (name, options) lock handles a connection keeps open before
-/// the cache starts afresh.
-const LOCK_CACHE_ENTRIES: usize = 256;
 
 /// What every connection shares: the store (or, in a cluster, the node
 /// and the partitions it serves), the server's settings, the registry of
@@ -192,14 +188,14 @@ impl Place {
     }
 }
 
-/// Handles one name keeps (options and partitions) before starting afresh.
-const HANDLES_PER_NAME: usize = 32;
-
 /// How a lock handle is opened: the options a HOLD or TRYHOLD carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct LockOptions {
     pub ttl: Duration,
     pub max_hold: Option<Duration>,
+    /// Each key's permits: `PERMITS` (default 1) on a HOLD or TRYHOLD;
+    /// `None` for a command that names no count and takes the lock's own.
+    pub permits: Option<u32>,
 }
 
 impl Default for LockOptions {
@@ -207,6 +203,7 @@ impl Default for LockOptions {
         LockOptions {
             ttl: wire::DEFAULT_TTL,
             max_hold: None,
+            permits: None,
         }
     }
 }
@@ -252,20 +249,23 @@ impl Held {
     }
 }
 
-/// Lock handles by name, then by options: opening a handle per command
-/// would take the store's name map every time. Every handle is opened
-/// with the connection's heartbeat of its store, which renews all the
-/// leases taken through it at once.
+/// Opens the lock handles of a connection's commands, each with the
+/// connection's heartbeat of its store, which renews all the leases taken
+/// through it at once.
+///
+/// A handle is opened per command and not kept: a handle open keeps its
+/// lock known to the store, and with it the lock's count of permits, which
+/// must be free to change once no key of the lock is held or waited for.
+/// (Opening costs one look in the store's map of names.)
 #[derive(Default)]
-struct LockCache {
-    map: HashMap<Vec<u8>, Vec<(LockOptions, u64, Lock)>>,
+struct LockOpener {
     /// One per store the connection opened locks of (one on a single
     /// node; a partition's each in a cluster), by store id. Never dropped
     /// while its store is open: its leases read it.
     heartbeats: Vec<(u64, Heartbeat)>,
 }
 
-impl LockCache {
+impl LockOpener {
     /// The connection's heartbeat of `store` (`store_id`), made on first use.
     fn heartbeat(&mut self, store_id: u64, store: &Store) -> &Heartbeat {
         let at = match self.heartbeats.iter().position(|(id, _)| *id == store_id) {
@@ -287,22 +287,17 @@ impl LockCache {
         }
     }
 
-    fn get(
+    /// The handle, or `None` when `known_only` and the store does not
+    /// know the lock (a look that must not make it).
+    fn open(
         &mut self,
         shared: &Shared,
         place: &Place,
         name: &[u8],
         options: LockOptions,
-    ) -> Result<Lock, ErrorReply> {
+        known_only: bool,
+    ) -> Result<Option<Lock>, ErrorReply> {
         let store_id = place.store_id();
-        if let Some(lock) = self
-            .map
-            .get(name)
-            .and_then(|v| v.iter().find(|(o, s, _)| *o == options && *s == store_id))
-            .map(|(_, _, l)| l)
-        {
-            return Ok(lock.clone());
-        }
         // A name that is not UTF-8 is no valid name: the core refuses the
         // replacement character with its own text.
         let text = String::from_utf8_lossy(name);
@@ -312,18 +307,13 @@ impl LockCache {
         if let Some(max_hold) = options.max_hold {
             builder = builder.max_hold(max_hold);
         }
-        let lock = builder.open()?;
-        if self.map.len() >= LOCK_CACHE_ENTRIES {
-            self.map.clear();
+        if let Some(permits) = options.permits {
+            builder = builder.permits(permits);
         }
-        let handles = self.map.entry(name.to_vec()).or_default();
-        // In a cluster a name has a handle per partition and options; the
-        // handles of partitions no longer served go with the rest.
-        if handles.len() >= HANDLES_PER_NAME {
-            handles.clear();
+        if known_only {
+            return Ok(builder.open_if_known()?);
         }
-        handles.push((options, store_id, lock.clone()));
-        Ok(lock)
+        Ok(Some(builder.open()?))
     }
 }
 
@@ -339,7 +329,7 @@ pub struct Session {
     pub user: Option<Arc<User>>,
     /// AUTHs refused so far (the tenth closes the connection).
     pub failed_auths: u32,
-    locks: LockCache,
+    locks: LockOpener,
     pub leases: HashMap<u64, Held>,
     /// Which leases were lost, polled by the connection.
     pub losses: LossWatches,
@@ -363,7 +353,7 @@ impl Session {
             authenticated: user.is_some(),
             user,
             failed_auths: 0,
-            locks: LockCache::default(),
+            locks: LockOpener::default(),
             leases: HashMap::new(),
             losses: LossWatches::default(),
         }
@@ -408,7 +398,20 @@ impl Session {
         options: LockOptions,
     ) -> Result<Lock, ErrorReply> {
         self.may_use(name)?;
-        self.locks.get(&self.shared, place, name, options)
+        let lock = self.locks.open(&self.shared, place, name, options, false)?;
+        Ok(lock.expect("made if unknown"))
+    }
+
+    /// The handle of lock `name` in `place` if its store knows it now,
+    /// with its own count of permits (for a look that must not make it).
+    pub fn lock_if_known(
+        &mut self,
+        place: &Place,
+        name: &[u8],
+    ) -> Result<Option<Lock>, ErrorReply> {
+        self.may_use(name)?;
+        let options = LockOptions::default();
+        self.locks.open(&self.shared, place, name, options, true)
     }
 
     /// `Ok` when this connection's user may name lock `name`, else the
@@ -507,7 +510,12 @@ impl Session {
         // lost; the watch tells.)
         let _ = lease.renew();
         self.losses.watch(id, lease.signal().aborted());
-        self.client.held(held_key.clone(), id);
+        let by = HeldBy {
+            lease: id,
+            fence,
+            permits: lease.permits(),
+        };
+        self.client.held(held_key.clone(), by);
         let granted = Instant::now();
         self.leases.insert(
             id,

@@ -2,10 +2,10 @@
 //! redis-py's `info()` read it), INSPECT (one key: held, fence, times,
 //! waiters, and its holder), and CLIENT LIST, INFO, KILL and HELP.
 
-use crate::clients::ClientState;
+use crate::clients::{ClientState, HeldBy};
 use crate::parse::{integer, syntax_error, Parse};
 use crate::reply::{key_not_utf8, ErrorReply, Reply};
-use crate::session::{held_key, held_key_parts, Counts, LockOptions, Session};
+use crate::session::{held_key, held_key_parts, Counts, Session};
 use holdline_resp::{Proto, Value};
 use std::fmt::Write;
 use std::time::Duration;
@@ -149,7 +149,10 @@ fn rss_bytes() -> u64 {
 /// with no state.
 pub fn inspect(s: &mut Session, lock: &[u8], key: Vec<u8>) -> Reply {
     let place = s.place(&key)?;
-    let lock = s.lock(&place, lock, LockOptions::default())?;
+    // A look makes no lock: that would fix its count of permits.
+    let Some(lock) = s.lock_if_known(&place, lock)? else {
+        return Ok(Value::Null);
+    };
     let key = String::from_utf8(key).map_err(|e| key_not_utf8(lock.name(), e.as_bytes()))?;
     let Some(info) = lock.inspect(key.as_str()) else {
         return Ok(Value::Null);
@@ -168,20 +171,42 @@ pub fn inspect(s: &mut Session, lock: &[u8], key: Vec<u8>) -> Reply {
         (Value::bulk("held_for_ms"), ms(info.held_for)),
         (Value::bulk("lease_left_ms"), ms(info.lease_left)),
         (Value::bulk("waiters"), Value::Integer(info.waiters as i64)),
+        (Value::bulk("holders"), Value::Integer(info.holders.into())),
+        (
+            Value::bulk("permits_held"),
+            Value::Integer(info.permits_held.into()),
+        ),
     ];
     if info.held {
-        if let Some((holder, lease)) = s.shared.clients.holder_of(&held_key(lock.name(), &key)) {
-            let name = holder.name().map_or(Value::Null, Value::Bulk);
-            let holder = Value::Map(vec![
-                (Value::bulk("id"), Value::Integer(holder.id as i64)),
-                (Value::bulk("name"), name),
-                (Value::bulk("addr"), Value::bulk(holder.addr.to_string())),
-                (Value::bulk("lease"), Value::Integer(lease as i64)),
-            ]);
-            map.push((Value::bulk("holder"), holder));
+        let holders: Vec<Value> = s
+            .shared
+            .clients
+            .holders_of(&held_key(lock.name(), &key))
+            .iter()
+            .map(|(client, by)| holder_map(client, by))
+            .collect();
+        if let Some(oldest) = holders.first() {
+            map.push((Value::bulk("holder"), oldest.clone()));
         }
+        map.push((Value::bulk("holder_list"), Value::Array(holders)));
     }
     Ok(Value::Map(map))
+}
+
+/// One holder of a key, as INSPECT shows it.
+fn holder_map(client: &ClientState, by: &HeldBy) -> Value {
+    let name = client.name().map_or(Value::Null, Value::Bulk);
+    Value::Map(vec![
+        (Value::bulk("id"), Value::Integer(client.id as i64)),
+        (Value::bulk("name"), name),
+        (Value::bulk("addr"), Value::bulk(client.addr.to_string())),
+        (Value::bulk("lease"), Value::Integer(by.lease as i64)),
+        (
+            Value::bulk("fence"),
+            Value::Integer(i64::try_from(by.fence).unwrap_or(i64::MAX)),
+        ),
+        (Value::bulk("permits"), Value::Integer(by.permits.into())),
+    ])
 }
 
 /// CLIENT's operator subcommands.

@@ -1,13 +1,13 @@
 //! HOLD, TRYHOLD, RELEASE and RENEW: a connection's leases.
 
-use crate::parse::{milliseconds, syntax_error, Parse};
+use crate::parse::{integer, milliseconds, not_an_integer, syntax_error, Parse};
 use crate::reply::{invalid_key, invalid_store, key_not_utf8, ErrorReply, Reply};
 use crate::session::{held_key, LockOptions, PendingHold, Place, Session, Step};
-use holdline::{wire, ErrorKind, Lock};
+use holdline::{wire, ErrorKind, KeyHold, Lock};
 use holdline_resp::Value;
 use std::time::{Duration, Instant};
 
-/// `HOLD lock key [WAIT ms] [TTL ms] [MAXHOLD ms]`.
+/// `HOLD lock key [WAIT ms] [TTL ms] [MAXHOLD ms] [PERMITS n] [TAKE m|ALL]`.
 #[derive(Debug, PartialEq)]
 pub struct Hold {
     lock: Vec<u8>,
@@ -56,7 +56,7 @@ impl Hold {
             .partition()
             .filter(|p| p.opens_later())
             .map(|p| p.opens);
-        let wait = self.wait;
+        let (wait, take) = (self.wait, self.options.take);
         let future = Box::pin(async move {
             let wait = match opens.map(|o| until_open(o, wait)) {
                 Some(Err(wait)) => {
@@ -73,7 +73,9 @@ impl Hold {
                 }
                 None => wait,
             };
-            lock.key(key.as_str()).wait(wait).acquire_async().await
+            take.of(lock.key(key.as_str()).wait(wait))
+                .acquire_async()
+                .await
         });
         Ok(PendingHold {
             future,
@@ -84,7 +86,7 @@ impl Hold {
     }
 }
 
-/// `TRYHOLD lock key [TTL ms] [MAXHOLD ms]`.
+/// `TRYHOLD lock key [TTL ms] [MAXHOLD ms] [PERMITS n] [TAKE m|ALL]`.
 #[derive(Debug, PartialEq)]
 pub struct TryHold {
     lock: Vec<u8>,
@@ -111,7 +113,7 @@ impl TryHold {
         if s.client.holds(&held_key) || place.partition().is_some_and(|p| p.opens_later()) {
             return Ok(Value::Null);
         }
-        match lock.key(key.as_str()).try_acquire()? {
+        match self.options.take.of(lock.key(key.as_str())).try_acquire()? {
             Some(lease) => s.keep(lease, held_key, place.partition().cloned()),
             None => Ok(Value::Null),
         }
@@ -206,17 +208,25 @@ fn not_ours(id: i64) -> ErrorReply {
 /// that is lower (marked by `LockOptions::ttl_given` being false).
 fn options(p: &mut Parse, wait_allowed: bool) -> Result<(Option<Duration>, Options), ErrorReply> {
     let (mut wait, mut ttl, mut max_hold) = (None, None, None);
+    let (mut permits, mut take) = (None, None);
     while let Some(word) = p.next_if_any() {
         // An option word without its value is a syntax error, as in Redis.
         let value = p.next_if_any().ok_or_else(syntax_error)?;
-        let ms = milliseconds(&value)?;
-        let option = match word.to_ascii_uppercase().as_slice() {
-            b"WAIT" if wait_allowed => &mut wait,
-            b"TTL" => &mut ttl,
-            b"MAXHOLD" => &mut max_hold,
-            _ => return Err(syntax_error()),
+        let word = word.to_ascii_uppercase();
+        let fresh = match word.as_slice() {
+            b"PERMITS" => permits.replace(count(&value)?).is_none(),
+            b"TAKE" => take.replace(Take::parse(&value)?).is_none(),
+            _ => {
+                let option = match word.as_slice() {
+                    b"WAIT" if wait_allowed => &mut wait,
+                    b"TTL" => &mut ttl,
+                    b"MAXHOLD" => &mut max_hold,
+                    _ => return Err(syntax_error()),
+                };
+                option.replace(milliseconds(&value)?).is_none()
+            }
         };
-        if option.replace(ms).is_some() {
+        if !fresh {
             return Err(syntax_error());
         }
     }
@@ -225,20 +235,56 @@ fn options(p: &mut Parse, wait_allowed: bool) -> Result<(Option<Duration>, Optio
         options.ttl = ttl;
     }
     options.max_hold = max_hold;
+    // A HOLD names the count, 1 when it says none.
+    options.permits = Some(permits.unwrap_or(1));
     Ok((
         wait,
         Options {
             lock: options,
             ttl_given: ttl.is_some(),
+            take: take.unwrap_or(Take::Permits(1)),
         },
     ))
 }
 
-/// A HOLD's or TRYHOLD's lock options, and whether its TTL was given.
+/// A count of permits: any `u32` (the core judges its range, with its text).
+fn count(arg: &[u8]) -> Result<u32, ErrorReply> {
+    u32::try_from(integer(arg)?).map_err(|_| not_an_integer())
+}
+
+/// A HOLD's or TRYHOLD's lock options, whether its TTL was given, and
+/// what it takes of the key's permits.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Options {
     lock: LockOptions,
     ttl_given: bool,
+    take: Take,
+}
+
+/// `TAKE m` or `TAKE ALL`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Take {
+    Permits(u32),
+    All,
+}
+
+impl Take {
+    fn parse(arg: &[u8]) -> Result<Take, ErrorReply> {
+        if arg.eq_ignore_ascii_case(b"ALL") {
+            Ok(Take::All)
+        } else {
+            count(arg).map(Take::Permits)
+        }
+    }
+
+    /// `hold`, asking for these permits.
+    fn of(self, hold: KeyHold<'_>) -> KeyHold<'_> {
+        match self {
+            Take::Permits(1) => hold,
+            Take::Permits(m) => hold.permits(m),
+            Take::All => hold.exclusive(),
+        }
+    }
 }
 
 impl Options {
