@@ -1,5 +1,6 @@
 //! Holding a lock's keys over the connection: `hold`, `try_hold`,
-//! `key(..).wait(..)`, and the handle-style [`HeldLease`] they are built on.
+//! `key(..).wait(..).permits(..)`, and the handle-style [`HeldLease`] they
+//! are built on.
 //!
 //! Each hold takes a pooled connection for itself: `HOLD` (or `TRYHOLD`) on
 //! it, the closure, then `RELEASE`, and the connection goes back to the
@@ -25,10 +26,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// A `HOLD` or `TRYHOLD`'s arguments, borrowed, on the stack: at most
-/// `HOLD lock key WAIT ms TTL ms MAXHOLD ms`.
+/// `HOLD lock key WAIT ms TTL ms MAXHOLD ms PERMITS n TAKE m`.
 #[derive(Default)]
 struct Args<'a> {
-    items: [&'a [u8]; 9],
+    items: [&'a [u8]; 13],
     len: usize,
 }
 
@@ -60,6 +61,61 @@ struct Granted {
     id: i64,
     fence: u64,
     sent: tokio::time::Instant,
+}
+
+/// How many permits a [`KeyHold`] asks for, as the caller said it.
+#[derive(Clone, Copy, Debug)]
+enum Want {
+    One,
+    Permits(u32),
+    Exclusive,
+}
+
+/// The permits one hold takes, checked against the lock's count.
+#[derive(Clone, Copy, Debug)]
+struct Take {
+    permits: u32,
+    /// `exclusive()`: `TAKE ALL`, so the server gives all it has.
+    all: bool,
+}
+
+impl Take {
+    const ONE: Take = Take {
+        permits: 1,
+        all: false,
+    };
+
+    /// `TAKE`'s argument; `None` for one permit, which is never sent
+    /// (servers without permits keep working for plain locks).
+    fn arg(self) -> Option<String> {
+        match self {
+            Take { permits: 1, .. } => None,
+            Take { all: true, .. } => Some("ALL".to_owned()),
+            Take { permits, .. } => Some(permits.to_string()),
+        }
+    }
+}
+
+/// `want` of a lock of `total` permits, checked as the core checks it, with
+/// its text (the server would answer the same, a round trip later).
+fn take(lock: &str, key: &str, total: u32, want: Want) -> Result<Take, Error> {
+    match want {
+        Want::One => Ok(Take::ONE),
+        Want::Exclusive => Ok(Take {
+            permits: total,
+            all: total != 1,
+        }),
+        Want::Permits(m) if (1..=total).contains(&m) => Ok(Take {
+            permits: m,
+            all: false,
+        }),
+        Want::Permits(m) => {
+            let what = format!("{m} permits asked of a lock of {total}");
+            let kind = ErrorKind::Invalid;
+            let scope = Scope::Key(lock, key);
+            Err(Error::new(kind, wire::error(kind, scope, what).to_string()))
+        }
+    }
 }
 
 /// How a hold asks for its key.
@@ -99,6 +155,7 @@ impl Lock {
             lock: self,
             key: wire::key_text(key),
             wait: DEFAULT_WAIT,
+            want: Want::One,
         }
     }
 
@@ -115,13 +172,19 @@ impl Lock {
 
     /// `HOLD` or `TRYHOLD` on a connection of its own, sent to the node
     /// that serves the key (again after `MOVED` or `CLUSTERDOWN`); `None`
-    /// when a try found the key held.
-    async fn acquire_text(&self, key: String, mode: Mode) -> Result<Option<HeldLease>, Error> {
+    /// when a try found the key held (or, with several permits, found too
+    /// few free or someone waiting).
+    async fn acquire_text(
+        &self,
+        key: String,
+        mode: Mode,
+        take: Take,
+    ) -> Result<Option<HeldLease>, Error> {
         wire::check_key(&self.name, &key).map_err(|e| Error::from_core(&e))?;
         let mut route = Route::new(&self.store.inner, &key, Scope::Key(&self.name, &key));
         let (node, granted) = loop {
             let node = route.node().await?;
-            match self.send_hold(&node, &key, mode).await? {
+            match self.send_hold(&node, &key, mode, take).await? {
                 Sent::Granted(granted) => break (node, granted),
                 Sent::Held => return Ok(None),
                 Sent::Refused(e) => route.again_after(e).await?,
@@ -134,7 +197,8 @@ impl Lock {
             sent,
         } = granted;
         let ttl = Duration::from_millis(self.ttl_ms);
-        let shared = LeaseShared::new(id, fence, self.name.clone(), key.into_boxed_str(), ttl);
+        let (lock, key) = (self.name.clone(), key.into_boxed_str());
+        let shared = LeaseShared::new(id, fence, take.permits, lock, key, ttl);
         confirm_grant(&conn, &shared, sent, ttl).await?;
         Ok(Some(HeldLease {
             lease: Lease { shared },
@@ -146,7 +210,13 @@ impl Lock {
     }
 
     /// One `HOLD` or `TRYHOLD` on a connection of `node`.
-    async fn send_hold(&self, node: &Node, key: &str, mode: Mode) -> Result<Sent, Error> {
+    async fn send_hold(
+        &self,
+        node: &Node,
+        key: &str,
+        mode: Mode,
+        take: Take,
+    ) -> Result<Sent, Error> {
         let conn = node.checkout(Scope::Key(&self.name, key)).await?;
         // Renew while the HOLD waits, too: from now on.
         let ttl = Duration::from_millis(self.ttl_ms);
@@ -155,7 +225,8 @@ impl Lock {
             Mode::Wait(ms) => ms.to_string(),
             Mode::Try => String::new(),
         };
-        let args = self.hold_args(key, mode, &wait_arg);
+        let take_arg = take.arg();
+        let args = self.hold_args(key, mode, &wait_arg, take_arg.as_deref());
         // A server that answers nothing past the wait (and a ttl more) is
         // stalled or cut off: give up rather than hang. Returning drops
         // `conn`, which closes the connection: the server takes the HOLD
@@ -196,9 +267,15 @@ impl Lock {
         }
     }
 
-    /// `HOLD lock key WAIT ms TTL ms [MAXHOLD ms]`, or `TRYHOLD` without
-    /// the wait.
-    fn hold_args<'a>(&'a self, key: &'a str, mode: Mode, wait_arg: &'a str) -> Args<'a> {
+    /// `HOLD lock key WAIT ms TTL ms [MAXHOLD ms] [PERMITS n] [TAKE m|ALL]`,
+    /// or `TRYHOLD` without the wait.
+    fn hold_args<'a>(
+        &'a self,
+        key: &'a str,
+        mode: Mode,
+        wait_arg: &'a str,
+        take_arg: Option<&'a str>,
+    ) -> Args<'a> {
         let mut args = Args::default();
         let verb: &[u8] = match mode {
             Mode::Wait(_) => b"HOLD",
@@ -213,6 +290,12 @@ impl Lock {
         args.push(b"TTL").push(self.ttl_arg.as_bytes());
         if let Some(max_hold) = &self.max_hold_arg {
             args.push(b"MAXHOLD").push(max_hold.as_bytes());
+        }
+        if let Some(permits) = &self.permits_arg {
+            args.push(b"PERMITS").push(permits.as_bytes());
+        }
+        if let Some(take) = take_arg {
+            args.push(b"TAKE").push(take.as_bytes());
         }
         args
     }
@@ -310,6 +393,7 @@ pub struct KeyHold<'l> {
     lock: &'l Lock,
     key: String,
     wait: Duration,
+    want: Want,
 }
 
 impl KeyHold<'_> {
@@ -320,10 +404,32 @@ impl KeyHold<'_> {
         self
     }
 
+    /// Takes `permits` of the key's permits (default 1; 1 to the lock's
+    /// count, else the hold fails `invalid` at once, with the core's text:
+    /// `lock providers: key "stripe": 6 permits asked of a lock of 5: invalid`).
+    pub fn permits(mut self, permits: u32) -> Self {
+        self.want = Want::Permits(permits);
+        self
+    }
+
+    /// Takes all the key's permits: alone with the key (a writer of a
+    /// read-write lock). Sent as `TAKE ALL`.
+    pub fn exclusive(mut self) -> Self {
+        self.want = Want::Exclusive;
+        self
+    }
+
+    /// The permits asked for, checked against the lock's count.
+    fn asked(&self) -> Result<Take, Error> {
+        let lock = self.lock;
+        take(&lock.name, &self.key, lock.permits, self.want)
+    }
+
     /// Holds the key while `f` runs; see [`Lock::hold`]. A hold of a key
     /// that an enclosing hold of this task holds fails `invalid` at once
     /// (it would wait for itself).
     pub async fn hold<R>(self, f: impl AsyncFnOnce(&Lease) -> R) -> Result<R, Error> {
+        self.asked()?;
         let store = self.lock.store.id();
         let name = &self.lock.name;
         let nested = HOLDING
@@ -344,7 +450,8 @@ impl KeyHold<'_> {
         held.release().await.map(|()| r)
     }
 
-    /// Runs `f` only if the key is free now; see [`Lock::try_hold`].
+    /// Runs `f` only if the key is free now; see [`Lock::try_hold`]. With
+    /// several permits: only if its permits fit now and nobody waits.
     pub async fn try_hold<R>(self, f: impl AsyncFnOnce(&Lease) -> R) -> Result<Option<R>, Error> {
         let Some(held) = self.try_acquire().await? else {
             return Ok(None);
@@ -355,15 +462,18 @@ impl KeyHold<'_> {
 
     /// A handle-style lease, waiting up to `wait`.
     pub async fn acquire(self) -> Result<HeldLease, Error> {
+        let take = self.asked()?;
         let mode = Mode::Wait(wait_ms(self.wait));
-        let held = self.lock.acquire_text(self.key, mode).await?;
+        let held = self.lock.acquire_text(self.key, mode, take).await?;
         // A waiting HOLD answers a grant or an error, never a null.
         held.ok_or_else(|| unexpected(Scope::Lock(&self.lock.name), &Value::Null))
     }
 
     /// A handle-style lease only if the key is free now.
+    /// With several permits: only if its permits fit now and nobody waits.
     pub async fn try_acquire(self) -> Result<Option<HeldLease>, Error> {
-        self.lock.acquire_text(self.key, Mode::Try).await
+        let take = self.asked()?;
+        self.lock.acquire_text(self.key, Mode::Try, take).await
     }
 }
 
@@ -490,5 +600,43 @@ impl Drop for HeldLease {
 impl fmt::Debug for HeldLease {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_tuple("HeldLease").field(&self.lease).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Counts outside the lock's, through the core: the same kind and text.
+    #[test]
+    fn permits_asked_fail_as_the_core_does() {
+        let store = holdline::Store::new();
+        let core_lock = store.lock("providers").permits(5).open().unwrap();
+        for m in [0, 6, u32::MAX] {
+            let core = core_lock.key("stripe").permits(m).hold(|_| ()).unwrap_err();
+            let ours = take("providers", "stripe", 5, Want::Permits(m)).unwrap_err();
+            assert_eq!(
+                (ours.kind(), ours.to_string()),
+                (core.kind(), core.to_string())
+            );
+        }
+        let six = take("providers", "stripe", 5, Want::Permits(6)).unwrap_err();
+        assert_eq!(
+            six.to_string(),
+            "lock providers: key \"stripe\": 6 permits asked of a lock of 5: invalid"
+        );
+    }
+
+    /// `TAKE` is sent only for more than one permit; `ALL` for exclusive.
+    #[test]
+    fn take_is_sent_only_when_not_one() {
+        let arg = |total, want| take("l", "k", total, want).unwrap().arg();
+        assert_eq!(arg(5, Want::One), None);
+        assert_eq!(arg(5, Want::Permits(1)), None);
+        assert_eq!(arg(5, Want::Permits(2)).as_deref(), Some("2"));
+        assert_eq!(arg(5, Want::Exclusive).as_deref(), Some("ALL"));
+        assert_eq!(arg(1, Want::Exclusive), None);
+        let all = take("l", "k", 5, Want::Exclusive).unwrap();
+        assert_eq!(all.permits, 5);
     }
 }

@@ -1,6 +1,6 @@
 //! One key's state on the server (`INSPECT lock key`): whether it is held,
 //! its fence, how long it has been held and has left, its line, and which
-//! connection holds it.
+//! connections hold it with how many permits each.
 
 use crate::error::Error;
 use crate::lock::{unexpected, Lock};
@@ -14,22 +14,28 @@ use std::time::Duration;
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct KeyInfo {
-    /// Whether the key has a holder.
+    /// Whether the key has a holder (`holders > 0`).
     pub held: bool,
-    /// While held, the current grant's fence; while free, the last
-    /// grant's. Every later grant's fence is greater.
+    /// While held, the highest fence among the current grants; while free,
+    /// the last grant's. Every later grant's fence is greater.
     pub fence: u64,
-    /// How long the current grant has been held (to the millisecond), when
-    /// the server knows it; `None` when the key is free.
+    /// How long the longest-held current grant has been held (to the
+    /// millisecond), when the server knows it; `None` when the key is free.
     pub held_for: Option<Duration>,
-    /// How long the current lease has left before it is revoked at its
-    /// `maxHold` or runs out at its ttl, whichever comes first (renewals
-    /// push the ttl back); `None` when the key is free or unknown.
+    /// How long that lease has left before it is revoked at its `maxHold`
+    /// or runs out at its ttl, whichever comes first (renewals push the
+    /// ttl back); `None` when the key is free or unknown.
     pub lease_left: Option<Duration>,
-    /// How many wait in the key's line (the holder not counted).
+    /// How many wait in the key's line (the holders not counted).
     pub waiters: usize,
-    /// The holding connection, while the key is held.
+    /// How many leases hold the key (at most 1 for a lock of one permit).
+    pub holders: u32,
+    /// How many of the key's permits they hold in all.
+    pub permits_held: u32,
+    /// The oldest current holder, while the key is held.
     pub holder: Option<Holder>,
+    /// Every current holder, the oldest grant first.
+    pub holder_list: Vec<Holder>,
 }
 
 /// The connection that holds a key, as the server sees it.
@@ -45,6 +51,11 @@ pub struct Holder {
     pub addr: String,
     /// The lease's id ([`Lease::id`](crate::Lease::id) on the holder's side).
     pub lease: i64,
+    /// The lease's fence ([`Lease::fence`](crate::Lease::fence)).
+    pub fence: u64,
+    /// How many of the key's permits the lease holds
+    /// ([`Lease::permits`](crate::Lease::permits)).
+    pub permits: u32,
 }
 
 impl Lock {
@@ -85,8 +96,13 @@ fn key_info(reply: &Value) -> Option<KeyInfo> {
         held_for: None,
         lease_left: None,
         waiters: 0,
+        holders: 0,
+        permits_held: 0,
         holder: None,
+        holder_list: Vec::new(),
     };
+    // A server without permits sends none of these three: see below.
+    let (mut holders, mut permits_held, mut list) = (None, None, None);
     for (k, v) in pairs(reply)? {
         match k.as_str()? {
             "held" => info.held = boolean(v)?,
@@ -94,11 +110,35 @@ fn key_info(reply: &Value) -> Option<KeyInfo> {
             "held_for_ms" => info.held_for = millis(v)?,
             "lease_left_ms" => info.lease_left = millis(v)?,
             "waiters" => info.waiters = usize::try_from(v.as_integer()?).ok()?,
+            "holders" => holders = Some(count(v)?),
+            "permits_held" => permits_held = Some(count(v)?),
             "holder" => info.holder = holder(v)?,
+            "holder_list" => list = Some(holder_list(v)?),
             _ => {}
         }
     }
+    // A server of one permit per key: its one holder holds that permit,
+    // under the key's fence.
+    if let Some(h) = info.holder.as_mut().filter(|_| list.is_none()) {
+        h.fence = info.fence;
+        h.permits = 1;
+    }
+    let held = u32::from(info.held);
+    info.holders = holders.unwrap_or(held);
+    info.permits_held = permits_held.unwrap_or(held);
+    info.holder_list = list.unwrap_or_else(|| info.holder.iter().cloned().collect());
     Some(info)
+}
+
+/// A non-negative integer that fits a `u32`.
+fn count(v: &Value) -> Option<u32> {
+    u32::try_from(v.as_integer()?).ok()
+}
+
+/// `holder_list`: an array of holder maps (no nulls).
+fn holder_list(v: &Value) -> Option<Vec<Holder>> {
+    let Value::Array(items) = v else { return None };
+    items.iter().map(|item| holder(item)?).collect()
 }
 
 fn holder(v: &Value) -> Option<Option<Holder>> {
@@ -110,6 +150,8 @@ fn holder(v: &Value) -> Option<Option<Holder>> {
         name: None,
         addr: String::new(),
         lease: 0,
+        fence: 0,
+        permits: 1,
     };
     for (k, v) in pairs(v)? {
         match k.as_str()? {
@@ -118,6 +160,8 @@ fn holder(v: &Value) -> Option<Option<Holder>> {
             "name" => holder.name = Some(String::from_utf8_lossy(v.as_bytes()?).into_owned()),
             "addr" => holder.addr = v.as_str()?.to_owned(),
             "lease" => holder.lease = v.as_integer()?,
+            "fence" => holder.fence = u64::try_from(v.as_integer()?).ok()?,
+            "permits" => holder.permits = count(v)?,
             _ => {}
         }
     }
@@ -171,8 +215,66 @@ mod tests {
         assert_eq!(info.lease_left, None);
         assert_eq!(info.waiters, 2);
         assert_eq!(info.holder, None);
+        // No permits fields (an older server): one holder of one permit.
+        assert_eq!((info.holders, info.permits_held), (1, 1));
+        assert!(info.holder_list.is_empty());
         let wrong = Value::Map(vec![(Value::bulk("fence"), Value::bulk("x"))]);
         assert!(key_info(&wrong).is_none());
         assert!(key_info(&Value::Integer(1)).is_none());
+    }
+
+    fn holder_map(lease: i64, fence: i64, permits: i64) -> Value {
+        Value::Map(vec![
+            (Value::bulk("id"), Value::Integer(lease + 100)),
+            (Value::bulk("name"), Value::Null),
+            (Value::bulk("addr"), Value::bulk("127.0.0.1:5000")),
+            (Value::bulk("lease"), Value::Integer(lease)),
+            (Value::bulk("fence"), Value::Integer(fence)),
+            (Value::bulk("permits"), Value::Integer(permits)),
+        ])
+    }
+
+    #[test]
+    fn the_holder_list_reads_every_holder() {
+        let reply = Value::Map(vec![
+            (Value::bulk("held"), Value::Boolean(true)),
+            (Value::bulk("fence"), Value::Integer(9)),
+            (Value::bulk("waiters"), Value::Integer(1)),
+            (Value::bulk("holders"), Value::Integer(2)),
+            (Value::bulk("permits_held"), Value::Integer(3)),
+            (Value::bulk("holder"), holder_map(1, 8, 1)),
+            (
+                Value::bulk("holder_list"),
+                Value::Array(vec![holder_map(1, 8, 1), holder_map(2, 9, 2)]),
+            ),
+        ]);
+        let info = key_info(&reply).unwrap();
+        assert_eq!((info.holders, info.permits_held), (2, 3));
+        let seen: Vec<_> = info
+            .holder_list
+            .iter()
+            .map(|h| (h.lease, h.fence, h.permits, h.id))
+            .collect();
+        assert_eq!(seen, [(1, 8, 1, 101), (2, 9, 2, 102)]);
+        assert_eq!(info.holder.as_ref(), info.holder_list.first());
+        let bad = Value::Map(vec![(Value::bulk("holder_list"), Value::Integer(1))]);
+        assert!(key_info(&bad).is_none());
+    }
+
+    #[test]
+    fn an_older_servers_holder_holds_one_permit_under_the_fence() {
+        let old = Value::Map(vec![
+            (Value::bulk("held"), Value::Boolean(true)),
+            (Value::bulk("fence"), Value::Integer(4)),
+            (
+                Value::bulk("holder"),
+                Value::Map(vec![(Value::bulk("lease"), Value::Integer(7))]),
+            ),
+        ]);
+        let info = key_info(&old).unwrap();
+        assert_eq!((info.holders, info.permits_held), (1, 1));
+        let h = info.holder.clone().unwrap();
+        assert_eq!((h.lease, h.fence, h.permits), (7, 4, 1));
+        assert_eq!(info.holder_list, vec![h]);
     }
 }

@@ -24,6 +24,8 @@ use tokio::sync::Notify;
 pub(crate) struct LeaseShared {
     pub(crate) id: i64,
     pub(crate) fence: u64,
+    /// How many of the key's permits the lease holds.
+    pub(crate) permits: u32,
     pub(crate) lock: Arc<str>,
     pub(crate) key: Box<str>,
     /// The lock's ttl, for the text of a loss by silence.
@@ -59,6 +61,7 @@ impl LeaseShared {
     pub(crate) fn new(
         id: i64,
         fence: u64,
+        permits: u32,
         lock: Arc<str>,
         key: Box<str>,
         ttl: Duration,
@@ -66,6 +69,7 @@ impl LeaseShared {
         Arc::new(LeaseShared {
             id,
             fence,
+            permits,
             lock,
             key,
             ttl,
@@ -160,6 +164,12 @@ impl Lease {
         self.shared.fence
     }
 
+    /// How many of the key's permits this lease holds (1 unless the hold
+    /// asked for more, or for all with `exclusive()`).
+    pub fn permits(&self) -> u32 {
+        self.shared.permits
+    }
+
     /// The key, as text.
     pub fn key(&self) -> &str {
         &self.shared.key
@@ -203,6 +213,7 @@ impl fmt::Debug for Lease {
             .field("lock", &self.shared.lock)
             .field("key", &self.shared.key)
             .field("fence", &self.shared.fence)
+            .field("permits", &self.shared.permits)
             .field("lost", &self.is_lost())
             .finish()
     }
@@ -298,7 +309,7 @@ mod tests {
 
     fn lease() -> Lease {
         Lease {
-            shared: LeaseShared::new(1, 7, "l".into(), "k".into(), Duration::from_secs(2)),
+            shared: LeaseShared::new(1, 7, 1, "l".into(), "k".into(), Duration::from_secs(2)),
         }
     }
 

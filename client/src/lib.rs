@@ -20,6 +20,13 @@
 //! if let Err(e) = tried {
 //!     assert_eq!(e.kind(), ErrorKind::InUse); // someone else holds it
 //! }
+//!
+//! // Permits: a semaphore of five per key, and a read-write lock.
+//! let providers = store.lock("providers").permits(5).open()?;
+//! providers.key("stripe").permits(2).hold(async |lease| lease.permits()).await?;
+//! let docs = store.lock("docs").permits(1024).open()?;
+//! docs.hold("doc-7", async |_| ()).await?;                    // a reader: one permit
+//! docs.key("doc-7").exclusive().hold(async |_| ()).await?;    // a writer: all of them
 //! # Ok(()) }
 //! ```
 //!
@@ -41,8 +48,9 @@
 //! - `route`: one keyed command to its key's node, following `MOVED` and
 //!   `CLUSTERDOWN`;
 //! - `lock`: a named lock, its builder, counters and fenced writes;
-//! - `hold`: holding keys: `hold`, `try_hold`, `key(..)`, [`HeldLease`];
-//! - `inspect`: one key's state on the server, [`KeyInfo`].
+//! - `hold`: holding keys: `hold`, `try_hold`, `key(..)` (its wait and
+//!   permits), [`HeldLease`];
+//! - `inspect`: one key's state on the server, [`KeyInfo`], its holders.
 //!
 //! Names, keys and texts in the core's shape come from `holdline::wire`.
 

@@ -1,20 +1,20 @@
-//! A named lock of a store: its options (`ttl`, `maxHold`), how it is
-//! opened (checked locally with the core's rules and texts: no round trip,
+//! A named lock of a store: its options (`ttl`, `maxHold`, `permits`),
+//! how it is opened (checked locally with the core's rules and texts: no round trip,
 //! the server opens locks on first use), its counters, and fenced writes.
 //! Holding its keys is the `hold` module's.
 
 use crate::error::Error;
 use crate::store::{clamp_ms, Store};
 use holdline::wire::{self, Scope};
-use holdline::{ErrorKind, LockStats};
+use holdline::{ErrorKind, LockStats, MAX_PERMITS};
 use holdline_resp::Value;
 use std::fmt;
 use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// A named lock of a [`Store`] with its `ttl` and `maxHold`:
-/// `Clone + Send + Sync`, cheap to clone.
+/// A named lock of a [`Store`] with its `ttl`, `maxHold` and permits per
+/// key: `Clone + Send + Sync`, cheap to clone.
 #[derive(Clone)]
 pub struct Lock {
     pub(crate) store: Store,
@@ -24,22 +24,41 @@ pub struct Lock {
     pub(crate) ttl_arg: Arc<str>,
     /// `MAXHOLD`'s argument; `None`: off.
     pub(crate) max_hold_arg: Option<Arc<str>>,
+    /// Permits per key (1: a keyed mutex).
+    pub(crate) permits: u32,
+    /// `PERMITS`'s argument; `None` for 1, which is never sent (servers
+    /// without permits keep working for plain locks).
+    pub(crate) permits_arg: Option<Arc<str>>,
 }
 
 impl Lock {
-    pub(crate) fn new(store: Store, name: &str, ttl_ms: u64, max_hold_ms: u64) -> Lock {
+    pub(crate) fn new(
+        store: Store,
+        name: &str,
+        ttl_ms: u64,
+        max_hold_ms: u64,
+        permits: u32,
+    ) -> Lock {
         Lock {
             store,
             name: name.into(),
             ttl_ms,
             ttl_arg: ttl_ms.to_string().into(),
             max_hold_arg: (max_hold_ms > 0).then(|| max_hold_ms.to_string().into()),
+            permits,
+            permits_arg: (permits != 1).then(|| permits.to_string().into()),
         }
     }
 
     /// The lock's name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// How many permits each key of this lock has (1 unless opened with
+    /// [`LockBuilder::permits`]).
+    pub fn permits(&self) -> u32 {
+        self.permits
     }
 
     /// The lock's counters on the server (`STATS`). In a cluster, the
@@ -97,6 +116,7 @@ impl Store {
             name: name.to_owned(),
             ttl: wire::DEFAULT_TTL,
             max_hold: None,
+            permits: 1,
         }
     }
 
@@ -134,9 +154,24 @@ pub struct LockBuilder<'s> {
     name: String,
     ttl: Duration,
     max_hold: Option<Duration>,
+    permits: u32,
 }
 
 impl LockBuilder<'_> {
+    /// How many permits each key has (default 1: a keyed mutex; 1 to
+    /// 1,000,000, else `open()` fails `invalid`). A hold takes one unless
+    /// it asks for more ([`KeyHold::permits`](crate::KeyHold::permits)) or
+    /// for all ([`exclusive`](crate::KeyHold::exclusive)): a semaphore per
+    /// key, or a read-write lock whose readers take one and writers all.
+    /// The server fixes a lock's count at the first command naming it,
+    /// until no key of it is held or waited for; a hold naming another
+    /// count meanwhile fails `invalid`
+    /// (`lock docs: opened with 1024 permits, not 8: invalid`).
+    pub fn permits(mut self, permits: u32) -> Self {
+        self.permits = permits;
+        self
+    }
+
     /// How long a lease lives past the last command its connection sent
     /// (default 10 s; at least 1 ms). The client renews every third of it.
     pub fn ttl(mut self, ttl: Duration) -> Self {
@@ -160,11 +195,13 @@ impl LockBuilder<'_> {
             Some(d) => lease_ms(&self.name, d, "a maxHold is at least 1ms")?,
             None => 0,
         };
+        check_permits(&self.name, self.permits)?;
         Ok(Lock::new(
             self.store.clone(),
             &self.name,
             ttl_ms,
             max_hold_ms,
+            self.permits,
         ))
     }
 }
@@ -177,6 +214,20 @@ fn lease_ms(lock: &str, d: Duration, what: &'static str) -> Result<u64, Error> {
     } else {
         Ok(clamp_ms(d))
     }
+}
+
+/// A lock's count of permits: 1 to [`MAX_PERMITS`], else `invalid` with
+/// the core's (and the server's) text.
+fn check_permits(lock: &str, permits: u32) -> Result<(), Error> {
+    if (1..=MAX_PERMITS).contains(&permits) {
+        return Ok(());
+    }
+    let what = format!("a lock has 1 to {MAX_PERMITS} permits, not {permits}");
+    let kind = ErrorKind::Invalid;
+    Err(Error::new(
+        kind,
+        wire::error(kind, Scope::Lock(lock), what).to_string(),
+    ))
 }
 
 /// A reply of the wrong shape: the server is not holdline, or a newer one.
@@ -198,6 +249,7 @@ impl fmt::Debug for Lock {
             .field("name", &self.name)
             .field("ttl_ms", &self.ttl_ms)
             .field("max_hold", &self.max_hold_arg)
+            .field("permits", &self.permits)
             .finish()
     }
 }
@@ -225,5 +277,26 @@ mod tests {
             (core.kind(), core.to_string())
         );
         assert_eq!(lease_ms("l", Duration::from_millis(1), "x").unwrap(), 1);
+    }
+
+    /// A lock's count of permits, through the core: the same kind and text.
+    #[test]
+    fn permit_counts_fail_as_the_core_does() {
+        let store = holdline::Store::new();
+        for bad in [0, MAX_PERMITS + 1, u32::MAX] {
+            let core = store.lock("p").permits(bad).open().unwrap_err();
+            let ours = check_permits("p", bad).unwrap_err();
+            assert_eq!(
+                (ours.kind(), ours.to_string()),
+                (core.kind(), core.to_string())
+            );
+        }
+        assert_eq!(
+            check_permits("providers", 0).unwrap_err().to_string(),
+            "lock providers: a lock has 1 to 1000000 permits, not 0: invalid"
+        );
+        for good in [1, 5, MAX_PERMITS] {
+            assert!(check_permits("p", good).is_ok());
+        }
     }
 }
