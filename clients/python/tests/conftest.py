@@ -86,19 +86,33 @@ async def hold_once(lock: holdline.Lock, key: holdline.Key, wait: str = "30s") -
 class BackgroundHold:
     """A hold on one key kept by a task of its own until `release()`: what
     a test puts in the way of the holds it watches. Start it with
-    `hold_in_background`."""
+    `hold_in_background`, or make one to stand in line (`permits` and
+    `exclusive` as `Lock.hold` takes them)."""
 
-    def __init__(self, lock: holdline.Lock, key: holdline.Key) -> None:
+    def __init__(
+        self,
+        lock: holdline.Lock,
+        key: holdline.Key,
+        *,
+        permits: Optional[int] = None,
+        exclusive: bool = False,
+    ) -> None:
         self.let_go = asyncio.Event()
         self._granted = asyncio.Event()
         self._lease: Optional[holdline.Lease] = None
-        self.task = asyncio.create_task(self._hold(lock, key))
+        hold = lock.hold(key, wait="60s", permits=permits, exclusive=exclusive)
+        self.task = asyncio.create_task(self._hold(hold))
 
-    async def _hold(self, lock: holdline.Lock, key: holdline.Key) -> None:
-        async with lock.hold(key) as lease:
+    async def _hold(self, hold: holdline.Hold) -> None:
+        async with hold as lease:
             self._lease = lease
             self._granted.set()
             await self.let_go.wait()
+
+    @property
+    def held(self) -> bool:
+        """Whether it has been granted (it may have let go since)."""
+        return self._granted.is_set()
 
     @property
     def lease(self) -> holdline.Lease:
@@ -122,9 +136,15 @@ class BackgroundHold:
         await asyncio.wait_for(self.task, PATIENCE)
 
 
-async def hold_in_background(lock: holdline.Lock, key: holdline.Key) -> BackgroundHold:
+async def hold_in_background(
+    lock: holdline.Lock,
+    key: holdline.Key,
+    *,
+    permits: Optional[int] = None,
+    exclusive: bool = False,
+) -> BackgroundHold:
     """Holds `key` in a task of its own; answers once it is granted."""
-    held = BackgroundHold(lock, key)
+    held = BackgroundHold(lock, key, permits=permits, exclusive=exclusive)
     await held.granted()
     return held
 

@@ -3,7 +3,7 @@ without taking part in it (for operators and tests, not for deciding who
 holds: the answer is old the moment it arrives)."""
 
 from dataclasses import dataclass
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 from ._errors import Invalid
 from ._resp import Reply
@@ -11,7 +11,7 @@ from ._resp import Reply
 
 @dataclass(frozen=True)
 class KeyHolder:
-    """The connection holding a key, as the server knows it."""
+    """A lease holding a key and its connection, as the server knows them."""
 
     id: int
     """The server's id of the connection (as `CLIENT LIST` shows it)."""
@@ -21,6 +21,10 @@ class KeyHolder:
     """The connection's `host:port`, as the server sees it."""
     lease: int
     """The lease's id on that connection."""
+    fence: int = 0
+    """The lease's fence (a server before permits does not say: the key's)."""
+    permits: int = 1
+    """How many of the key's permits the lease holds."""
 
 
 @dataclass(frozen=True)
@@ -37,7 +41,13 @@ class KeyState:
     waiters: int
     """How many holds wait in the key's line."""
     holder: Optional[KeyHolder]
-    """Who holds it; None when nobody does."""
+    """Who holds it (the oldest grant of those holding it); None when nobody does."""
+    holders: int = 0
+    """How many leases hold the key (more than one only with permits)."""
+    permits_held: int = 0
+    """How many of the key's permits those leases hold in all."""
+    holder_list: Tuple[KeyHolder, ...] = ()
+    """Every lease holding the key, oldest grant first."""
 
 
 def key_state(reply: Reply) -> Optional[KeyState]:
@@ -47,26 +57,42 @@ def key_state(reply: Reply) -> Optional[KeyState]:
         return None
     fields = _fields(reply)
     try:
-        holder = fields.get("holder")
+        fence = int(fields["fence"])
+        found = fields.get("holder")
+        holder = None if found is None else _holder(_fields(found), fence)
+        # A server before permits says neither count nor list: its one holder.
+        listed = fields.get("holder_list")
+        if listed is None:
+            holder_list: Tuple[KeyHolder, ...] = () if holder is None else (holder,)
+        else:
+            holder_list = tuple(_holder(_fields(each), fence) for each in listed)
+        holders = int(fields.get("holders", len(holder_list)))
         return KeyState(
             held=bool(fields["held"]),
-            fence=int(fields["fence"]),
+            fence=fence,
             held_for_ms=_ms(fields.get("held_for_ms")),
             lease_left_ms=_ms(fields.get("lease_left_ms")),
             waiters=int(fields["waiters"]),
-            holder=None if holder is None else _holder(_fields(holder)),
+            holder=holder,
+            holders=holders,
+            permits_held=int(fields.get("permits_held", holders)),
+            holder_list=holder_list,
         )
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, Invalid):
         raise Invalid(f"store: INSPECT answered {reply!r}: invalid") from None
 
 
-def _holder(fields: Dict[str, Any]) -> KeyHolder:
+def _holder(fields: Dict[str, Any], fence: int) -> KeyHolder:
+    """One holder's map; `fence` (the key's) stands in for a server that
+    does not give the holder's own."""
     name = fields.get("name")
     return KeyHolder(
         id=int(fields["id"]),
         name=None if name is None else _text(name),
         addr=_text(fields["addr"]),
         lease=int(fields["lease"]),
+        fence=int(fields.get("fence", fence)),
+        permits=int(fields.get("permits", 1)),
     )
 
 

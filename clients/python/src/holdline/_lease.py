@@ -34,13 +34,14 @@ _HELD, _RELEASED = "held", "released"
 
 
 class Lease:
-    """The lease a hold runs under: `key`, `fence`, `lost`, `signal`."""
+    """The lease a hold runs under: `key`, `fence`, `permits`, `lost`, `signal`."""
 
     __slots__ = (
         "lock",
         "key",
         "fence",
         "id",
+        "permits",
         "_ttl_ms",
         "_window",
         "_link",
@@ -67,6 +68,7 @@ class Lease:
         link: Link,
         granted: Tuple[float, float],
         store_closed: Callable[[], bool],
+        permits: int = 1,
     ) -> None:
         """Made as the grant is handled: `granted` is (the HOLD's send time,
         the time its answer is handled)."""
@@ -78,6 +80,9 @@ class Lease:
         """The fencing token: greater than every earlier grant's of this key."""
         self.id = lease_id
         """The server's id of the lease (its connection's to renew and release)."""
+        self.permits = permits
+        """How many of the key's permits this lease holds (the lock's count
+        for an exclusive hold; 1 for a lock of one permit)."""
         self._ttl_ms = ttl_ms
         self._window = (ttl_ms - lost_margin_ms(ttl_ms)) / 1000
         self._link = link
@@ -133,7 +138,8 @@ class Lease:
             state = "lost"
         else:
             state = self._state
-        return f"<Lease lock={self.lock} key={self.key!r} fence={self.fence} {state}>"
+        permits = "" if self.permits == 1 else f" permits={self.permits}"
+        return f"<Lease lock={self.lock} key={self.key!r} fence={self.fence}{permits} {state}>"
 
     # What the link tells (the `Watcher` side), then what the hold, the
     # blocking flavour and the tests use: internal, hence the underscores.

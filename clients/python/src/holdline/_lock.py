@@ -1,4 +1,5 @@
-"""A lock's holds: `hold` and `try_hold` as `async with` blocks.
+"""A lock's holds: `hold` and `try_hold` as `async with` blocks, each
+taking one of a key's permits, `permits=m`, or all (`exclusive=True`).
 
 Each hold takes a connection of its own from the store's pool for as long
 as it waits and holds. While its HOLD waits, the connection sends `PING`
@@ -71,11 +72,18 @@ class HoldBase:
     try) and its exit (release; `Lost` if the lease was lost meanwhile)."""
 
     def __init__(
-        self, lock: "Lock", key: str, wait_ms: Optional[int], owner: Optional[object] = None
+        self,
+        lock: "Lock",
+        key: str,
+        wait_ms: Optional[int],
+        owner: Optional[object] = None,
+        *,
+        take: Optional[int] = 1,
     ) -> None:
         self._lock = lock
         self._key = key
         self._wait_ms = wait_ms  # None: try, never wait
+        self._take = take  # the permits this hold takes; None: all of them (exclusive)
         # Who holds: the task (async) or the thread (blocking flavour). A hold
         # of a key its owner already holds would wait for itself: `Invalid`.
         self._owner = owner
@@ -150,15 +158,16 @@ class HoldBase:
         """Sends HOLD (or TRYHOLD) and answers its reply; gives up `Closed`
         when nothing is answered for the wait plus max(ttl, 1s)."""
         lock = self._lock
-        limits: List[Arg] = ["TTL", lock.ttl_ms]
+        options: List[Arg] = ["TTL", lock.ttl_ms]
         if lock.max_hold_ms is not None:
-            limits += ["MAXHOLD", lock.max_hold_ms]
+            options += ["MAXHOLD", lock.max_hold_ms]
+        options += self._permit_args()
         wait_ms = 0 if self._wait_ms is None else self._wait_ms
         if self._wait_ms is None:
-            pending = link.send("TRYHOLD", lock.name, self._key, *limits, on_reply=self._granted)
+            pending = link.send("TRYHOLD", lock.name, self._key, *options, on_reply=self._granted)
         else:
             pending = link.send(
-                "HOLD", lock.name, self._key, "WAIT", wait_ms, *limits, on_reply=self._granted
+                "HOLD", lock.name, self._key, "WAIT", wait_ms, *options, on_reply=self._granted
             )
         pinger = _Pinger(link, lock.ttl_ms / 3000)
         try:
@@ -179,6 +188,17 @@ class HoldBase:
             )
         return pending.future.result()
 
+    def _permit_args(self) -> List[Arg]:
+        """`PERMITS n` and `TAKE m|ALL`, each only when it is not 1, so that
+        a plain lock's holds read as before (servers before permits)."""
+        count = self._lock.permits
+        args: List[Arg] = [] if count == 1 else ["PERMITS", count]
+        if self._take is None:
+            args += [] if count == 1 else ["TAKE", "ALL"]
+        elif self._take != 1:
+            args += ["TAKE", self._take]
+        return args
+
     def _granted(self, reply: Reply, sent_at: float, now: float) -> None:
         """Makes the lease as the grant is handled, so that the answers
         behind it (the PINGs of the wait) already count for its clock."""
@@ -198,6 +218,7 @@ class HoldBase:
             link,
             (sent_at, now),
             lock._router.is_closed,
+            lock.permits if self._take is None else self._take,
         )
 
     def _abandon(self, link: Link) -> None:
@@ -286,7 +307,10 @@ class Lock:
     """A named lock of a store: `store.lock("invoices", ttl="10s", max_hold="2m")`.
 
     `ttl` (default 10 s) is how long a lease outlives its connection's last
-    command; `max_hold` (default off) bounds a lease from its grant."""
+    command; `max_hold` (default off) bounds a lease from its grant.
+    `permits` (default 1) is how many permits each key has: a hold takes
+    one (or `permits=m`, or all with `exclusive=True`), and the leases of a
+    key hold at most that many at once."""
 
     def __init__(
         self,
@@ -294,12 +318,15 @@ class Lock:
         name: str,
         ttl: Optional[Duration] = None,
         max_hold: Optional[Duration] = None,
+        permits: Optional[int] = None,
     ) -> None:
         check_name(name)
         if router.closed:
             raise router.closed_error(name)
         self._router = router
         self.name = name
+        # A count out of range is the server's to refuse, with its own text.
+        self.permits = 1 if permits is None else _count(permits, "permits")
         self.ttl_ms = DEFAULT_TTL_MS if ttl is None else to_ms(ttl, "ttl", name)
         if self.ttl_ms < 1:
             raise _invalid(name, "a ttl is at least 1ms")
@@ -312,16 +339,37 @@ class Lock:
     def _wait_ms(self, key: str, wait: Optional[Duration]) -> int:
         return DEFAULT_WAIT_MS if wait is None else to_ms(wait, "wait", self.name, key)
 
-    def hold(self, key: Key, *, wait: Optional[Duration] = None) -> Hold:
-        """Waits in the key's line up to `wait` (default 10 s; 0: not at all)
-        and holds the key for the `async with` block. Past the wait: `InUse`."""
-        text = key_text(key)
-        return Hold(self, text, self._wait_ms(text, wait))
+    def _take(self, permits: Optional[int], exclusive: bool) -> Optional[int]:
+        """The permits a hold takes: None for all of them (exclusive)."""
+        if exclusive and permits is not None:
+            raise TypeError("a hold takes permits=m or exclusive=True, not both")
+        if exclusive:
+            return None
+        # 0 or more than the lock's count is the server's to refuse.
+        return 1 if permits is None else _count(permits, "permits")
 
-    def try_hold(self, key: Key) -> TryHold:
-        """Holds the key for the block if it is free; the lease is None when
-        it is held, and nothing waits."""
-        return TryHold(self, key_text(key), None)
+    def hold(
+        self,
+        key: Key,
+        *,
+        wait: Optional[Duration] = None,
+        permits: Optional[int] = None,
+        exclusive: bool = False,
+    ) -> Hold:
+        """Waits in the key's line up to `wait` (default 10 s; 0: not at all)
+        and holds the key for the `async with` block. Past the wait: `InUse`.
+        It takes one of the key's permits, `permits` of them, or all with
+        `exclusive=True` (alone with the key)."""
+        text = key_text(key)
+        take = self._take(permits, exclusive)
+        return Hold(self, text, self._wait_ms(text, wait), take=take)
+
+    def try_hold(
+        self, key: Key, *, permits: Optional[int] = None, exclusive: bool = False
+    ) -> TryHold:
+        """Holds the key for the block if its permits fit now and nobody
+        waits; the lease is None otherwise, and nothing waits."""
+        return TryHold(self, key_text(key), None, take=self._take(permits, exclusive))
 
     async def inspect(self, key: Key) -> Optional[KeyState]:
         """The key's state on the server (held, fence, times, waiters, who
@@ -332,11 +380,19 @@ class Lock:
         return key_state(result(reply))
 
     def __repr__(self) -> str:
-        return f"<Lock {self.name} ttl={self.ttl_ms}ms max_hold={self.max_hold_ms}>"
+        permits = "" if self.permits == 1 else f" permits={self.permits}"
+        return f"<Lock {self.name} ttl={self.ttl_ms}ms max_hold={self.max_hold_ms}{permits}>"
 
 
 def _invalid(name: str, what: str) -> Invalid:
     return Invalid(text_for(name, None, what, "invalid"))
+
+
+def _count(value: int, what: str) -> int:
+    """`value` as a count of permits: an int (not a bool), else `TypeError`."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{what} is an int, not {type(value).__name__}")
+    return int(value)
 
 
 _NAME_RULE = 'a lock name is 1 to 128 ASCII letters, digits and "_-.:"'

@@ -114,13 +114,21 @@ class Store:
         return self._router.nodes
 
     def lock(
-        self, name: str, *, ttl: Optional[Duration] = None, max_hold: Optional[Duration] = None
+        self,
+        name: str,
+        *,
+        ttl: Optional[Duration] = None,
+        max_hold: Optional[Duration] = None,
+        permits: Optional[int] = None,
     ) -> Lock:
         """The lock `name`: `ttl` (default 10 s) is how long a lease outlives
         its connection's last word; `max_hold` (default off) bounds a lease
-        from its grant, however it is renewed. A bad name or duration raises
-        `Invalid` here."""
-        return Lock(self._router, name, ttl, max_hold)
+        from its grant, however it is renewed; `permits` (default 1, at most
+        1,000,000) is how many holds of one permit a key admits at once. A
+        bad name or duration raises `Invalid` here; a count the server
+        refuses (0, or another than the lock's holders and waiters use)
+        fails the holds `Invalid`."""
+        return Lock(self._router, name, ttl, max_hold, permits)
 
     async def put(
         self, lock: str, key: Key, fence: int, row: str, value: Union[str, bytes]

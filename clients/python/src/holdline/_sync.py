@@ -95,10 +95,16 @@ class SyncStore:
         return self._store.closed
 
     def lock(
-        self, name: str, *, ttl: Optional[Duration] = None, max_hold: Optional[Duration] = None
+        self,
+        name: str,
+        *,
+        ttl: Optional[Duration] = None,
+        max_hold: Optional[Duration] = None,
+        permits: Optional[int] = None,
     ) -> "SyncLock":
         """The lock `name`, as `Store.lock` opens it."""
-        return SyncLock(self, self._store.lock(name, ttl=ttl, max_hold=max_hold))
+        lock = self._store.lock(name, ttl=ttl, max_hold=max_hold, permits=permits)
+        return SyncLock(self, lock)
 
     def put(self, lock: str, key: Key, fence: int, row: str, value: Union[str, bytes]) -> None:
         """`Store.put`, blocking."""
@@ -137,16 +143,31 @@ class SyncLock:
     def __init__(self, store: SyncStore, lock: Lock) -> None:
         self.store = store
         self.name = lock.name
+        self.permits = lock.permits
         self._lock = lock
 
-    def hold(self, key: Key, *, wait: Optional[Duration] = None) -> "SyncHold":
-        """`Lock.hold`, blocking: waits in line up to `wait` (default 10 s)."""
+    def hold(
+        self,
+        key: Key,
+        *,
+        wait: Optional[Duration] = None,
+        permits: Optional[int] = None,
+        exclusive: bool = False,
+    ) -> "SyncHold":
+        """`Lock.hold`, blocking: waits in line up to `wait` (default 10 s),
+        taking one permit, `permits`, or all of them with `exclusive=True`."""
         text = key_text(key)
-        return SyncHold(self.store, Hold(self._lock, text, self._lock._wait_ms(text, wait)))
+        take = self._lock._take(permits, exclusive)
+        hold = Hold(self._lock, text, self._lock._wait_ms(text, wait), take=take)
+        return SyncHold(self.store, hold)
 
-    def try_hold(self, key: Key) -> "SyncTryHold":
-        """`Lock.try_hold`, blocking: the lease is None when the key is held."""
-        return SyncTryHold(self.store, TryHold(self._lock, key_text(key), None))
+    def try_hold(
+        self, key: Key, *, permits: Optional[int] = None, exclusive: bool = False
+    ) -> "SyncTryHold":
+        """`Lock.try_hold`, blocking: the lease is None when its permits do
+        not fit now or someone waits."""
+        take = self._lock._take(permits, exclusive)
+        return SyncTryHold(self.store, TryHold(self._lock, key_text(key), None, take=take))
 
     def inspect(self, key: Key) -> Optional[KeyState]:
         """`Lock.inspect`, blocking."""
@@ -198,6 +219,11 @@ class SyncLease:
     @property
     def id(self) -> int:
         return self._lease.id
+
+    @property
+    def permits(self) -> int:
+        """How many of the key's permits this lease holds."""
+        return self._lease.permits
 
     @property
     def signal(self) -> threading.Event:
