@@ -7,7 +7,7 @@
 import { errorFor, type HoldlineError } from './errors.js'
 import type { Reply } from './resp.js'
 
-/** The connection holding a key, as the server knows it. */
+/** A lease holding a key, and its connection, as the server knows them. */
 export interface KeyHolder {
 	/** The server's id of the connection, as `CLIENT LIST` shows it and `CLIENT KILL ID` takes it. */
 	id: number
@@ -17,54 +17,74 @@ export interface KeyHolder {
 	addr: string
 	/** The lease's id on that connection. */
 	lease: number
+	/** The lease's fence (a `bigint`, as `lease.fence`). */
+	fence: bigint
+	/** How many of the key's permits the lease holds. */
+	permits: number
 }
 
 /** One key of a lock, as `lock.inspect(key)` finds it. */
 export interface KeyState {
-	/** Whether the key has a holder. */
+	/** Whether the key has a holder (`holders > 0`). */
 	held: boolean
-	/** The fence of the key's latest grant: the holder's while held (a `bigint`, as `lease.fence`). */
+	/** The highest fence among the current holders; the latest grant's while free (a `bigint`, as `lease.fence`). */
 	fence: bigint
-	/** How long the current lease has been held, in ms; `null` when not held (or unknown). */
+	/** How long the longest-held current lease has been held, in ms; `null` when not held (or unknown). */
 	heldForMs: number | null
-	/** How long the current lease lives unless renewed (or until its maxHold), in ms; `null` when not held (or unknown). */
+	/** How long the longest-held current lease lives unless renewed (or until its maxHold), in ms; `null` when not held (or unknown). */
 	leaseLeftMs: number | null
-	/** How many holds wait in the key's line, the holder not counted. */
+	/** How many holds wait in the key's line, the holders not counted. */
 	waiters: number
-	/** Who holds the key; `null` while nobody does. */
+	/** The oldest current holder; `null` while nobody holds the key. */
 	holder: KeyHolder | null
+	/** How many leases hold the key (more than 1 only for a lock of several permits). */
+	holders: number
+	/** How many of the key's permits its holders hold in all. */
+	permitsHeld: number
+	/** Every current holder, the oldest grant first. */
+	holderList: KeyHolder[]
 }
 
 /**
  * `INSPECT`'s answer: `null` for a null (the server keeps nothing for the
  * key), else its map (or the flat array of a RESP2 map) as a `KeyState`.
  * Fields the server may add later are skipped; a missing or mistyped one
- * fails `invalid`.
+ * fails `invalid`. A server from before permits sends no `holders`,
+ * `permits_held` nor `holder_list`, and no holder's `fence` or `permits`:
+ * its one holder holds the one permit under the key's fence.
  */
 export function keyState(reply: Reply, lock: string, key: string): KeyState | null {
 	if (reply === null) return null
 	const bad = () => errorFor('invalid', `the server answered INSPECT with ${show(reply)}`, lock, key)
 	const fields = fieldsOf(reply) ?? throwIt(bad())
-	const holderReply = fields.get('holder') ?? null
-	const holder = holderReply === null ? null : holderOf(fieldsOf(holderReply) ?? throwIt(bad()))
 	const held = fields.get('held')
 	const fence = fields.get('fence')
+	if (typeof held !== 'boolean' || typeof fence !== 'bigint') throw bad()
+	const holderAt = (r: Reply) => holderOf(fieldsOf(r) ?? throwIt(bad()), fence) ?? throwIt(bad())
+	const holderReply = fields.get('holder') ?? null
+	const holder = holderReply === null ? null : holderAt(holderReply)
+	const listReply = fields.get('holder_list') ?? (holder ? [holderReply] : [])
+	const holderList = Array.isArray(listReply) ? listReply.map(holderAt) : throwIt(bad())
 	const heldForMs = millis(fields.get('held_for_ms'))
 	const leaseLeftMs = millis(fields.get('lease_left_ms'))
 	const waiters = count(fields.get('waiters'))
-	if (typeof held !== 'boolean' || typeof fence !== 'bigint' || heldForMs === undefined || leaseLeftMs === undefined) throw bad()
-	if (waiters === undefined || holder === undefined) throw bad()
-	return { held, fence, heldForMs, leaseLeftMs, waiters, holder }
+	const holders = fields.has('holders') ? count(fields.get('holders')) : holderList.length
+	const permitsHeld = fields.has('permits_held') ? count(fields.get('permits_held')) : holderList.reduce((n, h) => n + h.permits, 0)
+	if (heldForMs === undefined || leaseLeftMs === undefined || waiters === undefined || holders === undefined || permitsHeld === undefined) throw bad()
+	return { held, fence, heldForMs, leaseLeftMs, waiters, holder, holders, permitsHeld, holderList }
 }
 
-/** A holder's map; `undefined` when a field is missing or mistyped. */
-function holderOf(fields: Map<string, Reply>): KeyHolder | undefined {
+/** A holder's map; `undefined` when a field is missing or mistyped. `keyFence`: its fence when the map has none. */
+function holderOf(fields: Map<string, Reply>, keyFence: bigint): KeyHolder | undefined {
 	const id = count(fields.get('id'))
 	const lease = count(fields.get('lease'))
 	const name = fields.get('name') ?? null
 	const addr = fields.get('addr')
+	const fence = fields.get('fence') ?? keyFence
+	const permits = fields.has('permits') ? count(fields.get('permits')) : 1
 	if (id === undefined || lease === undefined || typeof addr !== 'string' || (name !== null && typeof name !== 'string')) return undefined
-	return { id, name, addr, lease }
+	if (typeof fence !== 'bigint' || permits === undefined) return undefined
+	return { id, name, addr, lease, fence, permits }
 }
 
 /** A RESP3 map, or a RESP2 flat array of names and values, by name. */

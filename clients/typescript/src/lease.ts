@@ -1,7 +1,7 @@
 /**
- * `Lease`: what a holder's function is given: the key, the fence, and a
- * signal that aborts the moment the lease is lost, from the server's news
- * or from the clock.
+ * `Lease`: what a holder's function is given: the key, the fence, the
+ * permits it holds, and a signal that aborts the moment the lease is lost,
+ * from the server's news or from the clock.
  *
  * The clock: the server keeps a lease at least a ttl past the last command
  * it read from the lease's connection while the lease was alive. The lease
@@ -47,6 +47,11 @@ export class Lease {
 		readonly fence: bigint,
 		/** @internal The server's id of this lease. */
 		readonly id: bigint,
+		/**
+		 * How many of the key's permits this lease holds: what the hold asked
+		 * (1 unless it said `permits`), the lock's count for `exclusive`.
+		 */
+		readonly permits = 1,
 	) {}
 
 	/**

@@ -2,13 +2,15 @@
  * `Lock`: `hold` and `tryHold` of a named lock's keys over the server. A
  * hold asks on a connection of its own, runs the function once granted,
  * watches for the loss of its lease, and lets the key go when the function
- * settles.
+ * settles. A lock of several permits per key is a semaphore (or, with
+ * exclusive holds, a read-write lock): each hold takes some permits, as a
+ * lease of its own.
  */
 
 import { AsyncLocalStorage } from 'node:async_hooks'
 import { ConnectionClosed, ConnectionSilent, type Connection } from './connection.js'
 import { lostMarginMs, now, toMillis, toPositiveMillis, waitGraceMs, type Duration } from './duration.js'
-import { errorFor, fromServer, HoldlineError } from './errors.js'
+import { errorFor, fromServer, HoldlineError, showKey } from './errors.js'
 import { keyState, type KeyState } from './inspect.js'
 import { Lease, type LeaseClock } from './lease.js'
 import type { Pool } from './pool.js'
@@ -24,16 +26,32 @@ export interface LockOptions {
 	ttl?: Duration
 	/** The longest a lease may be held from its grant (default: off). */
 	maxHold?: Duration
+	/**
+	 * How many permits each key has: at most this many are held at once,
+	 * over all its leases (default 1, a plain lock; the server takes 1 to
+	 * 1,000,000). The server fixes a lock's count while any key of it is
+	 * held or waited for: a hold naming another count meanwhile fails
+	 * `invalid`.
+	 */
+	permits?: number
 }
 
-export interface HoldOptions {
+/** How many of the key's permits a hold takes: one unless told. */
+export interface PermitOptions {
+	/** Take this many permits (default 1; 1 to the lock's count). */
+	permits?: number
+	/** Take all of the lock's permits: alone with the key (a writer of a read-write lock). Not with `permits`. */
+	exclusive?: boolean
+}
+
+export interface HoldOptions extends PermitOptions {
 	/** How long to stand in line before failing `in use` (default `'10s'`; `0`: do not wait). */
 	wait?: Duration
 	/** Aborting it takes a hold that still waits out of the line; the hold rejects with its reason. */
 	signal?: AbortSignal
 }
 
-export interface TryHoldOptions {
+export interface TryHoldOptions extends PermitOptions {
 	/** Aborting it before the answer comes makes the try reject with its reason. */
 	signal?: AbortSignal
 }
@@ -70,6 +88,7 @@ export class Lock {
 	readonly #router: Router
 	readonly #ttlMs: number
 	readonly #maxHoldMs: number | undefined
+	readonly #permits: number
 	/** The lease options every HOLD and TRYHOLD of this handle carries. */
 	readonly #leaseArgs: Arg[]
 
@@ -83,8 +102,12 @@ export class Lock {
 		this.#router = router
 		this.#ttlMs = options.ttl === undefined ? DEFAULT_TTL_MS : toPositiveMillis(options.ttl, 'ttl', name)
 		this.#maxHoldMs = options.maxHold === undefined ? undefined : toPositiveMillis(options.maxHold, 'maxHold', name)
+		// A bad count is the server's to refuse, in the words every client shares.
+		this.#permits = options.permits ?? 1
 		this.#leaseArgs = ['TTL', this.#ttlMs]
 		if (this.#maxHoldMs !== undefined) this.#leaseArgs.push('MAXHOLD', this.#maxHoldMs)
+		// Only when not 1: a server from before permits still serves plain locks.
+		if (this.#permits !== 1) this.#leaseArgs.push('PERMITS', this.#permits)
 	}
 
 	/** How long a lease lives past its last renewal, in milliseconds. */
@@ -97,19 +120,27 @@ export class Lock {
 		return this.#maxHoldMs
 	}
 
+	/** How many permits each key of the lock has (1 unless given). */
+	get permits(): number {
+		return this.#permits
+	}
+
 	/**
 	 * Waits in the key's line (up to `wait`, 10 s unless given), holds the key
 	 * while `fn` runs, lets it go when `fn` settles, and answers what `fn`
 	 * answered. A rejection of `fn` propagates unchanged; a lease lost while
 	 * `fn` ran makes `hold` reject with the `lost` error once `fn` resolves.
+	 * It takes one of the key's permits, `permits` of them, or all with
+	 * `exclusive`; it is granted once they fit and nobody waits before it.
 	 */
 	async hold<T>(key: Key, fn: (lease: Lease) => T | PromiseLike<T>, options: HoldOptions = {}): Promise<T> {
 		const text = this.#keyText(key)
 		const wait = options.wait === undefined ? DEFAULT_WAIT_MS : toMillis(options.wait, 'wait', this.name, text)
 		checkFunction(fn, this.name, text)
+		const take = this.#take(options, text)
 		if (this.#runningHere(text)) throw errorFor('invalid', 'hold inside a hold of the same key', this.name, text)
-		const command = ['HOLD', this.name, text, 'WAIT', wait, ...this.#leaseArgs]
-		const grant = await this.#ask(command, text, wait, options.signal)
+		const command = ['HOLD', this.name, text, 'WAIT', wait, ...this.#leaseArgs, ...take.args]
+		const grant = await this.#ask(command, text, wait, take.permits, options.signal)
 		// HOLD answers a lease or an error, never a null.
 		if (!grant) throw errorFor('invalid', 'the server answered HOLD with a null', this.name, text)
 		return this.#run(grant, fn)
@@ -118,13 +149,15 @@ export class Lock {
 	/**
 	 * Runs `fn` only if the key is free: `{ acquired: true, value }` then, and
 	 * `{ acquired: false }` without running `fn` when the key is held (also
-	 * when this async context holds it already). Never waits.
+	 * when this async context holds it already). Never waits. With several
+	 * permits: acquired only when the permits asked fit now and nobody waits.
 	 */
 	async tryHold<T>(key: Key, fn: (lease: Lease) => T | PromiseLike<T>, options: TryHoldOptions = {}): Promise<Tried<T>> {
 		const text = this.#keyText(key)
 		checkFunction(fn, this.name, text)
+		const take = this.#take(options, text)
 		if (this.#runningHere(text)) return { acquired: false }
-		const grant = await this.#ask(['TRYHOLD', this.name, text, ...this.#leaseArgs], text, 0, options.signal)
+		const grant = await this.#ask(['TRYHOLD', this.name, text, ...this.#leaseArgs, ...take.args], text, 0, take.permits, options.signal)
 		if (!grant) return { acquired: false }
 		return { acquired: true, value: await this.#run(grant, fn) }
 	}
@@ -132,7 +165,7 @@ export class Lock {
 	/**
 	 * The key's state on the server (`INSPECT`): whether it is held, the
 	 * fence, how long it has been held and its lease has left, the line's
-	 * length, and the holding connection; `null` when the server keeps
+	 * length, and its holders with their permits; `null` when the server keeps
 	 * nothing for the key (never held, nobody waiting). It holds nothing and
 	 * does not wait in the key's line; the answer is old the moment it
 	 * arrives, so it is for looking on, not for deciding who may write.
@@ -150,6 +183,21 @@ export class Lock {
 		throw errorFor('invalid', `a key is text or a whole number, not ${shown}`, this.name)
 	}
 
+	/**
+	 * The `TAKE` a hold sends (none for one permit, as before permits) and
+	 * the permits its lease will hold. Counts out of range are the server's
+	 * to refuse; asking for both a count and all of them is a caller's slip.
+	 */
+	#take(options: PermitOptions, key: string): { args: Arg[]; permits: number } {
+		if (options.exclusive && options.permits !== undefined) {
+			const both = `both permits (${String(options.permits)}) and exclusive given`
+			throw new TypeError(`lock ${this.name}: key ${showKey(key)}: ${both}: a hold takes some permits or all ${this.#permits}, not both`)
+		}
+		if (options.exclusive) return { args: ['TAKE', 'ALL'], permits: this.#permits }
+		const permits = options.permits ?? 1
+		return { args: permits === 1 ? [] : ['TAKE', permits], permits }
+	}
+
 	#runningHere(key: string): boolean {
 		const running = runningHolds.getStore()
 		return !!running?.some(r => r.router === this.#router && r.lock === this.name && r.key === key && !r.lease.settled)
@@ -160,13 +208,13 @@ export class Lock {
 	 * the key (again to another after a `MOVED` or `CLUSTERDOWN`): the
 	 * grant, or `null` when TRYHOLD found the key held.
 	 */
-	async #ask(command: Arg[], key: string, waitMs: number, signal: AbortSignal | undefined): Promise<Grant | null> {
+	async #ask(command: Arg[], key: string, waitMs: number, permits: number, signal: AbortSignal | undefined): Promise<Grant | null> {
 		const redirects = new Redirects(this.#router, this.name, key)
 		for (;;) {
 			if (this.#router.closed) throw this.#storeClosed(key)
 			signal?.throwIfAborted()
 			const pool = redirects.pool()
-			const connection = await this.#take(pool, key, signal)
+			const connection = await this.#connection(pool, key, signal)
 			// Renew from now on: a lease is granted as alive as its connection's
 			// last command, so the connection keeps talking while it waits too.
 			connection.busy(this.#renewalPeriod)
@@ -187,13 +235,13 @@ export class Lock {
 				connection.destroy()
 				throw errorFor('invalid', `the server answered ${command[0]} with ${String(reply)}`, this.name, key)
 			}
-			const lease = new Lease(key, reply[1], reply[0])
+			const lease = new Lease(key, reply[1], reply[0], permits)
 			return { pool, connection, lease, late: !this.#startClock(connection, lease, sentAt) }
 		}
 	}
 
 	/** A connection of `pool` for a hold (none once `signal` aborted). */
-	async #take(pool: Pool, key: string, signal: AbortSignal | undefined): Promise<Connection> {
+	async #connection(pool: Pool, key: string, signal: AbortSignal | undefined): Promise<Connection> {
 		let connection: Connection
 		try {
 			connection = await pool.take()

@@ -129,8 +129,11 @@ export class Store implements AsyncDisposable {
 
 	/**
 	 * A handle on the lock `name`; its `ttl` (default `'10s'`) and `maxHold`
-	 * (default off) apply to the holds made through it. Throws `invalid` at
-	 * once for a bad name or duration.
+	 * (default off) apply to the holds made through it, and `permits`
+	 * (default 1) is how many permits each of its keys has: a semaphore, or
+	 * with exclusive holds a read-write lock. Throws `invalid` at once for a
+	 * bad name or duration; a bad count fails the first hold, as the server
+	 * words it.
 	 */
 	lock(name: string, options: LockOptions = {}): Lock {
 		if (typeof name !== 'string' || !LOCK_NAME.test(name)) {
