@@ -24,6 +24,11 @@
 // a cluster (holdline serve --etcd): each key's holds then go to the node
 // that serves the key's slot.
 //
+// A key may have several permits (OpenLock with Permits): each hold takes
+// one, or Take's count, or all of them with Exclusive, which makes
+// semaphores and read-write locks. The line stays first come, first
+// served, with no overtaking.
+//
 // A lease stays safe across a network: the client takes it for lost (and
 // ends its function's context) by the time the server may give the key to
 // someone else, even when the server cannot be heard from at all.

@@ -143,3 +143,53 @@ func ExampleConnect_cluster() {
 }
 
 func charge(ctx context.Context, fence uint64) error { return ctx.Err() }
+
+// A semaphore: at most five calls to a provider at once, whoever makes
+// them; a batch takes two of the five permits.
+func ExamplePermits() {
+	ctx := context.Background()
+	store, err := locks.Connect(ctx, "127.0.0.1:7380")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer store.Close()
+	providers, _ := locks.OpenLock(store, "providers", locks.Permits(5))
+	err = providers.Hold(ctx, "stripe", func(ctx context.Context, lease *locks.Lease) error {
+		return charge(ctx, lease.Fence) // one of at most five at once
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	err = providers.Hold(ctx, "stripe", func(ctx context.Context, lease *locks.Lease) error {
+		log.Printf("a batch under %d permits", lease.Permits()) // 2
+		return nil
+	}, locks.Take(2))
+	if err != nil {
+		log.Fatal(err)
+	}
+}
+
+// A read-write lock: readers take one permit and share the key, a writer
+// takes all of them and holds it alone. Readers that come after a waiting
+// writer wait behind it, so readers never starve a writer.
+func ExampleExclusive() {
+	ctx := context.Background()
+	store, err := locks.Connect(ctx, "127.0.0.1:7380")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer store.Close()
+	docs, _ := locks.OpenLock(store, "docs", locks.Permits(1024))
+	err = docs.Hold(ctx, "readme", func(ctx context.Context, lease *locks.Lease) error {
+		return nil // read, alongside other readers
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	err = docs.Hold(ctx, "readme", func(ctx context.Context, lease *locks.Lease) error {
+		return charge(ctx, lease.Fence) // write, alone: writes carry the fence
+	}, locks.Exclusive())
+	if err != nil {
+		log.Fatal(err)
+	}
+}

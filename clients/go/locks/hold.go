@@ -15,6 +15,8 @@ type keyHold struct {
 	lock  string
 	key   string
 	ttl   time.Duration
+	// permits: how many the HOLD takes, for the Lease.
+	permits int
 
 	pool  *pool // the key's node's
 	conn  *conn
@@ -199,7 +201,7 @@ func (h *keyHold) run(ctx context.Context, fn func(context.Context, *Lease) erro
 			h.pool.discard(h.conn, errShutAbandoned)
 		}
 	}()
-	fnErr := fn(hctx, &Lease{Fence: h.state.fence, Key: h.key, state: h.state})
+	fnErr := fn(hctx, &Lease{Fence: h.state.fence, Key: h.key, state: h.state, permits: h.permits})
 	returned = true
 	over()
 	if lost := h.release(); lost != nil {

@@ -7,23 +7,30 @@ import (
 
 // KeyInfo is a snapshot of one key on the server, from Lock.Inspect.
 type KeyInfo struct {
-	// Held says whether the key has a holder.
+	// Held says whether the key has a holder: Holders > 0.
 	Held bool
-	// Fence is the current grant's fence while the key is held, else the
-	// last grant's.
+	// Fence is the highest fence among the current holders while the key
+	// is held, else the last grant's.
 	Fence uint64
-	// HeldFor is how long the current grant has been held, and LeaseLeft
-	// how long its lease has before it runs out at its ttl (renewals push
-	// that back) or is revoked at its maxHold. Both are nil when the key
-	// is free, or when the server keeps no clock for the lease.
+	// HeldFor is how long the longest-held current lease has been held,
+	// and LeaseLeft how long it has before it runs out at its ttl
+	// (renewals push that back) or is revoked at its maxHold. Both are nil
+	// when the key is free, or when the server keeps no clock for the
+	// lease.
 	HeldFor, LeaseLeft *time.Duration
-	// Waiters is how many stand in the key's line, the holder not counted.
+	// Waiters is how many stand in the key's line, the holders not
+	// counted.
 	Waiters int
-	// Holder is the connection that holds the key, nil while it is free.
+	// Holders is how many leases hold the key, and PermitsHeld how many of
+	// its permits they hold in all.
+	Holders, PermitsHeld int
+	// Holder is the oldest current holder, nil while the key is free.
 	Holder *KeyHolder
+	// HolderList is every current holder, oldest grant first.
+	HolderList []KeyHolder
 }
 
-// KeyHolder is the connection that holds a key, as the server knows it.
+// KeyHolder is a connection that holds a key, as the server knows it.
 type KeyHolder struct {
 	// ID is the connection's id, as CLIENT LIST shows it and CLIENT KILL
 	// ID takes it.
@@ -34,6 +41,9 @@ type KeyHolder struct {
 	Addr string
 	// Lease is the lease's id on that connection.
 	Lease int64
+	// Fence is the lease's fence, and Permits how many permits it holds.
+	Fence   uint64
+	Permits int
 }
 
 // Inspect answers a snapshot of key (INSPECT on the server), or nil when
@@ -117,6 +127,7 @@ func keyInfoOf(v value) (*KeyInfo, bool) {
 		return nil, false
 	}
 	info := &KeyInfo{}
+	counted := false // a server without permits sends no holders
 	for i := 0; i < len(v.items); i += 2 {
 		field := v.items[i+1]
 		switch v.items[i].text {
@@ -130,9 +141,22 @@ func keyInfoOf(v value) (*KeyInfo, bool) {
 			info.LeaseLeft = millisOf(field)
 		case "waiters":
 			info.Waiters = int(field.num)
+		case "holders":
+			info.Holders, counted = int(field.num), true
+		case "permits_held":
+			info.PermitsHeld = int(field.num)
 		case "holder":
 			info.Holder = holderOf(field)
+		case "holder_list":
+			info.HolderList = holderListOf(field)
 		}
+	}
+	if !counted && info.Holder != nil {
+		// Before permits, a key had one holder with one permit, whose
+		// fence was the key's.
+		info.Holders, info.PermitsHeld = 1, 1
+		info.Holder.Fence, info.Holder.Permits = info.Fence, 1
+		info.HolderList = []KeyHolder{*info.Holder}
 	}
 	return info, true
 }
@@ -163,7 +187,22 @@ func holderOf(v value) *KeyHolder {
 			h.Addr = field.text
 		case "lease":
 			h.Lease = field.num
+		case "fence":
+			h.Fence = uint64(field.num)
+		case "permits":
+			h.Permits = int(field.num)
 		}
 	}
 	return h
+}
+
+// holderListOf reads holder_list: the holders' maps, oldest first.
+func holderListOf(v value) []KeyHolder {
+	var list []KeyHolder
+	for _, item := range v.items {
+		if h := holderOf(item); h != nil {
+			list = append(list, *h)
+		}
+	}
+	return list
 }

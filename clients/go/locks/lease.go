@@ -16,8 +16,13 @@ type Lease struct {
 	// Key is the key as text (an integer key is its decimal text).
 	Key string
 
-	state *leaseState
+	state   *leaseState
+	permits int
 }
+
+// Permits answers how many of the key's permits this lease holds: 1
+// unless the hold said Take, all of the lock's with Exclusive.
+func (l *Lease) Permits() int { return l.permits }
 
 // Err answers nil while the lease is held, and the lost error (kind
 // KindLost) once it is lost. It reads the clock itself, so after a stall

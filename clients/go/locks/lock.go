@@ -12,16 +12,21 @@ const (
 	DefaultWait = 10 * time.Second
 )
 
-// Lock is a named lock of a store: any number of keys, each with one
-// holder at a time and a first-come, first-served line of waiters. It is
+// Lock is a named lock of a store: any number of keys, each with its
+// permits (one unless Permits says more), held by as many holders as the
+// permits allow, and a first-come, first-served line of waiters. It is
 // safe for use by many goroutines at once. Opening a name again gives a
-// handle on the same keys; the ttl and maxHold belong to the handle.
+// handle on the same keys; the ttl and maxHold belong to the handle, the
+// count of permits to the keys (the server refuses another count while a
+// key of the lock is held or waited for).
 type Lock struct {
 	store   *Store
 	name    string
 	ttl     time.Duration
 	maxHold time.Duration
-	// leaseArgs: the TTL and MAXHOLD every HOLD and TRYHOLD carries.
+	permits int
+	// leaseArgs: the TTL, MAXHOLD and PERMITS every HOLD and TRYHOLD
+	// carries.
 	leaseArgs []string
 }
 
@@ -31,6 +36,7 @@ type LockOption func(*lockConfig)
 type lockConfig struct {
 	ttl, maxHold time.Duration
 	hasMaxHold   bool
+	permits      int
 }
 
 // TTL is how long a lease lives on the server past the last command its
@@ -49,6 +55,16 @@ func MaxHold(d time.Duration) LockOption {
 	return func(c *lockConfig) { c.maxHold, c.hasMaxHold = d, true }
 }
 
+// Permits is how many permits each key of the lock has: 1 unless given,
+// at most 1,000,000. A key is held by as many holds at once as their
+// permits (Take, Exclusive) fit in n: a semaphore of n, or with readers
+// taking one and writers Exclusive, a read-write lock. The server checks
+// the count at the first hold (a bad count, or another count than the one
+// the lock's keys have now, fails it KindInvalid with the server's text).
+func Permits(n int) LockOption {
+	return func(c *lockConfig) { c.permits = n }
+}
+
 // OpenLock opens the lock named name: 1 to 128 ASCII letters, digits and
 // _ - . : (else KindInvalid). On a closed store it answers KindClosed.
 func OpenLock(store *Store, name string, opts ...LockOption) (*Lock, error) {
@@ -58,7 +74,7 @@ func OpenLock(store *Store, name string, opts ...LockOption) (*Lock, error) {
 	if bad := checkName(name); bad != nil {
 		return nil, bad
 	}
-	cfg := lockConfig{ttl: DefaultTTL}
+	cfg := lockConfig{ttl: DefaultTTL, permits: 1}
 	for _, opt := range opts {
 		opt(&cfg)
 	}
@@ -72,7 +88,11 @@ func OpenLock(store *Store, name string, opts ...LockOption) (*Lock, error) {
 		}
 		args = append(args, "MAXHOLD", strconv.FormatInt(millis(cfg.maxHold), 10))
 	}
-	return &Lock{store: store, name: name, ttl: cfg.ttl, maxHold: cfg.maxHold, leaseArgs: args}, nil
+	if cfg.permits != 1 {
+		// Only then: a server without permits keeps working for plain locks.
+		args = append(args, "PERMITS", strconv.Itoa(cfg.permits))
+	}
+	return &Lock{store: store, name: name, ttl: cfg.ttl, maxHold: cfg.maxHold, permits: cfg.permits, leaseArgs: args}, nil
 }
 
 // Name answers the lock's name.
@@ -85,17 +105,62 @@ func (l *Lock) TTL() time.Duration { return l.ttl }
 // when off.
 func (l *Lock) MaxHold() time.Duration { return l.maxHold }
 
+// Permits answers how many permits each key of the lock has.
+func (l *Lock) Permits() int { return l.permits }
+
 // HoldOption configures one Hold.
 type HoldOption func(*holdConfig)
 
 type holdConfig struct {
-	wait time.Duration
+	wait      time.Duration
+	take      int
+	exclusive bool
 }
 
 // Wait is how long Hold stands in the key's line before it answers
-// ErrInUse (10s unless given). Zero or less: do not wait at all.
+// ErrInUse (10s unless given). Zero or less: do not wait at all. TryHold
+// never waits, and ignores it.
 func Wait(d time.Duration) HoldOption {
 	return func(c *holdConfig) { c.wait = d }
+}
+
+// Take is how many of the key's permits the hold takes: 1 unless given,
+// 1 to the lock's Permits (the server refuses any other count, KindInvalid,
+// "... 6 permits asked of a lock of 5: invalid"). Of Take and Exclusive,
+// the one given last wins.
+func Take(m int) HoldOption {
+	return func(c *holdConfig) { c.take, c.exclusive = m, false }
+}
+
+// Exclusive makes the hold take all of the key's permits: it holds the key
+// alone (a read-write lock's writer). Of Take and Exclusive, the one given
+// last wins.
+func Exclusive() HoldOption {
+	return func(c *holdConfig) { c.exclusive = true }
+}
+
+// holdOptions applies opts over the defaults.
+func holdOptions(opts []HoldOption) holdConfig {
+	cfg := holdConfig{wait: DefaultWait, take: 1}
+	for _, opt := range opts {
+		opt(&cfg)
+	}
+	return cfg
+}
+
+// takeArgs answers how many permits the hold takes, and the TAKE option
+// that says so, sent only when it is not 1: a server without permits
+// keeps working for plain locks.
+func (l *Lock) takeArgs(cfg holdConfig) (int, []string) {
+	switch {
+	case cfg.exclusive && l.permits == 1:
+		return 1, nil
+	case cfg.exclusive:
+		return l.permits, []string{"TAKE", "ALL"}
+	case cfg.take == 1:
+		return 1, nil
+	}
+	return cfg.take, []string{"TAKE", strconv.Itoa(cfg.take)}
 }
 
 // Hold waits in key's line, holds the key while fn runs, lets it go when
@@ -109,12 +174,15 @@ func Wait(d time.Duration) HoldOption {
 // A ctx that ends while Hold waits takes it out of the line at once, and
 // Hold answers ctx.Err(). The wait passing answers ErrInUse, a full line
 // ErrLimit, a closed store ErrClosed, and a hold of a key whose hold runs
-// further up ctx (a hold inside a hold of the same key) ErrInvalid at once.
+// further up ctx (a hold inside a hold of the same key, with any permits)
+// ErrInvalid at once.
+//
+// On a lock of several permits the hold takes one, or Take's count, or
+// all of them with Exclusive. The line is first come, first served with
+// no overtaking: a hold is granted once its permits fit and nobody stands
+// before it, so readers never starve a waiting Exclusive writer.
 func (l *Lock) Hold(ctx context.Context, key any, fn func(ctx context.Context, lease *Lease) error, opts ...HoldOption) error {
-	cfg := holdConfig{wait: DefaultWait}
-	for _, opt := range opts {
-		opt(&cfg)
-	}
+	cfg := holdOptions(opts)
 	k, err := l.prepare(key, fn)
 	if err != nil {
 		return err
@@ -122,8 +190,10 @@ func (l *Lock) Hold(ctx context.Context, key any, fn func(ctx context.Context, l
 	if holding(ctx, l.store, l.name, k) {
 		return errHoldInHold(l.name, k)
 	}
+	permits, take := l.takeArgs(cfg)
 	args := append([]string{"HOLD", l.name, k, "WAIT", strconv.FormatInt(millis(cfg.wait), 10)}, l.leaseArgs...)
-	h := &keyHold{store: l.store, lock: l.name, key: k, ttl: l.ttl}
+	args = append(args, take...)
+	h := &keyHold{store: l.store, lock: l.name, key: k, ttl: l.ttl, permits: permits}
 	granted, err := h.ask(ctx, args, cfg.wait)
 	if err != nil {
 		return err
@@ -135,11 +205,13 @@ func (l *Lock) Hold(ctx context.Context, key any, fn func(ctx context.Context, l
 	return h.run(ctx, fn)
 }
 
-// TryHold runs fn under the key only if the key is free, and never
-// waits: acquired is false, fn not run, when the key is held (also when a
-// hold of it runs further up ctx). Otherwise it is Hold without a wait;
-// acquired reports whether fn ran.
-func (l *Lock) TryHold(ctx context.Context, key any, fn func(ctx context.Context, lease *Lease) error) (acquired bool, err error) {
+// TryHold runs fn under the key only if its permits fit now and nobody
+// waits, and never waits: acquired is false, fn not run, otherwise (also
+// when a hold of the key runs further up ctx). Otherwise it is Hold
+// without a wait, with the same Take and Exclusive options (Wait is
+// ignored); acquired reports whether fn ran.
+func (l *Lock) TryHold(ctx context.Context, key any, fn func(ctx context.Context, lease *Lease) error, opts ...HoldOption) (acquired bool, err error) {
+	cfg := holdOptions(opts)
 	k, err := l.prepare(key, fn)
 	if err != nil {
 		return false, err
@@ -147,8 +219,10 @@ func (l *Lock) TryHold(ctx context.Context, key any, fn func(ctx context.Context
 	if holding(ctx, l.store, l.name, k) {
 		return false, nil
 	}
-	h := &keyHold{store: l.store, lock: l.name, key: k, ttl: l.ttl}
-	granted, err := h.ask(ctx, append([]string{"TRYHOLD", l.name, k}, l.leaseArgs...), 0)
+	permits, take := l.takeArgs(cfg)
+	args := append(append([]string{"TRYHOLD", l.name, k}, l.leaseArgs...), take...)
+	h := &keyHold{store: l.store, lock: l.name, key: k, ttl: l.ttl, permits: permits}
+	granted, err := h.ask(ctx, args, 0)
 	if err != nil || !granted {
 		return false, err
 	}
