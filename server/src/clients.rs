@@ -11,18 +11,20 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 use tokio::sync::Notify;
 
 /// The lease by which a connection holds a key: its id, and the grant's
 /// fence and permits.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HeldBy {
     pub lease: u64,
     pub fence: u64,
     pub permits: u32,
+    /// What its holder says of it (`NOTE`; empty: nothing).
+    pub note: Arc<str>,
 }
 
 /// What a connection shows of itself.
@@ -46,6 +48,8 @@ pub struct ClientState {
     waiting: Mutex<Option<Box<str>>>,
     /// Pulled by CLIENT KILL.
     kill: Notify,
+    /// Whether `CLIENT KILL` ended it (its leases end `killed`).
+    killed: AtomicBool,
 }
 
 /// `last_command` before any command was carried out.
@@ -69,6 +73,7 @@ impl ClientState {
             holding: Mutex::new(HashMap::new()),
             waiting: Mutex::new(None),
             kill: Notify::new(),
+            killed: AtomicBool::new(false),
         }
     }
 
@@ -109,7 +114,14 @@ impl ClientState {
 
     /// The lease by which this connection holds `held_key`, if it does.
     pub fn lease_of(&self, held_key: &str) -> Option<HeldBy> {
-        lock(&self.holding).get(held_key).copied()
+        lock(&self.holding).get(held_key).cloned()
+    }
+
+    /// Replaces the note of the lease holding `held_key`.
+    pub fn noted(&self, held_key: &str, note: Arc<str>) {
+        if let Some(by) = lock(&self.holding).get_mut(held_key) {
+            by.note = note;
+        }
     }
 
     pub fn held(&self, held_key: Box<str>, by: HeldBy) {
@@ -134,7 +146,15 @@ impl ClientState {
 
     /// Asks the connection to close (its keys go to the next in line).
     pub fn kill(&self) {
+        // Relaxed: read by the connection's own task once it ends.
+        self.killed.store(true, Ordering::Relaxed);
         self.kill.notify_one();
+    }
+
+    /// Whether [`kill`](ClientState::kill) was called.
+    pub fn was_killed(&self) -> bool {
+        // Relaxed: see `kill`.
+        self.killed.load(Ordering::Relaxed)
     }
 
     /// Resolves once [`kill`](ClientState::kill) was called.

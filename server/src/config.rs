@@ -131,6 +131,14 @@ pub struct ServeArgs {
     #[arg(long, hide = true, default_value_t = 1 << 40,
           value_parser = clap::value_parser!(u64).range(2..=1 << 50))]
     pub fence_window: u64,
+    /// Grants and ends of leases kept for HISTORY (0: none kept).
+    #[arg(long, value_name = "N", default_value_t = 10_000,
+          value_parser = clap::value_parser!(u64).range(0..=10_000_000))]
+    pub history: u64,
+    /// Appends every grant and end of a lease to PATH as a JSON line,
+    /// from a thread of its own (reopened on SIGHUP, as logrotate expects).
+    #[arg(long, value_name = "PATH")]
+    pub audit_log: Option<PathBuf>,
 }
 
 /// Cluster mode's settings, checked.
@@ -158,6 +166,8 @@ pub struct Config {
     pub tls: Option<TlsFiles>,
     pub metrics: Option<SocketAddr>,
     pub cluster: Option<ClusterSettings>,
+    pub history: usize,
+    pub audit_log: Option<PathBuf>,
 }
 
 impl ServeArgs {
@@ -213,6 +223,8 @@ impl ServeArgs {
             max_connections: usize::try_from(self.max_connections).unwrap_or(usize::MAX),
             max_frame: usize::try_from(self.max_frame).unwrap_or(usize::MAX),
             tls,
+            history: usize::try_from(self.history).unwrap_or(usize::MAX),
+            audit_log: self.audit_log.clone(),
         })
     }
 }
@@ -415,6 +427,8 @@ mod tests {
             max_output: "8mb".into(),
             max_rows: "64mb".into(),
             fence_window: 1 << 40,
+            history: 10_000,
+            audit_log: None,
         }
     }
 

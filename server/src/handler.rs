@@ -30,6 +30,7 @@
 
 use crate::cmd::{self, NotACommand};
 use crate::connection::Connection;
+use crate::events::Kind;
 use crate::reply::{ErrorReply, Reply};
 use crate::session::{held_key_parts, Counts, PendingHold, Session, Step};
 use crate::shutdown::Shutdown;
@@ -383,6 +384,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Handler<S> {
         let (client, addr) = (self.session.id(), self.session.client.addr);
         info!(lock, lease = id, client, %addr, ?reason, "lease lost");
         debug!(lock, lease = id, key, "lease lost: its key");
+        self.session.record_end(id, Kind::of_loss(reason), None);
         if let Some(push) = self.session.loss_push(id) {
             Counts::add(&self.session.shared.counts.lost_pushes, 1);
             self.answer(Ok(push));

@@ -22,6 +22,7 @@ mod cluster;
 mod cmd;
 mod config;
 mod connection;
+mod events;
 mod handler;
 mod loss_watch;
 mod metrics;
@@ -144,6 +145,7 @@ async fn serve(mut config: Config, tls: Option<Arc<tls::Tls>>) -> Result<(), Str
         let mut shared = Shared::new(Store::new(), users, config.max_frame, facts);
         shared.limits = config.limits;
         shared.cluster = node;
+        shared.history = events::History::new(config.history, config.audit_log);
         if metrics_listener.is_some() {
             let weak = weak.clone();
             let source = move || weak.upgrade().map(|s| s.snapshot());

@@ -195,6 +195,8 @@ pub struct Snapshot {
     pub accepted: u64,
     pub rejected: u64,
     pub blocked: u64,
+    /// Events the audit log dropped (its writer was behind).
+    pub audit_dropped: u64,
     /// Each lock's name and its counters (as `LockStats::fields` names them).
     pub locks: Vec<(String, [(&'static str, u64); 7])>,
     /// In a cluster: partitions served here, and milliseconds the etcd
@@ -241,6 +243,13 @@ impl Collector for ServerCollector {
             "blocked_connections",
             "Connections with a waiting HOLD",
             &blocked,
+        )?;
+        let dropped = ConstCounter::new(snap.audit_dropped);
+        encode_one(
+            e,
+            "audit_dropped_events",
+            "Events the audit log dropped: its writer was behind",
+            &dropped,
         )?;
         if let Some((served, lease_ms)) = snap.cluster {
             encode_one(

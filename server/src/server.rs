@@ -109,6 +109,7 @@ fn reload(server: &Listener) {
         Some(Err(why)) => warn!(%why, "SIGHUP: users not reloaded; the old ones stay"),
         None => {}
     }
+    server.shared.history.reopen_audit_log();
 }
 
 impl Listener {

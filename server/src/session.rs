@@ -11,6 +11,7 @@
 use crate::clients::{ClientState, Clients, HeldBy};
 use crate::cluster::{slots, Node, Partition, Route};
 use crate::config::Limits;
+use crate::events::{self, Event, History, Kind};
 use crate::loss_watch::LossWatches;
 use crate::metrics::{Metrics, Snapshot};
 use crate::reply::{self, ErrorReply, ErrorWord, Reply};
@@ -51,6 +52,8 @@ pub struct Shared {
     pub counts: Counts,
     /// Recorded into when `--metrics` serves them.
     pub metrics: Option<Arc<Metrics>>,
+    /// Grants and ends of leases: `--history`, `--audit-log`.
+    pub history: History,
 }
 
 /// What the server is, for INFO.
@@ -95,6 +98,7 @@ impl Shared {
             clients: Clients::default(),
             facts,
             counts: Counts::default(),
+            history: History::new(0, None),
         }
     }
 
@@ -140,6 +144,7 @@ impl Shared {
             accepted: Counts::get(&self.counts.connections_received),
             rejected: Counts::get(&self.counts.connections_rejected),
             blocked: self.clients.blocked() as u64,
+            audit_dropped: self.history.audit_dropped(),
             locks: self
                 .locks()
                 .into_iter()
@@ -220,6 +225,8 @@ pub struct PendingHold {
     pub started: Instant,
     /// The partition it waits in, in a cluster.
     pub partition: Option<Arc<Partition>>,
+    /// The note the lease will carry (`NOTE text`).
+    pub note: Box<str>,
 }
 
 /// What carrying out one command leads to.
@@ -240,6 +247,10 @@ pub struct Held {
     pub granted: Instant,
     /// The partition it is held in, in a cluster.
     pub partition: Option<Arc<Partition>>,
+    /// What its holder says of it (`NOTE`): shown wherever the holder is.
+    pub note: Box<str>,
+    /// Whether its end was recorded (a loss is seen before its RELEASE).
+    pub ended: bool,
 }
 
 impl Held {
@@ -474,7 +485,7 @@ impl Session {
                         pending.started.elapsed(),
                     );
                 }
-                self.keep(lease, pending.held_key, pending.partition)
+                self.keep(lease, pending.held_key, pending.partition, pending.note)
             }
             Err(e) => Err(e.into()),
         }
@@ -490,6 +501,7 @@ impl Session {
         lease: HeldLease,
         held_key: Box<str>,
         partition: Option<Arc<Partition>>,
+        note: Box<str>,
     ) -> Reply {
         if let (Some(part), Some(node)) = (&partition, &self.shared.cluster) {
             if !node.serves(part) || !node.fence_allowed(part, lease.fence()) {
@@ -514,18 +526,23 @@ impl Session {
             lease: id,
             fence,
             permits: lease.permits(),
+            note: Arc::from(&*note),
         };
         self.client.held(held_key.clone(), by);
         let granted = Instant::now();
-        self.leases.insert(
-            id,
-            Held {
-                lease,
-                held_key,
-                granted,
-                partition,
-            },
-        );
+        let held = Held {
+            lease,
+            held_key,
+            granted,
+            partition,
+            note,
+            ended: false,
+        };
+        if self.shared.history.is_on() {
+            let event = self.event(id, &held, Kind::Granted, None);
+            self.shared.history.record(event);
+        }
+        self.leases.insert(id, held);
         // Fences stay below 2^63, so they travel as RESP integers.
         Ok(Value::Array(vec![
             Value::Integer(id as i64),
@@ -555,6 +572,57 @@ impl Session {
         self.held_for_metrics(held);
     }
 
+    /// Replaces lease `id`'s note (the caller checked it is this
+    /// connection's and well formed).
+    pub fn set_note(&mut self, id: u64, note: Box<str>) {
+        if let Some(held) = self.leases.get_mut(&id) {
+            self.client.noted(&held.held_key, Arc::from(&*note));
+            held.note = note;
+        }
+    }
+
+    /// Records the end of lease `id` (`kind`), once: a loss is seen (and
+    /// recorded) before the RELEASE or the close that follows it.
+    pub fn record_end(&mut self, id: u64, kind: Kind, reason: Option<&'static str>) {
+        let Some(held) = self.leases.get(&id).filter(|h| !h.ended) else {
+            return;
+        };
+        if self.shared.history.is_on() {
+            let event = self.event(id, held, kind, reason);
+            self.shared.history.record(event);
+        }
+        if let Some(held) = self.leases.get_mut(&id) {
+            held.ended = true;
+        }
+    }
+
+    /// The event of lease `id`'s grant (`Granted`) or end.
+    pub fn event(&self, id: u64, held: &Held, kind: Kind, reason: Option<&'static str>) -> Event {
+        let (lock, key) = held_key_parts(&held.held_key);
+        let held_ms = (kind != Kind::Granted)
+            .then(|| u64::try_from(held.granted.elapsed().as_millis()).unwrap_or(u64::MAX));
+        Event {
+            time_ms: events::now_ms(),
+            event: kind,
+            lock: lock.to_owned(),
+            key: key.to_owned(),
+            fence: held.lease.fence(),
+            permits: held.lease.permits(),
+            lease: id,
+            holder: events::Holder {
+                id: self.client.id,
+                name: self
+                    .client
+                    .name()
+                    .map(|n| String::from_utf8_lossy(&n).into_owned()),
+                addr: self.client.addr.to_string(),
+            },
+            note: held.note.to_string(),
+            held_ms,
+            reason,
+        }
+    }
+
     fn held_for_metrics(&self, held: &Held) {
         if let Some(m) = &self.shared.metrics {
             m.held(held.lock(), held.granted.elapsed());
@@ -564,6 +632,19 @@ impl Session {
 
 impl Drop for Session {
     fn drop(&mut self) {
+        let reason = self.client.was_killed().then_some("killed");
+        let ends: Vec<(u64, Kind)> = self
+            .leases
+            .iter()
+            .map(|(&id, held)| match held.lease.is_lost() {
+                true => (id, Kind::of_loss(held.lease.signal().reason())),
+                false => (id, Kind::Disconnected),
+            })
+            .collect();
+        for (id, kind) in ends {
+            let reason = (kind == Kind::Disconnected).then_some(reason).flatten();
+            self.record_end(id, kind, reason);
+        }
         for held in self.leases.values() {
             self.held_for_metrics(held);
         }

@@ -3,6 +3,7 @@
 //! waiters, and its holder), and CLIENT LIST, INFO, KILL and HELP.
 
 use crate::clients::{ClientState, HeldBy};
+use crate::events::Event;
 use crate::parse::{integer, syntax_error, Parse};
 use crate::reply::{key_not_utf8, ErrorReply, Reply};
 use crate::session::{held_key, held_key_parts, Counts, Session};
@@ -118,6 +119,7 @@ fn write_stats(s: &Session, line: &mut impl FnMut(&str, &dyn std::fmt::Display))
         line(name, &n);
     }
     line("lost_pushes", &Counts::get(&c.lost_pushes));
+    line("audit_dropped_events", &s.shared.history.audit_dropped());
 }
 
 /// `lock_NAME:live_keys=3,held_keys=1,...`, one line per lock opened that
@@ -206,7 +208,85 @@ fn holder_map(client: &ClientState, by: &HeldBy) -> Value {
             Value::Integer(i64::try_from(by.fence).unwrap_or(i64::MAX)),
         ),
         (Value::bulk("permits"), Value::Integer(by.permits.into())),
+        (Value::bulk("note"), Value::bulk(by.note.to_string())),
     ])
+}
+
+/// `HISTORY [lock [key]] [COUNT n]`.
+#[derive(Debug, PartialEq)]
+pub struct History {
+    lock: Option<Vec<u8>>,
+    key: Option<Vec<u8>>,
+    count: usize,
+}
+
+/// Events HISTORY answers when it is not told how many.
+const HISTORY_COUNT: usize = 100;
+
+impl History {
+    pub fn parse(p: &mut Parse) -> Result<History, ErrorReply> {
+        let mut words = Vec::new();
+        let mut count = None;
+        while let Some(word) = p.next_if_any() {
+            if word.eq_ignore_ascii_case(b"COUNT") && count.is_none() {
+                let n = integer(&p.next_if_any().ok_or_else(syntax_error)?)?;
+                count = Some(usize::try_from(n).map_err(|_| syntax_error())?);
+            } else if words.len() < 2 && count.is_none() {
+                words.push(word);
+            } else {
+                return Err(syntax_error());
+            }
+        }
+        let mut words = words.into_iter();
+        Ok(History {
+            lock: words.next(),
+            key: words.next(),
+            count: count.unwrap_or(HISTORY_COUNT),
+        })
+    }
+
+    /// The events, newest first, of locks this connection may use.
+    pub fn apply(self, s: &mut Session) -> Reply {
+        if let Some(lock) = &self.lock {
+            s.may_use(lock)?;
+        }
+        let text = |b: Option<Vec<u8>>| b.map(|b| String::from_utf8_lossy(&b).into_owned());
+        let (lock, key) = (text(self.lock), text(self.key));
+        let events = s
+            .shared
+            .history
+            .recent(lock.as_deref(), key.as_deref(), self.count, |name| {
+                s.may_use(name.as_bytes()).is_ok()
+            });
+        Ok(Value::Array(events.iter().map(|e| event_map(e)).collect()))
+    }
+}
+
+/// One event, as HISTORY shows it.
+fn event_map(e: &Event) -> Value {
+    let int = |n: u64| Value::Integer(i64::try_from(n).unwrap_or(i64::MAX));
+    let name = e.holder.name.clone().map_or(Value::Null, Value::bulk);
+    let holder = Value::Map(vec![
+        (Value::bulk("id"), int(e.holder.id)),
+        (Value::bulk("name"), name),
+        (Value::bulk("addr"), Value::bulk(e.holder.addr.clone())),
+    ]);
+    let mut map = vec![
+        (Value::bulk("time_ms"), int(e.time_ms)),
+        (Value::bulk("event"), Value::bulk(e.event.word())),
+        (Value::bulk("lock"), Value::bulk(e.lock.clone())),
+        (Value::bulk("key"), Value::bulk(e.key.clone())),
+        (Value::bulk("fence"), int(e.fence)),
+        (Value::bulk("permits"), int(e.permits.into())),
+        (Value::bulk("lease"), int(e.lease)),
+        (Value::bulk("holder"), holder),
+        (Value::bulk("note"), Value::bulk(e.note.clone())),
+        (Value::bulk("held_ms"), e.held_ms.map_or(Value::Null, int)),
+    ];
+    if let Some(reason) = e.reason {
+        map.push((Value::bulk("reason"), Value::bulk(reason)));
+    }
+    Value::Map(map)
 }
 
 /// CLIENT's operator subcommands.

@@ -1,8 +1,9 @@
 //! HOLD, TRYHOLD, RELEASE and RENEW: a connection's leases.
 
+use crate::events::Kind;
 use crate::parse::{integer, milliseconds, not_an_integer, syntax_error, Parse};
 use crate::reply::{invalid_key, invalid_store, key_not_utf8, ErrorReply, Reply};
-use crate::session::{held_key, LockOptions, PendingHold, Place, Session, Step};
+use crate::session::{held_key, held_key_parts, LockOptions, PendingHold, Place, Session, Step};
 use holdline::{wire, ErrorKind, KeyHold, Lock};
 use holdline_resp::Value;
 use std::time::{Duration, Instant};
@@ -14,17 +15,19 @@ pub struct Hold {
     key: Vec<u8>,
     wait: Duration,
     options: Options,
+    note: Option<Vec<u8>>,
 }
 
 impl Hold {
     pub fn parse(p: &mut Parse) -> Result<Hold, ErrorReply> {
         let (lock, key) = (p.next_bytes()?, p.next_bytes()?);
-        let (wait, options) = options(p, true)?;
+        let (wait, options, note) = options(p, true)?;
         Ok(Hold {
             lock,
             key,
             wait: wait.unwrap_or(wire::DEFAULT_WAIT),
             options,
+            note,
         })
     }
 
@@ -41,6 +44,7 @@ impl Hold {
         let place = s.place(&self.key)?;
         let options = self.options.for_session(s);
         let (lock, key) = lock_and_key(s, &place, &self.lock, self.key, options)?;
+        let note = note_text(lock.name(), &key, self.note)?;
         let held_key = held_key(lock.name(), &key);
         if s.client.holds(&held_key) {
             let what = "hold inside a hold of the same key";
@@ -82,6 +86,7 @@ impl Hold {
             held_key,
             started: std::time::Instant::now(),
             partition: place.partition().cloned(),
+            note,
         })
     }
 }
@@ -92,13 +97,19 @@ pub struct TryHold {
     lock: Vec<u8>,
     key: Vec<u8>,
     options: Options,
+    note: Option<Vec<u8>>,
 }
 
 impl TryHold {
     pub fn parse(p: &mut Parse) -> Result<TryHold, ErrorReply> {
         let (lock, key) = (p.next_bytes()?, p.next_bytes()?);
-        let (_, options) = options(p, false)?;
-        Ok(TryHold { lock, key, options })
+        let (_, options, note) = options(p, false)?;
+        Ok(TryHold {
+            lock,
+            key,
+            options,
+            note,
+        })
     }
 
     pub fn apply(self, s: &mut Session) -> Reply {
@@ -106,6 +117,7 @@ impl TryHold {
         let options = self.options.for_session(s);
         let (lock, key) = lock_and_key(s, &place, &self.lock, self.key, options)?;
         within_max_ttl(s, &place, &lock, &key, options)?;
+        let note = note_text(lock.name(), &key, self.note)?;
         let held_key = held_key(lock.name(), &key);
         // As in process: a try of a key its caller holds answers None; so
         // does any key of a partition just taken over, until it opens (a
@@ -114,7 +126,7 @@ impl TryHold {
             return Ok(Value::Null);
         }
         match self.options.take.of(lock.key(key.as_str())).try_acquire()? {
-            Some(lease) => s.keep(lease, held_key, place.partition().cloned()),
+            Some(lease) => s.keep(lease, held_key, place.partition().cloned(), note),
             None => Ok(Value::Null),
         }
     }
@@ -132,7 +144,20 @@ pub fn release(s: &mut Session, id: i64) -> Reply {
     s.still_served(held.partition.as_ref());
     s.let_go(&held);
     s.losses.forget(lease_id);
-    held.lease.release()?;
+    let event = (!held.ended && s.shared.history.is_on()).then(|| {
+        (
+            s.event(lease_id, &held, Kind::Released, None),
+            held.lease.signal(),
+        )
+    });
+    let released = held.lease.release();
+    if let Some((mut event, signal)) = event {
+        if released.is_err() {
+            event.event = Kind::of_loss(signal.reason());
+        }
+        s.shared.history.record(event);
+    }
+    released?;
     Ok(Value::ok())
 }
 
@@ -206,14 +231,15 @@ fn not_ours(id: i64) -> ErrorReply {
 ///
 /// A TTL left out is the default, or in a cluster the cluster's max ttl if
 /// that is lower (marked by `LockOptions::ttl_given` being false).
-fn options(p: &mut Parse, wait_allowed: bool) -> Result<(Option<Duration>, Options), ErrorReply> {
+fn options(p: &mut Parse, wait_allowed: bool) -> Result<Parsed, ErrorReply> {
     let (mut wait, mut ttl, mut max_hold) = (None, None, None);
-    let (mut permits, mut take) = (None, None);
+    let (mut permits, mut take, mut note) = (None, None, None);
     while let Some(word) = p.next_if_any() {
         // An option word without its value is a syntax error, as in Redis.
         let value = p.next_if_any().ok_or_else(syntax_error)?;
         let word = word.to_ascii_uppercase();
         let fresh = match word.as_slice() {
+            b"NOTE" => note.replace(value).is_none(),
             b"PERMITS" => permits.replace(count(&value)?).is_none(),
             b"TAKE" => take.replace(Take::parse(&value)?).is_none(),
             _ => {
@@ -244,7 +270,45 @@ fn options(p: &mut Parse, wait_allowed: bool) -> Result<(Option<Duration>, Optio
             ttl_given: ttl.is_some(),
             take: take.unwrap_or(Take::Permits(1)),
         },
+        note,
     ))
+}
+
+/// What a HOLD's or TRYHOLD's options say: its wait, its lock options,
+/// and its note's bytes.
+type Parsed = (Option<Duration>, Options, Option<Vec<u8>>);
+
+/// Most bytes of a note.
+const MAX_NOTE: usize = 1024;
+
+/// A note's text: 1 to 1,024 bytes of UTF-8 without control characters
+/// (none given: empty).
+fn note_text(lock: &str, key: &str, note: Option<Vec<u8>>) -> Result<Box<str>, ErrorReply> {
+    let Some(note) = note else {
+        return Ok("".into());
+    };
+    match String::from_utf8(note) {
+        Ok(text) if (1..=MAX_NOTE).contains(&text.len()) && !text.chars().any(char::is_control) => {
+            Ok(text.into_boxed_str())
+        }
+        _ => Err(invalid_key(
+            lock,
+            key,
+            "a note is 1 to 1024 bytes of UTF-8 without control characters",
+        )),
+    }
+}
+
+/// `NOTE lease text`: the lease's note replaced (`OK`), or its loss.
+pub fn note(s: &mut Session, id: i64, text: Vec<u8>) -> Reply {
+    let Some(held) = u64::try_from(id).ok().and_then(|id| s.leases.get(&id)) else {
+        return Err(not_ours(id));
+    };
+    held.lease.check()?;
+    let (lock, key) = held_key_parts(&held.held_key);
+    let note = note_text(lock, key, Some(text))?;
+    s.set_note(u64::try_from(id).expect("a lease id"), note);
+    Ok(Value::ok())
 }
 
 /// A count of permits: any `u32` (the core judges its range, with its text).

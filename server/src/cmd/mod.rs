@@ -1,9 +1,9 @@
 //! The commands: each parsed from its arguments by a function of its own
 //! (through a [`Parse`] cursor, so a missing or extra argument is always an
 //! error), then carried out on the connection's [`Session`]. One file per
-//! group: `leases` (HOLD, TRYHOLD, RELEASE, RENEW), `rows` (PUT, GET,
+//! group: `leases` (HOLD, TRYHOLD, RELEASE, RENEW, NOTE), `rows` (PUT, GET,
 //! DEL, STATS), `conn` (PING, ECHO, QUIT, HELLO, AUTH, SELECT, CLIENT's own
-//! subcommands), `admin` (INFO, INSPECT, CLIENT LIST, INFO, KILL, HELP:
+//! subcommands), `admin` (INFO, INSPECT, HISTORY, CLIENT LIST, KILL, HELP:
 //! what operators ask), `cluster` (CLUSTER, for cluster-aware clients) and
 //! `table` (the one table of every command, and COMMAND, which shows it).
 
@@ -26,6 +26,8 @@ pub enum Command {
     TryHold(leases::TryHold),
     Release(i64),
     Renew(i64),
+    Note(i64, Vec<u8>),
+    History(admin::History),
     Put(rows::Put),
     Get(Vec<u8>),
     Del(Vec<Vec<u8>>),
@@ -52,6 +54,8 @@ impl Command {
             Command::TryHold(try_hold) => try_hold.apply(session),
             Command::Release(id) => leases::release(session, id),
             Command::Renew(id) => leases::renew(session, id),
+            Command::Note(id, text) => leases::note(session, id, text),
+            Command::History(query) => query.apply(session),
             Command::Put(put) => put.apply(session),
             Command::Get(row) => rows::get(session, row),
             Command::Del(rows) => rows::del(session, rows),

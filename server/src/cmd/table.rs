@@ -4,7 +4,7 @@
 //! all read this one table, so a command cannot be accepted and left
 //! undocumented, or documented and refused.
 
-use super::{client, cluster, conn, leases, rows, unknown_subcommand, Command};
+use super::{admin, client, cluster, conn, leases, rows, unknown_subcommand, Command};
 use crate::parse::Parse;
 use crate::reply::ErrorReply;
 use holdline_resp::Value;
@@ -82,7 +82,7 @@ pub const COMMANDS: &[Spec] = &[
         name: "hold",
         arity: -3,
         flags: &["write", "blocking"],
-        summary: "Waits in the key's line (WAIT ms, default 10000) and holds it (TAKE of the lock's PERMITS): answers [lease, fence].",
+        summary: "Waits in the key's line (WAIT ms, default 10000) and holds it (TAKE of the lock's PERMITS; NOTE text): answers [lease, fence].",
         args: &[
             arg("lock", "string"),
             arg("key", "string"),
@@ -124,6 +124,26 @@ pub const COMMANDS: &[Spec] = &[
         summary: "Renews a lease (every command renews them all): OK, or LOST.",
         args: &[arg("lease", "integer")],
         parse: |p| Ok(Command::Renew(p.next_int()?)),
+    },
+    Spec {
+        name: "note",
+        arity: 3,
+        flags: &["write", "fast"],
+        summary: "Replaces a lease's note (shown by INSPECT and HISTORY): OK, or LOST.",
+        args: &[arg("lease", "integer"), arg("text", "string")],
+        parse: |p| Ok(Command::Note(p.next_int()?, p.next_bytes()?)),
+    },
+    Spec {
+        name: "history",
+        arity: -1,
+        flags: &["readonly"],
+        summary: "Recent grants and ends of leases, newest first (COUNT n, default 100).",
+        args: &[
+            optional("lock", "string"),
+            optional("key", "string"),
+            option("n", "COUNT"),
+        ],
+        parse: |p| Ok(Command::History(admin::History::parse(p)?)),
     },
     Spec {
         name: "put",

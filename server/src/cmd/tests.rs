@@ -255,6 +255,8 @@ const EVERY_COMMAND: &[&[&str]] = &[
     &["TRYHOLD", "l", "k"],
     &["RELEASE", "1"],
     &["RENEW", "1"],
+    &["NOTE", "1", "n"],
+    &["HISTORY"],
     &["PUT", "l", "k", "1", "r", "v"],
     &["GET", "r"],
     &["DEL", "r", "s"],

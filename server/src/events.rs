@@ -1,0 +1,257 @@
+//! Every grant and every end of a lease, as an event: the last
+//! `--history N` kept in memory for `HISTORY`, and each appended to the
+//! `--audit-log` file as a JSON line.
+//!
+//! The hold path only formats nothing and waits for nothing: recording
+//! pushes an `Arc` into a bounded ring under a short mutex and offers it
+//! to the audit writer's bounded queue. The writer is a thread of its own
+//! (a slow or stuck file never slows a grant); when its queue is full the
+//! event is dropped from the log (never from the ring) and counted, with a
+//! warning on the first drop of a run of drops.
+
+use holdline::EndReason;
+use serde::Serialize;
+use std::collections::VecDeque;
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+use tracing::{info, warn};
+
+/// Events the audit writer may have queued before new ones are dropped.
+const AUDIT_QUEUE: usize = 4096;
+
+/// What happened to a lease.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    Granted,
+    Released,
+    Expired,
+    Revoked,
+    Disconnected,
+    Closed,
+}
+
+impl Kind {
+    pub fn word(self) -> &'static str {
+        match self {
+            Kind::Granted => "granted",
+            Kind::Released => "released",
+            Kind::Expired => "expired",
+            Kind::Revoked => "revoked",
+            Kind::Disconnected => "disconnected",
+            Kind::Closed => "closed",
+        }
+    }
+
+    /// The end a lost lease's signal tells.
+    pub fn of_loss(reason: Option<EndReason>) -> Kind {
+        match reason {
+            Some(EndReason::Revoked) => Kind::Revoked,
+            Some(EndReason::Expired) => Kind::Expired,
+            Some(EndReason::StoreClosed) => Kind::Closed,
+            Some(EndReason::Released) | None => Kind::Released,
+        }
+    }
+}
+
+/// The connection a lease belongs to.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Holder {
+    pub id: u64,
+    pub name: Option<String>,
+    pub addr: String,
+}
+
+/// One event.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Event {
+    /// UTC, milliseconds since the Unix epoch.
+    pub time_ms: u64,
+    pub event: Kind,
+    pub lock: String,
+    pub key: String,
+    pub fence: u64,
+    pub permits: u32,
+    pub lease: u64,
+    pub holder: Holder,
+    pub note: String,
+    /// How long the lease was held, for an end; absent for a grant.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held_ms: Option<u64>,
+    /// Why, where the event alone does not say (`killed`: CLIENT KILL).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<&'static str>,
+}
+
+/// Now, in UTC milliseconds.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// The ring of recent events and the audit log's queue.
+pub struct History {
+    capacity: usize,
+    ring: Mutex<VecDeque<Arc<Event>>>,
+    audit: Option<Audit>,
+}
+
+/// The audit writer's end of things the server keeps.
+struct Audit {
+    queue: SyncSender<Arc<Event>>,
+    /// Events the log never got (its queue was full).
+    dropped: Arc<AtomicU64>,
+    /// Set by SIGHUP; the writer reopens the file before its next line.
+    reopen: Arc<AtomicBool>,
+    /// Whether the last offer was dropped (warn once per run of drops).
+    dropping: AtomicBool,
+}
+
+impl History {
+    /// Keeps the last `capacity` events (0: none) and, with `audit_log`,
+    /// appends each to that file from a thread of its own.
+    pub fn new(capacity: usize, audit_log: Option<PathBuf>) -> History {
+        History {
+            capacity,
+            ring: Mutex::new(VecDeque::with_capacity(capacity.min(1024))),
+            audit: audit_log.map(Audit::start),
+        }
+    }
+
+    /// Whether events are kept or logged at all (else nobody makes them).
+    pub fn is_on(&self) -> bool {
+        self.capacity > 0 || self.audit.is_some()
+    }
+
+    /// Records `event`: into the ring, and offered to the audit log.
+    pub fn record(&self, event: Event) {
+        if !self.is_on() {
+            return;
+        }
+        let event = Arc::new(event);
+        if self.capacity > 0 {
+            let mut ring = self.ring.lock().unwrap_or_else(|e| e.into_inner());
+            if ring.len() == self.capacity {
+                ring.pop_front();
+            }
+            ring.push_back(event.clone());
+        }
+        if let Some(audit) = &self.audit {
+            audit.offer(event);
+        }
+    }
+
+    /// Up to `count` events, newest first, of `lock` (and `key`) when
+    /// given, and only of locks `visible` admits.
+    pub fn recent(
+        &self,
+        lock: Option<&str>,
+        key: Option<&str>,
+        count: usize,
+        visible: impl Fn(&str) -> bool,
+    ) -> Vec<Arc<Event>> {
+        let ring = self.ring.lock().unwrap_or_else(|e| e.into_inner());
+        ring.iter()
+            .rev()
+            .filter(|e| lock.is_none_or(|l| e.lock == l))
+            .filter(|e| key.is_none_or(|k| e.key == k))
+            .filter(|e| visible(&e.lock))
+            .take(count)
+            .cloned()
+            .collect()
+    }
+
+    /// Events the audit log dropped so far (its queue was full).
+    pub fn audit_dropped(&self) -> u64 {
+        self.audit
+            .as_ref()
+            .map_or(0, |a| a.dropped.load(Ordering::Relaxed))
+    }
+
+    /// SIGHUP: the audit log is reopened before its next line (logrotate
+    /// moved the file away).
+    pub fn reopen_audit_log(&self) {
+        if let Some(audit) = &self.audit {
+            // Relaxed: a request; the writer acts on it at its next line.
+            audit.reopen.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Audit {
+    fn start(path: PathBuf) -> Audit {
+        let (queue, lines) = sync_channel(AUDIT_QUEUE);
+        let dropped = Arc::new(AtomicU64::new(0));
+        let reopen = Arc::new(AtomicBool::new(false));
+        let flag = reopen.clone();
+        std::thread::Builder::new()
+            .name("holdline-audit".into())
+            .spawn(move || write_lines(&path, &lines, &flag))
+            .expect("a thread for the audit log");
+        Audit {
+            queue,
+            dropped,
+            reopen,
+            dropping: AtomicBool::new(false),
+        }
+    }
+
+    fn offer(&self, event: Arc<Event>) {
+        match self.queue.try_send(event) {
+            Ok(()) => {
+                // Relaxed: a flag for the log line only.
+                self.dropping.store(false, Ordering::Relaxed);
+            }
+            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
+                // Relaxed: a tally.
+                let n = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+                if !self.dropping.swap(true, Ordering::Relaxed) {
+                    warn!(
+                        dropped = n,
+                        "audit log: its writer is behind; events are dropped from it"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// The audit writer: opens the file (which may block, as a FIFO does
+/// until someone reads it), then appends each event as a JSON line,
+/// reopening the file when asked.
+fn write_lines(path: &PathBuf, lines: &Receiver<Arc<Event>>, reopen: &AtomicBool) {
+    let mut file = open(path);
+    for event in lines {
+        // Relaxed: see `reopen_audit_log`.
+        if reopen.swap(false, Ordering::Relaxed) {
+            file = open(path);
+            info!(path = %path.display(), "SIGHUP: audit log reopened");
+        }
+        let Some(f) = file.as_mut() else {
+            file = open(path);
+            continue;
+        };
+        let mut line = serde_json::to_vec(&*event).expect("an event is JSON");
+        line.push(b'\n');
+        if let Err(why) = f.write_all(&line) {
+            warn!(%why, path = %path.display(), "audit log: a line was not written");
+            file = None;
+        }
+    }
+}
+
+fn open(path: &PathBuf) -> Option<File> {
+    match OpenOptions::new().create(true).append(true).open(path) {
+        Ok(f) => Some(f),
+        Err(why) => {
+            warn!(%why, path = %path.display(), "audit log: cannot open");
+            None
+        }
+    }
+}
