@@ -19,7 +19,8 @@ use crate::scenario::{
     workers, Cfg, Scenario, BATCH, DEADLINE_WAITERS, MILLION_TIMED_EVERY, UNCONTENDED_KEYS,
 };
 
-fn runtime() -> Runtime {
+/// The runtime the async rows run on: one worker per CPU, with the timer.
+pub fn runtime() -> Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(workers())
         .enable_time()

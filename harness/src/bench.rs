@@ -12,18 +12,21 @@ use crate::busy::Spinners;
 use crate::cli::BenchArgs;
 use crate::cluster::{etcd_binary, tools_required, Setup};
 use crate::designs::Design;
+use crate::permit_designs::PermitDesign;
 use crate::row::{Row, Run};
 use crate::scenario::{Cfg, Kind, Scenario};
 use crate::servers::ServerKind;
 use crate::{for_async_design, for_design, plots, report, schema, workspace_path};
 
-/// What a row measures: an in-process design, a server over loopback, or
-/// a plain node or cluster (the `cluster` scenario).
+/// What a row measures: an in-process design, a server over loopback, a
+/// plain node or cluster (the `cluster` scenario), or a design of the
+/// permits scenarios.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Subject {
     Design(Design),
     Server(ServerKind),
     Cluster(Setup),
+    Permits(PermitDesign),
 }
 
 impl Subject {
@@ -32,6 +35,7 @@ impl Subject {
             Subject::Design(d) => d.name(),
             Subject::Server(s) => s.name(),
             Subject::Cluster(s) => s.name(),
+            Subject::Permits(d) => d.name(),
         }
     }
 }
@@ -63,6 +67,7 @@ impl Job {
         match self.design {
             Subject::Server(kind) => crate::server_scenarios::run(s, kind, cfg, t),
             Subject::Cluster(setup) => crate::cluster_scenarios::run(setup, cfg, t),
+            Subject::Permits(d) => crate::permit_scenarios::run(s, d, cfg, t),
             Subject::Design(d) if s.kind() == Kind::Async => for_async_design!(d,
                 D => s.run_async::<D>(cfg, t),
                 else for_design!(d, D => s.run::<D>(cfg, t))),
@@ -76,9 +81,12 @@ impl Job {
             Subject::Design(d) => {
                 for_design!(d, D => self.scenario.failed::<D>(self.threads))
             }
-            Subject::Server(_) | Subject::Cluster(_) => {
+            Subject::Server(_) | Subject::Cluster(_) | Subject::Permits(_) => {
                 let mut run = Run::new(self.scenario, self.threads, self.design.name());
-                run.fifo = !matches!(self.design, Subject::Server(ServerKind::Redis));
+                run.fifo = match self.design {
+                    Subject::Permits(d) => d.fifo(),
+                    other => other != Subject::Server(ServerKind::Redis),
+                };
                 run.na = Some("PANICKED");
                 run.note = "the run panicked (see stderr)".into();
                 run
@@ -160,7 +168,8 @@ fn busy_levels(asked: &[usize], scenario: Scenario) -> Vec<usize> {
 /// What runs `scenario`: every design for a blocking one, the designs
 /// with an async hold for an async one, both servers for a server one, the
 /// plain node and the clusters for `cluster` (`--design` picks the designs,
-/// not the servers).
+/// not the servers), holdline and its peers for a permits one (`--design`
+/// picks a peer by the design whose map and crate it uses).
 fn subjects(scenario: Scenario, designs: &[Design]) -> Vec<Subject> {
     match scenario.kind() {
         Kind::Blocking => designs.iter().map(|&d| Subject::Design(d)).collect(),
@@ -171,6 +180,11 @@ fn subjects(scenario: Scenario, designs: &[Design]) -> Vec<Subject> {
             .collect(),
         Kind::Server => ServerKind::ALL.map(Subject::Server).to_vec(),
         Kind::Cluster => Setup::ALL.map(Subject::Cluster).to_vec(),
+        Kind::Permits => crate::permit_scenarios::subjects(scenario)
+            .iter()
+            .filter(|d| designs.contains(&d.family()))
+            .map(|&d| Subject::Permits(d))
+            .collect(),
     }
 }
 
@@ -725,6 +739,42 @@ mod tests {
         assert_eq!(clusters.count(), 4);
         let p = plan(&["--quick", "--scenario", "server-hot-key"]);
         assert_eq!(p.jobs.len(), 2);
+    }
+
+    #[test]
+    fn permits_scenarios_run_holdline_and_its_peers_at_their_own_counts() {
+        let p = plan(&["--scenario", "permits"]);
+        let got: Vec<(&str, usize, &str)> = p
+            .jobs
+            .iter()
+            .filter(|j| j.design.name() == "holdline")
+            .map(|j| (j.scenario.name(), j.threads, j.design.name()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("semaphore", 2, "holdline"),
+                ("semaphore", 4, "holdline"),
+                ("semaphore", 8, "holdline"),
+                ("async-semaphore", 64, "holdline"),
+                ("read-mostly", 2, "holdline"),
+                ("read-mostly", 4, "holdline"),
+                ("read-mostly", 8, "holdline"),
+            ]
+        );
+        // Two designs a semaphore row, three a read-mostly row.
+        assert_eq!(p.jobs.len(), 3 * 2 + 2 + 3 * 3);
+        // --quick keeps them, at the same counts (about 3 s on 2 cores).
+        let quick = plan(&["--quick"]);
+        let permits = quick
+            .jobs
+            .iter()
+            .filter(|j| j.scenario.kind() == Kind::Permits);
+        assert_eq!(permits.count(), p.jobs.len());
+        // --design picks a peer by its map and crate.
+        let p = plan(&["--scenario", "read-mostly", "--design", "dashmap+pl"]);
+        let names: Vec<&str> = p.jobs.iter().map(|j| j.design.name()).collect();
+        assert_eq!(names, ["dashmap+pl-rw"; 3]);
     }
 
     #[test]

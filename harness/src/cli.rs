@@ -35,7 +35,7 @@ per question, holdline against the best other design.
 --full: every scenario at threads 1,2,4 on a quiet machine, plus the
 hot-key rows again with one CPU-bound thread beside them (--busy 0 with
 hot-key also at 1); every row 3 times, reported as the median with the
-min-max range (README's numbers, about 14 minutes); the verdict too.
+min-max range (README's numbers, about 15 minutes); the verdict too.
 --scenario, --design, --threads or --busy pick rows as --full would.
 
 Exit status: 0; 1 when a row panicked or an output could not be written;
@@ -64,9 +64,10 @@ pub struct BenchArgs {
     pub duration: Option<u64>,
     /// Scenarios to run: uncontended, hot-key, zipf, million-keys, handoff,
     /// deadline, async-uncontended, async-hot-key, async-fresh-keys,
-    /// async-deadline, server-uncontended, server-pipelined, server-hot-key,
-    /// server-memory, cluster; or a group: blocking, async, server [default:
-    /// the tour's; --full: all; --quick: all but the server ones].
+    /// async-deadline, semaphore, async-semaphore, read-mostly,
+    /// server-uncontended, server-pipelined, server-hot-key, server-memory,
+    /// cluster; or a group: blocking, async, server, permits [default: the
+    /// tour's; --full: all; --quick: all but the server ones].
     #[arg(
         long = "scenario",
         alias = "scenarios",

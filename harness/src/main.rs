@@ -14,12 +14,16 @@
 //!   process starter, `testing/spawn.rs`), `servers` (starting
 //!   `holdline serve` and `redis-server`), `cluster` (a private etcd,
 //!   cluster nodes, slots and the slot map; uses `servers`), `designs`
-//!   (what is measured), `units` (number formats);
+//!   (what is measured), `permit_designs` (what the permits scenarios
+//!   measure; uses `designs` for the `--design` names), `units` (number
+//!   formats);
 //! - `scenario` (the scenarios' names, legends, constants and [`Cfg`]),
 //!   `row` (a run, a row as the median of its runs, ratios to holdline),
 //!   `measure` (what every runner shares);
 //! - one file per family of runners: `rates`, `fresh_keys`, `handoff`,
 //!   `deadline`, `async_scenarios` (tasks on a tokio runtime),
+//!   `permit_scenarios` (keys of several permits: semaphores and
+//!   read-write locks, on threads and tasks),
 //!   `server_scenarios` (holdline serve against redis-server on loopback),
 //!   `cluster_scenarios` (a plain node against clusters of 1-3 nodes);
 //!   `scenarios` sends a scenario to its runner;
@@ -43,6 +47,8 @@ mod flame;
 mod fresh_keys;
 mod handoff;
 mod measure;
+mod permit_designs;
+mod permit_scenarios;
 mod plots;
 mod rates;
 mod report;

@@ -172,6 +172,13 @@ impl GrantOrder {
         }
         late
     }
+
+    /// [`granted_late`](GrantOrder::granted_late) for a lock that lets
+    /// holders in together (a shared hold): the newest ticket is raised in
+    /// one step, since grants no longer order these accesses.
+    pub fn granted_late_shared(&self, my: u64) -> bool {
+        my < self.newest_granted.fetch_max(my, Relaxed)
+    }
 }
 
 /// The latency phase's figures from every worker's latencies and

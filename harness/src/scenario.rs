@@ -1,7 +1,8 @@
 //! What a scenario is: its name, kind, thread counts and legend, the
 //! numbers it is run with ([`Cfg`]), and the constants its runners share.
 //! The runners are one file per family (`rates`, `fresh_keys`, `handoff`,
-//! `deadline`, `async_scenarios`, `server_scenarios`, `cluster_scenarios`);
+//! `deadline`, `async_scenarios`, `permit_scenarios`, `server_scenarios`,
+//! `cluster_scenarios`);
 //! `scenarios` sends a scenario to its runner.
 
 use std::time::Duration;
@@ -23,6 +24,9 @@ pub enum Scenario {
     AsyncHotKey,
     AsyncFreshKeys,
     AsyncDeadline,
+    Semaphore,
+    AsyncSemaphore,
+    ReadMostly,
     ServerUncontended,
     ServerPipelined,
     ServerHotKey,
@@ -42,6 +46,9 @@ pub enum Kind {
     /// Connections to one plain `holdline serve` and to clusters of 1, 2
     /// and 3 nodes (with a private etcd).
     Cluster,
+    /// Threads or tasks on a key of several permits, holdline's against
+    /// the per-key semaphores and read-write locks of `permit_designs`.
+    Permits,
 }
 
 /// Keys each thread holds round robin in `uncontended`.
@@ -56,6 +63,27 @@ pub const MILLION_TIMED_EVERY: usize = 16;
 /// Tasks in the rows of `async-hot-key`.
 pub const ASYNC_HOT_TASKS: [usize; 3] = [2, 4, 64];
 
+/// Permits of the key in `semaphore` and `async-semaphore`.
+pub const SEM_PERMITS: u32 = 4;
+
+/// Threads in the rows of `semaphore` and `read-mostly`.
+pub const PERMIT_THREADS: [usize; 3] = [2, 4, 8];
+
+/// Tasks in the row of `async-semaphore`.
+pub const ASYNC_SEM_TASKS: usize = 64;
+
+/// Permits of the key in `read-mostly`: more than its threads, so shared
+/// holds never run out; an exclusive hold takes them all.
+pub const RW_PERMITS: u32 = 1024;
+
+/// One hold in this many is exclusive in `read-mostly` (the rest shared).
+pub const RW_WRITE_EVERY: usize = 10;
+
+/// The work inside a hold of the permits scenarios: xorshift rounds
+/// (each a dependent step the optimiser cannot drop). With no work inside,
+/// a key of 4 permits and 2 to 4 threads would never make anyone wait.
+pub const HOLD_WORK: u32 = 64;
+
 /// Connections in the rows of `server-uncontended`, and of the other server scenarios.
 pub const SERVER_CONNECTIONS: [usize; 3] = [1, 16, 64];
 pub const SERVER_HOT_CONNECTIONS: usize = 16;
@@ -67,7 +95,7 @@ pub const CLUSTER_CLIENTS: usize = 16;
 pub const CLUSTER_KEYS: usize = 16;
 
 impl Scenario {
-    pub const ALL: [Scenario; 15] = [
+    pub const ALL: [Scenario; 18] = [
         Scenario::Uncontended,
         Scenario::HotKey,
         Scenario::Zipf,
@@ -78,6 +106,9 @@ impl Scenario {
         Scenario::AsyncHotKey,
         Scenario::AsyncFreshKeys,
         Scenario::AsyncDeadline,
+        Scenario::Semaphore,
+        Scenario::AsyncSemaphore,
+        Scenario::ReadMostly,
         Scenario::ServerUncontended,
         Scenario::ServerPipelined,
         Scenario::ServerHotKey,
@@ -86,10 +117,11 @@ impl Scenario {
     ];
 
     /// Names that stand for several scenarios on the command line.
-    pub const GROUPS: [(&'static str, Kind); 3] = [
+    pub const GROUPS: [(&'static str, Kind); 4] = [
         ("blocking", Kind::Blocking),
         ("async", Kind::Async),
         ("server", Kind::Server),
+        ("permits", Kind::Permits),
     ];
 
     pub fn kind(self) -> Kind {
@@ -103,6 +135,7 @@ impl Scenario {
             | Scenario::ServerHotKey
             | Scenario::ServerMemory => Kind::Server,
             Scenario::Cluster => Kind::Cluster,
+            Scenario::Semaphore | Scenario::AsyncSemaphore | Scenario::ReadMostly => Kind::Permits,
             _ => Kind::Blocking,
         }
     }
@@ -128,6 +161,9 @@ impl Scenario {
             Scenario::AsyncHotKey => "async-hot-key",
             Scenario::AsyncFreshKeys => "async-fresh-keys",
             Scenario::AsyncDeadline => "async-deadline",
+            Scenario::Semaphore => "semaphore",
+            Scenario::AsyncSemaphore => "async-semaphore",
+            Scenario::ReadMostly => "read-mostly",
             Scenario::ServerUncontended => "server-uncontended",
             Scenario::ServerPipelined => "server-pipelined",
             Scenario::ServerHotKey => "server-hot-key",
@@ -143,6 +179,8 @@ impl Scenario {
             Scenario::Handoff => Some(&[2]),
             Scenario::Deadline | Scenario::AsyncDeadline => Some(&[DEADLINE_WAITERS + 1]),
             Scenario::AsyncHotKey => Some(&ASYNC_HOT_TASKS),
+            Scenario::Semaphore | Scenario::ReadMostly => Some(&PERMIT_THREADS),
+            Scenario::AsyncSemaphore => Some(&[ASYNC_SEM_TASKS]),
             Scenario::ServerUncontended | Scenario::ServerPipelined => Some(&SERVER_CONNECTIONS),
             Scenario::ServerHotKey | Scenario::ServerMemory => Some(&[SERVER_HOT_CONNECTIONS]),
             Scenario::Cluster => Some(&[CLUSTER_CLIENTS]),
@@ -208,6 +246,8 @@ impl Scenario {
                 fmt_ns(cfg.dl_hold.as_nanos() as u64),
                 fmt_ns(cfg.dl_wait.as_nanos() as u64)
             ),
+            Scenario::Semaphore | Scenario::AsyncSemaphore => permits_legend(self),
+            Scenario::ReadMostly => permits_legend(self),
             Scenario::ServerUncontended => format!(
                 "threads = connections, each on its own key; rate = hold+release pairs/s \
                  (holdline: HOLD, RELEASE; redis: SET NX PX, EVALSHA compare-and-delete); \
@@ -237,6 +277,38 @@ impl Scenario {
             ),
             Scenario::Cluster => cluster_legend(),
         }
+    }
+}
+
+/// What the permits scenarios' rows measure.
+fn permits_legend(s: Scenario) -> String {
+    let work = format!("{HOLD_WORK} xorshift rounds of work inside each hold");
+    let wait = "latency = wait (from asking to the closure starting)";
+    match s {
+        Scenario::Semaphore => format!(
+            "all threads on one key of {SEM_PERMITS} permits, each hold taking 1; {work}; \
+             rate = grants/s; {wait}; dashmap+tokio-sem: tokio's Semaphore has no blocking \
+             acquire, so threads drive acquire_many(1) with a park/unpark block_on, as tokio's \
+             own blocking_lock does (threads against threads, as dashmap+tokio)"
+        ),
+        Scenario::AsyncSemaphore => format!(
+            "threads = tasks on a tokio runtime of {} workers, all on one key of {SEM_PERMITS} \
+             permits, each hold taking 1; {work}; rate = grants/s; {wait}",
+            workers()
+        ),
+        _ => format!(
+            "all threads on one key of {RW_PERMITS} permits: 1 hold in {RW_WRITE_EVERY} exclusive \
+             (all permits; rw: write), the rest shared (1 permit; rw: read); {work}; \
+             rate = holds/s; {wait}, every hold; dashmap+pl-rw is parking_lot's (unfair: the \
+             speed reference); dashmap+tokio-rw (FIFO) uses blocking_read/blocking_write \
+             (threads against threads, as dashmap+tokio); ooo = exclusive grants overtaken / \
+             exclusive grants: each hold takes a ticket (an atomic counter) just before asking, \
+             and at its grant raises the highest ticket granted so far (fetch_max); an exclusive \
+             grant is overtaken when a ticket above its own was granted first, i.e. a hold that \
+             asked later got in before it (approx.: a thread preempted between its ticket and \
+             joining the line counts too); the note gives the shared grants' count, which holders \
+             granted together, starting in any order, make noisy"
+        ),
     }
 }
 

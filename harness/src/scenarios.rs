@@ -24,6 +24,7 @@ impl Scenario {
                 let mut run = base_run::<D>(self, threads);
                 run.na = Some(match self.kind() {
                     Kind::Server | Kind::Cluster => "a server scenario",
+                    Kind::Permits => "a permits scenario",
                     _ => "no async hold",
                 });
                 run
