@@ -43,7 +43,7 @@ impl Lock {
         mode: Mode,
         want: u32,
     ) -> Result<Option<Grant>, Error> {
-        match self.acquire_fast(text, hash, mode)? {
+        match self.acquire_fast(text, hash, mode, want)? {
             Fast::Granted(g) => Ok(Some(g)),
             Fast::Held => Ok(None),
             Fast::Slow => LineWait::new(self, text, hash, mode, want).await,

@@ -333,7 +333,7 @@ impl Lock {
             Err(refusal) => return self.refused_here(refusal, mode, text).map(|()| None),
         };
         let fast = match find_in_chain(chain, hash, text, &guard) {
-            Some(r) => take(r),
+            Some(r) => take(r, want),
             None => Fast::Slow,
         };
         // Unpinned before any wait: a waiter must not hold the epoch back.
@@ -386,10 +386,10 @@ impl Lock {
     /// taken with one CAS. `Slow`: no record yet, a line being changed, or
     /// a retired record.
     #[inline(always)]
-    fn try_fast(&self, text: &str, hash: u64) -> Fast {
+    fn try_fast(&self, text: &str, hash: u64, want: u32) -> Fast {
         let guard = epoch::pin();
         match self.shared.table.find(hash, text, &guard) {
-            Some(r) => take(r),
+            Some(r) => take(r, want),
             None => Fast::Slow,
         }
     }
@@ -427,7 +427,7 @@ impl Lock {
         mode: Mode,
         want: u32,
     ) -> Result<Option<Grant>, Error> {
-        match self.acquire_fast(text, hash, mode)? {
+        match self.acquire_fast(text, hash, mode, want)? {
             Fast::Granted(g) => Ok(Some(g)),
             Fast::Held => Ok(None),
             Fast::Slow => self.acquire_slow_until(text, hash, mode, want, self.deadline_us(mode)),
@@ -437,7 +437,13 @@ impl Lock {
     /// The checks every acquire makes first, and the uncontended CAS (for
     /// the holds that list themselves later: tasks, several keys).
     #[inline]
-    pub(crate) fn acquire_fast(&self, text: &str, hash: u64, mode: Mode) -> Result<Fast, Error> {
+    pub(crate) fn acquire_fast(
+        &self,
+        text: &str,
+        hash: u64,
+        mode: Mode,
+        want: u32,
+    ) -> Result<Fast, Error> {
         // The key's text is checked on the slow path only: a key found in
         // the table was checked when its record was made.
         if self.store.closed.load(Ordering::Acquire) {
@@ -451,7 +457,7 @@ impl Lock {
                 return Ok(Fast::Held);
             }
         }
-        Ok(match self.try_fast(text, hash) {
+        Ok(match self.try_fast(text, hash, want) {
             Fast::Held if !matches!(mode, Mode::Try) => Fast::Slow,
             fast => fast,
         })
@@ -691,12 +697,25 @@ impl Lock {
 /// grant is taken before the caller unpins: from then on HELD, not the
 /// pin, keeps the record alive.
 #[inline(always)]
-fn take(r: &Record) -> Fast {
+fn take(r: &Record, want: u32) -> Fast {
     match r.try_lock_fast() {
         Ok(()) => Fast::Granted(Grant::of(r)),
-        // A lock of several permits may fit one more: the slow way.
         Err(s) if s & (HELD | MULTI) == HELD => Fast::Held,
+        Err(s) if s & MULTI != 0 => take_permits(r, want),
         Err(_) => Fast::Slow,
+    }
+}
+
+/// A lock of several permits: `want` of them taken at once if they fit
+/// and nobody waits (one short turn of the line lock; no waiter node, no
+/// clock read). `Held`: they do not fit now, or a line stands.
+#[cold]
+#[inline(never)]
+fn take_permits(r: &Record, want: u32) -> Fast {
+    match r.try_acquire(want) {
+        Tried::Granted(fence) => Fast::Granted(Grant::new(r, fence, want)),
+        Tried::Held => Fast::Held,
+        Tried::Dead => Fast::Slow,
     }
 }
 
