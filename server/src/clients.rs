@@ -132,6 +132,15 @@ impl ClientState {
         lock(&self.holding).remove(held_key);
     }
 
+    /// Calls `f` with each held key and its lease, under the map's lock
+    /// (so `f` must not call back into this connection): the page lists
+    /// every held key without copying every connection's map.
+    pub fn each_held(&self, mut f: impl FnMut(&str, &HeldBy)) {
+        for (held_key, by) in lock(&self.holding).iter() {
+            f(held_key, by);
+        }
+    }
+
     pub fn lease_count(&self) -> usize {
         lock(&self.holding).len()
     }

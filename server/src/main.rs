@@ -15,7 +15,8 @@
 //! (one connection's state), `parse` (the argument cursor), `cmd` (the
 //! command table, and each command: parse, effect), `connection` (the framed
 //! stream), `shutdown` (the signal), `handler` (one connection's life),
-//! `server` (the listener).
+//! `server` (the listener), `page` (the metrics listener's page and its
+//! JSON, read from `session`'s `Shared`).
 
 mod clients;
 mod cluster;
@@ -26,6 +27,7 @@ mod events;
 mod handler;
 mod loss_watch;
 mod metrics;
+mod page;
 mod parse;
 mod reply;
 mod server;
@@ -167,18 +169,28 @@ async fn serve(mut config: Config, tls: Option<Arc<tls::Tls>>) -> Result<(), Str
     served.map_err(|e| e.to_string())
 }
 
-/// Serves `/metrics` on `listener`: off loopback, only to a request
-/// bearing an admin's token.
+/// Serves `/metrics` and the page on `listener`: off loopback, only to a
+/// request bearing an admin's token (`/healthz` to anyone).
 fn serve_metrics(listener: tokio::net::TcpListener, shared: &Arc<Shared>) {
     let Some(m) = &shared.metrics else { return };
-    let open = listener.local_addr().is_ok_and(|a| a.ip().is_loopback());
+    let loopback = listener.local_addr().is_ok_and(|a| a.ip().is_loopback());
     let weak = Arc::downgrade(shared);
     let admits: metrics::Admits = Arc::new(move |token: &[u8]| {
         weak.upgrade()
             .is_some_and(|s| s.users.now().admin_token(token))
     });
-    let bearer = (!open).then_some(admits);
-    tokio::spawn(metrics::serve(listener, m.clone(), bearer));
+    let access = metrics::Access {
+        loopback,
+        auth_configured: shared.wants_token(),
+        admits,
+    };
+    // Weak: the listener outlives nothing it should keep alive.
+    let weak = Arc::downgrade(shared);
+    let page = metrics::Page {
+        html: page::HTML,
+        state: Arc::new(move || weak.upgrade().map(|s| page::state_json(&s))),
+    };
+    tokio::spawn(metrics::serve(listener, m.clone(), access, page));
 }
 
 /// `--advertise HOST:0` names the port the listener got.

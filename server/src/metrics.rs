@@ -4,7 +4,8 @@
 //! and hold times as histograms in seconds; in a cluster, the partitions
 //! served and the etcd lease's time left. `--metrics ADDR` serves them on
 //! `/metrics` in Prometheus's text format, with `/healthz` beside it (200
-//! while serving, 503 once shutting down), on a port of their own.
+//! while serving, 503 once shutting down), and the page (`/`, its data on
+//! `/api/state`; made by `page`), on a port of their own.
 //!
 //! The command path pays an atomic add per command and per error (the
 //! handles are made once, up front); a histogram observation per grant
@@ -353,13 +354,39 @@ fn to_prometheus_text(open_metrics: &str) -> String {
     out
 }
 
-/// Who may read the metrics: anyone (on loopback), or a request bearing
-/// an admin's token (`Authorization: Bearer TOKEN`).
+/// Whether a token is an admin's (`Authorization: Bearer TOKEN`).
 pub type Admits = Arc<dyn Fn(&[u8]) -> bool + Send + Sync>;
 
-/// Serves `/metrics` and `/healthz` on `listener` until the runtime ends;
-/// with `bearer`, only to requests whose token it admits.
-pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, bearer: Option<Admits>) {
+/// Who may read the listener's paths.
+#[derive(Clone)]
+pub struct Access {
+    /// Whether the listener is on a loopback address.
+    pub loopback: bool,
+    /// Whether the server has tokens (`--token-file`, `--users`).
+    pub auth_configured: bool,
+    pub admits: Admits,
+}
+
+/// Whether a request for `path` must bear an admin's token: off loopback
+/// on a server with tokens, every path but `/healthz` (a load balancer's
+/// probe carries none, and it tells nothing of the locks). Off loopback
+/// without tokens the server never starts (`config`), so that case never
+/// serves.
+pub fn needs_token(path: &str, listener_is_loopback: bool, auth_configured: bool) -> bool {
+    !listener_is_loopback && auth_configured && path != "/healthz"
+}
+
+/// The page (`/`) and its data (`/api/state`): made by the caller, which
+/// knows the server's state (`None`: the server is gone).
+#[derive(Clone)]
+pub struct Page {
+    pub html: &'static str,
+    pub state: Arc<dyn Fn() -> Option<String> + Send + Sync>,
+}
+
+/// Serves `/metrics`, `/healthz`, `/` and `/api/state` on `listener`
+/// until the runtime ends, each to whom `access` admits.
+pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, access: Access, page: Page) {
     loop {
         let (stream, _) = match listener.accept().await {
             Ok(accepted) => accepted,
@@ -369,18 +396,19 @@ pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, bearer: Option<
                 continue;
             }
         };
-        let (metrics, bearer) = (metrics.clone(), bearer.clone());
+        let (metrics, access, page) = (metrics.clone(), access.clone(), page.clone());
         tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |req| {
-                let metrics = metrics.clone();
-                let admitted = bearer.as_ref().is_none_or(|admits| {
+            let service = hyper::service::service_fn(move |req: Request<_>| {
+                let (metrics, page) = (metrics.clone(), page.clone());
+                let path = req.uri().path().to_owned();
+                let admitted = !needs_token(&path, access.loopback, access.auth_configured) || {
                     let header = req.headers().get(hyper::header::AUTHORIZATION);
                     let token = header.and_then(|v| v.as_bytes().strip_prefix(b"Bearer "));
-                    token.is_some_and(|t| admits(t))
-                });
+                    token.is_some_and(|t| (access.admits)(t))
+                };
                 async move {
                     Ok::<_, std::convert::Infallible>(match admitted {
-                        true => answer(&metrics, &req),
+                        true => answer(&metrics, &page, &path).await,
                         false => unauthorized(),
                     })
                 }
@@ -392,8 +420,13 @@ pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, bearer: Option<
     }
 }
 
-fn answer(metrics: &Metrics, req: &Request<hyper::body::Incoming>) -> Response<Full<Bytes>> {
-    let (status, content_type, body) = match req.uri().path() {
+/// What the page's paths answer: no cache (it is live), and a policy that
+/// lets the page load nothing from elsewhere.
+const PAGE_POLICY: &str = "default-src 'none'; script-src 'unsafe-inline'; \
+    style-src 'unsafe-inline'; connect-src 'self'; img-src data:";
+
+async fn answer(metrics: &Metrics, page: &Page, path: &str) -> Response<Full<Bytes>> {
+    let (status, content_type, body) = match path {
         "/metrics" => (
             StatusCode::OK,
             "text/plain; version=0.0.4; charset=utf-8",
@@ -408,18 +441,42 @@ fn answer(metrics: &Metrics, req: &Request<hyper::body::Incoming>) -> Response<F
             "text/plain",
             "shutting down\n".to_owned(),
         ),
+        "/" => (
+            StatusCode::OK,
+            "text/html; charset=utf-8",
+            page.html.to_owned(),
+        ),
+        "/api/state" => {
+            // A pass over every connection: off the runtime's threads.
+            let state = page.state.clone();
+            match tokio::task::spawn_blocking(move || state()).await {
+                Ok(Some(json)) => (StatusCode::OK, "application/json", json),
+                _ => (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "text/plain",
+                    "shutting down\n".to_owned(),
+                ),
+            }
+        }
         _ => (
             StatusCode::NOT_FOUND,
             "text/plain",
-            "not found: try /metrics or /healthz\n".to_owned(),
+            "not found: try /, /api/state, /metrics or /healthz\n".to_owned(),
         ),
     };
     let mut response = Response::new(Full::new(Bytes::from(body)));
     *response.status_mut() = status;
-    if let Ok(v) = content_type.parse() {
-        response
-            .headers_mut()
-            .insert(hyper::header::CONTENT_TYPE, v);
+    let headers = response.headers_mut();
+    let mut set = |name: hyper::header::HeaderName, value: &str| {
+        if let Ok(v) = value.parse() {
+            headers.insert(name, v);
+        }
+    };
+    set(hyper::header::CONTENT_TYPE, content_type);
+    if matches!(path, "/" | "/api/state") {
+        set(hyper::header::CACHE_CONTROL, "no-store");
+        set(hyper::header::CONTENT_SECURITY_POLICY, PAGE_POLICY);
+        set(hyper::header::X_CONTENT_TYPE_OPTIONS, "nosniff");
     }
     response
 }
@@ -441,6 +498,23 @@ fn unauthorized() -> Response<Full<Bytes>> {
 /// start).
 pub async fn listen(addr: std::net::SocketAddr) -> std::io::Result<TcpListener> {
     let listener = TcpListener::bind(addr).await?;
-    info!(addr = %listener.local_addr()?, "metrics on /metrics and /healthz");
+    info!(addr = %listener.local_addr()?, "metrics on /metrics and /healthz, the page on /");
     Ok(listener)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::needs_token;
+
+    #[test]
+    fn off_loopback_with_tokens_every_path_but_healthz_needs_a_token() {
+        for path in ["/", "/api/state", "/metrics", "/nothing", "/healthz/"] {
+            assert!(needs_token(path, false, true), "{path}");
+            assert!(!needs_token(path, true, true), "{path} on loopback");
+            assert!(!needs_token(path, true, false), "{path} on loopback");
+        }
+        assert!(!needs_token("/healthz", false, true));
+        // Refused at start (`config`): no such server serves.
+        assert!(!needs_token("/metrics", false, false));
+    }
 }
