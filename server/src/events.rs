@@ -16,9 +16,9 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError, TrySendError};
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tracing::{info, warn};
 
 /// Events the audit writer may have queued before new ones are dropped.
@@ -67,19 +67,26 @@ pub struct Holder {
     pub addr: String,
 }
 
+/// What every event of one lease shares: made once, at its grant.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct LeaseFacts {
+    pub lock: Box<str>,
+    pub key: Box<str>,
+    pub fence: u64,
+    pub permits: u32,
+    pub lease: u64,
+    pub holder: Holder,
+}
+
 /// One event.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Event {
     /// UTC, milliseconds since the Unix epoch.
     pub time_ms: u64,
     pub event: Kind,
-    pub lock: String,
-    pub key: String,
-    pub fence: u64,
-    pub permits: u32,
-    pub lease: u64,
-    pub holder: Holder,
-    pub note: String,
+    #[serde(flatten)]
+    pub of: Arc<LeaseFacts>,
+    pub note: Arc<str>,
     /// How long the lease was held, for an end; absent for a grant.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub held_ms: Option<u64>,
@@ -159,9 +166,9 @@ impl History {
         let ring = self.ring.lock().unwrap_or_else(|e| e.into_inner());
         ring.iter()
             .rev()
-            .filter(|e| lock.is_none_or(|l| e.lock == l))
-            .filter(|e| key.is_none_or(|k| e.key == k))
-            .filter(|e| visible(&e.lock))
+            .filter(|e| lock.is_none_or(|l| &*e.of.lock == l))
+            .filter(|e| key.is_none_or(|k| &*e.of.key == k))
+            .filter(|e| visible(&e.of.lock))
             .take(count)
             .cloned()
             .collect()
@@ -222,27 +229,53 @@ impl Audit {
     }
 }
 
+/// How often the audit writer looks for events: it sleeps between looks
+/// rather than waiting on the queue, so a grant never pays a wake-up of
+/// the writer (on two cores that cost the server a quarter of its rate).
+const AUDIT_TICK: Duration = Duration::from_millis(10);
+
 /// The audit writer: opens the file (which may block, as a FIFO does
-/// until someone reads it), then appends each event as a JSON line,
-/// reopening the file when asked.
+/// until someone reads it), then every tick appends the events queued
+/// meanwhile as JSON lines in one write, reopening the file when asked.
 fn write_lines(path: &PathBuf, lines: &Receiver<Arc<Event>>, reopen: &AtomicBool) {
     let mut file = open(path);
-    for event in lines {
+    let mut batch = Vec::new();
+    loop {
+        std::thread::sleep(AUDIT_TICK);
+        batch.clear();
+        let over = loop {
+            match lines.try_recv() {
+                Ok(event) => {
+                    serde_json::to_writer(&mut batch, &*event).expect("an event is JSON");
+                    batch.push(b'\n');
+                }
+                Err(TryRecvError::Empty) => break false,
+                Err(TryRecvError::Disconnected) => break true,
+            }
+        };
         // Relaxed: see `reopen_audit_log`.
         if reopen.swap(false, Ordering::Relaxed) {
             file = open(path);
             info!(path = %path.display(), "SIGHUP: audit log reopened");
         }
-        let Some(f) = file.as_mut() else {
-            file = open(path);
-            continue;
-        };
-        let mut line = serde_json::to_vec(&*event).expect("an event is JSON");
-        line.push(b'\n');
-        if let Err(why) = f.write_all(&line) {
-            warn!(%why, path = %path.display(), "audit log: a line was not written");
-            file = None;
+        if !batch.is_empty() {
+            write_batch(path, &mut file, &batch);
         }
+        if over {
+            return;
+        }
+    }
+}
+
+/// Appends `batch` to the log (opened again if it was not open).
+fn write_batch(path: &PathBuf, file: &mut Option<File>, batch: &[u8]) {
+    if file.is_none() {
+        *file = open(path);
+    }
+    let Some(f) = file.as_mut() else { return };
+    if let Err(why) = f.write_all(batch) {
+        warn!(%why, path = %path.display(), "audit log: lines were not written");
+        *file = None;
     }
 }
 

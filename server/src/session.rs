@@ -11,7 +11,7 @@
 use crate::clients::{ClientState, Clients, HeldBy};
 use crate::cluster::{slots, Node, Partition, Route};
 use crate::config::Limits;
-use crate::events::{self, Event, History, Kind};
+use crate::events::{self, Event, History, Kind, LeaseFacts};
 use crate::loss_watch::LossWatches;
 use crate::metrics::{Metrics, Snapshot};
 use crate::reply::{self, ErrorReply, ErrorWord, Reply};
@@ -248,7 +248,9 @@ pub struct Held {
     /// The partition it is held in, in a cluster.
     pub partition: Option<Arc<Partition>>,
     /// What its holder says of it (`NOTE`): shown wherever the holder is.
-    pub note: Box<str>,
+    pub note: Arc<str>,
+    /// What its events share (made at its grant while events are kept).
+    pub facts: Option<Arc<LeaseFacts>>,
     /// Whether its end was recorded (a loss is seen before its RELEASE).
     pub ended: bool,
 }
@@ -522,12 +524,18 @@ impl Session {
         // lost; the watch tells.)
         let _ = lease.renew();
         self.losses.watch(id, lease.signal().aborted());
+        let note: Arc<str> = Arc::from(note);
         let by = HeldBy {
             lease: id,
             fence,
             permits: lease.permits(),
-            note: Arc::from(&*note),
+            note: note.clone(),
         };
+        let facts = self
+            .shared
+            .history
+            .is_on()
+            .then(|| Arc::new(self.lease_facts(id, &held_key, fence, by.permits)));
         self.client.held(held_key.clone(), by);
         let granted = Instant::now();
         let held = Held {
@@ -536,10 +544,10 @@ impl Session {
             granted,
             partition,
             note,
+            facts,
             ended: false,
         };
-        if self.shared.history.is_on() {
-            let event = self.event(id, &held, Kind::Granted, None);
+        if let Some(event) = Self::event(&held, Kind::Granted, None) {
             self.shared.history.record(event);
         }
         self.leases.insert(id, held);
@@ -576,7 +584,8 @@ impl Session {
     /// connection's and well formed).
     pub fn set_note(&mut self, id: u64, note: Box<str>) {
         if let Some(held) = self.leases.get_mut(&id) {
-            self.client.noted(&held.held_key, Arc::from(&*note));
+            let note: Arc<str> = Arc::from(note);
+            self.client.noted(&held.held_key, note.clone());
             held.note = note;
         }
     }
@@ -587,8 +596,7 @@ impl Session {
         let Some(held) = self.leases.get(&id).filter(|h| !h.ended) else {
             return;
         };
-        if self.shared.history.is_on() {
-            let event = self.event(id, held, kind, reason);
+        if let Some(event) = Self::event(held, kind, reason) {
             self.shared.history.record(event);
         }
         if let Some(held) = self.leases.get_mut(&id) {
@@ -596,18 +604,29 @@ impl Session {
         }
     }
 
-    /// The event of lease `id`'s grant (`Granted`) or end.
-    pub fn event(&self, id: u64, held: &Held, kind: Kind, reason: Option<&'static str>) -> Event {
-        let (lock, key) = held_key_parts(&held.held_key);
+    /// The event of a lease's grant (`Granted`) or end: `None` when no
+    /// events are kept. One allocation: the rest is shared with the lease.
+    pub fn event(held: &Held, kind: Kind, reason: Option<&'static str>) -> Option<Event> {
         let held_ms = (kind != Kind::Granted)
             .then(|| u64::try_from(held.granted.elapsed().as_millis()).unwrap_or(u64::MAX));
-        Event {
+        Some(Event {
             time_ms: events::now_ms(),
             event: kind,
-            lock: lock.to_owned(),
-            key: key.to_owned(),
-            fence: held.lease.fence(),
-            permits: held.lease.permits(),
+            of: held.facts.clone()?,
+            note: held.note.clone(),
+            held_ms,
+            reason,
+        })
+    }
+
+    /// What the events of lease `id` share.
+    fn lease_facts(&self, id: u64, held_key: &str, fence: u64, permits: u32) -> LeaseFacts {
+        let (lock, key) = held_key_parts(held_key);
+        LeaseFacts {
+            lock: lock.into(),
+            key: key.into(),
+            fence,
+            permits,
             lease: id,
             holder: events::Holder {
                 id: self.client.id,
@@ -617,9 +636,6 @@ impl Session {
                     .map(|n| String::from_utf8_lossy(&n).into_owned()),
                 addr: self.client.addr.to_string(),
             },
-            note: held.note.to_string(),
-            held_ms,
-            reason,
         }
     }
 

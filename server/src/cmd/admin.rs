@@ -265,22 +265,23 @@ impl History {
 /// One event, as HISTORY shows it.
 fn event_map(e: &Event) -> Value {
     let int = |n: u64| Value::Integer(i64::try_from(n).unwrap_or(i64::MAX));
-    let name = e.holder.name.clone().map_or(Value::Null, Value::bulk);
+    let of = &e.of;
+    let name = of.holder.name.clone().map_or(Value::Null, Value::bulk);
     let holder = Value::Map(vec![
-        (Value::bulk("id"), int(e.holder.id)),
+        (Value::bulk("id"), int(of.holder.id)),
         (Value::bulk("name"), name),
-        (Value::bulk("addr"), Value::bulk(e.holder.addr.clone())),
+        (Value::bulk("addr"), Value::bulk(of.holder.addr.clone())),
     ]);
     let mut map = vec![
         (Value::bulk("time_ms"), int(e.time_ms)),
         (Value::bulk("event"), Value::bulk(e.event.word())),
-        (Value::bulk("lock"), Value::bulk(e.lock.clone())),
-        (Value::bulk("key"), Value::bulk(e.key.clone())),
-        (Value::bulk("fence"), int(e.fence)),
-        (Value::bulk("permits"), int(e.permits.into())),
-        (Value::bulk("lease"), int(e.lease)),
+        (Value::bulk("lock"), Value::bulk(of.lock.to_string())),
+        (Value::bulk("key"), Value::bulk(of.key.to_string())),
+        (Value::bulk("fence"), int(of.fence)),
+        (Value::bulk("permits"), int(of.permits.into())),
+        (Value::bulk("lease"), int(of.lease)),
         (Value::bulk("holder"), holder),
-        (Value::bulk("note"), Value::bulk(e.note.clone())),
+        (Value::bulk("note"), Value::bulk(e.note.to_string())),
         (Value::bulk("held_ms"), e.held_ms.map_or(Value::Null, int)),
     ];
     if let Some(reason) = e.reason {

@@ -144,12 +144,9 @@ pub fn release(s: &mut Session, id: i64) -> Reply {
     s.still_served(held.partition.as_ref());
     s.let_go(&held);
     s.losses.forget(lease_id);
-    let event = (!held.ended && s.shared.history.is_on()).then(|| {
-        (
-            s.event(lease_id, &held, Kind::Released, None),
-            held.lease.signal(),
-        )
-    });
+    let event = Session::event(&held, Kind::Released, None)
+        .filter(|_| !held.ended)
+        .map(|e| (e, held.lease.signal()));
     let released = held.lease.release();
     if let Some((mut event, signal)) = event {
         if released.is_err() {
