@@ -305,8 +305,8 @@ impl Lock {
     /// the closed flag, the thread's context checked and the hold listed in
     /// it, then the fast path, then a wait in line (until `deadline`, µs on
     /// the store's clock; `None`: `mode`'s wait from now). `None`: a `Try`
-    /// found the key held. `want`: the permits asked for, checked against
-    /// the lock's count.
+    /// found the key held. `want`: the permits asked for (the caller
+    /// checked it against the lock's count).
     ///
     /// # Safety
     /// The caller drops the guard (never leaks it): it lists `text`.
