@@ -68,9 +68,11 @@ struct Line {
 fn hold_with_two_waiters(server: &Server, metrics: &str, key: &str) -> Line {
     let mut holder = server.connect();
     assert_eq!(holder.call(&["CLIENT", "SETNAME", "indexer"]), Value::ok());
-    let (lease, _) = holder.grant(&["HOLD", "jobs", key, "NOTE", NOTE]);
+    // A ttl far past the test's length: the holder sends nothing while a
+    // browser loads the page, which on a loaded machine takes seconds.
+    let (lease, _) = holder.grant(&["HOLD", "jobs", key, "NOTE", NOTE, "TTL", "600000"]);
     let waiters = [server.connect(), server.connect()].map(|mut w| {
-        w.send(&["HOLD", "jobs", key, "WAIT", "60000"]);
+        w.send(&["HOLD", "jobs", key, "WAIT", "60000", "TTL", "600000"]);
         w
     });
     await_state(metrics, "two waiters", |s| {
