@@ -71,13 +71,17 @@ fn hold_with_two_waiters(server: &Server, metrics: &str, key: &str) -> Line {
     // A ttl far past the test's length: the holder sends nothing while a
     // browser loads the page, which on a loaded machine takes seconds.
     let (lease, _) = holder.grant(&["HOLD", "jobs", key, "NOTE", NOTE, "TTL", "600000"]);
-    let waiters = [server.connect(), server.connect()].map(|mut w| {
+    // One at a time, so the line's order is the array's (release_all
+    // reads their grants in that order).
+    let mut join = |n: u64| {
+        let mut w = server.connect();
         w.send(&["HOLD", "jobs", key, "WAIT", "60000", "TTL", "600000"]);
+        await_state(metrics, "a waiter in line", |s| {
+            held(s, "jobs", key).is_some_and(|h| h["waiters"] == n)
+        });
         w
-    });
-    await_state(metrics, "two waiters", |s| {
-        held(s, "jobs", key).is_some_and(|h| h["waiters"] == 2)
-    });
+    };
+    let waiters = [join(1), join(2)];
     Line {
         holder,
         lease,
