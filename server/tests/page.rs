@@ -73,7 +73,7 @@ fn hold_with_two_waiters(server: &Server, metrics: &str, key: &str) -> Line {
     let (lease, _) = holder.grant(&["HOLD", "jobs", key, "NOTE", NOTE, "TTL", "600000"]);
     // One at a time, so the line's order is the array's (release_all
     // reads their grants in that order).
-    let mut join = |n: u64| {
+    let join = |n: u64| {
         let mut w = server.connect();
         w.send(&["HOLD", "jobs", key, "WAIT", "60000", "TTL", "600000"]);
         await_state(metrics, "a waiter in line", |s| {
