@@ -18,6 +18,7 @@ moment the lease is lost. `connect_sync` gives the same with `with` blocks.
 """
 
 from ._durations import Duration
+from ._election import Campaign, Election, Leader, Leadership
 from ._errors import Closed, Error, InUse, Invalid, Limit, Lost, NoPerm
 from ._inspect import KeyHolder, KeyState
 from ._lease import Lease
@@ -36,6 +37,10 @@ __all__ = [
     "Hold",
     "TryHold",
     "Lease",
+    "Election",
+    "Campaign",
+    "Leadership",
+    "Leader",
     "KeyState",
     "KeyHolder",
     "SyncStore",

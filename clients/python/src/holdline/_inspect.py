@@ -25,6 +25,8 @@ class KeyHolder:
     """The lease's fence (a server before permits does not say: the key's)."""
     permits: int = 1
     """How many of the key's permits the lease holds."""
+    note: str = ""
+    """The lease's note (`hold(..., note=)`, `NOTE`); empty when it has none."""
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,7 @@ def _holder(fields: Dict[str, Any], fence: int) -> KeyHolder:
         lease=int(fields["lease"]),
         fence=int(fields.get("fence", fence)),
         permits=int(fields.get("permits", 1)),
+        note=_text(fields.get("note", b"")),
     )
 
 

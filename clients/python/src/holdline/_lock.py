@@ -16,7 +16,7 @@ import asyncio
 import re
 import time
 from types import TracebackType
-from typing import List, Optional, Tuple, Type, Union
+from typing import TYPE_CHECKING, List, Optional, Tuple, Type, Union
 
 from ._cluster import Router
 from ._durations import Duration, to_ms
@@ -28,6 +28,9 @@ from ._resp import Arg, Reply, RespError
 from ._texts import key_text as client_text
 from ._texts import show_ms, wait_grace_ms
 from ._wire import DROPPED, Link, result
+
+if TYPE_CHECKING:
+    from ._election import Election
 
 Key = Union[str, int]
 """A key: text, or an integer (key 9 and key "9" are the same key)."""
@@ -79,11 +82,13 @@ class HoldBase:
         owner: Optional[object] = None,
         *,
         take: Optional[int] = 1,
+        note: Optional[str] = None,
     ) -> None:
         self._lock = lock
         self._key = key
         self._wait_ms = wait_ms  # None: try, never wait
         self._take = take  # the permits this hold takes; None: all of them (exclusive)
+        self._note = note  # the lease's note (`NOTE text`); None: none
         # Who holds: the task (async) or the thread (blocking flavour). A hold
         # of a key its owner already holds would wait for itself: `Invalid`.
         self._owner = owner
@@ -162,6 +167,8 @@ class HoldBase:
         if lock.max_hold_ms is not None:
             options += ["MAXHOLD", lock.max_hold_ms]
         options += self._permit_args()
+        if self._note is not None:
+            options += ["NOTE", self._note]
         wait_ms = 0 if self._wait_ms is None else self._wait_ms
         if self._wait_ms is None:
             pending = link.send("TRYHOLD", lock.name, self._key, *options, on_reply=self._granted)
@@ -355,21 +362,40 @@ class Lock:
         wait: Optional[Duration] = None,
         permits: Optional[int] = None,
         exclusive: bool = False,
+        note: Optional[str] = None,
     ) -> Hold:
         """Waits in the key's line up to `wait` (default 10 s; 0: not at all)
         and holds the key for the `async with` block. Past the wait: `InUse`.
         It takes one of the key's permits, `permits` of them, or all with
-        `exclusive=True` (alone with the key)."""
+        `exclusive=True` (alone with the key). `note` (1 to 1,024 bytes of
+        UTF-8, no control characters: an address, a job id) is shown
+        wherever the holder is: `inspect`, `OBSERVE`, `HISTORY`; the server
+        refuses a bad one `Invalid`."""
         text = key_text(key)
         take = self._take(permits, exclusive)
-        return Hold(self, text, self._wait_ms(text, wait), take=take)
+        return Hold(self, text, self._wait_ms(text, wait), take=take, note=_note(note))
 
     def try_hold(
-        self, key: Key, *, permits: Optional[int] = None, exclusive: bool = False
+        self,
+        key: Key,
+        *,
+        permits: Optional[int] = None,
+        exclusive: bool = False,
+        note: Optional[str] = None,
     ) -> TryHold:
         """Holds the key for the block if its permits fit now and nobody
-        waits; the lease is None otherwise, and nothing waits."""
-        return TryHold(self, key_text(key), None, take=self._take(permits, exclusive))
+        waits; the lease is None otherwise, and nothing waits. `note` as
+        for `hold`."""
+        take = self._take(permits, exclusive)
+        return TryHold(self, key_text(key), None, take=take, note=_note(note))
+
+    def election(self, name: str) -> "Election":
+        """The election `name` of this lock: a hold of key `name` with the
+        candidate's note, and an observer of that key (`Election`). Every
+        process that campaigns in it opens the same lock (name and ttl)."""
+        from ._election import Election
+
+        return Election(self, key_text(name))
 
     async def inspect(self, key: Key) -> Optional[KeyState]:
         """The key's state on the server (held, fence, times, waiters, who
@@ -382,6 +408,13 @@ class Lock:
     def __repr__(self) -> str:
         permits = "" if self.permits == 1 else f" permits={self.permits}"
         return f"<Lock {self.name} ttl={self.ttl_ms}ms max_hold={self.max_hold_ms}{permits}>"
+
+
+def _note(note: Optional[str]) -> Optional[str]:
+    """`note` as sent: a str (the server judges its bytes), else `TypeError`."""
+    if note is not None and not isinstance(note, str):
+        raise TypeError(f"a note is a str, not {type(note).__name__}")
+    return note
 
 
 def _invalid(name: str, what: str) -> Invalid:

@@ -64,6 +64,18 @@ class Pool:
         link.on_lost = self._failed
         return link
 
+    async def open_kept(self) -> Link:
+        """A new connection of one user's own (an observer's): never lent to
+        a hold, closed with the pool. Close it, then give it back (`checkin`)."""
+        if self._closed:
+            raise self.closed_error()
+        link = await self.open()
+        if self._closed:
+            link.close()
+            raise self.closed_error()
+        self._links.add(link)
+        return link
+
     def _failed(self) -> None:
         if self.on_failure is not None and not self._closed:
             self.on_failure()

@@ -88,6 +88,11 @@ class Link(asyncio.Protocol):
         self.on_lost: Optional[Callable[[], None]] = None
         """Called once the connection ended without this side closing it
         (the server closed it, reset, the network failed)."""
+        self.on_push: Optional[Callable[[List[Reply]], None]] = None
+        """Told every push that is not a lease's `lost` (an `observe` push),
+        its items as decoded, the moment it is read."""
+        self.on_drop: Optional[Callable[[], None]] = None
+        """Called once when the connection ends, whichever side ended it."""
         self._gone: "asyncio.Future[None]" = asyncio.get_running_loop().create_future()
 
     # The event loop's side.
@@ -137,6 +142,9 @@ class Link(asyncio.Protocol):
                 note = items[2]
                 shown = note.decode("utf-8", "replace") if isinstance(note, bytes) else str(note)
                 watcher._pushed_loss(shown)
+            return
+        if self.on_push is not None:
+            self.on_push(items)
 
     def eof_received(self) -> Optional[bool]:
         return False  # close our side too
@@ -217,6 +225,8 @@ class Link(asyncio.Protocol):
         watchers, self._watchers = self._watchers, {}
         for watcher in watchers.values():
             watcher._dropped()
+        if self.on_drop is not None:
+            self.on_drop()
 
 
 def result(reply: Reply) -> Reply:
