@@ -55,6 +55,9 @@ type conn struct {
 	// onFail is told when the connection fails (not when this client
 	// closes it): in cluster mode the map is refreshed.
 	onFail func()
+	// observed is told of every ["observe", ...] push, on a connection
+	// an election observes on (see Election.Observe); nil elsewhere.
+	observed func(v value)
 }
 
 // call is one command written and what to do with its reply.
@@ -279,9 +282,18 @@ func grantOf(v value) (id int64, fence uint64, ok bool) {
 	return v.items[0].num, uint64(v.items[1].num), true
 }
 
-// onPush: ["lost", lease, text] loses that lease; other pushes mean
-// nothing to a holder.
+// onPush: ["lost", lease, text] loses that lease; ["observe", ...] goes
+// to the connection's observer; other pushes mean nothing to a holder.
 func (c *conn) onPush(v value) {
+	if len(v.items) > 0 && strings.EqualFold(v.items[0].text, "observe") {
+		c.mu.Lock()
+		observed := c.observed
+		c.mu.Unlock()
+		if observed != nil {
+			observed(v)
+		}
+		return
+	}
 	if len(v.items) != 3 || !strings.EqualFold(v.items[0].text, "lost") || v.items[1].kind != ':' {
 		return
 	}
@@ -332,6 +344,14 @@ func (c *conn) close(reason error) {
 			ls.lose(errLostConnection(ls.lock, ls.key, reason))
 		}
 	}
+}
+
+// setObserved has fn told of the connection's observe pushes, in the
+// order they come; fn runs on the reader, so nothing is read meanwhile.
+func (c *conn) setObserved(fn func(v value)) {
+	c.mu.Lock()
+	c.observed = fn
+	c.mu.Unlock()
 }
 
 func (c *conn) setOnFail(fn func()) {

@@ -201,7 +201,7 @@ func (h *keyHold) run(ctx context.Context, fn func(context.Context, *Lease) erro
 			h.pool.discard(h.conn, errShutAbandoned)
 		}
 	}()
-	fnErr := fn(hctx, &Lease{Fence: h.state.fence, Key: h.key, state: h.state, permits: h.permits})
+	fnErr := fn(hctx, &Lease{Fence: h.state.fence, Key: h.key, state: h.state, permits: h.permits, sendNote: h.sendNote})
 	returned = true
 	over()
 	if lost := h.release(); lost != nil {
@@ -248,4 +248,40 @@ func (h *keyHold) release() *Error {
 		h.pool.discard(c, errShutSilent)
 	}
 	return lost
+}
+
+// sendNote sends NOTE for the lease, and answers what waits for the
+// server's answer: nil once the note is taken, the server's KindInvalid
+// for a bad note, the lost error when the lease is lost first (a LOST
+// answer loses it), ctx.Err() when ctx ends first. Sent while the
+// function runs, it is answered before the RELEASE that follows.
+func (h *keyHold) sendNote(text string) func(ctx context.Context) error {
+	cl := h.conn.request("NOTE", strconv.FormatInt(h.state.id, 10), text)
+	return func(ctx context.Context) error {
+		select {
+		case r := <-cl.reply:
+			switch {
+			case r.err != nil:
+				if lost := h.state.check(); lost != nil {
+					return lost
+				}
+				if r.err == errShutStoreClosed {
+					return errLostStoreClosed(h.lock, h.key)
+				}
+				return errLostConnection(h.lock, h.key, r.err)
+			case r.v.isError():
+				refused := fromReply(r.v.text, h.lock, h.key)
+				if refused.Kind == KindLost {
+					h.state.lose(refused)
+					return h.state.check()
+				}
+				return refused
+			}
+			return nil
+		case <-h.state.lostCh:
+			return h.state.check()
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }

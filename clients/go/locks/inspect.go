@@ -44,6 +44,9 @@ type KeyHolder struct {
 	// Fence is the lease's fence, and Permits how many permits it holds.
 	Fence   uint64
 	Permits int
+	// Note is the lease's note (the Note hold option, or an election's
+	// Proclaim), "" when it has none.
+	Note string
 }
 
 // Inspect answers a snapshot of key (INSPECT on the server), or nil when
@@ -191,6 +194,8 @@ func holderOf(v value) *KeyHolder {
 			h.Fence = uint64(field.num)
 		case "permits":
 			h.Permits = int(field.num)
+		case "note":
+			h.Note = field.text
 		}
 	}
 	return h

@@ -1,6 +1,7 @@
 package locks
 
 import (
+	"context"
 	"sync"
 	"time"
 )
@@ -18,6 +19,9 @@ type Lease struct {
 
 	state   *leaseState
 	permits int
+	// sendNote sends NOTE for the lease on its connection, and answers
+	// what waits for the server's answer (see keyHold.sendNote).
+	sendNote func(text string) (wait func(ctx context.Context) error)
 }
 
 // Permits answers how many of the key's permits this lease holds: 1

@@ -115,6 +115,8 @@ type holdConfig struct {
 	wait      time.Duration
 	take      int
 	exclusive bool
+	note      string
+	hasNote   bool
 }
 
 // Wait is how long Hold stands in the key's line before it answers
@@ -137,6 +139,25 @@ func Take(m int) HoldOption {
 // last wins.
 func Exclusive() HoldOption {
 	return func(c *holdConfig) { c.exclusive = true }
+}
+
+// Note attaches text to the lease, for whoever looks at the key: the
+// server shows it with the holder in INSPECT (KeyHolder.Note), OBSERVE
+// (an election's Leader.Note), HISTORY and its page. A note is 1 to 1,024
+// bytes of UTF-8 without control characters; the server refuses any other
+// (KindInvalid, "lock L: key "K": a note is 1 to 1024 bytes of UTF-8
+// without control characters: invalid"). Without it a lease has no note.
+// It works with Hold and TryHold; of several, the last one wins.
+func Note(text string) HoldOption {
+	return func(c *holdConfig) { c.note, c.hasNote = text, true }
+}
+
+// noteArgs answers the NOTE option, sent only when the hold has a note.
+func noteArgs(cfg holdConfig) []string {
+	if !cfg.hasNote {
+		return nil
+	}
+	return []string{"NOTE", cfg.note}
 }
 
 // holdOptions applies opts over the defaults.
@@ -192,7 +213,7 @@ func (l *Lock) Hold(ctx context.Context, key any, fn func(ctx context.Context, l
 	}
 	permits, take := l.takeArgs(cfg)
 	args := append([]string{"HOLD", l.name, k, "WAIT", strconv.FormatInt(millis(cfg.wait), 10)}, l.leaseArgs...)
-	args = append(args, take...)
+	args = append(append(args, take...), noteArgs(cfg)...)
 	h := &keyHold{store: l.store, lock: l.name, key: k, ttl: l.ttl, permits: permits}
 	granted, err := h.ask(ctx, args, cfg.wait)
 	if err != nil {
@@ -221,6 +242,7 @@ func (l *Lock) TryHold(ctx context.Context, key any, fn func(ctx context.Context
 	}
 	permits, take := l.takeArgs(cfg)
 	args := append(append([]string{"TRYHOLD", l.name, k}, l.leaseArgs...), take...)
+	args = append(args, noteArgs(cfg)...)
 	h := &keyHold{store: l.store, lock: l.name, key: k, ttl: l.ttl, permits: permits}
 	granted, err := h.ask(ctx, args, 0)
 	if err != nil || !granted {
