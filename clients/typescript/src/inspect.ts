@@ -21,6 +21,8 @@ export interface KeyHolder {
 	fence: bigint
 	/** How many of the key's permits the lease holds. */
 	permits: number
+	/** The lease's note (`hold`'s `note` option, a leader's proclaim); `''` when it has none (or the server keeps no notes). */
+	note: string
 }
 
 /** One key of a lock, as `lock.inspect(key)` finds it. */
@@ -51,7 +53,8 @@ export interface KeyState {
  * Fields the server may add later are skipped; a missing or mistyped one
  * fails `invalid`. A server from before permits sends no `holders`,
  * `permits_held` nor `holder_list`, and no holder's `fence` or `permits`:
- * its one holder holds the one permit under the key's fence.
+ * its one holder holds the one permit under the key's fence. A server
+ * from before notes sends no holder's `note`: it reads as `''`.
  */
 export function keyState(reply: Reply, lock: string, key: string): KeyState | null {
 	if (reply === null) return null
@@ -82,9 +85,11 @@ function holderOf(fields: Map<string, Reply>, keyFence: bigint): KeyHolder | und
 	const addr = fields.get('addr')
 	const fence = fields.get('fence') ?? keyFence
 	const permits = fields.has('permits') ? count(fields.get('permits')) : 1
+	const note = fields.get('note') ?? ''
+	if (typeof note !== 'string') return undefined
 	if (id === undefined || lease === undefined || typeof addr !== 'string' || (name !== null && typeof name !== 'string')) return undefined
 	if (typeof fence !== 'bigint' || permits === undefined) return undefined
-	return { id, name, addr, lease, fence, permits }
+	return { id, name, addr, lease, fence, permits, note }
 }
 
 /** A RESP3 map, or a RESP2 flat array of names and values, by name. */

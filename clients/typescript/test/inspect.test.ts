@@ -38,6 +38,7 @@ test("inspect answers null for a key with no state; while held, the holder's fen
 	assert.match(holder.addr, /^127\.0\.0\.1:\d+$/)
 	assert.equal(holder.fence, lease.fence)
 	assert.equal(holder.permits, 1)
+	assert.equal(holder.note, '')
 	assert.equal(state.holders, 1)
 	assert.equal(state.permitsHeld, 1)
 	assert.deepEqual(state.holderList, [holder])
@@ -76,13 +77,13 @@ test("INSPECT's answer read: a RESP3 map or a RESP2 flat array, unknown fields s
 		['holder', holder],
 		['later', 'x'],
 	]
-	// A server before permits: no counts, no list, no fence or permits of the holder.
-	const oneHolder = { id: 3, name: 'worker', addr: '10.0.0.1:5000', lease: 9, fence: 2n ** 62n, permits: 1 }
+	// A server before permits: no counts, no list, no fence or permits of the holder (and no note: '').
+	const oneHolder = { id: 3, name: 'worker', addr: '10.0.0.1:5000', lease: 9, fence: 2n ** 62n, permits: 1, note: '' }
 	const want = { held: true, fence: 2n ** 62n, heldForMs: 5, leaseLeftMs: 95, waiters: 2, holder: oneHolder, holders: 1, permitsHeld: 1, holderList: [oneHolder] }
 	assert.deepEqual(keyState(new Map(fields), 'l', 'k'), want)
 	assert.deepEqual(keyState(fields.flat(), 'l', 'k'), want)
-	// A server with permits: two holders, each with its fence and permits.
-	const first = new Map<string, Reply>([...holder, ['fence', 7n], ['permits', 2n]])
+	// A server with permits and notes: two holders, each with its fence, permits and note.
+	const first = new Map<string, Reply>([...holder, ['fence', 7n], ['permits', 2n], ['note', '10.0.0.1:8080']])
 	const second = new Map<string, Reply>([
 		['id', 4n],
 		['name', null],
@@ -90,6 +91,7 @@ test("INSPECT's answer read: a RESP3 map or a RESP2 flat array, unknown fields s
 		['lease', 1n],
 		['fence', 8n],
 		['permits', 1n],
+		['note', ''],
 	])
 	const withPermits: Array<[string, Reply]> = [
 		...fields.filter(([name]) => name !== 'holder' && name !== 'fence'),
@@ -99,8 +101,8 @@ test("INSPECT's answer read: a RESP3 map or a RESP2 flat array, unknown fields s
 		['permits_held', 3n],
 		['holder_list', [first, second]],
 	]
-	const firstRead = { ...oneHolder, fence: 7n, permits: 2 }
-	const secondRead = { id: 4, name: null, addr: '10.0.0.2:6000', lease: 1, fence: 8n, permits: 1 }
+	const firstRead = { ...oneHolder, fence: 7n, permits: 2, note: '10.0.0.1:8080' }
+	const secondRead = { id: 4, name: null, addr: '10.0.0.2:6000', lease: 1, fence: 8n, permits: 1, note: '' }
 	const wantPermits = { ...want, fence: 8n, holder: firstRead, holders: 2, permitsHeld: 3, holderList: [firstRead, secondRead] }
 	assert.deepEqual(keyState(new Map(withPermits), 'l', 'k'), wantPermits)
 	// RESP2: every map a flat array, the holders' too.
@@ -122,4 +124,5 @@ test("INSPECT's answer read: a RESP3 map or a RESP2 flat array, unknown fields s
 	bad(new Map([...withPermits.filter(([name]) => name !== 'holder_list'), ['holder_list', 'everyone']]))
 	bad(new Map([...withPermits.filter(([name]) => name !== 'holder_list'), ['holder_list', [first, 'someone']]]))
 	bad(new Map([...withPermits.filter(([name]) => name !== 'holder_list'), ['holder_list', [new Map([...second, ['permits', -1n]])]]]))
+	bad(new Map([...withPermits.filter(([name]) => name !== 'holder_list'), ['holder_list', [new Map([...second, ['note', 5n]])]]]))
 })
