@@ -52,6 +52,8 @@ export class Connection {
 	/** Losses pushed before anyone watched their lease: a grant and its loss
 	 * can arrive in one read, before the grant's awaiter has run. */
 	#unclaimedLosses = new Map<bigint, string>()
+	/** Told each `observe` push's items after its first, as they arrive: the observer on this connection. */
+	onObserve: ((items: Reply[]) => void) | undefined
 
 	private constructor(socket: net.Socket, secure: boolean) {
 		this.#socket = socket
@@ -180,6 +182,18 @@ export class Connection {
 		this.send(['PING']).catch(() => {})
 	}
 
+	/** Stops the renewal `busy` started, and nothing else: a lease let go renews no more. */
+	stopRenewal(): void {
+		clearInterval(this.#renewal)
+		this.#renewal = undefined
+	}
+
+	/** Whether the open connection keeps the process alive (as `busy` makes it) or lets it exit (as `idle` does). */
+	keepProcessAlive(on: boolean): void {
+		if (on) this.#socket.ref()
+		else this.#socket.unref()
+	}
+
 	/** Not in use: no renewal, and the process may exit while it idles. */
 	idle(): void {
 		clearInterval(this.#renewal)
@@ -214,7 +228,13 @@ export class Connection {
 		}
 	}
 
-	#onPush([kind, id, text]: Reply[]): void {
+	#onPush(items: Reply[]): void {
+		const [kind, id, text] = items
+		// `["observe", lock, key, event, fence, permits, holder, note]`, for an observer.
+		if (kind === 'observe') {
+			this.onObserve?.(items.slice(1))
+			return
+		}
 		// `["lost", lease, text]`; other pushes mean nothing to a holder.
 		if (kind !== 'lost' || typeof id !== 'bigint') return
 		const watcher = this.#lossWatchers.get(id)

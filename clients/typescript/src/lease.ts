@@ -18,6 +18,7 @@
 
 import { now } from './duration.js'
 import type { HoldlineError } from './errors.js'
+import type { Arg, Reply } from './resp.js'
 
 /** @internal What the lease's clock needs from its hold. */
 export interface LeaseClock {
@@ -27,6 +28,18 @@ export interface LeaseClock {
 	lapsed(): HoldlineError
 	/** Called once, after the lease was lost by the clock (closes its connection). */
 	onLapse(): void
+}
+
+/**
+ * @internal What a hold lends its function besides the lease (an
+ * election's leader): commands on the lease's connection, and letting the
+ * key go before the function ends.
+ */
+export interface LeaseLink {
+	/** Sends a command on the lease's connection (`NOTE`); rejects once that connection closed. */
+	send(args: readonly Arg[]): Promise<Reply>
+	/** Settles the lease and sends `RELEASE` (once; later calls answer the same promise); the hold sends none after the function. */
+	letGo(): Promise<void>
 }
 
 export class Lease {

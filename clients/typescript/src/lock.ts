@@ -12,7 +12,8 @@ import { ConnectionClosed, ConnectionSilent, type Connection } from './connectio
 import { lostMarginMs, now, toMillis, toPositiveMillis, waitGraceMs, type Duration } from './duration.js'
 import { errorFor, fromServer, HoldlineError, showKey } from './errors.js'
 import { keyState, type KeyState } from './inspect.js'
-import { Lease, type LeaseClock } from './lease.js'
+import { Lease, type LeaseClock, type LeaseLink } from './lease.js'
+import { Election, type ElectionHold } from './election.js'
 import type { Pool } from './pool.js'
 import { Redirects, routedRequest, type Router } from './router.js'
 import { RespError, type Arg, type Reply } from './resp.js'
@@ -44,14 +45,25 @@ export interface PermitOptions {
 	exclusive?: boolean
 }
 
-export interface HoldOptions extends PermitOptions {
+/** A note on the lease a hold takes. */
+export interface NoteOptions {
+	/**
+	 * A note on the lease (1 to 1,024 bytes of UTF-8, no control
+	 * characters: a leader's address, a job id), shown wherever the holder
+	 * is: `inspect`'s holders, an election's observers, the server's
+	 * `HISTORY` and page. A bad one is the server's to refuse (`invalid`).
+	 */
+	note?: string
+}
+
+export interface HoldOptions extends PermitOptions, NoteOptions {
 	/** How long to stand in line before failing `in use` (default `'10s'`; `0`: do not wait). */
 	wait?: Duration
 	/** Aborting it takes a hold that still waits out of the line; the hold rejects with its reason. */
 	signal?: AbortSignal
 }
 
-export interface TryHoldOptions extends PermitOptions {
+export interface TryHoldOptions extends PermitOptions, NoteOptions {
 	/** Aborting it before the answer comes makes the try reject with its reason. */
 	signal?: AbortSignal
 }
@@ -139,10 +151,16 @@ export class Lock {
 		checkFunction(fn, this.name, text)
 		const take = this.#take(options, text)
 		if (this.#runningHere(text)) throw errorFor('invalid', 'hold inside a hold of the same key', this.name, text)
-		const command = ['HOLD', this.name, text, 'WAIT', wait, ...this.#leaseArgs, ...take.args]
-		const grant = await this.#ask(command, text, wait, take.permits, options.signal)
+		// The caller's function is given the lease alone.
+		return this.#hold(text, wait, take, options.note, options.signal, lease => fn(lease))
+	}
+
+	/** `hold` of a key in text, its options read: the function is given the lease and its link too. */
+	async #hold<T>(key: string, wait: number, take: Take, note: string | undefined, signal: AbortSignal | undefined, fn: Holder<T>): Promise<T> {
+		const command = ['HOLD', this.name, key, 'WAIT', wait, ...this.#leaseArgs, ...take.args, ...noteArgs(note)]
+		const grant = await this.#ask(command, key, wait, take.permits, signal)
 		// HOLD answers a lease or an error, never a null.
-		if (!grant) throw errorFor('invalid', 'the server answered HOLD with a null', this.name, text)
+		if (!grant) throw errorFor('invalid', 'the server answered HOLD with a null', this.name, key)
 		return this.#run(grant, fn)
 	}
 
@@ -157,9 +175,10 @@ export class Lock {
 		checkFunction(fn, this.name, text)
 		const take = this.#take(options, text)
 		if (this.#runningHere(text)) return { acquired: false }
-		const grant = await this.#ask(['TRYHOLD', this.name, text, ...this.#leaseArgs, ...take.args], text, 0, take.permits, options.signal)
+		const command = ['TRYHOLD', this.name, text, ...this.#leaseArgs, ...take.args, ...noteArgs(options.note)]
+		const grant = await this.#ask(command, text, 0, take.permits, options.signal)
 		if (!grant) return { acquired: false }
-		return { acquired: true, value: await this.#run(grant, fn) }
+		return { acquired: true, value: await this.#run(grant, lease => fn(lease)) }
 	}
 
 	/**
@@ -176,6 +195,29 @@ export class Lock {
 		return keyState(reply, this.name, text)
 	}
 
+	/**
+	 * The election `name` among this lock's holders: its key `name` of this
+	 * lock, held by the leader (see `Election`). The lock's `ttl` and
+	 * `maxHold` are the leader's lease's; a lock of several permits is
+	 * campaigned for whole (`exclusive`), so one leader at a time still.
+	 */
+	election(name: Key): Election {
+		const key = this.#keyText(name)
+		const take = this.#take({ exclusive: this.#permits !== 1 }, key)
+		const hold: ElectionHold = {
+			router: this.#router,
+			lock: this.name,
+			key,
+			ttlMs: this.#ttlMs,
+			hold: (note, wait, signal, fn) => {
+				if (this.#runningHere(key)) throw errorFor('invalid', 'hold inside a hold of the same key', this.name, key)
+				return this.#hold(key, wait, take, note, signal, fn)
+			},
+			inspect: () => this.inspect(key),
+		}
+		return new Election(hold)
+	}
+
 	#keyText(key: Key): string {
 		if (typeof key === 'string') return key
 		if (typeof key === 'bigint' || (typeof key === 'number' && Number.isSafeInteger(key))) return key.toString()
@@ -188,7 +230,7 @@ export class Lock {
 	 * the permits its lease will hold. Counts out of range are the server's
 	 * to refuse; asking for both a count and all of them is a caller's slip.
 	 */
-	#take(options: PermitOptions, key: string): { args: Arg[]; permits: number } {
+	#take(options: PermitOptions, key: string): Take {
 		if (options.exclusive && options.permits !== undefined) {
 			const both = `both permits (${String(options.permits)}) and exclusive given`
 			throw new TypeError(`lock ${this.name}: key ${showKey(key)}: ${both}: a hold takes some permits or all ${this.#permits}, not both`)
@@ -357,13 +399,38 @@ export class Lock {
 		return Math.max(1, Math.floor(this.#ttlMs / 3))
 	}
 
-	/** Runs `fn` under a granted lease, then lets the key go. */
-	async #run<T>(grant: Grant, fn: (lease: Lease) => T | PromiseLike<T>): Promise<T> {
+	/**
+	 * Runs `fn` under a granted lease, then lets the key go (unless `fn` let
+	 * it go already, through its link).
+	 */
+	async #run<T>(grant: Grant, fn: Holder<T>): Promise<T> {
 		const { pool, connection, lease } = grant
 		const watch = this.#watch(grant)
-		const outcome = !grant.late || (await this.#confirm(grant)) ? await this.#runFn(lease, fn) : undefined
+		let letGo: Promise<void> | undefined
+		const link: LeaseLink = {
+			send: args => connection.send(args),
+			letGo: () => (letGo ??= this.#letGo(grant, watch)),
+		}
+		const outcome = !grant.late || (await this.#confirm(grant)) ? await this.#runFn(lease, link, fn) : undefined
+		await link.letGo()
+		pool.giveBack(connection)
+		if (outcome && !outcome.ok) throw outcome.error
+		const lost = lease.lostError
+		if (lost) throw lost
+		// Unconfirmed leases are lost, so this is only for the type checker.
+		if (!outcome) throw errorFor('lost', 'its grant was not confirmed', this.name, lease.key)
+		return outcome.value
+	}
+
+	/**
+	 * Lets a granted lease's key go: the lease settled (its clock and loss
+	 * watch stopped), then `RELEASE`. A `LOST` answer loses the lease: the
+	 * loss raced the function's end (its push was still on the way).
+	 */
+	async #letGo({ connection, lease }: Grant, watch: { stopClose(): void; stopLoss(): void }): Promise<void> {
 		lease.settle()
 		connection.onAnswer = undefined
+		connection.stopRenewal()
 		watch.stopClose()
 		let released: Reply | undefined
 		try {
@@ -373,25 +440,17 @@ export class Lock {
 			// The connection closed: the server let the key go with it.
 		}
 		watch.stopLoss()
-		pool.giveBack(connection)
 		if (released instanceof RespError) {
 			const error = fromServer(released.word, released.text)
-			// LOST: the loss raced the function's end (its push was still on the way).
 			if (error.kind === 'lost') lease.lose(error)
 		}
-		if (outcome && !outcome.ok) throw outcome.error
-		const lost = lease.lostError
-		if (lost) throw lost
-		// Unconfirmed leases are lost, so this is only for the type checker.
-		if (!outcome) throw errorFor('lost', 'its grant was not confirmed', this.name, lease.key)
-		return outcome.value
 	}
 
 	/** Runs the holder's function, marked as running in its async context. */
-	async #runFn<T>(lease: Lease, fn: (lease: Lease) => T | PromiseLike<T>): Promise<{ ok: true; value: T } | { ok: false; error: unknown }> {
+	async #runFn<T>(lease: Lease, link: LeaseLink, fn: Holder<T>): Promise<{ ok: true; value: T } | { ok: false; error: unknown }> {
 		const running: Running = { router: this.#router, lock: this.name, key: lease.key, lease }
 		try {
-			const value = await runningHolds.run([...(runningHolds.getStore() ?? []), running], () => fn(lease))
+			const value = await runningHolds.run([...(runningHolds.getStore() ?? []), running], () => fn(lease, link))
 			return { ok: true, value }
 		} catch (error) {
 			return { ok: false, error }
@@ -419,6 +478,20 @@ export class Lock {
 		})
 		return { stopClose, stopLoss }
 	}
+}
+
+/** What a hold runs: the caller's function, given the lease (and, for an election, the lease's link). */
+type Holder<T> = (lease: Lease, link: LeaseLink) => T | PromiseLike<T>
+
+/** What a hold takes of the key's permits: the `TAKE` it sends and the permits its lease holds. */
+interface Take {
+	args: Arg[]
+	permits: number
+}
+
+/** `NOTE text` for a hold given a note; nothing otherwise (a server from before notes still serves holds without one). */
+function noteArgs(note: string | undefined): Arg[] {
+	return note === undefined ? [] : ['NOTE', note]
 }
 
 function checkFunction(fn: unknown, lock: string, key: string): void {
