@@ -29,6 +29,10 @@
 // semaphores and read-write locks. The line stays first come, first
 // served, with no overtaking.
 //
+// A hold may carry a note (the Note option), shown with its holder. An
+// Election (Lock.Election) is a hold with a note plus an observer, with
+// etcd's shape: Campaign, Leadership.Proclaim, Leader and Observe.
+//
 // A lease stays safe across a network: the client takes it for lost (and
 // ends its function's context) by the time the server may give the key to
 // someone else, even when the server cannot be heard from at all.
