@@ -26,10 +26,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// A `HOLD` or `TRYHOLD`'s arguments, borrowed, on the stack: at most
-/// `HOLD lock key WAIT ms TTL ms MAXHOLD ms PERMITS n TAKE m`.
+/// `HOLD lock key WAIT ms TTL ms MAXHOLD ms PERMITS n TAKE m NOTE text`.
 #[derive(Default)]
 struct Args<'a> {
-    items: [&'a [u8]; 13],
+    items: [&'a [u8]; 15],
     len: usize,
 }
 
@@ -156,6 +156,7 @@ impl Lock {
             key: wire::key_text(key),
             wait: DEFAULT_WAIT,
             want: Want::One,
+            note: None,
         }
     }
 
@@ -179,12 +180,13 @@ impl Lock {
         key: String,
         mode: Mode,
         take: Take,
+        note: Option<&str>,
     ) -> Result<Option<HeldLease>, Error> {
         wire::check_key(&self.name, &key).map_err(|e| Error::from_core(&e))?;
         let mut route = Route::new(&self.store.inner, &key, Scope::Key(&self.name, &key));
         let (node, granted) = loop {
             let node = route.node().await?;
-            match self.send_hold(&node, &key, mode, take).await? {
+            match self.send_hold(&node, &key, mode, take, note).await? {
                 Sent::Granted(granted) => break (node, granted),
                 Sent::Held => return Ok(None),
                 Sent::Refused(e) => route.again_after(e).await?,
@@ -216,6 +218,7 @@ impl Lock {
         key: &str,
         mode: Mode,
         take: Take,
+        note: Option<&str>,
     ) -> Result<Sent, Error> {
         let conn = node.checkout(Scope::Key(&self.name, key)).await?;
         // Renew while the HOLD waits, too: from now on.
@@ -226,7 +229,7 @@ impl Lock {
             Mode::Try => String::new(),
         };
         let take_arg = take.arg();
-        let args = self.hold_args(key, mode, &wait_arg, take_arg.as_deref());
+        let args = self.hold_args(key, mode, &wait_arg, take_arg.as_deref(), note);
         // A server that answers nothing past the wait (and a ttl more) is
         // stalled or cut off: give up rather than hang. Returning drops
         // `conn`, which closes the connection: the server takes the HOLD
@@ -267,14 +270,15 @@ impl Lock {
         }
     }
 
-    /// `HOLD lock key WAIT ms TTL ms [MAXHOLD ms] [PERMITS n] [TAKE m|ALL]`,
-    /// or `TRYHOLD` without the wait.
+    /// `HOLD lock key WAIT ms TTL ms [MAXHOLD ms] [PERMITS n] [TAKE m|ALL]
+    /// [NOTE text]`, or `TRYHOLD` without the wait.
     fn hold_args<'a>(
         &'a self,
         key: &'a str,
         mode: Mode,
         wait_arg: &'a str,
         take_arg: Option<&'a str>,
+        note: Option<&'a str>,
     ) -> Args<'a> {
         let mut args = Args::default();
         let verb: &[u8] = match mode {
@@ -296,6 +300,9 @@ impl Lock {
         }
         if let Some(take) = take_arg {
             args.push(b"TAKE").push(take.as_bytes());
+        }
+        if let Some(note) = note {
+            args.push(b"NOTE").push(note.as_bytes());
         }
         args
     }
@@ -394,6 +401,7 @@ pub struct KeyHold<'l> {
     key: String,
     wait: Duration,
     want: Want,
+    note: Option<String>,
 }
 
 impl KeyHold<'_> {
@@ -416,6 +424,18 @@ impl KeyHold<'_> {
     /// read-write lock). Sent as `TAKE ALL`.
     pub fn exclusive(mut self) -> Self {
         self.want = Want::Exclusive;
+        self
+    }
+
+    /// Attaches `note` to the lease (`NOTE text`: a leader's address, a job
+    /// id), shown wherever the holder is: `INSPECT` ([`Holder::note`](crate::Holder::note)),
+    /// `OBSERVE`, `HISTORY`, the server's page. 1 to 1,024 bytes of UTF-8
+    /// without control characters; the server refuses anything else,
+    /// `invalid`: `lock L: key "K": a note is 1 to 1024 bytes of UTF-8
+    /// without control characters: invalid`. [`HeldLease::set_note`]
+    /// replaces it later.
+    pub fn note(mut self, note: &str) -> Self {
+        self.note = Some(note.to_owned());
         self
     }
 
@@ -464,7 +484,8 @@ impl KeyHold<'_> {
     pub async fn acquire(self) -> Result<HeldLease, Error> {
         let take = self.asked()?;
         let mode = Mode::Wait(wait_ms(self.wait));
-        let held = self.lock.acquire_text(self.key, mode, take).await?;
+        let note = self.note.as_deref();
+        let held = self.lock.acquire_text(self.key, mode, take, note).await?;
         // A waiting HOLD answers a grant or an error, never a null.
         held.ok_or_else(|| unexpected(Scope::Lock(&self.lock.name), &Value::Null))
     }
@@ -473,7 +494,10 @@ impl KeyHold<'_> {
     /// With several permits: only if its permits fit now and nobody waits.
     pub async fn try_acquire(self) -> Result<Option<HeldLease>, Error> {
         let take = self.asked()?;
-        self.lock.acquire_text(self.key, Mode::Try, take).await
+        let note = self.note.as_deref();
+        self.lock
+            .acquire_text(self.key, Mode::Try, take, note)
+            .await
     }
 }
 
@@ -505,6 +529,24 @@ impl HeldLease {
             .expect("a HeldLease has its connection until released");
         let id = self.lease.id().to_string();
         match self.answered(conn.request(&["RENEW", &id])).await {
+            Ok(_) => Ok(()),
+            Err(e) if e.is_connection() => Err(self.lost_on_failure(e)),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Replaces the lease's note (`NOTE lease text`; see [`KeyHold::note`]
+    /// for what a note may be). `Err` (`lost`, the server's text) once the
+    /// lease is lost, looked at here first: a lease past its local deadline
+    /// fails without a round trip.
+    pub async fn set_note(&self, note: &str) -> Result<(), Error> {
+        self.lease.check()?;
+        let conn = self
+            .conn
+            .as_ref()
+            .expect("a HeldLease has its connection until released");
+        let id = self.lease.id().to_string();
+        match self.answered(conn.request(&["NOTE", &id, note])).await {
             Ok(_) => Ok(()),
             Err(e) if e.is_connection() => Err(self.lost_on_failure(e)),
             Err(e) => Err(e),

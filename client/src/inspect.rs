@@ -56,6 +56,10 @@ pub struct Holder {
     /// How many of the key's permits the lease holds
     /// ([`Lease::permits`](crate::Lease::permits)).
     pub permits: u32,
+    /// The lease's note ([`KeyHold::note`](crate::KeyHold::note),
+    /// [`HeldLease::set_note`](crate::HeldLease::set_note)); empty when
+    /// it has none (or the server is older than notes).
+    pub note: String,
 }
 
 impl Lock {
@@ -152,6 +156,7 @@ fn holder(v: &Value) -> Option<Option<Holder>> {
         lease: 0,
         fence: 0,
         permits: 1,
+        note: String::new(),
     };
     for (k, v) in pairs(v)? {
         match k.as_str()? {
@@ -162,6 +167,7 @@ fn holder(v: &Value) -> Option<Option<Holder>> {
             "lease" => holder.lease = v.as_integer()?,
             "fence" => holder.fence = u64::try_from(v.as_integer()?).ok()?,
             "permits" => holder.permits = count(v)?,
+            "note" => holder.note = String::from_utf8_lossy(v.as_bytes()?).into_owned(),
             _ => {}
         }
     }
@@ -231,6 +237,7 @@ mod tests {
             (Value::bulk("lease"), Value::Integer(lease)),
             (Value::bulk("fence"), Value::Integer(fence)),
             (Value::bulk("permits"), Value::Integer(permits)),
+            (Value::bulk("note"), Value::bulk(format!("note {lease}"))),
         ])
     }
 
@@ -253,9 +260,9 @@ mod tests {
         let seen: Vec<_> = info
             .holder_list
             .iter()
-            .map(|h| (h.lease, h.fence, h.permits, h.id))
+            .map(|h| (h.lease, h.fence, h.permits, h.id, h.note.as_str()))
             .collect();
-        assert_eq!(seen, [(1, 8, 1, 101), (2, 9, 2, 102)]);
+        assert_eq!(seen, [(1, 8, 1, 101, "note 1"), (2, 9, 2, 102, "note 2")]);
         assert_eq!(info.holder.as_ref(), info.holder_list.first());
         let bad = Value::Map(vec![(Value::bulk("holder_list"), Value::Integer(1))]);
         assert!(key_info(&bad).is_none());
