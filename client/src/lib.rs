@@ -50,7 +50,11 @@
 //! - `lock`: a named lock, its builder, counters and fenced writes;
 //! - `hold`: holding keys: `hold`, `try_hold`, `key(..)` (its wait and
 //!   permits), [`HeldLease`];
-//! - `inspect`: one key's state on the server, [`KeyInfo`], its holders.
+//! - `inspect`: one key's state on the server, [`KeyInfo`], its holders;
+//! - `observe`: a key's holder watched (`OBSERVE`), the [`Observer`]
+//!   stream of [`Leader`]s;
+//! - `election`: [`Election`]s with etcd's shape (campaign, [`Leadership`],
+//!   leader, observe), made of a hold with a note and an observer.
 //!
 //! Names, keys and texts in the core's shape come from `holdline::wire`.
 
@@ -60,12 +64,14 @@ mod address;
 mod cluster;
 mod connection;
 mod driver;
+mod election;
 mod error;
 mod hold;
 mod inspect;
 mod lease;
 mod lock;
 mod node;
+mod observe;
 mod options;
 mod route;
 mod slot;
@@ -79,6 +85,7 @@ pub use address::DEFAULT_PORT;
 // Redis rows use it); it is not the client's API.
 #[doc(hidden)]
 pub use connection::{Connection, PushHandler, MAX_REPLY_FRAME};
+pub use election::{Election, Leadership};
 pub use error::Error;
 pub use hold::{HeldLease, KeyHold};
 pub use holdline::wire::DEFAULT_TTL;
@@ -88,6 +95,7 @@ pub use inspect::{Holder, KeyInfo};
 pub use lease::{Lease, Signal};
 pub use lock::{Lock, LockBuilder};
 pub use node::{CONNECT_TIMEOUT, MAX_IDLE_CONNECTIONS};
+pub use observe::{Leader, Observer};
 pub use options::ConnectOptions;
 pub use slot::key_slot;
 pub use store::Store;
