@@ -735,3 +735,41 @@ func helloOnly(args []string) string {
 	}
 	return ""
 }
+
+// In a cluster Observe asks the node that serves the election's key,
+// follows MOVED, and after a closed partition observes again where the
+// key went.
+func TestObserveFollowsMovedAndAClosedPartition(t *testing.T) {
+	var onZero, onOne atomic.Int32
+	fc := newFakeCluster(t, 2, func(fc *fakeCluster, node int, args []string) string {
+		if args[0] != "OBSERVE" {
+			return ""
+		}
+		moved := fmt.Sprintf("-MOVED %d %s\r\n", slotOf(args[2]), fc.addr(1-node))
+		switch {
+		case node == 0 && onZero.Add(1) == 1:
+			return moved
+		case node == 0:
+			return "+OK\r\n" + observePush("elections", "billing", "held", 5, 21, "b")
+		case onOne.Add(1) == 1:
+			return "+OK\r\n" + observePush("elections", "billing", "held", 4, 20, "a") +
+				observePush("elections", "billing", "closed", 4, 20, "a")
+		}
+		return moved
+	})
+	fc.setRanges(slotRange{0, slotCount - 1, 0})
+	store := connect(t, fc.addr(0))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	leaders, err := openLock(t, store, "elections").Election("billing").Observe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expectLeader(t, leaders, "the present state on the node MOVED named", &Leader{Note: "a", Fence: 4})
+	expectLeader(t, leaders, "the present state where the key went", &Leader{Note: "b", Fence: 5})
+	// Node 1 is asked again or not, as the map's refresh (in the
+	// background, after the MOVED) was quicker than the closed or not.
+	if a, b := onZero.Load(), onOne.Load(); a != 2 || b < 1 || b > 2 {
+		t.Fatalf("OBSERVE sent %d times to node 0 and %d to node 1, want 2 and 1 or 2", a, b)
+	}
+}
