@@ -281,3 +281,36 @@ def test_the_election_checker_catches_the_mutant() -> None:
     # In (a) the proxy froze while the mutant A led: it went on believing.
     overlap = r"\n  overlap: [BC] believed it led from \S+ \(fence \d+\) while A believed it led"
     assert re.search(overlap, done.stdout), done.stdout
+
+
+def test_the_blocking_flavour_campaigns_and_observes(server: Server) -> None:
+    with holdline.connect_sync(server.address) as store:
+        election = store.lock("services", ttl="2s").election("billing")
+        assert election.leader() is None
+        with election.observe() as leaders:
+            assert next(leaders) is None
+            with election.campaign("10.0.0.5:8080") as lead:
+                assert not lead.lost and not lead.signal.is_set() and lead.error is None
+                lead.check()
+                leader = election.leader()
+                assert leader is not None and (leader.note, leader.fence) == (
+                    "10.0.0.5:8080",
+                    lead.fence,
+                )
+                seen = next(leaders)
+                assert seen is not None and (seen.note, seen.fence) == ("10.0.0.5:8080", lead.fence)
+                lead.proclaim("10.0.0.6:8080")
+                assert lead.note == "10.0.0.6:8080"
+                seen = next(leaders)
+                assert seen is not None and (seen.note, seen.fence) == ("10.0.0.6:8080", lead.fence)
+                lead.resign()
+                assert next(leaders) is None
+            with election.campaign("again") as again:
+                assert again.fence > lead.fence
+                seen = next(leaders)
+                assert seen is not None and (seen.note, seen.fence) == ("again", again.fence)
+        assert election.leader() is None
+        with store.lock("noted").hold("k", note="job 7"):
+            state = store.lock("noted").inspect("k")
+            assert state is not None and state.holder is not None
+            assert state.holder.note == "job 7"

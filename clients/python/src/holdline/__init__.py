@@ -24,7 +24,18 @@ from ._inspect import KeyHolder, KeyState
 from ._lease import Lease
 from ._lock import Hold, Key, Lock, TryHold
 from ._store import DEFAULT_ADDRESS, Connecting, Store, connect
-from ._sync import SyncHold, SyncLease, SyncLock, SyncStore, SyncTryHold, connect_sync
+from ._sync import (
+    SyncCampaign,
+    SyncElection,
+    SyncHold,
+    SyncLeadership,
+    SyncLease,
+    SyncLock,
+    SyncObserver,
+    SyncStore,
+    SyncTryHold,
+    connect_sync,
+)
 
 __version__ = "0.1.0"
 
@@ -48,6 +59,10 @@ __all__ = [
     "SyncHold",
     "SyncTryHold",
     "SyncLease",
+    "SyncElection",
+    "SyncCampaign",
+    "SyncLeadership",
+    "SyncObserver",
     "Key",
     "Duration",
     "DEFAULT_ADDRESS",

@@ -32,18 +32,54 @@ import asyncio
 import time
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, AsyncIterator, List, Optional, Tuple, Type
+from typing import AsyncGenerator, List, Optional, Protocol, Tuple, Type, Union
 
+from ._cluster import Router
+from ._durations import Duration
 from ._errors import Closed, InUse, Invalid, Lost
+from ._inspect import KeyState
 from ._lease import Lease
-from ._lock import Hold
 from ._pool import Pool
 from ._resp import Reply, RespError
 from ._texts import key_text, wait_grace_ms
 from ._wire import DROPPED, Link, result
 
-if TYPE_CHECKING:
-    from ._lock import Lock
+
+class _Hold(Protocol):
+    """What a campaign needs of a lock's hold (`_lock.Hold`, a layer above)."""
+
+    _link: Optional[Link]
+    _owner: Optional[object]
+
+    async def __aenter__(self) -> Lease: ...
+
+    async def __aexit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None: ...
+
+
+class _Lock(Protocol):
+    """What an election needs of its lock (`_lock.Lock`, a layer above)."""
+
+    name: str
+    ttl_ms: int
+    _router: Router
+
+    def hold(
+        self,
+        key: Union[str, int],
+        *,
+        wait: Optional[Duration] = None,
+        permits: Optional[int] = None,
+        exclusive: bool = False,
+        note: Optional[str] = None,
+    ) -> _Hold: ...
+
+    async def inspect(self, key: Union[str, int]) -> Optional[KeyState]: ...
+
 
 CAMPAIGN_WAIT_MS = 60_000
 """The wait of each HOLD a campaign sends; past it the HOLD is sent again."""
@@ -151,10 +187,11 @@ class Campaign:
     Leaving it after the leadership was lost raises `Lost`, unless the
     block raised its own error."""
 
-    def __init__(self, election: "Election", note: str) -> None:
+    def __init__(self, election: "Election", note: str, owner: Optional[object] = None) -> None:
         self._election = election
         self._note = note
-        self._hold: Optional[Hold] = None
+        self._owner = owner  # who campaigns: the task (None), or a thread (blocking flavour)
+        self._hold: Optional[_Hold] = None
         self._done = False
         self._entered = False
 
@@ -164,7 +201,9 @@ class Campaign:
         self._entered = True
         lock, name = self._election.lock, self._election.name
         while True:
-            hold = Hold(lock, name, CAMPAIGN_WAIT_MS, take=None, note=self._note)
+            wait = f"{CAMPAIGN_WAIT_MS}ms"
+            hold = lock.hold(name, wait=wait, exclusive=True, note=self._note)
+            hold._owner = self._owner
             try:
                 lease = await hold.__aenter__()
             except InUse:
@@ -199,7 +238,7 @@ class Election:
     """An election: `lock.election(name)`. Campaign in it, ask who leads,
     or observe who leads as it changes."""
 
-    def __init__(self, lock: "Lock", name: str) -> None:
+    def __init__(self, lock: _Lock, name: str) -> None:
         self.lock = lock
         """The lock the election's key is in (its ttl is the leaders')."""
         self.name = name
@@ -224,7 +263,7 @@ class Election:
         held_for = None if state.held_for_ms is None else state.held_for_ms / 1000
         return Leader(holder.note, holder.fence, held_for, holder.id)
 
-    async def observe(self) -> AsyncIterator[Optional[Leader]]:
+    async def observe(self) -> AsyncGenerator[Optional[Leader], None]:
         """`async for leader in election.observe():` the leader now (None
         when nobody leads), then every change: a `Leader` when one is
         elected or proclaims, None when the leader's lease ends. On a

@@ -16,10 +16,11 @@ import asyncio
 import re
 import time
 from types import TracebackType
-from typing import TYPE_CHECKING, List, Optional, Tuple, Type, Union
+from typing import List, Optional, Tuple, Type, Union
 
 from ._cluster import Router
 from ._durations import Duration, to_ms
+from ._election import Election
 from ._errors import Closed, Error, Invalid, Lost, from_reply, show_key, text_for
 from ._inspect import KeyState, key_state
 from ._lease import Lease
@@ -28,9 +29,6 @@ from ._resp import Arg, Reply, RespError
 from ._texts import key_text as client_text
 from ._texts import show_ms, wait_grace_ms
 from ._wire import DROPPED, Link, result
-
-if TYPE_CHECKING:
-    from ._election import Election
 
 Key = Union[str, int]
 """A key: text, or an integer (key 9 and key "9" are the same key)."""
@@ -389,12 +387,10 @@ class Lock:
         take = self._take(permits, exclusive)
         return TryHold(self, key_text(key), None, take=take, note=_note(note))
 
-    def election(self, name: str) -> "Election":
+    def election(self, name: str) -> Election:
         """The election `name` of this lock: a hold of key `name` with the
         candidate's note, and an observer of that key (`Election`). Every
         process that campaigns in it opens the same lock (name and ttl)."""
-        from ._election import Election
-
         return Election(self, key_text(name))
 
     async def inspect(self, key: Key) -> Optional[KeyState]:

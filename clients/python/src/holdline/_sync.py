@@ -16,14 +16,15 @@ import ssl as _ssl
 import threading
 import time
 from types import TracebackType
-from typing import Awaitable, Dict, Optional, Type, TypeVar, Union
+from typing import Any, Awaitable, Coroutine, Dict, Iterator, Optional, Type, TypeVar, Union
 
 from ._address import Addresses
 from ._durations import Duration
+from ._election import Campaign, Election, Leader, Leadership
 from ._errors import Lost
 from ._inspect import KeyState
 from ._lease import Lease
-from ._lock import Hold, HoldBase, Key, Lock, TryHold, key_text
+from ._lock import HoldBase, Key, Lock
 from ._store import DEFAULT_ADDRESS, Store, connect
 
 T = TypeVar("T")
@@ -44,6 +45,16 @@ class _LoopThread:
     def run(self, coro: Awaitable[T]) -> T:
         """Runs `coro` on the loop and blocks until it answers."""
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result()  # type: ignore[arg-type]
+
+    def run_or_cancel(self, coro: Coroutine[Any, Any, T]) -> T:
+        """`run`, cancelling `coro` on the loop when the wait is interrupted
+        here (KeyboardInterrupt)."""
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return future.result()
+        except BaseException:
+            future.cancel()
+            raise
 
     def stop(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
@@ -153,21 +164,30 @@ class SyncLock:
         wait: Optional[Duration] = None,
         permits: Optional[int] = None,
         exclusive: bool = False,
+        note: Optional[str] = None,
     ) -> "SyncHold":
         """`Lock.hold`, blocking: waits in line up to `wait` (default 10 s),
-        taking one permit, `permits`, or all of them with `exclusive=True`."""
-        text = key_text(key)
-        take = self._lock._take(permits, exclusive)
-        hold = Hold(self._lock, text, self._lock._wait_ms(text, wait), take=take)
+        taking one permit, `permits`, or all of them with `exclusive=True`;
+        `note` as `Lock.hold` takes it."""
+        hold = self._lock.hold(key, wait=wait, permits=permits, exclusive=exclusive, note=note)
         return SyncHold(self.store, hold)
 
     def try_hold(
-        self, key: Key, *, permits: Optional[int] = None, exclusive: bool = False
+        self,
+        key: Key,
+        *,
+        permits: Optional[int] = None,
+        exclusive: bool = False,
+        note: Optional[str] = None,
     ) -> "SyncTryHold":
         """`Lock.try_hold`, blocking: the lease is None when its permits do
         not fit now or someone waits."""
-        take = self._lock._take(permits, exclusive)
-        return SyncTryHold(self.store, TryHold(self._lock, key_text(key), None, take=take))
+        tried = self._lock.try_hold(key, permits=permits, exclusive=exclusive, note=note)
+        return SyncTryHold(self.store, tried)
+
+    def election(self, name: str) -> "SyncElection":
+        """`Lock.election`, blocking: campaign in `with` blocks."""
+        return SyncElection(self.store, self._lock.election(name))
 
     def inspect(self, key: Key) -> Optional[KeyState]:
         """`Lock.inspect`, blocking."""
@@ -325,3 +345,180 @@ class SyncTryHold(_SyncHoldBase):
 
     def __enter__(self) -> Optional[SyncLease]:
         return self._enter()
+
+
+class SyncElection:
+    """An election of a `SyncLock`; see `Election`."""
+
+    def __init__(self, store: SyncStore, election: Election) -> None:
+        self._store = store
+        self._election = election
+        self.name = election.name
+        """The election's name: the key held by its leader."""
+
+    def campaign(self, note: str) -> "SyncCampaign":
+        """`with election.campaign(note) as lead:` waits until elected (as
+        long as it takes; KeyboardInterrupt leaves the line), then leads for
+        the block; see `Election.campaign`."""
+        if not isinstance(note, str):
+            raise TypeError(f"a note is a str, not {type(note).__name__}")
+        return SyncCampaign(self._store, Campaign(self._election, note))
+
+    def leader(self) -> Optional[Leader]:
+        """`Election.leader`, blocking: the leader now, None when nobody leads."""
+        return self._store._runner.run(self._election.leader())
+
+    def observe(self) -> "SyncObserver":
+        """`for leader in election.observe():` the leader now (None when
+        nobody leads), then every change; see `Election.observe`. Each item
+        blocks until it comes; `close()` it (or use it as a `with` block)
+        to stop observing before the store closes."""
+        return SyncObserver(self._store._runner, self._election)
+
+
+class SyncLeadership:
+    """Being the leader, for threads: `signal` is a `threading.Event`; see
+    `Leadership`."""
+
+    def __init__(self, runner: _LoopThread, lead: Leadership) -> None:
+        self._runner = runner
+        self._lead = lead
+        self.lease = SyncLease(lead.lease)
+        """The lease it leads under."""
+
+    @property
+    def election(self) -> str:
+        return self._lead.election
+
+    @property
+    def fence(self) -> int:
+        """The leadership's fence: pass it to what the leader writes."""
+        return self._lead.fence
+
+    @property
+    def note(self) -> str:
+        """The note the server shows for it."""
+        return self._lead.note
+
+    @property
+    def signal(self) -> threading.Event:
+        """Set the moment the leadership is lost."""
+        return self.lease.signal
+
+    @property
+    def lost(self) -> bool:
+        """True once the leadership is lost."""
+        return self.lease.lost
+
+    @property
+    def error(self) -> Optional[Lost]:
+        """The `Lost` error once the leadership is lost."""
+        return self.lease.error
+
+    def check(self) -> None:
+        """Raises `Lost` once the leadership is lost."""
+        self.lease.check()
+
+    def proclaim(self, note: str) -> None:
+        """`Leadership.proclaim`, blocking."""
+        self._runner.run(self._lead.proclaim(note))
+
+    def resign(self) -> None:
+        """`Leadership.resign`, blocking."""
+        self._runner.run(self._lead.resign())
+
+    def __repr__(self) -> str:
+        return repr(self._lead).replace("<Leadership", "<SyncLeadership", 1)
+
+
+class SyncCampaign:
+    """`with election.campaign(note) as lead:`; see `Campaign`."""
+
+    def __init__(self, store: SyncStore, campaign: Campaign) -> None:
+        self._runner = store._runner
+        self._campaign = campaign
+        self._task: "Optional[asyncio.Task[SyncLeadership]]" = None
+        self._abandoned = False
+
+    async def _enter_on_loop(self) -> SyncLeadership:
+        self._task = asyncio.current_task()
+        if self._abandoned:
+            raise asyncio.CancelledError
+        lead = await self._campaign.__aenter__()
+        return SyncLeadership(self._runner, lead)
+
+    def _abandon(self) -> None:
+        """On the loop thread: the caller stopped waiting for `_enter_on_loop`."""
+        self._abandoned = True
+        task = self._task
+        if task is None:
+            return
+        if not task.done():
+            task.cancel()  # the campaign leaves the line by closing its connection
+        elif not task.cancelled() and task.exception() is None:
+            asyncio.ensure_future(self._let_go())
+
+    async def _let_go(self) -> None:
+        try:
+            await self._campaign._resign()
+        except Exception:
+            pass
+
+    def __enter__(self) -> SyncLeadership:
+        self._campaign._owner = threading.current_thread()
+        future = asyncio.run_coroutine_threadsafe(self._enter_on_loop(), self._runner.loop)
+        try:
+            return future.result()
+        except BaseException:
+            self._runner.loop.call_soon_threadsafe(self._abandon)
+            raise
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        self._runner.run(self._campaign.__aexit__(exc_type, exc, tb))
+
+
+class SyncObserver:
+    """The leaders of `SyncElection.observe`, one blocking item at a time."""
+
+    def __init__(self, runner: _LoopThread, election: Election) -> None:
+        self._runner = runner
+        self._leaders = election.observe()
+        self._closed = False
+
+    def __iter__(self) -> Iterator[Optional[Leader]]:
+        return self
+
+    def __next__(self) -> Optional[Leader]:
+        if self._closed:
+            raise StopIteration
+        try:
+            return self._runner.run_or_cancel(self._next())
+        except StopAsyncIteration:
+            raise StopIteration from None
+
+    async def _next(self) -> Optional[Leader]:
+        return await self._leaders.__anext__()
+
+    def close(self) -> None:
+        """Stops observing: its connection closes. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if not self._runner.loop.is_closed():
+            self._runner.run(self._leaders.aclose())
+
+    def __enter__(self) -> "SyncObserver":
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        self.close()
