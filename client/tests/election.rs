@@ -1,0 +1,353 @@
+//! Elections against a real `holdline serve`: campaign, leader, proclaim
+//! and resign; a second campaigner elected with a greater fence once the
+//! first resigns or loses its connection; notes on holds as `INSPECT`
+//! shows them; `observe()` yielding the present state first, every change
+//! in order, and the present state again after a `CLIENT KILL` of its
+//! connection; and `clients/testing/election.py` run with the campaigner
+//! example.
+//!
+//! "Waits" is the server's word: a campaigner counts as waiting once
+//! `INSPECT` shows it in the key's line; nothing here is proved by a sleep.
+
+mod common;
+
+use common::{expected_text, Server, PATIENCE};
+use holdline_client::{Connection, ErrorKind, Leader, Lock, Observer, Store, Value};
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+use tokio::time::timeout;
+
+async fn lock(server: &Server) -> Lock {
+    let store = Store::connect(&server.addr).await.expect("connect");
+    store
+        .lock("elections")
+        .ttl(Duration::from_secs(2))
+        .open()
+        .unwrap()
+}
+
+/// Waits (polling `INSPECT`) until `waiters` stand in the key's line.
+async fn until_waiting(lock: &Lock, key: &str, waiters: usize) {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let info = lock.inspect(key).await.unwrap();
+        if info.is_some_and(|i| i.waiters == waiters) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{waiters} never waited on {key}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The observer's next item, within the patience.
+async fn next(observer: &mut Observer) -> Option<Leader> {
+    timeout(PATIENCE, observer.next())
+        .await
+        .expect("an item within the patience")
+        .expect("the stream goes on")
+}
+
+/// `(fence, note)` of an item that names a leader.
+fn named(item: Option<Leader>) -> (u64, String) {
+    let leader = item.expect("a leader, not none");
+    (leader.fence, leader.note)
+}
+
+/// The ids of the server's connections now (`CLIENT LIST`).
+async fn client_ids(admin: &mut Connection) -> BTreeSet<u64> {
+    let list = admin.command(&["CLIENT", "LIST"]).await.unwrap();
+    let text = list.as_str().expect("CLIENT LIST's text").to_owned();
+    text.lines()
+        .filter_map(|line| line.strip_prefix("id="))
+        .map(|rest| rest.split(' ').next().unwrap().parse().unwrap())
+        .collect()
+}
+
+async fn kill_client(admin: &mut Connection, id: u64) {
+    let killed = admin
+        .command(&["CLIENT", "KILL", "ID", &id.to_string()])
+        .await
+        .unwrap();
+    assert_eq!(killed, Value::Integer(1), "CLIENT KILL ID {id}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn campaign_leads_proclaims_and_resigns_and_the_next_leads_higher() {
+    let server = Server::start();
+    let lock = lock(&server).await;
+    let election = lock.election("billing");
+    assert_eq!(election.name(), "billing");
+    assert_eq!(election.leader().await.unwrap(), None, "nobody leads yet");
+
+    let lead = election.campaign("10.0.0.5:8080").await.unwrap();
+    let leader = election.leader().await.unwrap().expect("a leader");
+    assert_eq!(
+        (leader.fence, leader.note.as_str()),
+        (lead.fence(), "10.0.0.5:8080")
+    );
+    assert!(leader.held_for.is_some() && leader.holder_id > 0);
+    lead.proclaim("10.0.0.5:8081").await.unwrap();
+    let proclaimed = election.leader().await.unwrap().unwrap();
+    assert_eq!(
+        (proclaimed.fence, proclaimed.note.as_str()),
+        (lead.fence(), "10.0.0.5:8081")
+    );
+
+    // A second candidate waits in line until the first resigns.
+    let second = {
+        let election = election.clone();
+        tokio::spawn(async move { election.campaign("10.0.0.6:8080").await })
+    };
+    until_waiting(&lock, "billing", 1).await;
+    assert!(!second.is_finished());
+    let first_fence = lead.fence();
+    lead.resign().await.unwrap();
+    let second = timeout(PATIENCE, second).await.unwrap().unwrap().unwrap();
+    assert!(second.fence() > first_fence, "fences rise");
+    let now = election.leader().await.unwrap().unwrap();
+    assert_eq!(
+        (now.fence, now.note.as_str()),
+        (second.fence(), "10.0.0.6:8080")
+    );
+    assert!(!second.is_lost());
+    second.resign().await.unwrap();
+    assert_eq!(
+        election.leader().await.unwrap(),
+        None,
+        "resigned: nobody leads"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_connection_is_killed_loses_and_the_next_is_elected() {
+    let server = Server::start();
+    let lock = lock(&server).await;
+    let election = lock.election("billing");
+    let lead = election.campaign("a").await.unwrap();
+    let waiting = {
+        let election = election.clone();
+        tokio::spawn(async move { election.campaign("b").await })
+    };
+    until_waiting(&lock, "billing", 1).await;
+    let id = election.leader().await.unwrap().unwrap().holder_id;
+    let mut admin = Connection::connect(&server.addr).await.unwrap();
+    kill_client(&mut admin, id).await;
+    timeout(PATIENCE, lead.signal().aborted())
+        .await
+        .expect("the kill aborts the leader's signal");
+    assert!(lead.is_lost());
+    let next = timeout(PATIENCE, waiting).await.unwrap().unwrap().unwrap();
+    assert!(next.fence() > lead.fence());
+    let lost = lead.proclaim("a again").await.unwrap_err();
+    assert_eq!(lost.kind(), ErrorKind::Lost);
+    let vars = [("lock", "elections"), ("key", "\"billing\"")];
+    assert_eq!(lost.to_string(), expected_text("lost_connection", &vars));
+    assert_eq!(lead.resign().await.unwrap_err().kind(), ErrorKind::Lost);
+    assert_eq!(election.leader().await.unwrap().unwrap().note, "b");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_note_fails_invalid_with_the_servers_text() {
+    let server = Server::start();
+    let lock = lock(&server).await;
+    let election = lock.election("billing");
+    let text = "lock elections: key \"billing\": a note is 1 to 1024 bytes of UTF-8 \
+                without control characters: invalid";
+    for bad in ["", "two\nlines", &"x".repeat(1025)] {
+        let e = election.campaign(bad).await.unwrap_err();
+        assert_eq!(
+            (e.kind(), e.to_string().as_str()),
+            (ErrorKind::Invalid, text)
+        );
+    }
+    let lead = election.campaign(&"x".repeat(1024)).await.unwrap();
+    let e = lead.proclaim("tab\there").await.unwrap_err();
+    assert_eq!(
+        (e.kind(), e.to_string().as_str()),
+        (ErrorKind::Invalid, text)
+    );
+    assert_eq!(election.leader().await.unwrap().unwrap().note.len(), 1024);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holds_note_is_what_inspect_shows() {
+    let server = Server::start();
+    let lock = lock(&server).await;
+    let held = lock.key("job").note("worker 7").acquire().await.unwrap();
+    let info = lock.inspect("job").await.unwrap().unwrap();
+    assert_eq!(info.holder_list[0].note, "worker 7");
+    held.set_note("worker 7: step 2").await.unwrap();
+    let info = lock.inspect("job").await.unwrap().unwrap();
+    assert_eq!(info.holder.unwrap().note, "worker 7: step 2");
+    held.release().await.unwrap();
+    // No note: empty.
+    let plain = lock.try_acquire("job").await.unwrap().unwrap();
+    let info = lock.inspect("job").await.unwrap().unwrap();
+    assert_eq!(info.holder_list[0].note, "");
+    drop(plain);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn observe_yields_the_present_state_first_and_again_after_a_kill() {
+    let server = Server::start();
+    let lock = lock(&server).await;
+    let election = lock.election("billing");
+    let mut admin = Connection::connect(&server.addr).await.unwrap();
+
+    // Nobody leads: the first item says so. Its connection is the one
+    // that appeared meanwhile.
+    let mut observer = election.observe();
+    let before = client_ids(&mut admin).await;
+    assert_eq!(next(&mut observer).await, None, "the present state: nobody");
+    let after = client_ids(&mut admin).await;
+    let new: Vec<u64> = after.difference(&before).copied().collect();
+    assert_eq!(new.len(), 1, "one connection for the observer: {new:?}");
+
+    let lead = election.campaign("a:1").await.unwrap();
+    let granted = next(&mut observer).await.unwrap();
+    assert_eq!(
+        (granted.fence, granted.note.as_str()),
+        (lead.fence(), "a:1")
+    );
+    assert_eq!(
+        granted.held_for,
+        Some(Duration::ZERO),
+        "a grant just pushed"
+    );
+    lead.proclaim("a:2").await.unwrap();
+    assert_eq!(
+        named(next(&mut observer).await),
+        (lead.fence(), "a:2".into())
+    );
+
+    // Its connection killed: it observes again and says the present state.
+    kill_client(&mut admin, new[0]).await;
+    let again = next(&mut observer).await.unwrap();
+    assert_eq!((again.fence, again.note.as_str()), (lead.fence(), "a:2"));
+    assert_eq!(
+        again.held_for, None,
+        "found in place: the push does not say"
+    );
+    assert!(observer.error().is_none());
+
+    // Resigned: none; the next leader, with a greater fence.
+    let first = lead.fence();
+    lead.resign().await.unwrap();
+    assert_eq!(next(&mut observer).await, None, "resigned: nobody leads");
+    let second = election.campaign("b:1").await.unwrap();
+    assert_eq!(
+        named(next(&mut observer).await),
+        (second.fence(), "b:1".into())
+    );
+    assert!(second.fence() > first);
+
+    // Killed: none (disconnected), then whoever is elected next.
+    kill_client(
+        &mut admin,
+        election.leader().await.unwrap().unwrap().holder_id,
+    )
+    .await;
+    assert_eq!(next(&mut observer).await, None, "its connection killed");
+    let third = election.campaign("c:1").await.unwrap();
+    assert_eq!(
+        named(next(&mut observer).await),
+        (third.fence(), "c:1".into())
+    );
+    assert!(third.fence() > second.fence());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_observer_of_a_held_key_is_told_the_holder_first_and_stops_when_dropped() {
+    let server = Server::start();
+    let lock = lock(&server).await;
+    let election = lock.election("billing");
+    let lead = election.campaign("here first").await.unwrap();
+    let mut admin = Connection::connect(&server.addr).await.unwrap();
+    let before = client_ids(&mut admin).await;
+    let mut observer = election.observe();
+    assert_eq!(
+        named(next(&mut observer).await),
+        (lead.fence(), "here first".into())
+    );
+    assert_eq!(client_ids(&mut admin).await.len(), before.len() + 1);
+    // Dropped: its connection closes.
+    drop(observer);
+    let deadline = Instant::now() + PATIENCE;
+    while client_ids(&mut admin).await != before {
+        assert!(Instant::now() < deadline, "the observer's connection stays");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn observing_a_lock_the_user_may_not_name_ends_the_stream_with_the_error() {
+    let server = Server::start_with_users("alice alice-token-0123456789 locks=team-a.*\n");
+    let store = Store::connect(&format!(
+        "redis://alice:alice-token-0123456789@{}",
+        server.addr
+    ))
+    .await
+    .unwrap();
+    let lock = store.lock("elections").open().unwrap();
+    let mut observer = lock.election("billing").observe();
+    let ended = timeout(PATIENCE, observer.next()).await.unwrap();
+    assert_eq!(ended, None, "the stream ends");
+    let e = observer.error().expect("why it ended");
+    assert_eq!(e.kind(), ErrorKind::Invalid);
+    assert!(e.is_no_perm(), "{e}");
+}
+
+/// The campaigner example: `$HOLDLINE_RUST_CAMPAIGNER`, else the one beside
+/// this test (`<profile>/examples/campaigner`: `cargo test` builds the
+/// crate's examples, `cargo test --test election` alone does not), else
+/// built there.
+fn campaigner_binary() -> PathBuf {
+    if let Some(bin) = std::env::var_os("HOLDLINE_RUST_CAMPAIGNER") {
+        return PathBuf::from(bin);
+    }
+    let exe = std::env::current_exe().unwrap();
+    // <target>/<profile>/deps/<this test>
+    let profile_dir = exe.parent().and_then(Path::parent).unwrap();
+    let bin = profile_dir.join("examples").join("campaigner");
+    if bin.exists() {
+        return bin;
+    }
+    let release = profile_dir.file_name().is_some_and(|p| p == "release");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut build = Command::new(cargo);
+    build
+        .current_dir(common::repo_root())
+        .env("CARGO_TARGET_DIR", profile_dir.parent().unwrap())
+        .args(["build", "--example", "campaigner", "-p", "holdline-client"]);
+    if release {
+        build.arg("--release");
+    }
+    let status = build
+        .status()
+        .expect("run cargo build --example campaigner");
+    assert!(status.success(), "cargo build --example campaigner failed");
+    bin
+}
+
+#[test]
+fn the_election_checker_passes_with_the_campaigner() {
+    let checker = common::repo_root().join("clients/testing/election.py");
+    assert!(checker.exists(), "{} is missing", checker.display());
+    let campaigner = campaigner_binary();
+    let output = Command::new("python3")
+        .arg(&checker)
+        .arg("--campaigner")
+        .arg(campaigner.to_str().unwrap())
+        .env("HOLDLINE_BIN", common::binary())
+        .output()
+        .expect("run python3 clients/testing/election.py");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "election.py failed ({}):\n{stdout}\n{stderr}",
+        output.status
+    );
+}
