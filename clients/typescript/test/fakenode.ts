@@ -52,7 +52,7 @@ const CLUSTER_DISABLED = '-ERR This instance has cluster support disabled\r\n'
 export function routeKey(args: string[]): string | undefined {
 	const name = args[0]?.toUpperCase()
 	if (name === 'GET') return args[1]
-	if (name === 'HOLD' || name === 'TRYHOLD' || name === 'INSPECT' || name === 'PUT') return args[2]
+	if (name === 'HOLD' || name === 'TRYHOLD' || name === 'INSPECT' || name === 'PUT' || name === 'OBSERVE') return args[2]
 	return undefined
 }
 
