@@ -89,7 +89,9 @@ async def test_campaign_leads_with_its_note_then_proclaims_and_resigns(
         await lead.resign()  # idempotent
         with pytest.raises(holdline.Invalid) as refused:
             await lead.proclaim("after")
-        assert str(refused.value) == "lock services: the leadership was resigned: invalid"
+        assert str(refused.value) == (
+            'lock services: key "billing": the leadership was resigned: invalid'
+        )
     assert await election.leader() is None
 
 

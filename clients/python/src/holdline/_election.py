@@ -36,7 +36,7 @@ from typing import AsyncGenerator, List, Optional, Protocol, Tuple, Type, Union
 
 from ._cluster import Router
 from ._durations import Duration
-from ._errors import Closed, InUse, Invalid, Lost
+from ._errors import Closed, InUse, Invalid, Lost, text_for
 from ._inspect import KeyState
 from ._lease import Lease
 from ._pool import Pool
@@ -159,7 +159,8 @@ class Leadership:
         self.lease.check()
         link = self._campaign._link()
         if link is None:
-            raise Invalid(f"lock {self.lease.lock}: the leadership was resigned: invalid")
+            what = "the leadership was resigned"
+            raise Invalid(text_for(self.lease.lock, self.lease.key, what, "invalid"))
         try:
             await link.call("NOTE", self.lease.id, note)
         except Lost as err:
