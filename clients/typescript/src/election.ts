@@ -40,7 +40,7 @@ export interface ObserveOptions {
 	signal?: AbortSignal
 }
 
-/** @internal What a lock lends the election it made. */
+/** What a lock lends the election it made (not exported by the package: `lock.election` makes elections). */
 export interface ElectionHold {
 	router: Router
 	/** The lock's name. */

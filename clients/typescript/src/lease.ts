@@ -31,9 +31,9 @@ export interface LeaseClock {
 }
 
 /**
- * @internal What a hold lends its function besides the lease (an
- * election's leader): commands on the lease's connection, and letting the
- * key go before the function ends.
+ * What a hold lends its function besides the lease (an election's leader;
+ * not exported by the package): commands on the lease's connection, and
+ * letting the key go before the function ends.
  */
 export interface LeaseLink {
 	/** Sends a command on the lease's connection (`NOTE`); rejects once that connection closed. */
