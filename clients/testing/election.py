@@ -220,7 +220,7 @@ class World:
             for line in proc.lines:
                 if line.get("event") == "elected" and line.get("t", 0) > since:
                     if best is None or line["t"] < best[0]:
-                        best = (line["t"], name, line.get("fence"))
+                        best = (line["t"], name, line.get("fence", 0))
                     break
         return None if best is None else (best[1], best[2])
 
@@ -230,7 +230,7 @@ class World:
         for name, proc in self.procs.items():
             for line in proc.lines:
                 if line.get("event") == "elected" and (last is None or line["t"] > last[0]):
-                    last = (line["t"], name, line.get("fence"))
+                    last = (line["t"], name, line.get("fence", 0))
         if last is None:
             raise TimeoutError("nobody was elected")
         return last[1], last[2]

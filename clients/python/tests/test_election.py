@@ -9,8 +9,9 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import Dict, List, Optional, Sequence, Tuple
 
+import election
 import pytest
 from conftest import PATIENCE, Proxy, Server, server_binary, until, until_waiters
 
@@ -316,3 +317,95 @@ def test_the_blocking_flavour_campaigns_and_observes(server: Server) -> None:
             state = store.lock("noted").inspect("k")
             assert state is not None and state.holder is not None
             assert state.holder.note == "job 7"
+
+
+# The checker's rules, on lines made up to break each one (times in seconds).
+
+S = 1_000_000_000
+
+
+def line(event: str, t: float, **fields: object) -> Dict[str, object]:
+    return {"event": event, "t": int(t * S), **fields}
+
+
+def campaigner(*events: Tuple[str, float, int]) -> List[Dict[str, object]]:
+    """A campaigner's lines: ready, then (event, t, fence) each."""
+    return [line("ready", 0, pid=1)] + [line(e, t, fence=f) for e, t, f in events]
+
+
+def observer(*seen: Tuple[float, Optional[int]]) -> List[Dict[str, object]]:
+    out = [line("ready", 0, pid=2)]
+    for t, fence in seen:
+        out.append(line("observed", t, fence=fence, note=None if fence is None else "x"))
+    return out
+
+
+def verdict(
+    procs: Dict[str, List[Dict[str, object]]],
+    faults: Sequence[Tuple[str, str, float]] = (),
+    exits: Optional[Dict[str, Optional[int]]] = None,
+    bad: Optional[Dict[str, List[str]]] = None,
+) -> List[str]:
+    timed = [(what, victim, int(t * S)) for what, victim, t in faults]
+    v = election.judge(procs, bad or {}, exits or {}, timed, 2000, 100 * S, 0)
+    return v.violations
+
+
+def good() -> Dict[str, List[Dict[str, object]]]:
+    return {
+        "A": campaigner(("elected", 1, 5), ("leading", 1.5, 5), ("lost", 3.9, 5)),
+        "B": campaigner(("elected", 4, 6), ("leading", 4.5, 6)),
+        "O": observer((1.1, 5), (4.0, None), (4.05, 6), (4.5, 6)),
+    }
+
+
+def test_the_checker_passes_a_clean_history() -> None:
+    assert verdict(good(), [("(a)", "A", 2.5)]) == []
+
+
+def test_the_checker_finds_two_leaders_at_once() -> None:
+    procs = good()
+    procs["A"] = campaigner(("elected", 1, 5), ("leading", 4.0, 5))
+    assert verdict(procs) == [
+        "overlap: B believed it led from 4.000s (fence 6) while A believed it led until "
+        "4.000s (fence 5)"
+    ]
+
+
+def test_the_checker_finds_a_fence_that_fell() -> None:
+    procs = good()
+    procs["B"] = campaigner(("elected", 4, 4), ("leading", 4.5, 4))
+    procs["O"] = observer((1.1, 5), (4.05, 4))
+    assert verdict(procs) == [
+        "fences: B's fence 4 (from 4.000s) came after A's fence 5",
+        "observer: fence 4 observed after fence 5",
+    ]
+
+
+def test_the_checker_finds_a_late_election_and_none() -> None:
+    assert verdict(good(), [("(b) A SIGSTOPped", "A", 0.9)]) == [
+        "(b) A SIGSTOPped: the next leader was elected 3.100s later, past ttl + 1s (3.000s)"
+    ]
+    assert verdict(good(), [("(c) B SIGKILLed", "B", 5)]) == [
+        "(c) B SIGKILLed: nobody else was elected"
+    ]
+
+
+def test_the_checker_finds_an_observer_not_told() -> None:
+    procs = good()
+    procs["O"] = observer((1.1, 5), (5.2, 6))
+    assert verdict(procs) == ["observer: fence 6 (B) observed 1.200s after its election, past 1s"]
+    procs["O"] = observer((1.1, 5))
+    assert verdict(procs) == ["observer: fence 6 (B) was never observed"]
+
+
+def test_the_checker_finds_a_program_misbehaving() -> None:
+    procs = good()
+    procs["B"] = procs["B"][1:] + [line("campaigning", 5)]
+    found = verdict(procs, exits={"A": 3}, bad={"O": ["Traceback (most recent call last):"]})
+    assert found == [
+        "A: exited by itself, status 3",
+        "B: did not say ready first",
+        "B: an unknown line {'event': 'campaigning', 't': 5000000000}",
+        "O: a line that is not a JSON object: 'Traceback (most recent call last):'",
+    ]
