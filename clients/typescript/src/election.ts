@@ -101,9 +101,14 @@ export class Election {
 		for (;;) {
 			let elected = false
 			try {
-				return await this.#hold.hold(note, CAMPAIGN_WAIT_MS, options.signal, (lease, link) => {
+				return await this.#hold.hold(note, CAMPAIGN_WAIT_MS, options.signal, async (lease, link) => {
 					elected = true
-					return fn(new Leadership(lease, link, note, lock))
+					const lead = new Leadership(lease, link, note, lock)
+					try {
+						return await fn(lead)
+					} finally {
+						await lead.resign()
+					}
 				})
 			} catch (e) {
 				// Still held by another after the wait, or granted too late to be
@@ -271,8 +276,8 @@ export class Leadership {
 	/**
 	 * Aborts once the leadership is over: with the `lost` error as its
 	 * `reason` when the lease is lost, and with a `lost` error saying the
-	 * leader resigned after `resign()`. Reading it checks the clock first,
-	 * as `lease.signal` does.
+	 * leader resigned after `resign()` (or once `campaign`'s function
+	 * settled). Reading it checks the clock first, as `lease.signal` does.
 	 */
 	get signal(): AbortSignal {
 		void this.#lease.lost
@@ -292,13 +297,14 @@ export class Leadership {
 	/**
 	 * Replaces the leader's note (`NOTE`): observers are told the leader
 	 * again, with `note`. Rejects with the `lost` error once the lease is
-	 * lost, `invalid` for a bad note (the server's words) or after `resign`.
+	 * lost, `invalid` for a bad note (the server's words) or after the
+	 * leader resigned.
 	 */
 	async proclaim(note: string): Promise<void> {
 		const key = this.#lease.key
 		if (typeof note !== 'string') throw errorFor('invalid', `a note is text, not ${typeof note}`, this.#lock, key)
-		if (this.#resigned) throw errorFor('invalid', 'the leader resigned', this.#lock, key)
 		this.#lease.check()
+		if (this.#resigned) throw errorFor('invalid', 'the leader resigned', this.#lock, key)
 		let reply: Reply
 		try {
 			reply = await this.#link.send(['NOTE', this.#lease.id, note])
@@ -316,13 +322,16 @@ export class Leadership {
 
 	/**
 	 * Steps down now (`RELEASE`): `signal` aborts, the key goes to the next
-	 * campaigner, and `campaign` sends no `RELEASE` of its own once the
-	 * function settles. Resolves once the server let the key go (or the
-	 * lease was lost already); calling it again answers the same.
+	 * campaigner, and `campaign` still resolves with its function's value
+	 * (as it does this itself once the function settles). Resolves once
+	 * the server let the key go (or the lease was lost already); calling it
+	 * again answers the same.
 	 */
 	async resign(): Promise<void> {
 		if (!this.#resigned) {
 			this.#resigned = true
+			// A lease lost by the clock already says so first: the leadership was lost, not resigned.
+			void this.#lease.lost
 			this.#controller.abort(errorFor('lost', 'the leader resigned', this.#lock, this.#lease.key))
 		}
 		await this.#link.letGo()

@@ -98,6 +98,13 @@ test('campaign elects, leader() and proclaim show the note, the lead resigns aft
 	})
 	assert.match(value, /^led under \d+$/)
 	assert.equal(await election.leader(), null, 'resigned after the function')
+	// The lead kept past its function: resigned, its signal aborted, proclaim refused.
+	const kept = await election.campaign('kept', lead => lead)
+	assert.equal(kept.signal.aborted, true)
+	assert.equal(kept.signal.reason.message, 'lock elections: key "billing": the lease was lost: the leader resigned')
+	assert.equal(kept.lost, false)
+	await assert.rejects(kept.proclaim('late'), isError('invalid', 'lock elections: key "billing": the leader resigned: invalid'))
+	await kept.resign() // nothing more
 	// A rejection of the function propagates unchanged, and the lead resigns all the same.
 	const oops = new Error('oops')
 	await assert.rejects(
