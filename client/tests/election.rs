@@ -3,21 +3,31 @@
 //! first resigns or loses its connection; notes on holds as `INSPECT`
 //! shows them; `observe()` yielding the present state first, every change
 //! in order, and the present state again after a `CLIENT KILL` of its
-//! connection; and `clients/testing/election.py` run with the campaigner
-//! example.
+//! connection; against scripted nodes, `closed` observed again at the
+//! node `MOVED` names, and a silent server given up after the ttl; and
+//! `clients/testing/election.py` run with the campaigner example.
 //!
 //! "Waits" is the server's word: a campaigner counts as waiting once
 //! `INSPECT` shows it in the key's line; nothing here is proved by a sleep.
 
 mod common;
 
+use bytes::BytesMut;
 use common::{expected_text, Server, PATIENCE};
-use holdline_client::{Connection, ErrorKind, Leader, Lock, Observer, Store, Value};
+use holdline_client::{key_slot, Connection, ErrorKind, Leader, Lock, Observer, Store, Value};
+use holdline_resp::{encode, Decoder, Proto};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::time::timeout;
+
+/// A single server's answer to `CLUSTER SLOTS` (Redis's text).
+const NOT_CLUSTER: &str = "ERR This instance has cluster support disabled";
 
 async fn lock(server: &Server) -> Lock {
     let store = Store::connect(&server.addr).await.expect("connect");
@@ -350,4 +360,139 @@ fn the_election_checker_passes_with_the_campaigner() {
         "election.py failed ({}):\n{stdout}\n{stderr}",
         output.status
     );
+}
+
+/// A scripted node's answers to one command on its `n`th connection (from
+/// 0): the frames to write (a reply, pushes), or `None` to answer nothing,
+/// as a stopped server. `HELLO` is answered for it.
+type Script = dyn Fn(usize, &[String]) -> Option<Vec<Value>> + Send + Sync;
+
+/// A scripted node on loopback; answers its address.
+async fn scripted_node(script: Arc<Script>) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        let mut n = 0;
+        while let Ok((sock, _)) = listener.accept().await {
+            tokio::spawn(serve_script(sock, n, script.clone()));
+            n += 1;
+        }
+    });
+    addr
+}
+
+async fn serve_script(mut sock: TcpStream, n: usize, script: Arc<Script>) {
+    let (mut dec, mut buf) = (Decoder::new(1 << 20), BytesMut::new());
+    while let Some(cmd) = common::next_command(&mut sock, &mut dec, &mut buf).await {
+        let frames = match cmd[0].as_str() {
+            "HELLO" => Some(vec![Value::Map(vec![(
+                Value::bulk("proto"),
+                Value::Integer(3),
+            )])]),
+            _ => script(n, &cmd),
+        };
+        let mut out = Vec::new();
+        for frame in frames.unwrap_or_default() {
+            encode(&frame, Proto::Resp3, &mut out);
+        }
+        if sock.write_all(&out).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// `["observe", "elections", "billing", event, fence, 1, 20, note]`.
+fn observe_push(event: &str, fence: i64, note: &str) -> Value {
+    let words = ["observe", "elections", "billing", event].map(Value::bulk);
+    let numbers = [fence, 1, 20].map(Value::Integer);
+    let items = words.into_iter().chain(numbers).chain([Value::bulk(note)]);
+    Value::Push(items.collect())
+}
+
+/// `CLUSTER SLOTS`: every slot on `addr`.
+fn all_slots_on(addr: &str) -> Value {
+    let (host, port) = addr.rsplit_once(':').unwrap();
+    let node = Value::Array(vec![
+        Value::bulk(host),
+        Value::Integer(port.parse().unwrap()),
+        Value::bulk("0".repeat(40)),
+    ]);
+    Value::Array(vec![Value::Array(vec![
+        Value::Integer(0),
+        Value::Integer(16383),
+        node,
+    ])])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_closed_partition_observe_follows_moved_to_the_new_owner() {
+    let observes = Arc::new(AtomicUsize::new(0));
+    let seen = observes.clone();
+    let second: Arc<Script> = Arc::new(move |_, cmd: &[String]| match cmd[0].as_str() {
+        "CLUSTER" => Some(vec![Value::error("ERR unused")]),
+        "OBSERVE" => {
+            seen.fetch_add(1, Ordering::Relaxed);
+            Some(vec![Value::ok(), observe_push("held", 9, "b")])
+        }
+        _ => Some(vec![Value::simple("PONG")]),
+    });
+    let new_owner = scripted_node(second).await;
+    let (moved_to, first_addr) = (new_owner.clone(), Arc::new(Mutex::new(String::new())));
+    let own = first_addr.clone();
+    let first: Arc<Script> = Arc::new(move |n, cmd: &[String]| match cmd[0].as_str() {
+        "CLUSTER" => Some(vec![all_slots_on(&own.lock().unwrap())]),
+        // The first observation: the holder, then the partition closed.
+        "OBSERVE" if n <= 1 => Some(vec![
+            Value::ok(),
+            observe_push("held", 4, "a"),
+            observe_push("closed", 4, "a"),
+        ]),
+        "OBSERVE" => {
+            let slot = key_slot(&cmd[2]);
+            Some(vec![Value::error(format!("MOVED {slot} {moved_to}"))])
+        }
+        _ => Some(vec![Value::simple("PONG")]),
+    });
+    let addr = scripted_node(first).await;
+    *first_addr.lock().unwrap() = addr.clone();
+    let store = Store::connect(&addr).await.unwrap();
+    assert!(store.is_cluster());
+    let lock = store.lock("elections").open().unwrap();
+    let mut observer = lock.election("billing").observe();
+    assert_eq!(named(next(&mut observer).await), (4, "a".into()));
+    // `closed`: observed again, MOVED to the new owner, its present state.
+    assert_eq!(named(next(&mut observer).await), (9, "b".into()));
+    assert_eq!(observes.load(Ordering::Relaxed), 1);
+    assert_eq!(store.redirects(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_server_is_observed_again_after_the_ttl() {
+    let pings = Arc::new(AtomicUsize::new(0));
+    let counted = pings.clone();
+    let script: Arc<Script> = Arc::new(move |n, cmd: &[String]| match cmd[0].as_str() {
+        "CLUSTER" => Some(vec![Value::error(NOT_CLUSTER)]),
+        "OBSERVE" => Some(vec![Value::ok(), observe_push("held", 4 + n as i64, "a")]),
+        // The observer's first connection goes silent, as a stopped server.
+        "PING" if n == 1 => {
+            counted.fetch_add(1, Ordering::Relaxed);
+            None
+        }
+        _ => Some(vec![Value::simple("PONG")]),
+    });
+    let addr = scripted_node(script).await;
+    let store = Store::connect(&addr).await.unwrap();
+    let ttl = Duration::from_millis(600);
+    let lock = store.lock("elections").ttl(ttl).open().unwrap();
+    let mut observer = lock.election("billing").observe();
+    // Connection 0 is the store's own (`CLUSTER SLOTS`); 1 the observer's.
+    assert_eq!(named(next(&mut observer).await), (5, "a".into()));
+    let silent = Instant::now();
+    assert_eq!(named(next(&mut observer).await), (6, "a".into()));
+    let waited = silent.elapsed();
+    assert!(
+        waited >= Duration::from_secs(1) && waited < PATIENCE,
+        "observed again {waited:?} after the server went silent (at least 1 s)"
+    );
+    assert_eq!(pings.load(Ordering::Relaxed), 1, "one PING, then given up");
 }
