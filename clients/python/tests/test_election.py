@@ -8,14 +8,17 @@ import re
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import election
 import pytest
-from conftest import PATIENCE, Proxy, Server, server_binary, until, until_waiters
+from conftest import PATIENCE, Proxy, Scripted, Server, server_binary, until, until_waiters
+from fake_cluster import FakeCluster, FakeNode, bulk
 
 import holdline
+from holdline._cluster import slot
 from holdline._resp import Decoder, Push, Reply, encode
 
 ELECTION = Path(__file__).resolve().parents[2] / "testing" / "election.py"
@@ -409,3 +412,82 @@ def test_the_checker_finds_a_program_misbehaving() -> None:
         "B: an unknown line {'event': 'campaigning', 't': 5000000000}",
         "O: a line that is not a JSON object: 'Traceback (most recent call last):'",
     ]
+
+
+# Observe against scripted nodes: what a real server will not do on cue.
+
+
+def push(*items: Union[bytes, int]) -> bytes:
+    out = [b">%d\r\n" % len(items)]
+    for item in items:
+        out.append(b":%d\r\n" % item if isinstance(item, int) else bulk(item))
+    return b"".join(out)
+
+
+def observed_held(node: FakeNode, fence: int) -> bytes:
+    note = b"node%d" % node.index
+    return push(b"observe", b"services", b"billing", b"held", fence, 1, 5, note)
+
+
+async def test_observe_follows_closed_then_moved_to_the_new_owner() -> None:
+    async with FakeCluster(2) as cluster:
+        key_slot = slot("billing")
+        cluster.owners = [cluster.owners[key_slot]] * 16384  # one node serves all
+        first = cluster.owners[key_slot]
+        assert first is not None
+        closing = asyncio.Event()
+
+        def answer(node: FakeNode, command: List[bytes]) -> Optional[bytes]:
+            name = command[0].upper()
+            if name == b"OBSERVE":
+                if cluster.owners[key_slot] != node.index:
+                    other = cluster.nodes[1 - node.index].address.encode()
+                    return b"-MOVED %d %s\r\n" % (key_slot, other)
+                return b"+OK\r\n" + observed_held(node, 7 + node.index)
+            if name == b"PING" and node.index == first and closing.is_set():
+                closing.clear()
+                closed = push(b"observe", b"services", b"billing", b"closed", 7, 1, 5, b"")
+                return b"+PONG\r\n" + closed
+            return None
+
+        for node in cluster.nodes:
+            node.override = answer
+        async with holdline.connect(cluster.nodes[first].address) as store:
+            election = store.lock("services", ttl="300ms").election("billing")
+            leaders = election.observe()
+            now = await asyncio.wait_for(leaders.__anext__(), PATIENCE)
+            assert now == holdline.Leader(f"node{first}", 7 + first, None, 5)
+            # The partition moves: the old owner says `closed`, then MOVED.
+            cluster.owners = [1 - first] * 16384
+            closing.set()
+            moved = await asyncio.wait_for(leaders.__anext__(), PATIENCE)
+            assert moved == holdline.Leader(f"node{1 - first}", 8 - first, None, 5)
+            await leaders.aclose()
+        assert len(cluster.nodes[first].sent(b"OBSERVE")) == 2  # then MOVED
+        assert len(cluster.nodes[1 - first].sent(b"OBSERVE")) == 1
+
+
+async def test_observe_connects_again_when_its_server_goes_silent() -> None:
+    observes: List[int] = []
+
+    async def handler(command: List[bytes]) -> Optional[bytes]:
+        name = command[0].upper()
+        if name == b"OBSERVE":
+            observes.append(len(observes))
+            fence = 10 + len(observes)
+            held = push(b"observe", b"services", b"billing", b"held", fence, 1, 3, b"a")
+            return b"+OK\r\n" + held
+        return None  # PINGs: never answered
+
+    async with Scripted(handler) as server, holdline.connect(server.address) as store:
+        election = store.lock("services", ttl="300ms").election("billing")
+        leaders = election.observe()
+        first = await asyncio.wait_for(leaders.__anext__(), PATIENCE)
+        assert first is not None and first.fence == 11
+        began = time.monotonic()
+        again = await asyncio.wait_for(leaders.__anext__(), PATIENCE)
+        waited = time.monotonic() - began
+        assert again is not None and again.fence == 12
+        # A ping unanswered for max(ttl, 1s), noticed at the next ping (ttl/3).
+        assert 0.9 <= waited <= 2.0, waited
+        await leaders.aclose()

@@ -346,6 +346,7 @@ class _Watch:
             if reply is DROPPED:
                 raise Closed(key_text("connection_closed_key", self._lock, self._key))
             if isinstance(reply, RespError) and await route.again(reply):
+                link.on_push = link.on_drop = None  # not this watch's end: ask there
                 self.close()
                 continue
             result(reply)
