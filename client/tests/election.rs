@@ -159,6 +159,25 @@ async fn a_leader_whose_connection_is_killed_loses_and_the_next_is_elected() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_campaign_dropped_leaves_the_line_at_once() {
+    let server = Server::start();
+    let lock = lock(&server).await;
+    let election = lock.election("billing");
+    let lead = election.campaign("a").await.unwrap();
+    let waiting = {
+        let election = election.clone();
+        tokio::spawn(async move { election.campaign("b").await })
+    };
+    until_waiting(&lock, "billing", 1).await;
+    waiting.abort();
+    assert!(waiting.await.unwrap_err().is_cancelled());
+    until_waiting(&lock, "billing", 0).await;
+    // Nobody is elected behind the leader's back: resigned, the key is free.
+    lead.resign().await.unwrap();
+    assert_eq!(election.leader().await.unwrap(), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bad_note_fails_invalid_with_the_servers_text() {
     let server = Server::start();
     let lock = lock(&server).await;
