@@ -85,7 +85,8 @@ CAMPAIGN_WAIT_MS = 60_000
 """The wait of each HOLD a campaign sends; past it the HOLD is sent again."""
 
 RETRY_FIRST_S = 0.1
-"""An observer's first pause before connecting again; it doubles each failure."""
+"""An observer's first pause before connecting again (after a failure, or
+an observation over within `RETRY_MOST_S`); it doubles each time."""
 
 RETRY_MOST_S = 1.0
 """The longest pause of an observer between tries to connect again."""
@@ -271,8 +272,8 @@ class Election:
         dropped or silent connection, or the server's `closed`, it connects
         again and yields the present state again. It ends `Closed` when the
         store closes, and with the server's error for one that is not the
-        connection's (`Invalid`: a RESP2-only server, a lock the user may
-        not use; `Limit`)."""
+        connection's (`Invalid`: a server without OBSERVE, a lock the user
+        may not use; `Limit`: the connection observes 1,000 keys)."""
         lock = self.lock
         router = lock._router
         pause = RETRY_FIRST_S
@@ -292,13 +293,13 @@ class Election:
             except BaseException:
                 watch.close()
                 raise
+            began = time.monotonic()
             try:
                 current: Optional[int] = None
                 while True:
                     items = await watch.next()
                     if items is None:
                         break  # the connection is gone, silent, or observing ended
-                    pause = RETRY_FIRST_S
                     event, fence, holder_id, note = items
                     if event in _HOLDS:
                         current = fence
@@ -311,6 +312,13 @@ class Election:
                         yield None
             finally:
                 watch.close()
+            if time.monotonic() - began < RETRY_MOST_S:
+                # Over as soon as it began: a server that keeps ending it is
+                # asked again after a pause, not in a tight loop.
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, RETRY_MOST_S)
+            else:
+                pause = RETRY_FIRST_S
 
 
 _Item = Tuple[bytes, int, int, str]
