@@ -388,6 +388,7 @@ class SyncLeadership:
 
     @property
     def election(self) -> str:
+        """The election's name (the lock's key)."""
         return self._lead.election
 
     @property
