@@ -21,6 +21,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import pytest
 from cluster import Cluster, RespError, command
 from conftest import hold_once, server_binary, until
+from test_election import clients_doing
 from test_scripts import readme_snippets, run_script
 from texts import assert_text
 
@@ -157,6 +158,30 @@ async def test_a_ttl_above_the_clusters_max_ttl_is_refused(cluster: Cluster) -> 
         assert str(caught.value) == want
         async with store.lock("long", ttl="10s").try_hold(key) as lease:  # the max itself
             assert lease is not None
+
+
+async def test_an_election_and_its_observer_reach_the_keys_node(cluster: Cluster) -> None:
+    name = cluster.key_on(2, "election-")
+    async with holdline.connect(cluster.nodes[0].addr) as store:
+        router = store._router
+        assert router._slots is not None
+        router._slots[:] = [cluster.nodes[0].addr] * len(router._slots)  # stale: all on node 0
+        moves = _count_moves(router)
+        election = store.lock("elections").election(name)
+        leaders = election.observe()
+        assert await asyncio.wait_for(leaders.__anext__(), 10) is None
+        assert moves, "OBSERVE went to node 0 and was told MOVED"
+        observing = await asyncio.to_thread(clients_doing, cluster.nodes[2].addr, "observe")
+        assert len(observing) == 1
+        async with election.campaign("10.0.0.7:8080") as lead:
+            seen = await asyncio.wait_for(leaders.__anext__(), 10)
+            assert seen is not None and (seen.note, seen.fence) == ("10.0.0.7:8080", lead.fence)
+            leader = await election.leader()
+            assert leader is not None and leader.fence == lead.fence
+            state = inspect(cluster.nodes[2].addr, "elections", name)
+            assert state is not None and state["held"] == 1
+        assert await asyncio.wait_for(leaders.__anext__(), 10) is None
+        await leaders.aclose()
 
 
 async def test_a_killed_node_loses_its_leases_closes_its_waiters_and_its_keys_move(
