@@ -5,14 +5,18 @@
 //! the cluster's max is refused `invalid`, and a node killed with SIGKILL
 //! loses its leases, fails its waiters closed, and its keys are held again
 //! on their new owner (once the take-over's max ttl has passed) with
-//! greater fences. One cluster for the whole file: the phases run in
-//! order, the kill last. Every lock asks a ttl of at most `MAX_TTL`.
+//! greater fences; an election's observer of such a key follows it to its
+//! new owner and is told its next leader there. One cluster for the whole
+//! file: the phases run in order, the kill last. Every lock asks a ttl of
+//! at most `MAX_TTL`.
 
 mod common;
 
 use common::{expected_text, Cluster, PATIENCE};
 use holdline_client::{key_slot, Connection, ErrorKind, Store, Value};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use tokio::task::JoinHandle;
 use tokio::time::timeout;
 
 const ETCD_TTL: Duration = Duration::from_secs(2);
@@ -30,7 +34,70 @@ async fn a_three_node_cluster() {
     all_addresses_learn_the_map(&cluster, &keys).await;
     fenced_writes_go_to_the_keys_node(&cluster).await;
     a_ttl_above_the_max_is_refused(&cluster, &keys[0]).await;
+    let observed = observe_in_the_background(&cluster, &keys[1]).await;
     a_killed_node_loses_its_leases_and_its_keys_move(&cluster, &keys[1]).await;
+    the_observer_follows_the_key_to_its_new_owner(&cluster, &keys[1], observed).await;
+}
+
+/// What an observer of the election `key` of lock "failover" yielded (the
+/// leaders' fences, `None` for nobody), and its task.
+struct Observed {
+    fences: Arc<Mutex<Vec<Option<u64>>>>,
+    task: JoinHandle<()>,
+}
+
+/// An observer of the election `key` through node 0, its items collected
+/// by a task; answers once it yielded the present state (nobody leads).
+async fn observe_in_the_background(cluster: &Cluster, key: &str) -> Observed {
+    let store = Store::connect(&cluster.nodes[0].addr).await.unwrap();
+    let lock = store.lock("failover").ttl(MAX_TTL).open().unwrap();
+    let mut observer = lock.election(key).observe();
+    let fences = Arc::new(Mutex::new(Vec::new()));
+    let seen = fences.clone();
+    let task = tokio::spawn(async move {
+        while let Some(item) = observer.next().await {
+            seen.lock().unwrap().push(item.map(|l| l.fence));
+        }
+        panic!("the observer ended: {:?}", observer.error());
+    });
+    let deadline = Instant::now() + PATIENCE;
+    while fences.lock().unwrap().is_empty() {
+        assert!(Instant::now() < deadline, "no present state");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(*fences.lock().unwrap(), [None], "the present state: nobody");
+    Observed { fences, task }
+}
+
+/// After the kill: a leader elected at the key's new owner is observed
+/// there (the observer reconnected, followed the map, observed again),
+/// and the fences it saw never went down.
+async fn the_observer_follows_the_key_to_its_new_owner(
+    cluster: &Cluster,
+    key: &str,
+    observed: Observed,
+) {
+    let store = Store::connect(&cluster.nodes[2].addr).await.unwrap();
+    let lock = store.lock("failover").ttl(MAX_TTL).open().unwrap();
+    let election = lock.election(key);
+    let lead = timeout(PATIENCE, election.campaign("after the kill"))
+        .await
+        .unwrap()
+        .unwrap();
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let fences = observed.fences.lock().unwrap().clone();
+        if fences.last() == Some(&Some(lead.fence())) {
+            let seen: Vec<u64> = fences.iter().flatten().copied().collect();
+            assert!(seen.windows(2).all(|w| w[0] <= w[1]), "{fences:?}");
+            assert!(seen.len() >= 2, "the first leader and this one: {fences:?}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "not observed: {fences:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    observed.task.abort();
+    lead.resign().await.unwrap();
 }
 
 /// One key per node (`keys[i]` on node `i`), their slots checked against
