@@ -773,3 +773,37 @@ func TestObserveFollowsMovedAndAClosedPartition(t *testing.T) {
 		t.Fatalf("OBSERVE sent %d times to node 0 and %d to node 1, want 2 and 1 or 2", a, b)
 	}
 }
+
+// A leader revoked at its maxHold: its ctx ends, Campaign answers the
+// server's text, and observers see no leader, then the next one.
+func TestElectionObserveRevokedLeader(t *testing.T) {
+	srv := startServer(t)
+	store := connect(t, srv.addr)
+	supportsObserve(t, store)
+	e := openLock(t, store, "elections", MaxHold(300*time.Millisecond)).Election("billing")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	leaders, err := e.Observe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expectLeader(t, leaders, "the present state", nil)
+	c := startCampaign(t, e, "short")
+	lead := c.leadership(t)
+	expectLeader(t, leaders, "elected", &Leader{Note: "short", Fence: lead.Fence()})
+	cause := within(t, "the revoked leadership's ctx", 5*time.Second, c.lost)
+	want := `lock elections: key "billing": the lease was lost: it was revoked at its maxHold`
+	if !errors.Is(cause, ErrLost) || cause.Error() != want {
+		t.Fatalf("Cause: %v, want %s", cause, want)
+	}
+	if err := within(t, "Campaign's answer", 5*time.Second, c.done); !errors.Is(err, ErrLost) || err.Error() != want {
+		t.Fatalf("Campaign: %v, want %s", err, want)
+	}
+	expectLeader(t, leaders, "revoked", nil)
+	next := startCampaign(t, e, "next")
+	lead2 := next.leadership(t)
+	expectLeader(t, leaders, "the next elected", &Leader{Note: "next", Fence: lead2.Fence()})
+	if lead2.Fence() <= lead.Fence() {
+		t.Fatalf("fences %d then %d", lead.Fence(), lead2.Fence())
+	}
+}
