@@ -25,11 +25,13 @@ use crate::connection::Connection;
 use crate::error::Error;
 use crate::route::Route;
 use crate::store::Store;
+use crate::texts;
 use futures_core::Stream;
 use holdline::wire::Scope;
 use holdline::ErrorKind;
 use holdline_resp::Value;
 use std::future::poll_fn;
+use std::io;
 use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
@@ -239,9 +241,15 @@ impl Watch {
             let node = route.node().await?;
             let mut conn = node.new_connection().await?;
             conn.queue(&["OBSERVE", &*self.lock, self.key.as_str()]);
-            conn.flush().await?;
             // The pushes come after the `OK`: the first frame is the reply.
-            match conn.read_reply().await? {
+            // A server silent for the ttl is given up, as later.
+            let answer = async {
+                conn.flush().await?;
+                conn.read_reply().await
+            };
+            let reply = tokio::time::timeout(self.silence, answer).await;
+            let silent = || texts::connection_closed(io::ErrorKind::TimedOut.into());
+            match reply.unwrap_or_else(|_| Err(silent()))? {
                 Value::Error(text) => route.again_after(Error::from_reply(&text)).await?,
                 _ => return Ok(conn),
             }

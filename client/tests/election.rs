@@ -515,3 +515,34 @@ async fn a_silent_server_is_observed_again_after_the_ttl() {
     );
     assert_eq!(pings.load(Ordering::Relaxed), 1, "one PING, then given up");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unanswered_observe_is_given_up_after_the_ttl() {
+    let observes = Arc::new(AtomicUsize::new(0));
+    let counted = observes.clone();
+    let script: Arc<Script> = Arc::new(move |n, cmd: &[String]| match cmd[0].as_str() {
+        "CLUSTER" => Some(vec![Value::error(NOT_CLUSTER)]),
+        "OBSERVE" => {
+            counted.fetch_add(1, Ordering::Relaxed);
+            // The observer's first connection is never answered.
+            (n > 1).then(|| vec![Value::ok(), observe_push("held", 4, "a")])
+        }
+        _ => Some(vec![Value::simple("PONG")]),
+    });
+    let addr = scripted_node(script).await;
+    let store = Store::connect(&addr).await.unwrap();
+    let lock = store
+        .lock("elections")
+        .ttl(Duration::from_millis(600))
+        .open()
+        .unwrap();
+    let mut observer = lock.election("billing").observe();
+    let asked = Instant::now();
+    assert_eq!(named(next(&mut observer).await), (4, "a".into()));
+    let waited = asked.elapsed();
+    assert!(
+        waited >= Duration::from_secs(1),
+        "given up after {waited:?}"
+    );
+    assert_eq!(observes.load(Ordering::Relaxed), 2);
+}
