@@ -539,6 +539,7 @@ func TestCampaignerElectionChecker(t *testing.T) {
 	if err != nil {
 		skipOrFail(t, "python3 is not installed: the election checker needs it")
 	}
+	supportsObserve(t, connect(t, startServer(t).addr))
 	bin := filepath.Join(t.TempDir(), "campaigner")
 	build := exec.Command("go", "build", "-o", bin, "./cmd/campaigner")
 	build.Dir = filepath.Join(root, "clients", "go")
