@@ -85,7 +85,8 @@ impl Job {
                 let mut run = Run::new(self.scenario, self.threads, self.design.name());
                 run.fifo = match self.design {
                     Subject::Permits(d) => d.fifo(),
-                    other => other != Subject::Server(ServerKind::Redis),
+                    Subject::Server(kind) => kind.fifo(),
+                    _ => true,
                 };
                 run.na = Some("PANICKED");
                 run.note = "the run panicked (see stderr)".into();
@@ -118,6 +119,30 @@ const TOUR: [(Scenario, usize, usize); 8] = [
     (Scenario::Cluster, 16, 0),
 ];
 
+/// The server rows of the smoke run (`--quick`): every lock server at 16
+/// connections, its own key each and all on one key, so that CI starts
+/// and drives each peer (a few seconds each).
+const QUICK_SERVERS: [(Scenario, usize); 2] = [
+    (Scenario::ServerUncontended, 16),
+    (Scenario::ServerHotKey, 16),
+];
+
+/// The smoke run's server jobs.
+fn quick_server_jobs() -> Vec<Job> {
+    let mut jobs = Vec::new();
+    for (scenario, threads) in QUICK_SERVERS {
+        for &kind in &ServerKind::ALL {
+            jobs.push(Job {
+                scenario,
+                threads,
+                design: Subject::Server(kind),
+                busy: 0,
+            });
+        }
+    }
+    jobs
+}
+
 /// The tour's jobs, in [`TOUR`]'s order.
 fn tour_jobs(designs: &[Design]) -> Vec<Job> {
     let mut jobs = Vec::new();
@@ -126,7 +151,12 @@ fn tour_jobs(designs: &[Design]) -> Vec<Job> {
     for (scenario, threads, busy) in TOUR {
         for design in subjects(scenario, &keyed) {
             let routed = matches!(design, Subject::Cluster(Setup::Nodes(n)) if n != 3);
-            if !routed {
+            // The peers' rows take seconds each: `--scenario server` runs them.
+            let peer = matches!(
+                design,
+                Subject::Server(ServerKind::Etcd | ServerKind::Postgres)
+            );
+            if !routed && !peer {
                 jobs.push(Job {
                     scenario,
                     threads,
@@ -178,7 +208,10 @@ fn subjects(scenario: Scenario, designs: &[Design]) -> Vec<Subject> {
             .filter(|d| d.has_async())
             .map(|&d| Subject::Design(d))
             .collect(),
-        Kind::Server => ServerKind::ALL.map(Subject::Server).to_vec(),
+        Kind::Server => crate::server_scenarios::subjects(scenario)
+            .iter()
+            .map(|&kind| Subject::Server(kind))
+            .collect(),
         Kind::Cluster => Setup::ALL.map(Subject::Cluster).to_vec(),
         Kind::Permits => crate::permit_scenarios::subjects(scenario)
             .iter()
@@ -256,10 +289,13 @@ impl Plan {
                 .unwrap_or_else(|| workspace_path("target"))
                 .join("harness")
         });
-        let jobs = match mode {
+        let mut jobs = match mode {
             Mode::Tour => tour_jobs(&designs),
             _ => jobs(&scenarios, &designs, &threads, &args.busy),
         };
+        if args.quick && asked.is_empty() {
+            jobs.extend(quick_server_jobs());
+        }
         Plan {
             cfg: Cfg::new(Duration::from_millis(ms), million),
             mode,
@@ -463,8 +499,20 @@ fn say_missing_servers(plan: &Plan) {
                 .jobs
                 .iter()
                 .any(|j| matches!(j.design, Subject::Cluster(_)));
-        if cluster || plan.jobs.iter().any(|j| j.design == Subject::Server(kind)) {
+        let planned = plan.jobs.iter().any(|j| match j.design {
+            Subject::Server(k) => k == kind || (kind == ServerKind::Holdline && k.is_holdline()),
+            _ => false,
+        });
+        if cluster || planned {
             match kind.binary() {
+                Err(m) if kind.is_peer() && tools_required() => eprintln!(
+                    "harness: {}; HOLDLINE_REQUIRE_TOOLS=1: its rows fail",
+                    m.how
+                ),
+                Err(m) if kind.is_peer() => eprintln!(
+                    "harness: {}; its rows are n/a (HOLDLINE_REQUIRE_TOOLS=1 makes them fail)",
+                    m.how
+                ),
                 Err(m) => eprintln!("harness: {}", m.how),
                 Ok(p) if crate::servers::is_debug_build(&p) => eprintln!(
                     "harness: only a debug build of holdline at {}: its rows mean little; \
@@ -482,11 +530,10 @@ fn say_missing_servers(plan: &Plan) {
 /// harness` needs no build step first; says so. Run outside cargo (no
 /// `CARGO` in the environment), it leaves the binary as it finds it.
 fn build_holdline(plan: &Plan) {
-    let starts_holdline = plan.jobs.iter().any(|j| {
-        matches!(
-            j.design,
-            Subject::Server(ServerKind::Holdline) | Subject::Cluster(_)
-        )
+    let starts_holdline = plan.jobs.iter().any(|j| match j.design {
+        Subject::Server(kind) => kind.is_holdline(),
+        Subject::Cluster(_) => true,
+        _ => false,
     });
     let Some(cargo) = std::env::var_os("CARGO") else {
         return;
@@ -651,35 +698,32 @@ mod tests {
             .map(|j| j.threads)
             .collect();
         assert_eq!(hot, [2, 4, 64]);
-        // Server: both servers; 1, 16, 64 connections uncontended and
-        // pipelined, 16 on the hot key, and the memory row.
+        // Server: every lock server at 1, 16, 64 connections uncontended,
+        // 16 on the hot key, paced and (400) holding a key each; the RESP
+        // servers pipelined and in the memory row; holdline's history
+        // settings at 16.
         let servers: Vec<(Scenario, usize, &str)> = p
             .jobs
             .iter()
             .filter(|j| j.scenario.kind() == Kind::Server)
             .map(|j| (j.scenario, j.threads, j.design.name()))
             .collect();
-        assert_eq!(
-            servers,
-            [
-                (Scenario::ServerUncontended, 1, "holdline"),
-                (Scenario::ServerUncontended, 1, "redis"),
-                (Scenario::ServerUncontended, 16, "holdline"),
-                (Scenario::ServerUncontended, 16, "redis"),
-                (Scenario::ServerUncontended, 64, "holdline"),
-                (Scenario::ServerUncontended, 64, "redis"),
-                (Scenario::ServerPipelined, 1, "holdline"),
-                (Scenario::ServerPipelined, 1, "redis"),
-                (Scenario::ServerPipelined, 16, "holdline"),
-                (Scenario::ServerPipelined, 16, "redis"),
-                (Scenario::ServerPipelined, 64, "holdline"),
-                (Scenario::ServerPipelined, 64, "redis"),
-                (Scenario::ServerHotKey, 16, "holdline"),
-                (Scenario::ServerHotKey, 16, "redis"),
-                (Scenario::ServerMemory, 16, "holdline"),
-                (Scenario::ServerMemory, 16, "redis"),
-            ]
+        let all = ["holdline", "redis", "etcd", "postgres"];
+        let mut want: Vec<(Scenario, usize, &str)> = Vec::new();
+        for t in [1, 16, 64] {
+            want.extend(all.map(|d| (Scenario::ServerUncontended, t, d)));
+        }
+        for t in [1, 16, 64] {
+            want.extend(["holdline", "redis"].map(|d| (Scenario::ServerPipelined, t, d)));
+        }
+        want.extend(all.map(|d| (Scenario::ServerHotKey, 16, d)));
+        want.extend(all.map(|d| (Scenario::ServerPaced, 16, d)));
+        want.extend(["holdline", "redis"].map(|d| (Scenario::ServerMemory, 16, d)));
+        want.extend(all.map(|d| (Scenario::ServerConnections, 400, d)));
+        want.extend(
+            ["history-off", "holdline", "audit-log"].map(|d| (Scenario::ServerHistory, 16, d)),
         );
+        assert_eq!(servers, want);
         // Cluster: the plain node, then 1, 2 and 3 nodes, at 16 clients.
         let clusters: Vec<(usize, &str)> = p
             .jobs
@@ -730,15 +774,25 @@ mod tests {
     }
 
     #[test]
-    fn quick_runs_the_async_and_cluster_scenarios_but_not_the_servers_unless_asked() {
+    fn quick_runs_the_async_and_cluster_scenarios_and_two_rows_of_each_server() {
         let p = plan(&["--quick"]);
         assert!(p.jobs.iter().any(|j| j.scenario == Scenario::AsyncHotKey));
-        assert!(!p.jobs.iter().any(|j| j.scenario.kind() == Kind::Server));
+        let servers: Vec<(&str, usize, &str)> = p
+            .jobs
+            .iter()
+            .filter(|j| j.scenario.kind() == Kind::Server)
+            .map(|j| (j.scenario.name(), j.threads, j.design.name()))
+            .collect();
+        let mut want = Vec::new();
+        for s in ["server-uncontended", "server-hot-key"] {
+            want.extend(["holdline", "redis", "etcd", "postgres"].map(|d| (s, 16, d)));
+        }
+        assert_eq!(servers, want);
         // The cluster rows are quick enough (about 4 s) to stay in.
         let clusters = p.jobs.iter().filter(|j| j.scenario == Scenario::Cluster);
         assert_eq!(clusters.count(), 4);
         let p = plan(&["--quick", "--scenario", "server-hot-key"]);
-        assert_eq!(p.jobs.len(), 2);
+        assert_eq!(p.jobs.len(), 4);
     }
 
     #[test]
@@ -789,7 +843,10 @@ mod tests {
                 "server-uncontended",
                 "server-pipelined",
                 "server-hot-key",
-                "server-memory"
+                "server-paced",
+                "server-memory",
+                "server-connections",
+                "server-history"
             ]
         );
         let p = plan(&["--scenario", "async", "--design", "dashmap+pl"]);

@@ -38,6 +38,12 @@ hot-key also at 1); every row 3 times, reported as the median with the
 min-max range (README's numbers, about 15 minutes); the verdict too.
 --scenario, --design, --threads or --busy pick rows as --full would.
 
+--scenario server: holdline against Redis, etcd (its Lock RPC) and
+PostgreSQL (advisory locks), each started here on loopback when
+installed (else n/a with the install command; HOLDLINE_REQUIRE_TOOLS=1
+fails instead), with the server's CPU per operation, a paced light load,
+memory per client, and holdline's history off, on and with an audit log.
+
 Exit status: 0; 1 when a row panicked or an output could not be written;
 2 on bad arguments; 3 when a row ran far past its time budget (a hang).";
 
@@ -65,9 +71,11 @@ pub struct BenchArgs {
     /// Scenarios to run: uncontended, hot-key, zipf, million-keys, handoff,
     /// deadline, async-uncontended, async-hot-key, async-fresh-keys,
     /// async-deadline, semaphore, async-semaphore, read-mostly,
-    /// server-uncontended, server-pipelined, server-hot-key, server-memory,
-    /// cluster; or a group: blocking, async, server, permits [default: the
-    /// tour's; --full: all; --quick: all but the server ones].
+    /// server-uncontended, server-pipelined, server-hot-key, server-paced,
+    /// server-memory, server-connections, server-history, cluster; or a
+    /// group: blocking, async, server, permits [default: the tour's;
+    /// --full: all; --quick: all but the server ones, plus
+    /// server-uncontended and server-hot-key at 16 connections].
     #[arg(
         long = "scenario",
         alias = "scenarios",
@@ -220,7 +228,7 @@ mod tests {
             ]
         );
         let server = parse(&["--scenario", "server"]).unwrap().bench.scenarios;
-        assert_eq!(server[0].0.len(), 4);
+        assert_eq!(server[0].0.len(), 7);
     }
 
     #[test]

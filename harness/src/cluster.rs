@@ -5,12 +5,12 @@
 //! client's `holdline_client::key_slot`, Redis Cluster's).
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
 use holdline_client::Value;
 
-use crate::servers::{Missing, ServerProcess};
+use crate::servers::ServerProcess;
 
 /// Redis Cluster's slots.
 pub const SLOTS: usize = 16384;
@@ -20,9 +20,6 @@ pub const PARTITIONS: usize = 16;
 
 /// A node's etcd lease (`--etcd-ttl`).
 pub const ETCD_TTL: &str = "5s";
-
-/// The etcd the rows start (Debian's `etcd-server`).
-const ETCD: &str = crate::spawn::ETCD;
 
 /// What a row of the `cluster` scenario runs against.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -53,40 +50,11 @@ impl Setup {
     }
 }
 
-/// `/usr/bin/etcd`, or why there is none and how to get it.
-pub fn etcd_binary() -> Result<PathBuf, Missing> {
-    etcd_at(Path::new(ETCD))
-}
-
-fn etcd_at(path: &Path) -> Result<PathBuf, Missing> {
-    if path.is_file() {
-        return Ok(path.to_path_buf());
-    }
-    Err(Missing {
-        na: "etcd missing",
-        how: format!(
-            "no etcd at {}: install Debian's etcd-server (`apt-get install etcd-server`; \
-             the harness starts its own member on free loopback ports, never the system's \
-             service)",
-            path.display()
-        ),
-    })
-}
-
-/// `HOLDLINE_REQUIRE_TOOLS=1` (CI): a missing tool fails rather than skips.
-pub fn tools_required() -> bool {
-    std::env::var("HOLDLINE_REQUIRE_TOOLS").as_deref() == Ok("1")
-}
+pub use crate::servers::{etcd_binary, start_etcd, tools_required};
 
 /// One etcd member (`testing/spawn.rs`), killed and its data removed
 /// when dropped.
 pub type Etcd = crate::spawn::Etcd;
-
-/// A single-member etcd on free loopback ports (a short election
-/// timeout: it leads within a fraction of a second).
-pub fn start_etcd() -> Result<Etcd, String> {
-    Etcd::start_with(&["--heartbeat-interval", "20", "--election-timeout", "200"])
-}
 
 /// A cluster name no other run of this process used.
 pub fn cluster_name() -> String {
@@ -269,12 +237,5 @@ mod tests {
         let gap = Value::Array(vec![range(0, 8190, 1, "a"), range(8192, 16383, 2, "b")]);
         assert!(!settled(&parse_slots(&gap).unwrap(), &[addr(1), addr(2)]));
         assert_eq!(parse_slots(&Value::Simple("OK".into())), None);
-    }
-
-    #[test]
-    fn a_missing_etcd_says_how_to_get_it() {
-        let m = etcd_at(Path::new("/nonexistent/etcd")).unwrap_err();
-        assert_eq!(m.na, "etcd missing");
-        assert!(m.how.contains("apt-get install etcd-server"), "{}", m.how);
     }
 }

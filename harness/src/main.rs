@@ -11,8 +11,11 @@
 //! `tests/module_graph.rs` checks there is no import cycle):
 //! - leaves: `alloc` (the allocation-counting allocator), `busy` (CPU-bound
 //!   threads beside a row), `zipf` (key sequences), `spawn` (the tests'
-//!   process starter, `testing/spawn.rs`), `servers` (starting
-//!   `holdline serve` and `redis-server`), `cluster` (a private etcd,
+//!   process starter, `testing/spawn.rs`), `procs` (a process tree's CPU
+//!   time and memory from `/proc`), `pg` (a private PostgreSQL cluster),
+//!   `servers` (starting `holdline serve`, `redis-server`, etcd and
+//!   PostgreSQL), `peers` (etcd's and PostgreSQL's lock clients; uses
+//!   `servers`), `cluster` (a private etcd,
 //!   cluster nodes, slots and the slot map; uses `servers`), `designs`
 //!   (what is measured), `permit_designs` (what the permits scenarios
 //!   measure; uses `designs` for the `--design` names), `units` (number
@@ -47,9 +50,12 @@ mod flame;
 mod fresh_keys;
 mod handoff;
 mod measure;
+mod peers;
 mod permit_designs;
 mod permit_scenarios;
+mod pg;
 mod plots;
+mod procs;
 mod rates;
 mod report;
 mod row;

@@ -36,6 +36,10 @@ pub struct Run {
     pub mem_idle: Option<i64>,
     /// The same after five more reclaims 20 ms apart.
     pub mem_settled: Option<i64>,
+    /// A server row: the server's user + system CPU over the run, in
+    /// clock ticks, and in nanoseconds per operation.
+    pub cpu_ticks: Option<u64>,
+    pub cpu_per_op: Option<f64>,
     pub note: String,
 }
 
@@ -63,8 +67,19 @@ impl Run {
             mem_live: None,
             mem_idle: None,
             mem_settled: None,
+            cpu_ticks: None,
+            cpu_per_op: None,
             note: String::new(),
         }
+    }
+
+    /// Records the server's CPU over the run: `ticks` of a clock of `hz`
+    /// ticks a second, shared among the run's operations (`ops`: call
+    /// after [`set_rate`](Run::set_rate)).
+    pub fn set_cpu(&mut self, ticks: u64, hz: u64) {
+        self.cpu_ticks = Some(ticks);
+        self.cpu_per_op =
+            (self.ops > 0).then(|| ticks as f64 * 1e9 / hz.max(1) as f64 / self.ops as f64);
     }
 
     /// Records `ops` done in `secs`, and the rate they make.
@@ -133,6 +148,10 @@ pub struct Row {
     pub mem_live: Option<i64>,
     pub mem_idle: Option<i64>,
     pub mem_settled: Option<i64>,
+    /// The server's CPU per operation over the runs (median and
+    /// extremes), and the clock ticks of the median-rate run.
+    pub cpu_per_op: Option<Spread<f64>>,
+    pub cpu_ticks: Option<u64>,
     /// The median-rate run's note.
     pub note: String,
 }
@@ -192,6 +211,11 @@ impl Row {
             mem_live: median_opt(runs, |r| r.mem_live),
             mem_idle: median_opt(runs, |r| r.mem_idle),
             mem_settled: median_opt(runs, |r| r.mem_settled),
+            cpu_per_op: {
+                let cpu: Vec<f64> = runs.iter().filter_map(|r| r.cpu_per_op).collect();
+                (!cpu.is_empty()).then(|| Spread::of(cpu))
+            },
+            cpu_ticks: mid.cpu_ticks,
             note: mid.note.clone(),
         }
     }
@@ -305,6 +329,33 @@ mod tests {
         assert_eq!(row.quantiles, [(0.5, 100), (0.99, 200)]);
         assert_eq!(row.mem_idle, None);
         assert_eq!(row.rates, [30.0, 10.0, 20.0]);
+        assert_eq!(row.cpu_per_op, None);
+    }
+
+    #[test]
+    fn cpu_is_shared_among_a_runs_operations() {
+        let mut runs: Vec<Run> = [(1000, 5), (1000, 3), (2000, 20)]
+            .iter()
+            .map(|&(ops, ticks)| {
+                let mut r = Run::new(Scenario::ServerUncontended, 16, "etcd");
+                r.set_rate(ops, 1.0);
+                r.set_cpu(ticks, 100);
+                r
+            })
+            .collect();
+        // 5 ticks of 10 ms over 1000 pairs: 50 us a pair.
+        assert_eq!(runs[0].cpu_per_op, Some(50_000.0));
+        let row = Row::of_runs(&runs, 0);
+        let cpu = row.cpu_per_op.unwrap();
+        assert_eq!(
+            (cpu.min, cpu.median, cpu.max),
+            (30_000.0, 50_000.0, 100_000.0)
+        );
+        // The ticks of the median-rate run (the lower middle of 1000, 1000, 2000).
+        assert_eq!(row.cpu_ticks, Some(5));
+        runs[0].ops = 0;
+        runs[0].set_cpu(5, 100);
+        assert_eq!(runs[0].cpu_per_op, None);
     }
 
     #[test]

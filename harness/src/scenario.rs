@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use crate::cluster::{Setup, ETCD_TTL, PARTITIONS};
+use crate::servers::ServerKind;
 use crate::units::fmt_ns;
 use crate::zipf::{ZIPF_KEYS, ZIPF_S};
 
@@ -30,7 +31,10 @@ pub enum Scenario {
     ServerUncontended,
     ServerPipelined,
     ServerHotKey,
+    ServerPaced,
     ServerMemory,
+    ServerConnections,
+    ServerHistory,
     Cluster,
 }
 
@@ -41,7 +45,9 @@ pub enum Kind {
     Blocking,
     /// Tasks on a tokio multi-thread runtime, through the designs with an async hold.
     Async,
-    /// Connections to `holdline serve` and to `redis-server`.
+    /// Connections to `holdline serve` and to the servers a user picks
+    /// instead (Redis, etcd, PostgreSQL), or to holdline with its history
+    /// settings.
     Server,
     /// Connections to one plain `holdline serve` and to clusters of 1, 2
     /// and 3 nodes (with a private etcd).
@@ -88,6 +94,10 @@ pub const HOLD_WORK: u32 = 64;
 pub const SERVER_CONNECTIONS: [usize; 3] = [1, 16, 64];
 pub const SERVER_HOT_CONNECTIONS: usize = 16;
 
+/// Clients of `server-connections` and of the verdict's memory per
+/// connection: few enough for a default limit of 1,024 open files.
+pub const MEMORY_CONNECTIONS: usize = 400;
+
 /// Clients in the rows of `cluster`; each has a connection to every node.
 pub const CLUSTER_CLIENTS: usize = 16;
 
@@ -95,7 +105,7 @@ pub const CLUSTER_CLIENTS: usize = 16;
 pub const CLUSTER_KEYS: usize = 16;
 
 impl Scenario {
-    pub const ALL: [Scenario; 18] = [
+    pub const ALL: [Scenario; 21] = [
         Scenario::Uncontended,
         Scenario::HotKey,
         Scenario::Zipf,
@@ -112,7 +122,10 @@ impl Scenario {
         Scenario::ServerUncontended,
         Scenario::ServerPipelined,
         Scenario::ServerHotKey,
+        Scenario::ServerPaced,
         Scenario::ServerMemory,
+        Scenario::ServerConnections,
+        Scenario::ServerHistory,
         Scenario::Cluster,
     ];
 
@@ -133,7 +146,10 @@ impl Scenario {
             Scenario::ServerUncontended
             | Scenario::ServerPipelined
             | Scenario::ServerHotKey
-            | Scenario::ServerMemory => Kind::Server,
+            | Scenario::ServerPaced
+            | Scenario::ServerMemory
+            | Scenario::ServerConnections
+            | Scenario::ServerHistory => Kind::Server,
             Scenario::Cluster => Kind::Cluster,
             Scenario::Semaphore | Scenario::AsyncSemaphore | Scenario::ReadMostly => Kind::Permits,
             _ => Kind::Blocking,
@@ -167,7 +183,10 @@ impl Scenario {
             Scenario::ServerUncontended => "server-uncontended",
             Scenario::ServerPipelined => "server-pipelined",
             Scenario::ServerHotKey => "server-hot-key",
+            Scenario::ServerPaced => "server-paced",
             Scenario::ServerMemory => "server-memory",
+            Scenario::ServerConnections => "server-connections",
+            Scenario::ServerHistory => "server-history",
             Scenario::Cluster => "cluster",
         }
     }
@@ -182,17 +201,23 @@ impl Scenario {
             Scenario::Semaphore | Scenario::ReadMostly => Some(&PERMIT_THREADS),
             Scenario::AsyncSemaphore => Some(&[ASYNC_SEM_TASKS]),
             Scenario::ServerUncontended | Scenario::ServerPipelined => Some(&SERVER_CONNECTIONS),
-            Scenario::ServerHotKey | Scenario::ServerMemory => Some(&[SERVER_HOT_CONNECTIONS]),
+            Scenario::ServerHotKey
+            | Scenario::ServerPaced
+            | Scenario::ServerMemory
+            | Scenario::ServerHistory => Some(&[SERVER_HOT_CONNECTIONS]),
+            Scenario::ServerConnections => Some(&[MEMORY_CONNECTIONS]),
             Scenario::Cluster => Some(&[CLUSTER_CLIENTS]),
             _ => None,
         }
     }
 
-    /// The row the others' ratios read against: holdline's, or for
-    /// `cluster` the plain node's.
+    /// The row the others' ratios read against: holdline's, for
+    /// `cluster` the plain node's, for `server-history` holdline's with
+    /// its history off.
     pub fn reference(self) -> &'static str {
         match self {
             Scenario::Cluster => Setup::Plain.name(),
+            Scenario::ServerHistory => ServerKind::HistoryOff.name(),
             _ => "holdline",
         }
     }
@@ -248,35 +273,66 @@ impl Scenario {
             ),
             Scenario::Semaphore | Scenario::AsyncSemaphore => permits_legend(self),
             Scenario::ReadMostly => permits_legend(self),
-            Scenario::ServerUncontended => format!(
-                "threads = connections, each on its own key; rate = hold+release pairs/s \
-                 (holdline: HOLD, RELEASE; redis: SET NX PX, EVALSHA compare-and-delete); \
-                 latency = one pair (2 round trips); {}",
-                SERVERS_NOTE
-            ),
-            Scenario::ServerPipelined => format!(
-                "threads = connections, each on {PIPELINED_DEPTH} keys of its own, pipelining \
-                 {PIPELINED_DEPTH} holds (holdline: TRYHOLD; redis: SET NX PX), then their \
-                 {PIPELINED_DEPTH} releases (RELEASE; EVALSHA compare-and-delete); rate = \
-                 hold+release pairs/s; latency = one batch of holds; {}",
-                SERVERS_NOTE
-            ),
-            Scenario::ServerHotKey => format!(
-                "threads = connections, all on one key; rate = grants/s (holdline: HOLD waits in line; \
-                 redis: SET NX retried every {}); latency = wait from first try to grant; \
-                 ooo = grants made while a connection that began waiting earlier still waited",
-                fmt_ns(REDIS_POLL.as_nanos() as u64)
-            ),
-            Scenario::ServerMemory => format!(
-                "{} distinct keys, each held once and released, over {SERVER_HOT_CONNECTIONS} connections \
-                 pipelining {} holds then their releases; rate = keys/s; latency = one batch of holds; \
-                 mem idle = server RSS after the last release - RSS at start (note: RSS at start, peak, \
-                 after release, and later; keys the server still has)",
-                cfg.million,
-                PIPELINE
-            ),
             Scenario::Cluster => cluster_legend(),
+            // The server scenarios.
+            _ => server_legend(self, cfg),
         }
+    }
+}
+
+/// What the server scenarios' rows measure.
+fn server_legend(s: Scenario, cfg: &Cfg) -> String {
+    match s {
+        Scenario::ServerUncontended => format!(
+            "threads = connections, each on its own key; rate = hold+release pairs/s \
+             ({RECIPES}); latency = one pair (2 round trips); {SERVERS_NOTE}"
+        ),
+        Scenario::ServerPaced => format!(
+            "threads = connections, each on its own key, offering {PACED_RATE} hold+release \
+             pairs/s in all (paced, schedules staggered), {} per run; rate = pairs/s done; \
+             latency = one pair; cpu/op = the server's CPU per pair at this light load; \
+             {SERVERS_NOTE}",
+            fmt_ns(cfg.paced.as_nanos() as u64)
+        ),
+        Scenario::ServerConnections => format!(
+            "threads = clients, each with its own connection (etcd: client and lease; \
+             postgres: session) holding one key of its own; rate = clients connected and \
+             holding per second; latency = a client's first hold; mem idle = the server's \
+             memory growth per client, its processes' PSS (/proc/PID/smaps_rollup: \
+             PostgreSQL's backends included, shared pages split among them), 1.5 s after \
+             the last hold; {SERVERS_NOTE}"
+        ),
+        Scenario::ServerHistory => format!(
+            "the server-uncontended load at {SERVER_HOT_CONNECTIONS} connections on holdline \
+             with its history off (--history 0: the reference row), on (holdline, as it \
+             ships: the last 10,000 events) and also written to a file (--audit-log FILE, a \
+             temp file); rate = hold+release pairs/s; time vs hl = against history-off \
+             (its rate / the row's: above 1 = history costs that factor); {SERVERS_NOTE}"
+        ),
+        Scenario::ServerPipelined => format!(
+            "threads = connections, each on {PIPELINED_DEPTH} keys of its own, pipelining \
+             {PIPELINED_DEPTH} holds (holdline: TRYHOLD; redis: SET NX PX), then their \
+             {PIPELINED_DEPTH} releases (RELEASE; EVALSHA compare-and-delete); rate = \
+             hold+release pairs/s; latency = one batch of holds; {}",
+            SERVERS_NOTE
+        ),
+        Scenario::ServerHotKey => format!(
+            "threads = connections, all on one key; rate = grants/s (holdline: HOLD waits in line; \
+             redis: SET NX retried every {}; etcd: Lock waits for lower revisions; postgres: \
+             pg_advisory_lock waits in the lock manager's queue); latency = wait from first \
+             try to grant; ooo = grants made while a connection that began waiting earlier \
+             still waited; {SERVERS_NOTE}",
+            fmt_ns(REDIS_POLL.as_nanos() as u64)
+        ),
+        Scenario::ServerMemory => format!(
+            "{} distinct keys, each held once and released, over {SERVER_HOT_CONNECTIONS} connections \
+             pipelining {} holds then their releases; rate = keys/s; latency = one batch of holds; \
+             mem idle = server RSS after the last release - RSS at start (note: RSS at start, peak, \
+             after release, and later; keys the server still has)",
+            cfg.million,
+            PIPELINE
+        ),
+        other => panic!("{} is not a server scenario", other.name()),
     }
 }
 
@@ -341,6 +397,9 @@ pub struct Cfg {
     /// How long a holder in `handoff` keeps the key after the other thread
     /// said it is about to wait: long enough for it to be in line.
     pub handoff_linger: Duration,
+    /// A run of `server-paced`: 3 throughput phases, so that its few CPU
+    /// ticks (10 ms each) at a light load still say something.
+    pub paced: Duration,
 }
 
 /// The default of [`Cfg::handoff_linger`].
@@ -355,6 +414,7 @@ impl Cfg {
             million,
             dl_wait: Duration::from_millis(1),
             dl_hold: Duration::from_millis(5),
+            paced: duration * 3,
             // HARNESS_HANDOFF_LINGER_US overrides the linger (for experiments).
             handoff_linger: std::env::var("HARNESS_HANDOFF_LINGER_US")
                 .ok()
@@ -385,5 +445,14 @@ pub const PIPELINE: usize = 64;
 /// How many holds a connection of the pipelined row sends before reading.
 pub const PIPELINED_DEPTH: usize = 16;
 
-pub const SERVERS_NOTE: &str =
-    "both servers started by the harness on loopback, one client code path (holdline_client::Connection)";
+/// Hold+release pairs offered per second, all connections together, in `server-paced`.
+pub const PACED_RATE: u64 = 1600;
+
+/// What the server rows send.
+pub const RECIPES: &str = "holdline: HOLD, RELEASE; redis: SET NX PX, EVALSHA compare-and-delete; \
+     etcd: Lock(key, lease), Unlock RPCs; postgres: pg_advisory_lock, pg_advisory_unlock";
+
+pub const SERVERS_NOTE: &str = "every server started by the harness on loopback (etcd's data on \
+     tmpfs, PostgreSQL with fsync off), each client its own connection (holdline and Redis \
+     through holdline_client::Connection); cpu/op = the server's user + system CPU \
+     (/proc/PID/stat, PostgreSQL's backends included) over the row / its operations";

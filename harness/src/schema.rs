@@ -165,6 +165,28 @@ pub const FIELDS: &[Field] = &[
         |_, r| r.mem_idle.map_or_else(|| "-".into(), fmt_bytes),
     ),
     Field::measured("mem_settled_bytes", |_, r| opt(r.mem_settled, int)),
+    Field::measured("server_cpu_ns_per_op", |_, r| {
+        opt(r.cpu_per_op, |c| num(c.median, 1))
+    })
+    .shown("cpu/op", Right, |_, r| {
+        r.cpu_per_op
+            .map_or_else(|| "-".into(), |c| fmt_ns(c.median.round() as u64))
+    }),
+    Field::measured("server_cpu_ns_per_op_min", |_, r| {
+        opt(r.cpu_per_op, |c| num(c.min, 1))
+    })
+    .shown("cpu/op min-max", Right, |_, r| match r.cpu_per_op {
+        Some(c) if r.runs > 1 => format!(
+            "{}-{}",
+            fmt_ns(c.min.round() as u64),
+            fmt_ns(c.max.round() as u64)
+        ),
+        _ => "-".into(),
+    }),
+    Field::measured("server_cpu_ns_per_op_max", |_, r| {
+        opt(r.cpu_per_op, |c| num(c.max, 1))
+    }),
+    Field::measured("server_cpu_ticks", |_, r| opt(r.cpu_ticks, int)),
     Field::given("note", |_, r| text(&r.note)).shown("note", Left, |_, r| r.note.clone()),
 ];
 

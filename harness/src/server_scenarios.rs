@@ -1,6 +1,10 @@
-//! The `server-*` scenarios: `holdline serve` against `redis-server` doing
-//! the usual single-instance lock, both driven by the same client code path
-//! (`holdline_client::Connection`, one tokio task per connection).
+//! The `server-*` scenarios: `holdline serve` against the servers a user
+//! picks instead, each driven as its users drive it, one tokio task per
+//! client: `redis-server` doing the usual single-instance lock (both
+//! through `holdline_client::Connection`), etcd's Lock RPC and
+//! PostgreSQL's advisory locks (`peers`); and holdline with its history
+//! off, on, and written to an audit log (`server-history`). Every row
+//! but the memory ones also reads the server's CPU time per operation.
 //!
 //! holdline: `HOLD bench key` (waits in the key's line, answered on grant),
 //! `RELEASE lease`. Redis: `SET key token NX PX 30000` (retried every
@@ -18,9 +22,13 @@ use holdline_client::{Connection, Value};
 use tokio::runtime::Runtime;
 
 use crate::measure::{fill_lat, hist, io_runtime as runtime, merged, record_pairs, run_tasks};
+use crate::peers::{EtcdSession, PeerClient, PeerHeld, PgSession};
+use crate::procs::ticks_per_sec;
 use crate::row::Run;
-use crate::scenario::{Cfg, Scenario, PIPELINE, PIPELINED_DEPTH, REDIS_POLL};
-use crate::servers::{ServerKind, ServerProcess};
+use crate::scenario::{
+    Cfg, Scenario, MEMORY_CONNECTIONS, PACED_RATE, PIPELINE, PIPELINED_DEPTH, REDIS_POLL,
+};
+use crate::servers::{tools_required, ServerKind, ServerProcess};
 use crate::units::fmt_bytes;
 
 /// The lock name holdline's commands use.
@@ -38,10 +46,28 @@ const RELEASE_SCRIPT: &str =
 /// reclaims idle keys within about a second).
 const SETTLE: Duration = Duration::from_millis(1500);
 
-/// One connection and what a hold on it needs.
+/// Which RESP server a [`Client`] talks to: a `holdline serve` (any
+/// history setting) or Redis.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Resp {
+    Holdline,
+    Redis,
+}
+
+impl Resp {
+    fn of(kind: ServerKind) -> Resp {
+        match kind {
+            ServerKind::Redis => Resp::Redis,
+            k if k.is_holdline() => Resp::Holdline,
+            k => panic!("{} is no RESP server", k.name()),
+        }
+    }
+}
+
+/// One connection to a RESP server and what a hold on it needs.
 struct Client {
     conn: Connection,
-    kind: ServerKind,
+    resp: Resp,
     /// The release script's SHA1 (Redis).
     sha: Arc<str>,
     /// Reused text buffers: the Redis token (unique per hold) and a lease id.
@@ -68,7 +94,7 @@ impl Client {
             .unwrap_or_else(|e| panic!("connect to {} at {addr}: {e}", kind.name()));
         Client {
             conn,
-            kind,
+            resp: Resp::of(kind),
             sha,
             token: String::with_capacity(32),
             number: String::with_capacity(24),
@@ -87,13 +113,13 @@ impl Client {
     /// Queues a hold of `key`: `HOLD` (with `extra` options), or `SET NX PX`
     /// with a fresh token.
     fn queue_hold(&mut self, key: &str, extra: &[&str]) {
-        match self.kind {
-            ServerKind::Holdline => {
+        match self.resp {
+            Resp::Holdline => {
                 let mut args = vec!["HOLD", LOCK, key];
                 args.extend_from_slice(extra);
                 self.conn.queue(&args);
             }
-            ServerKind::Redis => {
+            Resp::Redis => {
                 self.next_token();
                 let token = &self.token;
                 self.conn
@@ -106,13 +132,13 @@ impl Client {
     /// the key is taken.
     async fn read_hold(&mut self, key: &str) -> Option<Held> {
         let reply = self.conn.read_reply().await.expect("read a hold's answer");
-        match (self.kind, &reply) {
-            (ServerKind::Holdline, Value::Array(a)) => match a.as_slice() {
+        match (self.resp, &reply) {
+            (Resp::Holdline, Value::Array(a)) => match a.as_slice() {
                 [Value::Integer(lease), Value::Integer(_fence)] => Some(Held(*lease)),
                 _ => panic!("HOLD {key}: answered {reply:?}"),
             },
-            (ServerKind::Redis, Value::Null) => None,
-            (ServerKind::Redis, _) => {
+            (Resp::Redis, Value::Null) => None,
+            (Resp::Redis, _) => {
                 expect_ok(&reply, &format!("SET {key} NX"));
                 Some(Held(0))
             }
@@ -122,14 +148,14 @@ impl Client {
 
     /// Queues the release of `held` (on `key`, whose token is `token` for Redis).
     fn queue_release(&mut self, key: &str, held: &Held, token: Option<&str>) {
-        match self.kind {
-            ServerKind::Holdline => {
+        match self.resp {
+            Resp::Holdline => {
                 self.number.clear();
                 let _ = write!(self.number, "{}", held.0);
                 let lease = &self.number;
                 self.conn.queue(&["RELEASE", lease.as_str()]);
             }
-            ServerKind::Redis => {
+            Resp::Redis => {
                 let token = token.unwrap_or(&self.token);
                 self.conn.queue(&["EVALSHA", &self.sha, "1", key, token]);
             }
@@ -142,9 +168,9 @@ impl Client {
             .read_reply()
             .await
             .expect("read a release's answer");
-        match self.kind {
-            ServerKind::Holdline => expect_ok(&reply, &format!("RELEASE ({key})")),
-            ServerKind::Redis => assert_eq!(
+        match self.resp {
+            Resp::Holdline => expect_ok(&reply, &format!("RELEASE ({key})")),
+            Resp::Redis => assert_eq!(
                 reply,
                 Value::Integer(1),
                 "EVALSHA release of {key}: the key was no longer this client's"
@@ -170,9 +196,9 @@ impl Client {
     async fn hold_batch(&mut self, keys: &[String]) -> Vec<(Held, String)> {
         let mut tokens = Vec::with_capacity(keys.len());
         for k in keys {
-            match self.kind {
-                ServerKind::Holdline => self.conn.queue(&["TRYHOLD", LOCK, k]),
-                ServerKind::Redis => self.queue_hold(k, &[]),
+            match self.resp {
+                Resp::Holdline => self.conn.queue(&["TRYHOLD", LOCK, k]),
+                Resp::Redis => self.queue_hold(k, &[]),
             }
             tokens.push(self.token.clone());
         }
@@ -209,9 +235,9 @@ impl Client {
 /// `n` connected clients (and, for Redis, the script loaded).
 fn connect_all(rt: &Runtime, server: &ServerProcess, kind: ServerKind, n: usize) -> Vec<Client> {
     rt.block_on(async {
-        let sha: Arc<str> = match kind {
-            ServerKind::Holdline => Arc::from(""),
-            ServerKind::Redis => {
+        let sha: Arc<str> = match Resp::of(kind) {
+            Resp::Holdline => Arc::from(""),
+            Resp::Redis => {
                 let mut c = Connection::connect(server.addr).await.expect("connect");
                 match c.command(&["SCRIPT", "LOAD", RELEASE_SCRIPT]).await {
                     Ok(Value::Bulk(b)) => Arc::from(String::from_utf8(b).expect("sha").as_str()),
@@ -227,11 +253,100 @@ fn connect_all(rt: &Runtime, server: &ServerProcess, kind: ServerKind, n: usize)
     })
 }
 
-/// Hands each task its client: `run_tasks` builds a task per index.
-struct Clients(Vec<parking_lot::Mutex<Option<Client>>>);
+/// A client of any server the rows measure: a RESP connection (holdline,
+/// Redis) or a peer's client (etcd, PostgreSQL).
+enum Session {
+    Resp(Client),
+    Peer(PeerClient),
+}
 
-impl Clients {
-    fn new(clients: Vec<Client>) -> Arc<Clients> {
+/// What a session's hold answered.
+enum Grant {
+    Resp(Held),
+    Peer(PeerHeld),
+}
+
+impl Session {
+    /// Holds `key`, waiting as the server's users wait.
+    async fn hold(&mut self, key: &str) -> Grant {
+        match self {
+            Session::Resp(c) => Grant::Resp(c.hold(key).await),
+            Session::Peer(c) => Grant::Peer(c.hold(key).await),
+        }
+    }
+
+    async fn release(&mut self, key: &str, grant: Grant) {
+        match (self, grant) {
+            (Session::Resp(c), Grant::Resp(h)) => c.release(key, h).await,
+            (Session::Peer(c), Grant::Peer(h)) => c.release(key, h).await,
+            _ => panic!("a release of another kind of hold"),
+        }
+    }
+
+    /// The RESP connection (the pipelined rows run on RESP servers only).
+    fn resp(&mut self) -> &mut Client {
+        match self {
+            Session::Resp(c) => c,
+            Session::Peer(_) => panic!("a RESP-only scenario on a peer"),
+        }
+    }
+}
+
+/// `n` connected sessions of `kind`: RESP connections, or a peer's clients.
+fn connect_sessions(
+    rt: &Runtime,
+    server: &ServerProcess,
+    kind: ServerKind,
+    n: usize,
+) -> Vec<Session> {
+    if !matches!(kind, ServerKind::Etcd | ServerKind::Postgres) {
+        let clients = connect_all(rt, server, kind, n);
+        return clients.into_iter().map(Session::Resp).collect();
+    }
+    rt.block_on(async {
+        let mut sessions = Vec::with_capacity(n);
+        for _ in 0..n {
+            let peer = match kind {
+                ServerKind::Etcd => EtcdSession::connect(server.addr)
+                    .await
+                    .map(PeerClient::Etcd),
+                _ => PgSession::connect(server).await.map(PeerClient::Postgres),
+            };
+            sessions.push(Session::Peer(peer.unwrap_or_else(|e| panic!("{e}"))));
+        }
+        sessions
+    })
+}
+
+/// The server's CPU time (its processes' user + system ticks) over a
+/// stretch of a row.
+struct CpuMeter<'a> {
+    server: &'a ServerProcess,
+    start: Option<u64>,
+}
+
+impl<'a> CpuMeter<'a> {
+    fn start(server: &'a ServerProcess) -> CpuMeter<'a> {
+        CpuMeter {
+            server,
+            start: server.cpu_ticks(),
+        }
+    }
+
+    /// The ticks since [`start`](CpuMeter::start) into `run`, per
+    /// operation counted there.
+    fn record(self, run: &mut Run) {
+        if let (Some(a), Some(b)) = (self.start, self.server.cpu_ticks()) {
+            run.set_cpu(b.saturating_sub(a), ticks_per_sec());
+        }
+    }
+}
+
+/// Hands each task its client: `run_tasks` builds a task per index.
+struct Clients<C>(Vec<parking_lot::Mutex<Option<C>>>);
+
+impl<C> Clients<C> {
+    fn new(clients: Vec<C>) -> Arc<Clients<C>> {
         Arc::new(Clients(
             clients
                 .into_iter()
@@ -239,8 +354,20 @@ impl Clients {
                 .collect(),
         ))
     }
-    fn take(&self, i: usize) -> Client {
+    fn take(&self, i: usize) -> C {
         self.0[i].lock().take().expect("each client is taken once")
+    }
+}
+
+/// The servers a server scenario runs, in table order: every lock server
+/// (the pipelined and memory rows: the RESP ones, holdline and Redis),
+/// or holdline's history settings.
+pub fn subjects(scenario: Scenario) -> &'static [ServerKind] {
+    const RESP: [ServerKind; 2] = [ServerKind::Holdline, ServerKind::Redis];
+    match scenario {
+        Scenario::ServerHistory => &ServerKind::HISTORY,
+        Scenario::ServerPipelined | Scenario::ServerMemory => &RESP,
+        _ => &ServerKind::ALL,
     }
 }
 
@@ -252,7 +379,10 @@ pub fn run(scenario: Scenario, kind: ServerKind, cfg: &Cfg, conns: usize) -> Run
     // Both have a bounded wait: HOLD's WAIT; a polling client gives up when it likes.
     run.deadline = true;
     let debug = match kind.binary() {
-        Ok(path) => crate::servers::is_debug_build(&path),
+        Ok(path) => kind.is_holdline() && crate::servers::is_debug_build(&path),
+        Err(missing) if kind.is_peer() && tools_required() => {
+            panic!("HOLDLINE_REQUIRE_TOOLS=1: {}", missing.how)
+        }
         Err(missing) => {
             run.na = Some(missing.na);
             run.note = missing.how;
@@ -269,21 +399,24 @@ pub fn run(scenario: Scenario, kind: ServerKind, cfg: &Cfg, conns: usize) -> Run
         conns,
     };
     match scenario {
-        Scenario::ServerUncontended => uncontended(&mut run, &on),
+        Scenario::ServerUncontended | Scenario::ServerHistory => uncontended(&mut run, &on),
+        Scenario::ServerPaced => paced(&mut run, &on),
         Scenario::ServerPipelined => pipelined(&mut run, &on),
         Scenario::ServerHotKey => hot_key(&mut run, &on),
         Scenario::ServerMemory => memory(&mut run, &on),
+        Scenario::ServerConnections => connections(&mut run, &on),
         other => panic!("{} is not a server scenario", other.name()),
+    }
+    if let Some(log) = &server.audit_log {
+        let written = std::fs::metadata(log).map_or(0, |m| m.len());
+        let written = fmt_bytes(i64::try_from(written).unwrap_or(i64::MAX));
+        run.note = format!("{}; audit log: {written} written", run.note);
     }
     if debug {
         run.note = format!("DEBUG BUILD of holdline (build --release); {}", run.note);
     }
     run
 }
-
-/// Connections the memory-per-connection figure opens: few enough for a
-/// default limit of 1,024 open files.
-pub const MEMORY_CONNECTIONS: usize = 400;
 
 /// The server's resident memory per connection holding one key (HOLD, or
 /// Redis's SET NX PX), over [`MEMORY_CONNECTIONS`] connections: the growth
@@ -293,19 +426,57 @@ pub fn connection_memory(kind: ServerKind) -> Result<f64, String> {
     kind.binary().map_err(|m| m.how)?;
     let server = ServerProcess::start(kind)?;
     let rt = runtime();
-    let before = server.rss().ok_or("no RSS")?;
-    let mut clients = connect_all(&rt, &server, kind, MEMORY_CONNECTIONS);
-    let held: Vec<Held> = rt.block_on(async {
-        let mut held = Vec::with_capacity(clients.len());
-        for (i, c) in clients.iter_mut().enumerate() {
+    let (per, _, _) = held_connections(&rt, &server, kind, ServerProcess::rss)?;
+    Ok(per)
+}
+
+/// [`MEMORY_CONNECTIONS`] sessions of `kind`, each holding a key of its
+/// own: the growth of `memory` from before they connected to [`SETTLE`]
+/// after the last hold, per connection, in bytes; the seconds from the
+/// first connection to the last hold; and each hold's time.
+fn held_connections(
+    rt: &Runtime,
+    server: &ServerProcess,
+    kind: ServerKind,
+    memory: fn(&ServerProcess) -> Option<i64>,
+) -> Result<(f64, f64, Histogram<u64>), String> {
+    let before = memory(server).ok_or("no memory reading")?;
+    let t0 = Instant::now();
+    let mut sessions = connect_sessions(rt, server, kind, MEMORY_CONNECTIONS);
+    let (held, h) = rt.block_on(async {
+        let mut held = Vec::with_capacity(sessions.len());
+        let mut h = hist();
+        for (i, c) in sessions.iter_mut().enumerate() {
+            let t = Instant::now();
             held.push(c.hold(&format!("conn-{i}")).await);
+            let _ = h.record(t.elapsed().as_nanos() as u64);
         }
-        held
+        (held, h)
     });
+    let secs = t0.elapsed().as_secs_f64();
     std::thread::sleep(SETTLE);
-    let after = server.rss().ok_or("no RSS")?;
-    drop((held, clients));
-    Ok((after - before) as f64 / MEMORY_CONNECTIONS as f64)
+    let after = memory(server).ok_or("no memory reading")?;
+    drop((held, sessions));
+    Ok(((after - before) as f64 / MEMORY_CONNECTIONS as f64, secs, h))
+}
+
+/// `server-connections`: [`MEMORY_CONNECTIONS`] clients each holding a
+/// key; `mem idle` = the server's memory per client, its processes'
+/// proportional set size (PostgreSQL's backends, a process per client,
+/// included; shared pages split among them).
+fn connections(run: &mut Run, on: &Target) {
+    let (per, secs, h) = held_connections(on.rt, on.server, on.kind, ServerProcess::pss)
+        .unwrap_or_else(|e| panic!("{e}"));
+    run.unit = "clients";
+    run.lat_of = "one client's first hold";
+    run.set_rate(MEMORY_CONNECTIONS as u64, secs);
+    fill_lat(run, &h);
+    run.mem_idle = Some(per.round() as i64);
+    run.note = format!(
+        "{MEMORY_CONNECTIONS} clients, each its own connection and one key held; \
+         memory (PSS) per client, {SETTLE:?} after the last hold; {}",
+        recipe(on.kind)
+    );
 }
 
 /// What a server row runs against: the run's settings, the clients'
@@ -319,7 +490,11 @@ struct Target<'a> {
 }
 
 impl Target<'_> {
-    fn connect(&self) -> Vec<Client> {
+    fn connect(&self) -> Vec<Session> {
+        connect_sessions(self.rt, self.server, self.kind, self.conns)
+    }
+
+    fn connect_resp(&self) -> Vec<Client> {
         connect_all(self.rt, self.server, self.kind, self.conns)
     }
 }
@@ -343,7 +518,7 @@ impl Round {
     }
 
     /// Makes the round on `c`, its latency recorded in `h`; answers the holds made.
-    async fn make(&self, c: &mut Client, h: &mut Histogram<u64>) -> u64 {
+    async fn make(&self, c: &mut Session, h: &mut Histogram<u64>) -> u64 {
         let t0 = Instant::now();
         match self {
             Round::Pair(key) => {
@@ -353,6 +528,7 @@ impl Round {
                 1
             }
             Round::Batch(keys) => {
+                let c = c.resp();
                 let held = c.hold_batch(keys).await;
                 let _ = h.record(t0.elapsed().as_nanos() as u64);
                 c.release_batch(keys, &held).await;
@@ -366,6 +542,7 @@ impl Round {
 /// again for the run's duration: holds per second, the rounds' latency.
 fn repeat_rounds(run: &mut Run, on: &Target, round_of: fn(usize) -> Round) {
     let clients = Clients::new(on.connect());
+    let cpu = CpuMeter::start(on.server);
     let (outs, secs) = run_tasks(on.rt, on.conns, on.cfg.duration, |t, stop| {
         let clients = clients.clone();
         let round = round_of(t);
@@ -380,6 +557,7 @@ fn repeat_rounds(run: &mut Run, on: &Target, round_of: fn(usize) -> Round) {
         }
     });
     record_pairs(run, outs, secs, round_of(0).lat_of());
+    cpu.record(run);
 }
 
 /// Each connection holds and releases its own key, again and again.
@@ -403,8 +581,8 @@ fn pipelined(run: &mut Run, on: &Target) {
         "{} connections, {PIPELINED_DEPTH} deep; {}",
         on.conns,
         match on.kind {
-            ServerKind::Holdline => "TRYHOLD x16, then RELEASE x16",
             ServerKind::Redis => "SET NX PX x16, then EVALSHA compare-and-delete x16",
+            _ => "TRYHOLD x16, then RELEASE x16",
         }
     );
 }
@@ -413,7 +591,51 @@ fn recipe(kind: ServerKind) -> &'static str {
     match kind {
         ServerKind::Holdline => "HOLD bench key / RELEASE lease",
         ServerKind::Redis => "SET key token NX PX 30000 / EVALSHA compare-and-delete",
+        ServerKind::Etcd => "Lock(key, lease) / Unlock(key) RPCs, a lease per client",
+        ServerKind::Postgres => "pg_advisory_lock / pg_advisory_unlock, a session per client",
+        ServerKind::HistoryOff => "--history 0 (no history kept); HOLD / RELEASE",
+        ServerKind::AuditLog => "--audit-log FILE (history kept and written); HOLD / RELEASE",
     }
+}
+
+/// Every connection holds and releases its own key at a steady pace,
+/// [`PACED_RATE`] pairs a second in all (each connection one every
+/// `conns / PACED_RATE` seconds, the connections' schedules staggered):
+/// what the server spends per pair when it is far from busy.
+fn paced(run: &mut Run, on: &Target) {
+    let conns = on.conns;
+    let period = Duration::from_secs_f64(conns as f64 / PACED_RATE as f64);
+    let clients = Clients::new(on.connect());
+    let cpu = CpuMeter::start(on.server);
+    let (outs, secs) = run_tasks(on.rt, conns, on.cfg.paced, |t, stop| {
+        let clients = clients.clone();
+        async move {
+            let mut c = clients.take(t);
+            let key = format!("own-{t}");
+            let mut h = hist();
+            let mut n = 0u64;
+            let offset = period.mul_f64(t as f64 / conns as f64);
+            let mut next = tokio::time::Instant::now() + offset;
+            while !stop.load(SeqCst) {
+                tokio::time::sleep_until(next).await;
+                // A schedule that fell behind is kept: the load offered stays the same.
+                next += period;
+                let t0 = Instant::now();
+                let held = c.hold(&key).await;
+                c.release(&key, held).await;
+                let _ = h.record(t0.elapsed().as_nanos() as u64);
+                n += 1;
+            }
+            (h, [n])
+        }
+    });
+    record_pairs(run, outs, secs, "hold+release");
+    cpu.record(run);
+    run.note = format!(
+        "{conns} connections offering {PACED_RATE} pairs/s in all (one each every {}); {}",
+        crate::units::fmt_ns(period.as_nanos() as u64),
+        recipe(on.kind)
+    );
 }
 
 /// Every connection on one key: wait (from the first try), hold, release.
@@ -426,6 +648,7 @@ fn hot_key(run: &mut Run, on: &Target) {
     // barging client passes over every poller, and each such grant counts.)
     let ticket = Arc::new(AtomicU64::new(1));
     let waiting: Arc<Vec<AtomicU64>> = Arc::new((0..conns).map(|_| AtomicU64::new(0)).collect());
+    let cpu = CpuMeter::start(on.server);
     let (outs, secs) = run_tasks(on.rt, conns, on.cfg.duration, |t, stop| {
         let clients = clients.clone();
         let (ticket, waiting) = (ticket.clone(), waiting.clone());
@@ -455,16 +678,20 @@ fn hot_key(run: &mut Run, on: &Target) {
     run.unit = "grants";
     run.lat_of = "wait";
     run.set_rate(grants, secs);
+    cpu.record(run);
     fill_lat(run, &all);
     run.out_of_order = Some((ooo, grants));
-    run.note = match on.kind {
-        ServerKind::Holdline => {
-            format!("{conns} connections; HOLD waits in line, answered on grant")
+    let how = match on.kind {
+        ServerKind::Redis => format!("SET NX retried every {REDIS_POLL:?} until it succeeds"),
+        ServerKind::Etcd => {
+            "Lock waits for the keys of lower revision to go, answered on grant".into()
         }
-        ServerKind::Redis => {
-            format!("{conns} connections; SET NX retried every {REDIS_POLL:?} until it succeeds")
+        ServerKind::Postgres => {
+            "pg_advisory_lock waits in the lock manager's queue, answered on grant".into()
         }
+        _ => "HOLD waits in line, answered on grant".into(),
     };
+    run.note = format!("{conns} connections; {how}");
 }
 
 /// `cfg.million` distinct keys, each held once and released, in pipelined
@@ -477,7 +704,7 @@ fn hot_key(run: &mut Run, on: &Target) {
 /// tens of thousands of leases makes each command cost as many renewals.
 fn memory(run: &mut Run, on: &Target) {
     let (cfg, rt, server, conns) = (on.cfg, on.rt, on.server, on.conns);
-    let clients = on.connect();
+    let clients = on.connect_resp();
     let start_rss = server.rss().expect("server RSS");
     let n = cfg.million;
     let per = n.div_ceil(conns);
@@ -560,8 +787,8 @@ async fn fresh_keys(mut c: Client, keys: Vec<String>) -> (Histogram<u64>, Client
 
 /// What the server still keeps: holdline's `live_keys` (STATS), Redis's `DBSIZE`.
 async fn keys_left(c: &mut Client) -> String {
-    match c.kind {
-        ServerKind::Holdline => {
+    match c.resp {
+        Resp::Holdline => {
             let reply = c.conn.command(&["STATS", LOCK]).await.expect("STATS");
             let live = match &reply {
                 Value::Map(pairs) => pairs.iter().find_map(|(k, v)| match (k, v) {
@@ -576,7 +803,7 @@ async fn keys_left(c: &mut Client) -> String {
                 None => format!("STATS answered {reply:?}"),
             }
         }
-        ServerKind::Redis => match c.conn.command(&["DBSIZE"]).await {
+        Resp::Redis => match c.conn.command(&["DBSIZE"]).await {
             Ok(Value::Integer(n)) => format!("DBSIZE {n}"),
             other => format!("DBSIZE answered {other:?}"),
         },
@@ -599,68 +826,153 @@ mod tests {
         }
     }
 
-    #[test]
-    fn both_recipes_exclude_and_release() {
-        for kind in ServerKind::ALL {
-            if !available(kind) {
-                continue;
+    impl Session {
+        /// Whether a hold of `key` is granted at once (HOLD ... WAIT 0,
+        /// one SET NX, pg_try_advisory_lock; etcd's Lock, which has no
+        /// try, given 300 ms).
+        async fn try_hold(&mut self, key: &str) -> bool {
+            match self {
+                Session::Resp(c) => {
+                    c.queue_hold(key, &["WAIT", "0"]);
+                    c.conn.flush().await.unwrap();
+                    if c.resp == Resp::Redis {
+                        return c.read_hold(key).await.is_some();
+                    }
+                    let reply = c.conn.read_reply().await.unwrap();
+                    assert!(
+                        matches!(&reply, Value::Error(e) if e.starts_with("INUSE")),
+                        "{reply:?}"
+                    );
+                    false
+                }
+                Session::Peer(c) => c.try_hold(key, Duration::from_millis(300)).await.is_some(),
             }
+        }
+    }
+
+    #[test]
+    fn every_recipe_excludes_and_releases() {
+        let kinds = ServerKind::ALL.into_iter().chain([ServerKind::AuditLog]);
+        for kind in kinds.filter(|&k| available(k)) {
             let server = ServerProcess::start(kind).expect("server starts");
             let rt = runtime();
-            let mut cs = connect_all(&rt, &server, kind, 2);
+            let mut cs = connect_sessions(&rt, &server, kind, 2);
             rt.block_on(async {
                 let held = cs[0].hold("k").await;
-                // The other connection cannot take it now.
-                cs[1].queue_hold("k", &["WAIT", "0"]);
-                cs[1].conn.flush().await.unwrap();
-                match kind {
-                    ServerKind::Holdline => {
-                        let reply = cs[1].conn.read_reply().await.unwrap();
-                        assert!(
-                            matches!(&reply, Value::Error(e) if e.starts_with("INUSE")),
-                            "{reply:?}"
-                        );
-                    }
-                    ServerKind::Redis => assert!(cs[1].read_hold("k").await.is_none()),
-                }
+                // The other client cannot take it now.
+                assert!(!cs[1].try_hold("k").await, "{kind:?}: taken twice");
                 cs[0].release("k", held).await;
                 let again = cs[1].hold("k").await;
                 cs[1].release("k", again).await;
+                // And once let go, it is free for the first one again.
+                let third = cs[0].hold("k").await;
+                cs[0].release("k", third).await;
             });
         }
     }
 
     #[test]
-    fn server_scenarios_measure_on_both_servers() {
-        let cfg = Cfg::new(Duration::from_millis(60), 3_000);
-        for kind in ServerKind::ALL {
+    fn a_peers_hot_key_grants_in_turn() {
+        // Two etcd or PostgreSQL clients on one key: the second waits for the first.
+        for kind in [ServerKind::Etcd, ServerKind::Postgres] {
             if !available(kind) {
                 continue;
             }
-            for (s, conns) in [
+            let server = ServerProcess::start(kind).expect("server starts");
+            let rt = runtime();
+            let mut cs = connect_sessions(&rt, &server, kind, 2).into_iter();
+            let (mut a, mut b) = (cs.next().unwrap(), cs.next().unwrap());
+            rt.block_on(async {
+                let held = a.hold("hot").await;
+                let waiter = tokio::spawn(async move {
+                    let t0 = Instant::now();
+                    let got = b.hold("hot").await;
+                    let waited = t0.elapsed();
+                    b.release("hot", got).await;
+                    waited
+                });
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                assert!(!waiter.is_finished(), "{kind:?}: granted while held");
+                a.release("hot", held).await;
+                let waited = waiter.await.unwrap();
+                assert!(waited >= Duration::from_millis(200), "{kind:?}: {waited:?}");
+            });
+        }
+    }
+
+    #[test]
+    fn server_scenarios_measure_on_every_server() {
+        let cfg = Cfg::new(Duration::from_millis(60), 3_000);
+        let all = ServerKind::ALL.into_iter().chain(ServerKind::HISTORY);
+        for kind in all.filter(|&k| available(k)) {
+            let scenarios = [
                 (Scenario::ServerUncontended, 2),
                 (Scenario::ServerPipelined, 2),
                 (Scenario::ServerHotKey, 4),
+                (Scenario::ServerPaced, 4),
                 (Scenario::ServerMemory, 4),
-            ] {
+                (Scenario::ServerHistory, 2),
+            ];
+            for (s, conns) in scenarios {
+                if !subjects(s).contains(&kind) {
+                    continue;
+                }
                 let r = run(s, kind, &cfg, conns);
                 assert_eq!(r.na, None, "{s:?} {kind:?}");
                 assert!(r.ops > 0 && r.p50 > 0, "{s:?} {kind:?}: {r:?}");
-                if s == Scenario::ServerMemory {
-                    assert_eq!(r.ops, 3_000);
-                    assert!(r.note.contains("RSS: start"), "{}", r.note);
-                    // Every key was released: nothing is left held.
-                    assert!(
-                        r.note.ends_with("live_keys 0") || r.note.ends_with("DBSIZE 0"),
-                        "{kind:?}: {}",
-                        r.note
-                    );
-                }
-                if s == Scenario::ServerHotKey && kind == ServerKind::Holdline {
-                    let (ooo, grants) = r.out_of_order.unwrap();
-                    assert!(grants > 0 && ooo <= grants);
-                }
+                check_row(s, kind, &r);
             }
+        }
+    }
+
+    /// What a row of `s` on `kind` must show beyond a rate and a latency.
+    fn check_row(s: Scenario, kind: ServerKind, r: &Run) {
+        match s {
+            Scenario::ServerMemory => {
+                assert_eq!(r.ops, 3_000);
+                assert!(r.note.contains("RSS: start"), "{}", r.note);
+                // Every key was released: nothing is left held.
+                assert!(
+                    r.note.ends_with("live_keys 0") || r.note.ends_with("DBSIZE 0"),
+                    "{kind:?}: {}",
+                    r.note
+                );
+            }
+            Scenario::ServerHotKey => {
+                let (ooo, grants) = r.out_of_order.unwrap();
+                assert!(grants > 0 && ooo <= grants, "{kind:?}");
+            }
+            Scenario::ServerPaced => {
+                // 4 connections offering 1600 pairs/s in all for 180 ms: about 290.
+                assert!((150..=400).contains(&r.ops), "{kind:?}: {} pairs", r.ops);
+            }
+            _ => {}
+        }
+        if s != Scenario::ServerMemory {
+            // The server's CPU was read (a few ticks at most in so short a row).
+            assert!(r.cpu_ticks.is_some(), "{s:?} {kind:?}");
+        }
+        if kind == ServerKind::AuditLog {
+            assert!(r.note.contains("audit log: "), "{}", r.note);
+            assert!(!r.note.contains("audit log: 0B"), "{}", r.note);
+        }
+    }
+
+    #[test]
+    fn peers_hold_memory_per_client() {
+        for kind in [ServerKind::Postgres, ServerKind::Etcd] {
+            if !available(kind) {
+                continue;
+            }
+            let cfg = Cfg::new(Duration::from_millis(10), 10);
+            let r = run(Scenario::ServerConnections, kind, &cfg, MEMORY_CONNECTIONS);
+            assert_eq!(r.ops, MEMORY_CONNECTIONS as u64);
+            // A PostgreSQL backend is a process: well over 100 KiB each.
+            let per = r.mem_idle.unwrap();
+            if kind == ServerKind::Postgres {
+                assert!(per > 100 << 10, "{per} bytes per client");
+            }
+            assert!(per > 0, "{kind:?}: {per}");
         }
     }
 }

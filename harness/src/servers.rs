@@ -1,45 +1,98 @@
 //! The server processes the `server-*` scenarios measure: `holdline serve`
-//! and `redis-server`, each started on a loopback port (`testing/spawn.rs`:
-//! holdline binds port 0, Redis is tried again when its port was taken), its resident
-//! memory read from `/proc`, and killed when dropped (the `cluster` rows'
-//! nodes start here too, with their options).
+//! (with its history as it ships, off, or also written to an audit log),
+//! `redis-server`, an etcd member and a PostgreSQL cluster, each started
+//! on a loopback port (`testing/spawn.rs`: holdline binds port 0; Redis,
+//! etcd and PostgreSQL are tried again on other ports when theirs was
+//! taken), its resident memory and CPU time read from `/proc`, and
+//! stopped when dropped (the `cluster` rows' nodes start here too, with
+//! their options).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
+use crate::pg::{self, Postgres};
+use crate::procs;
 use crate::spawn;
 
 /// The servers, in table order.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum ServerKind {
-    /// `holdline serve`.
+    /// `holdline serve`, its history on (as it ships: the last 10,000 events).
     Holdline,
     /// `redis-server` with the single-instance lock recipe.
     Redis,
+    /// An etcd member, locked through etcd v3's Lock and Unlock RPCs.
+    Etcd,
+    /// A PostgreSQL cluster, locked with session advisory locks.
+    Postgres,
+    /// `holdline serve --history 0`: no history kept.
+    HistoryOff,
+    /// `holdline serve --audit-log FILE`: history kept and written to a file too.
+    AuditLog,
 }
 
 impl ServerKind {
-    pub const ALL: [ServerKind; 2] = [ServerKind::Holdline, ServerKind::Redis];
+    /// The lock servers a user picks between, in the rows' order.
+    pub const ALL: [ServerKind; 4] = [
+        ServerKind::Holdline,
+        ServerKind::Redis,
+        ServerKind::Etcd,
+        ServerKind::Postgres,
+    ];
+
+    /// holdline's history settings, in the `server-history` rows' order
+    /// (history off first: the others read against it).
+    pub const HISTORY: [ServerKind; 3] = [
+        ServerKind::HistoryOff,
+        ServerKind::Holdline,
+        ServerKind::AuditLog,
+    ];
 
     /// The name in tables (`holdline`, so ratios read against it as for the designs).
     pub fn name(self) -> &'static str {
         match self {
             ServerKind::Holdline => "holdline",
             ServerKind::Redis => "redis",
+            ServerKind::Etcd => "etcd",
+            ServerKind::Postgres => "postgres",
+            ServerKind::HistoryOff => "history-off",
+            ServerKind::AuditLog => "audit-log",
         }
     }
 
-    /// Waiters are granted in arrival order (Redis clients poll: no line).
+    /// Waiters are granted in arrival order (Redis clients poll: no line;
+    /// etcd grants by revision; PostgreSQL's lock manager queues waiters).
     pub fn fifo(self) -> bool {
-        self == ServerKind::Holdline
+        self != ServerKind::Redis
     }
 
-    /// The program to start, or why there is none and how to get it.
+    /// A `holdline serve` (of any history setting).
+    pub fn is_holdline(self) -> bool {
+        matches!(
+            self,
+            ServerKind::Holdline | ServerKind::HistoryOff | ServerKind::AuditLog
+        )
+    }
+
+    /// Another project's server: under `HOLDLINE_REQUIRE_TOOLS=1` its
+    /// absence fails the row rather than making it n/a.
+    pub fn is_peer(self) -> bool {
+        !self.is_holdline()
+    }
+
+    /// The program to start (PostgreSQL: its bin folder), or why there is
+    /// none and how to get it.
     pub fn binary(self) -> Result<PathBuf, Missing> {
         match self {
-            ServerKind::Holdline => holdline_binary(),
             ServerKind::Redis => redis_binary(),
+            ServerKind::Etcd => etcd_binary(),
+            ServerKind::Postgres => pg::bindir().map_err(|how| Missing {
+                na: "postgresql missing",
+                how,
+            }),
+            _ => holdline_binary(),
         }
     }
 }
@@ -123,10 +176,54 @@ fn redis_in(dirs: impl IntoIterator<Item = PathBuf>) -> Result<PathBuf, Missing>
         })
 }
 
-/// A started server; killed and reaped when dropped.
+/// Debian's etcd (`apt-get install etcd-server`).
+const ETCD: &str = spawn::ETCD;
+
+/// `/usr/bin/etcd`, or why there is none and how to get it.
+pub fn etcd_binary() -> Result<PathBuf, Missing> {
+    etcd_at(Path::new(ETCD))
+}
+
+fn etcd_at(path: &Path) -> Result<PathBuf, Missing> {
+    if path.is_file() {
+        return Ok(path.to_path_buf());
+    }
+    Err(Missing {
+        na: "etcd missing",
+        how: format!(
+            "no etcd at {}: install Debian's etcd-server (`apt-get install etcd-server`; \
+             the harness starts its own member on free loopback ports, never the system's \
+             service)",
+            path.display()
+        ),
+    })
+}
+
+/// `HOLDLINE_REQUIRE_TOOLS=1` (CI): a missing tool fails rather than skips.
+pub fn tools_required() -> bool {
+    std::env::var("HOLDLINE_REQUIRE_TOOLS").as_deref() == Ok("1")
+}
+
+/// A single-member etcd on free loopback ports with a data directory of
+/// its own (a short election timeout: it leads within a fraction of a
+/// second).
+pub fn start_etcd() -> Result<spawn::Etcd, String> {
+    spawn::Etcd::start_with(&["--heartbeat-interval", "20", "--election-timeout", "200"])
+}
+
+/// What runs: a process of its own, an etcd member, a PostgreSQL cluster.
+enum Process {
+    Child(Child),
+    Etcd(spawn::Etcd),
+    Postgres(Postgres),
+}
+
+/// A started server; stopped (and its data removed) when dropped.
 pub struct ServerProcess {
-    child: Child,
+    process: Process,
     pub addr: SocketAddr,
+    /// `--audit-log`'s file, removed when dropped.
+    pub audit_log: Option<PathBuf>,
 }
 
 impl ServerProcess {
@@ -135,11 +232,65 @@ impl ServerProcess {
         match kind {
             ServerKind::Holdline => start_holdline(&bin),
             ServerKind::Redis => start_redis(&bin),
+            ServerKind::Etcd => {
+                let etcd = start_etcd()?;
+                Ok(ServerProcess {
+                    addr: SocketAddr::from(([127, 0, 0, 1], etcd.client_port)),
+                    process: Process::Etcd(etcd),
+                    audit_log: None,
+                })
+            }
+            ServerKind::Postgres => {
+                let pg = Postgres::start(&bin)?;
+                Ok(ServerProcess {
+                    addr: SocketAddr::from(([127, 0, 0, 1], pg.port)),
+                    process: Process::Postgres(pg),
+                    audit_log: None,
+                })
+            }
+            ServerKind::HistoryOff => ServerProcess::holdline(&bin, &["--history", "0"]),
+            ServerKind::AuditLog => {
+                static LOGS: AtomicUsize = AtomicUsize::new(0);
+                let log = std::env::temp_dir().join(format!(
+                    "holdline-audit-{}-{}.log",
+                    std::process::id(),
+                    LOGS.fetch_add(1, Relaxed)
+                ));
+                let path = log.display().to_string();
+                let mut server = ServerProcess::holdline(&bin, &["--audit-log", &path])?;
+                server.audit_log = Some(log);
+                Ok(server)
+            }
         }
     }
 
+    /// The server's process (PostgreSQL: the postmaster, its backends below it).
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        match &self.process {
+            Process::Child(child) => child.id(),
+            Process::Etcd(etcd) => etcd.pid().unwrap_or(0),
+            Process::Postgres(pg) => pg.pid(),
+        }
+    }
+
+    /// The PostgreSQL cluster, when that is what runs.
+    pub fn postgres(&self) -> Option<&Postgres> {
+        match &self.process {
+            Process::Postgres(pg) => Some(pg),
+            _ => None,
+        }
+    }
+
+    /// User + system CPU ticks the server has used so far, its child
+    /// processes' included (PostgreSQL's backends).
+    pub fn cpu_ticks(&self) -> Option<u64> {
+        procs::tree_cpu_ticks(self.pid())
+    }
+
+    /// Memory the server's processes hold: their proportional set size
+    /// (shared pages split among them), in bytes.
+    pub fn pss(&self) -> Option<i64> {
+        procs::tree_pss(self.pid())
     }
 
     /// The server's resident memory now (`VmRSS`), in bytes.
@@ -155,8 +306,13 @@ impl ServerProcess {
 
 impl Drop for ServerProcess {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if let Process::Child(child) = &mut self.process {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if let Some(log) = &self.audit_log {
+            let _ = std::fs::remove_file(log);
+        }
     }
 }
 
@@ -182,7 +338,11 @@ impl ServerProcess {
         let mut args = vec!["--listen", "127.0.0.1:0"];
         args.extend_from_slice(extra);
         let (child, addr, _) = spawn::spawn_holdline(bin, &args)?;
-        Ok(ServerProcess { child, addr })
+        Ok(ServerProcess {
+            process: Process::Child(child),
+            addr,
+            audit_log: None,
+        })
     }
 }
 
@@ -199,8 +359,9 @@ fn start_redis(bin: &Path) -> Result<ServerProcess, String> {
             .args(["--dir", &std::env::temp_dir().display().to_string()]);
         match spawn::launch(cmd, false, "Ready to accept connections") {
             spawn::Launch::Ready(child) => Ok(Some(ServerProcess {
-                child,
+                process: Process::Child(child),
                 addr: SocketAddr::from(([127, 0, 0, 1], port)),
+                audit_log: None,
             })),
             spawn::Launch::PortTaken => Ok(None),
             spawn::Launch::Failed(why) => Err(format!("redis-server: {why}")),
@@ -242,6 +403,36 @@ mod tests {
         let m = redis_in([PathBuf::from("/nonexistent")]).unwrap_err();
         assert_eq!(m.na, "redis-server missing");
         assert!(m.how.contains("apt-get install redis-server"), "{}", m.how);
+    }
+
+    #[test]
+    fn a_missing_etcd_says_how_to_get_it() {
+        let m = etcd_at(Path::new("/nonexistent/etcd")).unwrap_err();
+        assert_eq!(m.na, "etcd missing");
+        assert!(m.how.contains("apt-get install etcd-server"), "{}", m.how);
+    }
+
+    #[test]
+    fn postgres_starts_as_its_own_cluster_and_is_gone_when_dropped() {
+        if ServerKind::Postgres.binary().is_err() {
+            eprintln!("skipped: no PostgreSQL");
+            return;
+        }
+        let server = ServerProcess::start(ServerKind::Postgres).expect("postgres starts");
+        let (addr, dir) = (server.addr, server.postgres().map(|p| p.conninfo()));
+        assert!(dir.unwrap().contains(&format!("port={}", addr.port())));
+        assert!(server.cpu_ticks().is_some());
+        assert!(server.pss().unwrap() > 1 << 20);
+        let pid = server.pid();
+        drop(server);
+        assert!(
+            std::net::TcpStream::connect(addr).is_err(),
+            "still listening"
+        );
+        assert!(
+            !Path::new(&format!("/proc/{pid}")).exists(),
+            "still running"
+        );
     }
 
     #[test]
