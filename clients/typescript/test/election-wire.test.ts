@@ -1,5 +1,7 @@
 /**
- * `election.observe()` against scripted nodes, for what a real server does
+ * Notes and elections against scripted nodes: the words sent (`NOTE` on
+ * holds only when given, a campaign's `HOLD`, proclaim's `NOTE`, resign's
+ * one `RELEASE`), and `election.observe()`, for what a real server does
  * only by chance or in a cluster: the observation closed by the server
  * (`closed`), `MOVED` and `CLUSTERDOWN` answered to `OBSERVE`, a
  * connection dropped before `OBSERVE` was answered, an observing
@@ -157,4 +159,32 @@ test('observe: a server that drops every OBSERVE is tried again after 50 ms, the
 	assert.ok(tookMs >= 740 && tookMs < 2500, `five OBSERVEs within ${Math.round(tookMs)} ms`)
 	stop.abort()
 	assert.deepEqual(await first, { done: true, value: undefined }, 'the fifth answered OK but pushed nothing: the abort ends it')
+})
+
+test('the words sent: NOTE only when a hold is given one; a campaign HOLDs with WAIT 60000 and its note, proclaims with NOTE, and RELEASEs once', async () => {
+	const n = await node()
+	const s = await store(n.address)
+	const lock = s.lock('l', { ttl: '2s' })
+	await lock.hold('k', () => {})
+	await lock.hold('k', () => {}, { note: 'job 1' })
+	await lock.tryHold('k', () => {}, { note: 'job 2' })
+	const e = s.lock('l', { ttl: '2s', permits: 3 }).election('e')
+	await e.campaign('10.0.0.5:8080', async lead => {
+		await lead.proclaim('10.0.0.5:9090')
+		await lead.resign()
+	})
+	const words = n.seen.filter(args => !['HELLO', 'CLUSTER', 'PING', 'RENEW'].includes(args[0]!))
+	// The scripted node's lease ids are the grant's place among the commands it read, from 1.
+	const leases = n.seen.flatMap((args, i) => (args[0] === 'HOLD' || args[0] === 'TRYHOLD' ? [String(i + 1)] : []))
+	assert.deepEqual(words, [
+		['HOLD', 'l', 'k', 'WAIT', '10000', 'TTL', '2000'],
+		['RELEASE', leases[0]],
+		['HOLD', 'l', 'k', 'WAIT', '10000', 'TTL', '2000', 'NOTE', 'job 1'],
+		['RELEASE', leases[1]],
+		['TRYHOLD', 'l', 'k', 'TTL', '2000', 'NOTE', 'job 2'],
+		['RELEASE', leases[2]],
+		['HOLD', 'l', 'e', 'WAIT', '60000', 'TTL', '2000', 'PERMITS', '3', 'TAKE', 'ALL', 'NOTE', '10.0.0.5:8080'],
+		['NOTE', leases[3], '10.0.0.5:9090'],
+		['RELEASE', leases[3]],
+	])
 })
