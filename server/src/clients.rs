@@ -9,6 +9,7 @@
 //! maps change only on a grant, a release, a wait, or a connection's start
 //! and end.
 
+use holdline::Signal;
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -18,13 +19,16 @@ use tokio::sync::Notify;
 
 /// The lease by which a connection holds a key: its id, and the grant's
 /// fence and permits.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct HeldBy {
     pub lease: u64,
     pub fence: u64,
     pub permits: u32,
     /// What its holder says of it (`NOTE`; empty: nothing).
     pub note: Arc<str>,
+    /// Its loss signal: whether the core ended it before its connection
+    /// noticed (observers are told so before the next grant).
+    pub signal: Signal,
 }
 
 /// What a connection shows of itself.
@@ -50,6 +54,8 @@ pub struct ClientState {
     kill: Notify,
     /// Whether `CLIENT KILL` ended it (its leases end `killed`).
     killed: AtomicBool,
+    /// Whether it was closed for leaving its pushes unread.
+    behind: AtomicBool,
 }
 
 /// `last_command` before any command was carried out.
@@ -74,6 +80,7 @@ impl ClientState {
             waiting: Mutex::new(None),
             kill: Notify::new(),
             killed: AtomicBool::new(false),
+            behind: AtomicBool::new(false),
         }
     }
 
@@ -160,10 +167,25 @@ impl ClientState {
         self.kill.notify_one();
     }
 
-    /// Whether [`kill`](ClientState::kill) was called.
-    pub fn was_killed(&self) -> bool {
+    /// Closes an observer that leaves its pushes unread (its keys go to
+    /// the next in line, as on CLIENT KILL).
+    pub fn disconnect_behind(&self) {
+        // Relaxed: as in `kill`.
+        self.behind.store(true, Ordering::Relaxed);
+        self.kill.notify_one();
+    }
+
+    /// Why an operator or the server closed it, if either did: `killed`
+    /// (CLIENT KILL) or `unread pushes` (an observer that did not read).
+    pub fn closed_because(&self) -> Option<&'static str> {
         // Relaxed: see `kill`.
-        self.killed.load(Ordering::Relaxed)
+        if self.killed.load(Ordering::Relaxed) {
+            Some("killed")
+        } else if self.behind.load(Ordering::Relaxed) {
+            Some("unread pushes")
+        } else {
+            None
+        }
     }
 
     /// Resolves once [`kill`](ClientState::kill) was called.

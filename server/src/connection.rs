@@ -89,6 +89,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
         encode(value, proto, &mut self.output);
     }
 
+    /// Queues bytes already encoded (pushes), after the answers queued.
+    pub fn queue_encoded(&mut self, bytes: &[u8]) {
+        self.output.extend_from_slice(bytes);
+    }
+
     /// Bytes of answers queued and not written yet.
     pub fn pending_output(&self) -> usize {
         self.output.len()

@@ -107,6 +107,8 @@ enum Event {
     Killed,
     HoldEnded(Result<HeldLease, Error>),
     Lost(u64),
+    /// Pushes for an observed key are waiting in the outbox.
+    Pushed,
     /// Bytes read; `false` when the client left.
     Read(bool),
     /// No AUTH within `--auth-timeout`, or idle past `--timeout`.
@@ -150,6 +152,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Handler<S> {
         loop {
             let buffered = self.decode_input();
             self.run_queued().await;
+            self.take_pushes();
             if matches!(self.state, State::Gone) || !self.flush().await {
                 return;
             }
@@ -162,7 +165,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Handler<S> {
                 Event::Killed => return self.connection.close().await,
                 Event::HoldEnded(result) => self.hold_ended(result),
                 Event::Lost(id) => self.push_loss(id),
-                Event::Read(true) => {}
+                Event::Pushed | Event::Read(true) => {}
                 Event::Read(false) => return,
                 Event::TimedOut => {
                     debug!(client = self.session.id(), "timed out: closing");
@@ -345,6 +348,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Handler<S> {
             () = until(deadline) => Event::TimedOut,
             result = hold_done(&mut self.state) => Event::HoldEnded(result),
             id = self.session.losses.next_lost() => Event::Lost(id),
+            () = pushes_ready(self.session.outbox.as_deref()) => Event::Pushed,
             () = std::future::ready(()), if take_buffered => Event::Read(true),
             read = self.connection.read_more(), if can_read => {
                 Event::Read(matches!(read, Ok(n) if n > 0))
@@ -370,6 +374,18 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Handler<S> {
             self.session.client.set_waiting(None);
             let reply = self.session.granted(result, hold);
             self.answer(reply);
+        }
+    }
+
+    /// An observer's pushes go out after the answers queued before them.
+    /// One that stopped reading is closed by the outbox (CLIENT KILL's
+    /// switch), which a write held up by it also heeds.
+    fn take_pushes(&mut self) {
+        if let Some(outbox) = &self.session.outbox {
+            let pushes = outbox.take();
+            if !pushes.is_empty() {
+                self.connection.queue_encoded(&pushes);
+            }
         }
     }
 
@@ -439,6 +455,14 @@ fn looks_like_http(args: &[Vec<u8>]) -> bool {
             && args.len() == 3
             && args[1].starts_with(b"/")
             && args[2].starts_with(b"HTTP/"))
+}
+
+/// Resolves when `outbox` has pushes; never without one.
+async fn pushes_ready(outbox: Option<&crate::observers::Outbox>) {
+    match outbox {
+        Some(outbox) => outbox.ready().await,
+        None => pending().await,
+    }
 }
 
 /// The waiting HOLD's result; never resolves when none waits.

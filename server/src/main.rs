@@ -27,6 +27,7 @@ mod events;
 mod handler;
 mod loss_watch;
 mod metrics;
+mod observers;
 mod page;
 mod parse;
 mod reply;
@@ -146,6 +147,9 @@ async fn serve(mut config: Config, tls: Option<Arc<tls::Tls>>) -> Result<(), Str
         let users = users::Directory::new(config.users, config.users_file);
         let mut shared = Shared::new(Store::new(), users, config.max_frame, facts);
         shared.limits = config.limits;
+        if let Some(node) = &node {
+            shared.observers = node.observers.clone();
+        }
         shared.cluster = node;
         shared.history = events::History::new(config.history, config.audit_log);
         if metrics_listener.is_some() {

@@ -333,11 +333,14 @@ mod tests {
     }
 
     fn holder_of(fence: u64) -> Holder {
+        let store = holdline::Store::new();
+        let lease = store.lock("l").open().unwrap().acquire("k").unwrap();
         let by = HeldBy {
             lease: fence,
             fence,
             permits: 1,
             note: "".into(),
+            signal: lease.signal(),
         };
         holder(1, &None, "127.0.0.1:1", &by)
     }

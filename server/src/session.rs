@@ -14,6 +14,7 @@ use crate::config::Limits;
 use crate::events::{self, Event, History, Kind, LeaseFacts};
 use crate::loss_watch::LossWatches;
 use crate::metrics::{Metrics, Snapshot};
+use crate::observers::{Holding, Observers, Outbox, Watch};
 use crate::reply::{self, ErrorReply, ErrorWord, Reply};
 use crate::users::{Directory, User};
 use holdline::{wire, Error, ErrorKind, Heartbeat, HeldLease, Lock, LockStats, Store};
@@ -54,6 +55,8 @@ pub struct Shared {
     pub metrics: Option<Arc<Metrics>>,
     /// Grants and ends of leases: `--history`, `--audit-log`.
     pub history: History,
+    /// Who observes which key (`OBSERVE`); in a cluster, the node's.
+    pub observers: Arc<Observers>,
 }
 
 /// What the server is, for INFO.
@@ -99,6 +102,7 @@ impl Shared {
             facts,
             counts: Counts::default(),
             history: History::new(0, None),
+            observers: Arc::default(),
         }
     }
 
@@ -240,6 +244,8 @@ pub enum Step {
 
 /// A lease this connection holds.
 pub struct Held {
+    /// The lease id it is filed under.
+    pub id: u64,
     pub lease: HeldLease,
     /// The [held key](held_key): the connection's record that it holds it.
     pub held_key: Box<str>,
@@ -346,6 +352,8 @@ pub struct Session {
     pub leases: HashMap<u64, Held>,
     /// Which leases were lost, polled by the connection.
     pub losses: LossWatches,
+    /// Its pushes to write, once it observes a key (`OBSERVE`).
+    pub outbox: Option<Arc<Outbox>>,
 }
 
 impl Session {
@@ -369,6 +377,7 @@ impl Session {
             locks: LockOpener::default(),
             leases: HashMap::new(),
             losses: LossWatches::default(),
+            outbox: None,
         }
     }
 
@@ -530,15 +539,25 @@ impl Session {
             fence,
             permits: lease.permits(),
             note: note.clone(),
+            signal: lease.signal(),
         };
         let facts = self
             .shared
             .history
             .is_on()
             .then(|| Arc::new(self.lease_facts(id, &held_key, fence, by.permits)));
+        let holding = Holding {
+            lease: id,
+            fence,
+            permits: by.permits,
+            holder: self.client.id,
+            note: note.clone(),
+            signal: by.signal.clone(),
+        };
         self.client.held(held_key.clone(), by);
         let granted = Instant::now();
         let held = Held {
+            id,
             lease,
             held_key,
             granted,
@@ -549,6 +568,10 @@ impl Session {
         };
         if let Some(event) = Self::event(&held, Kind::Granted, None) {
             self.shared.history.record(event);
+        }
+        // After the connection's map of held keys: see `Observers::is_empty`.
+        if !self.shared.observers.is_empty() {
+            self.shared.observers.granted(&watch_of(&held), holding);
         }
         self.leases.insert(id, held);
         // Fences stay below 2^63, so they travel as RESP integers.
@@ -586,6 +609,9 @@ impl Session {
         if let Some(held) = self.leases.get_mut(&id) {
             let note: Arc<str> = Arc::from(note);
             self.client.noted(&held.held_key, note.clone());
+            if !self.shared.observers.is_empty() {
+                self.shared.observers.noted(&watch_of(held), id, &note);
+            }
             held.note = note;
         }
     }
@@ -599,8 +625,18 @@ impl Session {
         if let Some(event) = Self::event(held, kind, reason) {
             self.shared.history.record(event);
         }
+        self.tell_observers_end(held, kind);
         if let Some(held) = self.leases.get_mut(&id) {
             held.ended = true;
+        }
+    }
+
+    /// Tells the key's observers (if any) that `held` ended (`kind`); a
+    /// RELEASE or a closing connection does so before the core lets the
+    /// key go, so the next holder's grant is told after it.
+    pub fn tell_observers_end(&self, held: &Held, kind: Kind) {
+        if !self.shared.observers.is_empty() {
+            self.shared.observers.ended(&watch_of(held), held.id, kind);
         }
     }
 
@@ -648,7 +684,7 @@ impl Session {
 
 impl Drop for Session {
     fn drop(&mut self) {
-        let reason = self.client.was_killed().then_some("killed");
+        let reason = self.client.closed_because();
         let ends: Vec<(u64, Kind)> = self
             .leases
             .iter()
@@ -664,6 +700,9 @@ impl Drop for Session {
         for held in self.leases.values() {
             self.held_for_metrics(held);
         }
+        if let Some(outbox) = &self.outbox {
+            self.shared.observers.forget(outbox);
+        }
         self.shared.clients.remove(self.client.id);
     }
 }
@@ -673,6 +712,12 @@ impl Drop for Session {
 /// lock name nor a valid key holds NUL, so the pair is unambiguous.
 pub fn held_key(lock: &str, key: &str) -> Box<str> {
     format!("{lock}\0{key}").into_boxed_str()
+}
+
+/// Where `held`'s observers watch it: its store and its held key.
+fn watch_of(held: &Held) -> Watch {
+    let store = held.partition.as_ref().map_or(0, |p| p.store_id);
+    (store, held.held_key.clone())
 }
 
 /// A held key's lock name and key.

@@ -98,6 +98,7 @@ mod lease_session;
 pub mod shares;
 pub mod slots;
 
+use crate::observers::Observers;
 use holdline::Store;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
@@ -140,6 +141,9 @@ pub struct Node {
     /// What the last reading of etcd said: every partition's owner.
     view: RwLock<View>,
     next_store: AtomicU64,
+    /// Who observes keys of the partitions served here: told when a
+    /// partition's store closes.
+    pub observers: Arc<Observers>,
 }
 
 /// One partition served here: a store of its own, opened above the fences
@@ -218,7 +222,15 @@ impl Node {
                 nodes: Vec::new(),
             }),
             next_store: AtomicU64::new(1),
+            observers: Arc::default(),
         }
+    }
+
+    /// Closes `part`'s store (holders lost, waiters `closed`), then tells
+    /// its observers, who observe again where the slot went.
+    fn close(&self, part: &Partition) {
+        part.store.close();
+        self.observers.store_closed(part.store_id);
     }
 
     /// The margin the deadline keeps before etcd's expiry.
@@ -326,7 +338,7 @@ impl Node {
         let mut serving = self.serving.write().unwrap_or_else(PoisonError::into_inner);
         let mut left = lock_left(&self.left);
         for part in serving.iter_mut().filter_map(Option::take) {
-            part.store.close();
+            self.close(&part);
             self.live.fetch_sub(1, Ordering::SeqCst);
             left.push((part.index, part.claim, part.fence_end()));
         }
@@ -402,7 +414,7 @@ impl Node {
         });
         let mut serving = self.serving.write().unwrap_or_else(PoisonError::into_inner);
         match serving[usize::from(p)].replace(part) {
-            Some(old) => old.store.close(),
+            Some(old) => self.close(&old),
             None => {
                 self.live.fetch_add(1, Ordering::SeqCst);
             }
@@ -427,7 +439,7 @@ impl Node {
     pub fn stop(&self, p: u16) {
         let mut serving = self.serving.write().unwrap_or_else(PoisonError::into_inner);
         if let Some(part) = serving[usize::from(p)].take() {
-            part.store.close();
+            self.close(&part);
             self.live.fetch_sub(1, Ordering::SeqCst);
             lock_left(&self.left).push((part.index, part.claim, part.fence_end()));
         }
@@ -449,7 +461,7 @@ impl Node {
     fn stop_all(&self) {
         let mut serving = self.serving.write().unwrap_or_else(PoisonError::into_inner);
         for part in serving.iter_mut().filter_map(Option::take) {
-            part.store.close();
+            self.close(&part);
             self.live.fetch_sub(1, Ordering::SeqCst);
         }
     }

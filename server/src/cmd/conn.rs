@@ -66,6 +66,9 @@ impl Hello {
         if let Some(name) = self.setname {
             set_name(s, name)?;
         }
+        if proto == Proto::Resp2 {
+            super::watch::unobserve_all(s);
+        }
         s.proto = proto;
         Ok(hello_map(s, proto))
     }

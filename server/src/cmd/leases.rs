@@ -144,6 +144,14 @@ pub fn release(s: &mut Session, id: i64) -> Reply {
     s.still_served(held.partition.as_ref());
     s.let_go(&held);
     s.losses.forget(lease_id);
+    if !held.ended {
+        // Before the core lets the key go: see `tell_observers_end`.
+        let kind = match held.lease.is_lost() {
+            true => Kind::of_loss(held.lease.signal().reason()),
+            false => Kind::Released,
+        };
+        s.tell_observers_end(&held, kind);
+    }
     let event = Session::event(&held, Kind::Released, None)
         .filter(|_| !held.ended)
         .map(|e| (e, held.lease.signal()));

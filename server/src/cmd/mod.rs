@@ -4,8 +4,9 @@
 //! group: `leases` (HOLD, TRYHOLD, RELEASE, RENEW, NOTE), `rows` (PUT, GET,
 //! DEL, STATS), `conn` (PING, ECHO, QUIT, HELLO, AUTH, SELECT, CLIENT's own
 //! subcommands), `admin` (INFO, INSPECT, HISTORY, CLIENT LIST, KILL, HELP:
-//! what operators ask), `cluster` (CLUSTER, for cluster-aware clients) and
-//! `table` (the one table of every command, and COMMAND, which shows it).
+//! what operators ask), `watch` (OBSERVE, UNOBSERVE), `cluster` (CLUSTER,
+//! for cluster-aware clients) and `table` (the one table of every
+//! command, and COMMAND, which shows it).
 
 mod admin;
 mod cluster;
@@ -13,6 +14,7 @@ mod conn;
 mod leases;
 mod rows;
 mod table;
+mod watch;
 
 use crate::parse::{shown, Parse};
 use crate::reply::{noauth, ErrorReply};
@@ -42,6 +44,8 @@ pub enum Command {
     Table(table::Query),
     Info(Option<Vec<u8>>),
     Inspect(Vec<u8>, Vec<u8>),
+    Observe(Vec<u8>, Vec<u8>),
+    Unobserve(Vec<u8>, Vec<u8>),
     Admin(admin::ClientAdmin),
     Cluster(cluster::Query),
 }
@@ -71,6 +75,8 @@ impl Command {
             Command::Table(query) => Ok(query.apply()),
             Command::Info(section) => Ok(admin::info(session, section.as_deref())),
             Command::Inspect(lock, key) => admin::inspect(session, &lock, key),
+            Command::Observe(lock, key) => watch::observe(session, &lock, key),
+            Command::Unobserve(lock, key) => watch::unobserve(session, &lock, key),
             Command::Admin(admin) => admin.apply(session),
             Command::Cluster(query) => query.apply(session),
         };

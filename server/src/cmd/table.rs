@@ -264,6 +264,22 @@ pub const COMMANDS: &[Spec] = &[
         parse: |p| Ok(Command::Inspect(p.next_bytes()?, p.next_bytes()?)),
     },
     Spec {
+        name: "observe",
+        arity: 3,
+        flags: &["readonly", "pubsub"],
+        summary: "RESP3: OK, then pushes [observe, lock, key, event, fence, permits, holder, note] for the key's state and every change of its holders.",
+        args: &[arg("lock", "string"), arg("key", "string")],
+        parse: |p| Ok(Command::Observe(p.next_bytes()?, p.next_bytes()?)),
+    },
+    Spec {
+        name: "unobserve",
+        arity: 3,
+        flags: &["readonly", "pubsub"],
+        summary: "Stops OBSERVE's pushes for the key: OK.",
+        args: &[arg("lock", "string"), arg("key", "string")],
+        parse: |p| Ok(Command::Unobserve(p.next_bytes()?, p.next_bytes()?)),
+    },
+    Spec {
         name: "cluster",
         arity: -2,
         flags: &[],

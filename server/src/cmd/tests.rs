@@ -271,6 +271,8 @@ const EVERY_COMMAND: &[&[&str]] = &[
     &["COMMAND", "COUNT"],
     &["INFO", "locks"],
     &["INSPECT", "l", "k"],
+    &["OBSERVE", "l", "k"],
+    &["UNOBSERVE", "l", "k"],
     &["CLUSTER", "MYID"],
 ];
 
