@@ -4,7 +4,8 @@
 //! key's fences keep rising; a node frozen past its lease never grants
 //! after another node took its partitions (an external fenced register
 //! counts any lower fence); etcd stopped and started again; a node joining
-//! takes its share without dropping the holders of partitions that stay.
+//! takes its share without dropping the holders of partitions that stay,
+//! and an observer of a partition that moves is told `closed`, then MOVED.
 
 mod common;
 
@@ -592,4 +593,80 @@ fn a_node_shut_down_hands_its_partitions_over_at_once() {
         asked.elapsed()
     );
     drop(three.nodes.remove(2));
+}
+
+/// One key in each partition (the first `o0, o1, ...` there).
+fn a_key_per_partition() -> Vec<String> {
+    (0..PARTITIONS)
+        .map(|p| {
+            let first = u32::from(p) * 16384 / u32::from(PARTITIONS);
+            let last = (u32::from(p) + 1) * 16384 / u32::from(PARTITIONS);
+            (0..100_000)
+                .map(|i| format!("o{i}"))
+                .find(|k| (first..last).contains(&u32::from(slot(k))))
+                .unwrap()
+        })
+        .collect()
+}
+
+/// A RESP3 observer's next push: its key and event.
+fn observed(c: &mut Client) -> Option<(String, String)> {
+    match c.read_within(Duration::from_secs(10))? {
+        Value::Push(items) => Some((
+            items[2].as_str().unwrap().to_owned(),
+            items[3].as_str().unwrap().to_owned(),
+        )),
+        other => panic!("expected a push, got {other:?}"),
+    }
+}
+
+#[test]
+fn an_observer_of_a_partition_that_moves_is_told_closed_then_moved() {
+    if !etcd_available() {
+        return;
+    }
+    let etcd = start_etcd();
+    let first = start_node_with(&etcd, "watch", PARTITIONS, TTL, &["--max-ttl", "10s"]);
+    let first_addr = first.addr.to_string();
+    await_spread(
+        first.addr,
+        std::slice::from_ref(&first_addr),
+        Duration::from_secs(20),
+    );
+    let keys = a_key_per_partition();
+    let mut o = first.connect();
+    assert!(matches!(o.call(&["HELLO", "3"]), Value::Map(_)));
+    for key in &keys {
+        assert_eq!(o.call(&["OBSERVE", "watch", key]), Value::ok());
+        assert_eq!(observed(&mut o), Some((key.clone(), "free".into())));
+    }
+    let second = start_node_with(&etcd, "watch", PARTITIONS, TTL, &["--max-ttl", "10s"]);
+    let both = [first_addr.clone(), second.addr.to_string()];
+    let after = await_spread(first.addr, &both, Duration::from_secs(20));
+    let moved: Vec<&String> = keys
+        .iter()
+        .filter(|k| owner_of(&after, slot(k)).as_deref() != Some(first_addr.as_str()))
+        .collect();
+    assert!(!moved.is_empty() && moved.len() < keys.len(), "{after:?}");
+    // Every key whose partition moved is told `closed`, and no other.
+    let mut closed: Vec<String> = (0..moved.len())
+        .map(|_| {
+            let (key, event) = observed(&mut o).expect("a closed push in time");
+            assert_eq!(event, "closed", "{key}");
+            key
+        })
+        .collect();
+    closed.sort();
+    let mut want: Vec<String> = moved.iter().map(|k| k.to_string()).collect();
+    want.sort();
+    assert_eq!(closed, want);
+    assert_eq!(o.call(&["PING"]), Value::simple("PONG"));
+    // Observing again here is redirected to the new owner, where it works.
+    let key = moved[0];
+    let redirect = error_text(o.call(&["OBSERVE", "watch", key]));
+    assert_eq!(redirect, format!("MOVED {} {}", slot(key), second.addr));
+    let mut there = second.connect();
+    assert!(matches!(there.call(&["HELLO", "3"]), Value::Map(_)));
+    assert_eq!(there.call(&["OBSERVE", "watch", key]), Value::ok());
+    assert_eq!(observed(&mut there), Some((key.clone(), "free".into())));
 }
