@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -806,5 +807,72 @@ func TestElectionObserveRevokedLeader(t *testing.T) {
 	expectLeader(t, leaders, "the next elected", &Leader{Note: "next", Fence: lead2.Fence()})
 	if lead2.Fence() <= lead.Fence() {
 		t.Fatalf("fences %d then %d", lead.Fence(), lead2.Fence())
+	}
+}
+
+// A real cluster (clients/testing/cluster.py): kill -9 of the node that
+// serves the election's key ends its leader's ctx, the observer observes
+// again at the new owner, and the next campaign there is elected with a
+// greater fence, which the observer yields.
+func TestElectionObserveAcrossAFailover(t *testing.T) {
+	f := startCluster(t)
+	store := connect(t, f.addrs())
+	const victim = 1
+	name := keyPerNode(t, f, store, "leader-")[victim]
+	e := openLock(t, store, "elections", TTL(clusterMaxTTL)).Election(name)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	leaders, err := e.Observe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expectLeader(t, leaders, "the present state", nil)
+	first := startCampaign(t, e, "first")
+	lead1 := first.leadership(t)
+	expectLeader(t, leaders, "the first elected", &Leader{Note: "first", Fence: lead1.Fence()})
+
+	if err := syscall.Kill(f.Nodes[victim].Pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	if cause := within(t, "the leader's ctx", clusterEtcdTTL+3*time.Second, first.lost); !errors.Is(cause, ErrLost) {
+		t.Fatalf("Cause: %v", cause)
+	}
+	// Campaign again until elected: the key's node is gone until the new
+	// owner takes the partition over (ErrClosed meanwhile).
+	deadline := killed.Add(clusterEtcdTTL + clusterMaxTTL + 10*time.Second)
+	elected := make(chan uint64, 1)
+	go func() {
+		for ctx.Err() == nil && time.Now().Before(deadline) {
+			err := e.Campaign(ctx, "second", func(ctx context.Context, lead *Leadership) error {
+				elected <- lead.Fence()
+				<-ctx.Done()
+				return nil
+			})
+			if ctx.Err() != nil {
+				return // the test is over
+			}
+			if err != nil && !errors.Is(err, ErrClosed) {
+				t.Errorf("a campaign after the kill: %v", err)
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	fence2 := within(t, "the second leader", time.Until(deadline), elected)
+	if fence2 <= lead1.Fence() {
+		t.Fatalf("fences %d then %d", lead1.Fence(), fence2)
+	}
+	t.Logf("elected again %v after the kill, fence %d then %d", time.Since(killed), lead1.Fence(), fence2)
+	// The observer's items since the kill: none, until the second leader.
+	for {
+		l := nextLeader(t, leaders)
+		if l == nil {
+			continue
+		}
+		if l.Fence != fence2 || l.Note != "second" {
+			t.Fatalf("after the kill Observe yielded %+v, want no leader or the second (fence %d)", *l, fence2)
+		}
+		break
 	}
 }
