@@ -193,3 +193,75 @@ func ExampleExclusive() {
 		log.Fatal(err)
 	}
 }
+
+// A leader election: one process at a time serves as billing's leader,
+// its address in its note for the others to find.
+func ExampleElection() {
+	ctx := context.Background()
+	store, err := locks.Connect(ctx, "127.0.0.1:7380")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer store.Close()
+	leaders, _ := locks.OpenLock(store, "leaders", locks.TTL(5*time.Second))
+	billing := leaders.Election("billing")
+	for ctx.Err() == nil {
+		err := billing.Campaign(ctx, "10.0.0.5:8080", func(ctx context.Context, lead *locks.Leadership) error {
+			// Lead until ctx ends (the leadership lost); writes carry
+			// lead.Fence(), greater than every earlier leader's.
+			return charge(ctx, lead.Fence())
+		})
+		if err != nil && !errors.Is(err, locks.ErrLost) {
+			log.Print(err) // the server unreachable, say: campaign again
+			time.Sleep(time.Second)
+		}
+	}
+}
+
+// Who leads now, and every change from then on.
+func ExampleElection_Observe() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	store, err := locks.Connect(ctx, "127.0.0.1:7380")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer store.Close()
+	leaders, _ := locks.OpenLock(store, "leaders")
+	billing := leaders.Election("billing")
+	if leader, err := billing.Leader(ctx); err == nil && leader != nil {
+		log.Printf("%s leads, for %v", leader.Note, leader.HeldFor)
+	}
+	changes, err := billing.Observe(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for leader := range changes { // closed when ctx ends
+		if leader == nil {
+			log.Print("nobody leads")
+		} else {
+			log.Printf("%s leads (fence %d)", leader.Note, leader.Fence)
+		}
+	}
+}
+
+// A note says who holds a key, wherever the server shows the holder.
+func ExampleNote() {
+	ctx := context.Background()
+	store, err := locks.Connect(ctx, "127.0.0.1:7380")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer store.Close()
+	jobs, _ := locks.OpenLock(store, "jobs")
+	err = jobs.Hold(ctx, "nightly", func(ctx context.Context, lease *locks.Lease) error {
+		info, err := jobs.Inspect(ctx, "nightly")
+		if err == nil && info != nil && info.Holder != nil {
+			log.Print(info.Holder.Note) // "nightly on host-a"
+		}
+		return nil
+	}, locks.Note("nightly on host-a"))
+	if err != nil {
+		log.Fatal(err)
+	}
+}
