@@ -224,6 +224,31 @@ mod tests {
     }
 
     #[test]
+    fn a_taken_port_is_told_apart_from_a_failure() {
+        let Ok(bin) = bindir() else {
+            eprintln!("skipped: no PostgreSQL");
+            return;
+        };
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = taken.local_addr().unwrap().port();
+        let pg = Postgres {
+            child: None,
+            dir: std::env::temp_dir().join(format!("holdline-pg-taken-{}", std::process::id())),
+            port: 0,
+        };
+        pg.initdb(&bin).unwrap();
+        // Its log says the address is in use: the caller tries another port.
+        assert!(matches!(pg.launch(&bin, port), Ok(None)));
+        drop(taken);
+        let mut child = pg
+            .launch(&bin, port)
+            .unwrap()
+            .expect("the port is free now");
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    #[test]
     fn the_server_user_is_read_from_passwd() {
         assert_eq!(user_ids("root"), Some((0, 0)));
         assert_eq!(user_ids("no-such-user-here"), None);
