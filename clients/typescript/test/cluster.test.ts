@@ -6,13 +6,13 @@
  * tags, a ttl above the cluster's max refused, and last, since it kills a
  * node, failover: the holder lost, the waiter closed, the key granted again
  * by the new owner (once its take-over wait, the max ttl, is over) with a
- * greater fence. The short max ttl keeps that wait short; every lock here
+ * greater fence, and an observer of the key following it to the new owner. The short max ttl keeps that wait short; every lock here
  * asks a ttl of at most it (a longer one is refused).
  */
 
 import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
-import { connect, HoldlineError, type Lease, type Store } from '../src/index.js'
+import { connect, HoldlineError, type Leader, type Lease, type Store } from '../src/index.js'
 import { RespError } from '../src/resp.js'
 import { slotOf } from '../src/slots.js'
 import { plainCommand, plainInspect, startCluster, type Cluster } from './cluster.js'
@@ -159,7 +159,7 @@ test("a ttl above the cluster's max ttl: holds and tries refused invalid, with t
 	assert.deepEqual(await store.lock('long', TTL).tryHold(key, () => 'held'), { acquired: true, value: 'held' })
 })
 
-test("failover: kill -9 of a key's owner loses its holder, fails its waiter closed, and the new owner grants it with a greater fence", async t => {
+test("failover: kill -9 of a key's owner loses its holder, fails its waiter closed, and the new owner grants it with a greater fence; an observer of the key follows it there", async t => {
 	// Node 0: the address connect reached, also where a slot missing from the map goes.
 	await using store = await connect(addrs())
 	const victim = cluster.nodes[0]!
@@ -180,6 +180,14 @@ test("failover: kill -9 of a key's owner loses its holder, fails its waiter clos
 		const seen = await plainInspect(victim.addr, 'failover', key)
 		return seen instanceof Map && seen.get('waiters') === 1n
 	})
+	// An observer of the key (an election's observe works on any key): the holder first.
+	const observed: Array<Leader | null> = []
+	const stopObserving = new AbortController()
+	const observing = (async () => {
+		for await (const leader of lock.election(key).observe({ signal: stopObserving.signal })) observed.push(leader)
+	})()
+	await until('the holder observed', () => observed.length > 0)
+	assert.deepEqual(observed.slice(), [{ note: '', fence: firstFence, heldForMs: null }])
 	const killedAt = performance.now()
 	cluster.kill(0)
 	await assert.rejects(holding, isText('lost', 'lost_connection', { lock: 'failover', key: JSON.stringify(key) }))
@@ -212,6 +220,18 @@ test("failover: kill -9 of a key's owner loses its holder, fails its waiter clos
 	assert.equal(later.address, cluster.nodes[1]!.addr)
 	const again = await later.lock('failover', TTL).hold(key, lease => lease.fence)
 	assert.ok(again > fence, `fence ${again} after ${fence}`)
+	// The observer connected again, to the new owner: it saw both grants there, in fence order.
+	await until('both grants observed', () => observed.some(l => l?.fence === again), 5000)
+	stopObserving.abort()
+	await observing
+	const fences = observed.flatMap(l => (l === null ? [] : [l.fence]))
+	assert.deepEqual(
+		fences,
+		[...fences].sort((x, y) => (x < y ? -1 : x > y ? 1 : 0)),
+		'in fence order',
+	)
+	assert.ok(fences.includes(fence) && fences.includes(again), `observed ${fences.join(' ')}`)
+	assert.ok(observed.indexOf(null) > 0, 'none led for a while after the holder: the key free at the new owner, or a grant there ended')
 	const tally = new Map<string, number>()
 	for (const text of failures) tally.set(text, (tally.get(text) ?? 0) + 1)
 	t.diagnostic(`failover: lost after ${Math.round(lostAt - killedAt)} ms, granted again after ${Math.round(grantedAt - killedAt)} ms; failures meanwhile: ${JSON.stringify([...tally])}`)
