@@ -88,6 +88,8 @@ impl Job {
                     Subject::Server(kind) => kind.fifo(),
                     _ => true,
                 };
+                // Every server has a bounded wait, as its rows say.
+                run.deadline = matches!(self.design, Subject::Server(_));
                 run.na = Some("PANICKED");
                 run.note = "the run panicked (see stderr)".into();
                 run

@@ -35,7 +35,7 @@ per question, holdline against the best other design.
 --full: every scenario at threads 1,2,4 on a quiet machine, plus the
 hot-key rows again with one CPU-bound thread beside them (--busy 0 with
 hot-key also at 1); every row 3 times, reported as the median with the
-min-max range (README's numbers, about 15 minutes); the verdict too.
+min-max range (README's numbers, about 19 minutes); the verdict too.
 --scenario, --design, --threads or --busy pick rows as --full would.
 
 --scenario server: holdline against Redis, etcd (its Lock RPC) and
