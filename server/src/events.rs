@@ -75,7 +75,8 @@ pub struct LeaseFacts {
     pub fence: u64,
     pub permits: u32,
     pub lease: u64,
-    pub holder: Holder,
+    /// Shared by every lease of one connection (made again on SETNAME).
+    pub holder: Arc<Holder>,
 }
 
 /// One event.

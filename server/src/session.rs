@@ -354,6 +354,9 @@ pub struct Session {
     pub losses: LossWatches,
     /// Its pushes to write, once it observes a key (`OBSERVE`).
     pub outbox: Option<Arc<Outbox>>,
+    /// Who it is, as its leases' events name it: made at its first event,
+    /// forgotten when its name changes.
+    pub holder: Option<Arc<events::Holder>>,
 }
 
 impl Session {
@@ -378,6 +381,7 @@ impl Session {
             leases: HashMap::new(),
             losses: LossWatches::default(),
             outbox: None,
+            holder: None,
         }
     }
 
@@ -656,22 +660,25 @@ impl Session {
     }
 
     /// What the events of lease `id` share.
-    fn lease_facts(&self, id: u64, held_key: &str, fence: u64, permits: u32) -> LeaseFacts {
+    fn lease_facts(&mut self, id: u64, held_key: &str, fence: u64, permits: u32) -> LeaseFacts {
         let (lock, key) = held_key_parts(held_key);
+        let client = &self.client;
+        let holder = self.holder.get_or_insert_with(|| {
+            Arc::new(events::Holder {
+                id: client.id,
+                name: client
+                    .name()
+                    .map(|n| String::from_utf8_lossy(&n).into_owned()),
+                addr: client.addr.to_string(),
+            })
+        });
         LeaseFacts {
             lock: lock.into(),
             key: key.into(),
             fence,
             permits,
             lease: id,
-            holder: events::Holder {
-                id: self.client.id,
-                name: self
-                    .client
-                    .name()
-                    .map(|n| String::from_utf8_lossy(&n).into_owned()),
-                addr: self.client.addr.to_string(),
-            },
+            holder: holder.clone(),
         }
     }
 

@@ -232,6 +232,8 @@ fn set_name(s: &mut Session, name: Vec<u8>) -> Result<(), ErrorReply> {
         ));
     }
     s.client.set_name((!name.is_empty()).then_some(name));
+    // The events of its later leases name it anew.
+    s.holder = None;
     Ok(())
 }
 
