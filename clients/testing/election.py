@@ -30,6 +30,10 @@ The rules (CAMPAIGNER.md's):
   printed none); no two beliefs overlap (one starting at or before
   another's end, of a different campaigner or fence, is an overlap).
 - **Fences rise.** Beliefs, in the order they began, have rising fences.
+- **The register refuses a lower fence.** Every `elected` and `leading`
+  line is a write of its fence to a register kept here, outside the
+  system, in CLOCK_MONOTONIC order across the processes; a write below
+  the highest fence already written is refused and reported.
 - **Elected again in time.** After each fault, a campaigner other than
   the one broken prints `elected` within T + 1 s of the fault.
 - **Observers are told.** Every fence elected is `observed` within 1 s of
@@ -408,6 +412,31 @@ def beliefs_of(name: str, lines: List[Dict[str, Any]]) -> List[Belief]:
     return out
 
 
+def register_refusals(procs: Dict[str, List[Dict[str, Any]]], t0: int) -> List[str]:
+    """The register outside the system: every `elected` and `leading` line
+    is a write of its fence, in CLOCK_MONOTONIC order across the processes;
+    a write below the highest fence written so far is refused, and each
+    refusal is a leader that acted on a term already over."""
+    writes = sorted(
+        (int(x["t"]), int(x["fence"]), name)
+        for name, lines in procs.items()
+        if name != "O"
+        for x in lines
+        if x.get("event") in ("elected", "leading") and isinstance(x.get("fence"), int)
+    )
+    refused: List[str] = []
+    highest, by = -1, ""
+    for t, fence, name in writes:
+        if fence < highest:
+            refused.append(
+                f"register: {name} wrote fence {fence} at {_s(t, t0)}, below fence "
+                f"{highest} that {by} wrote before: refused"
+            )
+        elif fence > highest:
+            highest, by = fence, name
+    return refused
+
+
 def judge(
     procs: Dict[str, List[Dict[str, Any]]],
     bad: Dict[str, List[str]],
@@ -456,6 +485,7 @@ def judge(
                 f"fences: {b.who}'s fence {b.fence} (from {_s(b.start, t0)}) came after "
                 f"{a.who}'s fence {a.fence}"
             )
+    v.violations.extend(register_refusals(procs, t0))
     # Elected again in time.
     bound = ttl_ms * MS + REELECTED_SLACK_NS
     for what, victim, t in faults:
