@@ -272,3 +272,15 @@ impl Clients {
         self.all().iter().filter(|c| c.waiting().is_some()).count()
     }
 }
+
+/// A held key, `lock\0key`: a lock's name and a key as one string, the
+/// key by which a connection files what it holds and waits for. Neither a
+/// lock name nor a valid key holds NUL, so the pair is unambiguous.
+pub fn held_key(lock: &str, key: &str) -> Box<str> {
+    format!("{lock}\0{key}").into_boxed_str()
+}
+
+/// A held key's lock name and key.
+pub fn held_key_parts(held_key: &str) -> (&str, &str) {
+    held_key.split_once('\0').unwrap_or((held_key, ""))
+}

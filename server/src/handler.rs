@@ -28,11 +28,12 @@
 //! Ending drops the session, which lets every key go, and a waiting HOLD's
 //! future, which leaves its line.
 
+use crate::clients::held_key_parts;
 use crate::cmd::{self, NotACommand};
 use crate::connection::Connection;
 use crate::events::Kind;
 use crate::reply::{ErrorReply, Reply};
-use crate::session::{held_key_parts, Counts, PendingHold, Session, Step};
+use crate::session::{Counts, PendingHold, Session, Step};
 use crate::shutdown::Shutdown;
 use holdline::{Error, HeldLease};
 use std::collections::VecDeque;

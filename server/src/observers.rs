@@ -30,7 +30,7 @@
 //! `present`) a connection's map of held keys. Nothing is called back
 //! with either held but those.
 
-use crate::clients::ClientState;
+use crate::clients::{held_key_parts, ClientState};
 use crate::events::Kind;
 use holdline::Signal;
 use holdline_resp::{encode, Proto, Value};
@@ -143,7 +143,7 @@ impl Observers {
         if !watched.outboxes.iter().any(|o| Arc::ptr_eq(o, outbox)) {
             watched.outboxes.push(outbox.clone());
         }
-        let (lock_name, key) = crate::session::held_key_parts(&watch.1);
+        let (lock_name, key) = held_key_parts(&watch.1);
         let mut pushes = Vec::new();
         if watched.holders.is_empty() {
             encode_push(
@@ -196,7 +196,7 @@ impl Observers {
         let Some(watched) = keys.get_mut(watch) else {
             return;
         };
-        let (lock_name, key) = crate::session::held_key_parts(&watch.1);
+        let (lock_name, key) = held_key_parts(&watch.1);
         let mut pushes = Vec::new();
         let (lost, kept): (Vec<Holding>, Vec<Holding>) = std::mem::take(&mut watched.holders)
             .into_iter()
@@ -240,7 +240,7 @@ impl Observers {
             return;
         };
         let h = watched.holders.remove(at);
-        let (lock_name, key) = crate::session::held_key_parts(&watch.1);
+        let (lock_name, key) = held_key_parts(&watch.1);
         let mut pushes = Vec::new();
         encode_push(
             lock_name,
@@ -264,7 +264,7 @@ impl Observers {
             return;
         };
         h.note = note.clone();
-        let (lock_name, key) = crate::session::held_key_parts(&watch.1);
+        let (lock_name, key) = held_key_parts(&watch.1);
         let mut pushes = Vec::new();
         encode_push(lock_name, key, Word::Held, h.fence, Some(h), &mut pushes);
         send(&watched.outboxes, &pushes);
@@ -282,7 +282,7 @@ impl Observers {
             };
             // Relaxed: see `is_empty`.
             self.observed.fetch_sub(1, Ordering::Relaxed);
-            let (lock_name, key) = crate::session::held_key_parts(&watch.1);
+            let (lock_name, key) = held_key_parts(&watch.1);
             let mut pushes = Vec::new();
             let word = Word::Of(Kind::Closed);
             if watched.holders.is_empty() {

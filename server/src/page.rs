@@ -8,11 +8,12 @@
 //! at most [`MAX_HELD`] held keys, [`MAX_LINES`] lines, [`MAX_EVENTS`]
 //! events. Its cost is one pass over the connections and their leases.
 
+use crate::clients::held_key_parts;
 use crate::clients::HeldBy;
 use crate::cluster::slots::{key_slot, partition_of, partition_range};
 use crate::cluster::{Node, View};
 use crate::events::{self, Event};
-use crate::session::{held_key_parts, Shared};
+use crate::session::Shared;
 use holdline::{KeyInfo, Lock, Store};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};

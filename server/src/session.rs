@@ -8,7 +8,7 @@
 //! [`Step::Wait`] holding the future, which the connection polls while it
 //! goes on reading; [`Session::granted`] then answers it.
 
-use crate::clients::{ClientState, Clients, HeldBy};
+use crate::clients::{held_key_parts, ClientState, Clients, HeldBy};
 use crate::cluster::{slots, Node, Partition, Route};
 use crate::config::Limits;
 use crate::events::{self, Event, History, Kind, LeaseFacts};
@@ -714,20 +714,8 @@ impl Drop for Session {
     }
 }
 
-/// A held key, `lock\0key`: a lock's name and a key as one string, the
-/// key by which a connection files what it holds and waits for. Neither a
-/// lock name nor a valid key holds NUL, so the pair is unambiguous.
-pub fn held_key(lock: &str, key: &str) -> Box<str> {
-    format!("{lock}\0{key}").into_boxed_str()
-}
-
 /// Where `held`'s observers watch it: its store and its held key.
 fn watch_of(held: &Held) -> Watch {
     let store = held.partition.as_ref().map_or(0, |p| p.store_id);
     (store, held.held_key.clone())
-}
-
-/// A held key's lock name and key.
-pub fn held_key_parts(held_key: &str) -> (&str, &str) {
-    held_key.split_once('\0').unwrap_or((held_key, ""))
 }

@@ -2,11 +2,12 @@
 //! redis-py's `info()` read it), INSPECT (one key: held, fence, times,
 //! waiters, and its holder), and CLIENT LIST, INFO, KILL and HELP.
 
+use crate::clients::{held_key, held_key_parts};
 use crate::clients::{ClientState, HeldBy};
 use crate::events::Event;
 use crate::parse::{integer, syntax_error, Parse};
 use crate::reply::{key_not_utf8, ErrorReply, Reply};
-use crate::session::{held_key, held_key_parts, Counts, Session};
+use crate::session::{Counts, Session};
 use holdline_resp::{Proto, Value};
 use std::fmt::Write;
 use std::time::Duration;

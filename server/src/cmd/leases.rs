@@ -1,9 +1,10 @@
 //! HOLD, TRYHOLD, RELEASE and RENEW: a connection's leases.
 
+use crate::clients::{held_key, held_key_parts};
 use crate::events::Kind;
 use crate::parse::{integer, milliseconds, not_an_integer, syntax_error, Parse};
 use crate::reply::{invalid_key, invalid_store, key_not_utf8, ErrorReply, Reply};
-use crate::session::{held_key, held_key_parts, LockOptions, PendingHold, Place, Session, Step};
+use crate::session::{LockOptions, PendingHold, Place, Session, Step};
 use holdline::{wire, ErrorKind, KeyHold, Lock};
 use holdline_resp::Value;
 use std::time::{Duration, Instant};

@@ -1,9 +1,10 @@
 //! OBSERVE and UNOBSERVE: a connection told of every change of a key's
 //! holders, by pushes (the `observers` module keeps who observes what).
 
+use crate::clients::held_key;
 use crate::observers::{Holding, Outbox, Watch, MAX_OBSERVED_KEYS};
 use crate::reply::{key_not_utf8, ErrorReply, Reply};
-use crate::session::{held_key, Session};
+use crate::session::Session;
 use holdline::{wire, ErrorKind, Lock};
 use holdline_resp::{Proto, Value};
 use std::sync::Arc;
