@@ -163,6 +163,7 @@
 pub mod counters;
 mod ctx;
 mod driver;
+mod election;
 mod error;
 mod heartbeat;
 mod hold_async;
@@ -188,6 +189,7 @@ mod tx;
 #[doc(hidden)]
 pub mod wire;
 
+pub use election::{Election, Leader, Leadership, Observer};
 pub use error::{Error, ErrorKind};
 pub use inspect::KeyInfo;
 pub use key::{Key, KeyRef, MAX_KEY_BYTES, MAX_NAME_BYTES};

@@ -15,6 +15,8 @@ pub(crate) struct LockShared {
     pub(crate) timeouts: AtomicU64,
     pub(crate) revocations: AtomicU64,
     pub(crate) expirations: AtomicU64,
+    /// The boards of this lock's elections, by name.
+    pub(crate) elections: crate::election::Boards,
 }
 
 impl LockShared {
@@ -26,6 +28,7 @@ impl LockShared {
             timeouts: AtomicU64::new(0),
             revocations: AtomicU64::new(0),
             expirations: AtomicU64::new(0),
+            elections: Default::default(),
         }
     }
 

@@ -1,0 +1,373 @@
+//! Elections among the threads and tasks of one process, in the shape of
+//! etcd's `Election` and of the server's clients (`campaign`, `leader`,
+//! `observe`, a leadership that proclaims and resigns).
+//!
+//! A campaign is an exclusive hold of the election's key, waited for as
+//! long as it takes, so campaigners stand in the key's FIFO line; the
+//! leadership is that lease: its fence rises every term, and its signal
+//! fires the moment it is lost (revoked at maxHold, run out, its store
+//! closed), before the core grants the key to the next campaigner. The
+//! election's board (one per lock and name, shared by every [`Election`]
+//! of it) keeps the leader's note and wakes observers.
+//!
+//! Invariants:
+//! - the board names at most one term, and only the newest: a term whose
+//!   lease ended is cleared before the next is named. A resign (or a
+//!   dropped leadership) clears it before the core lets the key go; a
+//!   lease the core ends on its own wakes the board through its signal,
+//!   which fires before the next grant, and a new term found a lost one
+//!   named clears it first;
+//! - every change of the board bumps `version` and wakes every observer,
+//!   so an observer yields each state it has not yet yielded.
+
+use crate::error::{Error, ErrorKind};
+use crate::lease::{Aborted, HeldLease, Signal};
+use crate::lock::Lock;
+use std::collections::HashMap;
+use std::future::{poll_fn, Future};
+use std::pin::Pin;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, Weak};
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
+
+/// How long one turn of a campaign waits in line before it joins again
+/// (a campaign waits as long as it takes; the core's waits are bounded).
+const CAMPAIGN_TURN: Duration = Duration::from_secs(3600);
+
+/// The leader an election has now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Leader {
+    /// What the leader said of itself (its address, say).
+    pub note: String,
+    /// Its term's fence: greater than every earlier term's.
+    pub fence: u64,
+    /// How long it has led.
+    pub held_for: Option<Duration>,
+}
+
+/// The elections of one lock, by name (a weak entry per live board).
+pub(crate) type Boards = Mutex<HashMap<Box<str>, Weak<Board>>>;
+
+/// One election's shared state.
+pub(crate) struct Board {
+    term: Mutex<Term>,
+    /// Threads waiting in [`Observer::next_timeout`].
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct Term {
+    leader: Option<Named>,
+    /// Bumped by every change (a leader named, proclaimed or gone).
+    version: u64,
+    /// Tasks waiting in [`Observer::next`].
+    wakers: Vec<Waker>,
+}
+
+/// The term the board names.
+struct Named {
+    note: String,
+    fence: u64,
+    since: Instant,
+    signal: Signal,
+    /// Registered with the lease's loss: wakes the board (kept so its
+    /// registration stays).
+    _lost: Pin<Box<Aborted>>,
+}
+
+fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Nothing panics while the board is held; a poisoned board is a board.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Board {
+    /// The board of `name` among `boards`, made if none is alive.
+    pub(crate) fn of(boards: &Boards, name: &str) -> Arc<Board> {
+        let mut map = locked(boards);
+        if let Some(board) = map.get(name).and_then(Weak::upgrade) {
+            return board;
+        }
+        map.retain(|_, b| b.strong_count() > 0);
+        let board = Arc::new(Board {
+            term: Mutex::new(Term::default()),
+            changed: Condvar::new(),
+        });
+        map.insert(name.into(), Arc::downgrade(&board));
+        board
+    }
+
+    /// Bumps the version and wakes every observer (`term` is held).
+    fn changed(&self, term: &mut Term) {
+        term.version += 1;
+        for waker in term.wakers.drain(..) {
+            waker.wake();
+        }
+        self.changed.notify_all();
+    }
+
+    /// Names the term of `lease` (after clearing a lost one).
+    fn name_term(self: &Arc<Board>, lease: &HeldLease, note: &str) {
+        let signal = lease.signal();
+        let mut lost = Box::pin(signal.aborted());
+        let waker = Waker::from(Arc::new(LossWaker {
+            board: Arc::downgrade(self),
+            fence: lease.fence(),
+        }));
+        // Registers the waker with the lease's loss (a lost one is seen below).
+        let _ = lost.as_mut().poll(&mut Context::from_waker(&waker));
+        let mut term = locked(&self.term);
+        let old = term.leader.replace(Named {
+            note: note.to_owned(),
+            fence: lease.fence(),
+            since: Instant::now(),
+            signal,
+            _lost: lost,
+        });
+        self.changed(&mut term);
+        drop(term);
+        // Dropped unlocked: see `clear`.
+        drop(old);
+    }
+
+    /// Clears the term of `fence` if the board names it.
+    ///
+    /// Called from the lease's loss, perhaps while the core tells every
+    /// waiter of it: so the board is never held while the core is called
+    /// (the cleared term, whose registration a drop undoes, is dropped
+    /// after the board is let go).
+    fn clear(&self, fence: u64) {
+        let mut term = locked(&self.term);
+        if term.leader.as_ref().is_some_and(|n| n.fence == fence) {
+            let gone = term.leader.take();
+            self.changed(&mut term);
+            drop(term);
+            drop(gone);
+        }
+    }
+
+    /// The board's leader, as callers see it, with the version.
+    fn read(term: &Term) -> (Option<Leader>, u64) {
+        let leader = term.leader.as_ref().filter(|n| !n.signal.is_aborted());
+        let leader = leader.map(|n| Leader {
+            note: n.note.clone(),
+            fence: n.fence,
+            held_for: Some(n.since.elapsed()),
+        });
+        (leader, term.version)
+    }
+}
+
+/// Wakes the board when a term's lease is lost.
+struct LossWaker {
+    board: Weak<Board>,
+    fence: u64,
+}
+
+impl Wake for LossWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        if let Some(board) = self.board.upgrade() {
+            board.clear(self.fence);
+        }
+    }
+}
+
+/// An election: the campaigners of one name of a lock (`lock.election(name)`).
+pub struct Election {
+    lock: Lock,
+    name: Box<str>,
+    board: Arc<Board>,
+}
+
+impl Lock {
+    /// The election `name` of this lock: its leader holds the key `name`.
+    ///
+    /// ```
+    /// use holdline::Store;
+    ///
+    /// let store = Store::new();
+    /// let jobs = store.lock("jobs").open()?;
+    /// let election = jobs.election("nightly");
+    /// let lead = election.campaign("worker-1")?; // waits as long as it takes
+    /// assert_eq!(election.leader().unwrap().note, "worker-1");
+    /// lead.proclaim("worker-1, at step 2")?;
+    /// lead.resign()?;
+    /// assert_eq!(election.leader(), None);
+    /// # Ok::<(), holdline::Error>(())
+    /// ```
+    pub fn election(&self, name: &str) -> Election {
+        Election {
+            lock: self.clone(),
+            name: name.into(),
+            board: Board::of(&self.shared.elections, name),
+        }
+    }
+}
+
+impl Election {
+    /// The election's name (its key in the lock).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Campaigns from this thread, waiting as long as it takes; answers the
+    /// leadership, or an error other than the wait (a bad name, the store
+    /// closed, the line full).
+    pub fn campaign(&self, note: &str) -> Result<Leadership, Error> {
+        loop {
+            let hold = self.lock.key(&*self.name).exclusive().wait(CAMPAIGN_TURN);
+            match hold.acquire() {
+                Ok(lease) => return Ok(self.elected(lease, note)),
+                Err(e) if e.kind() == ErrorKind::InUse => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// [`campaign`](Election::campaign) as a task: dropping the future
+    /// leaves the line.
+    pub async fn campaign_async(&self, note: &str) -> Result<Leadership, Error> {
+        loop {
+            let hold = self.lock.key(&*self.name).exclusive().wait(CAMPAIGN_TURN);
+            match hold.acquire_async().await {
+                Ok(lease) => return Ok(self.elected(lease, note)),
+                Err(e) if e.kind() == ErrorKind::InUse => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    fn elected(&self, lease: HeldLease, note: &str) -> Leadership {
+        self.board.name_term(&lease, note);
+        Leadership {
+            lease: Some(lease),
+            board: self.board.clone(),
+        }
+    }
+
+    /// The leader now, if any.
+    pub fn leader(&self) -> Option<Leader> {
+        Board::read(&locked(&self.board.term)).0
+    }
+
+    /// The leaders, the present one first, then every change.
+    pub fn observe(&self) -> Observer {
+        Observer {
+            board: self.board.clone(),
+            seen: None,
+        }
+    }
+}
+
+/// A term of leadership: the election's lease. Dropping it resigns.
+pub struct Leadership {
+    lease: Option<HeldLease>,
+    board: Arc<Board>,
+}
+
+impl Leadership {
+    fn lease(&self) -> &HeldLease {
+        self.lease.as_ref().expect("held until resigned")
+    }
+
+    /// This term's fence: greater than every earlier term's.
+    pub fn fence(&self) -> u64 {
+        self.lease().fence()
+    }
+
+    /// Fires the moment the leadership is lost (before anyone else leads).
+    pub fn signal(&self) -> Signal {
+        self.lease().signal()
+    }
+
+    /// Whether it was lost.
+    pub fn is_lost(&self) -> bool {
+        self.lease().is_lost()
+    }
+
+    /// Replaces the leader's note; `lost` once the leadership was lost.
+    pub fn proclaim(&self, note: &str) -> Result<(), Error> {
+        // Before the board is held: see `Board::clear`.
+        self.lease().check()?;
+        let mut term = locked(&self.board.term);
+        if let Some(named) = term.leader.as_mut().filter(|n| n.fence == self.fence()) {
+            named.note = note.to_owned();
+            self.board.changed(&mut term);
+        }
+        Ok(())
+    }
+
+    /// Gives the leadership up: the next campaigner is elected. `lost` when
+    /// it was lost before.
+    pub fn resign(mut self) -> Result<(), Error> {
+        self.let_go()
+    }
+
+    /// Clears the board, then lets the key go (its observers are told of
+    /// the end before the next term).
+    fn let_go(&mut self) -> Result<(), Error> {
+        let Some(lease) = self.lease.take() else {
+            return Ok(());
+        };
+        self.board.clear(lease.fence());
+        lease.release()
+    }
+}
+
+impl Drop for Leadership {
+    fn drop(&mut self) {
+        let _ = self.let_go();
+    }
+}
+
+/// An election's leaders, one change at a time (see [`Election::observe`]).
+pub struct Observer {
+    board: Arc<Board>,
+    /// The version last yielded (`None`: nothing yet).
+    seen: Option<u64>,
+}
+
+impl Observer {
+    /// The next leader (or none) not yet yielded: the present one at once
+    /// the first time, then each change as it comes.
+    pub async fn next(&mut self) -> Option<Leader> {
+        poll_fn(|cx| {
+            let mut term = locked(&self.board.term);
+            let (leader, version) = Board::read(&term);
+            if self.seen != Some(version) {
+                self.seen = Some(version);
+                return Poll::Ready(leader);
+            }
+            term.wakers.push(cx.waker().clone());
+            Poll::Pending
+        })
+        .await
+    }
+
+    /// [`next`](Observer::next) from a thread: `None` when nothing changed
+    /// within `timeout`.
+    pub fn next_timeout(&mut self, timeout: Duration) -> Option<Option<Leader>> {
+        let deadline = Instant::now() + timeout;
+        let mut term = locked(&self.board.term);
+        loop {
+            let (leader, version) = Board::read(&term);
+            if self.seen != Some(version) {
+                self.seen = Some(version);
+                return Some(leader);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return None;
+            }
+            term = self
+                .board
+                .changed
+                .wait_timeout(term, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
+}
