@@ -17,8 +17,9 @@
 //!   lease the core ends on its own wakes the board through its signal,
 //!   which fires before the next grant, and a new term found a lost one
 //!   named clears it first;
-//! - every change of the board bumps `version` and wakes every observer,
-//!   so an observer yields each state it has not yet yielded.
+//! - every change of the board bumps `version` and wakes every observer:
+//!   an observer yields the board's state whenever it changed since its
+//!   last item (one that fell behind yields the latest, as a watch does).
 
 use crate::error::{Error, ErrorKind};
 use crate::lease::{Aborted, HeldLease, Signal};
@@ -253,7 +254,8 @@ impl Election {
         Board::read(&locked(&self.board.term)).0
     }
 
-    /// The leaders, the present one first, then every change.
+    /// The leaders, the present one first, then each change (an observer
+    /// that fell behind yields the latest state, not every one between).
     pub fn observe(&self) -> Observer {
         Observer {
             board: self.board.clone(),
