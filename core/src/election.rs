@@ -24,7 +24,8 @@
 use crate::error::{Error, ErrorKind};
 use crate::lease::{Aborted, HeldLease, Signal};
 use crate::lock::Lock;
-use std::collections::HashMap;
+use crate::lock_shared::Boards;
+use std::any::Any;
 use std::future::{poll_fn, Future};
 use std::pin::Pin;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, Weak};
@@ -46,11 +47,8 @@ pub struct Leader {
     pub held_for: Option<Duration>,
 }
 
-/// The elections of one lock, by name (a weak entry per live board).
-pub(crate) type Boards = Mutex<HashMap<Box<str>, Weak<Board>>>;
-
 /// One election's shared state.
-pub(crate) struct Board {
+struct Board {
     term: Mutex<Term>,
     /// Threads waiting in [`Observer::next_timeout`].
     changed: Condvar,
@@ -83,9 +81,10 @@ fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Board {
     /// The board of `name` among `boards`, made if none is alive.
-    pub(crate) fn of(boards: &Boards, name: &str) -> Arc<Board> {
+    fn of(boards: &Boards, name: &str) -> Arc<Board> {
         let mut map = locked(boards);
-        if let Some(board) = map.get(name).and_then(Weak::upgrade) {
+        let alive = map.get(name).and_then(Weak::upgrade);
+        if let Some(board) = alive.and_then(|b| b.downcast::<Board>().ok()) {
             return board;
         }
         map.retain(|_, b| b.strong_count() > 0);
@@ -93,7 +92,8 @@ impl Board {
             term: Mutex::new(Term::default()),
             changed: Condvar::new(),
         });
-        map.insert(name.into(), Arc::downgrade(&board));
+        let erased: Arc<dyn Any + Send + Sync> = board.clone();
+        map.insert(name.into(), Arc::downgrade(&erased));
         board
     }
 

@@ -15,8 +15,9 @@ pub(crate) struct LockShared {
     pub(crate) timeouts: AtomicU64,
     pub(crate) revocations: AtomicU64,
     pub(crate) expirations: AtomicU64,
-    /// The boards of this lock's elections, by name.
-    pub(crate) elections: crate::election::Boards,
+    /// The boards of this lock's elections, by name: the `election`
+    /// module's, kept here untyped (this module sits below it).
+    pub(crate) elections: Boards,
 }
 
 impl LockShared {
@@ -36,3 +37,9 @@ impl LockShared {
         self as *const LockShared as usize
     }
 }
+
+/// A lock's slot for its elections' boards: weak, so a board lives as long
+/// as some election, leadership or observer of it.
+pub(crate) type Boards = std::sync::Mutex<
+    std::collections::HashMap<Box<str>, std::sync::Weak<dyn std::any::Any + Send + Sync>>,
+>;
