@@ -381,6 +381,8 @@ def test_the_checker_finds_a_fence_that_fell() -> None:
     procs["O"] = observer((1.1, 5), (4.05, 4))
     assert verdict(procs) == [
         "fences: B's fence 4 (from 4.000s) came after A's fence 5",
+        "register: B wrote fence 4 at 4.000s, below fence 5 that A wrote before: refused",
+        "register: B wrote fence 4 at 4.500s, below fence 5 that A wrote before: refused",
         "observer: fence 4 observed after fence 5",
     ]
 
