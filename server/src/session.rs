@@ -550,14 +550,6 @@ impl Session {
             .history
             .is_on()
             .then(|| Arc::new(self.lease_facts(id, &held_key, fence, by.permits)));
-        let holding = Holding {
-            lease: id,
-            fence,
-            permits: by.permits,
-            holder: self.client.id,
-            note: note.clone(),
-            signal: by.signal.clone(),
-        };
         self.client.held(held_key.clone(), by);
         let granted = Instant::now();
         let held = Held {
@@ -575,6 +567,14 @@ impl Session {
         }
         // After the connection's map of held keys: see `Observers::is_empty`.
         if !self.shared.observers.is_empty() {
+            let holding = Holding {
+                lease: id,
+                fence,
+                permits: held.lease.permits(),
+                holder: self.client.id,
+                note: held.note.clone(),
+                signal: held.lease.signal(),
+            };
             self.shared.observers.granted(&watch_of(&held), holding);
         }
         self.leases.insert(id, held);
@@ -629,18 +629,20 @@ impl Session {
         if let Some(event) = Self::event(held, kind, reason) {
             self.shared.history.record(event);
         }
-        self.tell_observers_end(held, kind);
+        self.tell_observers_end(held, || kind);
         if let Some(held) = self.leases.get_mut(&id) {
             held.ended = true;
         }
     }
 
-    /// Tells the key's observers (if any) that `held` ended (`kind`); a
-    /// RELEASE or a closing connection does so before the core lets the
-    /// key go, so the next holder's grant is told after it.
-    pub fn tell_observers_end(&self, held: &Held, kind: Kind) {
+    /// Tells the key's observers (if any) that `held` ended (`kind`, asked
+    /// only then); a RELEASE or a closing connection does so before the
+    /// core lets the key go, so the next holder's grant is told after it.
+    pub fn tell_observers_end(&self, held: &Held, kind: impl FnOnce() -> Kind) {
         if !self.shared.observers.is_empty() {
-            self.shared.observers.ended(&watch_of(held), held.id, kind);
+            self.shared
+                .observers
+                .ended(&watch_of(held), held.id, kind());
         }
     }
 

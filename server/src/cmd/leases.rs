@@ -147,11 +147,10 @@ pub fn release(s: &mut Session, id: i64) -> Reply {
     s.losses.forget(lease_id);
     if !held.ended {
         // Before the core lets the key go: see `tell_observers_end`.
-        let kind = match held.lease.is_lost() {
+        s.tell_observers_end(&held, || match held.lease.is_lost() {
             true => Kind::of_loss(held.lease.signal().reason()),
             false => Kind::Released,
-        };
-        s.tell_observers_end(&held, kind);
+        });
     }
     let event = Session::event(&held, Kind::Released, None)
         .filter(|_| !held.ended)
