@@ -96,23 +96,38 @@ func (l *Lock) inspectOnce(ctx context.Context, key string, t *tries) (*KeyInfo,
 	return l.inspected(p, c, r, key)
 }
 
-// inspected reads INSPECT's answer on c, a connection of p.
-func (l *Lock) inspected(p *pool, c *conn, r result, key string) (*KeyInfo, error) {
+// unanswered is the error of a command on c that got no answer (c is
+// discarded then), or nil when the answer came.
+func (l *Lock) unanswered(p *pool, c *conn, r result, key string) error {
 	switch {
 	case r.err == errShutStoreClosed:
 		p.discard(c, r.err)
-		return nil, errStoreClosed(l.name, key)
+		return errStoreClosed(l.name, key)
 	case r.err != nil:
 		p.discard(c, r.err)
-		return nil, errConnectionClosedKey(l.name, key, r.err)
+		return errConnectionClosedKey(l.name, key, r.err)
+	}
+	return nil
+}
+
+// refused is the error an error reply about key says: a redirection to
+// follow, or the server's text.
+func (l *Lock) refused(text, key string) error {
+	if rd := l.store.router.redirection(text); rd != nil {
+		return rd
+	}
+	return fromReply(text, l.name, key)
+}
+
+// inspected reads INSPECT's answer on c, a connection of p.
+func (l *Lock) inspected(p *pool, c *conn, r result, key string) (*KeyInfo, error) {
+	if err := l.unanswered(p, c, r, key); err != nil {
+		return nil, err
 	}
 	p.put(c)
 	switch {
 	case r.v.isError():
-		if rd := l.store.router.redirection(r.v.text); rd != nil {
-			return nil, rd
-		}
-		return nil, fromReply(r.v.text, l.name, key)
+		return nil, l.refused(r.v.text, key)
 	case r.v.null:
 		return nil, nil
 	}

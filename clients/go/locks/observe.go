@@ -119,19 +119,12 @@ func (o *observer) observeOnce(ctx context.Context, t *tries) (*watching, error)
 	if err != nil {
 		return nil, err
 	}
-	switch {
-	case r.err == errShutStoreClosed:
-		p.discard(c, r.err)
-		return nil, errStoreClosed(l.name, key)
-	case r.err != nil:
-		p.discard(c, r.err)
-		return nil, errConnectionClosedKey(l.name, key, r.err)
-	case r.v.isError():
+	if err := l.unanswered(p, c, r, key); err != nil {
+		return nil, err
+	}
+	if r.v.isError() {
 		p.discard(c, errShutAbandoned)
-		if rd := l.store.router.redirection(r.v.text); rd != nil {
-			return nil, rd
-		}
-		return nil, fromReply(r.v.text, l.name, key)
+		return nil, l.refused(r.v.text, key)
 	}
 	if hook := observing.Load(); hook != nil {
 		(*hook)(c)
