@@ -11,12 +11,24 @@ there (closing its connection, so it leaves the line) or, when the grant
 came first, lets the key go.
 """
 
+import abc
 import asyncio
 import ssl as _ssl
 import threading
 import time
 from types import TracebackType
-from typing import Any, Awaitable, Coroutine, Dict, Iterator, Optional, Type, TypeVar, Union
+from typing import (
+    Any,
+    Awaitable,
+    Coroutine,
+    Dict,
+    Generic,
+    Iterator,
+    Optional,
+    Type,
+    TypeVar,
+    Union,
+)
 
 from ._address import Addresses
 from ._durations import Duration
@@ -273,24 +285,29 @@ class SyncLease:
         return repr(self._lease).replace("<Lease", "<SyncLease", 1)
 
 
-class _SyncHoldBase:
-    """What `SyncHold` and `SyncTryHold` share: a hold's block entered and
-    left from a thread, carried out on the loop thread."""
+class _Entry(abc.ABC, Generic[T]):
+    """A block entered from a thread and carried out on the loop thread:
+    what the entering thread stops waiting for (interrupted, or failed) is
+    let go there, so nothing stays held or in line."""
 
-    def __init__(self, store: SyncStore, hold: HoldBase) -> None:
-        self._runner = store._runner
-        self._hold = hold
-        self._task: "Optional[asyncio.Task[Optional[SyncLease]]]" = None
+    def __init__(self, runner: _LoopThread) -> None:
+        self._runner = runner
+        self._task: "Optional[asyncio.Task[Optional[T]]]" = None
         self._abandoned = False
 
-    async def _enter_on_loop(self) -> Optional[SyncLease]:
+    @abc.abstractmethod
+    async def _entered(self) -> Optional[T]:
+        """On the loop thread: what the block is entered with."""
+
+    @abc.abstractmethod
+    async def _let_go(self) -> None:
+        """On the loop thread: gives up what `_entered` got."""
+
+    async def _enter_on_loop(self) -> Optional[T]:
         self._task = asyncio.current_task()
         if self._abandoned:
             return None
-        lease = await self._hold._enter()
-        # Built on the loop thread, so no loss can slip between the lease's
-        # grant and the hook that sets the threading.Event.
-        return None if lease is None else SyncLease(lease)
+        return await self._entered()
 
     def _abandon(self) -> None:
         """On the loop thread: the caller stopped waiting for `_enter_on_loop`."""
@@ -299,28 +316,49 @@ class _SyncHoldBase:
         if task is None:
             return  # not started: `_enter_on_loop` will see the flag
         if not task.done():
-            task.cancel()  # the hold leaves the line by closing its connection
+            task.cancel()  # it leaves the line by closing its connection
         elif not task.cancelled() and task.exception() is None and task.result() is not None:
-            asyncio.ensure_future(self._let_go())
+            asyncio.ensure_future(self._letting_go())
 
-    async def _let_go(self) -> None:
+    async def _letting_go(self) -> None:
         try:
-            await self._hold._exit(None)
+            await self._let_go()
         except Exception:
             pass
+
+    def _enter_from_thread(self) -> Optional[T]:
+        future = asyncio.run_coroutine_threadsafe(self._enter_on_loop(), self._runner.loop)
+        try:
+            return future.result()
+        except BaseException:
+            # Interrupted here, or the entry's own error: either way the
+            # loop thread makes sure nothing stays held or in line.
+            self._runner.loop.call_soon_threadsafe(self._abandon)
+            raise
+
+
+class _SyncHoldBase(_Entry[SyncLease]):
+    """What `SyncHold` and `SyncTryHold` share: a hold's block entered and
+    left from a thread, carried out on the loop thread."""
+
+    def __init__(self, store: SyncStore, hold: HoldBase) -> None:
+        super().__init__(store._runner)
+        self._hold = hold
+
+    async def _entered(self) -> Optional[SyncLease]:
+        lease = await self._hold._enter()
+        # Built on the loop thread, so no loss can slip between the lease's
+        # grant and the hook that sets the threading.Event.
+        return None if lease is None else SyncLease(lease)
+
+    async def _let_go(self) -> None:
+        await self._hold._exit(None)
 
     def _enter(self) -> Optional[SyncLease]:
         # The holder is the thread that enters (the loop thread's tasks only
         # carry out its commands): a hold it makes inside is `Invalid`.
         self._hold._owner = threading.current_thread()
-        future = asyncio.run_coroutine_threadsafe(self._enter_on_loop(), self._runner.loop)
-        try:
-            return future.result()
-        except BaseException:
-            # Interrupted here, or the hold's own error: either way the loop
-            # thread makes sure nothing stays held or in line.
-            self._runner.loop.call_soon_threadsafe(self._abandon)
-            raise
+        return self._enter_from_thread()
 
     def __exit__(
         self,
@@ -432,47 +470,25 @@ class SyncLeadership:
         return repr(self._lead).replace("<Leadership", "<SyncLeadership", 1)
 
 
-class SyncCampaign:
+class SyncCampaign(_Entry[SyncLeadership]):
     """`with election.campaign(note) as lead:`; see `Campaign`."""
 
     def __init__(self, store: SyncStore, campaign: Campaign) -> None:
-        self._runner = store._runner
+        super().__init__(store._runner)
         self._campaign = campaign
-        self._task: "Optional[asyncio.Task[SyncLeadership]]" = None
-        self._abandoned = False
 
-    async def _enter_on_loop(self) -> SyncLeadership:
-        self._task = asyncio.current_task()
-        if self._abandoned:
-            raise asyncio.CancelledError
+    async def _entered(self) -> Optional[SyncLeadership]:
         lead = await self._campaign.__aenter__()
         return SyncLeadership(self._runner, lead)
 
-    def _abandon(self) -> None:
-        """On the loop thread: the caller stopped waiting for `_enter_on_loop`."""
-        self._abandoned = True
-        task = self._task
-        if task is None:
-            return
-        if not task.done():
-            task.cancel()  # the campaign leaves the line by closing its connection
-        elif not task.cancelled() and task.exception() is None:
-            asyncio.ensure_future(self._let_go())
-
     async def _let_go(self) -> None:
-        try:
-            await self._campaign._resign()
-        except Exception:
-            pass
+        await self._campaign._resign()
 
     def __enter__(self) -> SyncLeadership:
         self._campaign._owner = threading.current_thread()
-        future = asyncio.run_coroutine_threadsafe(self._enter_on_loop(), self._runner.loop)
-        try:
-            return future.result()
-        except BaseException:
-            self._runner.loop.call_soon_threadsafe(self._abandon)
-            raise
+        lead = self._enter_from_thread()
+        assert lead is not None  # a campaign answers a leadership or raises
+        return lead
 
     def __exit__(
         self,
