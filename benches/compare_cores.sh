@@ -15,6 +15,16 @@
 # to the map's (below 1: faster than the map pattern). What follows `--`
 # goes to criterion: `-- --quick`, `-- try-held`, `-- --save-baseline x`.
 #
+# `--guard` runs the hot paths' guard instead (benches/src/guard.rs): the
+# uncontended hold, a try of a held key, the async hot key at 4 and 64
+# tasks, a semaphore of 2 permits under 8 tasks and a read-mostly key,
+# each REV's core, the working tree's and the anchors alternating in one
+# process, printed as rates and as now's ratio to each with its spread
+# (GUARD_ROUNDS, default 5; GUARD_MS a row, default 300; GUARD_ROWS, a
+# comma list of row names). A REV older than permits has no permits rows.
+#
+#   benches/compare_cores.sh --guard HEAD~1
+#
 # `--callgrind` counts instructions per hold on the measuring thread
 # (valgrind's callgrind: the difference between two run lengths, so set-up
 # is not counted), for `uncontended` and `try-held`; not for 10,000 keys,
@@ -27,10 +37,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-callgrind=0 revs=() criterion_args=()
+callgrind=0 guard=0 revs=() criterion_args=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --callgrind) callgrind=1 ;;
+        --guard) guard=1 ;;
         --) shift; criterion_args=("$@"); break ;;
         --rounds|--holds)
             echo "compare_cores.sh: $1 was the old timing loop's; criterion sizes its samples now:" \
@@ -45,7 +56,7 @@ work=${TMPDIR:-/tmp}/holdline-compare
 rm -rf "$work/cores" "$work/src" "$work/benches"
 mkdir -p "$work/cores" "$work/src" "$work/benches"
 
-names=() deps="" contenders=""
+names=() deps="" contenders="" guards=""
 for rev in "${revs[@]}"; do
     name="r_$(git rev-parse --short "$rev")"
     git archive "$rev" core | tar -x -C "$work/cores"
@@ -62,6 +73,12 @@ for rev in "${revs[@]}"; do
     names+=("$name")
     deps+="$name = { package = \"holdline_$name\", path = \"cores/$name\" }"$'\n'
     contenders+="holdline_benches::core_contender!(C_$name, $name);"$'\n'
+    # The permits rows need `LockBuilder::permits` (since 02c3cd7).
+    if git show "$rev:core/src/lock.rs" | grep -q 'pub fn permits'; then
+        guards+="holdline_benches::guard_core!(G_$name, $name, permits);"$'\n'
+    else
+        guards+="holdline_benches::guard_core!(G_$name, $name);"$'\n'
+    fi
 done
 
 cat > "$work/Cargo.toml" <<EOF
@@ -101,13 +118,25 @@ cp "$root/Cargo.lock" "$work/Cargo.lock"
     echo "        (MAP, Box::new(DashPl::default())),"
     echo "    ]"
     echo "}"
+    echo "$guards"
+    echo "pub fn guards() -> Vec<(&'static str, Box<dyn holdline_benches::guard::GuardDesign>)> {"
+    echo "    vec!["
+    for n in "${names[@]}"; do echo "        (\"$n\", Box::new(G_$n::default())),"; done
+    echo "        (\"now\", Box::new(holdline_benches::guard::HoldlineGuard::default())),"
+    echo "    ]"
+    echo "}"
 } > "$work/src/lib.rs"
+mkdir -p "$work/src/bin"
+echo 'fn main() { holdline_benches::guard::guard_main(&holdline_compare::guards()) }' > "$work/src/bin/guard.rs"
 echo 'fn main() { holdline_benches::callgrind_main(&holdline_compare::contenders()) }' > "$work/src/main.rs"
 echo 'fn main() { holdline_benches::compare_main(&holdline_compare::contenders()) }' > "$work/benches/compare.rs"
 names+=("now" "dashmap+pl")
 
 export CARGO_TARGET_DIR="$work/target"
-if [ "$callgrind" = 1 ]; then
+if [ "$guard" = 1 ]; then
+    cargo build --release --quiet --manifest-path "$work/Cargo.toml" --bin guard
+    "$work/target/release/guard"
+elif [ "$callgrind" = 1 ]; then
     cargo build --release --quiet --manifest-path "$work/Cargo.toml"
     bin="$work/target/release/holdline-compare"
     ir() { # instructions on the measuring thread: workload $1, contender $2, $3 operations

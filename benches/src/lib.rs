@@ -15,6 +15,8 @@ use std::time::{Duration, Instant, SystemTime};
 use criterion::Criterion;
 use dashmap::DashMap;
 
+pub mod guard;
+
 /// The keyed pattern holdline is measured against.
 pub type DashPl = DashMap<String, Arc<parking_lot::Mutex<()>>>;
 
