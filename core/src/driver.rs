@@ -2,7 +2,12 @@
 //! of timed leases beside it, and the background thread that fires what
 //! comes due, runs idle-key sweeps, and sleeps until the next deadline.
 //!
-//! It knows leases only through the small [`Due`] trait and sweeps only
+//! Waiting tasks' deadlines come here as one entry per line, not per task
+//! ([`LineDue`]; the record keeps the line timer's invariant), so that a
+//! task's wait on a hot key arms and cancels nothing.
+//!
+//! It knows leases only through the small [`Due`] trait, lines only
+//! through [`LineDue`], and sweeps only
 //! through the callback its store installs
 //! ([`install_sweeper`](Driver::install_sweeper)), so it sits below both.
 //!
@@ -21,7 +26,6 @@ use crate::sync::{
 };
 use crate::timer::{TimerKey, Wheel};
 use std::collections::HashMap;
-use std::task::Waker;
 
 const SWEEP_MIN_MS: u64 = 50;
 const SWEEP_MAX_MS: u64 = 1000;
@@ -45,12 +49,20 @@ pub(crate) trait Due: Send + Sync + 'static {
     fn set_timer_key(&self, key: Option<TimerKey>);
 }
 
+/// What the driver needs of a key's line of waiting tasks.
+pub(crate) trait LineDue: Send + Sync + 'static {
+    /// An entry came due at `now_ms`: wake every task whose deadline has
+    /// passed; answers when the next entry must come (`None`: none needed).
+    fn fire(&self, now_ms: u64) -> Option<u64>;
+}
+
 /// What a wheel entry does when it comes due.
 enum Entry<L> {
     /// A lease reaches its maxHold or ttl (or must be re-armed: renewed).
     Lease(Arc<L>),
-    /// A waiting task's deadline: wake it, and it leaves the line.
-    Wake(Waker),
+    /// A line's earliest task deadline (or one before it): the line wakes
+    /// the tasks whose deadline passed, and each leaves on its poll.
+    Line(Box<dyn LineDue>),
 }
 
 /// Sweeps every idle key of the store; answers how many keys are still
@@ -116,13 +128,6 @@ impl<L> Driver<L> {
         if self.sweeper.set(sweeper).is_err() {
             unreachable!("a store installs its sweeper once");
         }
-    }
-
-    /// Takes a waiting task's deadline off the wheel.
-    pub(crate) fn cancel_wake(&self, key: TimerKey) {
-        let entry = lock(&self.state).wheel.cancel(key);
-        // Dropped unlocked: a waker's drop may run arbitrary code.
-        drop(entry);
     }
 
     /// No more timers, for good (the store closed): pending entries are
@@ -201,18 +206,16 @@ impl<L: Due> Driver<L> {
         upgrade(st.timed.get(&(record_addr, fence))?).filter(|l| l.is_active())
     }
 
-    /// Wakes `waker` at `at_us` on the store's clock (a waiting task's
-    /// deadline); `None` once the store is shut down.
-    pub(crate) fn arm_wake(this: &Arc<Self>, at_us: u64, waker: Waker) -> Option<TimerKey> {
-        // Rounded up: the task must find its deadline passed when woken.
-        let at = at_us.div_ceil(1000);
+    /// Fires `line` at `at_ms` on the store's clock (and again whenever it
+    /// answers a time). Nothing once the store is shut down: its lines are
+    /// closed, which wakes every task in them.
+    pub(crate) fn arm_line(this: &Arc<Self>, at_ms: u64, line: Box<dyn LineDue>) {
         let mut st = lock(&this.state);
         if st.shutdown {
-            return None;
+            return;
         }
-        let key = st.wheel.insert(Entry::Wake(waker), at);
-        Self::wake_thread(this, &mut st, at);
-        Some(key)
+        st.wheel.insert(Entry::Line(line), at_ms);
+        Self::wake_thread(this, &mut st, at_ms);
     }
 
     /// A key was created: make sure a sweep will come.
@@ -271,7 +274,10 @@ impl<L: Due> Driver<L> {
                 Entry::Lease(lease) => {
                     lease.fire(u64::MAX / 2);
                 }
-                Entry::Wake(w) => w.wake(),
+                // Every deadline has passed: nothing is left to cover.
+                Entry::Line(line) => {
+                    line.fire(u64::MAX / 2);
+                }
             }
         }
     }
@@ -325,8 +331,13 @@ impl<L: Due> Driver<L> {
         for entry in due.drain(..) {
             let lease = match entry {
                 Entry::Lease(lease) => lease,
-                Entry::Wake(w) => {
-                    w.wake();
+                Entry::Line(line) => {
+                    if let Some(at) = line.fire(now) {
+                        let mut st = lock(&self.state);
+                        if !st.shutdown {
+                            st.wheel.insert(Entry::Line(line), at);
+                        }
+                    }
                     continue;
                 }
             };

@@ -3,33 +3,37 @@
 //!
 //! The future owns its [`Waiter`] node (pinned with the future) and needs no
 //! runtime: a grant or a close calls the node's waker, and the store's timer
-//! calls it at the wait's deadline.
+//! calls it once its deadline has passed, through its line's timer (the
+//! node carries the deadline; a task arms a [`LineDeadline`] only when no
+//! entry already pending for its key comes at or before its deadline, so
+//! a task's wait on a hot key arms and cancels nothing).
 //!
 //! | [`State`]  | what holds                                       | next                  |
 //! |------------|--------------------------------------------------|-----------------------|
 //! | `Start`    | nothing linked                                   | answered, or `Waiting` |
-//! | `Waiting`  | node linked in `record`'s line, deadline armed   | `Done` (answered)     |
-//! | `Done`     | node unlinked, timer cancelled                   | -                     |
+//! | `Waiting`  | node linked in `record`'s line, deadline covered | `Done` (answered)     |
+//! | `Done`     | node unlinked                                    | -                     |
 //!
-//! The first poll links the node (with that poll's waker) and arms the
-//! deadline, and returns: whatever comes next calls the node's waker. Only
-//! a later poll that finds no end (a timer's wake, or a spurious poll)
-//! reads the clock and refreshes the waker.
+//! The first poll reads the clock for the deadline, links the node (with
+//! that poll's waker), and returns: whatever comes next calls the node's
+//! waker. Only a later poll that finds no end (the line timer's wake, or a
+//! spurious poll) reads the clock again and refreshes the waker.
 //!
 //! Dropping the future while `Waiting` leaves the line at once
 //! ([`Record::leave`]), which frees its place for the limit; if a grant won
 //! that race, the grant is let go at once, to the next in line.
 
-use crate::driver::Driver;
+use crate::driver::{Driver, LineDue};
 use crate::error::Error;
 use crate::lock::{Entered, Grant, Lock, Mode};
-use crate::record::{Record, WaitEnd, Waiter};
+use crate::lock_shared::LockShared;
+use crate::record::{wake_all, Record, WaitEnd, Waiter};
 use crate::record_ref::LineRecord;
-use crate::timer::TimerKey;
+use crate::sync::{downgrade, upgrade, Weak};
 use crossbeam_epoch as epoch;
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context, Poll, RawWakerVTable, Waker};
+use std::task::{Context, Poll, Waker};
 
 /// Where a [`LineWait`] stands: see the module doc's table.
 enum State {
@@ -37,25 +41,36 @@ enum State {
     Waiting {
         /// The line the node is linked in.
         record: LineRecord,
-        /// The deadline's wheel entry (none for a wait without one, or
-        /// once the store shut its timer down).
-        timer: Option<Armed>,
     },
     Done,
 }
 
-/// A deadline on the store's wheel, and which waker it will call (by
-/// identity: the wheel's entry keeps that waker alive, so its data
-/// pointer cannot name another waker while armed).
-struct Armed {
-    key: TimerKey,
-    data: *const (),
-    vtable: &'static RawWakerVTable,
+/// A line-timer entry: names its key (not its record, which may be
+/// retired and made again before the entry comes due) and, when it fires,
+/// looks the key up and lets its line wake the tasks whose deadline passed
+/// ([`Record::expire_tasks`]).
+pub(crate) struct LineDeadline {
+    lock: Weak<LockShared>,
+    hash: u64,
+    key: Box<str>,
 }
 
-impl Armed {
-    fn calls(&self, waker: &Waker) -> bool {
-        self.data == waker.data() && std::ptr::eq(self.vtable, waker.vtable())
+impl LineDue for LineDeadline {
+    fn fire(&self, now_ms: u64) -> Option<u64> {
+        let shared = upgrade(&self.lock)?;
+        let mut wakes = Vec::new();
+        let next = {
+            let guard = epoch::pin();
+            // Authoritative: a spurious miss would leave the line's tasks
+            // unwoken. A record found while pinned is not freed while the
+            // pin lasts.
+            let record = shared
+                .table
+                .find_authoritative(self.hash, &self.key, &guard)?;
+            record.expire_tasks(now_ms, &mut wakes)
+        };
+        wake_all(wakes);
+        next
     }
 }
 
@@ -106,7 +121,10 @@ impl<'a> LineWait<'a> {
 
     /// The first poll: links the node, or answers at once.
     fn start(&mut self, waker: &Waker) -> Poll<Result<Option<Grant>, Error>> {
-        let node = self.node.insert(Waiter::for_task(waker.clone(), self.want));
+        self.deadline_us = self.lock.deadline_us(self.mode);
+        let node = self
+            .node
+            .insert(Waiter::for_task(waker.clone(), self.want, self.deadline_us));
         // SAFETY: the node lives in this pinned future; `Drop` leaves the
         // line before the node is dropped, and nothing replaces it while
         // the state is `Waiting`.
@@ -118,12 +136,17 @@ impl<'a> LineWait<'a> {
             Err(e) => Err(e),
             Ok(Entered::Granted(g)) => Ok(Some(g)),
             Ok(Entered::Held) => Ok(None),
-            Ok(Entered::Waiting { record, .. }) => {
+            Ok(Entered::Waiting {
+                record,
+                arm_line_ms,
+                ..
+            }) => {
                 // The node carries this poll's waker, so a grant from now on
                 // reaches it: no look at the line again before returning.
-                self.deadline_us = self.lock.deadline_us(self.mode);
-                let timer = self.arm(waker);
-                self.state = State::Waiting { record, timer };
+                if let Some(at_ms) = arm_line_ms {
+                    self.arm_line(at_ms);
+                }
+                self.state = State::Waiting { record };
                 return Poll::Pending;
             }
         };
@@ -153,17 +176,15 @@ impl<'a> LineWait<'a> {
             let end = unsafe { record.leave(node) };
             return self.finish(record, end);
         }
-        // SAFETY: as for `leave`.
+        // SAFETY: as for `leave`. The line timer calls the waker set here.
         if let Some(end) = unsafe { record.poll_wait(node, waker) } {
             return self.finish(record, end);
         }
-        self.rearm(waker);
         Poll::Pending
     }
 
-    /// Ends the wait: takes the deadline off the wheel, answers.
+    /// Ends the wait, answers.
     fn finish(&mut self, record: &Record, end: WaitEnd) -> Poll<Result<Option<Grant>, Error>> {
-        self.disarm();
         self.state = State::Done;
         let node = self.node();
         Poll::Ready(
@@ -173,43 +194,14 @@ impl<'a> LineWait<'a> {
         )
     }
 
-    /// Puts the deadline on the wheel, to call `waker`.
-    fn arm(&self, waker: &Waker) -> Option<Armed> {
-        if self.deadline_us == 0 {
-            return None;
-        }
-        let key = Driver::arm_wake(&self.lock.store.timer, self.deadline_us, waker.clone())?;
-        Some(Armed {
-            key,
-            data: waker.data(),
-            vtable: waker.vtable(),
-        })
-    }
-
-    /// Keeps the deadline's wake pointed at the waker of the latest poll.
-    fn rearm(&mut self, waker: &Waker) {
-        let State::Waiting { timer, .. } = &mut self.state else {
-            return;
+    /// Puts an entry for this key's line on the store's timer at `at_ms`.
+    fn arm_line(&self, at_ms: u64) {
+        let line = LineDeadline {
+            lock: downgrade(&self.lock.shared),
+            hash: self.hash,
+            key: self.text.into(),
         };
-        if timer.as_ref().is_some_and(|t| t.calls(waker)) || self.deadline_us == 0 {
-            return;
-        }
-        if let Some(old) = timer.take() {
-            self.lock.store.timer.cancel_wake(old.key);
-        }
-        let new = self.arm(waker);
-        if let State::Waiting { timer, .. } = &mut self.state {
-            *timer = new;
-        }
-    }
-
-    /// Takes the deadline off the wheel, if it is on it.
-    fn disarm(&mut self) {
-        if let State::Waiting { timer, .. } = &mut self.state {
-            if let Some(t) = timer.take() {
-                self.lock.store.timer.cancel_wake(t.key);
-            }
-        }
+        Driver::arm_line(&self.lock.store.timer, at_ms, Box::new(line));
     }
 }
 
@@ -222,7 +214,7 @@ impl Future for LineWait<'_> {
         let this = unsafe { self.get_unchecked_mut() };
         match this.state {
             State::Start => this.start(cx.waker()),
-            State::Waiting { record, .. } => this.poll_waiting(record, cx.waker()),
+            State::Waiting { record } => this.poll_waiting(record, cx.waker()),
             State::Done => panic!("LineWait polled after it answered"),
         }
     }
@@ -230,10 +222,9 @@ impl Future for LineWait<'_> {
 
 impl Drop for LineWait<'_> {
     fn drop(&mut self) {
-        let State::Waiting { record, .. } = self.state else {
+        let State::Waiting { record } = self.state else {
             return;
         };
-        self.disarm();
         let node = self.node();
         // SAFETY: the state is `Waiting`: the node was linked, so the record
         // lives until the node has an end (record.rs).

@@ -151,8 +151,13 @@ pub(crate) enum Entered {
     Granted(Grant),
     /// `Mode::Try` found the key held.
     Held,
-    /// Its node is linked in `record`'s line (`first`: nobody before it).
-    Waiting { record: LineRecord, first: bool },
+    /// Its node is linked in `record`'s line (`first`: nobody before it;
+    /// `arm_line_ms`: a task's line-timer entry to arm, see `Enqueued`).
+    Waiting {
+        record: LineRecord,
+        first: bool,
+        arm_line_ms: Option<u64>,
+    },
 }
 
 impl Lock {
@@ -483,7 +488,7 @@ impl Lock {
         match unsafe { self.enter_line(text, hash, mode, waiter.as_ref()) }? {
             Entered::Granted(g) => Ok(Some(g)),
             Entered::Held => Ok(None),
-            Entered::Waiting { record, first } => {
+            Entered::Waiting { record, first, .. } => {
                 // SAFETY: the node is linked, and this frame waits until
                 // its end: a grant (then held) or the wait's own end.
                 let record = unsafe { record.get() };
@@ -585,9 +590,13 @@ impl Lock {
                 }
                 Enqueued::Dead => retired_seen = true,
                 // Unpinned on return: a waiter must not hold the epoch back.
-                Enqueued::Waiting { first } => {
+                Enqueued::Waiting { first, arm_line_ms } => {
                     let record = LineRecord::of(record);
-                    return Ok(Entered::Waiting { record, first });
+                    return Ok(Entered::Waiting {
+                        record,
+                        first,
+                        arm_line_ms,
+                    });
                 }
             }
         }

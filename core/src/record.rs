@@ -72,6 +72,22 @@
 //! never both happen, and a grant is never lost (a future dropped after its
 //! grant lets the key go to the next in line).
 //!
+//! # Tasks' deadlines: one timer per line
+//!
+//! A waiting task is woken at its deadline by the store's timer, but a task
+//! does not arm a timer of its own (on a hot key that was an arm and a
+//! cancel per hold). Its node carries its deadline, and the record keeps,
+//! in its [`Extra`], the time of the earliest line-timer entry still
+//! pending for its key. Invariant, under `QLOCK`: every linked task node
+//! with deadline `d` has an entry pending at or before `d` (in ms, rounded
+//! up). A task that enqueues earlier than that entry arms a new one
+//! ([`Enqueued::Waiting`]'s `arm_line_ms`); when an entry fires,
+//! [`Record::expire_tasks`] wakes every task whose deadline passed (each
+//! leaves the line itself, on that poll) and answers when the next is due.
+//! The entry names the key, not the record: it looks the record up again
+//! when it fires, so it needs nothing of the record's lifetime. A retired
+//! record had no line, and its successor's tasks arm their own entries.
+//!
 //! # The record's lifetime, argued once
 //!
 //! A waiter holds a raw pointer to its record. The record stays allocated
@@ -152,7 +168,13 @@ pub(crate) enum Enqueued {
     /// The key was free (its permits fit): the caller holds it with this fence.
     Granted(u64),
     /// The caller stands in line; `first` when nobody stands before it.
-    Waiting { first: bool },
+    /// `arm_line_ms`: the caller must put a line-timer entry for the key on
+    /// the store's timer at this time (ms), to keep the line timer's
+    /// invariant (module doc).
+    Waiting {
+        first: bool,
+        arm_line_ms: Option<u64>,
+    },
     /// The record was retired: look the key up again.
     Dead,
 }
@@ -211,7 +233,10 @@ pub(crate) struct Waiter {
     status: AtomicU32,
     /// How many permits it asks for (1 for a lock of one permit).
     want: u32,
-    /// Its grant's fence: written by the granter before it publishes
+    /// Until its grant, a task's deadline (µs on the store's clock; 0:
+    /// none, and always 0 for a thread), written by its owner before it is
+    /// linked and read by `QLOCK` owners ([`Record::expire_tasks`]). Then
+    /// its grant's fence: written by the granter before it publishes
     /// `GRANTED` (Release), read by the owner after reading it (Acquire).
     fence: UnsafeCell<u64>,
     /// Written by its owner before it is linked, and then only under `QLOCK`.
@@ -229,21 +254,22 @@ unsafe impl Sync for Waiter {}
 impl Waiter {
     /// A node for the calling thread, asking for `want` permits.
     pub(crate) fn for_thread(want: u32) -> Self {
-        Self::new(Wake::Thread(crate::sync::current_thread()), want)
+        Self::new(Wake::Thread(crate::sync::current_thread()), want, 0)
     }
 
-    /// A node for a task, woken through `waker`, asking for `want` permits.
-    pub(crate) fn for_task(waker: Waker, want: u32) -> Self {
-        Self::new(Wake::Task(waker), want)
+    /// A node for a task, woken through `waker`, asking for `want` permits,
+    /// its wait ending at `deadline_us` on the store's clock (0: never).
+    pub(crate) fn for_task(waker: Waker, want: u32, deadline_us: u64) -> Self {
+        Self::new(Wake::Task(waker), want, deadline_us)
     }
 
-    fn new(wake: Wake, want: u32) -> Self {
+    fn new(wake: Wake, want: u32, deadline_us: u64) -> Self {
         Waiter {
             prev: UnsafeCell::new(ptr::null()),
             next: UnsafeCell::new(ptr::null()),
             status: AtomicU32::new(IDLE),
             want,
-            fence: UnsafeCell::new(0),
+            fence: UnsafeCell::new(deadline_us),
             wake: UnsafeCell::new(wake),
             _pinned: PhantomPinned,
         }
@@ -384,9 +410,19 @@ pub(crate) struct Record {
     /// See the module doc: the latest grant's fence while held, the next's while free.
     fence: AtomicU64,
     line: UnsafeCell<Line>,
-    /// A lock of several permits: the book of who holds how many, under
-    /// `QLOCK`. `None` (and no `MULTI`) for a lock of one permit.
-    book: Option<Box<UnsafeCell<Holding>>>,
+    /// What does not fit the cache line, under `QLOCK`: made at birth for
+    /// a lock of several permits (its book), else when a task first waits.
+    extra: UnsafeCell<Option<Box<Extra>>>,
+}
+
+/// A record's state beyond its cache line, read and written under `QLOCK`.
+#[derive(Default)]
+struct Extra {
+    /// A lock of several permits (`MULTI`): who holds how many.
+    book: Option<Holding>,
+    /// When the earliest line-timer entry still pending for the key comes
+    /// due (ms): see the module doc's "one timer per line".
+    line_timer_ms: Option<u64>,
 }
 
 /// Under loom a record's end is a write to its line, so a `QLOCK` owner
@@ -409,11 +445,15 @@ impl Record {
     /// A record whose creator already holds `take.want` of its key's
     /// `take.total` permits, with fence `fence`.
     pub(crate) fn new_held(hash: u64, key: &str, fence: u64, take: Take) -> Record {
-        let (state, book) = if take.total == 1 {
+        let (state, extra) = if take.total == 1 {
             (HELD, None)
         } else {
             let book = Holding::first(take.total, fence, take.want);
-            (MULTI | HELD, Some(Box::new(UnsafeCell::new(book))))
+            let extra = Extra {
+                book: Some(book),
+                line_timer_ms: None,
+            };
+            (MULTI | HELD, Some(Box::new(extra)))
         };
         Record {
             next: epoch::Atomic::null(),
@@ -422,7 +462,7 @@ impl Record {
             state: AtomicU32::new(state),
             fence: AtomicU64::new(fence),
             line: UnsafeCell::new(Line { tail: ptr::null() }),
-            book,
+            extra: UnsafeCell::new(extra),
         }
     }
 
@@ -610,6 +650,8 @@ impl Record {
         // and to the links of every node in it; `waiter` is not linked
         // yet, and the caller keeps it in place while linked.
         unsafe { self.push_back(waiter) };
+        // SAFETY: we own QLOCK; the node is ours until the unlock below.
+        let arm_line_ms = unsafe { self.cover_deadline(&waiter) };
         // Release: the next QLOCK owner must see the node linked.
         // (Mutant for loom-tests/README.md: a Relaxed unlock.)
         let unlock = if cfg!(holdline_mutant = "relaxed_unlock") {
@@ -618,7 +660,10 @@ impl Record {
             Ordering::Release
         };
         self.state.store((s | QUEUED) + WAITER_ONE, unlock);
-        Ok(Enqueued::Waiting { first: len == 0 })
+        Ok(Enqueued::Waiting {
+            first: len == 0,
+            arm_line_ms,
+        })
     }
 
     /// Waits until `waiter` is granted the key, the store closes, or
@@ -969,6 +1014,113 @@ impl Record {
     }
 }
 
+/// The line timer (module doc: "one timer per line").
+impl Record {
+    /// Runs `f` on the record's [`Extra`], made on first need (once per
+    /// record, freed with it: an allocation under QLOCK, once).
+    ///
+    /// # Safety
+    /// The caller owns QLOCK, which guards it.
+    unsafe fn with_extra<R>(&self, f: impl FnOnce(&mut Extra) -> R) -> R {
+        // SAFETY: QLOCK gives exclusive access (the caller's contract).
+        self.extra
+            .with_mut(|e| f(unsafe { (*e).get_or_insert_with(Box::default) }))
+    }
+
+    /// Keeps the line timer's invariant for a task node just linked: the
+    /// time of the entry its caller must arm, if none pending comes at or
+    /// before its deadline.
+    ///
+    /// # Safety
+    /// The caller owns QLOCK and `waiter` is linked.
+    unsafe fn cover_deadline(&self, waiter: &Waiter) -> Option<u64> {
+        // SAFETY: the caller owns QLOCK, which guards a linked node's cell.
+        let deadline_us = waiter.fence.with(|d| unsafe { *d });
+        if deadline_us == 0 {
+            return None;
+        }
+        let due_ms = deadline_us.div_ceil(1000);
+        // SAFETY: the caller owns QLOCK.
+        unsafe {
+            self.with_extra(|extra| {
+                // Mutant for loom-tests/README.md: a deadline left uncovered.
+                if extra.line_timer_ms.is_some_and(|at| at <= due_ms)
+                    || cfg!(holdline_mutant = "uncovered_deadline")
+                {
+                    return None;
+                }
+                extra.line_timer_ms = Some(due_ms);
+                Some(due_ms)
+            })
+        }
+    }
+
+    /// A line-timer entry for this key came due at `now_ms`: collects the
+    /// wakes of every task in line whose deadline has passed (each leaves
+    /// the line on the poll this wake causes) and answers when the next
+    /// entry must come, if one must be armed to cover those left.
+    ///
+    /// The caller is pinned and found the record in its table while pinned
+    /// (it may have turned `DEAD` since: then nothing is in line).
+    pub(crate) fn expire_tasks(&self, now_ms: u64, wakes: &mut Wakes) -> Option<u64> {
+        let s = self.lock_line();
+        if s & DEAD != 0 {
+            self.state.store(s, Ordering::Release);
+            return None;
+        }
+        let mut next_us: Option<u64> = None;
+        for _ in 0..waiters_in(s) {
+            // SAFETY: we own QLOCK; the count says how many are linked; the
+            // rotation keeps every node linked (head becomes the tail).
+            let node = unsafe { &*self.rotate() };
+            // SAFETY: QLOCK guards a linked node's cells.
+            let deadline_us = node.fence.with(|d| unsafe { *d });
+            if deadline_us == 0 {
+                continue;
+            }
+            if deadline_us <= now_ms.saturating_mul(1000) {
+                // SAFETY: as above.
+                wakes.push(node.wake.with(|w| unsafe { (*w).replicate() }));
+            } else {
+                next_us = Some(next_us.map_or(deadline_us, |n| n.min(deadline_us)));
+            }
+        }
+        // SAFETY: we own QLOCK.
+        let arm = unsafe {
+            self.with_extra(|extra| {
+                // An entry after `now_ms` is still on the wheel; one at or
+                // before it is this one, or fired already.
+                let pending = extra.line_timer_ms.filter(|&at| at > now_ms);
+                let arm = next_us
+                    .map(|n| n.div_ceil(1000))
+                    .filter(|&due| pending.is_none_or(|at| at > due));
+                extra.line_timer_ms = arm.or(pending);
+                arm
+            })
+        };
+        // Release: publishes the line (rotated) to the next QLOCK owner.
+        self.state.store(s, Ordering::Release);
+        arm
+    }
+
+    /// Moves the line's head to its tail (the order is a circle: the next
+    /// head is the old second); answers the node moved.
+    ///
+    /// # Safety
+    /// The caller owns QLOCK and the line is not empty. After `n` turns of
+    /// a line of `n`, the order is as it was.
+    unsafe fn rotate(&self) -> *const Waiter {
+        self.line.with_mut(|line| {
+            // SAFETY: QLOCK gives exclusive access; the tail is linked.
+            unsafe {
+                let head = (*(*line).tail).next.with(|n| *n);
+                (*line).tail = head;
+                head
+            }
+        })
+    }
+}
+
 /// What one grant takes of a key: `want` of its lock's `total` permits.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) struct Take {
@@ -1024,9 +1176,8 @@ impl Record {
     /// # Safety
     /// The caller owns QLOCK, and the record has `MULTI` (so a book).
     unsafe fn with_book<R>(&self, f: impl FnOnce(&mut Holding) -> R) -> R {
-        let cell = self.book.as_deref().expect("a MULTI record has a book");
-        // SAFETY: QLOCK gives exclusive access to the book.
-        cell.with_mut(|b| f(unsafe { &mut *b }))
+        // SAFETY: the caller's contract.
+        unsafe { self.with_extra(|e| f(e.book.as_mut().expect("a MULTI record has a book"))) }
     }
 
     /// Books a grant of `want` permits (they fit); answers its fence: the

@@ -178,6 +178,53 @@ fn a_task_waits_up_to_its_deadline_then_fails_in_use() {
     holder.release().unwrap();
 }
 
+/// Tasks in one line share one timer entry per line: a task whose deadline
+/// comes before the pending entry's arms its own, and a firing entry covers
+/// the tasks still in line. Each task ends at its own deadline, none later:
+/// the third task's deadline (300 ms) is covered only by the re-arm after
+/// the second's (100 ms) fires, as the first's entry comes at 5 s.
+#[test]
+fn tasks_of_one_line_each_time_out_at_their_own_deadline() {
+    let store = Store::new();
+    let lock = store.lock("invoices").open().unwrap();
+    let holder = Holder::start(&lock, "k");
+    let rt = multi_thread();
+    let started = Instant::now();
+    let task = |wait_ms: u64| {
+        let lock = lock.clone();
+        rt.spawn(async move {
+            let held = lock
+                .key("k")
+                .wait(Duration::from_millis(wait_ms))
+                .hold_async(async |l| l.fence())
+                .await;
+            (held, started.elapsed())
+        })
+    };
+    let long = task(5_000);
+    wait_for("the first task in line", || waiters(&lock) == 1);
+    let short = task(100);
+    wait_for("the second task in line", || waiters(&lock) == 2);
+    let middle = task(300);
+    wait_for("the third task in line", || waiters(&lock) == 3);
+    let (short, short_at) = rt.block_on(short).unwrap();
+    assert_eq!(short.unwrap_err().kind(), ErrorKind::InUse);
+    assert!(short_at >= Duration::from_millis(100), "{short_at:?}");
+    let (middle, middle_at) = rt.block_on(middle).unwrap();
+    assert_eq!(middle.unwrap_err().kind(), ErrorKind::InUse);
+    assert!(middle_at >= Duration::from_millis(300), "{middle_at:?}");
+    assert!(
+        middle_at < Duration::from_millis(4_000),
+        "the 300 ms task waited for the 5 s task's entry: {middle_at:?}"
+    );
+    // The first is still in line, and is granted at the release.
+    assert_eq!(waiters(&lock), 1);
+    holder.release().unwrap();
+    let (long, _) = rt.block_on(long).unwrap();
+    assert!(long.unwrap() > 0);
+    assert_eq!(lock.stats().timeouts, 2);
+}
+
 #[test]
 fn the_10001st_waiter_fails_limit_whether_task_or_thread_and_a_dropped_one_frees_its_place() {
     let store = Store::new();

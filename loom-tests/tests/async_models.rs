@@ -108,3 +108,56 @@ fn a_thread_and_a_task_in_one_line() {
         assert_idle_and_reclaimed(&store, &lock, "k");
     });
 }
+
+/// What a model's hand-polled task is woken through: it unparks the
+/// model thread that polls it, so a wake that never comes is a deadlock.
+struct Unpark(thread::Thread);
+
+impl std::task::Wake for Unpark {
+    fn wake(self: std::sync::Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+/// 17. A task in line with a deadline, the holder never letting go (a
+/// closure hold, which has no timer of its own): the line's timer entry,
+/// fired while the task's thread parks, wakes it, and it leaves the line
+/// `in use`. A task arms no timer of its own: its enqueue covers its
+/// deadline with its line's entry, so a missing cover is a deadlock here.
+#[test]
+fn a_task_s_deadline_fires_through_its_line() {
+    check(3, || {
+        let store = Store::new();
+        let lock = store.lock("l").open().unwrap();
+        let held = lock.hold("k", |_| {
+            let (enqueued, in_line) = loom::sync::mpsc::channel();
+            let task = {
+                let lock = lock.clone();
+                thread::spawn(move || {
+                    let waker = Waker::from(std::sync::Arc::new(Unpark(thread::current())));
+                    let mut cx = Context::from_waker(&waker);
+                    // The logical clock passes a 1 ms deadline by the next read.
+                    let mut fut = std::pin::pin!(lock
+                        .key("k")
+                        .wait(std::time::Duration::from_millis(1))
+                        .acquire_async());
+                    assert!(fut.as_mut().poll(&mut cx).is_pending(), "in line");
+                    enqueued.send(()).unwrap();
+                    // Woken by the line's entry (a lost wake is a deadlock).
+                    thread::park();
+                    match fut.as_mut().poll(&mut cx) {
+                        Poll::Ready(r) => r.unwrap_err().kind(),
+                        Poll::Pending => panic!("woken, but its deadline had not passed"),
+                    }
+                })
+            };
+            in_line.recv().unwrap();
+            store.fire_all_timers();
+            task.join().unwrap()
+        });
+        assert_eq!(held.unwrap(), holdline::ErrorKind::InUse);
+        assert_eq!(lock.stats().waiters, 0);
+        assert_eq!(store.pending_timers(), 0, "nothing left on the wheel");
+        assert_idle_and_reclaimed(&store, &lock, "k");
+    });
+}
