@@ -210,6 +210,17 @@ impl Wake {
             Wake::Task(w) => Wake::Task(w.clone()),
         }
     }
+
+    /// The handle, for a node that is about to get its final status: a
+    /// task's waker is moved out (a no-op waker left behind, which costs
+    /// nothing to drop), saving a clone and a drop of the real one; a
+    /// thread's handle is cloned.
+    fn take(&mut self) -> Wake {
+        match self {
+            Wake::Thread(t) => Wake::Thread(t.clone()),
+            Wake::Task(w) => Wake::Task(std::mem::replace(w, Waker::noop().clone())),
+        }
+    }
 }
 
 /// Wakes collected under a line's lock, to be fired once it is let go.
@@ -1419,10 +1430,11 @@ unsafe fn finish_waiter(w: *const Waiter, to: u32, fence: u64) -> Option<Wake> {
             if cfg!(holdline_mutant = "status_before_wake") {
                 w.status.store(to, Ordering::Release);
             }
-            // PARKED: it sleeps (or is about to), or it is a task. Copy the
+            // PARKED: it sleeps (or is about to), or it is a task. Take the
             // handle first: once the status is final the node may vanish.
+            // Nobody reads a node's waker after its final status.
             // SAFETY: we own QLOCK, which guards `wake` of a linked node.
-            let wake = w.wake.with(|k| unsafe { (*k).replicate() });
+            let wake = w.wake.with_mut(|k| unsafe { (*k).take() });
             w.status.store(to, Ordering::Release);
             // Mutant for loom-tests/README.md: forget the wake.
             if cfg!(holdline_mutant = "missed_wake") {
