@@ -50,7 +50,7 @@ pub enum Measure {
 /// The questions the rows answer, in the order the verdict prints them
 /// (memory per connection is measured on its own; the uncontended hold of
 /// one thread against the map pattern is criterion's: [`HOT_PATH`]).
-pub const QUESTIONS: [Question; 9] = [
+pub const QUESTIONS: [Question; 11] = [
     Question {
         words: "uncontended hold, 16 keys a thread, 1 thread",
         scenario: Scenario::Uncontended,
@@ -76,6 +76,20 @@ pub const QUESTIONS: [Question; 9] = [
         words: "async tasks, one hot key, 4 tasks",
         scenario: Scenario::AsyncHotKey,
         threads: 4,
+        busy: 0,
+        measure: Measure::Rate,
+    },
+    Question {
+        words: "semaphore of 4 permits, 64 tasks",
+        scenario: Scenario::AsyncSemaphore,
+        threads: 64,
+        busy: 0,
+        measure: Measure::Rate,
+    },
+    Question {
+        words: "read-mostly key, 2 threads (1 in 10 exclusive)",
+        scenario: Scenario::ReadMostly,
+        threads: 2,
         busy: 0,
         measure: Measure::Rate,
     },
