@@ -26,6 +26,8 @@
 //! assert_eq!(out, b"*2\r\n:1\r\n:42\r\n");
 //! ```
 
+#![warn(missing_docs)]
+
 mod decode;
 mod encode;
 mod inline;
