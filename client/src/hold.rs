@@ -161,12 +161,15 @@ impl Lock {
     }
 
     /// A handle-style lease, waiting up to 10 s: renewed in the background,
-    /// let go by [`HeldLease::release`] or on drop.
+    /// let go by [`HeldLease::release`] or on drop. Fails `in use` past the
+    /// wait, and with the server's error otherwise (a bad key, the line
+    /// full, the connection gone).
     pub async fn acquire<K: Key + ?Sized>(&self, key: &K) -> Result<HeldLease, Error> {
         self.key(key).acquire().await
     }
 
-    /// A handle-style lease only if `key` is free now.
+    /// A handle-style lease only if `key` is free now: `None` when it is
+    /// held. Fails with the server's error (a bad key, the connection gone).
     pub async fn try_acquire<K: Key + ?Sized>(&self, key: &K) -> Result<Option<HeldLease>, Error> {
         self.key(key).try_acquire().await
     }
@@ -472,6 +475,8 @@ impl KeyHold<'_> {
 
     /// Runs `f` only if the key is free now; see [`Lock::try_hold`]. With
     /// several permits: only if its permits fit now and nobody waits.
+    /// `None` otherwise; fails `lost` if the lease was lost before `f`
+    /// returned, and with the server's error otherwise.
     pub async fn try_hold<R>(self, f: impl AsyncFnOnce(&Lease) -> R) -> Result<Option<R>, Error> {
         let Some(held) = self.try_acquire().await? else {
             return Ok(None);
@@ -480,7 +485,9 @@ impl KeyHold<'_> {
         held.release().await.map(|()| Some(r))
     }
 
-    /// A handle-style lease, waiting up to `wait`.
+    /// A handle-style lease, waiting up to `wait`. Fails `in use` past the
+    /// wait, `invalid` for more permits than the lock has, and with the
+    /// server's error otherwise.
     pub async fn acquire(self) -> Result<HeldLease, Error> {
         let take = self.asked()?;
         let mode = Mode::Wait(wait_ms(self.wait));
@@ -492,6 +499,8 @@ impl KeyHold<'_> {
 
     /// A handle-style lease only if the key is free now.
     /// With several permits: only if its permits fit now and nobody waits.
+    /// `None` otherwise; fails `invalid` for more permits than the lock
+    /// has, and with the server's error otherwise.
     pub async fn try_acquire(self) -> Result<Option<HeldLease>, Error> {
         let take = self.asked()?;
         let note = self.note.as_deref();

@@ -186,7 +186,10 @@ impl LockBuilder<'_> {
         self
     }
 
-    /// Opens the lock (checked locally, with the core's texts).
+    /// Opens the lock (checked locally, with the core's texts): fails
+    /// `closed` once the store is closed, and `invalid` for a bad name, a
+    /// `ttl` or `max_hold` below 1 ms, or a count of permits outside 1 to
+    /// 1,000,000.
     pub fn open(self) -> Result<Lock, Error> {
         self.store.inner.check_open(Scope::Lock(&self.name))?;
         wire::check_name(&self.name).map_err(|e| Error::from_core(&e))?;

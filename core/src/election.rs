@@ -229,7 +229,8 @@ impl Election {
     }
 
     /// [`campaign`](Election::campaign) as a task: dropping the future
-    /// leaves the line.
+    /// leaves the line. Fails as `campaign` does (a bad name, the store
+    /// closed, the line full), never for the wait.
     pub async fn campaign_async(&self, note: &str) -> Result<Leadership, Error> {
         loop {
             let hold = self.lock.key(&*self.name).exclusive().wait(CAMPAIGN_TURN);

@@ -189,7 +189,9 @@ impl<K: Key> KeySet<'_, K> {
         self
     }
 
-    /// Holds every key while `f` runs; see [`Lock::hold_many`].
+    /// Holds every key while `f` runs; see [`Lock::hold_many`]. Fails as it
+    /// does (`in use` past the wait, `limit`, `closed`, `invalid`, `lost`),
+    /// with no key left held.
     pub fn hold<R>(self, f: impl FnOnce(&[Lease<'_>]) -> R) -> Result<R, Error> {
         self.hold_outcome(f)?.into_result()
     }
@@ -203,6 +205,8 @@ impl<K: Key> KeySet<'_, K> {
     }
 
     /// Runs `f` only if every key is free now; see [`Lock::try_hold_many`].
+    /// `None` when any is held; fails `invalid` for a bad key, `closed`
+    /// once the store is closed, `lost` when a lease was lost while `f` ran.
     pub fn try_hold<R>(self, f: impl FnOnce(&[Lease<'_>]) -> R) -> Result<Option<R>, Error> {
         match self.lock.hold_set(self.keys, Mode::Try, f)? {
             Some(o) => o.into_result().map(Some),

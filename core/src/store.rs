@@ -344,7 +344,12 @@ impl LockBuilder<'_> {
         self.opened(false)
     }
 
-    /// Opens the lock.
+    /// Opens the lock, made if the store does not know it yet.
+    ///
+    /// Fails `closed` once the store is closed, and `invalid` for a bad name
+    /// (1 to 128 ASCII letters, digits and `_ - . :`), a `ttl` or `max_hold`
+    /// below 1 ms, a count of permits outside 1 to [`MAX_PERMITS`], or a
+    /// count other than the one a known lock of that name already has.
     pub fn open(self) -> Result<Lock, Error> {
         self.opened(true).map(|lock| lock.expect("made if unknown"))
     }
