@@ -103,6 +103,164 @@ pub fn tree_pss(pid: u32) -> Option<i64> {
     Some(tree(pid, &stats).iter().filter_map(pss).sum::<i64>() * 1024)
 }
 
+/// Context switches of `pid` and every process below it, summed over
+/// each one's threads (`voluntary_ctxt_switches` and
+/// `nonvoluntary_ctxt_switches` of `/proc/PID/task/*/status`): a thread
+/// that blocks (a futex, an empty `epoll_wait`) switches voluntarily.
+/// `None` when `pid` is gone. Threads that ended are not counted.
+pub fn tree_ctx_switches(pid: u32) -> Option<CtxSwitches> {
+    let stats = all_stats();
+    stats.get(&pid)?;
+    let mut sum = CtxSwitches::default();
+    for p in tree(pid, &stats) {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) else {
+            continue;
+        };
+        for task in tasks.flatten() {
+            let path = task.path().join("status");
+            if let Ok(text) = std::fs::read_to_string(path) {
+                sum = sum + CtxSwitches::of_status(&text);
+            }
+        }
+    }
+    Some(sum)
+}
+
+/// Voluntary and involuntary context switches.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CtxSwitches {
+    pub voluntary: u64,
+    pub involuntary: u64,
+}
+
+impl CtxSwitches {
+    /// Read off a `/proc/PID/status` text.
+    fn of_status(text: &str) -> CtxSwitches {
+        let field = |name: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        CtxSwitches {
+            voluntary: field("voluntary_ctxt_switches:"),
+            involuntary: field("nonvoluntary_ctxt_switches:"),
+        }
+    }
+
+    /// Those since `earlier`.
+    pub fn since(self, earlier: CtxSwitches) -> CtxSwitches {
+        CtxSwitches {
+            voluntary: self.voluntary.saturating_sub(earlier.voluntary),
+            involuntary: self.involuntary.saturating_sub(earlier.involuntary),
+        }
+    }
+}
+
+impl std::ops::Add for CtxSwitches {
+    type Output = CtxSwitches;
+    fn add(self, o: CtxSwitches) -> CtxSwitches {
+        CtxSwitches {
+            voluntary: self.voluntary + o.voluntary,
+            involuntary: self.involuntary + o.involuntary,
+        }
+    }
+}
+
+/// The system calls a process tree made while `strace -c -f` was
+/// attached to it, by kind.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Syscalls {
+    /// `epoll_wait`, `epoll_pwait`, `epoll_pwait2` (and `poll`, `select`).
+    pub waits: u64,
+    /// `read`, `recvfrom`, `recvmsg`, `readv`.
+    pub reads: u64,
+    /// `write`, `sendto`, `sendmsg`, `writev`.
+    pub writes: u64,
+    pub futex: u64,
+    /// Every call, these and the rest.
+    pub total: u64,
+}
+
+impl Syscalls {
+    /// Parses `strace -c`'s summary table (`% time seconds usecs/call
+    /// calls [errors] syscall` rows, a `total` row at the end).
+    pub fn parse(summary: &str) -> Syscalls {
+        let mut out = Syscalls::default();
+        for line in summary.lines() {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let (Some(name), Some(calls)) = (f.last(), f.get(3)) else {
+                continue;
+            };
+            let Ok(calls) = calls.parse::<u64>() else {
+                continue;
+            };
+            if f.len() < 5 || f[0].parse::<f64>().is_err() || *name == "total" {
+                continue;
+            }
+            out.total += calls;
+            match *name {
+                "epoll_wait" | "epoll_pwait" | "epoll_pwait2" | "poll" | "ppoll" | "select"
+                | "pselect6" => out.waits += calls,
+                "read" | "recvfrom" | "recvmsg" | "readv" => out.reads += calls,
+                "write" | "sendto" | "sendmsg" | "writev" => out.writes += calls,
+                "futex" => out.futex += calls,
+                _ => {}
+            }
+        }
+        out
+    }
+}
+
+/// `strace -c -f` attached to a process tree, counting its system calls
+/// until [`stop`](Strace::stop).
+pub struct Strace {
+    child: std::process::Child,
+    out: std::path::PathBuf,
+}
+
+impl Strace {
+    /// Attaches to `pid` and every process below it (their threads too);
+    /// `Err` says how to get strace when it is missing. Waits a moment
+    /// for the attach to be done.
+    pub fn attach(pid: u32) -> Result<Strace, &'static str> {
+        const HOW: &str = "n/a (install strace)";
+        let stats = all_stats();
+        stats.get(&pid).ok_or("n/a (server gone)")?;
+        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let out = std::env::temp_dir().join(format!(
+            "harness-strace-{}-{}.txt",
+            std::process::id(),
+            N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
+        let mut cmd = std::process::Command::new("strace");
+        cmd.args(["-c", "-f", "-qq", "-o"]).arg(&out);
+        for p in tree(pid, &stats) {
+            cmd.arg("-p").arg(p.to_string());
+        }
+        cmd.stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        let child = cmd.spawn().map_err(|_| HOW)?;
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        Ok(Strace { child, out })
+    }
+
+    /// Detaches (SIGINT: strace writes its summary) and answers the counts.
+    pub fn stop(mut self) -> Option<Syscalls> {
+        let pid = libc::pid_t::try_from(self.child.id()).ok()?;
+        // SAFETY: kill takes no pointers; `pid` is our own child, not yet waited for.
+        unsafe {
+            libc::kill(pid, libc::SIGINT);
+        }
+        let status = self.child.wait().ok()?;
+        let text = std::fs::read_to_string(&self.out).ok();
+        let _ = std::fs::remove_file(&self.out);
+        let counts = Syscalls::parse(&text?);
+        (status.success() || counts.total > 0).then_some(counts)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -142,5 +300,36 @@ mod tests {
         child.kill().unwrap();
         child.wait().unwrap();
         assert_eq!(tree_cpu_ticks(u32::MAX), None);
+    }
+
+    #[test]
+    fn an_strace_summary_is_counted_by_kind() {
+        let text = "% time     seconds  usecs/call     calls    errors syscall\n\
+------ ----------- ----------- --------- --------- ----------------\n\
+ 60.00    0.006000           3      2000           sendto\n\
+ 20.00    0.002000           1      2010        10 recvfrom\n\
+ 10.00    0.001000           1       500           epoll_wait\n\
+  5.00    0.000500           2       100        20 futex\n\
+  5.00    0.000500           2         7           getrandom\n\
+------ ----------- ----------- --------- --------- ----------------\n\
+100.00    0.010000           2      4617        30 total\n";
+        let s = Syscalls::parse(text);
+        assert_eq!(
+            s,
+            Syscalls {
+                waits: 500,
+                reads: 2010,
+                writes: 2000,
+                futex: 100,
+                total: 4617
+            }
+        );
+    }
+
+    #[test]
+    fn this_process_has_context_switches() {
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let c = tree_ctx_switches(std::process::id()).unwrap();
+        assert!(c.voluntary >= 1);
     }
 }

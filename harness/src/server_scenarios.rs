@@ -23,7 +23,7 @@ use tokio::runtime::Runtime;
 
 use crate::measure::{fill_lat, hist, io_runtime as runtime, merged, record_pairs, run_tasks};
 use crate::peers::{EtcdSession, PeerClient, PeerHeld, PgSession};
-use crate::procs::ticks_per_sec;
+use crate::procs::{self, ticks_per_sec};
 use crate::row::Run;
 use crate::scenario::{
     Cfg, Scenario, MEMORY_CONNECTIONS, PACED_RATE, PIPELINE, PIPELINED_DEPTH, REDIS_POLL,
@@ -256,7 +256,8 @@ fn connect_all(rt: &Runtime, server: &ServerProcess, kind: ServerKind, n: usize)
 /// A client of any server the rows measure: a RESP connection (holdline,
 /// Redis) or a peer's client (etcd, PostgreSQL).
 enum Session {
-    Resp(Client),
+    /// Boxed: a RESP connection's buffers make it the larger by far.
+    Resp(Box<Client>),
     Peer(PeerClient),
 }
 
@@ -301,7 +302,10 @@ fn connect_sessions(
 ) -> Vec<Session> {
     if !matches!(kind, ServerKind::Etcd | ServerKind::Postgres) {
         let clients = connect_all(rt, server, kind, n);
-        return clients.into_iter().map(Session::Resp).collect();
+        return clients
+            .into_iter()
+            .map(|c| Session::Resp(Box::new(c)))
+            .collect();
     }
     rt.block_on(async {
         let mut sessions = Vec::with_capacity(n);
@@ -364,9 +368,24 @@ impl<C> Clients<C> {
 /// or holdline's history settings.
 pub fn subjects(scenario: Scenario) -> &'static [ServerKind] {
     const RESP: [ServerKind; 2] = [ServerKind::Holdline, ServerKind::Redis];
+    const RESP_BASE: [ServerKind; 3] = [
+        ServerKind::Holdline,
+        ServerKind::Baseline,
+        ServerKind::Redis,
+    ];
+    const ALL_BASE: [ServerKind; 5] = [
+        ServerKind::Holdline,
+        ServerKind::Baseline,
+        ServerKind::Redis,
+        ServerKind::Etcd,
+        ServerKind::Postgres,
+    ];
+    let base = ServerKind::baseline_set();
     match scenario {
         Scenario::ServerHistory => &ServerKind::HISTORY,
+        Scenario::ServerPipelined | Scenario::ServerMemory if base => &RESP_BASE,
         Scenario::ServerPipelined | Scenario::ServerMemory => &RESP,
+        _ if base => &ALL_BASE,
         _ => &ServerKind::ALL,
     }
 }
@@ -589,7 +608,7 @@ fn pipelined(run: &mut Run, on: &Target) {
 
 fn recipe(kind: ServerKind) -> &'static str {
     match kind {
-        ServerKind::Holdline => "HOLD bench key / RELEASE lease",
+        ServerKind::Holdline | ServerKind::Baseline => "HOLD bench key / RELEASE lease",
         ServerKind::Redis => "SET key token NX PX 30000 / EVALSHA compare-and-delete",
         ServerKind::Etcd => "Lock(key, lease) / Unlock(key) RPCs, a lease per client",
         ServerKind::Postgres => "pg_advisory_lock / pg_advisory_unlock, a session per client",
@@ -601,13 +620,84 @@ fn recipe(kind: ServerKind) -> &'static str {
 /// Every connection holds and releases its own key at a steady pace,
 /// [`PACED_RATE`] pairs a second in all (each connection one every
 /// `conns / PACED_RATE` seconds, the connections' schedules staggered):
-/// what the server spends per pair when it is far from busy.
+/// what the server spends per pair when it is far from busy. The CPU
+/// and the context switches are read over the measured window; then a
+/// second, shorter window at the same pace runs with `strace -c -f`
+/// attached (ptrace slows every call, so its CPU is not counted) for the
+/// system calls per pair, by kind.
 fn paced(run: &mut Run, on: &Target) {
     let conns = on.conns;
     let period = Duration::from_secs_f64(conns as f64 / PACED_RATE as f64);
-    let clients = Clients::new(on.connect());
+    let clients = on.connect();
     let cpu = CpuMeter::start(on.server);
-    let (outs, secs) = run_tasks(on.rt, conns, on.cfg.paced, |t, stop| {
+    let switches = procs::tree_ctx_switches(on.server.pid());
+    let (outs, secs, clients) = paced_window(on, clients, period, on.cfg.paced);
+    let switches = switches.zip(procs::tree_ctx_switches(on.server.pid()));
+    record_pairs(run, outs, secs, "hold+release");
+    cpu.record(run);
+    let per = |n: u64| n as f64 / run.ops.max(1) as f64;
+    let switches = match switches {
+        Some((a, b)) => {
+            let d = b.since(a);
+            format!(
+                "ctx switches/op {:.2} ({:.2} voluntary, {:.2} involuntary)",
+                per(d.voluntary + d.involuntary),
+                per(d.voluntary),
+                per(d.involuntary)
+            )
+        }
+        None => "ctx switches/op n/a".into(),
+    };
+    let syscalls = paced_syscalls(on, clients, period);
+    run.note = format!(
+        "{conns} connections offering {PACED_RATE} pairs/s in all (one each every {}); {}; \
+         {syscalls}; {switches}",
+        crate::units::fmt_ns(period.as_nanos() as u64),
+        recipe(on.kind)
+    );
+}
+
+/// The system calls per pair of a window at the same pace with strace
+/// attached, said for the note (or why there are none).
+fn paced_syscalls(on: &Target, clients: Vec<Session>, period: Duration) -> String {
+    let strace = match procs::Strace::attach(on.server.pid()) {
+        Ok(s) => s,
+        Err(why) => return format!("syscalls/op {why}"),
+    };
+    let window = (on.cfg.paced / 3).max(Duration::from_millis(200));
+    let (outs, _, clients) = paced_window(on, clients, period, window);
+    let counts = strace.stop();
+    drop(clients);
+    let pairs: u64 = outs.iter().map(|(_, [n])| n).sum();
+    let Some(c) = counts.filter(|_| pairs > 0) else {
+        return "syscalls/op n/a (strace could not attach)".into();
+    };
+    let per = |n: u64| n as f64 / pairs as f64;
+    format!(
+        "syscalls/op {:.2} (epoll_wait {:.2}, reads {:.2}, writes {:.2}, futex {:.2})",
+        per(c.total),
+        per(c.waits),
+        per(c.reads),
+        per(c.writes),
+        per(c.futex)
+    )
+}
+
+/// Latencies, pair counts and the wall time of one paced window of
+/// `dur`, and the sessions back for the next.
+type PacedWindow = (Vec<(Histogram<u64>, [u64; 1])>, f64, Vec<Session>);
+
+/// One paced window: each session holds and releases its own key every
+/// `period`, its schedule offset by its share of it.
+fn paced_window(
+    on: &Target,
+    clients: Vec<Session>,
+    period: Duration,
+    dur: Duration,
+) -> PacedWindow {
+    let conns = clients.len();
+    let clients = Clients::new(clients);
+    let (outs, secs) = run_tasks(on.rt, conns, dur, |t, stop| {
         let clients = clients.clone();
         async move {
             let mut c = clients.take(t);
@@ -626,16 +716,18 @@ fn paced(run: &mut Run, on: &Target) {
                 let _ = h.record(t0.elapsed().as_nanos() as u64);
                 n += 1;
             }
-            (h, [n])
+            (h, [n], c)
         }
     });
-    record_pairs(run, outs, secs, "hold+release");
-    cpu.record(run);
-    run.note = format!(
-        "{conns} connections offering {PACED_RATE} pairs/s in all (one each every {}); {}",
-        crate::units::fmt_ns(period.as_nanos() as u64),
-        recipe(on.kind)
-    );
+    let mut back = Vec::with_capacity(conns);
+    let outs = outs
+        .into_iter()
+        .map(|(h, n, c)| {
+            back.push(c);
+            (h, n)
+        })
+        .collect();
+    (outs, secs, back)
 }
 
 /// Every connection on one key: wait (from the first try), hold, release.

@@ -31,6 +31,9 @@ pub enum ServerKind {
     HistoryOff,
     /// `holdline serve --audit-log FILE`: history kept and written to a file too.
     AuditLog,
+    /// `$HOLDLINE_BASE_BIN serve`: another build of holdline (the one
+    /// before a change), run beside the current one when that is set.
+    Baseline,
 }
 
 impl ServerKind {
@@ -59,6 +62,7 @@ impl ServerKind {
             ServerKind::Postgres => "postgres",
             ServerKind::HistoryOff => "history-off",
             ServerKind::AuditLog => "audit-log",
+            ServerKind::Baseline => "holdline-base",
         }
     }
 
@@ -72,7 +76,10 @@ impl ServerKind {
     pub fn is_holdline(self) -> bool {
         matches!(
             self,
-            ServerKind::Holdline | ServerKind::HistoryOff | ServerKind::AuditLog
+            ServerKind::Holdline
+                | ServerKind::HistoryOff
+                | ServerKind::AuditLog
+                | ServerKind::Baseline
         )
     }
 
@@ -92,8 +99,27 @@ impl ServerKind {
                 na: "postgresql missing",
                 how,
             }),
+            ServerKind::Baseline => baseline_binary(),
             _ => holdline_binary(),
         }
+    }
+
+    /// Whether `$HOLDLINE_BASE_BIN` names a second holdline to run beside
+    /// the current one (the rows then alternate the two).
+    pub fn baseline_set() -> bool {
+        std::env::var_os("HOLDLINE_BASE_BIN").is_some()
+    }
+}
+
+/// `$HOLDLINE_BASE_BIN`: the build a change is measured against.
+fn baseline_binary() -> Result<PathBuf, Missing> {
+    match std::env::var_os("HOLDLINE_BASE_BIN") {
+        Some(p) => holdline_at(PathBuf::from(p)),
+        None => Err(Missing {
+            na: "no baseline",
+            how: "set HOLDLINE_BASE_BIN to another holdline binary to run it beside this one"
+                .into(),
+        }),
     }
 }
 
@@ -230,7 +256,7 @@ impl ServerProcess {
     pub fn start(kind: ServerKind) -> Result<ServerProcess, String> {
         let bin = kind.binary().map_err(|m| m.how)?;
         match kind {
-            ServerKind::Holdline => start_holdline(&bin),
+            ServerKind::Holdline | ServerKind::Baseline => start_holdline(&bin),
             ServerKind::Redis => start_redis(&bin),
             ServerKind::Etcd => {
                 let etcd = start_etcd()?;
