@@ -5,10 +5,10 @@
 
 use crate::ctx;
 use crate::error::Error;
-use crate::key::{Key, KeyBuf};
+use crate::key::{Key, KeyBuf, KeyRef};
 use crate::lease::{HeldLease, Lease};
 use crate::line_wait::LineWait;
-use crate::lock::{ms, Fast, Grant, KeyHold, Lock, Mode};
+use crate::lock::{ms, Fast, Grant, KeyHold, Lock, Mode, DEFAULT_WAIT_MS};
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -23,7 +23,50 @@ impl Lock {
         key: &K,
         f: impl AsyncFnOnce(&Lease<'_>) -> R,
     ) -> Result<R, Error> {
-        self.key(key).hold_async(f).await
+        self.hold_async_with(key.key_ref(), DEFAULT_WAIT_MS, 1, f)
+            .await
+    }
+
+    /// The body of every async hold: `key`, waiting up to `wait_ms`, for
+    /// `want` permits. A hold of one permit tries [`take_one_fast`] first,
+    /// whose answer is a pointer: see there why the task's hot path must
+    /// not carry a whole [`Fast`].
+    ///
+    /// [`take_one_fast`]: Lock::take_one_fast
+    async fn hold_async_with<R>(
+        &self,
+        key: KeyRef<'_>,
+        wait_ms: u64,
+        want: u32,
+        f: impl AsyncFnOnce(&Lease<'_>) -> R,
+    ) -> Result<R, Error> {
+        let mut buf = KeyBuf::new();
+        let text = key.text(&mut buf);
+        let hash = self.shared.table.hash(text);
+        let fast = if want == 1 {
+            self.take_one_fast(text, hash)
+        } else {
+            None
+        };
+        let grant = match fast {
+            Some(record) => Grant::of_one(record),
+            None => {
+                self.grant_async(text, hash, Mode::Wait(wait_ms), want)
+                    .await?
+            }
+        };
+        let lease = self.closure_lease(text, grant);
+        let r = Listed {
+            inner: f(&lease),
+            lock: self.shared.id(),
+            hash,
+            key: text,
+        }
+        .await;
+        match lease.end() {
+            Ok(()) => Ok(r),
+            Err(loss) => Err(loss.error_for(&self.shared.name, text)),
+        }
     }
 
     /// A handle-style lease on `key`, waiting (up to 10 s) without blocking
@@ -35,19 +78,20 @@ impl Lock {
         self.key(key).acquire_async()
     }
 
-    /// The grant of `want` permits of `text`, waited for as a task.
+    /// The grant of `want` permits of `text`, waited for as a task (`mode`
+    /// waits, so a wait ends granted or with an error).
     async fn grant_async(
         &self,
         text: &str,
         hash: u64,
         mode: Mode,
         want: u32,
-    ) -> Result<Option<Grant>, Error> {
-        match self.acquire_fast(text, hash, mode, want)? {
-            Fast::Granted(g) => Ok(Some(g)),
-            Fast::Held => Ok(None),
-            Fast::Slow => LineWait::new(self, text, hash, mode, want).await,
-        }
+    ) -> Result<Grant, Error> {
+        let waited = match self.acquire_fast(text, hash, mode, want)? {
+            Fast::Granted(g) => return Ok(g),
+            Fast::Held | Fast::Slow => LineWait::new(self, text, hash, mode, want).await?,
+        };
+        Ok(waited.expect("a waiting hold grants"))
     }
 }
 
@@ -55,27 +99,10 @@ impl<'l> KeyHold<'l> {
     /// Holds the key while the future `f` makes runs, waiting up to `wait`
     /// without blocking the thread; see [`Lock::hold_async`].
     pub async fn hold_async<R>(self, f: impl AsyncFnOnce(&Lease<'_>) -> R) -> Result<R, Error> {
-        let lock = self.lock;
         let want = self.asked()?;
-        let mut buf = KeyBuf::new();
-        let text = self.key.text(&mut buf);
-        let hash = lock.shared.table.hash(text);
-        let grant = lock
-            .grant_async(text, hash, Mode::Wait(ms(self.wait)), want)
-            .await?
-            .expect("a waiting hold grants");
-        let lease = lock.closure_lease(text, grant);
-        let r = Listed {
-            inner: f(&lease),
-            lock: lock.shared.id(),
-            hash,
-            key: text,
-        }
-        .await;
-        match lease.end() {
-            Ok(()) => Ok(r),
-            Err(loss) => Err(loss.error_for(&lock.shared.name, text)),
-        }
+        self.lock
+            .hold_async_with(self.key, ms(self.wait), want, f)
+            .await
     }
 
     /// A handle-style lease, waiting up to `wait` without blocking the
@@ -92,8 +119,7 @@ impl<'l> KeyHold<'l> {
             let hash = lock.shared.table.hash(text);
             let grant = lock
                 .grant_async(text, hash, Mode::Wait(ms(self.wait)), want)
-                .await?
-                .expect("a waiting acquire grants");
+                .await?;
             Ok(lock.held_lease(text, grant))
         }
     }

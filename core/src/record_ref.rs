@@ -45,6 +45,15 @@ impl HeldRecord {
         unsafe { self.0.as_ref() }.release(fence);
     }
 
+    /// The fence of the grant the caller was just given (the Acquire of
+    /// its taking CAS ordered the fence before this read).
+    #[inline(always)]
+    pub(crate) fn fence(self) -> u64 {
+        // SAFETY: held, so not retired (a `HeldRecord` is made only for a
+        // record whose key its maker holds).
+        unsafe { self.0.as_ref() }.fence()
+    }
+
     /// The record's address: with the fence, names the grant (the store's
     /// registry of timed leases), never dereferenced.
     pub(crate) fn addr(self) -> usize {
