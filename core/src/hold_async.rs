@@ -16,7 +16,9 @@ use std::task::{Context, Poll};
 impl Lock {
     /// Holds `key` while the future `f` makes runs, waiting in line (up to
     /// 10 s) without blocking the thread: the async [`hold`](Lock::hold).
-    /// Same rules: FIFO with threads, `in use`, `limit`, `closed`, `lost`.
+    /// Same rules: FIFO with threads, `in use`, `limit`, `closed`, `lost`,
+    /// and `invalid` for a bad key or a hold of a key inside the future of
+    /// a hold of that key.
     /// Dropping the returned future leaves the line, or lets the key go.
     pub async fn hold_async<K: Key + ?Sized, R>(
         &self,
@@ -70,7 +72,8 @@ impl Lock {
     }
 
     /// A handle-style lease on `key`, waiting (up to 10 s) without blocking
-    /// the thread: the async [`acquire`](Lock::acquire).
+    /// the thread: the async [`acquire`](Lock::acquire). Fails as it does
+    /// (`in use` past the wait, `limit`, `closed`, `invalid`).
     pub fn acquire_async<'a, K: Key + ?Sized>(
         &'a self,
         key: &'a K,
@@ -97,7 +100,8 @@ impl Lock {
 
 impl<'l> KeyHold<'l> {
     /// Holds the key while the future `f` makes runs, waiting up to `wait`
-    /// without blocking the thread; see [`Lock::hold_async`].
+    /// without blocking the thread; see [`Lock::hold_async`]. Fails as it
+    /// does, and `invalid` for more permits than the lock has.
     pub async fn hold_async<R>(self, f: impl AsyncFnOnce(&Lease<'_>) -> R) -> Result<R, Error> {
         let want = self.asked()?;
         self.lock
@@ -106,7 +110,8 @@ impl<'l> KeyHold<'l> {
     }
 
     /// A handle-style lease, waiting up to `wait` without blocking the
-    /// thread; see [`Lock::acquire_async`].
+    /// thread; see [`Lock::acquire_async`]. Fails as it does, and
+    /// `invalid` for more permits than the lock has.
     // Not an `async fn`: the signature promises `Send`, which an `async fn`
     // would leave to inference (and to breaking silently).
     #[allow(clippy::manual_async_fn)]

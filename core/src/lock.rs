@@ -238,6 +238,9 @@ impl Lock {
 
     /// A handle-style lease on `key`, waiting up to 10 s: held until
     /// released or dropped, or until it runs out `ttl` after its last renewal.
+    /// Fails `in use` past the wait, `limit` when the line is full,
+    /// `closed`, or `invalid` (a bad key, a key this thread is holding in a
+    /// closure, a wait inside a transaction).
     pub fn acquire<K: Key + ?Sized>(&self, key: &K) -> Result<HeldLease, Error> {
         self.key(key).acquire()
     }
@@ -845,7 +848,9 @@ impl KeyHold<'_> {
         self.lock.error(Error::new(ErrorKind::Invalid, what), text)
     }
 
-    /// Holds the key while `f` runs; see [`Lock::hold`].
+    /// Holds the key while `f` runs; see [`Lock::hold`]. Fails as it does
+    /// (`in use` past this wait, `limit`, `closed`, `invalid`, `lost`), and
+    /// `invalid` for more permits than the lock has.
     pub fn hold<R>(self, f: impl FnOnce(&Lease<'_>) -> R) -> Result<R, Error> {
         self.lock
             .hold_with(self.key, Mode::Wait(ms(self.wait)), self.asked()?, f)
@@ -858,14 +863,18 @@ impl KeyHold<'_> {
         self.lock.hold_with(self.key, Mode::Try, self.asked()?, f)
     }
 
-    /// A handle-style lease, waiting up to `wait`.
+    /// A handle-style lease, waiting up to `wait`; see [`Lock::acquire`].
+    /// Fails as it does, and `invalid` for more permits than the lock has.
     pub fn acquire(self) -> Result<HeldLease, Error> {
         self.lock
             .acquire_lease(self.key, Mode::Wait(ms(self.wait)), self.asked()?)
             .map(|l| l.expect("a waiting acquire grants"))
     }
 
-    /// A handle-style lease only if the key is free now.
+    /// A handle-style lease only if the key is free now: `None` when it is
+    /// held (with several permits: when its permits do not fit now or
+    /// someone waits). Fails `closed`, or `invalid` for a bad key or more
+    /// permits than the lock has.
     pub fn try_acquire(self) -> Result<Option<HeldLease>, Error> {
         self.lock.acquire_lease(self.key, Mode::Try, self.asked()?)
     }
