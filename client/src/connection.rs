@@ -12,6 +12,7 @@ use crate::options::{Auth, Tls};
 use crate::stream::{self, ReadHalf, WriteHalf};
 use crate::texts;
 use bytes::BytesMut;
+use holdline::ErrorKind;
 use holdline_resp::{encode_command, Decoder, Value};
 use std::fmt;
 use std::io;
@@ -19,8 +20,15 @@ use std::net::SocketAddr;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, ToSocketAddrs};
 
-/// The largest reply frame a connection accepts (Redis's own bulk limit).
+/// The largest reply frame a [`Connection::connect`] accepts (Redis's own
+/// bulk limit).
 pub const MAX_REPLY_FRAME: usize = 512 << 20;
+
+/// The largest reply a store's connection accepts unless
+/// [`ConnectOptions::max_reply_bytes`](crate::ConnectOptions::max_reply_bytes)
+/// says otherwise: 64 MiB. A reply whose header announces more fails the
+/// connection at once (`reply_too_large`), before any of it is read.
+pub const MAX_REPLY_BYTES: usize = 64 << 20;
 
 /// What a connection does with a RESP3 push (its items, the kind first).
 pub type PushHandler = Box<dyn FnMut(Vec<Value>) + Send>;
@@ -58,6 +66,45 @@ pub(crate) struct FrameReader {
     decoder: Decoder,
     /// Set once the stream failed: every later read fails the same way.
     broken: Option<(io::ErrorKind, String)>,
+    /// `host:port`, as the texts of a server that is not RESP name it.
+    hostport: String,
+    /// Bytes of the frame being decoded that the decoder consumed already.
+    consumed: usize,
+}
+
+/// An I/O error's inner error when the server sent what a RESP client
+/// cannot take (`not_resp`, `reply_too_large`): its whole text.
+#[derive(Debug)]
+struct Garbled(String);
+
+impl fmt::Display for Garbled {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Garbled {}
+
+/// Whether `b` starts a RESP2 or RESP3 frame.
+fn is_resp_type(b: u8) -> bool {
+    b"+-:$*_,#!=(%~>|".contains(&b)
+}
+
+/// What the header at the front of `buf` announces, in bytes: a blob's
+/// length, an aggregate's count times 3 (6 for a map's pairs), else what
+/// is buffered.
+fn announced(buf: &[u8]) -> u128 {
+    let line = buf.split(|&b| b == b'\r').next().unwrap_or_default();
+    let n = line
+        .get(1..)
+        .and_then(|d| std::str::from_utf8(d).ok())
+        .and_then(|d| d.parse::<u128>().ok());
+    match (line.first(), n) {
+        (Some(b'$' | b'!' | b'='), Some(n)) => n,
+        (Some(b'*' | b'~' | b'>'), Some(n)) => n * 3,
+        (Some(b'%' | b'|'), Some(n)) => n * 6,
+        _ => buf.len() as u128,
+    }
 }
 
 /// The write side: commands queued in one buffer until flushed.
@@ -85,15 +132,31 @@ impl FrameReader {
 
     async fn read_frame_inner(&mut self) -> io::Result<Value> {
         loop {
-            match self.decoder.decode(&mut self.buf) {
-                Ok(Some(v)) => return Ok(v),
-                Ok(None) => {}
-                Err(e) => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        format!("a malformed reply: {e}"),
-                    ))
+            // A frame's first byte tells at once whether it is RESP.
+            if !self.decoder.is_mid_frame() && self.buf.first().is_some_and(|&b| !is_resp_type(b)) {
+                return Err(self.garbled(texts::not_resp(&self.hostport, &self.buf)));
+            }
+            let before = self.buf.len();
+            let decoded = self.decoder.decode(&mut self.buf);
+            self.consumed += before - self.buf.len();
+            match decoded {
+                Ok(Some(v)) => {
+                    self.consumed = 0;
+                    return Ok(v);
                 }
+                Ok(None) => {}
+                // The decoder leaves the header it refused at the front.
+                Err(e) if e.is_too_large() => {
+                    // What the header announced; when only the frame's
+                    // sum is over, that sum.
+                    let limit = self.decoder.max_frame();
+                    let mut size = announced(&self.buf);
+                    if size <= limit as u128 {
+                        size += self.consumed as u128;
+                    }
+                    return Err(self.garbled(texts::reply_too_large(&self.hostport, size, limit)));
+                }
+                Err(_) => return Err(self.garbled(texts::not_resp(&self.hostport, &self.buf))),
             }
             if self.buf.capacity() - self.buf.len() < READ_CHUNK / 4 {
                 self.buf.reserve(READ_CHUNK);
@@ -105,6 +168,12 @@ impl FrameReader {
                 ));
             }
         }
+    }
+}
+
+impl FrameReader {
+    fn garbled(&self, text: String) -> io::Error {
+        io::Error::new(io::ErrorKind::InvalidData, Garbled(text))
     }
 }
 
@@ -134,7 +203,8 @@ impl Connection {
     /// Connects to `addr` (anything tokio resolves: `"127.0.0.1:7380"`, a
     /// `SocketAddr`) and says `HELLO 3`.
     pub async fn connect(addr: impl ToSocketAddrs + fmt::Display) -> Result<Connection, Error> {
-        Connection::open(addr, None, None).await
+        let hostport = addr.to_string();
+        Connection::open(addr, hostport, None, None, MAX_REPLY_FRAME, false).await
     }
 
     /// Connects and says `HELLO 3 AUTH default <token>`.
@@ -142,19 +212,25 @@ impl Connection {
         addr: impl ToSocketAddrs + fmt::Display,
         token: &str,
     ) -> Result<Connection, Error> {
-        Connection::open(addr, Some(&Auth::default_user(token)), None).await
+        let hostport = addr.to_string();
+        let auth = Auth::default_user(token);
+        Connection::open(addr, hostport, Some(&auth), None, MAX_REPLY_FRAME, false).await
     }
 
     /// Connects to `addr`, over TLS when given `tls`, and says `HELLO 3`
     /// (with `AUTH <user> <token>`). A TLS failure, in the handshake or in
     /// an alert that ends the connection before `HELLO` is answered, is
-    /// `tls_failed`.
+    /// `tls_failed`. A reply over `max_reply` bytes fails the connection
+    /// (`reply_too_large`); with `holdline_only`, a `HELLO` answered by
+    /// another server fails it too (`not_holdline`).
     pub(crate) async fn open(
-        addr: impl ToSocketAddrs + fmt::Display,
+        addr: impl ToSocketAddrs,
+        hostport: String,
         auth: Option<&Auth>,
         tls: Option<&Tls>,
+        max_reply: usize,
+        holdline_only: bool,
     ) -> Result<Connection, Error> {
-        let hostport = addr.to_string();
         let tcp = TcpStream::connect(&addr)
             .await
             .map_err(|e| texts::cannot_connect(&hostport, e))?;
@@ -167,8 +243,8 @@ impl Connection {
                 .await
                 .map_err(|e| texts::tls_failed(&hostport, e))?,
         };
-        let conn = Connection::new(rd, wr, peer, tls.is_some());
-        conn.say_hello(auth, Some(&hostport))
+        let conn = Connection::new(rd, wr, peer, tls.is_some(), &hostport, max_reply);
+        conn.say_hello(auth, Some(&hostport), holdline_only)
             .await
             .map_err(|e| match e.io_error() {
                 Some(io) if tls.is_some() && stream::is_tls_failure(io) => {
@@ -187,18 +263,28 @@ impl Connection {
         let peer = stream.peer_addr().ok();
         let (rd, wr) = stream::plain(stream);
         let auth = token.map(Auth::default_user);
-        Connection::new(rd, wr, peer, false)
-            .say_hello(auth.as_ref(), None)
+        let hostport = peer.map_or_else(|| "?".to_owned(), |p| p.to_string());
+        Connection::new(rd, wr, peer, false, &hostport, MAX_REPLY_FRAME)
+            .say_hello(auth.as_ref(), None, false)
             .await
     }
 
-    fn new(rd: ReadHalf, wr: WriteHalf, peer: Option<SocketAddr>, tls: bool) -> Connection {
+    fn new(
+        rd: ReadHalf,
+        wr: WriteHalf,
+        peer: Option<SocketAddr>,
+        tls: bool,
+        hostport: &str,
+        max_reply: usize,
+    ) -> Connection {
         Connection {
             reader: FrameReader {
                 stream: rd,
                 buf: BytesMut::with_capacity(READ_CHUNK),
-                decoder: Decoder::new(MAX_REPLY_FRAME),
+                decoder: Decoder::new(max_reply),
                 broken: None,
+                hostport: hostport.to_owned(),
+                consumed: 0,
             },
             writer: FrameWriter {
                 stream: wr,
@@ -217,6 +303,7 @@ impl Connection {
         mut self,
         auth: Option<&Auth>,
         hostport: Option<&str>,
+        holdline_only: bool,
     ) -> Result<Connection, Error> {
         let reply = match auth {
             Some(Auth { user, token }) => {
@@ -227,6 +314,9 @@ impl Connection {
         };
         if let Value::Error(text) = &reply {
             return Err(hello_refused(text, hostport));
+        }
+        if let (true, Some(hostport)) = (holdline_only, hostport) {
+            check_holdline(&reply, hostport)?;
         }
         self.hello = reply;
         Ok(self)
@@ -272,10 +362,7 @@ impl Connection {
 
     /// The next frame of any kind, pushes included. Cancel-safe.
     pub async fn read_frame(&mut self) -> Result<Value, Error> {
-        self.reader
-            .read_frame()
-            .await
-            .map_err(texts::connection_closed)
+        self.reader.read_frame().await.map_err(read_failed)
     }
 
     /// Sends one command (and anything queued before it) and reads its reply.
@@ -293,6 +380,55 @@ impl fmt::Debug for Connection {
             .field("tls", &self.tls)
             .field("queued_bytes", &self.writer.out.len())
             .finish()
+    }
+}
+
+/// A failed read: the server's bytes that are no RESP (or a reply over the
+/// limit) say so in their own text; anything else is `connection_closed`.
+pub(crate) fn read_failed(e: io::Error) -> Error {
+    let text = e
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<Garbled>())
+        .map(|g| g.0.clone());
+    match text {
+        Some(text) => Error::with_io(ErrorKind::Closed, text, e),
+        None => texts::connection_closed(e),
+    }
+}
+
+/// `HELLO`'s answer names the server: another than holdline fails the
+/// connection, `invalid`, with the name and version it gave.
+fn check_holdline(hello: &Value, hostport: &str) -> Result<(), Error> {
+    let field = |name: &str| -> Option<String> {
+        let pairs: Vec<(&Value, &Value)> = match hello {
+            Value::Map(pairs) => pairs.iter().map(|(k, v)| (k, v)).collect(),
+            // RESP2's flat array of fields and values.
+            Value::Array(flat) => flat.chunks_exact(2).map(|p| (&p[0], &p[1])).collect(),
+            _ => Vec::new(),
+        };
+        pairs
+            .into_iter()
+            .find_map(|(k, v)| (text_of(k)? == name).then(|| text_of(v)).flatten())
+    };
+    match field("server") {
+        Some(server) if server == "holdline" => Ok(()),
+        Some(server) => {
+            let named = match field("version") {
+                Some(version) => format!("{server} {version}"),
+                None => server,
+            };
+            Err(texts::not_holdline(hostport, Some(&named)))
+        }
+        None => Err(texts::not_holdline(hostport, None)),
+    }
+}
+
+/// A string value's text (bulk, simple or verbatim).
+fn text_of(v: &Value) -> Option<String> {
+    match v {
+        Value::Bulk(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::Simple(s) | Value::Verbatim(s) => Some(s.clone()),
+        _ => None,
     }
 }
 

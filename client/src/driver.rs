@@ -502,7 +502,10 @@ mod tests {
                 "HELLO" => {
                     send(
                         &mut sock,
-                        Value::Map(vec![(Value::bulk("proto"), Value::Integer(3))]),
+                        Value::Map(vec![
+                            (Value::bulk("server"), Value::bulk("holdline")),
+                            (Value::bulk("proto"), Value::Integer(3)),
+                        ]),
                     )
                     .await
                 }
@@ -604,7 +607,10 @@ mod tests {
         let mut pings = 0;
         while let Some(cmd) = read_command(&mut sock, &mut dec, &mut buf).await {
             match cmd[0].as_str() {
-                "HELLO" => send(&mut sock, Value::Map(vec![])).await,
+                "HELLO" => {
+                    let hello = vec![(Value::bulk("server"), Value::bulk("holdline"))];
+                    send(&mut sock, Value::Map(hello)).await
+                }
                 "HOLD" => {}
                 "CLUSTER" => send(&mut sock, Value::error(NOT_CLUSTER)).await,
                 "PING" => {

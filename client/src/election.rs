@@ -152,6 +152,10 @@ impl Leadership {
 
     /// Replaces the note the others see (`NOTE`): observers get the
     /// leader again with it. `Err` (`lost`) once the leadership is lost.
+    /// There is no proclaiming after the leadership ended on purpose:
+    /// [`resign`](Leadership::resign) takes the leadership by value, so no
+    /// `proclaim` can follow it (the other clients refuse one with
+    /// `proclaim_ended`).
     pub async fn proclaim(&self, note: &str) -> Result<(), Error> {
         self.lease.set_note(note).await
     }

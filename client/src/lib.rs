@@ -84,7 +84,7 @@ pub use address::DEFAULT_PORT;
 // The low-level connection drives any RESP server (the benchmark harness's
 // Redis rows use it); it is not the client's API.
 #[doc(hidden)]
-pub use connection::{Connection, PushHandler, MAX_REPLY_FRAME};
+pub use connection::{Connection, PushHandler, MAX_REPLY_BYTES, MAX_REPLY_FRAME};
 pub use election::{Election, Leadership};
 pub use error::Error;
 pub use hold::{HeldLease, KeyHold};
@@ -118,6 +118,7 @@ pub fn rules() -> Vec<(&'static str, u64)> {
         ("cluster_down_tries", u64::from(CLUSTER_DOWN_TRIES)),
         ("cluster_down_pause_ms", ms(CLUSTER_DOWN_PAUSE)),
         ("map_refresh_node_timeout_ms", ms(MAP_REFRESH_NODE_TIMEOUT)),
+        ("max_reply_bytes", MAX_REPLY_BYTES as u64),
     ]
 }
 

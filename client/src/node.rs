@@ -17,7 +17,10 @@ use std::time::Duration;
 /// when let go.
 pub const MAX_IDLE_CONNECTIONS: usize = 64;
 
-/// How long a new connection may take to connect and answer `HELLO`.
+/// How long a new connection may take to connect and answer `HELLO`
+/// (no option changes it); a server silent for that long fails the
+/// connect `connect_silent` (`store: the server at HOST:PORT answered
+/// nothing for 10s: closed`).
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What every connection of one store is made with, and the store's flags.
@@ -26,6 +29,8 @@ pub(crate) struct Dial {
     pub(crate) auth: Option<Auth>,
     /// The TLS of the first address (its name replaced for each node).
     pub(crate) tls: Option<Tls>,
+    /// The largest reply a connection takes (`max_reply_bytes`).
+    pub(crate) max_reply: usize,
     pub(crate) closed: AtomicBool,
     /// Set when a connection failed (or could not be made): a cluster's
     /// map may be out of date, and is asked for again before the next
@@ -34,10 +39,11 @@ pub(crate) struct Dial {
 }
 
 impl Dial {
-    pub(crate) fn new(auth: Option<Auth>, tls: Option<Tls>) -> Dial {
+    pub(crate) fn new(auth: Option<Auth>, tls: Option<Tls>, max_reply: usize) -> Dial {
         Dial {
             auth,
             tls,
+            max_reply,
             closed: AtomicBool::new(false),
             failed: Arc::new(AtomicBool::new(false)),
         }
@@ -103,7 +109,14 @@ impl Node {
     /// A fresh connection, after `HELLO` (10 s at most).
     pub(crate) async fn new_connection(&self) -> Result<Connection, Error> {
         let addr = &*self.addr;
-        let open = Connection::open(addr, self.dial.auth.as_ref(), self.tls.as_ref());
+        let open = Connection::open(
+            addr,
+            addr.to_owned(),
+            self.dial.auth.as_ref(),
+            self.tls.as_ref(),
+            self.dial.max_reply,
+            true,
+        );
         let opened = tokio::time::timeout(CONNECT_TIMEOUT, open)
             .await
             .unwrap_or_else(|_| Err(texts::connect_silent(addr, CONNECT_TIMEOUT)));

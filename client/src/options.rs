@@ -45,6 +45,8 @@ pub struct ConnectOptions {
     roots: Option<RootCertStore>,
     identity: Option<Arc<CertifiedKey>>,
     config: Option<Arc<ClientConfig>>,
+    /// `max_reply_bytes`; `None`: [`MAX_REPLY_BYTES`](crate::MAX_REPLY_BYTES).
+    max_reply: Option<usize>,
 }
 
 /// Who a store's connections say they are: `HELLO 3 AUTH <user> <token>`.
@@ -171,6 +173,22 @@ impl ConnectOptions {
         self
     }
 
+    /// The largest reply a connection takes, in bytes (default
+    /// [`MAX_REPLY_BYTES`](crate::MAX_REPLY_BYTES), 64 MiB). A reply whose
+    /// header announces more fails its connection at once, before any of it
+    /// is read: `store: the server at HOST:PORT announced a reply of N
+    /// bytes, over the limit of LIMIT: closed` (at connect, the connect
+    /// fails so).
+    pub fn max_reply_bytes(mut self, bytes: usize) -> Self {
+        self.max_reply = Some(bytes);
+        self
+    }
+
+    /// The reply limit to connect with.
+    pub(crate) fn max_reply(&self) -> usize {
+        self.max_reply.unwrap_or(crate::MAX_REPLY_BYTES)
+    }
+
     /// Whether any TLS option was given.
     fn wants_tls(&self) -> bool {
         self.roots.is_some() || self.identity.is_some() || self.config.is_some()
@@ -247,6 +265,7 @@ impl fmt::Debug for ConnectOptions {
             .field("tls_ca_certs", &self.roots.as_ref().map(RootCertStore::len))
             .field("tls_client_cert", &self.identity.is_some())
             .field("tls_config", &self.config.is_some())
+            .field("max_reply_bytes", &self.max_reply())
             .finish()
     }
 }

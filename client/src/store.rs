@@ -89,7 +89,7 @@ impl Store {
             .map(|part| Address::parse(part.trim()))
             .collect::<Result<Vec<_>, _>>()?;
         let (auth, tls) = options.resolve(&addresses[0])?;
-        let dial = Arc::new(Dial::new(auth, tls));
+        let dial = Arc::new(Dial::new(auth, tls, options.max_reply()));
         let seeds: Vec<Arc<str>> = addresses.iter().map(|a| a.host_port().into()).collect();
         let mut last = None;
         for seed in &seeds {

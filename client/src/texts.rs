@@ -61,6 +61,37 @@ pub(crate) fn connect_silent(hostport: &str, timeout: Duration) -> Error {
     Error::with_io(ErrorKind::Closed, text, e)
 }
 
+/// `not_holdline`: `HELLO` answered by another server, which named
+/// itself (`server`, and `version` when it gave one);
+/// `not_holdline_unnamed` when it named none.
+pub(crate) fn not_holdline(hostport: &str, server: Option<&str>) -> Error {
+    let text = match server {
+        Some(server) => {
+            format!("store: the server at {hostport} is {server}, not holdline: invalid")
+        }
+        None => format!("store: the server at {hostport} is not holdline: invalid"),
+    };
+    Error::new(ErrorKind::Invalid, text)
+}
+
+/// `not_resp`: the server sent bytes that are not RESP; `bytes` are the
+/// first of them (at most 10 are shown).
+pub(crate) fn not_resp(hostport: &str, bytes: &[u8]) -> String {
+    let head = String::from_utf8_lossy(&bytes[..bytes.len().min(10)]);
+    format!(
+        "store: the server at {hostport} answered with something that is not RESP ({}): closed",
+        shown_key(&head)
+    )
+}
+
+/// `reply_too_large`: a reply's header announced `size` bytes, more than
+/// the connection's reply limit.
+pub(crate) fn reply_too_large(hostport: &str, size: u128, limit: usize) -> String {
+    format!(
+        "store: the server at {hostport} announced a reply of {size} bytes, over the limit of {limit}: closed"
+    )
+}
+
 /// `tls_failed`: the TLS handshake failed, or the server ended the
 /// connection with a TLS alert before it answered `HELLO` (under TLS 1.3
 /// a refused client certificate shows only then).
@@ -202,6 +233,19 @@ pub fn samples() -> Vec<(&'static str, String)> {
         (
             "slot_unserved",
             slot_unserved(Scope::Key(lock, key), 12182).to_string(),
+        ),
+        (
+            "not_holdline",
+            not_holdline("127.0.0.1:1", Some("redis 7.0.15")).to_string(),
+        ),
+        (
+            "not_holdline_unnamed",
+            not_holdline("127.0.0.1:1", None).to_string(),
+        ),
+        ("not_resp", not_resp("127.0.0.1:1", b"HTTP/1.1 400 Bad")),
+        (
+            "reply_too_large",
+            reply_too_large("127.0.0.1:1", 999_999_999_999, 67_108_864),
         ),
     ]
 }

@@ -404,10 +404,10 @@ async fn serve_script(mut sock: TcpStream, n: usize, script: Arc<Script>) {
     let (mut dec, mut buf) = (Decoder::new(1 << 20), BytesMut::new());
     while let Some(cmd) = common::next_command(&mut sock, &mut dec, &mut buf).await {
         let frames = match cmd[0].as_str() {
-            "HELLO" => Some(vec![Value::Map(vec![(
-                Value::bulk("proto"),
-                Value::Integer(3),
-            )])]),
+            "HELLO" => Some(vec![Value::Map(vec![
+                (Value::bulk("server"), Value::bulk("holdline")),
+                (Value::bulk("proto"), Value::Integer(3)),
+            ])]),
             _ => script(n, &cmd),
         };
         let mut out = Vec::new();

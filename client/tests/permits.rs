@@ -480,7 +480,10 @@ async fn recording_server() -> (String, Seen) {
                 let (mut dec, mut buf) = (Decoder::new(1 << 20), BytesMut::new());
                 while let Some(cmd) = common::next_command(&mut sock, &mut dec, &mut buf).await {
                     let reply = match cmd[0].as_str() {
-                        "HELLO" => Value::Map(vec![(Value::bulk("proto"), Value::Integer(3))]),
+                        "HELLO" => Value::Map(vec![
+                            (Value::bulk("server"), Value::bulk("holdline")),
+                            (Value::bulk("proto"), Value::Integer(3)),
+                        ]),
                         "HOLD" | "TRYHOLD" => {
                             seen.lock().unwrap().push(cmd);
                             Value::Array(vec![Value::Integer(1), Value::Integer(1)])

@@ -97,7 +97,10 @@ async fn serve(mut sock: TcpStream, node: Arc<NodeState>) {
             continue;
         }
         let reply = match cmd[0].as_str() {
-            "HELLO" => Value::Map(vec![(Value::bulk("proto"), Value::Integer(3))]),
+            "HELLO" => Value::Map(vec![
+                (Value::bulk("server"), Value::bulk("holdline")),
+                (Value::bulk("proto"), Value::Integer(3)),
+            ]),
             "PING" => Value::simple("PONG"),
             _ => (node.script)(&node.own, &cmd),
         };

@@ -56,7 +56,10 @@ async fn serve(mut sock: TcpStream, hellos: Arc<Mutex<Vec<Vec<String>>>>) {
         let reply = match cmd[0].as_str() {
             "HELLO" => {
                 hellos.lock().unwrap().push(cmd.clone());
-                Value::Map(vec![(Value::bulk("proto"), Value::Integer(3))])
+                Value::Map(vec![
+                    (Value::bulk("server"), Value::bulk("holdline")),
+                    (Value::bulk("proto"), Value::Integer(3)),
+                ])
             }
             "PING" => Value::simple("PONG"),
             "CLUSTER" => Value::error("ERR This instance has cluster support disabled"),

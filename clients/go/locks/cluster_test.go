@@ -169,7 +169,7 @@ func rawCommand(t *testing.T, addr string, args ...string) value {
 	if !ok {
 		t.Fatalf("bad address %s", addr)
 	}
-	c, err := dial(context.Background(), address{host: host, port: port}, nil, nil, 5*time.Second)
+	c, err := dial(context.Background(), address{host: host, port: port}, nil, nil, 5*time.Second, DefaultMaxReplyBytes)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,6 +39,8 @@ type conn struct {
 	br     *bufio.Reader
 	tls    bool
 	closed chan struct{}
+	// maxReply is the largest reply taken (MaxReplyBytes).
+	maxReply int
 
 	wmu sync.Mutex // one write at a time, in the order of pending
 
@@ -85,13 +87,13 @@ type credentials struct {
 // dial opens a connection (TLS given tlsConfig) and says HELLO 3 (with
 // AUTH USER TOKEN given auth); timeout bounds all of it. A failed
 // handshake, a server that wants a token, or refuses it, fails here.
-func dial(ctx context.Context, a address, tlsConfig *tls.Config, auth *credentials, timeout time.Duration) (*conn, error) {
+func dial(ctx context.Context, a address, tlsConfig *tls.Config, auth *credentials, timeout time.Duration, maxReply int) (*conn, error) {
 	start := time.Now()
 	nc, err := open(ctx, a, tlsConfig, timeout)
 	if err != nil {
 		return nil, err
 	}
-	c := &conn{nc: nc, br: bufio.NewReader(nc), tls: tlsConfig != nil, closed: make(chan struct{})}
+	c := &conn{nc: nc, br: bufio.NewReader(nc), tls: tlsConfig != nil, maxReply: maxReply, closed: make(chan struct{})}
 	go c.readLoop()
 	hello := []string{"HELLO", "3"}
 	if auth != nil {
@@ -149,8 +151,20 @@ func helloAnswer(c *conn, a address, r result) error {
 		// (or its lack of one) says so after the handshake, as an alert.
 		return errTLSFailed(a.hostPort(), r.err)
 	case r.err != nil:
+		var notResp errNotResp
+		var tooLarge errTooLarge
+		switch {
+		case errors.As(r.err, &notResp):
+			return errNotRESP(a.hostPort(), notResp.head)
+		case errors.As(r.err, &tooLarge):
+			return errReplyTooLarge(a.hostPort(), tooLarge.size, c.maxReply)
+		}
 		return errConnectionClosed(r.err)
 	case !r.v.isError():
+		if err := notHoldline(a.hostPort(), r.v); err != nil {
+			c.close(errShutAbandoned)
+			return err
+		}
 		return nil
 	}
 	c.close(errShutAbandoned)
@@ -161,6 +175,40 @@ func helloAnswer(c *conn, a address, r result) error {
 		return errTokenRefused()
 	}
 	return errConnectRefused(a.hostPort(), r.v.text)
+}
+
+// notHoldline: nil when HELLO's answer (a map, or RESP2's flat array)
+// names holdline as its server, else not_holdline with the name and
+// version it gave.
+func notHoldline(hostport string, hello value) error {
+	field := func(name string) (string, bool) {
+		if hello.kind != '%' && hello.kind != '*' {
+			return "", false
+		}
+		for i := 0; i+1 < len(hello.items); i += 2 {
+			k, v := hello.items[i], hello.items[i+1]
+			if k.text == name && isText(k) && isText(v) {
+				return v.text, true
+			}
+		}
+		return "", false
+	}
+	server, named := field("server")
+	switch {
+	case named && server == "holdline":
+		return nil
+	case !named:
+		return errNotHoldline(hostport, "")
+	}
+	if version, ok := field("version"); ok {
+		server += " " + version
+	}
+	return errNotHoldline(hostport, server)
+}
+
+// isText: a string frame (bulk, simple or verbatim), not null.
+func isText(v value) bool {
+	return (v.kind == '$' || v.kind == '+' || v.kind == '=') && !v.null
 }
 
 // request writes a command whose reply the caller waits for.
@@ -207,7 +255,7 @@ func (c *conn) readLoop() {
 		}
 	}
 	for {
-		v, err := readValue(c.br)
+		v, err := readValue(c.br, c.maxReply)
 		if err == nil {
 			if v.kind == '>' {
 				c.onPush(v)

@@ -136,7 +136,8 @@ func (d *Leadership) end() {
 // It answers nil once the server took it; the server's KindInvalid for a
 // bad note (the note unchanged); the lost error (KindLost) when the
 // leadership is lost, or is lost before the answer; KindInvalid once the
-// campaign's function has returned; ctx.Err() when ctx ends first (the
+// campaign's function has returned ("lock L: key "K": proclaimed after the
+// leadership ended: invalid"); ctx.Err() when ctx ends first (the
 // server may still take the note).
 func (d *Leadership) Proclaim(ctx context.Context, note string) error {
 	d.mu.Lock()
@@ -146,7 +147,7 @@ func (d *Leadership) Proclaim(ctx context.Context, note string) error {
 	}
 	if d.over {
 		d.mu.Unlock()
-		return keyError(KindInvalid, d.election.lock.name, d.lease.Key, "proclaimed after the campaign's function returned")
+		return errProclaimEnded(d.election.lock.name, d.lease.Key)
 	}
 	// Sent while the function runs, so before its RELEASE.
 	d.sent++

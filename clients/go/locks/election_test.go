@@ -224,7 +224,7 @@ func TestElectionCampaignLeaderProclaim(t *testing.T) {
 		t.Fatalf("Leader after the resignation: %+v, %v", leader, err)
 	}
 	err = lead.Proclaim(ctx, "late")
-	want = `lock elections: key "billing": proclaimed after the campaign's function returned: invalid`
+	want = `lock elections: key "billing": proclaimed after the leadership ended: invalid`
 	if !errors.Is(err, ErrInvalid) || err.Error() != want {
 		t.Fatalf("Proclaim after resigning: %v, want %s", err, want)
 	}

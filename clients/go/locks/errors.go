@@ -2,6 +2,7 @@ package locks
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"strings"
@@ -207,6 +208,36 @@ func errCannotConnect(hostport string, cause error) *Error {
 func errConnectSilent(hostport string, timeout time.Duration) *Error {
 	text := "store: the server at " + hostport + " answered nothing for " + durationText(timeout) + ": closed"
 	return &Error{Kind: KindClosed, text: text, cause: os.ErrDeadlineExceeded}
+}
+
+// errNotHoldline: HELLO answered by another server, named (its name
+// and version) or not ("").
+func errNotHoldline(hostport, server string) *Error {
+	if server == "" {
+		return &Error{Kind: KindInvalid, text: "store: the server at " + hostport + " is not holdline: invalid"}
+	}
+	return &Error{Kind: KindInvalid, text: "store: the server at " + hostport + " is " + server + ", not holdline: invalid"}
+}
+
+// errNotRESP: the server sent bytes that are not RESP, head the first
+// of them (10 at most are shown).
+func errNotRESP(hostport string, head []byte) *Error {
+	if len(head) > 10 {
+		head = head[:10]
+	}
+	text := "store: the server at " + hostport + " answered with something that is not RESP (" + showKey(string(head)) + "): closed"
+	return &Error{Kind: KindClosed, text: text, cause: errNotResp{head}}
+}
+
+// errReplyTooLarge: a reply's header announced size bytes, over limit.
+func errReplyTooLarge(hostport string, size int64, limit int) *Error {
+	text := fmt.Sprintf("store: the server at %s announced a reply of %d bytes, over the limit of %d: closed", hostport, size, limit)
+	return &Error{Kind: KindClosed, text: text, cause: errTooLarge{size}}
+}
+
+// errProclaimEnded: Proclaim after the campaign's function returned.
+func errProclaimEnded(lock, key string) *Error {
+	return keyError(KindInvalid, lock, key, "proclaimed after the leadership ended")
 }
 
 // errTLSFailed: the TLS handshake failed, or the server ended the

@@ -78,7 +78,7 @@ func warmPool(t *testing.T, store *Store, n int) {
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			c, err := dial(context.Background(), store.pool.addr, nil, nil, time.Minute)
+			c, err := dial(context.Background(), store.pool.addr, nil, nil, time.Minute, DefaultMaxReplyBytes)
 			if err != nil {
 				errs <- err
 				return

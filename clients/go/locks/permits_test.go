@@ -331,7 +331,7 @@ func TestInspectShowsEveryHolderWithItsFenceAndPermits(t *testing.T) {
 func TestInspectOfAServerWithoutPermits(t *testing.T) {
 	reply := "%6\r\n+held\r\n#t\r\n+fence\r\n:7\r\n+held_for_ms\r\n:5\r\n+lease_left_ms\r\n:900\r\n+waiters\r\n:2\r\n" +
 		"+holder\r\n%4\r\n+id\r\n:3\r\n+name\r\n+\r\n+addr\r\n+127.0.0.1:5\r\n+lease\r\n:1\r\n"
-	v, err := readValue(bufio.NewReader(strings.NewReader(reply)))
+	v, err := readValue(bufio.NewReader(strings.NewReader(reply)), DefaultMaxReplyBytes)
 	if err != nil {
 		t.Fatal(err)
 	}

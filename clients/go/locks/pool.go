@@ -17,11 +17,12 @@ var errPoolClosed = errors.New("the store is closed")
 // connection of its own from its HOLD to its RELEASE, and connections are
 // kept for the next hold once their hold is over (up to maxIdle of them).
 type pool struct {
-	addr    address
-	auth    *credentials // nil: HELLO 3 without AUTH
-	timeout time.Duration
-	maxIdle int
-	tls     *tls.Config // nil: plain TCP
+	addr     address
+	auth     *credentials // nil: HELLO 3 without AUTH
+	timeout  time.Duration
+	maxIdle  int
+	maxReply int
+	tls      *tls.Config // nil: plain TCP
 
 	mu     sync.Mutex
 	idle   []*conn // the most recently used last
@@ -39,10 +40,11 @@ type connectConfig struct {
 	user     string
 	useUser  bool
 	// auth is what token and user come to (resolveAuth).
-	auth    *credentials
-	timeout time.Duration
-	maxIdle int
-	tls     *tls.Config
+	auth     *credentials
+	timeout  time.Duration
+	maxIdle  int
+	maxReply int
+	tls      *tls.Config
 }
 
 // resolveAuth sets cfg.auth: the User option's name, else the first
@@ -73,7 +75,7 @@ func (cfg *connectConfig) resolveAuth(first address) *Error {
 func newPool(a address, cfg *connectConfig) *pool {
 	p := &pool{
 		addr: a, auth: cfg.auth,
-		timeout: cfg.timeout, maxIdle: cfg.maxIdle, all: map[*conn]struct{}{},
+		timeout: cfg.timeout, maxIdle: cfg.maxIdle, maxReply: cfg.maxReply, all: map[*conn]struct{}{},
 	}
 	if cfg.tls != nil {
 		p.tls = cfg.tls.Clone()
@@ -112,7 +114,7 @@ func (p *pool) get(ctx context.Context) (*conn, error) {
 		delete(p.all, c)
 	}
 	p.mu.Unlock()
-	c, err := dial(ctx, p.addr, p.tls, p.auth, p.timeout)
+	c, err := dial(ctx, p.addr, p.tls, p.auth, p.timeout, p.maxReply)
 	if err != nil {
 		return nil, err
 	}

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
+	"strings"
 )
 
 // value is one RESP frame as read: only what holdline's server sends is
@@ -34,21 +36,34 @@ type errProtocol struct{ what string }
 
 func (e errProtocol) Error() string { return "unreadable reply from the server: " + e.what }
 
-// Bounds on what one frame may claim, so a broken stream cannot make the
-// reader allocate without limit.
-const (
-	maxBulkBytes = 64 << 20
-	maxItems     = 1 << 20
-	maxDepth     = 32
-)
+// errNotResp: bytes that are not RESP; head holds the first of them (up
+// to 10).
+type errNotResp struct{ head []byte }
 
-// readValue reads one whole frame. A push ('>') may come between any two
-// frames; a push inside an aggregate is a protocol error.
-func readValue(r *bufio.Reader) (value, error) {
-	return readNested(r, 0)
+func (e errNotResp) Error() string { return fmt.Sprintf("not RESP: %q", e.head) }
+
+// errTooLarge: a header announcing size bytes, over the reply limit.
+type errTooLarge struct{ size int64 }
+
+func (e errTooLarge) Error() string { return fmt.Sprintf("a reply of %d bytes", e.size) }
+
+// DefaultMaxReplyBytes is the largest reply a connection takes unless
+// MaxReplyBytes says otherwise: 64 MiB.
+const DefaultMaxReplyBytes = 64 << 20
+
+// maxDepth bounds how deep aggregates may nest.
+const maxDepth = 32
+
+// readValue reads one whole frame, refusing one whose header announces
+// more than limit bytes (a string's length; an aggregate's count times 3,
+// the fewest its elements take) before reading any of it, and bytes that
+// are not RESP as soon as their first is seen. A push ('>') may come
+// between any two frames; a push inside an aggregate is a protocol error.
+func readValue(r *bufio.Reader, limit int) (value, error) {
+	return readNested(r, 0, limit)
 }
 
-func readNested(r *bufio.Reader, depth int) (value, error) {
+func readNested(r *bufio.Reader, depth, limit int) (value, error) {
 	if depth > maxDepth {
 		return value{}, errProtocol{"frames nested too deep"}
 	}
@@ -56,7 +71,13 @@ func readNested(r *bufio.Reader, depth int) (value, error) {
 	if err != nil {
 		return value{}, err
 	}
-	line, err := readLine(r)
+	if !strings.ContainsRune("+-:$*_,#!=(%~>|", rune(kind)) {
+		// Told at once, from what is at hand: no line end is waited for.
+		_ = r.UnreadByte()
+		head, _ := r.Peek(min(10, r.Buffered()))
+		return value{}, errNotResp{append([]byte(nil), head...)}
+	}
+	line, err := readLine(r, limit)
 	if err != nil {
 		return value{}, err
 	}
@@ -71,22 +92,34 @@ func readNested(r *bufio.Reader, depth int) (value, error) {
 	case '_':
 		v.null = true
 	case '$', '!', '=':
-		err = readBulk(r, line, &v)
+		err = readBulk(r, line, limit, &v)
 	case '*', '~', '>', '%':
-		err = readItems(r, line, depth, &v)
+		err = readItems(r, line, depth, limit, &v)
 	case '|':
 		// Attributes describe the frame after them; holdline needs none.
 		attrs := value{kind: kind}
-		if err = readItems(r, line, depth, &attrs); err == nil {
-			return readNested(r, depth)
+		if err = readItems(r, line, depth, limit, &attrs); err == nil {
+			return readNested(r, depth, limit)
 		}
-	default:
-		err = errProtocol{fmt.Sprintf("unknown frame type %q", kind)}
 	}
 	if err != nil {
-		return value{}, protocolOr(err)
+		return value{}, garbled(protocolOr(err), kind, line)
 	}
 	return v, nil
+}
+
+// garbled: a protocol error in the frame that started kind, line is
+// reported as bytes that are not RESP, quoting them.
+func garbled(err error, kind byte, line string) error {
+	var p errProtocol
+	if !errors.As(err, &p) {
+		return err
+	}
+	head := append([]byte{kind}, line...)
+	if len(head) > 10 {
+		head = head[:10]
+	}
+	return errNotResp{head}
 }
 
 // protocolOr keeps I/O errors as they are and names anything else a
@@ -114,8 +147,8 @@ func boolean(line string) (int64, error) {
 
 // readBulk reads the body of a bulk string, bulk error or verbatim string
 // whose length line was line.
-func readBulk(r *bufio.Reader, line string, v *value) error {
-	n, err := length(line, maxBulkBytes)
+func readBulk(r *bufio.Reader, line string, limit int, v *value) error {
+	n, err := length(line, 1, limit)
 	if err != nil {
 		return err
 	}
@@ -142,8 +175,12 @@ func readBulk(r *bufio.Reader, line string, v *value) error {
 }
 
 // readItems reads an aggregate's elements; a map has two per entry.
-func readItems(r *bufio.Reader, line string, depth int, v *value) error {
-	n, err := length(line, maxItems)
+func readItems(r *bufio.Reader, line string, depth, limit int, v *value) error {
+	per := int64(3)
+	if v.kind == '%' || v.kind == '|' {
+		per = 6
+	}
+	n, err := length(line, per, limit)
 	if err != nil {
 		return err
 	}
@@ -156,7 +193,7 @@ func readItems(r *bufio.Reader, line string, depth int, v *value) error {
 	}
 	v.items = make([]value, 0, min(n, 64))
 	for i := 0; i < n; i++ {
-		item, err := readNested(r, depth+1)
+		item, err := readNested(r, depth+1, limit)
 		if err != nil {
 			return unexpected(err)
 		}
@@ -168,17 +205,25 @@ func readItems(r *bufio.Reader, line string, depth int, v *value) error {
 	return nil
 }
 
-// length reads a length line: a count up to limit, or -1 for a null.
-func length(line string, limit int) (int, error) {
-	n, err := strconv.Atoi(line)
-	if err != nil || n < -1 || n > limit {
+// length reads a length line: a count of items that take per bytes each
+// at least, or -1 for a null; errTooLarge when they pass limit bytes.
+func length(line string, per int64, limit int) (int, error) {
+	n, err := strconv.ParseInt(line, 10, 64)
+	if err != nil || n < -1 {
 		return 0, errProtocol{fmt.Sprintf("bad length %q", line)}
 	}
-	return n, nil
+	if n > int64(limit)/per {
+		size := n * per
+		if n > math.MaxInt64/per {
+			size = math.MaxInt64
+		}
+		return 0, errTooLarge{size}
+	}
+	return int(n), nil
 }
 
-// readLine reads up to CRLF, however long the line, and drops the CRLF.
-func readLine(r *bufio.Reader) (string, error) {
+// readLine reads up to CRLF, up to limit bytes, and drops the CRLF.
+func readLine(r *bufio.Reader, limit int) (string, error) {
 	chunk, err := r.ReadSlice('\n')
 	if err == nil {
 		if len(chunk) < 2 || chunk[len(chunk)-2] != '\r' {
@@ -191,8 +236,8 @@ func readLine(r *bufio.Reader) (string, error) {
 	}
 	long := append([]byte(nil), chunk...)
 	for errors.Is(err, bufio.ErrBufferFull) {
-		if len(long) > maxBulkBytes {
-			return "", errProtocol{"a line too long"}
+		if len(long) > limit {
+			return "", errTooLarge{int64(len(long))}
 		}
 		chunk, err = r.ReadSlice('\n')
 		long = append(long, chunk...)

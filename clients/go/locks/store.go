@@ -55,9 +55,21 @@ func TLS(config *tls.Config) ConnectOption {
 }
 
 // DialTimeout bounds opening a connection and the server's answer to its
-// HELLO (10s unless given).
+// HELLO (10s unless given): a server silent for that long fails Connect
+// with KindClosed ("store: the server at HOST:PORT answered nothing for
+// 10s: closed").
 func DialTimeout(d time.Duration) ConnectOption {
 	return func(c *connectConfig) { c.timeout = d }
+}
+
+// MaxReplyBytes is the largest reply a connection takes (64 MiB,
+// DefaultMaxReplyBytes, unless given; n < 1 keeps the default). A reply
+// whose header announces more ends its connection at once, before any of
+// it is read ("store: the server at HOST:PORT announced a reply of N
+// bytes, over the limit of LIMIT: closed", KindClosed); at Connect,
+// Connect fails so.
+func MaxReplyBytes(n int) ConnectOption {
+	return func(c *connectConfig) { c.maxReply = n }
 }
 
 // MaxIdleConns is how many connections are kept open for the next holds
@@ -73,8 +85,10 @@ func MaxIdleConns(n int) ConnectOption {
 // wrong address, an unreachable server, a failed TLS handshake or a wrong
 // or missing token fails here (a bad address with kind KindInvalid before
 // anything is tried; an unreachable server or a failed handshake
-// KindClosed; a token wanted or refused KindInvalid). A ctx that ends
-// first answers ctx.Err().
+// KindClosed; a token wanted or refused KindInvalid; a server whose HELLO
+// answer names another server, such as Redis, KindInvalid; one that
+// answers what is not RESP, or announces a reply over MaxReplyBytes,
+// KindClosed). A ctx that ends first answers ctx.Err().
 //
 // addr may name several nodes of a cluster, separated by commas
 // ("10.0.0.1:7380,10.0.0.2:7380"; the user, token and TLS of the first
@@ -89,12 +103,15 @@ func Connect(ctx context.Context, addr string, opts ...ConnectOption) (*Store, e
 		return nil, bad
 	}
 	first := seeds[0]
-	cfg := connectConfig{token: first.token, useToken: first.hasToken, timeout: 10 * time.Second, maxIdle: 8}
+	cfg := connectConfig{token: first.token, useToken: first.hasToken, timeout: 10 * time.Second, maxIdle: 8, maxReply: DefaultMaxReplyBytes}
 	for _, opt := range opts {
 		opt(&cfg)
 	}
 	if bad := cfg.resolveAuth(first); bad != nil {
 		return nil, bad
+	}
+	if cfg.maxReply < 1 {
+		cfg.maxReply = DefaultMaxReplyBytes
 	}
 	if cfg.timeout <= 0 {
 		cfg.timeout = 10 * time.Second

@@ -17,6 +17,7 @@ func TestTheRoutingRulesAreTheTables(t *testing.T) {
 		"cluster_down_tries":          clusterDownTries,
 		"cluster_down_pause_ms":       int(clusterDownPause / time.Millisecond),
 		"map_refresh_node_timeout_ms": int(mapRefreshNodeTimeout / time.Millisecond),
+		"max_reply_bytes":             DefaultMaxReplyBytes,
 	} {
 		if want := ruleNumber(t, name); n != want {
 			t.Errorf("%s: %d, the table's %d", name, n, want)
@@ -41,6 +42,8 @@ func TestTheClientsOwnTextsAreTheSharedTable(t *testing.T) {
 	table := texts(t)
 	ctx := context.Background()
 	t.Run("connect", func(t *testing.T) { connectTexts(t, table) })
+	t.Run("impostors", func(t *testing.T) { impostorTexts(t, table) })
+	t.Run("proclaim", func(t *testing.T) { proclaimEnded(t, table) })
 	t.Run("tokens", func(t *testing.T) { tokens(t, table) })
 	t.Run("users", func(t *testing.T) { userTexts(t, table) })
 	t.Run("a server whose certificate another CA signed", func(t *testing.T) {
@@ -95,7 +98,8 @@ func TestTheClientsOwnTextsAreTheSharedTable(t *testing.T) {
 		switch name {
 		case "bad_address", "bad_user", "user_without_token", "cannot_connect", "connect_silent", "connect_refused", "tls_failed", "connection_closed",
 			"token_missing", "token_refused", "connection_closed_key", "lost_connection", "lost_silent", "wait_silent",
-			"moved_loop", "slot_unserved":
+			"moved_loop", "slot_unserved", "not_holdline", "not_holdline_unnamed", "not_resp", "reply_too_large",
+			"proclaim_ended":
 		default:
 			t.Errorf("clients/texts.json's %q is not provoked here", name)
 		}

@@ -254,7 +254,7 @@ func TestTheReaderReadsEveryRESPTypeAndPushesBetweenReplies(t *testing.T) {
 	r := bufio.NewReaderSize(strings.NewReader(wire), 16)
 	var kinds []string
 	for {
-		v, err := readValue(r)
+		v, err := readValue(r, DefaultMaxReplyBytes)
 		if err != nil {
 			if err.Error() != "EOF" {
 				t.Fatal(err)
@@ -273,7 +273,7 @@ func TestTheReaderReadsEveryRESPTypeAndPushesBetweenReplies(t *testing.T) {
 		t.Errorf("got  %q\nwant %q", kinds, want)
 	}
 	for _, broken := range []string{"?x\r\n", "$3\r\nabcde\r\n", ":x\r\n", "*1\r\n>0\r\n", "$-5\r\n", "+no cr\n", "*2\r\n:1\r\n"} {
-		if _, err := readValue(bufio.NewReader(strings.NewReader(broken))); err == nil {
+		if _, err := readValue(bufio.NewReader(strings.NewReader(broken)), DefaultMaxReplyBytes); err == nil {
 			t.Errorf("%q read without error", broken)
 		}
 	}

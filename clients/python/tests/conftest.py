@@ -385,7 +385,7 @@ class Scripted:
                     args = [bytes(arg) for arg in command]
                     self.commands.append(args)
                     if self._hello and args[0].upper() == b"HELLO":
-                        writer.write(b"%1\r\n$6\r\nserver\r\n$8\r\nscripted\r\n")
+                        writer.write(b"%1\r\n$6\r\nserver\r\n$8\r\nholdline\r\n")
                         continue
                     if self._single and args[0].upper() == b"CLUSTER":
                         writer.write(SINGLE_NODE)

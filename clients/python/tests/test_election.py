@@ -94,7 +94,7 @@ async def test_campaign_leads_with_its_note_then_proclaims_and_resigns(
         with pytest.raises(holdline.Invalid) as refused:
             await lead.proclaim("after")
         assert str(refused.value) == (
-            'lock services: key "billing": the leadership was resigned: invalid'
+            'lock services: key "billing": proclaimed after the leadership ended: invalid'
         )
     assert await election.leader() is None
 

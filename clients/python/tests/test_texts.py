@@ -9,6 +9,7 @@ same texts through a frozen proxy in front of a real server.
 
 import asyncio
 import tempfile
+import tracemalloc
 from pathlib import Path
 from typing import Awaitable, Callable, Dict, List, Optional
 
@@ -21,6 +22,7 @@ from texts import RULES, TEXTS, assert_text
 import holdline
 from holdline import _texts
 from holdline._cluster import slot
+from holdline._resp import MAX_REPLY_BYTES
 
 
 def test_the_packages_texts_are_the_table_byte_for_byte() -> None:
@@ -30,6 +32,7 @@ def test_the_packages_texts_are_the_table_byte_for_byte() -> None:
 def test_the_packages_rules_are_the_tables() -> None:
     assert _texts.DEFAULT_PORT == RULES["default_port"] == 7380
     assert _texts.CONNECT_TIMEOUT_MS == RULES["connect_timeout_ms"]
+    assert MAX_REPLY_BYTES == RULES["max_reply_bytes"]
     assert "max(10ms, ttl / 10)" in RULES["lost_margin"]
     assert [_texts.lost_margin_ms(ms) for ms in (50, 100, 2000)] == [10, 10, 200]
     assert "wait + max(ttl, 1s)" in RULES["wait_grace"]
@@ -235,6 +238,140 @@ async def provoke_slot_unserved(server: Server) -> None:
     assert tries == RULES["cluster_down_tries"]
 
 
+REDIS_HELLO3 = (
+    b"%7\r\n$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n$6\r\n7.0.15\r\n"
+    b"$5\r\nproto\r\n:3\r\n$2\r\nid\r\n:5\r\n$4\r\nmode\r\n$10\r\nstandalone\r\n"
+    b"$4\r\nrole\r\n$6\r\nmaster\r\n$7\r\nmodules\r\n*0\r\n"
+)
+"""What Redis 7.0.15 answers `HELLO 3`."""
+
+REDIS_HELLO2 = b"*14" + REDIS_HELLO3[2:].replace(b":3\r\n", b":2\r\n")
+"""The same in RESP2's form: a flat array of fields and values."""
+
+HTTP_400 = b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\n"
+
+RANDOM = b"\x9f\x00\xffz\x07\xc3\xa9Q\x01\xfe\x80\x11\x22"
+"""Fixed "random" bytes: no RESP type first, no line end, not all UTF-8."""
+
+
+class Impostor:
+    """A server that is not holdline: it answers its first read with
+    `answer` (closes at once, unread, when `answer` is empty), then sends a
+    byte every 10 ms while `trickle`, and keeps the connection open."""
+
+    def __init__(self, answer: bytes, trickle: bool = False) -> None:
+        self._answer = answer
+        self._trickle = trickle
+        self._server: Optional[asyncio.AbstractServer] = None
+        self._tasks: List["asyncio.Task[None]"] = []
+        self.address = ""
+
+    async def __aenter__(self) -> "Impostor":
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        port = self._server.sockets[0].getsockname()[1]
+        self.address = f"127.0.0.1:{port}"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        for task in self._tasks:
+            task.cancel()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.append(task)
+        try:
+            if not self._answer:
+                return
+            await reader.read(65536)
+            writer.write(self._answer)
+            while True:
+                await asyncio.sleep(0.01)
+                if self._trickle:
+                    writer.write(b"a")
+                    await writer.drain()
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+
+
+async def connect_error(impostor: Impostor, max_reply_bytes: int = 64 << 20) -> holdline.Error:
+    """Connects to `impostor`: the error, which must come within 2 s."""
+    started = asyncio.get_running_loop().time()
+    with pytest.raises(holdline.Error) as caught:
+        await asyncio.wait_for(
+            holdline.connect(impostor.address, max_reply_bytes=max_reply_bytes), 5
+        )
+    assert asyncio.get_running_loop().time() - started < 2
+    return caught.value
+
+
+async def provoke_not_holdline(server: Server) -> None:
+    for answer in (REDIS_HELLO3, REDIS_HELLO2):
+        async with Impostor(answer) as redis:
+            error = await connect_error(redis)
+        assert isinstance(error, holdline.Invalid)
+        assert_text(error, "not_holdline", hostport=redis.address, server="redis 7.0.15")
+
+
+async def provoke_not_holdline_unnamed(server: Server) -> None:
+    async with Impostor(b"%1\r\n$5\r\nproto\r\n:3\r\n") as other:
+        error = await connect_error(other)
+    assert isinstance(error, holdline.Invalid)
+    assert_text(error, "not_holdline_unnamed", hostport=other.address)
+
+
+async def provoke_not_resp(server: Server) -> None:
+    async with Impostor(HTTP_400) as http:
+        error = await connect_error(http)
+    assert isinstance(error, holdline.Closed)
+    assert_text(error, "not_resp", hostport=http.address, bytes='"HTTP/1.1 4"')
+    async with Impostor(RANDOM, trickle=True) as noise:
+        error = await connect_error(noise)
+    assert isinstance(error, holdline.Closed)
+    # The first 10 bytes, each that is not UTF-8 as U+FFFD, shown as a key.
+    shown = '"\ufffd\\0\ufffdz\\u{7}éQ\\u{1}\ufffd"'
+    assert_text(error, "not_resp", hostport=noise.address, bytes=shown)
+
+
+async def provoke_reply_too_large(server: Server) -> None:
+    tracemalloc.start()
+    try:
+        async with Impostor(b"$999999999999\r\n", trickle=True) as huge:
+            error = await connect_error(huge)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20, f"{peak} bytes at the peak"
+    assert isinstance(error, holdline.Closed)
+    assert_text(
+        error, "reply_too_large", hostport=huge.address, size="999999999999", limit="67108864"
+    )
+    async with Impostor(b"*2\r\n$2000\r\n", trickle=True) as big:
+        error = await connect_error(big, max_reply_bytes=1024)
+    assert_text(error, "reply_too_large", hostport=big.address, size="2000", limit="1024")
+
+
+async def provoke_proclaim_ended(server: Server) -> None:
+    async with holdline.connect(server.address) as store:
+        election = store.lock("services").election("texts")
+        async with election.campaign("a") as lead:
+            await lead.resign()
+            with pytest.raises(holdline.Invalid) as caught:
+                await lead.proclaim("after")
+    assert_text(caught.value, "proclaim_ended", lock="services", key='"texts"')
+
+
+async def test_a_server_that_closes_at_once_fails_connect_closed() -> None:
+    async with Impostor(b"") as rude:
+        error = await connect_error(rude)
+    assert isinstance(error, holdline.Closed)
+    assert_text(error, "connection_closed")
+
+
 PROVOKE: Dict[str, Callable[[Server], Awaitable[None]]] = {
     "bad_address": provoke_bad_address,
     "bad_user": provoke_bad_user,
@@ -252,6 +389,11 @@ PROVOKE: Dict[str, Callable[[Server], Awaitable[None]]] = {
     "wait_silent": provoke_wait_silent,
     "moved_loop": provoke_moved_loop,
     "slot_unserved": provoke_slot_unserved,
+    "not_holdline": provoke_not_holdline,
+    "not_holdline_unnamed": provoke_not_holdline_unnamed,
+    "not_resp": provoke_not_resp,
+    "reply_too_large": provoke_reply_too_large,
+    "proclaim_ended": provoke_proclaim_ended,
 }
 
 

@@ -10,8 +10,8 @@ import * as tls from 'node:tls'
 import { showAddress, type Address, type Auth } from './address.js'
 import { now } from './duration.js'
 import type { HoldlineError } from './errors.js'
-import { Decoder, encodeCommand, RespError, RespPush, RespProtocolError, type Arg, type Reply } from './resp.js'
-import { cannotConnect, connectRefused, connectSilent, tlsFailed, tokenMissing, tokenRefused } from './texts.js'
+import { Decoder, encodeCommand, MAX_REPLY_BYTES, RespError, RespNotResp, RespPush, RespProtocolError, RespTooLarge, type Arg, type Reply } from './resp.js'
+import { cannotConnect, connectionClosed, connectRefused, connectSilent, notHoldline, notResp, replyTooLarge, tlsFailed, tokenMissing, tokenRefused } from './texts.js'
 
 /** A command could not be answered: the connection closed first. */
 export class ConnectionClosed extends Error {}
@@ -55,9 +55,12 @@ export class Connection {
 	/** Told each `observe` push's items after its first, as they arrive: the observer on this connection. */
 	onObserve: ((items: Reply[]) => void) | undefined
 
-	private constructor(socket: net.Socket, secure: boolean) {
+	/** Why the server's bytes were given up: `not_resp` or `reply_too_large`. */
+	#fault: HoldlineError | undefined
+
+	private constructor(socket: net.Socket, secure: boolean, where: string, maxReply: number) {
 		this.#socket = socket
-		this.#decoder = new Decoder(frame => this.#onFrame(frame))
+		this.#decoder = new Decoder(frame => this.#onFrame(frame), maxReply)
 		socket.setNoDelay(true)
 		let heard = secure
 		socket.on('data', (chunk: Buffer) => {
@@ -75,6 +78,8 @@ export class Connection {
 			} catch (e) {
 				// A stream that cannot be read cannot be trusted further.
 				if (!(e instanceof RespProtocolError)) throw e
+				if (e instanceof RespTooLarge) this.#fault = replyTooLarge(where, e.size, maxReply)
+				else if (e instanceof RespNotResp) this.#fault = notResp(where, e.head)
 				this.#shut(new ConnectionClosed(`the server sent an unreadable frame: ${e.message}`))
 			}
 		})
@@ -85,9 +90,12 @@ export class Connection {
 	/**
 	 * Connects (over TLS given `tlsOptions`) and says `HELLO 3` (with
 	 * `AUTH USER TOKEN` when given them), all within `timeoutMs`; fails
-	 * with the texts every client shares.
+	 * with the texts every client shares: also a server that is not
+	 * holdline (`not_holdline`), one that sends what is not RESP
+	 * (`not_resp`), or announces a reply over `maxReply` bytes
+	 * (`reply_too_large`), at once.
 	 */
-	static async open(address: Address, auth: Auth | undefined, timeoutMs: number, tlsOptions?: tls.ConnectionOptions): Promise<Connection> {
+	static async open(address: Address, auth: Auth | undefined, timeoutMs: number, tlsOptions?: tls.ConnectionOptions, maxReply: number = MAX_REPLY_BYTES): Promise<Connection> {
 		const where = showAddress(address)
 		const secure = tlsOptions !== undefined
 		const socket = secure ? tls.connect(tlsConnectOptions(address, tlsOptions)) : net.connect({ host: address.host, port: address.port })
@@ -110,12 +118,13 @@ export class Connection {
 			if (secure && tcpUp && !silent) throw Object.assign(tlsFailed(where, tlsReason(e)), { cause: e })
 			throw dialFailed(where, silent, timeoutMs, e)
 		}
-		const connection = new Connection(socket, secure)
+		const connection = new Connection(socket, secure, where, maxReply)
 		const hello: Arg[] = auth === undefined ? ['HELLO', 3] : ['HELLO', 3, 'AUTH', auth.user, auth.token]
 		let reply: Reply
 		try {
 			reply = await connection.send(hello)
 		} catch (e) {
+			if (connection.#fault !== undefined) throw Object.assign(connection.#fault, { cause: e })
 			throw helloFailed(where, secure, silent, timeoutMs, e)
 		} finally {
 			clearTimeout(timer)
@@ -123,6 +132,11 @@ export class Connection {
 		if (reply instanceof RespError) {
 			connection.destroy()
 			throw helloRefused(where, reply)
+		}
+		const server = serverOf(reply)
+		if (server !== 'holdline') {
+			connection.destroy()
+			throw notHoldline(where, server)
 		}
 		return connection
 	}
@@ -309,7 +323,23 @@ function helloFailed(where: string, secure: boolean, silent: boolean, timeoutMs:
 	const cause = e instanceof ConnectionClosed && e.cause !== undefined ? e.cause : e
 	if (!silent && e instanceof ServerSpeaksTls) return Object.assign(tlsFailed(where, SPEAKS_TLS), { cause: e })
 	if (!silent && secure && isTlsError(cause)) return Object.assign(tlsFailed(where, tlsReason(cause)), { cause })
+	// Connected, then closed before the answer: as a store command's connection.
+	if (!silent && e instanceof ConnectionClosed) return Object.assign(connectionClosed(), { cause: e })
 	return dialFailed(where, silent, timeoutMs, e)
+}
+
+/**
+ * The name and version a `HELLO` answer gives (a map, or RESP2's flat
+ * array): `holdline`, `redis 7.0.15`; undefined when it names no server.
+ */
+function serverOf(reply: Reply): string | undefined {
+	const fields = new Map<Reply, Reply>()
+	if (reply instanceof Map) for (const [k, v] of reply) fields.set(k, v)
+	else if (Array.isArray(reply)) for (let i = 0; i + 1 < reply.length; i += 2) fields.set(reply[i]!, reply[i + 1]!)
+	const server = fields.get('server')
+	if (typeof server !== 'string') return undefined
+	const version = fields.get('version')
+	return server === 'holdline' || typeof version !== 'string' ? server : `${server} ${version}`
 }
 
 /** Why dialling or `HELLO` failed: the timeout, or the platform's own words. */

@@ -16,7 +16,7 @@ import type { KeyState } from './inspect.js'
 import type { Lease, LeaseLink } from './lease.js'
 import { RespError, type Reply } from './resp.js'
 import { Redirects, type Router } from './router.js'
-import { connectionClosedKey, connectSilent, lostConnection } from './texts.js'
+import { connectionClosedKey, connectSilent, lostConnection, proclaimEnded } from './texts.js'
 
 /** The leader of an election, as `leader()` and `observe()` see it. */
 export interface Leader {
@@ -304,7 +304,7 @@ export class Leadership {
 		const key = this.#lease.key
 		if (typeof note !== 'string') throw errorFor('invalid', `a note is text, not ${typeof note}`, this.#lock, key)
 		this.#lease.check()
-		if (this.#resigned) throw errorFor('invalid', 'the leader resigned', this.#lock, key)
+		if (this.#resigned) throw proclaimEnded(this.#lock, key)
 		let reply: Reply
 		try {
 			reply = await this.#link.send(['NOTE', this.#lease.id, note])

@@ -18,6 +18,8 @@ export interface PoolOptions {
 	connectTimeoutMs: number
 	/** Connections kept open for reuse while nothing uses them. */
 	maxIdle: number
+	/** The largest reply a connection takes (`maxReplyBytes`). */
+	maxReplyBytes?: number
 	/** Told when dialling fails or a connection fails (dropped, or closed for its silence). */
 	onFailure?: () => void
 }
@@ -52,7 +54,7 @@ export class Pool {
 		}
 		let c: Connection
 		try {
-			c = await Connection.open(this.address, this.options.auth, timeoutMs, this.options.tls)
+			c = await Connection.open(this.address, this.options.auth, timeoutMs, this.options.tls, this.options.maxReplyBytes)
 		} catch (e) {
 			if (!this.#closed) this.options.onFailure?.()
 			throw e

@@ -49,15 +49,44 @@ const INCOMPLETE = Symbol('incomplete')
 /** A frame the decoder cannot make sense of: the stream is unusable. */
 export class RespProtocolError extends Error {}
 
+/** Bytes that are not RESP; `head` holds the first of them (up to 10). */
+export class RespNotResp extends RespProtocolError {
+	constructor(readonly head: Buffer) {
+		super(`not RESP: ${JSON.stringify(head.toString('latin1'))}`)
+	}
+}
+
+/** A header announcing `size` bytes, over the decoder's limit. */
+export class RespTooLarge extends RespProtocolError {
+	constructor(readonly size: bigint) {
+		super(`a reply of ${size} bytes`)
+	}
+}
+
+/** The largest reply a connection takes unless `maxReplyBytes` says otherwise: 64 MiB. */
+export const MAX_REPLY_BYTES = 64 * 1024 * 1024
+
+/** The first byte of every RESP2 and RESP3 frame. */
+const TYPES = new Set(Buffer.from('+-:$*_,#!=(%~>|'))
+
 /**
  * A streaming decoder: `push` bytes in as they arrive; every whole frame is
  * handed to `onFrame` in order (a `RespPush` for a push, else the reply).
+ * Bytes that are not RESP throw `RespNotResp` as soon as they are seen; a
+ * header announcing more than `maxReply` bytes (a string's length, or an
+ * aggregate's count times 3, the fewest its elements take) throws
+ * `RespTooLarge` before any of it is buffered.
  */
 export class Decoder {
 	#buffer: Buffer = Buffer.alloc(0)
 	#pos = 0
+	/** Where the element being read starts. */
+	#start = 0
 
-	constructor(private readonly onFrame: (frame: Reply | RespPush) => void) {}
+	constructor(
+		private readonly onFrame: (frame: Reply | RespPush) => void,
+		readonly maxReply: number = MAX_REPLY_BYTES,
+	) {}
 
 	push(chunk: Buffer): void {
 		this.#buffer = this.#buffer.length === 0 ? chunk : Buffer.concat([this.#buffer, chunk])
@@ -68,6 +97,7 @@ export class Decoder {
 				frame = this.#value()
 			} catch (e) {
 				if (e === INCOMPLETE) return
+				if (e instanceof RespProtocolError && !(e instanceof RespNotResp) && !(e instanceof RespTooLarge)) throw this.#garbled()
 				throw e
 			}
 			// Drop the frame's bytes before handing it over, so a frame
@@ -83,15 +113,26 @@ export class Decoder {
 
 	#line(): string {
 		const end = this.#buffer.indexOf(CRLF, this.#pos)
-		if (end < 0) throw INCOMPLETE
+		if (end < 0) {
+			if (this.#buffer.length > this.maxReply) throw new RespTooLarge(BigInt(this.#buffer.length))
+			throw INCOMPLETE
+		}
 		const line = this.#buffer.toString('utf8', this.#pos, end)
 		this.#pos = end + 2
 		return line
 	}
 
-	#length(line: string): number {
-		if (!/^-?\d+$/.test(line)) throw new RespProtocolError(`bad length ${JSON.stringify(line)}`)
-		return Number(line)
+	/** A length line: a count of items taking `per` bytes each at least, or -1 for a null. */
+	#length(line: string, per = 1): number {
+		if (!/^-?\d+$/.test(line)) throw this.#garbled()
+		const n = BigInt(line)
+		if (n * BigInt(per) > BigInt(this.maxReply)) throw new RespTooLarge(n * BigInt(per))
+		return Number(n)
+	}
+
+	/** The bytes of the element being read, from its type byte on. */
+	#garbled(): RespNotResp {
+		return new RespNotResp(Buffer.from(this.#buffer.subarray(this.#start, this.#start + 10)))
 	}
 
 	#bulk(length: number): string {
@@ -114,6 +155,9 @@ export class Decoder {
 
 	#value(): Reply | RespPush {
 		if (this.#pos >= this.#buffer.length) throw INCOMPLETE
+		this.#start = this.#pos
+		// Told at once, before any line end arrives.
+		if (!TYPES.has(this.#buffer[this.#pos]!)) throw this.#garbled()
 		const type = String.fromCharCode(this.#buffer[this.#pos]!)
 		this.#pos += 1
 		const line = this.#line()
@@ -137,20 +181,20 @@ export class Decoder {
 				return this.#bulk(this.#length(line)).slice(4)
 			case '*':
 			case '~': {
-				const count = this.#length(line)
+				const count = this.#length(line, 3)
 				return count < 0 ? null : this.#items(count)
 			}
 			case '>':
-				return new RespPush(this.#items(this.#length(line)))
+				return new RespPush(this.#items(this.#length(line, 3)))
 			case '%': {
-				const flat = this.#items(2 * this.#length(line))
+				const flat = this.#items(2 * this.#length(line, 6))
 				const map = new Map<Reply, Reply>()
 				for (let i = 0; i < flat.length; i += 2) map.set(flat[i]!, flat[i + 1]!)
 				return map
 			}
 			case '|':
 				// Attributes describe the next value; holdline has no use for them.
-				this.#items(2 * this.#length(line))
+				this.#items(2 * this.#length(line, 6))
 				return this.#value()
 			case '_':
 				return null

@@ -10,6 +10,7 @@ import { toMillis, type Duration } from './duration.js'
 import { debugString, errorFor } from './errors.js'
 import { Lock, type LockOptions } from './lock.js'
 import { request } from './request.js'
+import { MAX_REPLY_BYTES } from './resp.js'
 import { Router, routedRequest } from './router.js'
 
 // `await using` looks `Symbol.asyncDispose` up when it runs; Node 20 before
@@ -40,11 +41,21 @@ export interface ConnectOptions {
 	user?: string
 	/**
 	 * How long dialling and the handshake may take (default `'10s'`); also
-	 * how long a store command (`stats`, `put`, `get`) may go unanswered.
+	 * how long a store command (`stats`, `put`, `get`) may go unanswered. A
+	 * server silent that long fails `connect` with `store: the server at
+	 * HOST:PORT answered nothing for 10s: closed`.
 	 */
 	connectTimeout?: Duration
 	/** Connections kept open for reuse while no hold uses them (default 8). */
 	maxIdle?: number
+	/**
+	 * The largest reply a connection takes, in bytes (default 64 MiB). A
+	 * reply whose header announces more ends its connection at once, before
+	 * any of it is read: `store: the server at HOST:PORT announced a reply of
+	 * N bytes, over the limit of LIMIT: closed` (at connect, `connect`
+	 * rejects so).
+	 */
+	maxReplyBytes?: number
 	/**
 	 * Speak TLS, with these options of Node's `tls.connect` (`ca`, `cert`,
 	 * `key`, `servername`, `rejectUnauthorized`, ...), whatever the
@@ -85,12 +96,16 @@ export async function connect(address: string | readonly string[] = '127.0.0.1:7
 	const timeout = options.connectTimeout === undefined ? DEFAULT_CONNECT_TIMEOUT_MS : toMillis(options.connectTimeout, 'connectTimeout', 'store')
 	const maxIdle = options.maxIdle ?? 8
 	if (!Number.isSafeInteger(maxIdle) || maxIdle < 0) throw errorFor('invalid', `maxIdle is a count, not ${String(maxIdle)}`)
+	const maxReplyBytes = options.maxReplyBytes ?? MAX_REPLY_BYTES
+	if (!Number.isSafeInteger(maxReplyBytes) || maxReplyBytes < 1) {
+		throw errorFor('invalid', `maxReplyBytes is a count of bytes, not ${String(maxReplyBytes)}`)
+	}
 	if (options.tls !== undefined && (typeof options.tls !== 'object' || options.tls === null)) {
 		throw errorFor('invalid', `the tls option is an object of tls.connect options, not ${String(options.tls)}`)
 	}
 	const auth = resolveAuth(where, options.user, options.token)
 	const tlsOptions = options.tls ?? (where.tls ? {} : undefined)
-	return new Store(await Router.connect(seeds, { auth, tls: tlsOptions, connectTimeoutMs: Math.max(1, timeout), maxIdle }))
+	return new Store(await Router.connect(seeds, { auth, tls: tlsOptions, connectTimeoutMs: Math.max(1, timeout), maxIdle, maxReplyBytes }))
 }
 
 /** The names a lock may have: 1 to 128 ASCII letters, digits and `_ - . :`. */

@@ -45,6 +45,31 @@ export function connectSilent(hostport: string, timeoutMs: number): HoldlineErro
 	return errorFor('closed', `the server at ${hostport} answered nothing for ${showMs(timeoutMs)}`)
 }
 
+/**
+ * `HELLO` answered by another server (`invalid`): `server` is the name and
+ * version it gave (`redis 7.0.15`), undefined when it named none.
+ */
+export function notHoldline(hostport: string, server: string | undefined): HoldlineError {
+	if (server === undefined) return errorFor('invalid', `the server at ${hostport} is not holdline`)
+	return errorFor('invalid', `the server at ${hostport} is ${server}, not holdline`)
+}
+
+/** The server sent bytes that are not RESP; `head` the first of them, 10 at most shown (`closed`). */
+export function notResp(hostport: string, head: Buffer): HoldlineError {
+	const shown = showKey(new TextDecoder().decode(head.subarray(0, 10)))
+	return errorFor('closed', `the server at ${hostport} answered with something that is not RESP (${shown})`)
+}
+
+/** A reply's header announced `size` bytes, over the connection's `limit` (`closed`). */
+export function replyTooLarge(hostport: string, size: bigint, limit: number): HoldlineError {
+	return errorFor('closed', `the server at ${hostport} announced a reply of ${size} bytes, over the limit of ${limit}`)
+}
+
+/** `proclaim` after the leadership ended: resigned, or the campaign's function settled (`invalid`). */
+export function proclaimEnded(lock: string, key: string): HoldlineError {
+	return errorFor('invalid', 'proclaimed after the leadership ended', lock, key)
+}
+
 /** `HELLO` answered `NOAUTH`: the server wants a token and was given none (`invalid`). */
 export function tokenMissing(): HoldlineError {
 	return errorFor('invalid', 'the server wants a token')

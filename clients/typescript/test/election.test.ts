@@ -103,7 +103,7 @@ test('campaign elects, leader() and proclaim show the note, the lead resigns aft
 	assert.equal(kept.signal.aborted, true)
 	assert.equal(kept.signal.reason.message, 'lock elections: key "billing": the lease was lost: the leader resigned')
 	assert.equal(kept.lost, false)
-	await assert.rejects(kept.proclaim('late'), isError('invalid', 'lock elections: key "billing": the leader resigned: invalid'))
+	await assert.rejects(kept.proclaim('late'), isError('invalid', 'lock elections: key "billing": proclaimed after the leadership ended: invalid'))
 	await kept.resign() // nothing more
 	// A rejection of the function propagates unchanged, and the lead resigns all the same.
 	const oops = new Error('oops')
@@ -149,7 +149,7 @@ test('a second campaigner waits while the first leads, and is elected with a gre
 		assert.equal(lead1.signal.reason.message, 'lock elections: key "resign": the lease was lost: the leader resigned')
 		assert.equal(lead1.lost, false, 'resigned, not lost')
 		await lead1.resign() // again: nothing more
-		await assert.rejects(lead1.proclaim('late'), isError('invalid', 'lock elections: key "resign": the leader resigned: invalid'))
+		await assert.rejects(lead1.proclaim('late'), isError('invalid', 'lock elections: key "resign": proclaimed after the leadership ended: invalid'))
 		const lead2 = await second.opened
 		assert.ok(lead2.fence > lead1.fence, `${lead2.fence} > ${lead1.fence}`)
 		assert.deepEqual(await secondDone, { fence: lead2.fence, leader: { note: 'second', fence: lead2.fence } })

@@ -45,7 +45,7 @@ export interface FakeNode {
 	close(): void
 }
 
-export const HELLO = '%1\r\n+server\r\n+scripted\r\n'
+export const HELLO = '%1\r\n+server\r\n+holdline\r\n'
 const CLUSTER_DISABLED = '-ERR This instance has cluster support disabled\r\n'
 
 /** The key a keyed command routes by: `GET row`'s row, else the key after the lock name. */

@@ -11,7 +11,7 @@ import { REPO } from './server.js'
 
 interface Table {
 	texts: Record<string, string>
-	rules: { default_port: number; connect_timeout_ms: number }
+	rules: { default_port: number; connect_timeout_ms: number; max_reply_bytes: number }
 }
 
 export const TABLE: Table = JSON.parse(fs.readFileSync(path.join(REPO, 'clients/texts.json'), 'utf8'))

@@ -2,7 +2,7 @@
 
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import { Decoder, encodeCommand, RespError, RespPush, type Reply } from '../src/resp.js'
+import { Decoder, encodeCommand, MAX_REPLY_BYTES, RespError, RespNotResp, RespPush, RespTooLarge, type Reply } from '../src/resp.js'
 import { now, toMillis, toPositiveMillis } from '../src/duration.js'
 import { Lease } from '../src/lease.js'
 import { errorFor, fromServer, showKey, HoldlineError } from '../src/errors.js'
@@ -21,6 +21,10 @@ import {
 	lostConnection,
 	lostSilent,
 	movedLoop,
+	notHoldline,
+	notResp,
+	proclaimEnded,
+	replyTooLarge,
 	slotUnserved,
 	tlsFailed,
 	tokenMissing,
@@ -74,8 +78,23 @@ test('every RESP3 type decodes, whole or a byte at a time', () => {
 })
 
 test('a frame that is not RESP throws rather than guessing', () => {
-	assert.throws(() => decodeAll('?what\r\n'), /unknown frame type/)
-	assert.throws(() => decodeAll(':12x\r\n'), /bad integer/)
+	// At once, from the first byte, and quoting the first 10 bytes.
+	assert.throws(
+		() => decodeAll('?what'),
+		(e: unknown) => e instanceof RespNotResp && e.head.toString() === '?what',
+	)
+	assert.throws(
+		() => decodeAll(':12x\r\n'),
+		(e: unknown) => e instanceof RespNotResp && e.head.toString() === ':12x\r\n',
+	)
+	assert.throws(
+		() => decodeAll('$999999999999\r\n'),
+		(e: unknown) => e instanceof RespTooLarge && e.size === 999999999999n,
+	)
+	assert.throws(
+		() => decodeAll('*99999999\r\n'),
+		(e: unknown) => e instanceof RespTooLarge && e.size === 299999997n,
+	)
 })
 
 test('durations as text, or milliseconds', () => {
@@ -288,6 +307,7 @@ test('durations are written as the core writes them', () => {
 
 test('the timing rules every client shares', () => {
 	assert.equal(DEFAULT_CONNECT_TIMEOUT_MS, TABLE.rules.connect_timeout_ms)
+	assert.equal(MAX_REPLY_BYTES, TABLE.rules.max_reply_bytes)
 	// max(10ms, ttl / 10)
 	assert.equal(lostMarginMs(2000), 200)
 	assert.equal(lostMarginMs(50), 10)
@@ -317,6 +337,11 @@ test('every client-made text is the table text, byte for byte', () => {
 		[waitSilent('inv', key, 3000, 1000), 'wait_silent', { lock: 'inv', key: k, wait: '3s', ttl: '1s' }],
 		[movedLoop('inv', key), 'moved_loop', { lock: 'inv', key: k }],
 		[slotUnserved('inv', key, 16383), 'slot_unserved', { lock: 'inv', key: k, slot: '16383' }],
+		[notHoldline('h:1', 'redis 7.0.15'), 'not_holdline', { hostport: 'h:1', server: 'redis 7.0.15' }],
+		[notHoldline('h:1', undefined), 'not_holdline_unnamed', { hostport: 'h:1' }],
+		[notResp('h:1', Buffer.from('HTTP/1.1 400 Bad Request')), 'not_resp', { hostport: 'h:1', bytes: '"HTTP/1.1 4"' }],
+		[replyTooLarge('h:1', 999999999999n, 67108864), 'reply_too_large', { hostport: 'h:1', size: '999999999999', limit: '67108864' }],
+		[proclaimEnded('inv', key), 'proclaim_ended', { lock: 'inv', key: k }],
 	]
 	assert.deepEqual(made.map(([, name]) => name).sort(), Object.keys(TABLE.texts).sort(), 'every text of the table is made here')
 	for (const [error, name, values] of made) {

@@ -31,7 +31,7 @@ from typing import Dict, List, Optional, Set, Tuple, Union
 from ._address import Address, Auth
 from ._errors import Closed, Error
 from ._pool import Holding, Pool
-from ._resp import Arg, Reply, RespError
+from ._resp import MAX_REPLY_BYTES, Arg, Reply, RespError
 from ._texts import CLUSTER_DOWN_PAUSE_MS, CLUSTER_DOWN_TRIES, MAX_REDIRECTS, key_text
 from ._wire import DROPPED, Link, closed_error
 
@@ -114,6 +114,7 @@ class Router:
         tls: Optional[ssl.SSLContext],
         connect_timeout_ms: int,
         max_idle: int,
+        max_reply: int = MAX_REPLY_BYTES,
     ) -> None:
         self.seeds = seeds
         self._auth = auth
@@ -121,6 +122,7 @@ class Router:
         """The TLS context every connection is made with; None: plain TCP."""
         self._connect_timeout_ms = connect_timeout_ms
         self._max_idle = max_idle
+        self._max_reply = max_reply
         self._pools: Dict[str, Pool] = {}
         self.home = self.pool_at(seeds[0])
         """The pool of the node the store connected to (every command's in single mode)."""
@@ -166,7 +168,14 @@ class Router:
         name = address.hostport
         pool = self._pools.get(name)
         if pool is None:
-            pool = Pool(address, self._auth, self.tls, self._connect_timeout_ms, self._max_idle)
+            pool = Pool(
+                address,
+                self._auth,
+                self.tls,
+                self._connect_timeout_ms,
+                self._max_idle,
+                self._max_reply,
+            )
             pool.on_failure = lambda: self._failed(name)
             self._pools[name] = pool
         return pool

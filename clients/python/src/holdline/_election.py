@@ -36,7 +36,7 @@ from typing import AsyncGenerator, List, Optional, Protocol, Tuple, Type, Union
 
 from ._cluster import Router
 from ._durations import Duration
-from ._errors import Closed, InUse, Invalid, Lost, text_for
+from ._errors import Closed, InUse, Invalid, Lost
 from ._inspect import KeyState
 from ._lease import Lease
 from ._pool import Pool
@@ -154,14 +154,15 @@ class Leadership:
     async def proclaim(self, note: str) -> None:
         """Replaces the leader's note (`NOTE`): observers are told at once.
         `Lost` when the leadership is lost (or was, as the server answers);
-        `Invalid` for a note the server refuses, or after `resign`."""
+        `Invalid` for a note the server refuses, or after `resign` (`lock L:
+        key "K": proclaimed after the leadership ended: invalid`)."""
         if not isinstance(note, str):
             raise TypeError(f"a note is a str, not {type(note).__name__}")
         self.lease.check()
         link = self._campaign._link()
         if link is None:
-            what = "the leadership was resigned"
-            raise Invalid(text_for(self.lease.lock, self.lease.key, what, "invalid"))
+            lock, key = self.lease.lock, self.lease.key
+            raise Invalid(key_text("proclaim_ended", lock, key))
         try:
             await link.call("NOTE", self.lease.id, note)
         except Lost as err:

@@ -13,7 +13,7 @@ from typing import Callable, List, Optional, Set, Tuple
 
 from ._address import Address, Auth
 from ._errors import Closed, text_for
-from ._resp import Arg, Reply
+from ._resp import MAX_REPLY_BYTES, Arg, Reply
 from ._wire import Link, open_link
 
 Holding = Tuple[str, str, object]
@@ -30,6 +30,7 @@ class Pool:
         tls: Optional[ssl.SSLContext],
         connect_timeout_ms: int,
         max_idle: int,
+        max_reply: int = MAX_REPLY_BYTES,
     ) -> None:
         self.address = address
         self._auth = auth
@@ -37,6 +38,7 @@ class Pool:
         """The TLS context every connection is made with; None: plain TCP."""
         self._connect_timeout_ms = connect_timeout_ms
         self._max_idle = max_idle
+        self._max_reply = max_reply
         self._idle: List[Link] = []
         self._links: Set[Link] = set()
         self._closed = False
@@ -57,7 +59,9 @@ class Pool:
     async def open(self) -> Link:
         """A new connection, said `HELLO` to."""
         try:
-            link = await open_link(self.address, self._auth, self._connect_timeout_ms, self.tls)
+            link = await open_link(
+                self.address, self._auth, self._connect_timeout_ms, self.tls, self._max_reply
+            )
         except Closed:
             self._failed()
             raise

@@ -19,11 +19,14 @@ Arg = Union[str, int, bytes]
 Reply = Any
 """A decoded reply: bytes, int, float, bool, None, RespError, list or dict."""
 
-# Larger frames than these are not holdline's: the stream is given up rather
-# than buffered without bound.
-_MAX_BULK = 64 * 1024 * 1024
-_MAX_ITEMS = 1024 * 1024
+MAX_REPLY_BYTES = 64 * 1024 * 1024
+"""The largest reply a connection takes unless `connect(max_reply_bytes=)`
+says otherwise: a header announcing more fails the stream at once."""
+
 _MAX_DEPTH = 32
+
+_TYPES = b"+-:$*_,#!=(%~>|"
+"""The first byte of every RESP2 and RESP3 frame."""
 
 _LENGTH = re.compile(rb"-?[0-9]+")
 
@@ -66,6 +69,22 @@ class ProtocolFault(Exception):
     """A frame the decoder cannot make sense of: the stream is unusable."""
 
 
+class NotResp(ProtocolFault):
+    """Bytes that are not RESP; `head` holds the first of them (up to 10)."""
+
+    def __init__(self, head: bytes) -> None:
+        super().__init__(f"not RESP: {head!r}")
+        self.head = head
+
+
+class TooLarge(ProtocolFault):
+    """A header announcing `size` bytes, over the decoder's limit."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(f"a reply of {size} bytes")
+        self.size = size
+
+
 class _Incomplete(Exception):
     """The buffer ends inside a frame: wait for more bytes."""
 
@@ -87,11 +106,19 @@ def encode(args: Sequence[Arg]) -> bytes:
 class Decoder:
     """Feed it bytes as they arrive; it answers every frame they complete,
     in order. A frame split across reads is decoded again from its start
-    once more bytes come (holdline's frames are small)."""
+    once more bytes come (holdline's frames are small).
 
-    def __init__(self) -> None:
+    Bytes that are not RESP raise `NotResp` as soon as they are seen, a
+    header announcing more than `max_reply` bytes (a string's length, or an
+    aggregate's count times 3, the fewest its elements take) `TooLarge`
+    before any of it is buffered."""
+
+    def __init__(self, max_reply: int = MAX_REPLY_BYTES) -> None:
         self._buffer = bytearray()
         self._pos = 0
+        self._start = 0
+        """Where the element being read starts."""
+        self.max_reply = max_reply
 
     def feed(self, data: bytes) -> List[Union[Reply, Push]]:
         """The whole frames `data` completes; raises `ProtocolFault` on a bad frame."""
@@ -103,6 +130,10 @@ class Decoder:
                 frame = self._value(0)
             except _Incomplete:
                 break
+            except (NotResp, TooLarge):
+                raise
+            except ProtocolFault:
+                raise self._garbled() from None
             del self._buffer[: self._pos]
             frames.append(frame)
         return frames
@@ -110,27 +141,31 @@ class Decoder:
     def _line(self) -> bytes:
         end = self._buffer.find(b"\r\n", self._pos)
         if end < 0:
-            if len(self._buffer) - self._pos > _MAX_BULK:
-                raise ProtocolFault("a line without its end")
+            if len(self._buffer) > self.max_reply:
+                raise TooLarge(len(self._buffer))
             raise _Incomplete
         line = bytes(self._buffer[self._pos : end])
         self._pos = end + 2
         return line
 
-    def _number(self, line: bytes, limit: int) -> int:
+    def _number(self, line: bytes, per_item: int) -> int:
         if _LENGTH.fullmatch(line) is None:
-            raise ProtocolFault(f"bad number {line!r}")
+            raise self._garbled()
         value = int(line)
-        if value > limit:
-            raise ProtocolFault(f"a length of {value}")
+        if value * per_item > self.max_reply:
+            raise TooLarge(value * per_item)
         return value
+
+    def _garbled(self) -> NotResp:
+        """The bytes of the element being read, from its type byte on."""
+        return NotResp(bytes(self._buffer[self._start : self._start + 10]))
 
     def _bulk(self, length: int) -> bytes:
         end = self._pos + length
         if len(self._buffer) < end + 2:
             raise _Incomplete
         if self._buffer[end : end + 2] != b"\r\n":
-            raise ProtocolFault("a bulk string without its end")
+            raise NotResp(bytes(self._buffer[end : end + 10]))
         data = bytes(self._buffer[self._pos : end])
         self._pos = end + 2
         return data
@@ -149,13 +184,17 @@ class Decoder:
             raise ProtocolFault("frames nested too deep")
         if self._pos >= len(self._buffer):
             raise _Incomplete
+        self._start = self._pos
         kind = bytes(self._buffer[self._pos : self._pos + 1])
+        if kind not in _TYPES:
+            # Told at once, before any line end arrives.
+            raise NotResp(bytes(self._buffer[self._pos : self._pos + 10]))
         self._pos += 1
         line = self._line()
         if kind in (b"+", b"-", b":", b"(", b"_", b"#", b","):
             return _simple(kind, line)
         if kind in (b"$", b"!", b"="):
-            length = self._number(line, _MAX_BULK)
+            length = self._number(line, 1)
             if length < 0:
                 return None
             data = self._bulk(length)
@@ -164,13 +203,13 @@ class Decoder:
             # A verbatim string starts with its three-letter format and a colon.
             return data[4:] if kind == b"=" else data
         if kind in (b"*", b"~", b">"):
-            count = self._number(line, _MAX_ITEMS)
+            count = self._number(line, 3)
             if count < 0:
                 return None
             items = self._items(count, depth)
             return Push(items) if kind == b">" else items
         if kind in (b"%", b"|"):
-            flat = self._items(2 * self._number(line, _MAX_ITEMS), depth)
+            flat = self._items(2 * self._number(line, 6), depth)
             if kind == b"|":
                 # Attributes describe the value that follows; nothing here uses them.
                 return self._value(depth)

@@ -14,7 +14,9 @@ from typing import Any, Dict, Generator, List, Optional, Type, Union
 from ._address import Addresses, parse_addresses, resolve_auth
 from ._cluster import Router
 from ._durations import Duration, to_ms
+from ._errors import Invalid, text_for
 from ._lock import Key, Lock, check_name, key_text
+from ._resp import MAX_REPLY_BYTES
 from ._texts import CONNECT_TIMEOUT_MS, DEFAULT_PORT
 from ._wire import result
 
@@ -29,6 +31,7 @@ def connect(
     ssl: Optional[_ssl.SSLContext] = None,
     connect_timeout: Optional[Duration] = None,
     max_idle: int = 16,
+    max_reply_bytes: int = MAX_REPLY_BYTES,
 ) -> "Connecting":
     """Connects to `holdline serve` at `address`: `host:port`, `host` (port
     7380), `[ipv6]:port`, `redis://[[user]:token@]host[:port]`, or `rediss://...`
@@ -49,7 +52,14 @@ def connect(
     address's form; a `rediss://` address without it uses
     `ssl.create_default_context()` (the system's trusted CAs).
     `connect_timeout` (default 10 s) bounds the connection, the TLS
-    handshake and the server's answer to `HELLO`. Up to `max_idle`
+    handshake and the server's answer to `HELLO`: a server silent for that
+    long fails `Closed` (`the server at HOST:PORT answered nothing for
+    10s`). A server whose `HELLO` answer names another server (Redis)
+    fails `Invalid`, one that sends what is not RESP `Closed`.
+    `max_reply_bytes` (default 64 MiB) is the largest reply a connection
+    takes: a reply announcing more fails its connection at once, unread
+    (`Closed`, `announced a reply of N bytes, over the limit of LIMIT`).
+    Up to `max_idle`
     connections are kept open between holds. A bad address or duration
     raises `Invalid` at once, as does a bad user name or a user without a
     token. With several addresses, the first one's user, token and TLS
@@ -62,7 +72,12 @@ def connect(
     if ssl is None and first.tls:
         ssl = _ssl.create_default_context()
     auth = resolve_auth(first, user, token)
-    return Connecting(Router(seeds, auth, ssl, timeout_ms, max_idle))
+    if isinstance(max_reply_bytes, bool) or not isinstance(max_reply_bytes, int):
+        raise TypeError(f"max_reply_bytes is an int, not {type(max_reply_bytes).__name__}")
+    if max_reply_bytes < 1:
+        what = f"max_reply_bytes {max_reply_bytes} is not positive"
+        raise Invalid(text_for(None, None, what, "invalid"))
+    return Connecting(Router(seeds, auth, ssl, timeout_ms, max_idle, max_reply_bytes))
 
 
 class Connecting:

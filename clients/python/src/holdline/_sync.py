@@ -37,6 +37,7 @@ from ._errors import Lost
 from ._inspect import KeyState
 from ._lease import Lease
 from ._lock import HoldBase, Key, Lock
+from ._resp import MAX_REPLY_BYTES
 from ._store import DEFAULT_ADDRESS, Store, connect
 
 T = TypeVar("T")
@@ -82,6 +83,7 @@ def connect_sync(
     ssl: Optional[_ssl.SSLContext] = None,
     connect_timeout: Optional[Duration] = None,
     max_idle: int = 16,
+    max_reply_bytes: int = MAX_REPLY_BYTES,
 ) -> "SyncStore":
     """`connect`, blocking: a store whose holds are `with` blocks."""
     connecting = connect(
@@ -91,6 +93,7 @@ def connect_sync(
         ssl=ssl,
         connect_timeout=connect_timeout,
         max_idle=max_idle,
+        max_reply_bytes=max_reply_bytes,
     )
     runner = _LoopThread()
 

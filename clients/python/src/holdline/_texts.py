@@ -8,7 +8,10 @@ an address as the caller wrote it, shown as a key is shown; `{user}` a
 user name, shown the same way; `{hostport}` the `host:port` dialled (an
 IPv6 host in brackets); `{reason}` the platform's own words; `{lock}` a
 lock name; `{key}` a key shown quoted; `{ttl}`, `{wait}`, `{timeout}`
-durations as `show_ms` writes them; `{slot}` a slot number in decimal.
+durations as `show_ms` writes them; `{slot}` a slot number in decimal;
+`{server}` the name and version a `HELLO` answer gave; `{bytes}` the first
+bytes (at most 10) that are not RESP, shown as a key is shown; `{size}` and
+`{limit}` byte counts in decimal.
 """
 
 from typing import Dict
@@ -26,6 +29,15 @@ TEXTS: Dict[str, str] = {
     "user_without_token": "store: the user {user} was given without a token: invalid",
     "cannot_connect": "store: cannot connect to {hostport} ({reason}): closed",
     "connect_silent": "store: the server at {hostport} answered nothing for {timeout}: closed",
+    "not_holdline": "store: the server at {hostport} is {server}, not holdline: invalid",
+    "not_holdline_unnamed": "store: the server at {hostport} is not holdline: invalid",
+    "not_resp": (
+        "store: the server at {hostport} answered with something that is not RESP ({bytes}): closed"
+    ),
+    "reply_too_large": (
+        "store: the server at {hostport} announced a reply of {size} bytes, "
+        "over the limit of {limit}: closed"
+    ),
     "token_missing": "store: the server wants a token: invalid",
     "token_refused": "store: the server refused the token: invalid",
     "connect_refused": (
@@ -54,6 +66,7 @@ TEXTS: Dict[str, str] = {
     "slot_unserved": (
         "lock {lock}: key {key}: no node serves its slot ({slot}) after 10 tries: closed"
     ),
+    "proclaim_ended": "lock {lock}: key {key}: proclaimed after the leadership ended: invalid",
 }
 
 DEFAULT_PORT = 7380

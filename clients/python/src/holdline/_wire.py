@@ -26,8 +26,19 @@ from collections import deque
 from typing import Callable, Deque, Dict, List, Optional, Protocol, cast
 
 from ._address import Address, Auth
-from ._errors import Closed, Invalid, from_reply
-from ._resp import Arg, Decoder, ProtocolFault, Push, Reply, RespError, encode
+from ._errors import Closed, Invalid, from_reply, show_key
+from ._resp import (
+    MAX_REPLY_BYTES,
+    Arg,
+    Decoder,
+    NotResp,
+    ProtocolFault,
+    Push,
+    Reply,
+    RespError,
+    TooLarge,
+    encode,
+)
 from ._texts import show_ms, text
 
 
@@ -73,10 +84,12 @@ class Pending:
 class Link(asyncio.Protocol):
     """One connection: commands answered in order, pushes the moment they come."""
 
-    def __init__(self, address: Address) -> None:
+    def __init__(self, address: Address, max_reply: int = MAX_REPLY_BYTES) -> None:
         self.address = address
         self._transport: Optional[asyncio.Transport] = None
-        self._decoder = Decoder()
+        self._decoder = Decoder(max_reply)
+        self.fault: Optional[str] = None
+        """Why the server's bytes were given up (`not_resp`, `reply_too_large`)."""
         self._pending: Deque[Pending] = deque()
         self._watchers: Dict[int, Watcher] = {}
         self._dropped = False
@@ -106,7 +119,8 @@ class Link(asyncio.Protocol):
             self.first_bytes = data[:2]
         try:
             frames = self._decoder.feed(data)
-        except ProtocolFault:
+        except ProtocolFault as fault:
+            self.fault = self._fault_text(fault)
             self.close()
             return
         for frame in frames:
@@ -122,6 +136,15 @@ class Link(asyncio.Protocol):
                 self.close()
             else:
                 self._answer(self._pending.popleft(), frame, now)
+
+    def _fault_text(self, fault: ProtocolFault) -> str:
+        hostport = self.address.hostport
+        if isinstance(fault, TooLarge):
+            size, limit = str(fault.size), str(self._decoder.max_reply)
+            return text("reply_too_large", hostport=hostport, size=size, limit=limit)
+        head = fault.head if isinstance(fault, NotResp) else b""
+        shown = show_key(head[:10].decode("utf-8", "replace"))
+        return text("not_resp", hostport=hostport, bytes=shown)
 
     def _answer(self, pending: Pending, reply: Reply, now: float) -> None:
         # Leases first: one whose time ran out before this answer was in hand
@@ -249,18 +272,27 @@ def _settle(future: "asyncio.Future[Reply]", value: Reply) -> None:
 
 
 async def open_link(
-    address: Address, auth: Optional[Auth], timeout_ms: int, tls: Optional[ssl.SSLContext]
+    address: Address,
+    auth: Optional[Auth],
+    timeout_ms: int,
+    tls: Optional[ssl.SSLContext],
+    max_reply: int = MAX_REPLY_BYTES,
 ) -> Link:
     """Connects (over TLS given `tls`) and says `HELLO 3` (with `AUTH USER
     TOKEN` given a user and token), all within `timeout_ms`. A server that wants a
     token, or refuses the one given, fails here (`Invalid`), as does a TLS
-    handshake (`Closed`), never at the first hold."""
+    handshake (`Closed`), never at the first hold; so does a server that is
+    not holdline (`not_holdline`, `Invalid`), one that sends what is not
+    RESP (`not_resp`) and one announcing a reply over `max_reply` bytes
+    (`reply_too_large`, both `Closed`)."""
     loop = asyncio.get_running_loop()
     deadline = time.monotonic() + timeout_ms / 1000
     silent = Closed(text("connect_silent", hostport=address.hostport, timeout=show_ms(timeout_ms)))
     try:
         _, link = await asyncio.wait_for(
-            loop.create_connection(lambda: Link(address), address.host, address.port, ssl=tls),
+            loop.create_connection(
+                lambda: Link(address, max_reply), address.host, address.port, ssl=tls
+            ),
             timeout_ms / 1000,
         )
     except asyncio.TimeoutError:
@@ -308,6 +340,8 @@ def _why_dropped(link: Link, address: Address, tls: Optional[ssl.SSLContext]) ->
         # A TLS server answers plain text with an alert record.
         reason = "the server speaks TLS: connect with rediss:// or ssl="
         raise Closed(text("tls_failed", hostport=address.hostport, reason=reason))
+    if link.fault is not None:
+        raise Closed(link.fault)
     return DROPPED
 
 
@@ -331,3 +365,27 @@ def _check_hello(reply: Reply, address: Address) -> None:
         raise Closed(text("connect_refused", hostport=address.hostport, reason=reply.line))
     if reply is DROPPED:
         raise closed_error()
+    _check_server(reply, address)
+
+
+def _check_server(reply: Reply, address: Address) -> None:
+    """`HELLO`'s answer (a map, or RESP2's flat array) names the server:
+    another than holdline fails `not_holdline`, with its name and version."""
+    fields: Dict[Reply, Reply] = {}
+    if isinstance(reply, dict):
+        fields = reply
+    elif isinstance(reply, list):
+        pairs = range(0, len(reply) - 1, 2)
+        fields = {reply[i]: reply[i + 1] for i in pairs if isinstance(reply[i], bytes)}
+    server = _shown(fields.get(b"server"))
+    if server == "holdline":
+        return
+    if server is None:
+        raise Invalid(text("not_holdline_unnamed", hostport=address.hostport))
+    version = _shown(fields.get(b"version"))
+    named = server if version is None else f"{server} {version}"
+    raise Invalid(text("not_holdline", hostport=address.hostport, server=named))
+
+
+def _shown(value: Reply) -> Optional[str]:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else None
