@@ -90,7 +90,8 @@ test('a stale map (every slot on node 0): the nodes answer MOVED, the client fol
 		await using store = await connect(seed.address)
 		await holdOnEveryNode(store, 'stale', 'stale-')
 		assert.ok(store.redirects >= 1, `${store.redirects} MOVED followed`)
-		// The map asked for again (the seed closes, node 0 answers): no more MOVED.
+		// The map asked for again (the fake node connected through hangs up on
+		// CLUSTER from now on, node 0 answers): no more MOVED.
 		let n = 0
 		await until('the map mended', async () => {
 			const before = store.redirects
