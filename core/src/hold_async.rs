@@ -30,11 +30,11 @@ impl Lock {
     }
 
     /// The body of every async hold: `key`, waiting up to `wait_ms`, for
-    /// `want` permits. A hold of one permit tries [`take_one_fast`] first,
+    /// `want` permits. It tries [`take_fast`] first,
     /// whose answer is a pointer: see there why the task's hot path must
     /// not carry a whole [`Fast`].
     ///
-    /// [`take_one_fast`]: Lock::take_one_fast
+    /// [`take_fast`]: Lock::take_fast
     async fn hold_async_with<R>(
         &self,
         key: KeyRef<'_>,
@@ -45,13 +45,8 @@ impl Lock {
         let mut buf = KeyBuf::new();
         let text = key.text(&mut buf);
         let hash = self.shared.table.hash(text);
-        let fast = if want == 1 {
-            self.take_one_fast(text, hash)
-        } else {
-            None
-        };
-        let grant = match fast {
-            Some(record) => Grant::of_one(record),
+        let grant = match self.take_fast(text, hash, want) {
+            Some(taken) => Grant::of_taken(taken, want),
             None => {
                 self.grant_async(text, hash, Mode::Wait(wait_ms), want)
                     .await?

@@ -102,14 +102,13 @@ impl Grant {
         }
     }
 
-    /// The caller just took `record`'s one permit with the uncontended
-    /// CAS ([`Lock::take_one_fast`]).
+    /// The caller just took `want` permits with [`Lock::take_fast`].
     #[inline(always)]
-    pub(crate) fn of_one(record: HeldRecord) -> Grant {
+    pub(crate) fn of_taken(taken: Taken, want: u32) -> Grant {
         Grant {
-            record,
-            fence: record.fence(),
-            permits: 1,
+            record: taken.record,
+            fence: taken.fence,
+            permits: want,
         }
     }
 
@@ -401,15 +400,16 @@ impl Lock {
         Driver::arm(&self.store.timer, &armed);
     }
 
-    /// The hot path of a hold of one permit that may wait: the key's
-    /// record found without a lock and taken with one CAS, answered as
-    /// the record alone. A pointer comes back in a register; a whole
-    /// [`Fast`] went through the stack, where copying its grant with
-    /// wider loads than the stores that wrote it stalled every async hold
-    /// (the same instructions ran at half the rate). `None`: anything
-    /// else, which [`acquire_fast`](Lock::acquire_fast) then answers.
+    /// The hot path of a task's hold: the key's record found without a
+    /// lock and `want` of its permits taken (one CAS for a lock of one
+    /// permit), answered as the record and the grant's fence: two words,
+    /// which come back in registers. A whole [`Fast`] went through the
+    /// stack, where copying its grant with wider loads than the stores
+    /// that wrote it stalled every async hold (the same instructions ran
+    /// at half the rate). `None`: anything else, which
+    /// [`acquire_fast`](Lock::acquire_fast) then answers.
     #[inline(always)]
-    pub(crate) fn take_one_fast(&self, text: &str, hash: u64) -> Option<HeldRecord> {
+    pub(crate) fn take_fast(&self, text: &str, hash: u64, want: u32) -> Option<Taken> {
         // Acquire: as in `acquire_fast`, which answers the refusals.
         if self.store.closed.load(Ordering::Acquire)
             || ctx::check_hold(self.shared.id(), hash, text).is_err()
@@ -418,7 +418,14 @@ impl Lock {
         }
         let guard = epoch::pin();
         let r = self.shared.table.find(hash, text, &guard)?;
-        r.try_lock_fast().ok().map(|()| HeldRecord::of(r))
+        match r.try_lock_fast() {
+            Ok(()) => Some(Taken {
+                record: HeldRecord::of(r),
+                fence: r.fence(),
+            }),
+            Err(s) if s & MULTI != 0 => take_permits_fast(r, want),
+            Err(_) => None,
+        }
     }
 
     /// The uncontended acquire: the key's record found without a lock and
@@ -759,6 +766,27 @@ fn take_permits(r: &Record, want: u32) -> Fast {
         Tried::Granted(fence) => Fast::Granted(Grant::new(r, fence, want)),
         Tried::Held => Fast::Held,
         Tried::Dead => Fast::Slow,
+    }
+}
+
+/// What [`Lock::take_fast`] took: the record and the grant's fence (the
+/// permits are the caller's `want`).
+#[derive(Clone, Copy)]
+pub(crate) struct Taken {
+    record: HeldRecord,
+    fence: u64,
+}
+
+/// [`take_permits`] for [`Lock::take_fast`]: `None` where it would not grant.
+#[cold]
+#[inline(never)]
+fn take_permits_fast(r: &Record, want: u32) -> Option<Taken> {
+    match r.try_acquire(want) {
+        Tried::Granted(fence) => Some(Taken {
+            record: HeldRecord::of(r),
+            fence,
+        }),
+        Tried::Held | Tried::Dead => None,
     }
 }
 

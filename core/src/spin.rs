@@ -85,6 +85,9 @@ pub(crate) use imp::*;
 use crate::counters::{count, Event};
 use crate::sync::{spin_loop, yield_now};
 
+/// Rounds of [`Backoff::snooze`] that spin before it yields.
+const SNOOZE_ROUNDS: u32 = 128;
+
 /// Waiting for the `QLOCK` bit: held for a few pointer writes, but its owner
 /// may be preempted on an oversubscribed machine, so spin, then yield.
 pub(crate) struct Backoff(u32);
@@ -95,12 +98,15 @@ impl Backoff {
     }
 
     pub(crate) fn snooze(&mut self) {
-        // 1 + 2 + ... + 512 pauses (~21 us here) before the first yield:
-        // the bit is held for a few pointer writes, so a wait longer than
-        // that means its owner was preempted, and only then does giving up
-        // the slice (to it, with luck) help.
-        if self.0 < 10 {
-            for _ in 0..1u32 << self.0 {
+        // 1 + 2 + 4 + 8 pauses, then rounds of 8 up to about 1,000 in all
+        // (~21 us here) before the first yield: the bit is held for a few
+        // pointer writes, so a wait longer than that means its owner was
+        // preempted, and only then does giving up the slice (to it, with
+        // luck) help. The rounds stay short, so the bit let go is seen
+        // within 8 pauses: a doubling wait overshot the owner's brief hold
+        // by hundreds of pauses on a key two cores take in turn.
+        if self.0 < SNOOZE_ROUNDS {
+            for _ in 0..1u32 << self.0.min(3) {
                 spin_loop();
             }
             self.0 += 1;
