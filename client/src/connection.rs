@@ -85,6 +85,9 @@ impl fmt::Display for Garbled {
 
 impl std::error::Error for Garbled {}
 
+/// `tls_failed`'s reason for a TLS server met in plain text.
+const SPEAKS_TLS: &str = "the server speaks TLS: connect with rediss:// or a TLS option";
+
 /// Whether `b` starts a RESP2 or RESP3 frame.
 fn is_resp_type(b: u8) -> bool {
     b"+-:$*_,#!=(%~>|".contains(&b)
@@ -134,6 +137,13 @@ impl FrameReader {
         loop {
             // A frame's first byte tells at once whether it is RESP.
             if !self.decoder.is_mid_frame() && self.buf.first().is_some_and(|&b| !is_resp_type(b)) {
+                if let [0x15 | 0x16, 0x03, ..] = self.buf[..] {
+                    // A TLS record (an alert, a handshake): a TLS server
+                    // answering plain text.
+                    let why = io::Error::new(io::ErrorKind::InvalidData, SPEAKS_TLS);
+                    let text = texts::tls_failed(&self.hostport, why).to_string();
+                    return Err(self.garbled(text));
+                }
                 return Err(self.garbled(texts::not_resp(&self.hostport, &self.buf)));
             }
             let before = self.buf.len();

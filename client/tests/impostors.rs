@@ -174,6 +174,20 @@ async fn max_reply_bytes_sets_the_limit() {
 }
 
 #[tokio::test]
+async fn a_tls_server_met_in_plain_text_fails_connect_tls_failed() {
+    // A TLS alert record (protocol_version), as a TLS server answers plain text.
+    let fake = Fake::start(b"\x15\x03\x01\x00\x02\x02\x46", false);
+    let e = connect_error(&fake, ConnectOptions::new()).await;
+    assert_eq!(e.kind(), ErrorKind::Closed);
+    let reason = "the server speaks TLS: connect with rediss:// or a TLS option";
+    let want = expected_text(
+        "tls_failed",
+        &[("hostport", &fake.addr), ("reason", reason)],
+    );
+    assert_eq!(e.to_string(), want);
+}
+
+#[tokio::test]
 async fn a_server_that_closes_at_once_fails_connect_closed() {
     let fake = Fake::start(b"", false);
     let e = connect_error(&fake, ConnectOptions::new()).await;

@@ -2,7 +2,7 @@
 //! `redis-server` through it. Runs when `redis-server` is on the PATH
 //! (Debian package `redis-server`) and says so when it is not.
 
-use holdline_client::{Connection, Value};
+use holdline_client::{Connection, ErrorKind, Store, Value};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -52,6 +52,28 @@ fn start_redis() -> Option<(Redis, String)> {
 
 const RELEASE: &str =
     "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_store_refuses_redis_at_connect_naming_it() {
+    let Some((_redis, addr)) = start_redis() else {
+        return;
+    };
+    let conn = Connection::connect(addr.as_str()).await.unwrap();
+    let field = |name: &str| match conn.hello() {
+        Value::Map(pairs) => pairs
+            .iter()
+            .find_map(|(k, v)| (k.as_str() == Some(name)).then(|| v.as_str().unwrap().to_owned())),
+        other => panic!("{other:?}"),
+    };
+    let named = format!("{} {}", field("server").unwrap(), field("version").unwrap());
+    assert!(named.starts_with("redis "), "{named}");
+    let e = Store::connect(&addr).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Invalid);
+    assert_eq!(
+        e.to_string(),
+        format!("store: the server at {addr} is {named}, not holdline: invalid")
+    );
+}
 
 #[tokio::test(flavor = "current_thread")]
 async fn a_redis_lock_through_the_connection() {
