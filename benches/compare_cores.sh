@@ -74,7 +74,10 @@ for rev in "${revs[@]}"; do
     deps+="$name = { package = \"holdline_$name\", path = \"cores/$name\" }"$'\n'
     contenders+="holdline_benches::core_contender!(C_$name, $name);"$'\n'
     # The permits rows need `LockBuilder::permits` (since 02c3cd7).
-    if git show "$rev:core/src/lock.rs" | grep -q 'pub fn permits'; then
+    # (Read whole, then searched: `grep -q` quitting early would fail
+    # the pipe under pipefail and hide the rows.)
+    lock_rs=$(git show "$rev:core/src/lock.rs")
+    if grep -q 'pub fn permits' <<<"$lock_rs"; then
         guards+="holdline_benches::guard_core!(G_$name, $name, permits);"$'\n'
     else
         guards+="holdline_benches::guard_core!(G_$name, $name);"$'\n'

@@ -281,7 +281,7 @@ impl LeaseState {
         self.store.timer.cancel(self);
         // SAFETY: we won the CAS, so no other path will release: the grant
         // is still HELD by this lease and the record alive (module doc).
-        unsafe { self.record.release(self.fence) };
+        unsafe { self.record.release(self.fence, self.permits) };
         self.store.signals.notify();
         self.wake_aborted();
         Ok(())
@@ -635,7 +635,7 @@ impl<'a> Lease<'a> {
         }
         // SAFETY: no LeaseState means no timer: only we can let this grant
         // go, so it is still HELD by us and the record alive.
-        unsafe { self.record.release(self.fence) };
+        unsafe { self.record.release(self.fence, self.permits) };
         if self.store.closed.load(Ordering::Acquire) {
             Err(Loss::StoreClosed)
         } else {

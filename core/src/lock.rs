@@ -133,7 +133,7 @@ impl Drop for Grant {
     fn drop(&mut self) {
         // SAFETY: a Grant exists only while its key is HELD by it, and
         // this drop is its one release.
-        unsafe { self.record.release(self.fence) };
+        unsafe { self.record.release(self.fence, self.permits) };
     }
 }
 

@@ -1,95 +1,175 @@
-//! The book of a key of a lock of several permits: how many of its permits
-//! are held, and by which grants.
+//! The book of a key of a lock of several permits: which grants hold it.
 //!
 //! A lock of one permit needs no book: its state word's `HELD` bit says
-//! everything. A lock of `total > 1` permits gives each of its records a
-//! [`Holding`], read and written only by the owner of the record's line
-//! lock, so every grant and release of such a key is one short critical
-//! section that also serves the line.
+//! everything. A lock of `total > 1` permits keeps the count of permits
+//! held in its records' state words (so a take that fits is one CAS, see
+//! `record`'s "Several permits"), and each record a [`Permits`]: its
+//! count and the book of its current grants, which `inspect` and fenced
+//! writes read.
+//!
+//! The book is in two parts:
+//! - [`Slots`]: the fences of up to [`SLOTS`] grants, each claimed and
+//!   cleared by its own grant with one atomic operation, without the
+//!   record's line lock. A grant is in at most one slot; 0 is an empty one
+//!   (no grant has fence 0).
+//! - [`Overflow`]: the grants that found every slot taken, under the line
+//!   lock (a key with more than [`SLOTS`] holders at once).
 //!
 //! Invariants:
-//! - `held` is the sum of the grants' permits, and never exceeds `total`.
-//! - `grants` is in fence order: grants are booked under the line lock
-//!   with rising fences, so a release finds its grant by binary search and
-//!   the highest current fence is the last one.
+//! - Every current grant is in exactly one part from the moment its
+//!   taker returns its fence until its release begins; a release takes it
+//!   out of the book before it gives its permits back to the count.
+//! - The overflow is searched, not kept in order: a grant drawn earlier
+//!   may join it after a later one (its taker claims a slot, or books, only
+//!   after drawing its fence).
 
-/// One current grant: its fence and how many permits it holds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Booked {
-    pub(crate) fence: u64,
-    pub(crate) permits: u32,
-}
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
-/// The permits of one key held now, and by whom.
-#[derive(Debug)]
-pub(crate) struct Holding {
+/// Grants of one key whose fences sit in slots, beyond which they go to
+/// the overflow. A semaphore of a few permits never overflows; a
+/// read-write lock of many readers does past 8 at once.
+pub(crate) const SLOTS: usize = 8;
+
+/// A key's permits: the count, and the book of who holds them.
+pub(crate) struct Permits {
     total: u32,
-    held: u32,
-    grants: Vec<Booked>,
+    slots: Slots,
+    /// The key's line's length (a record of one permit keeps it in its
+    /// state word, where this one keeps its count): written only by the
+    /// owner of the record's line lock, read by anyone for statistics.
+    waiters: AtomicU32,
 }
 
-impl Holding {
-    /// A book whose first grant takes `permits` of `total` with `fence`.
-    pub(crate) fn first(total: u32, fence: u64, permits: u32) -> Holding {
-        debug_assert!(permits >= 1 && permits <= total);
-        Holding {
+impl Permits {
+    pub(crate) fn new(total: u32) -> Permits {
+        debug_assert!(total > 1);
+        Permits {
             total,
-            held: permits,
-            grants: vec![Booked { fence, permits }],
+            slots: Slots::new(total),
+            waiters: AtomicU32::new(0),
         }
     }
 
-    /// Whether `permits` more fit beside those held now.
+    /// Whether `want` more permits fit beside `held`.
     #[inline]
-    pub(crate) fn fits(&self, permits: u32) -> bool {
+    pub(crate) fn fits(&self, held: u32, want: u32) -> bool {
         // Mutant for loom-tests/README.md: a grant past the count.
         if cfg!(holdline_mutant = "grant_past_count") {
             return true;
         }
-        permits <= self.total - self.held
+        want <= self.total - held
     }
 
-    /// Books a grant of `permits` with `fence` (greater than every booked one).
-    pub(crate) fn book(&mut self, fence: u64, permits: u32) {
-        debug_assert!(self.fits(permits));
-        debug_assert!(self.grants.last().is_none_or(|b| b.fence < fence));
-        self.held += permits;
-        self.grants.push(Booked { fence, permits });
+    pub(crate) fn slots(&self) -> &Slots {
+        &self.slots
     }
 
-    /// Ends the grant with `fence`; answers its permits (`None`: no such
-    /// grant, which the one-release rule never lets happen).
-    pub(crate) fn end(&mut self, fence: u64) -> Option<u32> {
-        let at = self.grants.binary_search_by_key(&fence, |b| b.fence).ok()?;
-        let Booked { permits, .. } = self.grants.remove(at);
-        self.held -= permits;
+    /// The line's length, as its last line-lock owner left it.
+    pub(crate) fn waiters(&self) -> u32 {
+        // Relaxed: a QLOCK owner reads its own writes (or, after taking
+        // QLOCK with Acquire, the previous owner's); anyone else wants a
+        // recent count and nothing it publishes.
+        self.waiters.load(Ordering::Relaxed)
+    }
+
+    /// Sets the line's length: only the line lock's owner calls it.
+    pub(crate) fn set_waiters(&self, n: u32) {
+        // Relaxed: published to the next QLOCK owner by the unlock's Release.
+        self.waiters.store(n, Ordering::Relaxed);
+    }
+}
+
+/// The fences of up to [`SLOTS`] current grants (0: empty).
+///
+/// Relaxed throughout: a slot carries only its own fence, which nobody
+/// reads anything else through. What a grant publishes to the next holder
+/// goes through the state word's CAS, as for a lock of one permit; the
+/// slots are coherent on their own (one location each), so a claim never
+/// takes a slot another grant holds, and a look for a fence sees it from
+/// its claim until its clear.
+pub(crate) struct Slots {
+    fences: [AtomicU64; SLOTS],
+    /// How many of them this key uses: never more than its permits.
+    used: usize,
+}
+
+impl Slots {
+    fn new(total: u32) -> Slots {
+        Slots {
+            fences: std::array::from_fn(|_| AtomicU64::new(0)),
+            used: (total as usize).min(SLOTS),
+        }
+    }
+
+    /// Puts `fence` in an empty slot; `false`: every slot is taken.
+    ///
+    /// Every search starts at the first slot, whatever the fence: a start
+    /// that depended on the fence would make loom's models depend on the
+    /// process-wide fence floor, which differs between their runs.
+    pub(crate) fn claim(&self, fence: u64) -> bool {
+        debug_assert_ne!(fence, 0);
+        self.fences[..self.used].iter().any(|slot| {
+            slot.load(Ordering::Relaxed) == 0
+                && slot
+                    .compare_exchange(0, fence, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_ok()
+        })
+    }
+
+    /// Empties the slot holding `fence`; `false`: no slot holds it.
+    pub(crate) fn clear(&self, fence: u64) -> bool {
+        self.fences[..self.used].iter().any(|slot| {
+            // Only `fence`'s own grant clears its slot, so a plain store.
+            slot.load(Ordering::Relaxed) == fence && {
+                slot.store(0, Ordering::Relaxed);
+                true
+            }
+        })
+    }
+
+    /// The fences in slots now.
+    pub(crate) fn fences(&self) -> impl Iterator<Item = u64> + '_ {
+        self.fences[..self.used]
+            .iter()
+            .map(|s| s.load(Ordering::Relaxed))
+            .filter(|&f| f != 0)
+    }
+}
+
+/// One current grant that found every slot taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Booked {
+    pub(crate) fence: u64,
+}
+
+/// The grants beyond the slots, read and written under the line lock.
+#[derive(Debug, Default)]
+pub(crate) struct Overflow {
+    grants: Vec<Booked>,
+}
+
+impl Overflow {
+    /// Books a grant with `fence`.
+    pub(crate) fn book(&mut self, fence: u64) {
+        self.grants.push(Booked { fence });
+    }
+
+    /// Ends the grant with `fence`; `false`: no such grant here.
+    pub(crate) fn end(&mut self, fence: u64) -> bool {
+        let Some(at) = self.grants.iter().position(|b| b.fence == fence) else {
+            return false;
+        };
+        self.grants.swap_remove(at);
         if self.grants.is_empty() && self.grants.capacity() > 8 {
             // A burst of holders leaves no standing allocation behind it.
             self.grants = Vec::new();
         }
-        Some(permits)
+        true
     }
 
-    /// How many grants hold the key.
-    pub(crate) fn holders(&self) -> u32 {
-        self.grants.len() as u32
-    }
-
-    /// How many permits they hold in all.
-    pub(crate) fn held(&self) -> u32 {
-        self.held
-    }
-
-    /// The current grants, oldest first.
-    pub(crate) fn grants(&self) -> &[Booked] {
-        &self.grants
-    }
-
-    /// Whether the grant with `fence` holds the key now.
-    pub(crate) fn has(&self, fence: u64) -> bool {
-        self.grants
-            .binary_search_by_key(&fence, |b| b.fence)
-            .is_ok()
+    /// The fences booked here.
+    pub(crate) fn fences(&self) -> impl Iterator<Item = u64> + '_ {
+        self.grants.iter().map(|b| b.fence)
     }
 }
 
@@ -97,37 +177,56 @@ impl Holding {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use std::collections::BTreeSet;
 
     proptest! {
-        /// Any sequence of books and ends keeps `held` the sum of the
-        /// grants' permits, within the count, and the grants in fence order.
+        /// Any sequence of grants and ends keeps the book (slots and
+        /// overflow together) exactly the set of current fences, each in
+        /// one place.
         #[test]
-        fn the_book_adds_up(ops in proptest::collection::vec((any::<bool>(), 1u32..6, 0usize..8), 1..200)) {
-            let mut book = Holding::first(8, 1, 1);
-            let mut fence = 1;
-            for (grant, permits, pick) in ops {
-                if grant && book.fits(permits) {
+        fn the_book_holds_each_current_grant_once(
+            total in 2u32..20,
+            ops in proptest::collection::vec((any::<bool>(), 0usize..32), 1..300),
+        ) {
+            let permits = Permits::new(total);
+            let mut overflow = Overflow::default();
+            let mut current = BTreeSet::new();
+            let mut fence = 0;
+            for (grant, pick) in ops {
+                if grant && current.len() < total as usize {
                     fence += 1;
-                    book.book(fence, permits);
-                } else if !book.grants.is_empty() {
-                    let f = book.grants[pick % book.grants.len()].fence;
-                    prop_assert!(book.end(f).is_some());
-                    prop_assert!(!book.has(f));
+                    if !permits.slots().claim(fence) {
+                        overflow.book(fence);
+                    }
+                    current.insert(fence);
+                } else if let Some(&f) = current.iter().nth(pick % current.len().max(1)) {
+                    prop_assert!(permits.slots().clear(f) || overflow.end(f));
+                    prop_assert!(!permits.slots().clear(f) && !overflow.end(f));
+                    current.remove(&f);
                 }
-                let sum: u32 = book.grants.iter().map(|b| b.permits).sum();
-                prop_assert_eq!(book.held(), sum);
-                prop_assert!(book.held() <= 8);
-                prop_assert!(book.grants.windows(2).all(|w| w[0].fence < w[1].fence));
+                let mut seen: Vec<u64> = permits.slots().fences().chain(overflow.fences()).collect();
+                seen.sort_unstable();
+                prop_assert_eq!(seen, current.iter().copied().collect::<Vec<_>>());
             }
         }
     }
 
     #[test]
-    fn an_unknown_fence_ends_nothing() {
-        let mut book = Holding::first(4, 10, 2);
-        assert_eq!(book.end(9), None);
-        assert_eq!(book.held(), 2);
-        assert_eq!(book.end(10), Some(2));
-        assert_eq!((book.held(), book.holders()), (0, 0));
+    fn slots_are_no_more_than_the_permits_and_overflow_past_them() {
+        let two = Permits::new(2);
+        assert!(two.slots().claim(7) && two.slots().claim(8));
+        assert!(
+            !two.slots().claim(9),
+            "a third grant of 2 permits has no slot"
+        );
+        let many = Permits::new(100);
+        for f in 1..=SLOTS as u64 {
+            assert!(many.slots().claim(f));
+        }
+        assert!(!many.slots().claim(99));
+        let mut overflow = Overflow::default();
+        overflow.book(99);
+        assert!(!overflow.end(98));
+        assert!(overflow.end(99));
     }
 }

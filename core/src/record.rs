@@ -8,7 +8,8 @@
 //! | `QLOCK`  | someone is changing the line (a tiny lock over [`Line`])       |
 //! | `QUEUED` | the line is not empty                                          |
 //! | `DEAD`   | the table retired this record; look the key up again           |
-//! | 4..18    | the line's length (written by the `QLOCK` owner)               |
+//! | 4..18    | one permit: the line's length (written by the `QLOCK` owner)   |
+//! | 4..24    | `MULTI`: the permits held now                                  |
 //! | `MULTI`  | the key's lock has several permits (set at birth, never changed) |
 //!
 //! The word is a `u32`, so that with the 32-bit hash and an inline key the
@@ -21,8 +22,8 @@
 //!   transition is a CAS from a value without `QLOCK` (the uncontended ones
 //!   expect exactly `0` or exactly `HELD`). So the owner may unlock with a
 //!   plain store of the value it locked from, updated.
-//! - `DEAD` is set only from exactly `0` (free, no line, unlocked), by the
-//!   table's sweeper, and is final.
+//! - `DEAD` is set only from exactly `0` (free, no line, unlocked), or
+//!   exactly `MULTI`, by the table's sweeper, and is final.
 //! - `fence` is the fence of the latest grant while `HELD`, and the fence
 //!   the next grant will carry while free: a release stores `fence + 1`
 //!   before it gives the key up, so a stale fence is refused from the moment
@@ -30,17 +31,27 @@
 //!
 //! # Several permits
 //!
-//! A record with `MULTI` belongs to a lock of several permits and keeps a
-//! [`Holding`] book: who holds how many. Every change to such a record
-//! (grant, release, leave) is made under `QLOCK`, and the uncontended
-//! paths of one permit never succeed on it: its word is never exactly `0`
-//! or `HELD`. `HELD` then means "some grant holds permits", and the
-//! invariants above still hold: the line's first waiter does not fit, so
-//! something is held (`QUEUED` implies `HELD`). A release, or a waiter
-//! leaving the head of the line, grants in order every head waiter that
-//! now fits, and none behind one that does not (no overtaking). Each grant
-//! takes the next fence, so `fence` is the latest grant's while `HELD`; a
-//! waiter's fence travels in its node, since one release may grant several.
+//! A record with `MULTI` belongs to a lock of several permits. Its word
+//! counts the permits held (bits 4..24, so a record of several permits
+//! keeps its line's length in its [`Permits`] instead), and `HELD` says the
+//! count is not zero. A take that fits while nobody waits is one CAS that
+//! adds to the count, from a word without `QLOCK`, `QUEUED` or `DEAD`, as
+//! tokio's batch semaphore takes a free permit; a release with nobody in
+//! line is one CAS that takes from it. So the uncontended paths of one
+//! permit never succeed on such a record (its word is never exactly `0` or
+//! `HELD`), and the invariants above still hold: the line's first waiter
+//! does not fit, so something is held (`QUEUED` implies `HELD`). A release
+//! that finds a line, or a waiter leaving the head of the line, takes
+//! `QLOCK` and grants in order every head waiter that now fits, and none
+//! behind one that does not (no overtaking); a newcomer's CAS fails while
+//! anyone waits, so it cannot overtake either.
+//!
+//! Every grant draws its fence with one `fetch_add` on `fence`, which for
+//! such a record is always the latest grant's (held or not), and puts it in
+//! the key's book ([`Permits`]' slots, else the overflow under `QLOCK`)
+//! before its taker returns; a release takes it out of the book before it
+//! gives its permits back. A waiter's fence travels in its node, since one
+//! release may grant several.
 //!
 //! # The line
 //!
@@ -116,7 +127,7 @@
 //!   too (a DEAD peek is confirmed under the shard lock).
 
 use crate::counters::{count, Event};
-use crate::permits::{Booked, Holding};
+use crate::permits::{Overflow, Permits};
 use crate::spin::{first_in_line_spin_pauses, spin_learn, Backoff, SPIN_BEHIND, SPIN_ROUND};
 use crate::sync::{
     park_timeout, spin_loop, AtomicU32, AtomicU64, Clock, Ordering, Thread, UnsafeCell,
@@ -140,10 +151,38 @@ const WAITER_SHIFT: u32 = 4;
 const WAITER_ONE: u32 = 1 << WAITER_SHIFT;
 const WAITER_MASK: u32 = 0x3fff << WAITER_SHIFT;
 
-/// The line's length in state word `s`.
+/// The line's length in state word `s` of a record of one permit.
 #[inline]
 fn waiters_in(s: u32) -> u32 {
     (s & WAITER_MASK) >> WAITER_SHIFT
+}
+
+/// A `MULTI` record's count of permits held, where a record of one permit
+/// keeps its line's length (1,000,000 permits need 20 bits).
+const HELD_ONE: u32 = 1 << WAITER_SHIFT;
+const HELD_MASK: u32 = 0xf_ffff << WAITER_SHIFT;
+
+/// The permits held in state word `s` of a `MULTI` record.
+#[inline]
+fn held_in(s: u32) -> u32 {
+    (s & HELD_MASK) >> WAITER_SHIFT
+}
+
+/// `MULTI` word `s` with `want` more permits held.
+#[inline]
+fn with_taken(s: u32, want: u32) -> u32 {
+    (s + want * HELD_ONE) | HELD
+}
+
+/// `MULTI` word `s` with `want` permits given back.
+#[inline]
+fn with_given_back(s: u32, want: u32) -> u32 {
+    let s = s - want * HELD_ONE;
+    if held_in(s) == 0 {
+        s & !HELD
+    } else {
+        s
+    }
 }
 
 // Waiter statuses. See the table in the module doc.
@@ -421,19 +460,38 @@ pub(crate) struct Record {
     /// See the module doc: the latest grant's fence while held, the next's while free.
     fence: AtomicU64,
     line: UnsafeCell<Line>,
-    /// What does not fit the cache line, under `QLOCK`: made at birth for
-    /// a lock of several permits (its book), else when a task first waits.
+    /// What does not fit the cache line: made at birth for a lock of
+    /// several permits, else under `QLOCK` when a task first waits; never
+    /// replaced, and freed with the record.
     extra: UnsafeCell<Option<Box<Extra>>>,
 }
 
-/// A record's state beyond its cache line, read and written under `QLOCK`.
-#[derive(Default)]
+/// A record's state beyond its cache line.
 struct Extra {
-    /// A lock of several permits (`MULTI`): who holds how many.
-    book: Option<Holding>,
+    /// Read and written under `QLOCK`.
+    locked: UnsafeCell<Locked>,
+    /// A lock of several permits (`MULTI`): its count and the slots of its
+    /// book, which grants and releases use without `QLOCK`.
+    permits: Option<Permits>,
+}
+
+/// What a record keeps beyond its cache line under `QLOCK`.
+#[derive(Default)]
+struct Locked {
+    /// `MULTI`: the grants beyond the book's slots.
+    overflow: Overflow,
     /// When the earliest line-timer entry still pending for the key comes
     /// due (ms): see the module doc's "one timer per line".
     line_timer_ms: Option<u64>,
+}
+
+impl Extra {
+    fn new(permits: Option<Permits>) -> Extra {
+        Extra {
+            locked: UnsafeCell::new(Locked::default()),
+            permits,
+        }
+    }
 }
 
 /// Under loom a record's end is a write to its line, so a `QLOCK` owner
@@ -459,12 +517,12 @@ impl Record {
         let (state, extra) = if take.total == 1 {
             (HELD, None)
         } else {
-            let book = Holding::first(take.total, fence, take.want);
-            let extra = Extra {
-                book: Some(book),
-                line_timer_ms: None,
-            };
-            (MULTI | HELD, Some(Box::new(extra)))
+            let permits = Permits::new(take.total);
+            // Fresh slots, at least two: the first grant has one.
+            let booked = permits.slots().claim(fence);
+            debug_assert!(booked);
+            let extra = Box::new(Extra::new(Some(permits)));
+            (with_taken(MULTI, take.want), Some(extra))
         };
         Record {
             next: epoch::Atomic::null(),
@@ -523,7 +581,12 @@ impl Record {
     }
 
     pub(crate) fn waiter_count(&self) -> u32 {
-        waiters_in(self.state.load(Ordering::Relaxed))
+        let s = self.state.load(Ordering::Relaxed);
+        if s & MULTI == 0 {
+            waiters_in(s)
+        } else {
+            self.permits().waiters()
+        }
     }
 
     /// The fence the next grant would carry if the key were free now:
@@ -532,13 +595,15 @@ impl Record {
     pub(crate) fn grant_mark(&self) -> u64 {
         let s = self.state.load(Ordering::Acquire);
         let fence = self.fence.load(Ordering::Relaxed);
-        fence + u64::from(s & HELD != 0)
+        // Several permits: `fence` is always the latest grant's.
+        fence + u64::from(s & (HELD | MULTI) != 0)
     }
 
     /// The fence a new record for this key must start from once this one is
     /// retired: greater than every fence it granted.
     pub(crate) fn next_fence_after_retire(&self) -> u64 {
-        self.fence.load(Ordering::Relaxed)
+        let multi = self.state.load(Ordering::Relaxed) & MULTI != 0;
+        self.fence.load(Ordering::Relaxed) + u64::from(multi)
     }
 
     /// Never waits: takes `want` permits of the key if they fit and nobody
@@ -641,7 +706,8 @@ impl Record {
         waiter: Pin<&Waiter>,
         admit: impl FnOnce(u32) -> Result<(), E>,
     ) -> Result<Enqueued, E> {
-        let len = waiters_in(s);
+        // SAFETY: we own QLOCK.
+        let len = unsafe { self.line_len(s) };
         if let Err(e) = admit(len) {
             // Release: publish nothing new, but keep the unlock a release.
             self.state.store(s, Ordering::Release);
@@ -670,7 +736,9 @@ impl Record {
         } else {
             Ordering::Release
         };
-        self.state.store((s | QUEUED) + WAITER_ONE, unlock);
+        // SAFETY: we own QLOCK.
+        let s = unsafe { self.line_grew(s) };
+        self.state.store(s, unlock);
         Ok(Enqueued::Waiting {
             first: len == 0,
             arm_line_ms,
@@ -809,8 +877,8 @@ impl Record {
         let now_empty = unsafe { self.unlink(&waiter) };
         // Relaxed: only the owner reads LEFT, in program order.
         waiter.status.store(LEFT, Ordering::Relaxed);
-        let s = s - WAITER_ONE;
-        let s = if now_empty { s & !QUEUED } else { s };
+        // SAFETY: we own QLOCK.
+        let s = unsafe { self.line_shrank(s, now_empty) };
         // Mutant for loom-tests/README.md: a departure that serves nobody.
         if s & MULTI == 0 || cfg!(holdline_mutant = "leave_serves_none") {
             self.state.store(s, Ordering::Release);
@@ -828,11 +896,12 @@ impl Record {
     /// Lets the key go: straight to the first waiter when there is one
     /// (no barging), otherwise free. Called once per grant, by its holder or
     /// by whoever took its lease away. `fence` is that grant's fence.
+    /// `permits`: the grant's (1 for a lock of one permit).
     #[inline]
-    pub(crate) fn release(&self, fence: u64) {
+    pub(crate) fn release(&self, fence: u64, permits: u32) {
         // Relaxed: MULTI is set at birth and never changes.
         if self.state.load(Ordering::Relaxed) & MULTI != 0 {
-            return self.release_multi(fence);
+            return self.release_multi(fence, permits);
         }
         // Relaxed: published by the Release transition below.
         self.fence.store(fence + 1, Ordering::Relaxed);
@@ -900,17 +969,19 @@ impl Record {
     pub(crate) fn close_line(&self, wake: &mut Wakes) {
         // Taking and letting go QLOCK (Acquire/Release) is what makes a waiter
         // that locks after us see the store's `closed` flag (`Store::close`).
-        let s = self.lock_line();
-        for _ in 0..waiters_in(s) {
+        let mut s = self.lock_line();
+        // SAFETY: we own QLOCK.
+        for _ in 0..unsafe { self.line_len(s) } {
             // SAFETY: we own QLOCK, and the count says how many are linked.
-            let (w, _) = unsafe { self.pop_front() };
+            let (w, now_empty) = unsafe { self.pop_front() };
+            // SAFETY: as above.
+            s = unsafe { self.line_shrank(s, now_empty) };
             // SAFETY: `w` was linked and has no final status: alive.
             if let Some(t) = unsafe { finish_waiter(w, CLOSED, 0) } {
                 wake.push(t);
             }
         }
-        self.state
-            .store(s & !(QUEUED | WAITER_MASK), Ordering::Release);
+        self.state.store(s, Ordering::Release);
     }
 
     /// The sweeper's step: retires the record if it is idle (exactly `0`,
@@ -924,9 +995,10 @@ impl Record {
         } else {
             multi
         };
-        // Acquire: to read the last holder's fence bump afterwards.
+        // Acquire: to read the last holder's fence bump afterwards. MULTI
+        // stays: a retired record's last fences are read by its kind.
         self.state
-            .compare_exchange(idle, DEAD, Ordering::Acquire, Ordering::Relaxed)
+            .compare_exchange(idle, idle | DEAD, Ordering::Acquire, Ordering::Relaxed)
             .is_ok()
     }
 
@@ -1027,15 +1099,86 @@ impl Record {
 
 /// The line timer (module doc: "one timer per line").
 impl Record {
-    /// Runs `f` on the record's [`Extra`], made on first need (once per
-    /// record, freed with it: an allocation under QLOCK, once).
+    /// The record's [`Extra`], if it has one. Only a `MULTI` record's may
+    /// be asked for without `QLOCK`: it was made at birth and is never
+    /// replaced, where another record's is made under `QLOCK`.
+    fn extra(&self) -> Option<&Extra> {
+        // SAFETY: the box, once there, is never replaced or freed before
+        // the record (see above for who may ask when).
+        self.extra.with(|e| unsafe { (*e).as_deref() })
+    }
+
+    /// The key's permits (count and book slots) of a `MULTI` record.
+    fn permits(&self) -> &Permits {
+        self.extra()
+            .and_then(|e| e.permits.as_ref())
+            .expect("a MULTI record has its permits")
+    }
+
+    /// Runs `f` on what the record keeps under `QLOCK`, its [`Extra`] made
+    /// on first need (once per record, freed with it: an allocation under
+    /// QLOCK, once).
     ///
     /// # Safety
     /// The caller owns QLOCK, which guards it.
-    unsafe fn with_extra<R>(&self, f: impl FnOnce(&mut Extra) -> R) -> R {
-        // SAFETY: QLOCK gives exclusive access (the caller's contract).
-        self.extra
-            .with_mut(|e| f(unsafe { (*e).get_or_insert_with(Box::default) }))
+    unsafe fn with_locked<R>(&self, f: impl FnOnce(&mut Locked) -> R) -> R {
+        let extra: *const Extra = match self.extra() {
+            Some(e) => e,
+            // SAFETY: under QLOCK (the caller's contract), and a record
+            // without an Extra is not MULTI, so nobody reads the cell
+            // without QLOCK.
+            None => self.extra.with_mut(|e| unsafe {
+                let made: &Extra = (*e).insert(Box::new(Extra::new(None)));
+                made as *const Extra
+            }),
+        };
+        // SAFETY: QLOCK gives exclusive access to `locked`; the box lives
+        // as long as the record.
+        unsafe { (*extra).locked.with_mut(|l| f(&mut *l)) }
+    }
+
+    /// The line's length.
+    ///
+    /// # Safety
+    /// The caller owns QLOCK; `s` is the word without it.
+    unsafe fn line_len(&self, s: u32) -> u32 {
+        if s & MULTI == 0 {
+            waiters_in(s)
+        } else {
+            self.permits().waiters()
+        }
+    }
+
+    /// One more in line: the word to unlock with.
+    ///
+    /// # Safety
+    /// As for [`line_len`](Record::line_len).
+    unsafe fn line_grew(&self, s: u32) -> u32 {
+        if s & MULTI == 0 {
+            return (s | QUEUED) + WAITER_ONE;
+        }
+        let permits = self.permits();
+        permits.set_waiters(permits.waiters() + 1);
+        s | QUEUED
+    }
+
+    /// One fewer in line (`now_empty`: it was the last): the word to unlock with.
+    ///
+    /// # Safety
+    /// As for [`line_len`](Record::line_len).
+    unsafe fn line_shrank(&self, s: u32, now_empty: bool) -> u32 {
+        let s = if s & MULTI == 0 {
+            s - WAITER_ONE
+        } else {
+            let permits = self.permits();
+            permits.set_waiters(permits.waiters() - 1);
+            s
+        };
+        if now_empty {
+            s & !QUEUED
+        } else {
+            s
+        }
     }
 
     /// Keeps the line timer's invariant for a task node just linked: the
@@ -1053,7 +1196,7 @@ impl Record {
         let due_ms = deadline_us.div_ceil(1000);
         // SAFETY: the caller owns QLOCK.
         unsafe {
-            self.with_extra(|extra| {
+            self.with_locked(|extra| {
                 // Mutant for loom-tests/README.md: a deadline left uncovered.
                 if extra.line_timer_ms.is_some_and(|at| at <= due_ms)
                     || cfg!(holdline_mutant = "uncovered_deadline")
@@ -1080,7 +1223,8 @@ impl Record {
             return None;
         }
         let mut next_us: Option<u64> = None;
-        for _ in 0..waiters_in(s) {
+        // SAFETY: we own QLOCK.
+        for _ in 0..unsafe { self.line_len(s) } {
             // SAFETY: we own QLOCK; the count says how many are linked; the
             // rotation keeps every node linked (head becomes the tail).
             let node = unsafe { &*self.rotate() };
@@ -1098,7 +1242,7 @@ impl Record {
         }
         // SAFETY: we own QLOCK.
         let arm = unsafe {
-            self.with_extra(|extra| {
+            self.with_locked(|extra| {
                 // An entry after `now_ms` is still on the wheel; one at or
                 // before it is this one, or fired already.
                 let pending = extra.line_timer_ms.filter(|&at| at > now_ms);
@@ -1139,8 +1283,8 @@ pub(crate) struct Take {
     pub(crate) want: u32,
 }
 
-/// Who holds a key now: from the state word for a lock of one permit,
-/// from the book (read under the line lock) for one of several.
+/// Who holds a key now: from the state word for a lock of one permit; for
+/// one of several, the count from the word and the grants from the book.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 pub(crate) struct Holders {
     /// Grants holding the key.
@@ -1180,68 +1324,90 @@ impl Woken {
     }
 }
 
-/// A record of a lock of several permits (`MULTI`): every change under QLOCK.
+/// A record of a lock of several permits (`MULTI`): takes and releases
+/// with nobody in line are CASes on the count; the line is served under
+/// QLOCK (module doc: "Several permits").
 impl Record {
-    /// Runs `f` on the book.
-    ///
-    /// # Safety
-    /// The caller owns QLOCK, and the record has `MULTI` (so a book).
-    unsafe fn with_book<R>(&self, f: impl FnOnce(&mut Holding) -> R) -> R {
-        // SAFETY: the caller's contract.
-        unsafe { self.with_extra(|e| f(e.book.as_mut().expect("a MULTI record has a book"))) }
+    /// Draws the fence of a grant whose permits were just counted and
+    /// books it: in a slot, else (every slot taken) in the overflow under
+    /// QLOCK.
+    fn book_grant(&self, permits: &Permits) -> u64 {
+        let fence = self.draw_fence();
+        if !permits.slots().claim(fence) {
+            let s = self.lock_line();
+            // SAFETY: we own QLOCK.
+            unsafe { self.with_locked(|l| l.overflow.book(fence)) };
+            // Release: publishes the overflow to the next QLOCK owner.
+            self.state.store(s, Ordering::Release);
+        }
+        fence
     }
 
-    /// Books a grant of `want` permits (they fit); answers its fence: the
-    /// next one while free, one past the latest while held.
+    /// [`book_grant`](Record::book_grant) by the QLOCK owner.
     ///
     /// # Safety
     /// The caller owns QLOCK of a `MULTI` record.
-    unsafe fn book_grant(&self, want: u32) -> u64 {
-        // SAFETY: the caller's contract.
-        unsafe {
-            self.with_book(|book| {
-                // Relaxed: the fence changes only under QLOCK, which we own.
-                let latest = self.fence.load(Ordering::Relaxed);
-                let fence = if book.holders() == 0 {
-                    latest
-                } else {
-                    latest + 1
-                };
-                self.fence.store(fence, Ordering::Relaxed);
-                book.book(fence, want);
-                fence
-            })
+    unsafe fn book_grant_locked(&self, permits: &Permits) -> u64 {
+        let fence = self.draw_fence();
+        if !permits.slots().claim(fence) {
+            // SAFETY: the caller's contract.
+            unsafe { self.with_locked(|l| l.overflow.book(fence)) };
+        }
+        fence
+    }
+
+    /// The next fence of a `MULTI` record, whose `fence` is the latest grant's.
+    fn draw_fence(&self) -> u64 {
+        // Relaxed: a fence need only be unique and greater than every
+        // fence drawn before it, which one location's read-modify-writes
+        // give (they are totally ordered, in step with happens-before);
+        // the grant's own CAS on the word is what orders the rest.
+        self.fence.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Takes `want` permits if they fit and nobody waits: one CAS on the
+    /// count (it waits out a QLOCK owner, whose word it must not change).
+    fn try_acquire_multi(&self, want: u32) -> Tried {
+        let permits = self.permits();
+        let mut s = self.state.load(Ordering::Relaxed);
+        let mut backoff = Backoff::new();
+        loop {
+            if s & DEAD != 0 {
+                return Tried::Dead;
+            }
+            // Mutant for loom-tests/README.md: a newcomer overtakes the line.
+            let waits = s & QUEUED != 0 && !cfg!(holdline_mutant = "fast_overtakes");
+            if waits || !permits.fits(held_in(s), want) {
+                return Tried::Held;
+            }
+            if s & QLOCK != 0 {
+                backoff.snooze();
+                s = self.state.load(Ordering::Relaxed);
+                continue;
+            }
+            // Mutant for loom-tests/README.md: a take that stores its count
+            // over whatever changed since its load.
+            if cfg!(holdline_mutant = "take_stores") {
+                self.state.store(with_taken(s, want), Ordering::Release);
+                return Tried::Granted(self.book_grant(permits));
+            }
+            // Acquire: pairs with the Release of the releases before, as
+            // for a lock of one permit.
+            match self.state.compare_exchange_weak(
+                s,
+                with_taken(s, want),
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return Tried::Granted(self.book_grant(permits)),
+                Err(now) => s = now,
+            }
         }
     }
 
-    /// Takes `want` permits if they fit and nobody waits.
-    #[cold]
-    fn try_acquire_multi(&self, want: u32) -> Tried {
-        let s = self.lock_line();
-        let tried = if s & DEAD != 0 {
-            Tried::Dead
-        } else {
-            // SAFETY: we own QLOCK of a MULTI record.
-            let fits = s & QUEUED == 0 && unsafe { self.with_book(|b| b.fits(want)) };
-            if fits {
-                // SAFETY: as above.
-                Tried::Granted(unsafe { self.book_grant(want) })
-            } else {
-                Tried::Held
-            }
-        };
-        let s = if matches!(tried, Tried::Granted(_)) {
-            s | HELD
-        } else {
-            s
-        };
-        // Release: publishes the book to the next QLOCK owner.
-        self.state.store(s, Ordering::Release);
-        tried
-    }
-
     /// [`acquire_or_enqueue`](Record::acquire_or_enqueue) of a `MULTI`
-    /// record: granted when the node's permits fit and nobody waits.
+    /// record: the CAS when the node's permits fit and nobody waits, else
+    /// a look under QLOCK, which links the node unless they fit by then.
     ///
     /// # Safety
     /// As for `acquire_or_enqueue`.
@@ -1251,17 +1417,26 @@ impl Record {
         waiter: Pin<&Waiter>,
         admit: impl FnOnce(u32) -> Result<(), E>,
     ) -> Result<Enqueued, E> {
+        match self.try_acquire_multi(waiter.want) {
+            Tried::Granted(fence) => return Ok(Enqueued::Granted(fence)),
+            Tried::Dead => return Ok(Enqueued::Dead),
+            Tried::Held => {}
+        }
         let s = self.lock_line();
         if s & DEAD != 0 {
             self.state.store(s, Ordering::Release);
             return Ok(Enqueued::Dead);
         }
-        // SAFETY: we own QLOCK of a MULTI record.
-        if s & QUEUED == 0 && unsafe { self.with_book(|b| b.fits(waiter.want)) } {
-            // SAFETY: as above.
-            let fence = unsafe { self.book_grant(waiter.want) };
+        let permits = self.permits();
+        // Mutant for loom-tests/README.md: no second look under QLOCK.
+        let look = !cfg!(holdline_mutant = "enqueue_without_recheck");
+        if look && s & QUEUED == 0 && permits.fits(held_in(s), waiter.want) {
+            // Given back since the CAS failed.
+            // SAFETY: we own QLOCK of a MULTI record.
+            let fence = unsafe { self.book_grant_locked(permits) };
             // Release: publishes the book to the next QLOCK owner.
-            self.state.store(s | HELD, Ordering::Release);
+            self.state
+                .store(with_taken(s, waiter.want), Ordering::Release);
             return Ok(Enqueued::Granted(fence));
         }
         // Something is held: the permits did not fit, or a line stands
@@ -1271,30 +1446,61 @@ impl Record {
         unsafe { self.enqueue_locked(s, waiter, admit) }
     }
 
-    /// Ends the grant with `fence` and serves the line.
+    /// Ends the grant with `fence` of `want` permits: out of the book,
+    /// then its permits back to the count, with one CAS when nobody waits,
+    /// else under QLOCK, serving the line.
     #[cold]
-    fn release_multi(&self, fence: u64) {
-        let s = self.lock_line();
-        // SAFETY: we own QLOCK of a MULTI record.
-        let now_free = unsafe {
-            self.with_book(|book| {
-                let ended = book.end(fence);
-                debug_assert!(ended.is_some(), "a release of a grant not booked");
-                book.holders() == 0
-            })
-        };
-        let s = if now_free {
-            // Free: the word keeps the next grant's fence (module doc).
-            // Relaxed: under QLOCK; published by the unlock below.
-            let latest = self.fence.load(Ordering::Relaxed);
-            self.fence.store(latest + 1, Ordering::Relaxed);
-            s & !HELD
-        } else {
-            s
-        };
+    fn release_multi(&self, fence: u64, want: u32) {
+        if !self.permits().slots().clear(fence) {
+            let s = self.lock_line();
+            // SAFETY: we own QLOCK.
+            let ended = unsafe { self.with_locked(|l| l.overflow.end(fence)) };
+            debug_assert!(ended, "a release of a grant not booked");
+            return self.give_back_locked(s, want);
+        }
+        let mut s = self.state.load(Ordering::Relaxed);
+        let mut backoff = Backoff::new();
+        loop {
+            if s & QLOCK != 0 {
+                backoff.snooze();
+                s = self.state.load(Ordering::Relaxed);
+                continue;
+            }
+            // Someone waits and may fit now: serve the line under QLOCK.
+            // (Mutant for loom-tests/README.md: give back past the line.)
+            if s & QUEUED != 0 && !cfg!(holdline_mutant = "release_skips_line") {
+                // Acquire: to see the line as the previous owner left it.
+                match self.state.compare_exchange_weak(
+                    s,
+                    s | QLOCK,
+                    Ordering::Acquire,
+                    Ordering::Relaxed,
+                ) {
+                    Ok(_) => return self.give_back_locked(s, want),
+                    Err(now) => s = now,
+                }
+                continue;
+            }
+            // Release: the next holder (a CAS or a grant, both Acquire)
+            // sees our writes.
+            match self.state.compare_exchange_weak(
+                s,
+                with_given_back(s, want),
+                Ordering::Release,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return,
+                Err(now) => s = now,
+            }
+        }
+    }
+
+    /// Gives `want` permits back and serves the line, then lets QLOCK go
+    /// and wakes whom it granted.
+    fn give_back_locked(&self, s: u32, want: u32) {
         let mut woken = Woken::default();
-        // SAFETY: we own QLOCK of a MULTI record.
-        let s = unsafe { self.serve_line(s, &mut woken) };
+        // SAFETY: the caller owns QLOCK of a MULTI record.
+        let s = unsafe { self.serve_line(with_given_back(s, want), &mut woken) };
         // Release: the next QLOCK owner (and the next holder) sees our writes.
         self.state.store(s, Ordering::Release);
         woken.wake();
@@ -1307,22 +1513,20 @@ impl Record {
     /// # Safety
     /// The caller owns QLOCK of a `MULTI` record; `s` is the word without it.
     unsafe fn serve_line(&self, mut s: u32, woken: &mut Woken) -> u32 {
+        let permits = self.permits();
         while s & QUEUED != 0 {
             // SAFETY: QLOCK; QUEUED says the line is not empty, and linked
             // nodes are alive.
             let want = unsafe { (*self.head()).want };
-            // SAFETY: we own QLOCK of a MULTI record.
-            if !unsafe { self.with_book(|b| b.fits(want)) } {
+            if !permits.fits(held_in(s), want) {
                 break;
             }
             // SAFETY: as above.
             let (head, now_empty) = unsafe { self.pop_front() };
             // SAFETY: as above.
-            let fence = unsafe { self.book_grant(want) };
-            s = (s - WAITER_ONE) | HELD;
-            if now_empty {
-                s &= !QUEUED;
-            }
+            let fence = unsafe { self.book_grant_locked(permits) };
+            // SAFETY: as above.
+            s = unsafe { self.line_shrank(with_taken(s, want), now_empty) };
             // SAFETY: `head` was linked until just now, with no final status.
             if let Some(wake) = unsafe { finish_waiter(head, GRANTED, fence) } {
                 woken.push(wake);
@@ -1347,8 +1551,11 @@ impl Record {
     }
 
     /// Who holds the key now, and whether the grant with `fence` is one of
-    /// them. For several permits it takes the line lock for an instant: it
-    /// changes nothing and orders nobody. The caller is pinned (or holds).
+    /// them. For several permits it takes the line lock for an instant:
+    /// that holds the line and the overflow still, while grants and
+    /// releases with nobody in line may come and go in the slots (each
+    /// fence is read as it was at one instant). The caller is pinned (or
+    /// holds).
     pub(crate) fn holders(&self, fence: u64) -> Holders {
         // Relaxed: MULTI never changes.
         if self.state.load(Ordering::Relaxed) & MULTI == 0 {
@@ -1371,31 +1578,41 @@ impl Record {
         let holders = if s & DEAD != 0 {
             Holders::default()
         } else {
-            // Relaxed: under QLOCK, where the fence changes.
-            let word = self.fence.load(Ordering::Relaxed);
-            let latest = if s & HELD != 0 {
-                word
-            } else {
-                word.saturating_sub(1)
-            };
+            // Relaxed: the latest drawn; nothing is read through it.
+            let latest = self.fence.load(Ordering::Relaxed);
+            let slots = self.permits().slots();
             // SAFETY: we own QLOCK of a MULTI record.
-            unsafe { self.with_book(|b| book_holders(b, fence, latest)) }
+            unsafe {
+                self.with_locked(|l| {
+                    let fences = slots.fences().chain(l.overflow.fences());
+                    book_holders(fences, held_in(s), fence, latest)
+                })
+            }
         };
         self.state.store(s, Ordering::Release);
         holders
     }
 }
 
-fn book_holders(book: &Holding, fence: u64, latest: u64) -> Holders {
-    let grants: &[Booked] = book.grants();
-    Holders {
-        count: book.holders(),
-        permits: book.held(),
-        oldest: grants.first().map(|b| b.fence),
-        newest: grants.last().map(|b| b.fence),
+/// Who holds a key of several permits, from its book's `fences`.
+fn book_holders(
+    fences: impl Iterator<Item = u64>,
+    permits: u32,
+    fence: u64,
+    latest: u64,
+) -> Holders {
+    let mut holders = Holders {
+        permits,
         latest,
-        asked_holds: book.has(fence),
+        ..Holders::default()
+    };
+    for f in fences {
+        holders.count += 1;
+        holders.oldest = Some(holders.oldest.map_or(f, |o| o.min(f)));
+        holders.newest = Some(holders.newest.map_or(f, |n| n.max(f)));
+        holders.asked_holds |= f == fence;
     }
+    holders
 }
 
 /// Gives a just-unlinked waiter its final status; answers the wake to fire

@@ -34,24 +34,17 @@ impl HeldRecord {
         HeldRecord(NonNull::from(record))
     }
 
-    /// Lets the key go at `fence`, handing it to the line's first waiter.
+    /// Lets the grant with `fence` of `permits` go, handing the key to the
+    /// line's first waiter (or, with several permits, every head waiter
+    /// that now fits).
     ///
     /// # Safety
     /// The grant is still held, and this is its one release: after it the
     /// record may be retired at any moment.
     #[inline(always)]
-    pub(crate) unsafe fn release(self, fence: u64) {
+    pub(crate) unsafe fn release(self, fence: u64, permits: u32) {
         // SAFETY: held, so not retired (the caller's promise).
-        unsafe { self.0.as_ref() }.release(fence);
-    }
-
-    /// The fence of the grant the caller was just given (the Acquire of
-    /// its taking CAS ordered the fence before this read).
-    #[inline(always)]
-    pub(crate) fn fence(self) -> u64 {
-        // SAFETY: held, so not retired (a `HeldRecord` is made only for a
-        // record whose key its maker holds).
-        unsafe { self.0.as_ref() }.fence()
+        unsafe { self.0.as_ref() }.release(fence, permits);
     }
 
     /// The record's address: with the fence, names the grant (the store's

@@ -421,3 +421,29 @@ fn a_million_holds_never_exceed_the_count() {
     store.reclaim_idle();
     assert_eq!(lock.stats().live_keys, 0, "memory back to zero");
 }
+
+/// A key of several permits whose record is reclaimed while free starts
+/// its next record above every fence the old one gave: fences keep rising
+/// across the reclaim, and the grants are all counted.
+#[test]
+fn fences_keep_rising_across_a_reclaimed_key_of_several_permits() {
+    let store = Store::new();
+    let lock = store.lock("sem").permits(3).open().unwrap();
+    let mut last = 0;
+    for round in 0..5 {
+        let a = lock.key("k").acquire().unwrap();
+        let b = lock.key("k").permits(2).acquire().unwrap();
+        assert!(a.fence() > last && b.fence() > a.fence(), "round {round}");
+        last = b.fence();
+        assert_eq!(lock.inspect("k").unwrap().fence, last);
+        drop((a, b));
+        assert_eq!(
+            lock.inspect("k").unwrap().fence,
+            last,
+            "the last grant's when free"
+        );
+        store.reclaim_idle();
+        assert_eq!(lock.stats().live_keys, 0, "round {round}");
+    }
+    assert_eq!(lock.stats().grants, 10);
+}

@@ -184,3 +184,128 @@ fn a_revocation_returns_its_permit_to_the_line() {
         assert_idle_and_reclaimed(&store, &lock, "k");
     });
 }
+
+/// 18. A newcomer's CAS for one permit races a thread that finds the key
+/// too full and stands in line for all of it, while the holder lets go:
+/// the waiter is granted once everything is given back (a waiter linked
+/// after the permits it wanted came free would wait forever: a loom
+/// deadlock), never past the count, after the newcomer if it got in.
+#[test]
+fn a_fast_take_racing_a_waiter_that_enqueues() {
+    check(2, || {
+        let store = Store::new();
+        let lock = store.lock("l").permits(2).open().unwrap();
+        let held = lock.acquire("k").unwrap();
+        let writer = {
+            let lock = lock.clone();
+            thread::spawn(move || {
+                lock.key("k")
+                    .exclusive()
+                    .wait(FOREVER)
+                    .hold(|l| {
+                        within_count(&lock, 2);
+                        l.fence()
+                    })
+                    .unwrap()
+            })
+        };
+        let tried = lock.key("k").try_acquire().unwrap();
+        held.release().unwrap();
+        let newcomer = tried.map(|l| {
+            let fence = l.fence();
+            l.release().unwrap();
+            fence
+        });
+        let writer = writer.join().unwrap();
+        assert!(newcomer.is_none_or(|f| f < writer), "fences rise");
+        assert_idle_and_reclaimed(&store, &lock, "k");
+    });
+}
+
+/// 19. Two holders give their permits back while a newcomer takes one
+/// with its CAS: every permit comes back (the key ends free), the newcomer
+/// is in only while one fits, and its fence is above both holders'.
+#[test]
+fn a_release_racing_a_fast_take() {
+    check(2, || {
+        let store = Store::new();
+        let lock = store.lock("l").permits(2).open().unwrap();
+        let (a, b) = (lock.acquire("k").unwrap(), lock.acquire("k").unwrap());
+        let top = a.fence().max(b.fence());
+        let newcomer = {
+            let lock = lock.clone();
+            thread::spawn(move || {
+                lock.key("k").try_acquire().unwrap().map(|l| {
+                    within_count(&lock, 2);
+                    let fence = l.fence();
+                    l.release().unwrap();
+                    fence
+                })
+            })
+        };
+        a.release().unwrap();
+        b.release().unwrap();
+        if let Some(fence) = newcomer.join().unwrap() {
+            assert!(fence > top, "fences rise");
+        }
+        assert_idle_and_reclaimed(&store, &lock, "k");
+    });
+}
+
+/// 20. The head of the line (a task asking for every permit) times out
+/// while another holder gives a permit back from another thread; behind
+/// it a task asks for one permit, which fits beside the holder still in:
+/// the head's departure must let that task in at once (the release must
+/// not, past the head), whichever came first.
+#[test]
+fn the_head_timing_out_while_permits_come_free() {
+    check(2, || {
+        let store = Store::new();
+        let lock = store.lock("l").permits(3).open().unwrap();
+        let (a, b) = (lock.acquire("k").unwrap(), lock.acquire("k").unwrap());
+        let hold = lock.key("k").exclusive().wait(Duration::from_millis(10));
+        let mut head: Pending<'_> = Box::pin(hold.acquire_async());
+        assert!(poll(&mut head).is_pending(), "the head stands in line");
+        let behind = task_in_line(&lock, 1);
+        let releaser = thread::spawn(move || a.release().unwrap());
+        // Each poll reads the store's clock, which moves 2 ms a read under
+        // loom: the head's deadline passes within a few.
+        let ended = loop {
+            if let Poll::Ready(r) = poll(&mut head) {
+                break r;
+            }
+        };
+        assert_eq!(ended.map(|l| l.fence()).unwrap_err().kind(), ErrorKind::InUse);
+        let behind = granted(behind);
+        within_count(&lock, 3);
+        assert!(behind.fence() > b.fence(), "fences rise");
+        releaser.join().unwrap();
+        behind.release().unwrap();
+        b.release().unwrap();
+        assert_idle_and_reclaimed(&store, &lock, "k");
+    });
+}
+
+/// 21. A writer waits in line for every permit while the reader holding
+/// one lets go, and a new reader tries one with its CAS meanwhile: the new
+/// reader never gets in ahead of the writer (one permit is free until the
+/// release, and all of them after it, but the writer waits first).
+#[test]
+fn a_waiting_writer_is_not_overtaken_by_a_fast_reader() {
+    check(2, || {
+        let store = Store::new();
+        let lock = store.lock("l").permits(2).open().unwrap();
+        let reader = lock.acquire("k").unwrap();
+        let writer = task_in_line(&lock, 0);
+        let newcomer = {
+            let lock = lock.clone();
+            thread::spawn(move || lock.key("k").try_acquire().unwrap().map(|l| l.fence()))
+        };
+        reader.release().unwrap();
+        assert_eq!(newcomer.join().unwrap(), None, "a reader overtook the writer");
+        let writer = granted(writer);
+        assert_eq!(writer.permits(), 2);
+        writer.release().unwrap();
+        assert_idle_and_reclaimed(&store, &lock, "k");
+    });
+}
