@@ -17,7 +17,7 @@ use crate::key::{check_key, Key, KeyBuf, KeyRef};
 use crate::lease::{Core, HeldLease, Lease, LeaseState};
 use crate::lock_shared::LockShared;
 use crate::outcome::Outcome;
-use crate::record::{Enqueued, Holders, Record, Take, Tried, WaitEnd, Waiter, HELD, MULTI};
+use crate::record::{Enqueued, Holders, Record, StateWord, Take, Tried, WaitEnd, Waiter};
 use crate::record_ref::{Granted, HeldRecord, LineRecord};
 use crate::sync::{Arc, Ordering};
 use crate::table::find_in_chain;
@@ -423,7 +423,7 @@ impl Lock {
                 record: HeldRecord::of(r),
                 fence: r.fence(),
             }),
-            Err(s) if s & MULTI != 0 => take_permits_fast(r, want),
+            Err(s) if s.multi() => take_permits_fast(r, want),
             Err(_) => None,
         }
     }
@@ -750,8 +750,8 @@ impl Lock {
 fn take(r: &Record, want: u32) -> Fast {
     match r.try_lock_fast() {
         Ok(()) => Fast::Granted(Grant::of(r)),
-        Err(s) if s & (HELD | MULTI) == HELD => Fast::Held,
-        Err(s) if s & MULTI != 0 => take_permits(r, want),
+        Err(s) if s.held_alone() => Fast::Held,
+        Err(s) if s.multi() => take_permits(r, want),
         Err(_) => Fast::Slow,
     }
 }

@@ -139,49 +139,167 @@ use std::ptr;
 use std::task::Waker;
 use std::time::Duration;
 
-pub(crate) const HELD: u32 = 1;
-pub(crate) const QLOCK: u32 = 1 << 1;
-pub(crate) const QUEUED: u32 = 1 << 2;
-pub(crate) const DEAD: u32 = 1 << 3;
+const HELD: u32 = 1;
+const QLOCK: u32 = 1 << 1;
+const QUEUED: u32 = 1 << 2;
+const DEAD: u32 = 1 << 3;
 /// A lock of several permits: see the module doc's "Several permits".
-pub(crate) const MULTI: u32 = 1 << 31;
+const MULTI: u32 = 1 << 31;
 /// The line's length lives in the state word above the flags, so a record
 /// fits one cache line (10,000 waiters need 14 bits).
 const WAITER_SHIFT: u32 = 4;
 const WAITER_ONE: u32 = 1 << WAITER_SHIFT;
 const WAITER_MASK: u32 = 0x3fff << WAITER_SHIFT;
-
-/// The line's length in state word `s` of a record of one permit.
-#[inline]
-fn waiters_in(s: u32) -> u32 {
-    (s & WAITER_MASK) >> WAITER_SHIFT
-}
-
 /// A `MULTI` record's count of permits held, where a record of one permit
 /// keeps its line's length (1,000,000 permits need 20 bits).
 const HELD_ONE: u32 = 1 << WAITER_SHIFT;
 const HELD_MASK: u32 = 0xf_ffff << WAITER_SHIFT;
 
-/// The permits held in state word `s` of a `MULTI` record.
-#[inline]
-fn held_in(s: u32) -> u32 {
-    (s & HELD_MASK) >> WAITER_SHIFT
+/// The state word's bits by name (the table in the module doc): every test
+/// and change of a bit goes through these, so no expression spells a mask.
+///
+/// A trait on `u32` rather than a newtype: the word lives in an
+/// `AtomicU32` of the `sync` facade (so loom models the shipped code), and
+/// with the trait every load, CAS and store, and the ordering argued beside
+/// it, stays exactly the call it was; a newtype would wrap each of them.
+/// Each method is one mask or add, `#[inline]`, so the code is the same
+/// (`benches/compare_cores.sh --callgrind`). The trait is the crate's only
+/// one on `u32` and is imported only where a state word is read (here and
+/// `lock`), so a waiter's status, also a `u32`, never meets it.
+pub(crate) trait StateWord: Copy {
+    /// `HELD`: the key has a holder (several permits: some are held).
+    fn held(self) -> bool;
+    /// `QLOCK`: someone is changing the line.
+    fn locked(self) -> bool;
+    /// `QUEUED`: the line is not empty.
+    fn queued(self) -> bool;
+    /// `DEAD`: the record was retired.
+    fn dead(self) -> bool;
+    /// `MULTI`: the key's lock has several permits.
+    fn multi(self) -> bool;
+    /// Held or with a line: a newcomer of one permit cannot take it.
+    fn held_or_queued(self) -> bool;
+    /// Nobody holds it, waits or changes the line: a CAS to `HELD` may take it.
+    fn takeable(self) -> bool;
+    /// Held, by the one holder of a lock of one permit.
+    fn held_alone(self) -> bool;
+    /// Held, or of several permits (whose `fence` is always the latest grant's).
+    fn held_or_multi(self) -> bool;
+    /// The idle word of the record's kind: exactly `0`, or exactly `MULTI`.
+    fn idle(self) -> Self;
+    fn with_held(self) -> Self;
+    fn without_held(self) -> Self;
+    fn with_locked(self) -> Self;
+    fn with_queued(self) -> Self;
+    fn without_queued(self) -> Self;
+    fn with_dead(self) -> Self;
+    /// One permit: the line's length.
+    fn waiters(self) -> u32;
+    /// One permit: one more in line (`QUEUED` set).
+    fn with_one_more_waiter(self) -> Self;
+    /// One permit: one fewer in line (`QUEUED` left as it was).
+    fn with_one_fewer_waiter(self) -> Self;
+    /// `MULTI`: the permits held.
+    fn held_permits(self) -> u32;
+    /// `MULTI`: `want` more permits held.
+    fn with_taken(self, want: u32) -> Self;
+    /// `MULTI`: `want` permits given back (`HELD` cleared when none is left).
+    fn with_given_back(self, want: u32) -> Self;
 }
 
-/// `MULTI` word `s` with `want` more permits held.
-#[inline]
-fn with_taken(s: u32, want: u32) -> u32 {
-    (s + want * HELD_ONE) | HELD
-}
-
-/// `MULTI` word `s` with `want` permits given back.
-#[inline]
-fn with_given_back(s: u32, want: u32) -> u32 {
-    let s = s - want * HELD_ONE;
-    if held_in(s) == 0 {
-        s & !HELD
-    } else {
-        s
+impl StateWord for u32 {
+    #[inline]
+    fn held(self) -> bool {
+        self & HELD != 0
+    }
+    #[inline]
+    fn locked(self) -> bool {
+        self & QLOCK != 0
+    }
+    #[inline]
+    fn queued(self) -> bool {
+        self & QUEUED != 0
+    }
+    #[inline]
+    fn dead(self) -> bool {
+        self & DEAD != 0
+    }
+    #[inline]
+    fn multi(self) -> bool {
+        self & MULTI != 0
+    }
+    #[inline]
+    fn held_or_queued(self) -> bool {
+        self & (HELD | QUEUED) != 0
+    }
+    #[inline]
+    fn takeable(self) -> bool {
+        self & (HELD | QUEUED | QLOCK) == 0
+    }
+    #[inline]
+    fn held_alone(self) -> bool {
+        self & (HELD | MULTI) == HELD
+    }
+    #[inline]
+    fn held_or_multi(self) -> bool {
+        self & (HELD | MULTI) != 0
+    }
+    #[inline]
+    fn idle(self) -> u32 {
+        self & MULTI
+    }
+    #[inline]
+    fn with_held(self) -> u32 {
+        self | HELD
+    }
+    #[inline]
+    fn without_held(self) -> u32 {
+        self & !HELD
+    }
+    #[inline]
+    fn with_locked(self) -> u32 {
+        self | QLOCK
+    }
+    #[inline]
+    fn with_queued(self) -> u32 {
+        self | QUEUED
+    }
+    #[inline]
+    fn without_queued(self) -> u32 {
+        self & !QUEUED
+    }
+    #[inline]
+    fn with_dead(self) -> u32 {
+        self | DEAD
+    }
+    #[inline]
+    fn waiters(self) -> u32 {
+        (self & WAITER_MASK) >> WAITER_SHIFT
+    }
+    #[inline]
+    fn with_one_more_waiter(self) -> u32 {
+        (self | QUEUED) + WAITER_ONE
+    }
+    #[inline]
+    fn with_one_fewer_waiter(self) -> u32 {
+        self - WAITER_ONE
+    }
+    #[inline]
+    fn held_permits(self) -> u32 {
+        (self & HELD_MASK) >> WAITER_SHIFT
+    }
+    #[inline]
+    fn with_taken(self, want: u32) -> u32 {
+        (self + want * HELD_ONE) | HELD
+    }
+    #[inline]
+    fn with_given_back(self, want: u32) -> u32 {
+        let s = self - want * HELD_ONE;
+        if s.held_permits() == 0 {
+            s.without_held()
+        } else {
+            s
+        }
     }
 }
 
@@ -522,7 +640,7 @@ impl Record {
             let booked = permits.slots().claim(fence);
             debug_assert!(booked);
             let extra = Box::new(Extra::new(Some(permits)));
-            (with_taken(MULTI, take.want), Some(extra))
+            (MULTI.with_taken(take.want), Some(extra))
         };
         Record {
             next: epoch::Atomic::null(),
@@ -567,23 +685,23 @@ impl Record {
         // Acquire: a HELD written by a later grant carries (through the
         // release sequence) the release that bumped the fence past the old
         // holder's, so a stale fence cannot be read back as current.
-        let held = self.state.load(Ordering::Acquire) & HELD != 0;
+        let held = self.state.load(Ordering::Acquire).held();
         let fence = self.fence.load(Ordering::Relaxed);
         held.then_some(fence)
     }
 
     pub(crate) fn is_dead(&self) -> bool {
-        self.state.load(Ordering::Relaxed) & DEAD != 0
+        self.state.load(Ordering::Relaxed).dead()
     }
 
     pub(crate) fn is_held(&self) -> bool {
-        self.state.load(Ordering::Relaxed) & HELD != 0
+        self.state.load(Ordering::Relaxed).held()
     }
 
     pub(crate) fn waiter_count(&self) -> u32 {
         let s = self.state.load(Ordering::Relaxed);
-        if s & MULTI == 0 {
-            waiters_in(s)
+        if !s.multi() {
+            s.waiters()
         } else {
             self.permits().waiters()
         }
@@ -596,13 +714,13 @@ impl Record {
         let s = self.state.load(Ordering::Acquire);
         let fence = self.fence.load(Ordering::Relaxed);
         // Several permits: `fence` is always the latest grant's.
-        fence + u64::from(s & (HELD | MULTI) != 0)
+        fence + u64::from(s.held_or_multi())
     }
 
     /// The fence a new record for this key must start from once this one is
     /// retired: greater than every fence it granted.
     pub(crate) fn next_fence_after_retire(&self) -> u64 {
-        let multi = self.state.load(Ordering::Relaxed) & MULTI != 0;
+        let multi = self.state.load(Ordering::Relaxed).multi();
         self.fence.load(Ordering::Relaxed) + u64::from(multi)
     }
 
@@ -610,18 +728,18 @@ impl Record {
     /// waits.
     pub(crate) fn try_acquire(&self, want: u32) -> Tried {
         let mut s = self.state.load(Ordering::Relaxed);
-        if s & MULTI != 0 {
+        if s.multi() {
             return self.try_acquire_multi(want);
         }
         let mut backoff = Backoff::new();
         loop {
-            if s & DEAD != 0 {
+            if s.dead() {
                 return Tried::Dead;
             }
-            if s & (HELD | QUEUED) != 0 {
+            if s.held_or_queued() {
                 return Tried::Held;
             }
-            if s & QLOCK != 0 {
+            if s.locked() {
                 // Only `close` locks the line of a free key; it is brief.
                 backoff.snooze();
                 s = self.state.load(Ordering::Relaxed);
@@ -630,7 +748,7 @@ impl Record {
             // Acquire: as in `try_lock_fast`.
             match self.state.compare_exchange_weak(
                 s,
-                s | HELD,
+                s.with_held(),
                 Ordering::Acquire,
                 Ordering::Relaxed,
             ) {
@@ -654,16 +772,16 @@ impl Record {
         admit: impl FnOnce(u32) -> Result<(), E>,
     ) -> Result<Enqueued, E> {
         let mut s = self.state.load(Ordering::Relaxed);
-        if s & MULTI != 0 {
+        if s.multi() {
             // SAFETY: the caller's contract.
             return unsafe { self.acquire_or_enqueue_multi(waiter, admit) };
         }
         let mut backoff = Backoff::new();
         loop {
-            if s & DEAD != 0 {
+            if s.dead() {
                 return Ok(Enqueued::Dead);
             }
-            if s & (HELD | QUEUED | QLOCK) == 0 {
+            if s.takeable() {
                 match self.state.compare_exchange_weak(
                     s,
                     HELD,
@@ -675,16 +793,18 @@ impl Record {
                 }
                 continue;
             }
-            if s & QLOCK != 0 {
+            if s.locked() {
                 backoff.snooze();
                 s = self.state.load(Ordering::Relaxed);
                 continue;
             }
             // Acquire: to see the line as the previous QLOCK owner left it.
-            if let Err(now) =
-                self.state
-                    .compare_exchange_weak(s, s | QLOCK, Ordering::Acquire, Ordering::Relaxed)
-            {
+            if let Err(now) = self.state.compare_exchange_weak(
+                s,
+                s.with_locked(),
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
                 s = now;
                 continue;
             }
@@ -880,7 +1000,7 @@ impl Record {
         // SAFETY: we own QLOCK.
         let s = unsafe { self.line_shrank(s, now_empty) };
         // Mutant for loom-tests/README.md: a departure that serves nobody.
-        if s & MULTI == 0 || cfg!(holdline_mutant = "leave_serves_none") {
+        if !s.multi() || cfg!(holdline_mutant = "leave_serves_none") {
             self.state.store(s, Ordering::Release);
             return WaitEnd::TimedOut;
         }
@@ -900,7 +1020,7 @@ impl Record {
     #[inline]
     pub(crate) fn release(&self, fence: u64, permits: u32) {
         // Relaxed: MULTI is set at birth and never changes.
-        if self.state.load(Ordering::Relaxed) & MULTI != 0 {
+        if self.state.load(Ordering::Relaxed).multi() {
             return self.release_multi(fence, permits);
         }
         // Relaxed: published by the Release transition below.
@@ -920,15 +1040,15 @@ impl Record {
         let mut s = self.state.load(Ordering::Relaxed);
         let mut backoff = Backoff::new();
         loop {
-            if s & QLOCK != 0 {
+            if s.locked() {
                 backoff.snooze();
                 s = self.state.load(Ordering::Relaxed);
                 continue;
             }
-            if s & QUEUED == 0 {
+            if !s.queued() {
                 match self.state.compare_exchange_weak(
                     s,
-                    s & !HELD,
+                    s.without_held(),
                     Ordering::Release,
                     Ordering::Relaxed,
                 ) {
@@ -937,23 +1057,25 @@ impl Record {
                 }
                 continue;
             }
-            if let Err(now) =
-                self.state
-                    .compare_exchange_weak(s, s | QLOCK, Ordering::Acquire, Ordering::Relaxed)
-            {
+            if let Err(now) = self.state.compare_exchange_weak(
+                s,
+                s.with_locked(),
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
                 s = now;
                 continue;
             }
             // SAFETY: we own QLOCK; QUEUED says the line is not empty.
             let (first, now_empty) = unsafe { self.pop_front() };
-            let s = s - WAITER_ONE;
+            let s = s.with_one_fewer_waiter();
             // Relaxed: our own store in `release`.
             let fence = self.fence.load(Ordering::Relaxed);
             // SAFETY: `first` was linked until just now and has no final
             // status, so its thread is still waiting for one: alive.
             let wake = unsafe { finish_waiter(first, GRANTED, fence) };
             // HELD stays set: it passed to `first`.
-            let s = if now_empty { s & !QUEUED } else { s };
+            let s = if now_empty { s.without_queued() } else { s };
             // Release: publishes the line and, to later lockers, the grant.
             self.state.store(s, Ordering::Release);
             if let Some(wake) = wake {
@@ -988,17 +1110,24 @@ impl Record {
     /// or exactly `MULTI`).
     pub(crate) fn try_retire(&self) -> bool {
         // Relaxed: MULTI never changes.
-        let multi = self.state.load(Ordering::Relaxed) & MULTI;
+        let multi = self.state.load(Ordering::Relaxed).idle();
         // Mutant for loom-tests/README.md: retire a held key too.
         let idle = if cfg!(holdline_mutant = "retire_held") {
-            self.state.load(Ordering::Relaxed) & (HELD | MULTI)
+            {
+                let s = self.state.load(Ordering::Relaxed);
+                if s.held() {
+                    s.idle().with_held()
+                } else {
+                    s.idle()
+                }
+            }
         } else {
             multi
         };
         // Acquire: to read the last holder's fence bump afterwards. MULTI
         // stays: a retired record's last fences are read by its kind.
         self.state
-            .compare_exchange(idle, idle | DEAD, Ordering::Acquire, Ordering::Relaxed)
+            .compare_exchange(idle, idle.with_dead(), Ordering::Acquire, Ordering::Relaxed)
             .is_ok()
     }
 
@@ -1010,7 +1139,7 @@ impl Record {
         let mut s = self.state.load(Ordering::Relaxed);
         let mut backoff = Backoff::new();
         loop {
-            if s & QLOCK != 0 {
+            if s.locked() {
                 backoff.snooze();
                 s = self.state.load(Ordering::Relaxed);
                 continue;
@@ -1018,7 +1147,7 @@ impl Record {
             // Acquire: to see the line as the previous owner left it.
             match self.state.compare_exchange_weak(
                 s,
-                s | QLOCK,
+                s.with_locked(),
                 Ordering::Acquire,
                 Ordering::Relaxed,
             ) {
@@ -1142,8 +1271,8 @@ impl Record {
     /// # Safety
     /// The caller owns QLOCK; `s` is the word without it.
     unsafe fn line_len(&self, s: u32) -> u32 {
-        if s & MULTI == 0 {
-            waiters_in(s)
+        if !s.multi() {
+            s.waiters()
         } else {
             self.permits().waiters()
         }
@@ -1154,12 +1283,12 @@ impl Record {
     /// # Safety
     /// As for [`line_len`](Record::line_len).
     unsafe fn line_grew(&self, s: u32) -> u32 {
-        if s & MULTI == 0 {
-            return (s | QUEUED) + WAITER_ONE;
+        if !s.multi() {
+            return s.with_one_more_waiter();
         }
         let permits = self.permits();
         permits.set_waiters(permits.waiters() + 1);
-        s | QUEUED
+        s.with_queued()
     }
 
     /// One fewer in line (`now_empty`: it was the last): the word to unlock with.
@@ -1167,15 +1296,15 @@ impl Record {
     /// # Safety
     /// As for [`line_len`](Record::line_len).
     unsafe fn line_shrank(&self, s: u32, now_empty: bool) -> u32 {
-        let s = if s & MULTI == 0 {
-            s - WAITER_ONE
+        let s = if !s.multi() {
+            s.with_one_fewer_waiter()
         } else {
             let permits = self.permits();
             permits.set_waiters(permits.waiters() - 1);
             s
         };
         if now_empty {
-            s & !QUEUED
+            s.without_queued()
         } else {
             s
         }
@@ -1218,7 +1347,7 @@ impl Record {
     /// (it may have turned `DEAD` since: then nothing is in line).
     pub(crate) fn expire_tasks(&self, now_ms: u64, wakes: &mut Wakes) -> Option<u64> {
         let s = self.lock_line();
-        if s & DEAD != 0 {
+        if s.dead() {
             self.state.store(s, Ordering::Release);
             return None;
         }
@@ -1372,15 +1501,15 @@ impl Record {
         let mut s = self.state.load(Ordering::Relaxed);
         let mut backoff = Backoff::new();
         loop {
-            if s & DEAD != 0 {
+            if s.dead() {
                 return Tried::Dead;
             }
             // Mutant for loom-tests/README.md: a newcomer overtakes the line.
-            let waits = s & QUEUED != 0 && !cfg!(holdline_mutant = "fast_overtakes");
-            if waits || !permits.fits(held_in(s), want) {
+            let waits = s.queued() && !cfg!(holdline_mutant = "fast_overtakes");
+            if waits || !permits.fits(s.held_permits(), want) {
                 return Tried::Held;
             }
-            if s & QLOCK != 0 {
+            if s.locked() {
                 backoff.snooze();
                 s = self.state.load(Ordering::Relaxed);
                 continue;
@@ -1388,14 +1517,14 @@ impl Record {
             // Mutant for loom-tests/README.md: a take that stores its count
             // over whatever changed since its load.
             if cfg!(holdline_mutant = "take_stores") {
-                self.state.store(with_taken(s, want), Ordering::Release);
+                self.state.store(s.with_taken(want), Ordering::Release);
                 return Tried::Granted(self.book_grant(permits));
             }
             // Acquire: pairs with the Release of the releases before, as
             // for a lock of one permit.
             match self.state.compare_exchange_weak(
                 s,
-                with_taken(s, want),
+                s.with_taken(want),
                 Ordering::Acquire,
                 Ordering::Relaxed,
             ) {
@@ -1423,25 +1552,25 @@ impl Record {
             Tried::Held => {}
         }
         let s = self.lock_line();
-        if s & DEAD != 0 {
+        if s.dead() {
             self.state.store(s, Ordering::Release);
             return Ok(Enqueued::Dead);
         }
         let permits = self.permits();
         // Mutant for loom-tests/README.md: no second look under QLOCK.
         let look = !cfg!(holdline_mutant = "enqueue_without_recheck");
-        if look && s & QUEUED == 0 && permits.fits(held_in(s), waiter.want) {
+        if look && !s.queued() && permits.fits(s.held_permits(), waiter.want) {
             // Given back since the CAS failed.
             // SAFETY: we own QLOCK of a MULTI record.
             let fence = unsafe { self.book_grant_locked(permits) };
             // Release: publishes the book to the next QLOCK owner.
             self.state
-                .store(with_taken(s, waiter.want), Ordering::Release);
+                .store(s.with_taken(waiter.want), Ordering::Release);
             return Ok(Enqueued::Granted(fence));
         }
         // Something is held: the permits did not fit, or a line stands
         // (which implies HELD).
-        debug_assert!(s & HELD != 0);
+        debug_assert!(s.held());
         // SAFETY: we own QLOCK; the caller's contract for the node.
         unsafe { self.enqueue_locked(s, waiter, admit) }
     }
@@ -1461,18 +1590,18 @@ impl Record {
         let mut s = self.state.load(Ordering::Relaxed);
         let mut backoff = Backoff::new();
         loop {
-            if s & QLOCK != 0 {
+            if s.locked() {
                 backoff.snooze();
                 s = self.state.load(Ordering::Relaxed);
                 continue;
             }
             // Someone waits and may fit now: serve the line under QLOCK.
             // (Mutant for loom-tests/README.md: give back past the line.)
-            if s & QUEUED != 0 && !cfg!(holdline_mutant = "release_skips_line") {
+            if s.queued() && !cfg!(holdline_mutant = "release_skips_line") {
                 // Acquire: to see the line as the previous owner left it.
                 match self.state.compare_exchange_weak(
                     s,
-                    s | QLOCK,
+                    s.with_locked(),
                     Ordering::Acquire,
                     Ordering::Relaxed,
                 ) {
@@ -1485,7 +1614,7 @@ impl Record {
             // sees our writes.
             match self.state.compare_exchange_weak(
                 s,
-                with_given_back(s, want),
+                s.with_given_back(want),
                 Ordering::Release,
                 Ordering::Relaxed,
             ) {
@@ -1500,7 +1629,7 @@ impl Record {
     fn give_back_locked(&self, s: u32, want: u32) {
         let mut woken = Woken::default();
         // SAFETY: the caller owns QLOCK of a MULTI record.
-        let s = unsafe { self.serve_line(with_given_back(s, want), &mut woken) };
+        let s = unsafe { self.serve_line(s.with_given_back(want), &mut woken) };
         // Release: the next QLOCK owner (and the next holder) sees our writes.
         self.state.store(s, Ordering::Release);
         woken.wake();
@@ -1514,11 +1643,11 @@ impl Record {
     /// The caller owns QLOCK of a `MULTI` record; `s` is the word without it.
     unsafe fn serve_line(&self, mut s: u32, woken: &mut Woken) -> u32 {
         let permits = self.permits();
-        while s & QUEUED != 0 {
+        while s.queued() {
             // SAFETY: QLOCK; QUEUED says the line is not empty, and linked
             // nodes are alive.
             let want = unsafe { (*self.head()).want };
-            if !permits.fits(held_in(s), want) {
+            if !permits.fits(s.held_permits(), want) {
                 break;
             }
             // SAFETY: as above.
@@ -1526,7 +1655,7 @@ impl Record {
             // SAFETY: as above.
             let fence = unsafe { self.book_grant_locked(permits) };
             // SAFETY: as above.
-            s = unsafe { self.line_shrank(with_taken(s, want), now_empty) };
+            s = unsafe { self.line_shrank(s.with_taken(want), now_empty) };
             // SAFETY: `head` was linked until just now, with no final status.
             if let Some(wake) = unsafe { finish_waiter(head, GRANTED, fence) } {
                 woken.push(wake);
@@ -1558,7 +1687,7 @@ impl Record {
     /// holds).
     pub(crate) fn holders(&self, fence: u64) -> Holders {
         // Relaxed: MULTI never changes.
-        if self.state.load(Ordering::Relaxed) & MULTI == 0 {
+        if !self.state.load(Ordering::Relaxed).multi() {
             return match self.current_fence_if_held() {
                 Some(f) => Holders {
                     count: 1,
@@ -1575,7 +1704,7 @@ impl Record {
             };
         }
         let s = self.lock_line();
-        let holders = if s & DEAD != 0 {
+        let holders = if s.dead() {
             Holders::default()
         } else {
             // Relaxed: the latest drawn; nothing is read through it.
@@ -1585,7 +1714,7 @@ impl Record {
             unsafe {
                 self.with_locked(|l| {
                     let fences = slots.fences().chain(l.overflow.fences());
-                    book_holders(fences, held_in(s), fence, latest)
+                    book_holders(fences, s.held_permits(), fence, latest)
                 })
             }
         };
