@@ -11,6 +11,7 @@
 use crate::key::{check_key, Key, KeyBuf};
 use crate::lock::Lock;
 use crate::record::Record;
+use crate::record_ref::grant_addr;
 use crossbeam_epoch as epoch;
 use std::time::Duration;
 
@@ -95,7 +96,7 @@ impl Lock {
                 let timing = self
                     .store
                     .timer
-                    .timed_lease(record as *const Record as usize, oldest)
+                    .timed_lease(grant_addr(record), oldest)
                     .map(|lease| lease.timing(self.store.clock.now_ms()));
                 KeyInfo {
                     held: true,

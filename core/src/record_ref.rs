@@ -50,8 +50,16 @@ impl HeldRecord {
     /// The record's address: with the fence, names the grant (the store's
     /// registry of timed leases), never dereferenced.
     pub(crate) fn addr(self) -> usize {
-        self.0.as_ptr() as usize
+        grant_addr(self.0.as_ptr())
     }
+}
+
+/// The address of `record`, which with a fence names a grant of its key
+/// (the store's registry of timed leases): the one spelling of it, for a
+/// [`HeldRecord`] and for whoever looks a grant up by its record (a key's
+/// snapshot). Never dereferenced.
+pub(crate) fn grant_addr(record: *const Record) -> usize {
+    record as usize
 }
 
 /// A grant's parts, once a lease owns its one release: the record, the
