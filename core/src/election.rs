@@ -19,7 +19,12 @@
 //!   named clears it first;
 //! - every change of the board bumps `version` and wakes every observer:
 //!   an observer yields the board's state whenever it changed since its
-//!   last item (one that fell behind yields the latest, as a watch does).
+//!   last item (one that fell behind yields the latest, as a watch does);
+//! - only a change takes a task's waker off the board, so a waker put
+//!   there at version `v` is still there while the version is `v`: a
+//!   pending observer polled again replaces its waker (when it would not
+//!   wake the same task) rather than adding one, so the board keeps at
+//!   most one waker per observer however often each is polled.
 
 use crate::error::{Error, ErrorKind};
 use crate::lease::{Aborted, HeldLease, Signal};
@@ -59,8 +64,41 @@ struct Term {
     leader: Option<Named>,
     /// Bumped by every change (a leader named, proclaimed or gone).
     version: u64,
-    /// Tasks waiting in [`Observer::next`].
+    /// Tasks waiting in [`Observer::next`], at most one waker each.
     wakers: Vec<Waker>,
+}
+
+/// Where a pending observer's waker sits on the board: its index in the
+/// list, at the version it was put there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Registration {
+    version: u64,
+    at: usize,
+}
+
+impl Term {
+    /// Makes `waker` the one the next change wakes for the observer whose
+    /// registration is `mine` (`None`: it has none): replaced in place
+    /// while the version is the one it registered at (its waker is still
+    /// there), else added. Answers the registration to keep.
+    fn wait_with(&mut self, mine: Option<Registration>, waker: &Waker) -> Registration {
+        match mine {
+            Some(r) if r.version == self.version => {
+                let kept = &mut self.wakers[r.at];
+                if !kept.will_wake(waker) {
+                    *kept = waker.clone();
+                }
+                r
+            }
+            _ => {
+                self.wakers.push(waker.clone());
+                Registration {
+                    version: self.version,
+                    at: self.wakers.len() - 1,
+                }
+            }
+        }
+    }
 }
 
 /// The term the board names.
@@ -261,6 +299,7 @@ impl Election {
         Observer {
             board: self.board.clone(),
             seen: None,
+            waiting: None,
         }
     }
 }
@@ -331,6 +370,8 @@ pub struct Observer {
     board: Arc<Board>,
     /// The version last yielded (`None`: nothing yet).
     seen: Option<u64>,
+    /// Its waker on the board, if it put one there (module doc).
+    waiting: Option<Registration>,
 }
 
 impl Observer {
@@ -344,7 +385,7 @@ impl Observer {
                 self.seen = Some(version);
                 return Poll::Ready(leader);
             }
-            term.wakers.push(cx.waker().clone());
+            self.waiting = Some(term.wait_with(self.waiting, cx.waker()));
             Poll::Pending
         })
         .await
@@ -372,5 +413,64 @@ impl Observer {
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
         }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::Store;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Counts its wakes.
+    struct Count(AtomicUsize);
+
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    #[test]
+    fn a_pending_observer_keeps_one_waker_however_often_it_is_polled() {
+        let store = Store::new();
+        let lock = store.lock("jobs").open().unwrap();
+        let election = lock.election("nightly");
+        let mut observer = election.observe();
+        let waiting = |e: &Election| locked(&e.board.term).wakers.len();
+        let (first, second) = (
+            Arc::new(Count(AtomicUsize::new(0))),
+            Arc::new(Count(AtomicUsize::new(0))),
+        );
+        let (w1, w2) = (Waker::from(first.clone()), Waker::from(second.clone()));
+        {
+            let mut next = std::pin::pin!(observer.next());
+            // The present state (no leader) at once.
+            let cx = &mut Context::from_waker(&w1);
+            assert_eq!(next.as_mut().poll(cx), Poll::Ready(None));
+        }
+        for round in 0..3 {
+            // A new future each round, polled many times, by two wakers.
+            let mut next = std::pin::pin!(observer.next());
+            for i in 0..100 {
+                let w = if i % 2 == 0 { &w1 } else { &w2 };
+                assert!(next.as_mut().poll(&mut Context::from_waker(w)).is_pending());
+                assert_eq!(waiting(&election), 1, "round {round}, poll {i}");
+            }
+        }
+        // The change wakes the last waker, once, and leaves none behind.
+        let lead = election.campaign("w1").unwrap();
+        assert_eq!(
+            (
+                first.0.load(Ordering::Relaxed),
+                second.0.load(Ordering::Relaxed)
+            ),
+            (0, 1)
+        );
+        assert_eq!(waiting(&election), 0);
+        let mut next = std::pin::pin!(observer.next());
+        let seen = next.as_mut().poll(&mut Context::from_waker(&w1));
+        assert!(matches!(seen, Poll::Ready(Some(l)) if l.note == "w1"));
+        drop(lead);
     }
 }
