@@ -20,20 +20,20 @@
 //! - every change of the board bumps `version` and wakes every observer:
 //!   an observer yields the board's state whenever it changed since its
 //!   last item (one that fell behind yields the latest, as a watch does);
-//! - only a change takes a task's waker off the board, so a waker put
-//!   there at version `v` is still there while the version is `v`: a
-//!   pending observer polled again replaces its waker (when it would not
-//!   wake the same task) rather than adding one, so the board keeps at
-//!   most one waker per observer however often each is polled.
+//!   a pending observer keeps one waker on the board however often it is
+//!   polled (`board`'s module doc).
+//!
+//! The board itself (its term, version and waiters, one per lock and name)
+//! is `board`'s, below the lock's shared state that keeps it; this module
+//! gives it a term's lease as a [`TermLease`].
 
+use crate::board::{locked, Board, Named, Registration, Term, TermLease};
 use crate::error::{Error, ErrorKind};
 use crate::lease::{Aborted, HeldLease, Signal};
 use crate::lock::Lock;
-use crate::lock_shared::Boards;
-use std::any::Any;
 use std::future::{poll_fn, Future};
 use std::pin::Pin;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, PoisonError, Weak};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
@@ -52,148 +52,55 @@ pub struct Leader {
     pub held_for: Option<Duration>,
 }
 
-/// One election's shared state.
-struct Board {
-    term: Mutex<Term>,
-    /// Threads waiting in [`Observer::next_timeout`].
-    changed: Condvar,
-}
-
-#[derive(Default)]
-struct Term {
-    leader: Option<Named>,
-    /// Bumped by every change (a leader named, proclaimed or gone).
-    version: u64,
-    /// Tasks waiting in [`Observer::next`], at most one waker each.
-    wakers: Vec<Waker>,
-}
-
-/// Where a pending observer's waker sits on the board: its index in the
-/// list, at the version it was put there.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Registration {
-    version: u64,
-    at: usize,
-}
-
-impl Term {
-    /// Makes `waker` the one the next change wakes for the observer whose
-    /// registration is `mine` (`None`: it has none): replaced in place
-    /// while the version is the one it registered at (its waker is still
-    /// there), else added. Answers the registration to keep.
-    fn wait_with(&mut self, mine: Option<Registration>, waker: &Waker) -> Registration {
-        match mine {
-            Some(r) if r.version == self.version => {
-                let kept = &mut self.wakers[r.at];
-                if !kept.will_wake(waker) {
-                    *kept = waker.clone();
-                }
-                r
-            }
-            _ => {
-                self.wakers.push(waker.clone());
-                Registration {
-                    version: self.version,
-                    at: self.wakers.len() - 1,
-                }
-            }
-        }
-    }
-}
-
-/// The term the board names.
-struct Named {
-    note: String,
-    fence: u64,
-    since: Instant,
+/// A term's lease, as the board knows it: its signal, and its loss's
+/// registration of a [`LossWaker`] (kept so the registration stays;
+/// dropped with the term, which undoes it).
+struct TermOf {
     signal: Signal,
-    /// Registered with the lease's loss: wakes the board (kept so its
-    /// registration stays).
     _lost: Pin<Box<Aborted>>,
 }
 
-fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Nothing panics while the board is held; a poisoned board is a board.
-    m.lock().unwrap_or_else(PoisonError::into_inner)
+impl TermLease for TermOf {
+    fn is_lost(&self) -> bool {
+        self.signal.is_aborted()
+    }
 }
 
-impl Board {
-    /// The board of `name` among `boards`, made if none is alive.
-    fn of(boards: &Boards, name: &str) -> Arc<Board> {
-        let mut map = locked(boards);
-        let alive = map.get(name).and_then(Weak::upgrade);
-        if let Some(board) = alive.and_then(|b| b.downcast::<Board>().ok()) {
-            return board;
-        }
-        map.retain(|_, b| b.strong_count() > 0);
-        let board = Arc::new(Board {
-            term: Mutex::new(Term::default()),
-            changed: Condvar::new(),
-        });
-        let erased: Arc<dyn Any + Send + Sync> = board.clone();
-        map.insert(name.into(), Arc::downgrade(&erased));
-        board
-    }
-
-    /// Bumps the version and wakes every observer (`term` is held).
-    fn changed(&self, term: &mut Term) {
-        term.version += 1;
-        for waker in term.wakers.drain(..) {
-            waker.wake();
-        }
-        self.changed.notify_all();
-    }
-
-    /// Names the term of `lease` (after clearing a lost one).
-    fn name_term(self: &Arc<Board>, lease: &HeldLease, note: &str) {
-        let signal = lease.signal();
-        let mut lost = Box::pin(signal.aborted());
-        let waker = Waker::from(Arc::new(LossWaker {
-            board: Arc::downgrade(self),
-            fence: lease.fence(),
-        }));
-        // Registers the waker with the lease's loss (a lost one is seen below).
-        let _ = lost.as_mut().poll(&mut Context::from_waker(&waker));
-        let mut term = locked(&self.term);
-        let old = term.leader.replace(Named {
-            note: note.to_owned(),
-            fence: lease.fence(),
-            since: Instant::now(),
+/// Names the term of `lease` on `board` (after clearing a lost one).
+fn name_term(board: &Arc<Board>, lease: &HeldLease, note: &str) {
+    let signal = lease.signal();
+    let mut lost = Box::pin(signal.aborted());
+    let waker = Waker::from(Arc::new(LossWaker {
+        board: Arc::downgrade(board),
+        fence: lease.fence(),
+    }));
+    // Registers the waker with the lease's loss (a lost one is seen below).
+    let _ = lost.as_mut().poll(&mut Context::from_waker(&waker));
+    let mut term = locked(&board.term);
+    let old = term.leader.replace(Named {
+        note: note.to_owned(),
+        fence: lease.fence(),
+        since: Instant::now(),
+        lease: Box::new(TermOf {
             signal,
             _lost: lost,
-        });
-        self.changed(&mut term);
-        drop(term);
-        // Dropped unlocked: see `clear`.
-        drop(old);
-    }
+        }),
+    });
+    board.changed(&mut term);
+    drop(term);
+    // Dropped unlocked: see `Board::clear`.
+    drop(old);
+}
 
-    /// Clears the term of `fence` if the board names it.
-    ///
-    /// Called from the lease's loss, perhaps while the core tells every
-    /// waiter of it: so the board is never held while the core is called
-    /// (the cleared term, whose registration a drop undoes, is dropped
-    /// after the board is let go).
-    fn clear(&self, fence: u64) {
-        let mut term = locked(&self.term);
-        if term.leader.as_ref().is_some_and(|n| n.fence == fence) {
-            let gone = term.leader.take();
-            self.changed(&mut term);
-            drop(term);
-            drop(gone);
-        }
-    }
-
-    /// The board's leader, as callers see it, with the version.
-    fn read(term: &Term) -> (Option<Leader>, u64) {
-        let leader = term.leader.as_ref().filter(|n| !n.signal.is_aborted());
-        let leader = leader.map(|n| Leader {
-            note: n.note.clone(),
-            fence: n.fence,
-            held_for: Some(n.since.elapsed()),
-        });
-        (leader, term.version)
-    }
+/// The board's leader, as callers see it, with the version.
+fn read(term: &Term) -> (Option<Leader>, u64) {
+    let leader = term.leader.as_ref().filter(|n| !n.lease.is_lost());
+    let leader = leader.map(|n| Leader {
+        note: n.note.clone(),
+        fence: n.fence,
+        held_for: Some(n.since.elapsed()),
+    });
+    (leader, term.version)
 }
 
 /// Wakes the board when a term's lease is lost.
@@ -281,7 +188,7 @@ impl Election {
     }
 
     fn elected(&self, lease: HeldLease, note: &str) -> Leadership {
-        self.board.name_term(&lease, note);
+        name_term(&self.board, &lease, note);
         Leadership {
             lease: Some(lease),
             board: self.board.clone(),
@@ -290,7 +197,7 @@ impl Election {
 
     /// The leader now, if any.
     pub fn leader(&self) -> Option<Leader> {
-        Board::read(&locked(&self.board.term)).0
+        read(&locked(&self.board.term)).0
     }
 
     /// The leaders, the present one first, then each change (an observer
@@ -380,7 +287,7 @@ impl Observer {
     pub async fn next(&mut self) -> Option<Leader> {
         poll_fn(|cx| {
             let mut term = locked(&self.board.term);
-            let (leader, version) = Board::read(&term);
+            let (leader, version) = read(&term);
             if self.seen != Some(version) {
                 self.seen = Some(version);
                 return Poll::Ready(leader);
@@ -397,7 +304,7 @@ impl Observer {
         let deadline = Instant::now() + timeout;
         let mut term = locked(&self.board.term);
         loop {
-            let (leader, version) = Board::read(&term);
+            let (leader, version) = read(&term);
             if self.seen != Some(version) {
                 self.seen = Some(version);
                 return Some(leader);
@@ -437,7 +344,7 @@ mod tests {
         let lock = store.lock("jobs").open().unwrap();
         let election = lock.election("nightly");
         let mut observer = election.observe();
-        let waiting = |e: &Election| locked(&e.board.term).wakers.len();
+        let waiting = |e: &Election| locked(&e.board.term).waiting_tasks();
         let (first, second) = (
             Arc::new(Count(AtomicUsize::new(0))),
             Arc::new(Count(AtomicUsize::new(0))),

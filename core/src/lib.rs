@@ -136,7 +136,9 @@
 // - `key`: key and lock-name text. `outcome`: a hold's value with its loss.
 // - `record`: one key's state word and waiter line. `record_ref`: the
 //   pointers to a record a grant or a waiter keeps, and what keeps each
-//   alive. `table`: key text to records, reclaiming idle ones. `lock_shared`: a lock's table and counters.
+//   alive. `table`: key text to records, reclaiming idle ones. `board`: an
+//   election's board (its term, version and waiting observers).
+//   `lock_shared`: a lock's table, counters and election boards.
 // - `signal_hub`: wakes who waits on lease signals. `driver`: the timer
 //   wheel, the registry of timed leases and the background thread (fires
 //   due leases through its `Due` trait, sweeps through a callback).
@@ -159,6 +161,7 @@
 // Under loom the background thread and some clock helpers are not built.
 #![cfg_attr(loom, allow(dead_code))]
 
+mod board;
 /// Wait diagnostics (counted only with the `wait-counters` feature).
 pub mod counters;
 mod ctx;

@@ -2,6 +2,7 @@
 //! [`Table`] and its event counters. Beside the table, below leases and locks, so a lease can
 //! count its revocation without knowing what a `Lock` is.
 
+use crate::board::Boards;
 use crate::sync::AtomicU64;
 use crate::table::Table;
 
@@ -15,8 +16,7 @@ pub(crate) struct LockShared {
     pub(crate) timeouts: AtomicU64,
     pub(crate) revocations: AtomicU64,
     pub(crate) expirations: AtomicU64,
-    /// The boards of this lock's elections, by name: the `election`
-    /// module's, kept here untyped (this module sits below it).
+    /// The boards of this lock's elections, by name (`board`).
     pub(crate) elections: Boards,
 }
 
@@ -37,9 +37,3 @@ impl LockShared {
         self as *const LockShared as usize
     }
 }
-
-/// A lock's slot for its elections' boards: weak, so a board lives as long
-/// as some election, leadership or observer of it.
-pub(crate) type Boards = std::sync::Mutex<
-    std::collections::HashMap<Box<str>, std::sync::Weak<dyn std::any::Any + Send + Sync>>,
->;
