@@ -3,16 +3,14 @@
 //! over TLS, a client that trusts another CA, and a server that requires
 //! client certificates.
 
-#[path = "../../testing/certs.rs"]
-mod certs;
 mod common;
 
-use certs::{Ca, Dir};
 use common::{assert_text_with_reason, Proxy, Server, PATIENCE};
 use holdline_client::rustls::pki_types::pem::PemObject;
 use holdline_client::rustls::pki_types::CertificateDer;
 use holdline_client::rustls::{self, ClientConfig, RootCertStore};
 use holdline_client::{ConnectOptions, ErrorKind, Store, Value};
+use holdline_testing::certs::{Ca, Dir};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::time::timeout;

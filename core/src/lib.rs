@@ -134,6 +134,8 @@
 //   a thread's running holds, each listed by a drop guard. `timer`: the
 //   wheel, a plain data structure.
 // - `key`: key and lock-name text. `outcome`: a hold's value with its loss.
+// - `permits`: the book of a key of several permits, which grants hold
+//   it (a lock of one permit needs none).
 // - `record`: one key's state word and waiter line. `record_ref`: the
 //   pointers to a record a grant or a waiter keeps, and what keeps each
 //   alive. `table`: key text to records, reclaiming idle ones. `board`: an
@@ -151,6 +153,8 @@
 // - `lock`: `Lock`, `KeyHold`, `Grant`; the fast path and a thread's wait.
 //   `line_wait`: a task's wait in a line. `hold_async`: the async holds.
 // - `inspect`, `many`, `tx`: a key's snapshot, several keys, transactions.
+// - `election`: elections among a process's threads and tasks in etcd's
+//   shape (campaign, leader, observe, proclaim, resign), made of holds.
 // - `store`: the `Store` handle, opening locks, `close`, `tx`; the
 //   `Heartbeat` handle.
 // - `wire`: what the server and the clients share with the core, the

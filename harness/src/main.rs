@@ -8,15 +8,17 @@
 //! contention, a busy machine, servers, clusters, memory.
 //!
 //! Modules, bottom-up (each uses only those before it;
-//! `tests/module_graph.rs` checks there is no import cycle):
+//! `tests/module_graph.rs` checks there is no import cycle and that this
+//! map names every module). The processes it starts come from the tests'
+//! starters (`holdline_testing::spawn`, as `crate::spawn`, and
+//! `holdline_testing::cluster`):
 //! - leaves: `alloc` (the allocation-counting allocator), `busy` (CPU-bound
-//!   threads beside a row), `zipf` (key sequences), `spawn` (the tests'
-//!   process starter, `testing/spawn.rs`), `procs` (a process tree's CPU
-//!   time and memory from `/proc`), `pg` (a private PostgreSQL cluster),
-//!   `servers` (starting `holdline serve`, `redis-server`, etcd and
-//!   PostgreSQL), `peers` (etcd's and PostgreSQL's lock clients; uses
-//!   `servers`), `cluster` (a private etcd,
-//!   cluster nodes, slots and the slot map; uses `servers`), `designs`
+//!   threads beside a row), `zipf` (key sequences), `procs` (a process
+//!   tree's CPU time and memory from `/proc`), `pg` (a private PostgreSQL
+//!   cluster), `servers` (starting `holdline serve`, `redis-server`, etcd
+//!   and PostgreSQL), `peers` (etcd's and PostgreSQL's lock clients; uses
+//!   `servers`), `cluster` (the scenario's setups and cluster nodes, on
+//!   `holdline_testing::cluster`; uses `servers`), `designs`
 //!   (what is measured), `permit_designs` (what the permits scenarios
 //!   measure; uses `designs` for the `--design` names), `units` (number
 //!   formats);
@@ -64,14 +66,15 @@ mod scenarios;
 mod schema;
 mod server_scenarios;
 mod servers;
-#[path = "../../testing/spawn.rs"]
-mod spawn;
 mod units;
 mod verdict;
 mod zipf;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+
+/// The tests' process starter (`holdline_testing::spawn`), as `crate::spawn`.
+use holdline_testing::spawn;
 
 use clap::Parser;
 

@@ -25,6 +25,15 @@
 //! encode(&Value::Array(vec![Value::Integer(1), Value::Integer(42)]), Proto::Resp3, &mut out);
 //! assert_eq!(out, b"*2\r\n:1\r\n:42\r\n");
 //! ```
+//!
+//! Module map, bottom-up (each module uses only those above it; checked by
+//! `tests/module_graph.rs`):
+//! - `value`: the values RESP2 and RESP3 carry, and the protocol version a
+//!   peer speaks; `slot`: a key's hash slot, as Redis Cluster computes it;
+//!   `inline`: inline commands (a line of words) split as Redis splits them;
+//! - `decode`: the streaming decoder, bytes in, whole frames out, limits
+//!   checked before anything is buffered; `encode`: writing values and
+//!   commands to the wire.
 
 #![warn(missing_docs)]
 

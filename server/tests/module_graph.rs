@@ -1,26 +1,7 @@
 //! The server's modules form a layering (main.rs's module map): none uses
 //! one that uses it back; no function runs over 80 lines.
 
-#[path = "../../testing/module_graph.rs"]
-mod module_graph;
-
-fn src() -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
-}
-
-#[test]
-fn no_module_of_the_server_uses_one_that_uses_it_back() {
-    module_graph::assert_crate_layered(
-        &src(),
-        &[
-            ("cmd", "session"),
-            ("handler", "cmd"),
-            ("server", "handler"),
-        ],
-    );
-}
-
-#[test]
-fn no_function_of_the_server_is_over_80_lines() {
-    module_graph::assert_short_functions(&src(), 80);
+holdline_testing::module_graph_tests! {
+    edges: [("cmd", "session"), ("handler", "cmd"), ("server", "handler")],
+    max_lines: 80,
 }

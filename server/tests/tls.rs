@@ -4,13 +4,11 @@
 //! other client is served; SIGHUP reloading without dropping connections;
 //! redis-cli's `--tls`.
 
-#[path = "../../testing/certs.rs"]
-mod certs;
 mod common;
 
-use certs::{Ca, Dir};
 use common::{runs, tool_available, PATIENCE};
 use holdline_resp::{encode_command, Decoder, Value};
+use holdline_testing::certs::{Ca, Dir};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};

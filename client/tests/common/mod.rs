@@ -12,8 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-#[path = "../../../testing/spawn.rs"]
-mod spawn;
+use holdline_testing::{cluster, spawn};
 
 pub use spawn::PATIENCE;
 
@@ -335,12 +334,11 @@ pub async fn lost_before_the_next_grant(
     assert_eq!(lost.to_string(), expected_text("lost_silent", &vars));
 }
 
-/// A private cluster (`clients/testing/cluster.py`): one etcd and several
-/// `holdline serve --etcd` nodes on loopback, gone when dropped (its
-/// standard input closes, and it kills everything it started).
+/// A private cluster (`holdline_testing::cluster`, the one cluster
+/// starter): one etcd and several `holdline serve --etcd` nodes on
+/// loopback, killed when dropped.
 pub struct Cluster {
-    child: Child,
-    stdin: Option<std::process::ChildStdin>,
+    cluster: cluster::Cluster,
     pub etcd: String,
     pub nodes: Vec<ClusterNode>,
 }
@@ -358,61 +356,39 @@ impl Cluster {
     /// `etcd_ttl` seconds, a cluster max ttl of `max_ttl` (whole
     /// milliseconds: every hold must ask a ttl at most that, and a
     /// partition taken over without a hand-over grants nothing for that
-    /// long); `None` (saying so) when `/usr/bin/etcd` is missing, unless
+    /// long), ready once every node answers the same settled map; `None`
+    /// (saying so) when `/usr/bin/etcd` is missing, unless
     /// `HOLDLINE_REQUIRE_TOOLS=1`, which fails instead.
     pub fn start(
         nodes: usize,
-        partitions: usize,
+        partitions: u16,
         etcd_ttl: u64,
         max_ttl: Duration,
     ) -> Option<Cluster> {
-        use std::io::{BufRead, BufReader};
         if !spawn::etcd_available() {
             return None;
         }
-        let script = repo_root().join("clients/testing/cluster.py");
-        let mut child = Command::new("python3")
-            .arg(script)
-            .args(["--nodes", &nodes.to_string()])
-            .args(["--partitions", &partitions.to_string()])
-            .args(["--etcd-ttl", &etcd_ttl.to_string()])
-            .args(["--max-ttl", &format!("{}ms", max_ttl.as_millis())])
-            .arg("--binary")
-            .arg(binary())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start python3 clients/testing/cluster.py");
-        let stdin = child.stdin.take();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let ready: serde_json::Value = serde_json::from_str(&line)
-            .unwrap_or_else(|e| panic!("cluster.py printed {line:?}, not its JSON line ({e})"));
-        let nodes = ready["nodes"].as_array().expect("nodes").iter();
-        let nodes = nodes.map(|node| ClusterNode {
-            addr: node["addr"].as_str().unwrap().to_owned(),
-            pid: node["pid"].as_u64().unwrap() as u32,
-            slots: node["slots"]
-                .as_array()
-                .map(|ranges| ranges.iter().map(|r| (slot(&r[0]), slot(&r[1]))).collect())
-                .unwrap_or_default(),
+        let max_ttl = format!("{}ms", max_ttl.as_millis());
+        let etcd_ttl = format!("{etcd_ttl}s");
+        let extra = ["--max-ttl", max_ttl.as_str()];
+        let cluster = cluster::Cluster::start(binary(), nodes, partitions, &etcd_ttl, &extra)
+            .unwrap_or_else(|why| panic!("the cluster did not start: {why}"));
+        let nodes = (0..cluster.nodes.len()).map(|i| ClusterNode {
+            addr: cluster.nodes[i].addr.to_string(),
+            pid: cluster.nodes[i].child.id(),
+            slots: cluster.slots_of(i),
         });
         Some(Cluster {
-            etcd: ready["etcd"].as_str().unwrap_or_default().to_owned(),
+            etcd: cluster.etcd.url(),
             nodes: nodes.collect(),
-            child,
-            stdin,
+            cluster,
         })
     }
 
     /// The index of the node that served `slot` when the cluster was ready.
     pub fn owner(&self, slot: u16) -> usize {
-        self.nodes
-            .iter()
-            .position(|n| n.slots.iter().any(|&(a, b)| (a..=b).contains(&slot)))
+        self.cluster
+            .owner(slot)
             .unwrap_or_else(|| panic!("no node served slot {slot}"))
     }
 
@@ -421,26 +397,6 @@ impl Cluster {
         let pid = self.nodes[i].pid.to_string();
         let status = Command::new("kill").args(["-KILL", &pid]).status().unwrap();
         assert!(status.success(), "kill -KILL {pid}");
-    }
-}
-
-fn slot(v: &serde_json::Value) -> u16 {
-    v.as_u64().and_then(|s| u16::try_from(s).ok()).unwrap()
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        // Its standard input closes: it kills its nodes and etcd and exits.
-        drop(self.stdin.take());
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -1,21 +1,23 @@
-//! A private etcd (Debian's `/usr/bin/etcd`, `testing/spawn.rs`) and
-//! cluster nodes of `holdline serve --etcd` on ports they bind themselves,
-//! for the cluster tests.
+//! The cluster tests' view of `holdline_testing::cluster` (the one cluster
+//! starter: a private etcd, nodes of `holdline serve --etcd` on ports they
+//! bind themselves, `CLUSTER SLOTS` and the wait until the map settles),
+//! with the slot map as `(first, last, owner address)`.
 
 #![allow(dead_code)]
 
 use super::{Client, Server};
 use holdline_resp::Value;
-use std::net::{SocketAddr, TcpStream};
+use holdline_testing::cluster;
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 // Each test binary uses a part of what it is handed.
 #[allow(unused_imports)]
-pub use super::spawn::{etcd_available, Etcd, ETCD};
+pub use holdline_testing::spawn::{etcd_available, Etcd, ETCD};
 
 /// A private etcd member (other ports tried when one was taken).
 pub fn start_etcd() -> Etcd {
-    Etcd::start().unwrap_or_else(|why| panic!("{why}"))
+    cluster::start_etcd().unwrap_or_else(|why| panic!("{why}"))
 }
 
 /// Starts a node of cluster `name` on a port it binds itself, advertised
@@ -32,47 +34,20 @@ pub fn start_node_with(
     ttl: u64,
     extra: &[&str],
 ) -> Server {
-    let (url, partitions, ttl) = (etcd.url(), partitions.to_string(), format!("{ttl}s"));
-    let addr = "127.0.0.1:0";
-    let mut args = vec!["--listen", addr, "--advertise", addr, "--etcd", &url];
-    args.extend([
-        "--cluster",
-        name,
-        "--partitions",
-        &partitions,
-        "--etcd-ttl",
-        &ttl,
-    ]);
-    args.extend_from_slice(extra);
-    Server::serve(&args)
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_holdline"));
+    let ttl = format!("{ttl}s");
+    let node = cluster::start_node(bin, etcd, name, partitions, &ttl, extra);
+    Server(node.unwrap_or_else(|why| panic!("{why}")))
+}
+
+fn triples(map: Vec<cluster::Range>) -> Vec<(u16, u16, String)> {
+    let triple = |r: cluster::Range| (r.first, r.last, r.addr.to_string());
+    map.into_iter().map(triple).collect()
 }
 
 /// `CLUSTER SLOTS` of the node at `addr`: (first, last, owner address).
 pub fn slot_map(addr: SocketAddr) -> Vec<(u16, u16, String)> {
-    let Ok(stream) = TcpStream::connect(addr) else {
-        return Vec::new();
-    };
-    drop(stream);
-    let mut c = Client::connect(addr);
-    let Value::Array(ranges) = c.call(&["CLUSTER", "SLOTS"]) else {
-        return Vec::new();
-    };
-    ranges
-        .into_iter()
-        .filter_map(|r| {
-            let Value::Array(r) = r else { return None };
-            let (Value::Integer(first), Value::Integer(last), Value::Array(node)) =
-                (&r[0], &r[1], &r[2])
-            else {
-                return None;
-            };
-            let (Value::Bulk(host), Value::Integer(port)) = (&node[0], &node[1]) else {
-                return None;
-            };
-            let host = String::from_utf8_lossy(host);
-            Some((*first as u16, *last as u16, format!("{host}:{port}")))
-        })
-        .collect()
+    triples(cluster::slot_map(addr))
 }
 
 /// The owner of `slot` in a map.
@@ -117,38 +92,15 @@ pub fn await_spread(
 }
 
 /// Waits until every node's map is the same, covers every slot with
-/// owners among `nodes` only, and is even (no node owns more than one
-/// partition's slots beyond another): the cluster has settled.
+/// owners among `nodes` only, and each node owns its share of the
+/// partitions: the cluster has settled.
 pub fn await_settled(
     nodes: &[SocketAddr],
     partitions: u16,
     within: Duration,
 ) -> Vec<(u16, u16, String)> {
-    let names: Vec<String> = nodes.iter().map(|n| n.to_string()).collect();
-    let deadline = Instant::now() + within;
-    let per_partition = 16384 / u32::from(partitions) + 1;
-    loop {
-        let maps: Vec<_> = nodes.iter().map(|&n| slot_map(n)).collect();
-        let map = &maps[0];
-        let owned: Vec<u32> = names
-            .iter()
-            .map(|n| {
-                map.iter()
-                    .filter(|(_, _, a)| a == n)
-                    .map(|(f, l, _)| u32::from(l - f) + 1)
-                    .sum()
-            })
-            .collect();
-        let even = owned.iter().max().unwrap() - owned.iter().min().unwrap() <= per_partition;
-        if covers(map, &names) && even && maps.iter().all(|m| m == map) {
-            return map.clone();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "not settled within {within:?}: {maps:?}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let map = cluster::await_settled(nodes, partitions, within);
+    triples(map.unwrap_or_else(|why| panic!("{why}")))
 }
 
 /// The slot of `key` as the node computes it.

@@ -12,12 +12,10 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 pub mod cluster;
-#[path = "../../../testing/spawn.rs"]
-pub mod spawn;
 
 // Each test binary uses a part of what it is handed.
 #[allow(unused_imports)]
-pub use spawn::{tool_available, PATIENCE};
+pub use holdline_testing::spawn::{self, tool_available, PATIENCE};
 
 /// A file written for one test (a token, a users file) in a folder of its
 /// own, removed when dropped.
@@ -53,8 +51,23 @@ impl Drop for TempFile {
     }
 }
 
-/// A running `holdline serve`, killed when dropped.
-pub type Server = spawn::Holdline;
+/// A running `holdline serve`, killed when dropped: the shared starter's
+/// process (its `child`, `addr` and `metrics` read through it).
+pub struct Server(pub spawn::Holdline);
+
+impl std::ops::Deref for Server {
+    type Target = spawn::Holdline;
+
+    fn deref(&self) -> &spawn::Holdline {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Server {
+    fn deref_mut(&mut self) -> &mut spawn::Holdline {
+        &mut self.0
+    }
+}
 
 impl Server {
     /// Starts `holdline serve --listen 127.0.0.1:0 EXTRA...` and reads the
@@ -69,7 +82,7 @@ impl Server {
     /// (and the metrics' address, with `--metrics`).
     pub fn serve(args: &[&str]) -> Server {
         let bin = std::path::Path::new(env!("CARGO_BIN_EXE_holdline"));
-        spawn::Holdline::spawn(bin, args).unwrap_or_else(|why| panic!("{why}"))
+        Server(spawn::Holdline::spawn(bin, args).unwrap_or_else(|why| panic!("{why}")))
     }
 
     pub fn pid(&self) -> i32 {

@@ -5,11 +5,8 @@
 //! get ports picked here and are started again on others when one was
 //! taken (each says so in its log, read here).
 //!
-//! Standard library only. Included by each crate that starts processes
-//! with `#[path = "../../testing/spawn.rs"] mod spawn;` (the server's and
-//! the Rust client's tests, the harness).
-
-#![allow(dead_code)]
+//! Standard library only. Used by each crate that starts processes (the
+//! server's and the Rust client's tests, the harness).
 
 use std::io::{BufRead, BufReader, Read};
 use std::net::{SocketAddr, TcpListener};

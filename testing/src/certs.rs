@@ -1,10 +1,7 @@
 //! Certificates made at test time (rcgen) for the TLS tests of the server
 //! and the Rust client: a CA, leaves for 127.0.0.1 and localhost signed by
 //! it (a server's or a client's, current or long expired), and a folder of
-//! PEM files removed when dropped. Included by each crate's `tests/tls.rs`
-//! with `#[path = "../../testing/certs.rs"] mod certs;`.
-
-#![allow(dead_code)]
+//! PEM files removed when dropped. Used by each crate's `tests/tls.rs`.
 
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,

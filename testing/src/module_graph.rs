@@ -1,13 +1,13 @@
 //! The source rules every crate of the workspace checks on its own
 //! sources: no module uses one that uses it back, directly or through
-//! others, and no function runs over a page (`long_functions`). Included by each crate's `tests/module_graph.rs` with
-//! `#[path = "../../testing/module_graph.rs"] mod module_graph;`.
+//! others; no function runs over a page (`long_functions`); and the crate
+//! root's module map names every module it declares (`unmapped`). Each
+//! crate's `tests/module_graph.rs` writes its tests of them with
+//! [`module_graph_tests!`](crate::module_graph_tests).
 //!
 //! A module is a file of `src/` (or a folder of it: `src/cmd/*.rs` count as
 //! `cmd`); it uses another when its shipped code (not its unit tests, not
 //! its comments) names `crate::other`.
-
-#![allow(dead_code)]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -237,4 +237,151 @@ pub fn assert_crate_layered(src: &Path, edges: &[(&str, &str)]) {
 pub fn assert_short_functions(src: &Path, max: usize) {
     let long = long_functions(src, max);
     assert!(long.is_empty(), "over {max} lines:\n{}", long.join("\n"));
+}
+
+/// The modules a crate root (`lib.rs`, `main.rs`) declares (`mod m;`,
+/// `pub mod m;`, `pub(crate) mod m;`).
+pub fn declared_modules(root: &str) -> BTreeSet<String> {
+    root.lines()
+        .filter_map(|line| {
+            let line = line.trim_start();
+            let line = line
+                .strip_prefix("pub(crate) ")
+                .or_else(|| line.strip_prefix("pub "))
+                .unwrap_or(line);
+            let name = line.strip_prefix("mod ")?.strip_suffix(';')?;
+            Some(name.trim().to_owned())
+        })
+        .collect()
+}
+
+/// The crate root's module map: the comment lines (`//!` or `//`) from the
+/// one that says `module map` or `modules, bottom-up` (any case) to the
+/// first line that is no comment; empty when there is none.
+pub fn module_map(root: &str) -> String {
+    let mut map = String::new();
+    let mut inside = false;
+    for line in root.lines() {
+        let text = line.trim_start();
+        let comment = text.strip_prefix("//!").or_else(|| text.strip_prefix("//"));
+        let Some(comment) = comment else {
+            if inside {
+                break;
+            }
+            continue;
+        };
+        let lower = comment.to_ascii_lowercase();
+        inside |= lower.contains("module map") || lower.contains("modules, bottom-up");
+        if inside {
+            map.push_str(comment);
+            map.push('\n');
+        }
+    }
+    map
+}
+
+/// The modules `root` declares that its module map does not name in
+/// backticks (`` `m` ``), in order.
+pub fn unmapped(root: &str) -> Vec<String> {
+    let map = module_map(root);
+    // Each `word` of identifier characters (a code fence names nothing).
+    let named: BTreeSet<&str> = map
+        .split('`')
+        .filter(|w| !w.is_empty() && w.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+        .collect();
+    declared_modules(root)
+        .into_iter()
+        .filter(|m| !named.contains(m.as_str()))
+        .collect()
+}
+
+/// The map reader itself: a map in `//!` or `//` lines ends at code, a
+/// module it leaves out is found.
+pub fn check_the_map_reader() {
+    let root = "//! A crate.\n//!\n//! Module map, bottom-up: `a` (the first), `b`.\n\
+                //! - `c`: the last.\n\nmod a;\npub mod b;\npub(crate) mod c;\nmod d;\n\
+                // `d` after the map is no part of it.\n";
+    assert_eq!(
+        declared_modules(root),
+        ["a", "b", "c", "d"].map(String::from).into()
+    );
+    assert_eq!(unmapped(root), ["d"]);
+    let plain = "// Modules, bottom-up:\n// - `x`, `y`.\nmod x;\nmod y;\n";
+    assert!(unmapped(plain).is_empty());
+    assert_eq!(
+        unmapped("mod z;\n"),
+        ["z"],
+        "no map: every module is unmapped"
+    );
+}
+
+/// Panics listing each module that `root` (a crate's `lib.rs` or
+/// `main.rs`) declares and its module map leaves out.
+pub fn assert_module_map(root: &Path) {
+    check_the_map_reader();
+    let text = fs::read_to_string(root).unwrap();
+    assert!(
+        !declared_modules(&text).is_empty(),
+        "{} declares no module",
+        root.display()
+    );
+    let missing = unmapped(&text);
+    assert!(
+        missing.is_empty(),
+        "{}'s module map leaves out {}: add a line each saying what it owns",
+        root.display(),
+        missing.join(", ")
+    );
+}
+
+/// A crate's tests of the source rules, in its `tests/module_graph.rs`:
+///
+/// ```text
+/// holdline_testing::module_graph_tests! {
+///     // (module, a module it uses): edges known to exist, so an empty
+///     // graph cannot pass.
+///     edges: [("lock", "lease")],
+///     // No function over this many lines.
+///     max_lines: 80,
+///     // The crate root whose module map must name every module (optional).
+///     map: "lib.rs",
+/// }
+/// ```
+#[macro_export]
+macro_rules! module_graph_tests {
+    (
+        edges: [$(($from:literal, $to:literal)),* $(,)?],
+        max_lines: $max:literal
+        $(, map: $root:literal)? $(,)?
+    ) => {
+        fn src() -> ::std::path::PathBuf {
+            ::std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+        }
+
+        #[test]
+        fn no_module_uses_one_that_uses_it_back() {
+            $crate::module_graph::assert_crate_layered(&src(), &[$(($from, $to)),*]);
+        }
+
+        #[test]
+        fn no_function_is_over_the_line_limit() {
+            $crate::module_graph::assert_short_functions(&src(), $max);
+        }
+
+        $(
+            #[test]
+            fn the_module_map_names_every_module() {
+                $crate::module_graph::assert_module_map(&src().join($root));
+            }
+        )?
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_readers_read() {
+        super::check_the_reader();
+        super::check_the_map_reader();
+    }
 }
