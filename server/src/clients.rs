@@ -9,27 +9,13 @@
 //! maps change only on a grant, a release, a wait, or a connection's start
 //! and end.
 
-use holdline::Signal;
-use std::collections::{BTreeMap, HashMap};
+use crate::record::{ByKey, HeldKey, LeaseRecord};
+use std::collections::{BTreeMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 use tokio::sync::Notify;
-
-/// The lease by which a connection holds a key: its id, and the grant's
-/// fence and permits.
-#[derive(Clone, Debug)]
-pub struct HeldBy {
-    pub lease: u64,
-    pub fence: u64,
-    pub permits: u32,
-    /// What its holder says of it (`NOTE`; empty: nothing).
-    pub note: Arc<str>,
-    /// Its loss signal: whether the core ended it before its connection
-    /// noticed (observers are told so before the next grant).
-    pub signal: Signal,
-}
 
 /// What a connection shows of itself.
 pub struct ClientState {
@@ -45,11 +31,10 @@ pub struct ClientState {
     name: Mutex<Option<Vec<u8>>>,
     /// The user it authenticated as.
     user: Mutex<Option<Arc<str>>>,
-    /// The held keys (`lock\0key`, the session's `held_key`) and the
-    /// lease holding each.
-    holding: Mutex<HashMap<Box<str>, HeldBy>>,
-    /// The held key (`lock\0key`) a HOLD of this connection waits for.
-    waiting: Mutex<Option<Box<str>>>,
+    /// The leases it holds, each filed by its held key.
+    holding: Mutex<HashSet<ByKey>>,
+    /// The key a HOLD of this connection waits for.
+    waiting: Mutex<Option<HeldKey>>,
     /// Pulled by CLIENT KILL.
     kill: Notify,
     /// Whether `CLIENT KILL` ended it (its leases end `killed`).
@@ -76,7 +61,7 @@ impl ClientState {
             last_command: AtomicUsize::new(NO_COMMAND),
             name: Mutex::new(None),
             user: Mutex::new(None),
-            holding: Mutex::new(HashMap::new()),
+            holding: Mutex::new(HashSet::new()),
             waiting: Mutex::new(None),
             kill: Notify::new(),
             killed: AtomicBool::new(false),
@@ -115,36 +100,29 @@ impl ClientState {
     }
 
     /// Whether this connection holds `held_key`.
-    pub fn holds(&self, held_key: &str) -> bool {
-        lock(&self.holding).contains_key(held_key)
+    pub fn holds(&self, held_key: &HeldKey) -> bool {
+        lock(&self.holding).contains(held_key)
     }
 
     /// The lease by which this connection holds `held_key`, if it does.
-    pub fn lease_of(&self, held_key: &str) -> Option<HeldBy> {
-        lock(&self.holding).get(held_key).cloned()
+    pub fn lease_of(&self, held_key: &HeldKey) -> Option<Arc<LeaseRecord>> {
+        lock(&self.holding).get(held_key).map(|by| by.0.clone())
     }
 
-    /// Replaces the note of the lease holding `held_key`.
-    pub fn noted(&self, held_key: &str, note: Arc<str>) {
-        if let Some(by) = lock(&self.holding).get_mut(held_key) {
-            by.note = note;
-        }
+    pub fn held(&self, record: Arc<LeaseRecord>) {
+        lock(&self.holding).replace(ByKey(record));
     }
 
-    pub fn held(&self, held_key: Box<str>, by: HeldBy) {
-        lock(&self.holding).insert(held_key, by);
-    }
-
-    pub fn let_go(&self, held_key: &str) {
+    pub fn let_go(&self, held_key: &HeldKey) {
         lock(&self.holding).remove(held_key);
     }
 
-    /// Calls `f` with each held key and its lease, under the map's lock
-    /// (so `f` must not call back into this connection): the page lists
-    /// every held key without copying every connection's map.
-    pub fn each_held(&self, mut f: impl FnMut(&str, &HeldBy)) {
-        for (held_key, by) in lock(&self.holding).iter() {
-            f(held_key, by);
+    /// Calls `f` with each lease held, under the map's lock (so `f` must
+    /// not call back into this connection): the page lists every held key
+    /// without copying every connection's map.
+    pub fn each_held(&self, mut f: impl FnMut(&LeaseRecord)) {
+        for by in lock(&self.holding).iter() {
+            f(&by.0);
         }
     }
 
@@ -152,11 +130,11 @@ impl ClientState {
         lock(&self.holding).len()
     }
 
-    pub fn set_waiting(&self, held_key: Option<Box<str>>) {
+    pub fn set_waiting(&self, held_key: Option<HeldKey>) {
         *lock(&self.waiting) = held_key;
     }
 
-    pub fn waiting(&self) -> Option<Box<str>> {
+    pub fn waiting(&self) -> Option<HeldKey> {
         lock(&self.waiting).clone()
     }
 
@@ -257,7 +235,7 @@ impl Clients {
 
     /// The connections holding `held_key` and their leases, oldest grant
     /// first (a lock of several permits has several).
-    pub fn holders_of(&self, held_key: &str) -> Vec<(Arc<ClientState>, HeldBy)> {
+    pub fn holders_of(&self, held_key: &HeldKey) -> Vec<(Arc<ClientState>, Arc<LeaseRecord>)> {
         let mut holders: Vec<_> = self
             .all()
             .into_iter()
@@ -271,16 +249,4 @@ impl Clients {
     pub fn blocked(&self) -> usize {
         self.all().iter().filter(|c| c.waiting().is_some()).count()
     }
-}
-
-/// A held key, `lock\0key`: a lock's name and a key as one string, the
-/// key by which a connection files what it holds and waits for. Neither a
-/// lock name nor a valid key holds NUL, so the pair is unambiguous.
-pub fn held_key(lock: &str, key: &str) -> Box<str> {
-    format!("{lock}\0{key}").into_boxed_str()
-}
-
-/// A held key's lock name and key.
-pub fn held_key_parts(held_key: &str) -> (&str, &str) {
-    held_key.split_once('\0').unwrap_or((held_key, ""))
 }

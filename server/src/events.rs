@@ -9,6 +9,7 @@
 //! event is dropped from the log (never from the ring) and counted, with a
 //! warning on the first drop of a run of drops.
 
+use crate::record::LeaseRecord;
 use holdline::EndReason;
 use serde::Serialize;
 use std::collections::VecDeque;
@@ -59,34 +60,16 @@ impl Kind {
     }
 }
 
-/// The connection a lease belongs to.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Holder {
-    pub id: u64,
-    pub name: Option<String>,
-    pub addr: String,
-}
-
-/// What every event of one lease shares: made once, at its grant.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct LeaseFacts {
-    pub lock: Box<str>,
-    pub key: Box<str>,
-    pub fence: u64,
-    pub permits: u32,
-    pub lease: u64,
-    /// Shared by every lease of one connection (made again on SETNAME).
-    pub holder: Arc<Holder>,
-}
-
 /// One event.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Serialize)]
 pub struct Event {
     /// UTC, milliseconds since the Unix epoch.
     pub time_ms: u64,
     pub event: Kind,
+    /// The lease: lock, key, fence, permits, lease, holder.
     #[serde(flatten)]
-    pub of: Arc<LeaseFacts>,
+    pub of: Arc<LeaseRecord>,
+    /// Its note when the event happened.
     pub note: Arc<str>,
     /// How long the lease was held, for an end; absent for a grant.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -167,9 +150,9 @@ impl History {
         let ring = self.ring.lock().unwrap_or_else(|e| e.into_inner());
         ring.iter()
             .rev()
-            .filter(|e| lock.is_none_or(|l| &*e.of.lock == l))
-            .filter(|e| key.is_none_or(|k| &*e.of.key == k))
-            .filter(|e| visible(&e.of.lock))
+            .filter(|e| lock.is_none_or(|l| e.of.lock() == l))
+            .filter(|e| key.is_none_or(|k| e.of.key() == k))
+            .filter(|e| visible(e.of.lock()))
             .take(count)
             .cloned()
             .collect()

@@ -28,7 +28,6 @@
 //! Ending drops the session, which lets every key go, and a waiting HOLD's
 //! future, which leaves its line.
 
-use crate::clients::held_key_parts;
 use crate::cmd::{self, NotACommand};
 use crate::connection::Connection;
 use crate::events::Kind;
@@ -397,7 +396,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Handler<S> {
             return;
         };
         let reason = held.lease.signal().reason();
-        let (lock, key) = held_key_parts(&held.held_key);
+        let (lock, key) = (held.record.lock(), held.record.key());
         let (client, addr) = (self.session.id(), self.session.client.addr);
         info!(lock, lease = id, client, %addr, ?reason, "lease lost");
         debug!(lock, lease = id, key, "lease lost: its key");

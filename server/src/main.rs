@@ -9,14 +9,17 @@
 //! Module map, bottom-up (each module uses only those above it; checked by
 //! `tests/module_graph.rs`): `users` (who may connect, their rights),
 //! `config` (flags), `tls` (certificates),
-//! `reply` (error replies in the core's shape), `loss_watch` (which leases
-//! were lost), `clients` (what operators see of each connection), `metrics`
-//! (Prometheus), `cluster` (partitions, etcd), `session`
-//! (one connection's state), `parse` (the argument cursor), `cmd` (the
-//! command table, and each command: parse, effect), `connection` (the framed
-//! stream), `shutdown` (the signal), `handler` (one connection's life),
-//! `server` (the listener), `page` (the metrics listener's page and its
-//! JSON, read from `session`'s `Shared`).
+//! `reply` (error replies in the core's shape), `parse` (the argument
+//! cursor and the options' reader), `record` (one record per lease, and
+//! the typed held key), `loss_watch` (which leases were lost), `clients`
+//! (what operators see of each connection), `events` (grants and ends:
+//! `--history`, `--audit-log`), `observers` (who observes which key, and
+//! their pushes), `metrics` (Prometheus), `cluster` (partitions, etcd),
+//! `session` (one connection's state), `cmd` (the command table with
+//! each command's options, and each command: parse, effect), `connection`
+//! (the framed stream), `shutdown` (the signal), `handler` (one
+//! connection's life), `server` (the listener), `page` (the metrics
+//! listener's page and its JSON, read from `session`'s `Shared`).
 
 mod clients;
 mod cluster;
@@ -30,6 +33,7 @@ mod metrics;
 mod observers;
 mod page;
 mod parse;
+mod record;
 mod reply;
 mod server;
 mod session;

@@ -30,9 +30,9 @@
 //! `present`) a connection's map of held keys. Nothing is called back
 //! with either held but those.
 
-use crate::clients::{held_key_parts, ClientState};
+use crate::clients::ClientState;
 use crate::events::Kind;
-use holdline::Signal;
+use crate::record::{HeldKey, LeaseRecord};
 use holdline_resp::{encode, Proto, Value};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -45,22 +45,12 @@ pub const MAX_OBSERVED_KEYS: usize = 1000;
 pub const MAX_UNREAD: usize = 1 << 20;
 
 /// An observed key: the store it lives in (0: a single node's one store;
-/// in a cluster, the partition's store id) and its held key (`lock\0key`).
-pub type Watch = (u64, Box<str>);
+/// in a cluster, the partition's store id) and its held key.
+pub type Watch = (u64, HeldKey);
 
-/// A lease as its key's observers are told of it.
-#[derive(Clone, Debug)]
-pub struct Holding {
-    /// The server's lease id.
-    pub lease: u64,
-    pub fence: u64,
-    pub permits: u32,
-    /// The holding connection's client id.
-    pub holder: u64,
-    pub note: Arc<str>,
-    /// Tells a lease the core ended on its own (see the module's doc).
-    pub signal: Signal,
-}
+/// A lease as its key's observers are told of it: its one record (its
+/// note read when a push is made).
+pub type Holding = Arc<LeaseRecord>;
 
 /// What the event words of a push are: an end of a lease, or the state.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -130,10 +120,7 @@ impl Observers {
             // Relaxed: see `is_empty`; the mutex orders the rest.
             self.observed.fetch_add(1, Ordering::Relaxed);
             let (holders, last_fence) = present();
-            let holders = holders
-                .into_iter()
-                .filter(|h| !h.signal.is_aborted())
-                .collect();
+            let holders = holders.into_iter().filter(|h| !h.is_lost()).collect();
             Watched {
                 outboxes: Vec::new(),
                 holders,
@@ -143,7 +130,7 @@ impl Observers {
         if !watched.outboxes.iter().any(|o| Arc::ptr_eq(o, outbox)) {
             watched.outboxes.push(outbox.clone());
         }
-        let (lock_name, key) = held_key_parts(&watch.1);
+        let (lock_name, key) = (watch.1.lock(), watch.1.key());
         let mut pushes = Vec::new();
         if watched.holders.is_empty() {
             encode_push(
@@ -196,14 +183,14 @@ impl Observers {
         let Some(watched) = keys.get_mut(watch) else {
             return;
         };
-        let (lock_name, key) = held_key_parts(&watch.1);
+        let (lock_name, key) = (watch.1.lock(), watch.1.key());
         let mut pushes = Vec::new();
         let (lost, kept): (Vec<Holding>, Vec<Holding>) = std::mem::take(&mut watched.holders)
             .into_iter()
-            .partition(|h| h.signal.is_aborted() && h.lease != holding.lease);
+            .partition(|h| h.is_lost() && h.id != holding.id);
         watched.holders = kept;
         for h in &lost {
-            let kind = Kind::of_loss(h.signal.reason());
+            let kind = Kind::of_loss(h.end_reason());
             encode_push(
                 lock_name,
                 key,
@@ -213,7 +200,7 @@ impl Observers {
                 &mut pushes,
             );
         }
-        if !watched.holders.iter().any(|h| h.lease == holding.lease) {
+        if !watched.holders.iter().any(|h| h.id == holding.id) {
             let word = Word::Of(Kind::Granted);
             encode_push(
                 lock_name,
@@ -236,11 +223,11 @@ impl Observers {
         let Some(watched) = keys.get_mut(watch) else {
             return;
         };
-        let Some(at) = watched.holders.iter().position(|h| h.lease == lease) else {
+        let Some(at) = watched.holders.iter().position(|h| h.id == lease) else {
             return;
         };
         let h = watched.holders.remove(at);
-        let (lock_name, key) = held_key_parts(&watch.1);
+        let (lock_name, key) = (watch.1.lock(), watch.1.key());
         let mut pushes = Vec::new();
         encode_push(
             lock_name,
@@ -253,18 +240,17 @@ impl Observers {
         send(&watched.outboxes, &pushes);
     }
 
-    /// Lease `lease` of `watch` has a new note: its observers are told the
-    /// key's state again (`held`, with the note).
-    pub fn noted(&self, watch: &Watch, lease: u64, note: &Arc<str>) {
+    /// Lease `lease` of `watch` has a new note (set on its record): its
+    /// observers are told the key's state again (`held`, with the note).
+    pub fn noted(&self, watch: &Watch, lease: u64) {
         let mut keys = lock(&self.keys);
         let Some(watched) = keys.get_mut(watch) else {
             return;
         };
-        let Some(h) = watched.holders.iter_mut().find(|h| h.lease == lease) else {
+        let Some(h) = watched.holders.iter().find(|h| h.id == lease) else {
             return;
         };
-        h.note = note.clone();
-        let (lock_name, key) = held_key_parts(&watch.1);
+        let (lock_name, key) = (watch.1.lock(), watch.1.key());
         let mut pushes = Vec::new();
         encode_push(lock_name, key, Word::Held, h.fence, Some(h), &mut pushes);
         send(&watched.outboxes, &pushes);
@@ -282,7 +268,7 @@ impl Observers {
             };
             // Relaxed: see `is_empty`.
             self.observed.fetch_sub(1, Ordering::Relaxed);
-            let (lock_name, key) = held_key_parts(&watch.1);
+            let (lock_name, key) = (watch.1.lock(), watch.1.key());
             let mut pushes = Vec::new();
             let word = Word::Of(Kind::Closed);
             if watched.holders.is_empty() {
@@ -326,8 +312,8 @@ fn encode_push(
         Value::bulk(word.text()),
         integer(fence),
         integer(holding.map_or(0, |h| u64::from(h.permits))),
-        integer(holding.map_or(0, |h| h.holder)),
-        Value::bulk(holding.map_or("", |h| &h.note)),
+        integer(holding.map_or(0, |h| h.client())),
+        Value::bulk(holding.map_or_else(Arc::default, |h| h.note()).as_ref()),
     ]);
     encode(&push, Proto::Resp3, out);
 }

@@ -8,11 +8,10 @@
 //! at most [`MAX_HELD`] held keys, [`MAX_LINES`] lines, [`MAX_EVENTS`]
 //! events. Its cost is one pass over the connections and their leases.
 
-use crate::clients::held_key_parts;
-use crate::clients::HeldBy;
 use crate::cluster::slots::{key_slot, partition_of, partition_range};
 use crate::cluster::{Node, View};
 use crate::events::{self, Event};
+use crate::record::{HeldKey as Key, LeaseRecord};
 use crate::session::Shared;
 use holdline::{KeyInfo, Lock, Store};
 use serde::Serialize;
@@ -158,24 +157,21 @@ fn ms(d: Duration) -> u64 {
 
 /// The keys most connections wait for, longest line first.
 fn lines(shared: &Shared) -> Vec<Line> {
-    let mut counts: HashMap<Box<str>, usize> = HashMap::new();
+    let mut counts: HashMap<Key, usize> = HashMap::new();
     for client in shared.clients.all() {
         if let Some(held_key) = client.waiting() {
             *counts.entry(held_key).or_default() += 1;
         }
     }
-    let mut longest: Vec<(Box<str>, usize)> = counts.into_iter().collect();
+    let mut longest: Vec<(Key, usize)> = counts.into_iter().collect();
     longest.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     longest
         .into_iter()
         .take(MAX_LINES)
-        .map(|(held_key, waiters)| {
-            let (lock, key) = held_key_parts(&held_key);
-            Line {
-                lock: lock.to_owned(),
-                key: key.to_owned(),
-                waiters,
-            }
+        .map(|(held_key, waiters)| Line {
+            lock: held_key.lock().to_owned(),
+            key: held_key.key().to_owned(),
+            waiters,
         })
         .collect()
 }
@@ -185,21 +181,22 @@ fn lines(shared: &Shared) -> Vec<Line> {
 /// key the core says is free (its lease lost, its client not told yet)
 /// is not held.
 fn held(shared: &Shared) -> Vec<HeldKey> {
-    let mut keys: BTreeMap<Box<str>, Vec<Holder>> = BTreeMap::new();
+    let mut keys: BTreeMap<Key, Vec<Holder>> = BTreeMap::new();
     for client in shared.clients.all() {
         let name = client
             .name()
             .map(|n| String::from_utf8_lossy(&n).into_owned());
         let addr = client.addr.to_string();
-        client.each_held(|held_key, by| {
+        client.each_held(|by| {
+            let held_key = &by.held_key;
             let full = keys.len() >= MAX_HELD && !keys.contains_key(held_key);
             // Full: a key past the last kept one stays out; one before it
             // pushes the last out, so the first MAX_HELD are kept.
-            if full && keys.last_key_value().is_some_and(|(k, _)| **k < *held_key) {
+            if full && keys.last_key_value().is_some_and(|(k, _)| k < held_key) {
                 return;
             }
             let holder = holder(client.id, &name, &addr, by);
-            keys.entry(held_key.into()).or_default().push(holder);
+            keys.entry(held_key.clone()).or_default().push(holder);
             if keys.len() > MAX_HELD {
                 keys.pop_last();
             }
@@ -208,7 +205,7 @@ fn held(shared: &Shared) -> Vec<HeldKey> {
     let mut opened = Opened::default();
     keys.into_iter()
         .filter_map(|(held_key, holders)| {
-            let (lock, key) = held_key_parts(&held_key);
+            let (lock, key) = (held_key.lock(), held_key.key());
             let info = opened.inspect(shared, lock, key).filter(|i| i.held)?;
             Some(HeldKey {
                 lock: lock.to_owned(),
@@ -235,15 +232,15 @@ fn current(mut holders: Vec<Holder>, info: &KeyInfo) -> Vec<Holder> {
     holders.split_off(stale)
 }
 
-fn holder(client: u64, name: &Option<String>, addr: &str, by: &HeldBy) -> Holder {
+fn holder(client: u64, name: &Option<String>, addr: &str, by: &LeaseRecord) -> Holder {
     Holder {
         client,
         name: name.clone(),
         addr: addr.to_owned(),
-        note: by.note.to_string(),
+        note: by.note().to_string(),
         fence: by.fence,
         permits: by.permits,
-        lease: by.lease,
+        lease: by.id,
     }
 }
 
@@ -336,13 +333,13 @@ mod tests {
     fn holder_of(fence: u64) -> Holder {
         let store = holdline::Store::new();
         let lease = store.lock("l").open().unwrap().acquire("k").unwrap();
-        let by = HeldBy {
-            lease: fence,
-            fence,
-            permits: 1,
-            note: "".into(),
-            signal: lease.signal(),
-        };
+        let who = Arc::new(crate::record::Holder {
+            id: 1,
+            name: None,
+            addr: "127.0.0.1:1".into(),
+        });
+        let key = Key::new("l", "k");
+        let by = LeaseRecord::new(fence, key, 0, fence, 1, who, lease.signal(), "".into());
         holder(1, &None, "127.0.0.1:1", &by)
     }
 

@@ -8,13 +8,14 @@
 //! [`Step::Wait`] holding the future, which the connection polls while it
 //! goes on reading; [`Session::granted`] then answers it.
 
-use crate::clients::{held_key_parts, ClientState, Clients, HeldBy};
+use crate::clients::{ClientState, Clients};
 use crate::cluster::{slots, Node, Partition, Route};
 use crate::config::Limits;
-use crate::events::{self, Event, History, Kind, LeaseFacts};
+use crate::events::{self, Event, History, Kind};
 use crate::loss_watch::LossWatches;
 use crate::metrics::{Metrics, Snapshot};
-use crate::observers::{Holding, Observers, Outbox, Watch};
+use crate::observers::{Observers, Outbox, Watch};
+use crate::record::{HeldKey, Holder, LeaseRecord};
 use crate::reply::{self, ErrorReply, ErrorWord, Reply};
 use crate::users::{Directory, User};
 use holdline::{wire, Error, ErrorKind, Heartbeat, HeldLease, Lock, LockStats, Store};
@@ -223,8 +224,8 @@ pub type HoldFuture = Pin<Box<dyn Future<Output = Result<HeldLease, Error>> + Se
 /// A HOLD whose answer is still to come.
 pub struct PendingHold {
     pub future: HoldFuture,
-    /// The [held key](held_key), filed as held once granted.
-    pub held_key: Box<str>,
+    /// The key it waits for, filed as held once granted.
+    pub held_key: HeldKey,
     /// When the HOLD was read (its wait, for the metrics).
     pub started: Instant,
     /// The partition it waits in, in a cluster.
@@ -242,21 +243,15 @@ pub enum Step {
     Close(Reply),
 }
 
-/// A lease this connection holds.
+/// A lease this connection holds: the core's handle, and the record
+/// everyone else reads.
 pub struct Held {
-    /// The lease id it is filed under.
-    pub id: u64,
+    pub record: Arc<LeaseRecord>,
     pub lease: HeldLease,
-    /// The [held key](held_key): the connection's record that it holds it.
-    pub held_key: Box<str>,
     /// When it was granted (its hold time, for the metrics).
     pub granted: Instant,
     /// The partition it is held in, in a cluster.
     pub partition: Option<Arc<Partition>>,
-    /// What its holder says of it (`NOTE`): shown wherever the holder is.
-    pub note: Arc<str>,
-    /// What its events share (made at its grant while events are kept).
-    pub facts: Option<Arc<LeaseFacts>>,
     /// Whether its end was recorded (a loss is seen before its RELEASE).
     pub ended: bool,
 }
@@ -264,7 +259,12 @@ pub struct Held {
 impl Held {
     /// The lock's name.
     pub fn lock(&self) -> &str {
-        held_key_parts(&self.held_key).0
+        self.record.lock()
+    }
+
+    /// Where its observers watch it: its store and its held key.
+    fn watch(&self) -> Watch {
+        (self.record.store, self.record.held_key.clone())
     }
 }
 
@@ -354,9 +354,9 @@ pub struct Session {
     pub losses: LossWatches,
     /// Its pushes to write, once it observes a key (`OBSERVE`).
     pub outbox: Option<Arc<Outbox>>,
-    /// Who it is, as its leases' events name it: made at its first event,
-    /// forgotten when its name changes.
-    pub holder: Option<Arc<events::Holder>>,
+    /// Who it is, as its leases' records name it: made at its first
+    /// grant, forgotten when its name changes.
+    pub holder: Option<Arc<Holder>>,
 }
 
 impl Session {
@@ -495,10 +495,7 @@ impl Session {
         match result {
             Ok(lease) => {
                 if let Some(m) = &self.shared.metrics {
-                    m.waited(
-                        held_key_parts(&pending.held_key).0,
-                        pending.started.elapsed(),
-                    );
+                    m.waited(pending.held_key.lock(), pending.started.elapsed());
                 }
                 self.keep(lease, pending.held_key, pending.partition, pending.note)
             }
@@ -514,68 +511,33 @@ impl Session {
     pub fn keep(
         &mut self,
         lease: HeldLease,
-        held_key: Box<str>,
+        held_key: HeldKey,
         partition: Option<Arc<Partition>>,
         note: Box<str>,
     ) -> Reply {
         if let (Some(part), Some(node)) = (&partition, &self.shared.cluster) {
             if !node.serves(part) || !node.fence_allowed(part, lease.fence()) {
                 drop(lease);
-                let (lock, key) = held_key_parts(&held_key);
-                return Err(ErrorReply::core(&wire::error(
-                    ErrorKind::Closed,
-                    wire::Scope::Key(lock, key),
-                    "the store is closed",
-                )));
+                let scope = wire::Scope::Key(held_key.lock(), held_key.key());
+                let closed = wire::error(ErrorKind::Closed, scope, "the store is closed");
+                return Err(ErrorReply::core(&closed));
             }
         }
-        // Relaxed: a counter handing out ids; nothing is published by it.
-        let id = self.shared.next_lease.fetch_add(1, Ordering::Relaxed);
-        let fence = lease.fence();
         // A HOLD that waited was granted a moment ago, while commands may
         // have been read: its ttl counts from now. (A lost lease stays
         // lost; the watch tells.)
         let _ = lease.renew();
-        self.losses.watch(id, lease.signal().aborted());
-        let note: Arc<str> = Arc::from(note);
-        let by = HeldBy {
-            lease: id,
-            fence,
-            permits: lease.permits(),
-            note: note.clone(),
-            signal: lease.signal(),
-        };
-        let facts = self
-            .shared
-            .history
-            .is_on()
-            .then(|| Arc::new(self.lease_facts(id, &held_key, fence, by.permits)));
-        self.client.held(held_key.clone(), by);
-        let granted = Instant::now();
-        let held = Held {
-            id,
-            lease,
-            held_key,
-            granted,
-            partition,
-            note,
-            facts,
-            ended: false,
-        };
-        if let Some(event) = Self::event(&held, Kind::Granted, None) {
+        let held = self.record(lease, held_key, partition, note);
+        let (id, fence) = (held.record.id, held.record.fence);
+        self.losses.watch(id, held.lease.signal().aborted());
+        self.client.held(held.record.clone());
+        if let Some(event) = self.event(&held, Kind::Granted, None) {
             self.shared.history.record(event);
         }
         // After the connection's map of held keys: see `Observers::is_empty`.
         if !self.shared.observers.is_empty() {
-            let holding = Holding {
-                lease: id,
-                fence,
-                permits: held.lease.permits(),
-                holder: self.client.id,
-                note: held.note.clone(),
-                signal: held.lease.signal(),
-            };
-            self.shared.observers.granted(&watch_of(&held), holding);
+            let record = held.record.clone();
+            self.shared.observers.granted(&held.watch(), record);
         }
         self.leases.insert(id, held);
         // Fences stay below 2^63, so they travel as RESP integers.
@@ -583,6 +545,36 @@ impl Session {
             Value::Integer(id as i64),
             Value::Integer(i64::try_from(fence).unwrap_or(i64::MAX)),
         ]))
+    }
+
+    /// A granted lease's record, under a fresh id.
+    fn record(
+        &mut self,
+        lease: HeldLease,
+        held_key: HeldKey,
+        partition: Option<Arc<Partition>>,
+        note: Box<str>,
+    ) -> Held {
+        // Relaxed: a counter handing out ids; nothing is published by it.
+        let id = self.shared.next_lease.fetch_add(1, Ordering::Relaxed);
+        let store = partition.as_ref().map_or(0, |p| p.store_id);
+        let record = LeaseRecord::new(
+            id,
+            held_key,
+            store,
+            lease.fence(),
+            lease.permits(),
+            self.holder(),
+            lease.signal(),
+            Arc::from(note),
+        );
+        Held {
+            record: Arc::new(record),
+            lease,
+            granted: Instant::now(),
+            partition,
+            ended: false,
+        }
     }
 
     /// The push telling a RESP3 client its lease `id` was lost, if it is.
@@ -603,20 +595,18 @@ impl Session {
     /// A lease leaves the connection (released, forgotten, or closed with
     /// it): its hold time goes to the metrics.
     pub fn let_go(&self, held: &Held) {
-        self.client.let_go(&held.held_key);
+        self.client.let_go(&held.record.held_key);
         self.held_for_metrics(held);
     }
 
     /// Replaces lease `id`'s note (the caller checked it is this
     /// connection's and well formed).
     pub fn set_note(&mut self, id: u64, note: Box<str>) {
-        if let Some(held) = self.leases.get_mut(&id) {
-            let note: Arc<str> = Arc::from(note);
-            self.client.noted(&held.held_key, note.clone());
+        if let Some(held) = self.leases.get(&id) {
+            held.record.set_note(Arc::from(note));
             if !self.shared.observers.is_empty() {
-                self.shared.observers.noted(&watch_of(held), id, &note);
+                self.shared.observers.noted(&held.watch(), id);
             }
-            held.note = note;
         }
     }
 
@@ -626,7 +616,7 @@ impl Session {
         let Some(held) = self.leases.get(&id).filter(|h| !h.ended) else {
             return;
         };
-        if let Some(event) = Self::event(held, kind, reason) {
+        if let Some(event) = self.event(held, kind, reason) {
             self.shared.history.record(event);
         }
         self.tell_observers_end(held, || kind);
@@ -640,48 +630,44 @@ impl Session {
     /// core lets the key go, so the next holder's grant is told after it.
     pub fn tell_observers_end(&self, held: &Held, kind: impl FnOnce() -> Kind) {
         if !self.shared.observers.is_empty() {
-            self.shared
-                .observers
-                .ended(&watch_of(held), held.id, kind());
+            let id = held.record.id;
+            self.shared.observers.ended(&held.watch(), id, kind());
         }
     }
 
     /// The event of a lease's grant (`Granted`) or end: `None` when no
-    /// events are kept. One allocation: the rest is shared with the lease.
-    pub fn event(held: &Held, kind: Kind, reason: Option<&'static str>) -> Option<Event> {
+    /// events are kept. One allocation: the rest is the lease's record.
+    pub fn event(&self, held: &Held, kind: Kind, reason: Option<&'static str>) -> Option<Event> {
+        if !self.shared.history.is_on() {
+            return None;
+        }
         let held_ms = (kind != Kind::Granted)
             .then(|| u64::try_from(held.granted.elapsed().as_millis()).unwrap_or(u64::MAX));
         Some(Event {
             time_ms: events::now_ms(),
             event: kind,
-            of: held.facts.clone()?,
-            note: held.note.clone(),
+            of: held.record.clone(),
+            note: held.record.note(),
             held_ms,
             reason,
         })
     }
 
-    /// What the events of lease `id` share.
-    fn lease_facts(&mut self, id: u64, held_key: &str, fence: u64, permits: u32) -> LeaseFacts {
-        let (lock, key) = held_key_parts(held_key);
+    /// Who this connection is, as its leases' records name it: made at its
+    /// first grant, again after its name changed.
+    fn holder(&mut self) -> Arc<Holder> {
         let client = &self.client;
-        let holder = self.holder.get_or_insert_with(|| {
-            Arc::new(events::Holder {
-                id: client.id,
-                name: client
-                    .name()
-                    .map(|n| String::from_utf8_lossy(&n).into_owned()),
-                addr: client.addr.to_string(),
+        self.holder
+            .get_or_insert_with(|| {
+                Arc::new(Holder {
+                    id: client.id,
+                    name: client
+                        .name()
+                        .map(|n| String::from_utf8_lossy(&n).into_owned()),
+                    addr: client.addr.to_string(),
+                })
             })
-        });
-        LeaseFacts {
-            lock: lock.into(),
-            key: key.into(),
-            fence,
-            permits,
-            lease: id,
-            holder: holder.clone(),
-        }
+            .clone()
     }
 
     fn held_for_metrics(&self, held: &Held) {
@@ -708,16 +694,12 @@ impl Drop for Session {
         }
         for held in self.leases.values() {
             self.held_for_metrics(held);
+            // Its observers were told (`record_end`).
+            held.record.forget_signal();
         }
         if let Some(outbox) = &self.outbox {
             self.shared.observers.forget(outbox);
         }
         self.shared.clients.remove(self.client.id);
     }
-}
-
-/// Where `held`'s observers watch it: its store and its held key.
-fn watch_of(held: &Held) -> Watch {
-    let store = held.partition.as_ref().map_or(0, |p| p.store_id);
-    (store, held.held_key.clone())
 }

@@ -2,10 +2,10 @@
 //! redis-py's `info()` read it), INSPECT (one key: held, fence, times,
 //! waiters, and its holder), and CLIENT LIST, INFO, KILL and HELP.
 
-use crate::clients::{held_key, held_key_parts};
-use crate::clients::{ClientState, HeldBy};
+use crate::clients::ClientState;
 use crate::events::Event;
 use crate::parse::{integer, syntax_error, Parse};
+use crate::record::{HeldKey, LeaseRecord};
 use crate::reply::{key_not_utf8, ErrorReply, Reply};
 use crate::session::{Counts, Session};
 use holdline_resp::{Proto, Value};
@@ -184,7 +184,7 @@ pub fn inspect(s: &mut Session, lock: &[u8], key: Vec<u8>) -> Reply {
         let holders: Vec<Value> = s
             .shared
             .clients
-            .holders_of(&held_key(lock.name(), &key))
+            .holders_of(&HeldKey::new(lock.name(), &key))
             .iter()
             .map(|(client, by)| holder_map(client, by))
             .collect();
@@ -197,19 +197,19 @@ pub fn inspect(s: &mut Session, lock: &[u8], key: Vec<u8>) -> Reply {
 }
 
 /// One holder of a key, as INSPECT shows it.
-fn holder_map(client: &ClientState, by: &HeldBy) -> Value {
+fn holder_map(client: &ClientState, by: &LeaseRecord) -> Value {
     let name = client.name().map_or(Value::Null, Value::Bulk);
     Value::Map(vec![
         (Value::bulk("id"), Value::Integer(client.id as i64)),
         (Value::bulk("name"), name),
         (Value::bulk("addr"), Value::bulk(client.addr.to_string())),
-        (Value::bulk("lease"), Value::Integer(by.lease as i64)),
+        (Value::bulk("lease"), Value::Integer(by.id as i64)),
         (
             Value::bulk("fence"),
             Value::Integer(i64::try_from(by.fence).unwrap_or(i64::MAX)),
         ),
         (Value::bulk("permits"), Value::Integer(by.permits.into())),
-        (Value::bulk("note"), Value::bulk(by.note.to_string())),
+        (Value::bulk("note"), Value::bulk(by.note().to_string())),
     ])
 }
 
@@ -276,11 +276,11 @@ fn event_map(e: &Event) -> Value {
     let mut map = vec![
         (Value::bulk("time_ms"), int(e.time_ms)),
         (Value::bulk("event"), Value::bulk(e.event.word())),
-        (Value::bulk("lock"), Value::bulk(of.lock.to_string())),
-        (Value::bulk("key"), Value::bulk(of.key.to_string())),
+        (Value::bulk("lock"), Value::bulk(of.lock())),
+        (Value::bulk("key"), Value::bulk(of.key())),
         (Value::bulk("fence"), int(of.fence)),
         (Value::bulk("permits"), int(of.permits.into())),
-        (Value::bulk("lease"), int(of.lease)),
+        (Value::bulk("lease"), int(of.id)),
         (Value::bulk("holder"), holder),
         (Value::bulk("note"), Value::bulk(e.note.to_string())),
         (Value::bulk("held_ms"), e.held_ms.map_or(Value::Null, int)),
@@ -400,10 +400,9 @@ fn list_line(s: &Session, c: &ClientState) -> String {
         .name()
         .map(|n| String::from_utf8_lossy(&n).into_owned())
         .unwrap_or_default();
-    let waiting = c.waiting().map(|slot| {
-        let (lock, key) = held_key_parts(&slot);
-        format!("{lock}/{}", escaped(key))
-    });
+    let waiting = c
+        .waiting()
+        .map(|k| format!("{}/{}", k.lock(), escaped(k.key())));
     let resp = if c.id == s.id() && s.proto == Proto::Resp3 {
         3
     } else {

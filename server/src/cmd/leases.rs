@@ -1,8 +1,8 @@
 //! HOLD, TRYHOLD, RELEASE and RENEW: a connection's leases.
 
-use crate::clients::{held_key, held_key_parts};
 use crate::events::Kind;
 use crate::parse::{integer, milliseconds, not_an_integer, syntax_error, Parse};
+use crate::record::HeldKey;
 use crate::reply::{invalid_key, invalid_store, key_not_utf8, ErrorReply, Reply};
 use crate::session::{LockOptions, PendingHold, Place, Session, Step};
 use holdline::{wire, ErrorKind, KeyHold, Lock};
@@ -46,7 +46,7 @@ impl Hold {
         let options = self.options.for_session(s);
         let (lock, key) = lock_and_key(s, &place, &self.lock, self.key, options)?;
         let note = note_text(lock.name(), &key, self.note)?;
-        let held_key = held_key(lock.name(), &key);
+        let held_key = HeldKey::new(lock.name(), &key);
         if s.client.holds(&held_key) {
             let what = "hold inside a hold of the same key";
             return Err(invalid_key(lock.name(), &key, what));
@@ -119,7 +119,7 @@ impl TryHold {
         let (lock, key) = lock_and_key(s, &place, &self.lock, self.key, options)?;
         within_max_ttl(s, &place, &lock, &key, options)?;
         let note = note_text(lock.name(), &key, self.note)?;
-        let held_key = held_key(lock.name(), &key);
+        let held_key = HeldKey::new(lock.name(), &key);
         // As in process: a try of a key its caller holds answers None; so
         // does any key of a partition just taken over, until it opens (a
         // holder of its last owner may still think it holds the key).
@@ -152,7 +152,8 @@ pub fn release(s: &mut Session, id: i64) -> Reply {
             false => Kind::Released,
         });
     }
-    let event = Session::event(&held, Kind::Released, None)
+    let event = s
+        .event(&held, Kind::Released, None)
         .filter(|_| !held.ended)
         .map(|e| (e, held.lease.signal()));
     let released = held.lease.release();
@@ -162,6 +163,8 @@ pub fn release(s: &mut Session, id: i64) -> Reply {
         }
         s.shared.history.record(event);
     }
+    // Its observers were told: the record keeps none of the core's state.
+    held.record.forget_signal();
     released?;
     Ok(Value::ok())
 }
@@ -310,8 +313,7 @@ pub fn note(s: &mut Session, id: i64, text: Vec<u8>) -> Reply {
         return Err(not_ours(id));
     };
     held.lease.check()?;
-    let (lock, key) = held_key_parts(&held.held_key);
-    let note = note_text(lock, key, Some(text))?;
+    let note = note_text(held.record.lock(), held.record.key(), Some(text))?;
     s.set_note(u64::try_from(id).expect("a lease id"), note);
     Ok(Value::ok())
 }

@@ -1,8 +1,8 @@
 //! OBSERVE and UNOBSERVE: a connection told of every change of a key's
 //! holders, by pushes (the `observers` module keeps who observes what).
 
-use crate::clients::held_key;
 use crate::observers::{Holding, Outbox, Watch, MAX_OBSERVED_KEYS};
+use crate::record::HeldKey;
 use crate::reply::{key_not_utf8, ErrorReply, Reply};
 use crate::session::Session;
 use holdline::{wire, ErrorKind, Lock};
@@ -73,7 +73,7 @@ fn watch_of(
     let key = String::from_utf8(key).map_err(|e| key_not_utf8(&name, e.as_bytes()))?;
     wire::check_key(&name, &key).map_err(|e| ErrorReply::core(&e))?;
     let store = place.partition().map_or(0, |p| p.store_id);
-    Ok(((store, held_key(&name, &key)), known, name, key))
+    Ok(((store, HeldKey::new(&name, &key)), known, name, key))
 }
 
 /// The key's holders now (from the connections' maps) and its last fence
@@ -87,14 +87,7 @@ fn present_state(
     let holders = clients
         .holders_of(&watch.1)
         .into_iter()
-        .map(|(client, by)| Holding {
-            lease: by.lease,
-            fence: by.fence,
-            permits: by.permits,
-            holder: client.id,
-            note: by.note,
-            signal: by.signal,
-        })
+        .map(|(_, record)| record)
         .collect();
     let last_fence = lock
         .and_then(|l| l.inspect(key))
