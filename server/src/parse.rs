@@ -3,6 +3,11 @@
 //! with Redis's text when it is missing or malformed; `finish` fails when
 //! any is left over. So no command reads past its arguments, or ignores
 //! some, by accident.
+//!
+//! A command's options (`WAIT ms`, `NOTE text`, ...) are [`Opt`]s of its
+//! entry in the command table: the cursor carries them, and
+//! [`Parse::options`] reads every option word the table lists for the
+//! command, and no other, into [`Given`] values.
 
 use crate::reply::ErrorReply;
 use std::time::Duration;
@@ -14,6 +19,103 @@ pub struct Parse {
     /// (`hold`, or `client|setname` for a subcommand).
     name: String,
     args: IntoIter<Vec<u8>>,
+    /// The options its table entry lists.
+    options: &'static [Opt],
+}
+
+/// One option of a command: its word, the values after it (their names
+/// and types, as `COMMAND DOCS` shows them; their count is its arity),
+/// and what its values become.
+pub struct Opt {
+    /// Upper case; matched in any case.
+    pub token: &'static str,
+    /// Each value's name and type (`("ms", "integer")`).
+    pub values: &'static [(&'static str, &'static str)],
+    pub parse: fn(&[Vec<u8>]) -> Result<OptValue, ErrorReply>,
+}
+
+impl Opt {
+    /// How many values follow the word.
+    pub fn arity(&self) -> usize {
+        self.values.len()
+    }
+}
+
+/// What an option's values became.
+#[derive(Clone, Debug, PartialEq)]
+pub enum OptValue {
+    Millis(Duration),
+    /// A count that fits a `u32` (the core judges its range).
+    Count(u32),
+    /// `ALL`, where a count may be.
+    All,
+    Size(usize),
+    Bytes(Vec<u8>),
+    Pair(Vec<u8>, Vec<u8>),
+}
+
+/// How [`Parse::options_with`] treats an option word.
+pub struct OptionRules {
+    /// The refusal of a word that is no option (or lacks its values).
+    pub refuse: fn(&[u8]) -> ErrorReply,
+    /// Whether an option may be given again (the last one counts).
+    pub repeats: bool,
+}
+
+/// Redis's rules for most commands: an unknown or incomplete option, or
+/// one given twice (which one was meant?), is `ERR syntax error`.
+pub const STRICT: OptionRules = OptionRules {
+    refuse: |_| syntax_error(),
+    repeats: false,
+};
+
+/// The options a command was given, by word.
+#[derive(Debug, Default)]
+pub struct Given {
+    found: Vec<(&'static str, OptValue)>,
+}
+
+impl Given {
+    /// The value of option `token`, taken.
+    pub fn take(&mut self, token: &str) -> Option<OptValue> {
+        let at = self.found.iter().position(|(t, _)| *t == token)?;
+        Some(self.found.swap_remove(at).1)
+    }
+
+    pub fn millis(&mut self, token: &str) -> Option<Duration> {
+        match self.take(token)? {
+            OptValue::Millis(d) => Some(d),
+            other => unreachable!("{token} is no duration: {other:?}"),
+        }
+    }
+
+    pub fn count(&mut self, token: &str) -> Option<u32> {
+        match self.take(token)? {
+            OptValue::Count(n) => Some(n),
+            other => unreachable!("{token} is no count: {other:?}"),
+        }
+    }
+
+    pub fn size(&mut self, token: &str) -> Option<usize> {
+        match self.take(token)? {
+            OptValue::Size(n) => Some(n),
+            other => unreachable!("{token} is no size: {other:?}"),
+        }
+    }
+
+    pub fn bytes(&mut self, token: &str) -> Option<Vec<u8>> {
+        match self.take(token)? {
+            OptValue::Bytes(b) => Some(b),
+            other => unreachable!("{token} is no text: {other:?}"),
+        }
+    }
+
+    pub fn pair(&mut self, token: &str) -> Option<(Vec<u8>, Vec<u8>)> {
+        match self.take(token)? {
+            OptValue::Pair(a, b) => Some((a, b)),
+            other => unreachable!("{token} is no pair: {other:?}"),
+        }
+    }
 }
 
 impl Parse {
@@ -22,7 +124,58 @@ impl Parse {
         Parse {
             name: String::from_utf8_lossy(name).to_lowercase(),
             args: args.into_iter(),
+            options: &[],
         }
+    }
+
+    /// The same cursor, reading `options` (its table entry's).
+    pub fn with_options(mut self, options: &'static [Opt]) -> Parse {
+        self.options = options;
+        self
+    }
+
+    /// The option of this command that `word` names, if any.
+    fn option(&self, word: &[u8]) -> Option<&'static Opt> {
+        let options: &'static [Opt] = self.options;
+        options
+            .iter()
+            .find(|o| o.token.as_bytes().eq_ignore_ascii_case(word))
+    }
+
+    /// The next argument, unless it is none or one of the command's
+    /// option words (a positional argument that may be left out).
+    pub fn next_unless_option(&mut self) -> Option<Vec<u8>> {
+        let next = self.args.as_slice().first()?;
+        if self.option(next).is_some() {
+            return None;
+        }
+        self.args.next()
+    }
+
+    /// Every argument left, read as the command's options ([`STRICT`]).
+    pub fn options(&mut self) -> Result<Given, ErrorReply> {
+        self.options_with(&STRICT)
+    }
+
+    /// Every argument left, read as the command's options, in any order
+    /// and case, under `rules`.
+    pub fn options_with(&mut self, rules: &OptionRules) -> Result<Given, ErrorReply> {
+        let mut given = Given::default();
+        while let Some(word) = self.args.next() {
+            let Some(opt) = self.option(&word) else {
+                return Err((rules.refuse)(&word));
+            };
+            if self.args.len() < opt.arity() {
+                return Err((rules.refuse)(&word));
+            }
+            let values: Vec<Vec<u8>> = self.args.by_ref().take(opt.arity()).collect();
+            let value = (opt.parse)(&values)?;
+            if given.take(opt.token).is_some() && !rules.repeats {
+                return Err(syntax_error());
+            }
+            given.found.push((opt.token, value));
+        }
+        Ok(given)
     }
 
     /// The same cursor, named as the subcommand `sub` of this command.
@@ -101,6 +254,55 @@ pub fn integer(arg: &[u8]) -> Result<i64, ErrorReply> {
 pub fn milliseconds(arg: &[u8]) -> Result<Duration, ErrorReply> {
     let n = u64::try_from(integer(arg)?).map_err(|_| not_an_integer())?;
     Ok(Duration::from_millis(n))
+}
+
+/// An option's value: milliseconds.
+pub fn opt_millis(values: &[Vec<u8>]) -> Result<OptValue, ErrorReply> {
+    milliseconds(&values[0]).map(OptValue::Millis)
+}
+
+/// An option's value: a count of permits (any `u32`).
+pub fn opt_count(values: &[Vec<u8>]) -> Result<OptValue, ErrorReply> {
+    count(&values[0]).map(OptValue::Count)
+}
+
+/// An option's value: a count, or `ALL`.
+pub fn opt_count_or_all(values: &[Vec<u8>]) -> Result<OptValue, ErrorReply> {
+    if values[0].eq_ignore_ascii_case(b"ALL") {
+        return Ok(OptValue::All);
+    }
+    opt_count(values)
+}
+
+/// An option's value: a size, not negative (else a syntax error).
+pub fn opt_size(values: &[Vec<u8>]) -> Result<OptValue, ErrorReply> {
+    let n = integer(&values[0])?;
+    usize::try_from(n)
+        .map(OptValue::Size)
+        .map_err(|_| syntax_error())
+}
+
+/// An option's value: bytes, as given.
+pub fn opt_bytes(values: &[Vec<u8>]) -> Result<OptValue, ErrorReply> {
+    Ok(OptValue::Bytes(values[0].clone()))
+}
+
+/// An option's two values, as given.
+pub fn opt_pair(values: &[Vec<u8>]) -> Result<OptValue, ErrorReply> {
+    Ok(OptValue::Pair(values[0].clone(), values[1].clone()))
+}
+
+/// A count: any `u32`.
+pub fn count(arg: &[u8]) -> Result<u32, ErrorReply> {
+    u32::try_from(integer(arg)?).map_err(|_| not_an_integer())
+}
+
+/// Redis's text for a subcommand it does not know.
+pub fn unknown_subcommand(sub: &[u8], command: &str) -> ErrorReply {
+    ErrorReply::err(format!(
+        "unknown subcommand '{}'. Try {command} HELP.",
+        shown(sub)
+    ))
 }
 
 /// An argument echoed in an error: printable ASCII only, at most 128 bytes.

@@ -226,23 +226,13 @@ const HISTORY_COUNT: usize = 100;
 
 impl History {
     pub fn parse(p: &mut Parse) -> Result<History, ErrorReply> {
-        let mut words = Vec::new();
-        let mut count = None;
-        while let Some(word) = p.next_if_any() {
-            if word.eq_ignore_ascii_case(b"COUNT") && count.is_none() {
-                let n = integer(&p.next_if_any().ok_or_else(syntax_error)?)?;
-                count = Some(usize::try_from(n).map_err(|_| syntax_error())?);
-            } else if words.len() < 2 && count.is_none() {
-                words.push(word);
-            } else {
-                return Err(syntax_error());
-            }
-        }
-        let mut words = words.into_iter();
+        let lock = p.next_unless_option();
+        let key = lock.as_ref().and_then(|_| p.next_unless_option());
+        let mut given = p.options()?;
         Ok(History {
-            lock: words.next(),
-            key: words.next(),
-            count: count.unwrap_or(HISTORY_COUNT),
+            lock,
+            key,
+            count: given.size("COUNT").unwrap_or(HISTORY_COUNT),
         })
     }
 
@@ -319,7 +309,9 @@ impl ClientAdmin {
         }))
     }
 
-    pub fn apply(self, s: &mut Session) -> Reply {
+    /// `name_of`: the command table's name of a command's index (CLIENT
+    /// LIST's `cmd=`).
+    pub fn apply(self, s: &mut Session, name_of: fn(Option<usize>) -> &'static str) -> Reply {
         match self {
             ClientAdmin::List => {
                 let lines: String = s
@@ -328,11 +320,11 @@ impl ClientAdmin {
                     .all()
                     .iter()
                     .filter(|c| s.sees(c))
-                    .map(|c| list_line(s, c))
+                    .map(|c| list_line(s, c, name_of))
                     .collect();
                 Ok(Value::Verbatim(lines))
             }
-            ClientAdmin::Info => Ok(Value::Verbatim(list_line(s, &s.client))),
+            ClientAdmin::Info => Ok(Value::Verbatim(list_line(s, &s.client, name_of))),
             ClientAdmin::Help => Ok(help()),
             ClientAdmin::Kill(which) => kill_client(s, which),
         }
@@ -395,7 +387,7 @@ fn kill_client(s: &Session, which: Kill) -> Reply {
 
 /// One line of CLIENT LIST, in Redis's `key=value` form plus the leases
 /// held and the key waited for (`waiting=LOCK/KEY`).
-fn list_line(s: &Session, c: &ClientState) -> String {
+fn list_line(s: &Session, c: &ClientState, name_of: fn(Option<usize>) -> &'static str) -> String {
     let name = c
         .name()
         .map(|n| String::from_utf8_lossy(&n).into_owned())
@@ -415,7 +407,7 @@ fn list_line(s: &Session, c: &ClientState) -> String {
         c.addr,
         c.age_secs(),
         c.idle_secs(),
-        super::table::name_of(c.last_command()),
+        name_of(c.last_command()),
         c.user().as_deref().unwrap_or(""),
         c.lease_count(),
         waiting.unwrap_or_default(),

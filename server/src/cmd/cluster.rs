@@ -3,10 +3,9 @@
 //! `redis-cli -c` and cluster-aware clients find the owner of a key. A
 //! single node answers as a Redis without cluster support.
 
-use super::unknown_subcommand;
 use crate::cluster::slots::{key_slot, partition_range, SLOTS};
 use crate::cluster::{Node, View};
-use crate::parse::Parse;
+use crate::parse::{unknown_subcommand, Parse};
 use crate::reply::{ErrorReply, Reply};
 use crate::session::Session;
 use holdline_resp::Value;

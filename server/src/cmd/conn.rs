@@ -2,13 +2,13 @@
 //! connect with their default options: HELLO, AUTH, CLIENT, SELECT (PING,
 //! ECHO and QUIT need no more than their parse).
 
-use super::unknown_subcommand;
-use crate::parse::{integer, Parse};
+use crate::parse::{integer, unknown_subcommand, OptionRules, Parse};
 use crate::reply::{ErrorReply, ErrorWord, Reply};
 use crate::session::Session;
 use holdline_resp::{Proto, Value};
 
-/// `HELLO [protover [AUTH user pass] [SETNAME name]]`.
+/// `HELLO [protover [AUTH user pass] [SETNAME name]]` (its options are
+/// the command table's).
 #[derive(Debug, PartialEq)]
 pub struct Hello {
     proto: Option<i64>,
@@ -18,30 +18,26 @@ pub struct Hello {
 
 impl Hello {
     pub fn parse(p: &mut Parse) -> Result<Hello, ErrorReply> {
-        let mut hello = Hello {
-            proto: None,
-            auth: None,
-            setname: None,
-        };
+        let mut proto = None;
         if let Some(v) = p.next_if_any() {
             let bad = "Protocol version is not an integer or out of range";
-            hello.proto = Some(integer(&v).map_err(|_| ErrorReply::err(bad))?);
+            proto = Some(integer(&v).map_err(|_| ErrorReply::err(bad))?);
         }
-        while let Some(word) = p.next_if_any() {
-            match word.to_ascii_uppercase().as_slice() {
-                b"AUTH" if p.remaining() >= 2 => {
-                    hello.auth = Some((p.next_bytes()?, p.next_bytes()?));
-                }
-                b"SETNAME" if p.remaining() >= 1 => hello.setname = Some(p.next_bytes()?),
-                _ => {
-                    return Err(ErrorReply::err(format!(
-                        "Syntax error in HELLO option '{}'",
-                        String::from_utf8_lossy(&word)
-                    )))
-                }
-            }
-        }
-        Ok(hello)
+        // As Redis: an option may come again (the last counts).
+        let mut given = p.options_with(&OptionRules {
+            refuse: |word| {
+                ErrorReply::err(format!(
+                    "Syntax error in HELLO option '{}'",
+                    String::from_utf8_lossy(word)
+                ))
+            },
+            repeats: true,
+        })?;
+        Ok(Hello {
+            proto,
+            auth: given.pair("AUTH"),
+            setname: given.bytes("SETNAME"),
+        })
     }
 
     /// Authenticates (when it carries AUTH), names, switches protocol and

@@ -1,7 +1,7 @@
 //! HOLD, TRYHOLD, RELEASE and RENEW: a connection's leases.
 
 use crate::events::Kind;
-use crate::parse::{integer, milliseconds, not_an_integer, syntax_error, Parse};
+use crate::parse::{Given, OptValue, Parse};
 use crate::record::HeldKey;
 use crate::reply::{invalid_key, invalid_store, key_not_utf8, ErrorReply, Reply};
 use crate::session::{LockOptions, PendingHold, Place, Session, Step};
@@ -9,7 +9,8 @@ use holdline::{wire, ErrorKind, KeyHold, Lock};
 use holdline_resp::Value;
 use std::time::{Duration, Instant};
 
-/// `HOLD lock key [WAIT ms] [TTL ms] [MAXHOLD ms] [PERMITS n] [TAKE m|ALL]`.
+/// `HOLD lock key [WAIT ms] [TTL ms] [MAXHOLD ms] [PERMITS n] [TAKE m|ALL]
+/// [NOTE text]` (the options the command table lists for it).
 #[derive(Debug, PartialEq)]
 pub struct Hold {
     lock: Vec<u8>,
@@ -22,13 +23,13 @@ pub struct Hold {
 impl Hold {
     pub fn parse(p: &mut Parse) -> Result<Hold, ErrorReply> {
         let (lock, key) = (p.next_bytes()?, p.next_bytes()?);
-        let (wait, options, note) = options(p, true)?;
+        let mut given = p.options()?;
         Ok(Hold {
             lock,
             key,
-            wait: wait.unwrap_or(wire::DEFAULT_WAIT),
-            options,
-            note,
+            wait: given.millis("WAIT").unwrap_or(wire::DEFAULT_WAIT),
+            note: given.bytes("NOTE"),
+            options: Options::from(&mut given),
         })
     }
 
@@ -92,7 +93,8 @@ impl Hold {
     }
 }
 
-/// `TRYHOLD lock key [TTL ms] [MAXHOLD ms] [PERMITS n] [TAKE m|ALL]`.
+/// `TRYHOLD lock key [TTL ms] [MAXHOLD ms] [PERMITS n] [TAKE m|ALL]
+/// [NOTE text]`.
 #[derive(Debug, PartialEq)]
 pub struct TryHold {
     lock: Vec<u8>,
@@ -104,12 +106,12 @@ pub struct TryHold {
 impl TryHold {
     pub fn parse(p: &mut Parse) -> Result<TryHold, ErrorReply> {
         let (lock, key) = (p.next_bytes()?, p.next_bytes()?);
-        let (_, options, note) = options(p, false)?;
+        let mut given = p.options()?;
         Ok(TryHold {
             lock,
             key,
-            options,
-            note,
+            note: given.bytes("NOTE"),
+            options: Options::from(&mut given),
         })
     }
 
@@ -234,57 +236,30 @@ fn not_ours(id: i64) -> ErrorReply {
     invalid_store(format!("lease {id} is not held by this connection"))
 }
 
-/// `[WAIT ms] [TTL ms] [MAXHOLD ms]`, any order, case-insensitive, each at
-/// most once (a repeated option is a syntax error: which one was meant?).
-///
-/// A TTL left out is the default, or in a cluster the cluster's max ttl if
-/// that is lower (marked by `LockOptions::ttl_given` being false).
-fn options(p: &mut Parse, wait_allowed: bool) -> Result<Parsed, ErrorReply> {
-    let (mut wait, mut ttl, mut max_hold) = (None, None, None);
-    let (mut permits, mut take, mut note) = (None, None, None);
-    while let Some(word) = p.next_if_any() {
-        // An option word without its value is a syntax error, as in Redis.
-        let value = p.next_if_any().ok_or_else(syntax_error)?;
-        let word = word.to_ascii_uppercase();
-        let fresh = match word.as_slice() {
-            b"NOTE" => note.replace(value).is_none(),
-            b"PERMITS" => permits.replace(count(&value)?).is_none(),
-            b"TAKE" => take.replace(Take::parse(&value)?).is_none(),
-            _ => {
-                let option = match word.as_slice() {
-                    b"WAIT" if wait_allowed => &mut wait,
-                    b"TTL" => &mut ttl,
-                    b"MAXHOLD" => &mut max_hold,
-                    _ => return Err(syntax_error()),
-                };
-                option.replace(milliseconds(&value)?).is_none()
-            }
+impl Options {
+    /// `TTL`, `MAXHOLD`, `PERMITS` and `TAKE`, as given. A TTL left out is
+    /// the default, or in a cluster the cluster's max ttl if that is lower
+    /// (marked by `ttl_given` being false).
+    fn from(given: &mut Given) -> Options {
+        let ttl = given.millis("TTL");
+        let lock = LockOptions {
+            ttl: ttl.unwrap_or(LockOptions::default().ttl),
+            max_hold: given.millis("MAXHOLD"),
+            // A HOLD names the count, 1 when it says none.
+            permits: Some(given.count("PERMITS").unwrap_or(1)),
         };
-        if !fresh {
-            return Err(syntax_error());
+        let take = match given.take("TAKE") {
+            Some(OptValue::All) => Take::All,
+            Some(OptValue::Count(m)) => Take::Permits(m),
+            _ => Take::Permits(1),
+        };
+        Options {
+            lock,
+            ttl_given: ttl.is_some(),
+            take,
         }
     }
-    let mut options = LockOptions::default();
-    if let Some(ttl) = ttl {
-        options.ttl = ttl;
-    }
-    options.max_hold = max_hold;
-    // A HOLD names the count, 1 when it says none.
-    options.permits = Some(permits.unwrap_or(1));
-    Ok((
-        wait,
-        Options {
-            lock: options,
-            ttl_given: ttl.is_some(),
-            take: take.unwrap_or(Take::Permits(1)),
-        },
-        note,
-    ))
 }
-
-/// What a HOLD's or TRYHOLD's options say: its wait, its lock options,
-/// and its note's bytes.
-type Parsed = (Option<Duration>, Options, Option<Vec<u8>>);
 
 /// Most bytes of a note.
 const MAX_NOTE: usize = 1024;
@@ -318,11 +293,6 @@ pub fn note(s: &mut Session, id: i64, text: Vec<u8>) -> Reply {
     Ok(Value::ok())
 }
 
-/// A count of permits: any `u32` (the core judges its range, with its text).
-fn count(arg: &[u8]) -> Result<u32, ErrorReply> {
-    u32::try_from(integer(arg)?).map_err(|_| not_an_integer())
-}
-
 /// A HOLD's or TRYHOLD's lock options, whether its TTL was given, and
 /// what it takes of the key's permits.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -340,14 +310,6 @@ enum Take {
 }
 
 impl Take {
-    fn parse(arg: &[u8]) -> Result<Take, ErrorReply> {
-        if arg.eq_ignore_ascii_case(b"ALL") {
-            Ok(Take::All)
-        } else {
-            count(arg).map(Take::Permits)
-        }
-    }
-
     /// `hold`, asking for these permits.
     fn of(self, hold: KeyHold<'_>) -> KeyHold<'_> {
         match self {

@@ -6,7 +6,10 @@
 //! subcommands), `admin` (INFO, INSPECT, HISTORY, CLIENT LIST, KILL, HELP:
 //! what operators ask), `watch` (OBSERVE, UNOBSERVE), `cluster` (CLUSTER,
 //! for cluster-aware clients) and `table` (the one table of every
-//! command, and COMMAND, which shows it).
+//! command and its options, the [`Command`] each parses to, and COMMAND,
+//! which shows it). The group files import none of each other but
+//! `conn` (which uses `watch`); `table` imports them, and this file the
+//! table.
 
 mod admin;
 mod cluster;
@@ -20,68 +23,38 @@ use crate::parse::{shown, Parse};
 use crate::reply::{noauth, ErrorReply};
 use crate::session::{Session, Step};
 use holdline_resp::Value;
+pub use table::Command;
 
-/// One parsed command. Byte strings stay bytes until the session checks them.
-#[derive(Debug, PartialEq)]
-pub enum Command {
-    Hold(leases::Hold),
-    TryHold(leases::TryHold),
-    Release(i64),
-    Renew(i64),
-    Note(i64, Vec<u8>),
-    History(admin::History),
-    Put(rows::Put),
-    Get(Vec<u8>),
-    Del(Vec<Vec<u8>>),
-    Stats(Vec<u8>),
-    Ping(Option<Vec<u8>>),
-    Echo(Vec<u8>),
-    Quit,
-    Hello(conn::Hello),
-    Auth(conn::Auth),
-    Client(conn::Client),
-    Select(i64),
-    Table(table::Query),
-    Info(Option<Vec<u8>>),
-    Inspect(Vec<u8>, Vec<u8>),
-    Observe(Vec<u8>, Vec<u8>),
-    Unobserve(Vec<u8>, Vec<u8>),
-    Admin(admin::ClientAdmin),
-    Cluster(cluster::Query),
-}
-
-impl Command {
-    /// Carries the command out on `session`.
-    fn apply(self, session: &mut Session) -> Step {
-        let reply = match self {
-            Command::Hold(hold) => return hold.apply(session),
-            Command::TryHold(try_hold) => try_hold.apply(session),
-            Command::Release(id) => leases::release(session, id),
-            Command::Renew(id) => leases::renew(session, id),
-            Command::Note(id, text) => leases::note(session, id, text),
-            Command::History(query) => query.apply(session),
-            Command::Put(put) => put.apply(session),
-            Command::Get(row) => rows::get(session, row),
-            Command::Del(rows) => rows::del(session, rows),
-            Command::Stats(lock) => rows::stats(session, &lock),
-            Command::Ping(None) => Ok(Value::simple("PONG")),
-            Command::Ping(Some(msg)) | Command::Echo(msg) => Ok(Value::Bulk(msg)),
-            Command::Quit => return Step::Close(Ok(Value::ok())),
-            Command::Hello(hello) => hello.apply(session),
-            Command::Auth(auth) => auth.apply(session),
-            Command::Client(client) => client.apply(session),
-            Command::Select(0) => Ok(Value::ok()),
-            Command::Select(_) => Err(ErrorReply::err("DB index is out of range")),
-            Command::Table(query) => Ok(query.apply()),
-            Command::Info(section) => Ok(admin::info(session, section.as_deref())),
-            Command::Inspect(lock, key) => admin::inspect(session, &lock, key),
-            Command::Observe(lock, key) => watch::observe(session, &lock, key),
-            Command::Unobserve(lock, key) => watch::unobserve(session, &lock, key),
-            Command::Admin(admin) => admin.apply(session),
-            Command::Cluster(query) => query.apply(session),
-        };
-        Step::Reply(reply)
-    }
+/// Carries `command` out on `session`.
+fn apply(command: Command, session: &mut Session) -> Step {
+    let reply = match command {
+        Command::Hold(hold) => return hold.apply(session),
+        Command::TryHold(try_hold) => try_hold.apply(session),
+        Command::Release(id) => leases::release(session, id),
+        Command::Renew(id) => leases::renew(session, id),
+        Command::Note(id, text) => leases::note(session, id, text),
+        Command::History(query) => query.apply(session),
+        Command::Put(put) => put.apply(session),
+        Command::Get(row) => rows::get(session, row),
+        Command::Del(rows) => rows::del(session, rows),
+        Command::Stats(lock) => rows::stats(session, &lock),
+        Command::Ping(None) => Ok(Value::simple("PONG")),
+        Command::Ping(Some(msg)) | Command::Echo(msg) => Ok(Value::Bulk(msg)),
+        Command::Quit => return Step::Close(Ok(Value::ok())),
+        Command::Hello(hello) => hello.apply(session),
+        Command::Auth(auth) => auth.apply(session),
+        Command::Client(client) => client.apply(session),
+        Command::Select(0) => Ok(Value::ok()),
+        Command::Select(_) => Err(ErrorReply::err("DB index is out of range")),
+        Command::Table(query) => Ok(query.apply()),
+        Command::Info(section) => Ok(admin::info(session, section.as_deref())),
+        Command::Inspect(lock, key) => admin::inspect(session, &lock, key),
+        Command::Observe(lock, key) => watch::observe(session, &lock, key),
+        Command::Unobserve(lock, key) => watch::unobserve(session, &lock, key),
+        Command::Admin(admin) => admin.apply(session, table::name_of),
+        Command::Cluster(query) => query.apply(session),
+    };
+    Step::Reply(reply)
 }
 
 /// The command `args` spell and its table entry's index.
@@ -92,6 +65,7 @@ fn parse(args: Vec<Vec<u8>>) -> Result<(usize, Command), ErrorReply> {
     let Some((index, spec)) = table::find(&name) else {
         return Err(unknown_command(&name, &mut p));
     };
+    p = p.with_options(spec.options);
     if !spec.arity_fits(p.remaining() + 1) {
         return Err(p.wrong_arity());
     }
@@ -116,22 +90,12 @@ pub fn execute(session: &mut Session, args: Vec<Vec<u8>>) -> Step {
     if let Some(m) = &session.shared.metrics {
         m.command(index);
     }
-    match command.apply(session) {
+    match apply(command, session) {
         // A brute force is cut off: its last refusal closes the connection.
         Step::Reply(refused) if session.failed_auths >= conn::MAX_FAILED_AUTHS => {
             Step::Close(refused)
         }
         step => step,
-    }
-}
-
-/// `CLIENT ...`: the connection's own subcommands, or an operator's.
-fn client(p: &mut Parse) -> Result<Command, ErrorReply> {
-    let sub = p.next_bytes()?;
-    p.subcommand(&sub);
-    match admin::ClientAdmin::parse(&sub, p)? {
-        Some(admin) => Ok(Command::Admin(admin)),
-        None => Ok(Command::Client(conn::Client::parse(&sub, p)?)),
     }
 }
 
@@ -172,14 +136,6 @@ fn unknown_command(name: &[u8], p: &mut Parse) -> ErrorReply {
         text.push_str("' ");
     }
     ErrorReply::err(text)
-}
-
-/// Redis's text for a subcommand it does not know.
-fn unknown_subcommand(sub: &[u8], command: &str) -> ErrorReply {
-    ErrorReply::err(format!(
-        "unknown subcommand '{}'. Try {command} HELP.",
-        shown(sub)
-    ))
 }
 
 #[cfg(test)]

@@ -1,47 +1,98 @@
-//! The command table: each command's name, arity, flags, summary and
-//! arguments, and the function that parses it. Parsing, `COMMAND` (and
-//! its COUNT, INFO and DOCS), the metrics' labels and CLIENT LIST's `cmd=`
-//! all read this one table, so a command cannot be accepted and left
-//! undocumented, or documented and refused.
+//! The command table: each command's name, arity, flags, summary,
+//! arguments and options (each option's word, its values and their
+//! parser), and the function that parses it into a [`Command`]. Parsing,
+//! `COMMAND` (and its COUNT, INFO and DOCS), the metrics' labels and
+//! CLIENT LIST's `cmd=` all read this one table, so a command or an
+//! option cannot be accepted and left undocumented, or documented and
+//! refused. A new command or option is an entry here and its handler.
 
-use super::{admin, client, cluster, conn, leases, rows, unknown_subcommand, Command};
-use crate::parse::Parse;
+use super::{admin, cluster, conn, leases, rows};
+use crate::parse::{self, unknown_subcommand, Opt, Parse};
 use crate::reply::ErrorReply;
 use holdline_resp::Value;
 
-/// One argument, as `COMMAND DOCS` shows it.
+/// One parsed command. Byte strings stay bytes until the session checks them.
+#[derive(Debug, PartialEq)]
+pub enum Command {
+    Hold(leases::Hold),
+    TryHold(leases::TryHold),
+    Release(i64),
+    Renew(i64),
+    Note(i64, Vec<u8>),
+    History(admin::History),
+    Put(rows::Put),
+    Get(Vec<u8>),
+    Del(Vec<Vec<u8>>),
+    Stats(Vec<u8>),
+    Ping(Option<Vec<u8>>),
+    Echo(Vec<u8>),
+    Quit,
+    Hello(conn::Hello),
+    Auth(conn::Auth),
+    Client(conn::Client),
+    Select(i64),
+    Table(Query),
+    Info(Option<Vec<u8>>),
+    Inspect(Vec<u8>, Vec<u8>),
+    Observe(Vec<u8>, Vec<u8>),
+    Unobserve(Vec<u8>, Vec<u8>),
+    Admin(admin::ClientAdmin),
+    Cluster(cluster::Query),
+}
+
+/// One positional argument, as `COMMAND DOCS` shows it.
 pub struct Arg {
-    name: &'static str,
-    kind: &'static str,
-    /// The option word before the value (`WAIT`), if any.
-    token: Option<&'static str>,
+    pub name: &'static str,
+    pub kind: &'static str,
     optional: bool,
+    /// Whether it may be given several times (the rest of the arguments).
+    pub multiple: bool,
 }
 
 const fn arg(name: &'static str, kind: &'static str) -> Arg {
     Arg {
         name,
         kind,
-        token: None,
         optional: false,
+        multiple: false,
     }
 }
 
-const fn option(name: &'static str, token: &'static str) -> Arg {
-    Arg {
-        name,
-        kind: "integer",
-        token: Some(token),
-        optional: true,
+/// An option with one value.
+const fn option(
+    token: &'static str,
+    value: &'static (&'static str, &'static str),
+    parse: fn(&[Vec<u8>]) -> Result<parse::OptValue, ErrorReply>,
+) -> Opt {
+    Opt {
+        token,
+        values: std::slice::from_ref(value),
+        parse,
     }
+}
+
+const MS: &(&str, &str) = &("ms", "integer");
+
+/// HOLD's and TRYHOLD's options but WAIT.
+macro_rules! hold_options {
+    ($($first:expr),*) => {
+        &[
+            $($first,)*
+            option("TTL", MS, parse::opt_millis),
+            option("MAXHOLD", MS, parse::opt_millis),
+            option("PERMITS", &("n", "integer"), parse::opt_count),
+            option("TAKE", &("m", "integer"), parse::opt_count_or_all),
+            option("NOTE", &("text", "string"), parse::opt_bytes),
+        ]
+    };
 }
 
 const fn optional(name: &'static str, kind: &'static str) -> Arg {
     Arg {
         name,
         kind,
-        token: None,
         optional: true,
+        multiple: false,
     }
 }
 
@@ -57,7 +108,11 @@ pub struct Spec {
     /// Redis's flags; `no_auth` marks a command allowed before AUTH.
     pub flags: &'static [&'static str],
     pub summary: &'static str,
+    /// Its positional arguments.
     pub args: &'static [Arg],
+    /// Its options, read by [`Parse::options`]: the only option words
+    /// it accepts, and every one `COMMAND DOCS` shows.
+    pub options: &'static [Opt],
     pub parse: ParseFn,
 }
 
@@ -83,15 +138,8 @@ pub const COMMANDS: &[Spec] = &[
         arity: -3,
         flags: &["write", "blocking"],
         summary: "Waits in the key's line (WAIT ms, default 10000) and holds it (TAKE of the lock's PERMITS; NOTE text): answers [lease, fence].",
-        args: &[
-            arg("lock", "string"),
-            arg("key", "string"),
-            option("ms", "WAIT"),
-            option("ms", "TTL"),
-            option("ms", "MAXHOLD"),
-            option("n", "PERMITS"),
-            option("m", "TAKE"),
-        ],
+        args: &[arg("lock", "string"), arg("key", "string")],
+        options: hold_options!(option("WAIT", MS, parse::opt_millis)),
         parse: |p| Ok(Command::Hold(leases::Hold::parse(p)?)),
     },
     Spec {
@@ -99,14 +147,8 @@ pub const COMMANDS: &[Spec] = &[
         arity: -3,
         flags: &["write", "fast"],
         summary: "Holds the key if its permits fit now and nobody waits: [lease, fence], or null.",
-        args: &[
-            arg("lock", "string"),
-            arg("key", "string"),
-            option("ms", "TTL"),
-            option("ms", "MAXHOLD"),
-            option("n", "PERMITS"),
-            option("m", "TAKE"),
-        ],
+        args: &[arg("lock", "string"), arg("key", "string")],
+        options: hold_options!(),
         parse: |p| Ok(Command::TryHold(leases::TryHold::parse(p)?)),
     },
     Spec {
@@ -115,6 +157,7 @@ pub const COMMANDS: &[Spec] = &[
         flags: &["write", "fast"],
         summary: "Lets a lease's key go: OK, or LOST when the lease was lost before.",
         args: &[arg("lease", "integer")],
+        options: &[],
         parse: |p| Ok(Command::Release(p.next_int()?)),
     },
     Spec {
@@ -123,6 +166,7 @@ pub const COMMANDS: &[Spec] = &[
         flags: &["write", "fast"],
         summary: "Renews a lease (every command renews them all): OK, or LOST.",
         args: &[arg("lease", "integer")],
+        options: &[],
         parse: |p| Ok(Command::Renew(p.next_int()?)),
     },
     Spec {
@@ -131,6 +175,7 @@ pub const COMMANDS: &[Spec] = &[
         flags: &["write", "fast"],
         summary: "Replaces a lease's note (shown by INSPECT and HISTORY): OK, or LOST.",
         args: &[arg("lease", "integer"), arg("text", "string")],
+        options: &[],
         parse: |p| Ok(Command::Note(p.next_int()?, p.next_bytes()?)),
     },
     Spec {
@@ -138,11 +183,8 @@ pub const COMMANDS: &[Spec] = &[
         arity: -1,
         flags: &["readonly"],
         summary: "Recent grants and ends of leases, newest first (COUNT n, default 100).",
-        args: &[
-            optional("lock", "string"),
-            optional("key", "string"),
-            option("n", "COUNT"),
-        ],
+        args: &[optional("lock", "string"), optional("key", "string")],
+        options: &[option("COUNT", &("n", "integer"), parse::opt_size)],
         parse: |p| Ok(Command::History(admin::History::parse(p)?)),
     },
     Spec {
@@ -157,6 +199,7 @@ pub const COMMANDS: &[Spec] = &[
             arg("row", "string"),
             arg("value", "string"),
         ],
+        options: &[],
         parse: |p| Ok(Command::Put(rows::Put::parse(p)?)),
     },
     Spec {
@@ -165,6 +208,7 @@ pub const COMMANDS: &[Spec] = &[
         flags: &["readonly", "fast"],
         summary: "A row's value, or null.",
         args: &[arg("row", "string")],
+        options: &[],
         parse: |p| Ok(Command::Get(p.next_bytes()?)),
     },
     Spec {
@@ -172,7 +216,11 @@ pub const COMMANDS: &[Spec] = &[
         arity: -2,
         flags: &["write"],
         summary: "Deletes rows (those whose guarding lock the user may name); the count deleted.",
-        args: &[arg("row", "string")],
+        args: &[Arg {
+            multiple: true,
+            ..arg("row", "string")
+        }],
+        options: &[],
         parse: |p| Ok(Command::Del(rows::del_args(p)?)),
     },
     Spec {
@@ -181,6 +229,7 @@ pub const COMMANDS: &[Spec] = &[
         flags: &["readonly"],
         summary: "A lock's counters: live_keys held_keys waiters grants timeouts revocations expirations.",
         args: &[arg("lock", "string")],
+        options: &[],
         parse: |p| Ok(Command::Stats(p.next_bytes()?)),
     },
     Spec {
@@ -189,6 +238,7 @@ pub const COMMANDS: &[Spec] = &[
         flags: &["fast"],
         summary: "PONG, or the message.",
         args: &[optional("message", "string")],
+        options: &[],
         parse: |p| Ok(Command::Ping(p.next_if_any())),
     },
     Spec {
@@ -197,6 +247,7 @@ pub const COMMANDS: &[Spec] = &[
         flags: &["fast"],
         summary: "The message.",
         args: &[arg("message", "string")],
+        options: &[],
         parse: |p| Ok(Command::Echo(p.next_bytes()?)),
     },
     Spec {
@@ -205,6 +256,7 @@ pub const COMMANDS: &[Spec] = &[
         flags: &["no_auth", "fast"],
         summary: "Closes the connection, letting its keys go.",
         args: &[],
+        options: &[],
         parse: |_| Ok(Command::Quit),
     },
     Spec {
@@ -213,6 +265,14 @@ pub const COMMANDS: &[Spec] = &[
         flags: &["no_auth", "fast"],
         summary: "Switches the protocol (2 or 3), authenticates, names the connection.",
         args: &[optional("protover", "integer")],
+        options: &[
+            Opt {
+                token: "AUTH",
+                values: &[("username", "string"), ("password", "string")],
+                parse: parse::opt_pair,
+            },
+            option("SETNAME", &("clientname", "string"), parse::opt_bytes),
+        ],
         parse: |p| Ok(Command::Hello(conn::Hello::parse(p)?)),
     },
     Spec {
@@ -221,6 +281,7 @@ pub const COMMANDS: &[Spec] = &[
         flags: &["no_auth", "fast"],
         summary: "Authenticates as a user (default when none is named) with its token.",
         args: &[optional("username", "string"), arg("token", "string")],
+        options: &[],
         parse: |p| Ok(Command::Auth(conn::Auth::parse(p)?)),
     },
     Spec {
@@ -229,6 +290,7 @@ pub const COMMANDS: &[Spec] = &[
         flags: &[],
         summary: "CLIENT SETNAME, GETNAME, SETINFO, ID; LIST, INFO, KILL, HELP.",
         args: &[arg("subcommand", "string")],
+        options: &[],
         parse: client,
     },
     Spec {
@@ -237,6 +299,7 @@ pub const COMMANDS: &[Spec] = &[
         flags: &["fast"],
         summary: "Only database 0 exists.",
         args: &[arg("index", "integer")],
+        options: &[],
         parse: |p| Ok(Command::Select(p.next_int()?)),
     },
     Spec {
@@ -245,6 +308,7 @@ pub const COMMANDS: &[Spec] = &[
         flags: &[],
         summary: "This table: COMMAND, COMMAND COUNT, COMMAND INFO, COMMAND DOCS.",
         args: &[optional("subcommand", "string")],
+        options: &[],
         parse: |p| Ok(Command::Table(Query::parse(p)?)),
     },
     Spec {
@@ -253,6 +317,7 @@ pub const COMMANDS: &[Spec] = &[
         flags: &[],
         summary: "The server's state by section: server clients stats memory cluster locks.",
         args: &[optional("section", "string")],
+        options: &[],
         parse: |p| Ok(Command::Info(p.next_if_any())),
     },
     Spec {
@@ -261,6 +326,7 @@ pub const COMMANDS: &[Spec] = &[
         flags: &["readonly"],
         summary: "One key: held, fence, held_for_ms, lease_left_ms, waiters, holders, permits_held, and every holder; null when idle.",
         args: &[arg("lock", "string"), arg("key", "string")],
+        options: &[],
         parse: |p| Ok(Command::Inspect(p.next_bytes()?, p.next_bytes()?)),
     },
     Spec {
@@ -269,6 +335,7 @@ pub const COMMANDS: &[Spec] = &[
         flags: &["readonly", "pubsub"],
         summary: "RESP3: OK, then pushes [observe, lock, key, event, fence, permits, holder, note] for the key's state and every change of its holders.",
         args: &[arg("lock", "string"), arg("key", "string")],
+        options: &[],
         parse: |p| Ok(Command::Observe(p.next_bytes()?, p.next_bytes()?)),
     },
     Spec {
@@ -277,6 +344,7 @@ pub const COMMANDS: &[Spec] = &[
         flags: &["readonly", "pubsub"],
         summary: "Stops OBSERVE's pushes for the key: OK.",
         args: &[arg("lock", "string"), arg("key", "string")],
+        options: &[],
         parse: |p| Ok(Command::Unobserve(p.next_bytes()?, p.next_bytes()?)),
     },
     Spec {
@@ -285,9 +353,20 @@ pub const COMMANDS: &[Spec] = &[
         flags: &[],
         summary: "CLUSTER SLOTS, SHARDS, NODES, INFO, MYID, KEYSLOT, for cluster-aware clients.",
         args: &[arg("subcommand", "string")],
+        options: &[],
         parse: |p| Ok(Command::Cluster(cluster::Query::parse(p)?)),
     },
 ];
+
+/// `CLIENT ...`: the connection's own subcommands, or an operator's.
+fn client(p: &mut Parse) -> Result<Command, ErrorReply> {
+    let sub = p.next_bytes()?;
+    p.subcommand(&sub);
+    match admin::ClientAdmin::parse(&sub, p)? {
+        Some(admin) => Ok(Command::Admin(admin)),
+        None => Ok(Command::Client(conn::Client::parse(&sub, p)?)),
+    }
+}
 
 /// The command named `name` (any case), and its index in [`COMMANDS`].
 pub fn find(name: &[u8]) -> Option<(usize, &'static Spec)> {
@@ -371,7 +450,8 @@ fn info(names: &[Vec<u8>]) -> Value {
 /// left out, as Redis does.
 fn docs(names: &[Vec<u8>]) -> Value {
     let one = |spec: &Spec| {
-        let args = spec.args.iter().map(arg_doc).collect();
+        let options = spec.options.iter().map(option_doc);
+        let args = spec.args.iter().map(arg_doc).chain(options).collect();
         (
             bulk(spec.name),
             Value::Map(vec![
@@ -396,12 +476,42 @@ fn docs(names: &[Vec<u8>]) -> Value {
 
 fn arg_doc(a: &Arg) -> Value {
     let mut fields = vec![(bulk("name"), bulk(a.name)), (bulk("type"), bulk(a.kind))];
-    if let Some(token) = a.token {
-        fields.push((bulk("token"), bulk(token)));
+    let flags: Vec<Value> = [(a.optional, "optional"), (a.multiple, "multiple")]
+        .iter()
+        .filter(|(on, _)| *on)
+        .map(|(_, flag)| Value::simple(*flag))
+        .collect();
+    if !flags.is_empty() {
+        fields.push((bulk("flags"), Value::Array(flags)));
     }
-    if a.optional {
-        fields.push((bulk("flags"), Value::Array(vec![Value::simple("optional")])));
-    }
+    Value::Map(fields)
+}
+
+/// An option, as Redis documents one: its word and one value (`WAIT ms`),
+/// or a block of its values after the word (`AUTH username password`).
+fn option_doc(o: &Opt) -> Value {
+    let optional = (bulk("flags"), Value::Array(vec![Value::simple("optional")]));
+    let value_doc = |(name, kind): &(&str, &str)| {
+        Value::Map(vec![(bulk("name"), bulk(name)), (bulk("type"), bulk(kind))])
+    };
+    let fields = match o.values {
+        [(name, kind)] => vec![
+            (bulk("name"), bulk(name)),
+            (bulk("type"), bulk(kind)),
+            (bulk("token"), bulk(o.token)),
+            optional,
+        ],
+        values => vec![
+            (bulk("name"), bulk(&o.token.to_ascii_lowercase())),
+            (bulk("type"), bulk("block")),
+            (bulk("token"), bulk(o.token)),
+            optional,
+            (
+                bulk("arguments"),
+                Value::Array(values.iter().map(value_doc).collect()),
+            ),
+        ],
+    };
     Value::Map(fields)
 }
 

@@ -5,6 +5,7 @@ use super::*;
 use crate::reply::noauth;
 use crate::session::{Shared, UNAUTHENTICATED_MAX_FRAME};
 use holdline::Store;
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,7 +20,8 @@ fn hold(words: &[&str]) -> Result<Hold, String> {
     let mut p = Parse::new(
         b"HOLD",
         words.iter().map(|w| w.as_bytes().to_vec()).collect(),
-    );
+    )
+    .with_options(table::find(b"hold").unwrap().1.options);
     Hold::parse(&mut p).map_err(|e| e.to_string())
 }
 
@@ -245,7 +247,8 @@ fn try_hold_parses_its_options() {
     let mut p = Parse::new(
         b"TRYHOLD",
         vec![b"l".to_vec(), b"k".to_vec(), b"ttl".to_vec(), b"5".to_vec()],
-    );
+    )
+    .with_options(table::find(b"tryhold").unwrap().1.options);
     assert!(TryHold::parse(&mut p).is_ok());
 }
 
@@ -335,4 +338,121 @@ fn only_hello_auth_and_quit_come_before_auth() {
         .map(|spec| spec.name)
         .collect();
     assert_eq!(before, ["quit", "hello", "auth"]);
+}
+
+/// The option words of `name`'s doc (`COMMAND DOCS`): its arguments'
+/// tokens.
+fn documented_words(docs: &[(Value, Value)], name: &str) -> BTreeSet<String> {
+    let (_, Value::Map(doc)) = docs.iter().find(|(n, _)| *n == Value::bulk(name)).unwrap() else {
+        unreachable!("a doc is a map")
+    };
+    let (_, Value::Array(args)) = doc
+        .iter()
+        .find(|(k, _)| *k == Value::bulk("arguments"))
+        .unwrap()
+    else {
+        unreachable!("arguments are an array")
+    };
+    let mut words = BTreeSet::new();
+    for arg in args {
+        let Value::Map(fields) = arg else {
+            unreachable!("an argument is a map")
+        };
+        for (k, v) in fields {
+            if let (true, Value::Bulk(token)) = (*k == Value::bulk("token"), v) {
+                words.insert(String::from_utf8(token.clone()).unwrap());
+            }
+        }
+    }
+    words
+}
+
+/// A value of `kind` every parser takes (`protover`: 3).
+fn sample(name: &str, kind: &str) -> &'static str {
+    match (name, kind) {
+        ("protover", _) => "3",
+        (_, "integer") => "1",
+        _ => "x",
+    }
+}
+
+/// Walks every command and every option word of any command (and one of
+/// none): the words a command's parser accepts, in any case, are exactly
+/// those its `COMMAND DOCS` lists. (A command whose last argument takes
+/// the rest, DEL's rows, accepts any word as one of them: its documented
+/// words must still parse.)
+#[test]
+fn command_docs_list_every_option_word_the_parser_accepts_and_no_other() {
+    let Value::Map(docs) = table::Query::Docs(vec![]).apply() else {
+        unreachable!()
+    };
+    let options: Vec<&crate::parse::Opt> = table::COMMANDS
+        .iter()
+        .flat_map(|spec| spec.options)
+        .collect();
+    let mut words: Vec<(&str, Vec<&str>)> = options
+        .iter()
+        .map(|o| {
+            (
+                o.token,
+                o.values.iter().map(|(n, k)| sample(n, k)).collect(),
+            )
+        })
+        .collect();
+    words.push(("FROB", vec!["1"]));
+    for spec in table::COMMANDS {
+        let positional: Vec<&str> = spec.args.iter().map(|a| sample(a.name, a.kind)).collect();
+        let mut accepted = BTreeSet::new();
+        for (word, values) in &words {
+            for case in [word.to_string(), word.to_ascii_lowercase()] {
+                let mut line = vec![spec.name];
+                line.extend(&positional);
+                line.push(&case);
+                line.extend(values);
+                if cmd(&line).is_ok() {
+                    accepted.insert(word.to_string());
+                }
+            }
+        }
+        let documented = documented_words(&docs, spec.name);
+        let listed: BTreeSet<String> = spec.options.iter().map(|o| o.token.into()).collect();
+        assert_eq!(documented, listed, "{}: COMMAND DOCS", spec.name);
+        if spec.args.iter().any(|a| a.multiple) {
+            assert!(accepted.is_superset(&documented), "{}", spec.name);
+        } else {
+            assert_eq!(
+                accepted, documented,
+                "{}: words its parser accepts",
+                spec.name
+            );
+        }
+    }
+    // The options the issue found parsed but undocumented.
+    assert!(documented_words(&docs, "hold").contains("NOTE"));
+    assert!(documented_words(&docs, "tryhold").contains("NOTE"));
+    assert!(documented_words(&docs, "hello").contains("AUTH"));
+}
+
+#[test]
+fn an_option_takes_as_many_values_as_its_table_entry_says() {
+    assert!(cmd(&["HELLO", "3", "AUTH", "u", "p", "SETNAME", "n"]).is_ok());
+    assert_eq!(
+        cmd(&["HELLO", "3", "AUTH", "u"]).unwrap_err(),
+        "ERR Syntax error in HELLO option 'AUTH'"
+    );
+    // HELLO's options may come again, as in Redis; HOLD's may not.
+    assert!(cmd(&["HELLO", "3", "SETNAME", "a", "SETNAME", "b"]).is_ok());
+    assert_eq!(
+        cmd(&["HOLD", "l", "k", "NOTE", "a", "NOTE", "b"]).unwrap_err(),
+        "ERR syntax error"
+    );
+    assert_eq!(
+        cmd(&["HISTORY", "l", "k", "COUNT", "-1"]).unwrap_err(),
+        "ERR syntax error"
+    );
+    assert_eq!(
+        cmd(&["HISTORY", "l", "k", "extra"]).unwrap_err(),
+        "ERR syntax error"
+    );
+    assert!(cmd(&["HISTORY", "COUNT", "5"]).is_ok());
 }
