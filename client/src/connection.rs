@@ -212,12 +212,21 @@ impl FrameWriter {
 impl Connection {
     /// Connects to `addr` (anything tokio resolves: `"127.0.0.1:7380"`, a
     /// `SocketAddr`) and says `HELLO 3`.
+    ///
+    /// Fails `closed` when nothing listens there or the connection drops
+    /// (`cannot_connect`, `connection_closed` in `clients/texts.json`), or
+    /// when nothing is answered within the connect timeout (10 s,
+    /// [`CONNECT_TIMEOUT`](crate::CONNECT_TIMEOUT)); `invalid` when the
+    /// server wants a token. This generic layer does not ask that the
+    /// server be holdline ([`Store::connect`](crate::Store::connect) does).
     pub async fn connect(addr: impl ToSocketAddrs + fmt::Display) -> Result<Connection, Error> {
         let hostport = addr.to_string();
         Connection::open(addr, hostport, None, None, MAX_REPLY_FRAME, false).await
     }
 
-    /// Connects and says `HELLO 3 AUTH default <token>`.
+    /// Connects and says `HELLO 3 AUTH default <token>`. Fails as
+    /// [`connect`](Connection::connect) does, and `invalid` when the server
+    /// refuses the token.
     pub async fn connect_with_token(
         addr: impl ToSocketAddrs + fmt::Display,
         token: &str,
@@ -348,7 +357,8 @@ impl Connection {
         self.writer.queue(args);
     }
 
-    /// Sends every queued command.
+    /// Sends every queued command. Fails `closed` when the connection
+    /// is gone (the commands may or may not have reached the server).
     pub async fn flush(&mut self) -> Result<(), Error> {
         self.writer.flush().await.map_err(texts::connection_closed)
     }
@@ -370,12 +380,18 @@ impl Connection {
         }
     }
 
-    /// The next frame of any kind, pushes included. Cancel-safe.
+    /// The next frame of any kind, pushes included. Cancel-safe. Fails
+    /// `closed` when the connection ends, or when the server sends bytes
+    /// that are not RESP or a frame past the reply limit (the connection
+    /// is of no more use then).
     pub async fn read_frame(&mut self) -> Result<Value, Error> {
         self.reader.read_frame().await.map_err(read_failed)
     }
 
-    /// Sends one command (and anything queued before it) and reads its reply.
+    /// Sends one command (and anything queued before it) and reads its
+    /// reply. An error reply is `Ok(Value::Error(..))`; the call fails
+    /// only as [`flush`](Connection::flush) and
+    /// [`read_reply`](Connection::read_reply) do.
     pub async fn command<A: AsRef<[u8]>>(&mut self, args: &[A]) -> Result<Value, Error> {
         self.queue(args);
         self.flush().await?;

@@ -82,7 +82,9 @@ impl Store {
 
     /// Connects with [`ConnectOptions`]: a token, TLS with a CA file, a
     /// client certificate, or a whole rustls `ClientConfig`. Otherwise as
-    /// [`connect`](Store::connect).
+    /// [`connect`](Store::connect). Refuses, besides what `connect` does,
+    /// options that do not fit together or a certificate file it cannot
+    /// read (`invalid`), and a TLS handshake that fails (`closed`).
     pub async fn connect_with(addr: &str, options: ConnectOptions) -> Result<Store, Error> {
         let addresses = addr
             .split(',')
@@ -141,7 +143,8 @@ impl Store {
 
     /// A fresh low-level connection to the server (the one that answered
     /// the connect; same token and TLS), not pooled: for commands this API
-    /// does not wrap.
+    /// does not wrap. Fails as the connect did, `closed` when the server
+    /// is gone since.
     pub async fn connection(&self) -> Result<Connection, Error> {
         self.inner.dial.check_open(Scope::Store)?;
         self.inner.home.new_connection().await
