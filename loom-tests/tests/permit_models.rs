@@ -57,6 +57,26 @@ fn within_count(lock: &Lock, total: u32) {
     assert!(held <= total, "{held} permits held of {total}");
 }
 
+/// A thread that waits (forever) for `want` permits of "k" (0: every
+/// permit), checks inside its hold that the key is within `total`, and
+/// answers its grant's fence.
+fn holder_thread(lock: &Lock, want: u32, total: u32) -> thread::JoinHandle<u64> {
+    let lock = lock.clone();
+    thread::spawn(move || {
+        let hold = lock.key("k").wait(FOREVER);
+        let hold = if want == 0 {
+            hold.exclusive()
+        } else {
+            hold.permits(want)
+        };
+        hold.hold(|l| {
+            within_count(&lock, total);
+            l.fence()
+        })
+        .unwrap()
+    })
+}
+
 /// 13. An exclusive holder lets go, from another thread, with two tasks
 /// in line for one permit each, polled meanwhile: the one release grants
 /// both (each one's next poll finds its grant), each with its own greater
@@ -101,18 +121,7 @@ fn a_head_that_leaves_lets_the_next_in() {
         let lock = store.lock("l").permits(2).open().unwrap();
         let held = lock.acquire("k").unwrap();
         let head = task_in_line(&lock, 0);
-        let next = {
-            let lock = lock.clone();
-            thread::spawn(move || {
-                lock.key("k")
-                    .wait(FOREVER)
-                    .hold(|l| {
-                        within_count(&lock, 2);
-                        l.fence()
-                    })
-                    .unwrap()
-            })
-        };
+        let next = holder_thread(&lock, 1, 2);
         while lock.waiters_of("k") != 2 {
             thread::yield_now();
         }
@@ -133,19 +142,7 @@ fn an_exclusive_waiter_while_shared_holders_leave() {
         let lock = store.lock("l").permits(2).open().unwrap();
         let (a, b) = (lock.acquire("k").unwrap(), lock.acquire("k").unwrap());
         let top = a.fence().max(b.fence());
-        let writer = {
-            let lock = lock.clone();
-            thread::spawn(move || {
-                lock.key("k")
-                    .exclusive()
-                    .wait(FOREVER)
-                    .hold(|l| {
-                        within_count(&lock, 2);
-                        l.fence()
-                    })
-                    .unwrap()
-            })
-        };
+        let writer = holder_thread(&lock, 0, 2);
         a.release().unwrap();
         b.release().unwrap();
         assert!(writer.join().unwrap() > top, "fences rise");
@@ -196,19 +193,7 @@ fn a_fast_take_racing_a_waiter_that_enqueues() {
         let store = Store::new();
         let lock = store.lock("l").permits(2).open().unwrap();
         let held = lock.acquire("k").unwrap();
-        let writer = {
-            let lock = lock.clone();
-            thread::spawn(move || {
-                lock.key("k")
-                    .exclusive()
-                    .wait(FOREVER)
-                    .hold(|l| {
-                        within_count(&lock, 2);
-                        l.fence()
-                    })
-                    .unwrap()
-            })
-        };
+        let writer = holder_thread(&lock, 0, 2);
         let tried = lock.key("k").try_acquire().unwrap();
         held.release().unwrap();
         let newcomer = tried.map(|l| {
@@ -275,7 +260,10 @@ fn the_head_timing_out_while_permits_come_free() {
                 break r;
             }
         };
-        assert_eq!(ended.map(|l| l.fence()).unwrap_err().kind(), ErrorKind::InUse);
+        assert_eq!(
+            ended.map(|l| l.fence()).unwrap_err().kind(),
+            ErrorKind::InUse
+        );
         let behind = granted(behind);
         within_count(&lock, 3);
         assert!(behind.fence() > b.fence(), "fences rise");
@@ -302,7 +290,11 @@ fn a_waiting_writer_is_not_overtaken_by_a_fast_reader() {
             thread::spawn(move || lock.key("k").try_acquire().unwrap().map(|l| l.fence()))
         };
         reader.release().unwrap();
-        assert_eq!(newcomer.join().unwrap(), None, "a reader overtook the writer");
+        assert_eq!(
+            newcomer.join().unwrap(),
+            None,
+            "a reader overtook the writer"
+        );
         let writer = granted(writer);
         assert_eq!(writer.permits(), 2);
         writer.release().unwrap();
