@@ -1,4 +1,4 @@
-//! The client against a real cluster (`clients/testing/cluster.py`: etcd
+//! The client against a real cluster (`holdline_testing::cluster`: etcd
 //! and three `holdline serve --etcd` nodes, 8 partitions, etcd leases of
 //! 2 s, a max ttl of 2 s): holds reach every node from one address, land
 //! on their owners, the map is learnt from all three addresses, a ttl above

@@ -1,7 +1,7 @@
 //! The server processes the `server-*` scenarios measure: `holdline serve`
 //! (with its history as it ships, off, or also written to an audit log),
 //! `redis-server`, an etcd member and a PostgreSQL cluster, each started
-//! on a loopback port (`testing/spawn.rs`: holdline binds port 0; Redis,
+//! on a loopback port (`holdline_testing::spawn`: holdline binds port 0; Redis,
 //! etcd and PostgreSQL are tried again on other ports when theirs was
 //! taken), its resident memory and CPU time read from `/proc`, and
 //! stopped when dropped (the `cluster` rows' nodes start here too, with
