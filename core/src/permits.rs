@@ -136,40 +136,36 @@ impl Slots {
     }
 }
 
-/// One current grant that found every slot taken.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Booked {
-    pub(crate) fence: u64,
-}
-
-/// The grants beyond the slots, read and written under the line lock.
+/// The fences of the grants that found every slot taken, read and
+/// written under the line lock (a fence names its grant; its permits are
+/// its lease's to give back).
 #[derive(Debug, Default)]
 pub(crate) struct Overflow {
-    grants: Vec<Booked>,
+    fences: Vec<u64>,
 }
 
 impl Overflow {
     /// Books a grant with `fence`.
     pub(crate) fn book(&mut self, fence: u64) {
-        self.grants.push(Booked { fence });
+        self.fences.push(fence);
     }
 
     /// Ends the grant with `fence`; `false`: no such grant here.
     pub(crate) fn end(&mut self, fence: u64) -> bool {
-        let Some(at) = self.grants.iter().position(|b| b.fence == fence) else {
+        let Some(at) = self.fences.iter().position(|&f| f == fence) else {
             return false;
         };
-        self.grants.swap_remove(at);
-        if self.grants.is_empty() && self.grants.capacity() > 8 {
+        self.fences.swap_remove(at);
+        if self.fences.is_empty() && self.fences.capacity() > 8 {
             // A burst of holders leaves no standing allocation behind it.
-            self.grants = Vec::new();
+            self.fences = Vec::new();
         }
         true
     }
 
     /// The fences booked here.
     pub(crate) fn fences(&self) -> impl Iterator<Item = u64> + '_ {
-        self.grants.iter().map(|b| b.fence)
+        self.fences.iter().copied()
     }
 }
 
