@@ -10,6 +10,7 @@ from typing import Dict, List, Optional, Set
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "holdline"
 
 LAYERS: List[Set[str]] = [
+    {"_blocks"},  # what leaving a `with` or `async with` block is, written once
     {"_errors"},  # error classes and the core's text shapes
     {"_texts", "_durations", "_resp"},  # the shared texts, durations, the RESP wire format
     {"_address", "_inspect"},  # where a server listens; what INSPECT answers

@@ -31,9 +31,9 @@ again, observes again and yields the present state again.
 import asyncio
 import time
 from dataclasses import dataclass
-from types import TracebackType
 from typing import AsyncGenerator, List, Optional, Protocol, Tuple, Type, Union
 
+from ._blocks import AsyncBlock
 from ._cluster import Router
 from ._durations import Duration
 from ._errors import Closed, InUse, Invalid, Lost
@@ -53,12 +53,7 @@ class _Hold(Protocol):
 
     async def __aenter__(self) -> Lease: ...
 
-    async def __aexit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None: ...
+    async def _leave(self, exc_type: Optional[Type[BaseException]]) -> None: ...
 
 
 class _Lock(Protocol):
@@ -177,14 +172,14 @@ class Leadership:
         """Lets the leadership go now (`RELEASE`); the next campaigner is
         elected. `Lost` if it was lost before (as leaving the block says).
         Leaving the block after it does nothing more. Idempotent."""
-        await self._campaign._resign()
+        await self._campaign._leave(None)
 
     def __repr__(self) -> str:
         state = "lost" if self.lease._looks_lost(time.monotonic()) else "leading"
         return f"<Leadership {self.lease.lock}/{self.election} fence={self.fence} {state}>"
 
 
-class Campaign:
+class Campaign(AsyncBlock):
     """`async with election.campaign(note) as lead:` waits until elected
     (as long as it takes), then leads for the block; leaving it resigns.
     Leaving it after the leadership was lost raises `Lost`, unless the
@@ -214,27 +209,17 @@ class Campaign:
             self._hold = hold
             return Leadership(self, lease, self._note)
 
-    async def __aexit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
+    async def _leave(self, exc_type: Optional[Type[BaseException]]) -> None:
+        """Leaving the block, or resigning before: the hold's release, once."""
         if self._done or self._hold is None:
             return
         self._done = True
-        await self._hold.__aexit__(exc_type, exc, tb)
+        await self._hold._leave(exc_type)
 
     def _link(self) -> Optional[Link]:
         if self._done or self._hold is None:
             return None
         return self._hold._link
-
-    async def _resign(self) -> None:
-        if self._done or self._hold is None:
-            return
-        self._done = True
-        await self._hold.__aexit__(None, None, None)
 
 
 class Election:

@@ -15,9 +15,9 @@ takes the HOLD out of the server's line: nothing is granted to it later.
 import asyncio
 import re
 import time
-from types import TracebackType
 from typing import List, Optional, Tuple, Type, Union
 
+from ._blocks import AsyncBlock
 from ._cluster import Router
 from ._durations import Duration, to_ms
 from ._election import Election
@@ -68,7 +68,7 @@ class _Pinger:
         self._handle.cancel()
 
 
-class HoldBase:
+class HoldBase(AsyncBlock):
     """What `hold` and `try_hold` share: the block's entry (wait in line or
     try) and its exit (release; `Lost` if the lease was lost meanwhile)."""
 
@@ -239,7 +239,7 @@ class HoldBase:
             return lock._router.closed_error(lock.name, self._key)
         return Closed(client_text("connection_closed_key", lock.name, self._key))
 
-    async def _exit(self, exc_type: Optional[Type[BaseException]]) -> None:
+    async def _leave(self, exc_type: Optional[Type[BaseException]]) -> None:
         lease, link = self._lease, self._link
         if lease is None or link is None or self._holding is None:
             return
@@ -283,14 +283,6 @@ class Hold(HoldBase):
         assert lease is not None  # a waiting hold answers a lease or raises
         return lease
 
-    async def __aexit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
-        await self._exit(exc_type)
-
 
 class TryHold(HoldBase):
     """`async with lock.try_hold(key) as lease:` holds the key for the block
@@ -298,14 +290,6 @@ class TryHold(HoldBase):
 
     async def __aenter__(self) -> Optional[Lease]:
         return await self._enter()
-
-    async def __aexit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
-        await self._exit(exc_type)
 
 
 class Lock:

@@ -8,10 +8,10 @@ an async context manager that closes it on leaving.
 """
 
 import ssl as _ssl
-from types import TracebackType
 from typing import Any, Dict, Generator, List, Optional, Type, Union
 
 from ._address import Addresses, parse_addresses, resolve_auth
+from ._blocks import AsyncBlock
 from ._cluster import Router
 from ._durations import Duration, to_ms
 from ._errors import Invalid, text_for
@@ -80,7 +80,7 @@ def connect(
     return Connecting(Router(seeds, auth, ssl, timeout_ms, max_idle, max_reply_bytes))
 
 
-class Connecting:
+class Connecting(AsyncBlock):
     """What `connect` answers: await it for the store, or enter it with
     `async with` for a store closed on leaving the block."""
 
@@ -99,17 +99,12 @@ class Connecting:
         self._store = await self._open()
         return self._store
 
-    async def __aexit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
+    async def _leave(self, exc_type: Optional[Type[BaseException]]) -> None:
         if self._store is not None:
             await self._store.aclose()
 
 
-class Store:
+class Store(AsyncBlock):
     """A store reached over a connection; open locks on it with `lock`."""
 
     def __init__(self, router: Router) -> None:
@@ -192,12 +187,7 @@ class Store:
     async def __aenter__(self) -> "Store":
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
+    async def _leave(self, exc_type: Optional[Type[BaseException]]) -> None:
         await self.aclose()
 
     def __repr__(self) -> str:

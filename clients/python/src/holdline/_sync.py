@@ -16,7 +16,6 @@ import asyncio
 import ssl as _ssl
 import threading
 import time
-from types import TracebackType
 from typing import (
     Any,
     Awaitable,
@@ -31,6 +30,7 @@ from typing import (
 )
 
 from ._address import Addresses
+from ._blocks import Block
 from ._durations import Duration
 from ._election import Campaign, Election, Leader, Leadership
 from ._errors import Lost
@@ -108,7 +108,7 @@ def connect_sync(
     return SyncStore(store, runner)
 
 
-class SyncStore:
+class SyncStore(Block):
     """A connected store for threads; open locks on it with `lock`."""
 
     def __init__(self, store: Store, runner: _LoopThread) -> None:
@@ -154,12 +154,7 @@ class SyncStore:
     def __enter__(self) -> "SyncStore":
         return self
 
-    def __exit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
+    def _leave(self, exc_type: Optional[Type[BaseException]]) -> None:
         self.close()
 
 
@@ -288,7 +283,7 @@ class SyncLease:
         return repr(self._lease).replace("<Lease", "<SyncLease", 1)
 
 
-class _Entry(abc.ABC, Generic[T]):
+class _Entry(Block, Generic[T]):
     """A block entered from a thread and carried out on the loop thread:
     what the entering thread stops waiting for (interrupted, or failed) is
     let go there, so nothing stays held or in line."""
@@ -355,7 +350,7 @@ class _SyncHoldBase(_Entry[SyncLease]):
         return None if lease is None else SyncLease(lease)
 
     async def _let_go(self) -> None:
-        await self._hold._exit(None)
+        await self._hold._leave(None)
 
     def _enter(self) -> Optional[SyncLease]:
         # The holder is the thread that enters (the loop thread's tasks only
@@ -363,13 +358,8 @@ class _SyncHoldBase(_Entry[SyncLease]):
         self._hold._owner = threading.current_thread()
         return self._enter_from_thread()
 
-    def __exit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
-        self._runner.run(self._hold._exit(exc_type))
+    def _leave(self, exc_type: Optional[Type[BaseException]]) -> None:
+        self._runner.run(self._hold._leave(exc_type))
 
 
 class SyncHold(_SyncHoldBase):
@@ -485,7 +475,7 @@ class SyncCampaign(_Entry[SyncLeadership]):
         return SyncLeadership(self._runner, lead)
 
     async def _let_go(self) -> None:
-        await self._campaign._resign()
+        await self._campaign._leave(None)
 
     def __enter__(self) -> SyncLeadership:
         self._campaign._owner = threading.current_thread()
@@ -493,16 +483,11 @@ class SyncCampaign(_Entry[SyncLeadership]):
         assert lead is not None  # a campaign answers a leadership or raises
         return lead
 
-    def __exit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
-        self._runner.run(self._campaign.__aexit__(exc_type, exc, tb))
+    def _leave(self, exc_type: Optional[Type[BaseException]]) -> None:
+        self._runner.run(self._campaign._leave(exc_type))
 
 
-class SyncObserver:
+class SyncObserver(Block):
     """The leaders of `SyncElection.observe`, one blocking item at a time."""
 
     def __init__(self, runner: _LoopThread, election: Election) -> None:
@@ -535,10 +520,5 @@ class SyncObserver:
     def __enter__(self) -> "SyncObserver":
         return self
 
-    def __exit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
+    def _leave(self, exc_type: Optional[Type[BaseException]]) -> None:
         self.close()
