@@ -1,19 +1,13 @@
-//! What the `cluster` scenario starts and routes by: a private etcd
-//! (Debian's `/usr/bin/etcd` on free loopback ports with a data directory
-//! of its own; never the system's service), nodes of `holdline serve
-//! --etcd`, and the owners read from `CLUSTER SLOTS` (a key's slot is the
-//! client's `holdline_client::key_slot`, Redis Cluster's). The nodes'
-//! flags, the slot map and when it has settled are the tests' cluster
-//! starter's (`holdline_testing::cluster`).
+//! What the `cluster` scenario runs against and routes by: the setups,
+//! the nodes' partitions and etcd lease, and each slot's owner read from
+//! the settled `CLUSTER SLOTS` map (a key's slot is the client's
+//! `holdline_client::key_slot`, Redis Cluster's). Starting a cluster (a
+//! private etcd, the nodes, the wait until their map settles) is the
+//! tests' one cluster starter, `holdline_testing::cluster::Cluster`.
 
 use std::net::SocketAddr;
-use std::path::Path;
 
-use holdline_testing::cluster as shared;
-
-use crate::servers::ServerProcess;
-
-pub use holdline_testing::cluster::{parse_slots, Range, SLOTS};
+pub use holdline_testing::cluster::{Cluster, Range, SLOTS};
 
 /// Partitions the nodes split the slots into (`--partitions`).
 pub const PARTITIONS: usize = 16;
@@ -50,29 +44,7 @@ impl Setup {
     }
 }
 
-pub use crate::servers::{etcd_binary, start_etcd, tools_required};
-
-/// One etcd member (`holdline_testing::spawn`), killed and its data
-/// removed when dropped.
-pub type Etcd = crate::spawn::Etcd;
-
-/// A cluster name no other run of this process used.
-pub fn cluster_name() -> String {
-    shared::cluster_name("harness")
-}
-
-/// A node of cluster `name` on a loopback port it binds, advertised as itself.
-pub fn start_node(bin: &Path, etcd: &Etcd, name: &str) -> Result<ServerProcess, String> {
-    let args = shared::node_args(etcd, name, PARTITIONS as u16, ETCD_TTL);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    ServerProcess::holdline(bin, &args)
-}
-
-/// Whether `map` covers every slot, only `nodes` own slots, and each owns
-/// exactly its share of the partitions (`holdline_testing::cluster::settled`).
-pub fn settled(map: &[Range], nodes: &[SocketAddr]) -> bool {
-    shared::settled(map, nodes, PARTITIONS as u16)
-}
+pub use crate::servers::{etcd_binary, tools_required};
 
 /// Each slot's owner, as an index into `nodes`.
 pub fn owners(map: &[Range], nodes: &[SocketAddr]) -> Vec<u8> {
@@ -104,14 +76,14 @@ pub fn shares(map: &[Range], nodes: &[SocketAddr]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use holdline_testing::cluster::{loopback, slots_reply};
+    use holdline_testing::cluster::{loopback, parse_slots, settled, slots_reply};
 
     #[test]
     fn owners_and_shares_read_the_settled_map() {
         let nodes = [loopback(1), loopback(2)];
         // Two nodes: 8 partitions each (8192 slots).
         let map = parse_slots(&slots_reply(&[(8192, 16383, 2, "b"), (0, 8191, 1, "a")])).unwrap();
-        assert!(settled(&map, &nodes));
+        assert!(settled(&map, &nodes, PARTITIONS as u16));
         assert_eq!(shares(&map, &nodes), "8/8");
         let owner = owners(&map, &nodes);
         assert_eq!(

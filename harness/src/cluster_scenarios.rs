@@ -15,11 +15,9 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use holdline_client::{Connection, Value};
 use tokio::runtime::Runtime;
-use tokio::time::timeout;
 
 use crate::cluster::{
-    cluster_name, etcd_binary, owners, parse_slots, settled, shares, start_node, tools_required,
-    Etcd, Range, Setup, ETCD_TTL,
+    etcd_binary, owners, shares, tools_required, Cluster, Range, Setup, ETCD_TTL, PARTITIONS,
 };
 use crate::measure::{hist, io_runtime, record_pairs, run_tasks};
 use crate::row::Run;
@@ -30,28 +28,34 @@ use holdline_client::key_slot;
 /// The lock name the holds use.
 const LOCK: &str = "bench";
 
-/// How long a cluster's map may take to settle: every node up, joined, and
-/// owning its share (the nodes reconcile with etcd every 250 ms).
-const SETTLE_WITHIN: Duration = Duration::from_secs(30);
+/// What a row runs against, started: the plain node or a cluster (its
+/// etcd, its nodes and their settled map).
+enum Servers {
+    Plain(ServerProcess),
+    Cluster(Cluster),
+}
 
-/// How long one `CLUSTER SLOTS` (or the connection before it) may take
-/// while the map settles.
-const ASK_WITHIN: Duration = Duration::from_secs(2);
-
-/// What a row runs against, started: etcd (a cluster's), the nodes, and
-/// the settled map (empty for the plain node).
+/// The servers of a row and how long they took to be ready.
 struct Started {
-    // Dropped after the nodes (fields drop in order): nodes first, then etcd.
-    nodes: Vec<ServerProcess>,
-    _etcd: Option<Etcd>,
-    map: Vec<Range>,
+    servers: Servers,
     /// From the first process started to a settled map.
     ready: Duration,
 }
 
 impl Started {
     fn addrs(&self) -> Vec<SocketAddr> {
-        self.nodes.iter().map(|n| n.addr).collect()
+        match &self.servers {
+            Servers::Plain(node) => vec![node.addr],
+            Servers::Cluster(c) => c.nodes.iter().map(|n| n.addr).collect(),
+        }
+    }
+
+    /// The settled map (empty for the plain node).
+    fn map(&self) -> &[Range] {
+        match &self.servers {
+            Servers::Plain(_) => &[],
+            Servers::Cluster(c) => &c.map,
+        }
     }
 }
 
@@ -76,7 +80,7 @@ pub fn run(setup: Setup, cfg: &Cfg, clients: usize) -> Run {
     let started = match setup {
         Setup::Plain => start_plain(&bin),
         Setup::Nodes(n) => match etcd_binary() {
-            Ok(_) => start_cluster(&bin, n, &rt),
+            Ok(_) => start_cluster(&bin, n),
             Err(missing) if tools_required() => {
                 panic!(
                     "etcd is required (HOLDLINE_REQUIRE_TOOLS=1) but missing: {}",
@@ -103,72 +107,21 @@ fn start_plain(bin: &std::path::Path) -> Result<Started, String> {
     let t0 = Instant::now();
     let node = ServerProcess::holdline(bin, &[])?;
     Ok(Started {
-        nodes: vec![node],
-        _etcd: None,
-        map: Vec::new(),
+        servers: Servers::Plain(node),
         ready: t0.elapsed(),
     })
 }
 
-/// etcd, then `n` nodes of a fresh cluster, then a wait until every node
-/// answers the same settled map.
-fn start_cluster(bin: &std::path::Path, n: usize, rt: &Runtime) -> Result<Started, String> {
+/// A cluster of `n` nodes (`holdline_testing::cluster::Cluster::start`:
+/// etcd, the nodes, and a wait until every node answers the same settled
+/// map).
+fn start_cluster(bin: &std::path::Path, n: usize) -> Result<Started, String> {
     let t0 = Instant::now();
-    let etcd = crate::cluster::start_etcd()?;
-    let name = cluster_name();
-    let nodes = (0..n)
-        .map(|_| start_node(bin, &etcd, &name))
-        .collect::<Result<Vec<_>, _>>()?;
-    let addrs: Vec<SocketAddr> = nodes.iter().map(|n| n.addr).collect();
-    let map = rt.block_on(await_settled(&addrs))?;
+    let cluster = Cluster::start(bin, n, PARTITIONS as u16, ETCD_TTL, &[])?;
     Ok(Started {
-        nodes,
-        _etcd: Some(etcd),
-        map,
+        servers: Servers::Cluster(cluster),
         ready: t0.elapsed(),
     })
-}
-
-/// The map every node answers alike once it is [`settled`].
-async fn await_settled(addrs: &[SocketAddr]) -> Result<Vec<Range>, String> {
-    let deadline = Instant::now() + SETTLE_WITHIN;
-    let mut conns: Vec<Option<Connection>> = addrs.iter().map(|_| None).collect();
-    loop {
-        let mut maps = Vec::with_capacity(addrs.len());
-        for (conn, addr) in conns.iter_mut().zip(addrs) {
-            maps.push(slots_of(conn, *addr).await);
-        }
-        if let Some(Some(first)) = maps.first() {
-            if settled(first, addrs) && maps.iter().all(|m| m.as_ref() == Some(first)) {
-                return Ok(first.clone());
-            }
-        }
-        if Instant::now() > deadline {
-            return Err(format!(
-                "the map did not settle over {addrs:?} within {SETTLE_WITHIN:?}: last {maps:?}"
-            ));
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// `CLUSTER SLOTS` of the node at `addr` over `conn` (connected first when
-/// it is not); `None` while the node does not answer one.
-async fn slots_of(conn: &mut Option<Connection>, addr: SocketAddr) -> Option<Vec<Range>> {
-    if conn.is_none() {
-        *conn = timeout(ASK_WITHIN, Connection::connect(addr))
-            .await
-            .ok()?
-            .ok();
-    }
-    let c = conn.as_mut()?;
-    match timeout(ASK_WITHIN, c.command(&["CLUSTER", "SLOTS"])).await {
-        Ok(Ok(reply)) => parse_slots(&reply),
-        _ => {
-            *conn = None;
-            None
-        }
-    }
 }
 
 /// A client's connection to every node and where it sends each slot.
@@ -265,7 +218,7 @@ struct Counts {
 /// owner, for `cfg.duration`, every pair timed.
 fn measure(run: &mut Run, cfg: &Cfg, rt: &Runtime, started: &Started, clients: usize) -> Counts {
     let addrs: Arc<[SocketAddr]> = started.addrs().into();
-    let owner = owners(&started.map, &addrs);
+    let owner = owners(started.map(), &addrs);
     let routers: Vec<parking_lot::Mutex<Option<Router>>> = rt.block_on(async {
         let mut all = Vec::with_capacity(clients);
         for _ in 0..clients {
@@ -312,7 +265,7 @@ fn measure(run: &mut Run, cfg: &Cfg, rt: &Runtime, started: &Started, clients: u
 
 /// The row's note: the setup, the map and how the holds spread over it.
 fn note(setup: Setup, clients: usize, started: &Started, counts: &Counts) -> String {
-    let n = started.nodes.len();
+    let n = started.addrs().len();
     let total: u64 = counts.held.iter().sum::<u64>().max(1);
     let spread: Vec<String> = counts
         .held
@@ -330,7 +283,7 @@ fn note(setup: Setup, clients: usize, started: &Started, counts: &Counts) -> Str
              MOVED {}, CLUSTERDOWN {}",
             if n == 1 { "" } else { "s" },
             clients * n,
-            shares(&started.map, &started.addrs()),
+            shares(started.map(), &started.addrs()),
             spread.join("/"),
             counts.moved,
             counts.down,
@@ -373,10 +326,10 @@ mod tests {
         }
         let bin = ServerKind::Holdline.binary().unwrap();
         let rt = io_runtime();
-        let started = start_cluster(&bin, 2, &rt).expect("a cluster");
+        let started = start_cluster(&bin, 2).expect("a cluster");
         let addrs: Arc<[SocketAddr]> = started.addrs().into();
-        assert_eq!(shares(&started.map, &addrs), "8/8");
-        let owner = owners(&started.map, &addrs);
+        assert_eq!(shares(started.map(), &addrs), "8/8");
+        let owner = owners(started.map(), &addrs);
         rt.block_on(async {
             let mut r = Router::connect(addrs.clone(), owner.clone()).await;
             for key in ["a", "b", "c", "{tag}x", "c0-1"] {

@@ -230,13 +230,6 @@ pub fn tools_required() -> bool {
     std::env::var("HOLDLINE_REQUIRE_TOOLS").as_deref() == Ok("1")
 }
 
-/// A single-member etcd on free loopback ports with a data directory of
-/// its own (a short election timeout: it leads within a fraction of a
-/// second).
-pub fn start_etcd() -> Result<spawn::Etcd, String> {
-    spawn::Etcd::start_with(&["--heartbeat-interval", "20", "--election-timeout", "200"])
-}
-
 /// What runs: a process of its own, an etcd member, a PostgreSQL cluster.
 enum Process {
     Child(Child),
@@ -259,7 +252,7 @@ impl ServerProcess {
             ServerKind::Holdline | ServerKind::Baseline => start_holdline(&bin),
             ServerKind::Redis => start_redis(&bin),
             ServerKind::Etcd => {
-                let etcd = start_etcd()?;
+                let etcd = holdline_testing::cluster::start_etcd()?;
                 Ok(ServerProcess {
                     addr: SocketAddr::from(([127, 0, 0, 1], etcd.client_port)),
                     process: Process::Etcd(etcd),
