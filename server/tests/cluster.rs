@@ -31,8 +31,12 @@ struct Three {
 
 impl Three {
     /// `max_ttl`: the cluster's `--max-ttl` (how long a partition taken
-    /// over without a hand-over grants nothing).
-    fn start(name: &str, max_ttl: &str) -> Three {
+    /// over without a hand-over grants nothing). `None` where no etcd is
+    /// installed: the test is skipped.
+    fn start(name: &str, max_ttl: &str) -> Option<Three> {
+        if !etcd_available() {
+            return None;
+        }
         let etcd = start_etcd();
         let nodes: Vec<Server> = (0..3)
             .map(|_| start_node_with(&etcd, name, PARTITIONS, TTL, &["--max-ttl", max_ttl]))
@@ -40,11 +44,21 @@ impl Three {
         let three = Three { etcd, nodes };
         let addrs: Vec<SocketAddr> = three.nodes.iter().map(|n| n.addr).collect();
         await_settled(&addrs, PARTITIONS, Duration::from_secs(20));
-        three
+        Some(three)
     }
 
     fn addrs(&self) -> Vec<String> {
         self.nodes.iter().map(|n| n.addr.to_string()).collect()
+    }
+
+    /// Node `i`'s address, a client of node 0, and the first `n` keys node
+    /// `i` owns in node 0's slot map.
+    fn keys_of(&self, i: usize, n: usize) -> (String, Client, Vec<String>) {
+        let map = slot_map(self.nodes[0].addr);
+        let owner = self.addrs()[i].clone();
+        let mut c = self.nodes[0].connect();
+        let keys = keys_owned_by(&mut c, &map, &owner, n);
+        (owner, c, keys)
     }
 
     fn node_at(&self, addr: &str) -> &Server {
@@ -100,10 +114,9 @@ fn await_new_owner(via: SocketAddr, slot: u16, old: &str, within: Duration) -> S
 
 #[test]
 fn holds_spread_over_three_nodes_and_redirects_name_the_owner() {
-    if !etcd_available() {
+    let Some(three) = Three::start("spread", "10s") else {
         return;
-    }
-    let three = Three::start("spread", "10s");
+    };
     let map = slot_map(three.nodes[0].addr);
     let mut first = three.nodes[0].connect();
     for owner in three.addrs() {
@@ -142,7 +155,9 @@ fn redis_cli_follows_redirects_and_reads_the_map() {
     {
         return;
     }
-    let three = Three::start("cli", "10s");
+    let Some(three) = Three::start("cli", "10s") else {
+        return;
+    };
     let map = slot_map(three.nodes[0].addr);
     let mut c = three.nodes[0].connect();
     let elsewhere = three.addrs()[1].clone();
@@ -260,14 +275,10 @@ impl Register {
 
 #[test]
 fn a_killed_owner_moves_its_partitions_within_ttl_plus_2s_and_fences_keep_rising() {
-    if !etcd_available() {
+    let Some(mut three) = Three::start("kill", "1s") else {
         return;
-    }
-    let mut three = Three::start("kill", "1s");
-    let map = slot_map(three.nodes[0].addr);
-    let victim = three.addrs()[2].clone();
-    let mut c = three.nodes[0].connect();
-    let keys = keys_owned_by(&mut c, &map, &victim, 6);
+    };
+    let (victim, mut c, keys) = three.keys_of(2, 6);
     let mut register = Register::default();
     let mut at_victim = Client::connect(victim.parse().unwrap());
     for key in &keys {
@@ -300,15 +311,12 @@ fn a_killed_owner_moves_its_partitions_within_ttl_plus_2s_and_fences_keep_rising
 
 #[test]
 fn a_frozen_owner_never_grants_after_another_node_took_its_partition() {
-    if !etcd_available() {
+    let Some(three) = Three::start("freeze", "1s") else {
         return;
-    }
-    let three = Three::start("freeze", "1s");
-    let map = slot_map(three.nodes[0].addr);
-    let victim_addr = three.addrs()[1].clone();
+    };
+    let (victim_addr, mut c, mut keys) = three.keys_of(1, 1);
     let victim = three.node_at(&victim_addr);
-    let mut c = three.nodes[0].connect();
-    let key = keys_owned_by(&mut c, &map, &victim_addr, 1).remove(0);
+    let key = keys.remove(0);
     let slot = key_slot(&mut c, &key);
     let mut register = Register::default();
     // A holds the key on the victim; B waits behind it there.
@@ -379,10 +387,9 @@ fn a_frozen_owner_never_grants_after_another_node_took_its_partition() {
 
 #[test]
 fn nodes_keep_serving_while_etcd_is_away_then_stop_then_recover() {
-    if !etcd_available() {
+    let Some(mut three) = Three::start("away", "3s") else {
         return;
-    }
-    let mut three = Three::start("away", "3s");
+    };
     let node = three.nodes[0].addr;
     let map = slot_map(node);
     let mut c = Client::connect(node);
@@ -562,16 +569,13 @@ fn scrape(addr: &str) -> String {
 
 #[test]
 fn a_node_shut_down_hands_its_partitions_over_at_once() {
-    if !etcd_available() {
-        return;
-    }
     // A long --max-ttl: a take-over without a hand-over would grant
     // nothing for 10 s; SIGTERM's hand-over lets the next owner grant now.
-    let mut three = Three::start("leave", "10s");
-    let map = slot_map(three.nodes[0].addr);
-    let leaving = three.addrs()[2].clone();
-    let mut c = three.nodes[0].connect();
-    let key = keys_owned_by(&mut c, &map, &leaving, 1).remove(0);
+    let Some(mut three) = Three::start("leave", "10s") else {
+        return;
+    };
+    let (leaving, mut c, mut keys) = three.keys_of(2, 1);
+    let key = keys.remove(0);
     let mut at_leaving = Client::connect(leaving.parse().unwrap());
     // A lease may not outlive what a take-over waits for.
     let err = error_text(at_leaving.call(&["HOLD", "leave", &key, "TTL", "20000"]));

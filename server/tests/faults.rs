@@ -6,7 +6,7 @@
 mod common;
 
 use bytes::BytesMut;
-use common::{error_text, Server, PATIENCE};
+use common::{error_text, queue_behind, Server, PATIENCE};
 use holdline_resp::{encode, Decoder, Proto, Value};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
@@ -220,10 +220,7 @@ fn a_silent_connection_runs_out_at_ttl() {
 #[test]
 fn a_waiter_that_leaves_leaves_the_line() {
     let server = Server::start(&[]);
-    let mut holder = server.connect();
-    let (lease, _) = holder.grant(&["HOLD", "line", "k"]);
-    let mut leaver = server.connect();
-    leaver.send(&["HOLD", "line", "k", "WAIT", "60000"]);
+    let (mut holder, lease, leaver) = queue_behind(&server, "line", "k", "60000");
     holder.await_stat("line", "waiters", 1);
     drop(leaver);
     holder.await_stat("line", "waiters", 0);

@@ -51,19 +51,10 @@ fn resp3(server: &Server) -> Client {
 
 /// Polls HISTORY until it has `n` events for `args`.
 fn await_events(c: &mut Client, args: &[&str], n: usize) -> Vec<Event> {
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        let events = history(c, args);
-        if events.len() >= n {
-            return events;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{} events, not {n}",
-            events.len()
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    common::poll(|| match history(c, args) {
+        events if events.len() >= n => Ok(events),
+        events => Err(format!("{} events, not {n}", events.len())),
+    })
 }
 
 #[test]
@@ -237,20 +228,15 @@ fn the_audit_log_is_json_lines_and_survives_a_rotation() {
 
 /// Waits until `path` has at least `n` whole lines.
 fn await_lines(path: &str, n: usize) -> Vec<String> {
-    let deadline = Instant::now() + PATIENCE;
-    loop {
+    common::poll(|| {
         let text = std::fs::read_to_string(path).unwrap_or_default();
         let lines: Vec<String> = text.lines().map(str::to_owned).collect();
         if lines.len() >= n && text.ends_with('\n') {
-            return lines;
+            Ok(lines)
+        } else {
+            Err(format!("{path}: {} lines, not {n}", lines.len()))
         }
-        assert!(
-            Instant::now() < deadline,
-            "{path}: {} lines, not {n}",
-            lines.len()
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    })
 }
 
 /// An audit log nobody reads (a FIFO without a reader: its writer cannot

@@ -4,8 +4,7 @@
 mod common;
 
 use common::{runs, tool_available, Server};
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::io::Write;
 use std::process::{Command, Stdio};
 
 /// A server with `--metrics 127.0.0.1:0`, and where its metrics are.
@@ -20,21 +19,10 @@ fn get(addr: &str, path: &str) -> (u16, String) {
     get_with(addr, path, "")
 }
 
-/// `GET path` with `headers` (each ending `\r\n`).
+/// `GET path` with `headers` (each ending `\r\n`): the status code and
+/// the body.
 fn get_with(addr: &str, path: &str, headers: &str) -> (u16, String) {
-    let mut s = TcpStream::connect(addr).unwrap();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\n{headers}Connection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut response = String::new();
-    s.read_to_string(&mut response).unwrap();
-    let status = response.split(' ').nth(1).unwrap().parse().unwrap();
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
+    let (status, _, body) = common::http_get(addr, path, headers);
     (status, body)
 }
 
@@ -62,32 +50,18 @@ fn metrics_count_the_work_and_pass_promtool() {
 
     let (status, body) = get(&metrics, "/metrics");
     assert_eq!(status, 200);
-    assert_eq!(
-        sample(&body, "holdline_commands_total{command=\"hold\"}"),
-        3.0
-    );
-    assert_eq!(sample(&body, "holdline_errors_total{kind=\"in_use\"}"), 1.0);
-    assert_eq!(
-        sample(&body, "holdline_errors_total{kind=\"invalid\"}"),
-        1.0
-    );
-    assert_eq!(sample(&body, "holdline_connections"), 2.0);
-    assert_eq!(
-        sample(&body, "holdline_lock_grants_total{lock=\"invoices\"}"),
-        1.0
-    );
-    assert_eq!(
-        sample(&body, "holdline_lock_timeouts_total{lock=\"invoices\"}"),
-        1.0
-    );
-    assert_eq!(
-        sample(&body, "holdline_hold_seconds_count{lock=\"invoices\"}"),
-        1.0
-    );
-    assert_eq!(
-        sample(&body, "holdline_wait_seconds_count{lock=\"invoices\"}"),
-        1.0
-    );
+    for (name, want) in [
+        ("holdline_commands_total{command=\"hold\"}", 3.0),
+        ("holdline_errors_total{kind=\"in_use\"}", 1.0),
+        ("holdline_errors_total{kind=\"invalid\"}", 1.0),
+        ("holdline_connections", 2.0),
+        ("holdline_lock_grants_total{lock=\"invoices\"}", 1.0),
+        ("holdline_lock_timeouts_total{lock=\"invoices\"}", 1.0),
+        ("holdline_hold_seconds_count{lock=\"invoices\"}", 1.0),
+        ("holdline_wait_seconds_count{lock=\"invoices\"}", 1.0),
+    ] {
+        assert_eq!(sample(&body, name), want, "{name}");
+    }
     assert!(!body.contains("\"9\""), "never the key");
     assert_eq!(get(&metrics, "/healthz"), (200, "ok\n".to_owned()));
     assert_eq!(get(&metrics, "/nothing").0, 404);

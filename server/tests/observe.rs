@@ -68,6 +68,14 @@ fn observe(c: &mut Client, lock: &str, key: &str) {
     assert_eq!(c.call(&["OBSERVE", lock, key]), Value::ok());
 }
 
+/// A RESP3 client observing `lock`'s `key`, told first that it is free.
+fn observing_free(server: &Server, lock: &str, key: &str) -> Client {
+    let mut o = resp3(server);
+    observe(&mut o, lock, key);
+    assert_eq!(next_push(&mut o, lock, key).event, "free");
+    o
+}
+
 #[test]
 fn an_observer_is_told_the_state_then_every_change_in_order() {
     let server = Server::start(&[]);
@@ -227,9 +235,7 @@ fn observe_refuses_resp2_bad_keys_and_more_than_a_thousand_keys() {
 #[test]
 fn every_handoff_is_told_end_first_with_rising_fences() {
     let server = Server::start(&[]);
-    let mut o = resp3(&server);
-    observe(&mut o, "hot", "k");
-    assert_eq!(next_push(&mut o, "hot", "k").event, "free");
+    let mut o = observing_free(&server, "hot", "k");
     // Two clients take turns through the key's line, 200 grants in all.
     let addr = server.addr;
     let turns: Vec<_> = (0..2)
@@ -323,19 +329,13 @@ fn an_observer_that_stops_reading_is_cut_off_and_slows_nobody() {
     let read = slow.read_to_close();
     assert!(read.len() < 2 * GRANTS, "{} values reached it", read.len());
     // Its pushes were let go: the server's memory is back near where it was.
-    let after_kib = server.rss_kib();
-    assert!(
-        after_kib < before_kib + 32 * 1024,
-        "rss {before_kib} KiB before, {after_kib} KiB after"
-    );
+    server.assert_rss_within(before_kib, 32 * 1024);
 }
 
 #[test]
 fn a_lease_the_core_ends_is_told_before_the_waiter_it_let_in() {
     let server = Server::start(&[]);
-    let mut o = resp3(&server);
-    observe(&mut o, "ttl", "k");
-    assert_eq!(next_push(&mut o, "ttl", "k").event, "free");
+    let mut o = observing_free(&server, "ttl", "k");
     for round in 0..10 {
         // A holder that goes silent past its ttl, with a waiter behind it:
         // the core gives the key on at once, and the waiter's connection

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{error_text, Server};
+use common::{error_text, map_field, queue_behind, Server};
 use holdline_resp::Value;
 use std::process::Command;
 
@@ -25,10 +25,7 @@ fn info_field(info: &str, key: &str) -> Option<String> {
 #[test]
 fn info_answers_every_section_in_redis_format() {
     let server = Server::start(&[]);
-    let mut holder = server.connect();
-    let (_lease, _) = holder.grant(&["HOLD", "inv", "k"]);
-    let mut waiter = server.connect();
-    waiter.send(&["HOLD", "inv", "k", "WAIT", "20000"]);
+    let (_holder, _lease, _waiter) = queue_behind(&server, "inv", "k", "20000");
     let mut admin = server.connect();
     admin.await_stat("inv", "waiters", 1);
     let info = text(admin.call(&["INFO"]));
@@ -90,22 +87,14 @@ fn inspect_names_the_holder_and_client_kill_frees_its_keys() {
     let Value::Map(info) = admin.call(&["INSPECT", "inv", "k"]) else {
         panic!("RESP3: a map")
     };
-    let get = |k: &str| {
-        info.iter()
-            .find(|(n, _)| n.as_str() == Some(k))
-            .map(|(_, v)| v.clone())
-    };
+    let get = |k: &str| map_field(&info, k);
     assert_eq!(get("held"), Some(Value::Boolean(true)));
     assert_eq!(get("fence"), Some(Value::Integer(fence)));
     assert_eq!(get("waiters"), Some(Value::Integer(1)));
     let Some(Value::Map(who)) = get("holder") else {
         panic!("no holder in {info:?}")
     };
-    let field = |k: &str| {
-        who.iter()
-            .find(|(n, _)| n.as_str() == Some(k))
-            .map(|(_, v)| v.clone())
-    };
+    let field = |k: &str| map_field(&who, k);
     assert_eq!(field("id"), Some(Value::Integer(holder_id)));
     assert_eq!(field("name"), Some(Value::bulk("billing-7")));
     assert_eq!(field("lease"), Some(Value::Integer(lease)));

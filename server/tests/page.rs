@@ -7,8 +7,7 @@ mod common;
 use common::{runs, tool_available, Client, Server, PATIENCE};
 use holdline_resp::Value;
 use serde_json::Value as Json;
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -17,17 +16,7 @@ const NOTE: &str = "<b>rebuild</b> index 7 on worker-3";
 
 /// `GET path`: the status, the headers' text and the body.
 fn get(addr: &str, path: &str) -> (u16, String, String) {
-    let mut s = TcpStream::connect(addr).unwrap();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut response = String::new();
-    s.read_to_string(&mut response).unwrap();
-    let status = response.split(' ').nth(1).unwrap().parse().unwrap();
-    let (head, body) = response.split_once("\r\n\r\n").unwrap();
-    (status, head.to_owned(), body.to_owned())
+    common::http_get(addr, path, "")
 }
 
 fn state(metrics: &str) -> Json {
@@ -219,20 +208,14 @@ fn the_page_in_headless_chromium_shows_the_holder_its_note_and_its_waiters() {
     let line = hold_with_two_waiters(&server, &metrics, "index-7");
     let dom = dump_dom(&metrics, &profile);
     let key = "data-key=\"index-7\"";
-    let holders = rows(&dom, "holder");
-    assert!(
-        holders
-            .iter()
-            .any(|r| r.contains(key) && r.contains("data-waiters=\"2\"")),
-        "no held row of index-7 with 2 waiters in\n{dom}"
-    );
-    let lines = rows(&dom, "line");
-    assert!(
-        lines
-            .iter()
-            .any(|r| r.contains(key) && r.contains("data-waiters=\"2\"")),
-        "no line of index-7 with 2 waiters in\n{dom}"
-    );
+    for (kind, what) in [("holder", "held row"), ("line", "line")] {
+        assert!(
+            rows(&dom, kind)
+                .iter()
+                .any(|r| r.contains(key) && r.contains("data-waiters=\"2\"")),
+            "no {what} of index-7 with 2 waiters in\n{dom}"
+        );
+    }
     // The note is text: its markup shows escaped, never as markup.
     assert!(
         dom.contains("&lt;b&gt;rebuild&lt;/b&gt; index 7 on worker-3"),

@@ -107,6 +107,16 @@ impl Server {
             .expect("VmRSS")
     }
 
+    /// Asserts that the server's resident memory grew by less than
+    /// `slack_kib` since it read `before_kib`.
+    pub fn assert_rss_within(&self, before_kib: u64, slack_kib: u64) {
+        let after_kib = self.rss_kib();
+        assert!(
+            after_kib < before_kib + slack_kib,
+            "RSS went from {before_kib} KiB to {after_kib} KiB"
+        );
+    }
+
     pub fn signal(&self, signal: i32) {
         // SAFETY: kill(2) on our own child's pid has no memory effects.
         let rc = unsafe { libc::kill(self.pid(), signal) };
@@ -248,18 +258,65 @@ impl Client {
 
     /// Polls `STATS lock` until `name` reads `want`.
     pub fn await_stat(&mut self, lock: &str, name: &str, want: i64) {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            let got = self.stat(lock, name);
-            if got == want {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{lock} {name} stayed {got}, not {want}"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        poll(|| match self.stat(lock, name) {
+            got if got == want => Ok(()),
+            got => Err(format!("{lock} {name} stayed {got}, not {want}")),
+        })
+    }
+}
+
+/// `key` of `lock` granted to a fresh client, and a second client's
+/// `HOLD lock key WAIT wait_ms` sent behind it, not yet answered: the
+/// holder, its lease and the waiter.
+pub fn queue_behind(
+    server: &Server,
+    lock: &str,
+    key: &str,
+    wait_ms: &str,
+) -> (Client, i64, Client) {
+    let mut holder = server.connect();
+    let (lease, _) = holder.grant(&["HOLD", lock, key]);
+    let mut waiter = server.connect();
+    waiter.send(&["HOLD", lock, key, "WAIT", wait_ms]);
+    (holder, lease, waiter)
+}
+
+/// The value under `name` in a RESP3 map's pairs.
+pub fn map_field(map: &[(Value, Value)], name: &str) -> Option<Value> {
+    map.iter()
+        .find(|(n, _)| n.as_str() == Some(name))
+        .map(|(_, v)| v.clone())
+}
+
+/// `GET path` over HTTP/1.1 with `headers` (each ending `\r\n`): the
+/// status, the headers' text and the body.
+pub fn http_get(addr: &str, path: &str, headers: &str) -> (u16, String, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\n{headers}Connection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    s.read_to_string(&mut response).unwrap();
+    let status = response.split(' ').nth(1).unwrap().parse().unwrap();
+    let (head, body) = response
+        .split_once("\r\n\r\n")
+        .unwrap_or_else(|| panic!("no end of the headers in {response:?}"));
+    (status, head.to_owned(), body.to_owned())
+}
+
+/// Calls `probe` every 10 ms until it answers `Ok`, for at most
+/// `PATIENCE`; past that, fails with what its last `Err` said.
+pub fn poll<T>(mut probe: impl FnMut() -> Result<T, String>) -> T {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let why = match probe() {
+            Ok(done) => return done,
+            Err(why) => why,
+        };
+        assert!(Instant::now() < deadline, "{why}");
+        std::thread::sleep(Duration::from_millis(10));
     }
 }
 
