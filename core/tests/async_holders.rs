@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{wait_for, Holder};
+use common::{revoking_lock, wait_for, Holder};
 use holdline::{ErrorKind, Lock, Store};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -327,11 +327,7 @@ fn close_fails_waiting_tasks_at_once_and_loses_held_ones() {
 #[test]
 fn max_hold_revokes_a_task_hands_the_key_on_and_aborts_its_signal() {
     let store = Store::new();
-    let lock = store
-        .lock("invoices")
-        .max_hold(Duration::from_millis(50))
-        .open()
-        .unwrap();
+    let lock = revoking_lock(&store, "invoices", 50);
     let rt = multi_thread();
     let next_got_it = Arc::new(AtomicBool::new(false));
     let (l, n) = (lock.clone(), next_got_it.clone());
@@ -371,11 +367,7 @@ fn max_hold_revokes_a_task_hands_the_key_on_and_aborts_its_signal() {
 #[test]
 fn the_loss_signal_can_be_selected_beside_the_work() {
     let store = Store::new();
-    let lock = store
-        .lock("chats")
-        .max_hold(Duration::from_millis(30))
-        .open()
-        .unwrap();
+    let lock = revoking_lock(&store, "chats", 30);
     let rt = multi_thread();
     let outcome = rt.block_on(lock.hold_async("c", async |lease| {
         tokio::select! {

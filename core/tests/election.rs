@@ -3,6 +3,9 @@
 //! the next leads; observers see the present leader, then the changes;
 //! threads and tasks campaign in one line.
 
+mod common;
+
+use common::revoking_lock;
 use holdline::{Leader, Store};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -63,11 +66,7 @@ fn campaigners_lead_one_at_a_time_in_line_with_rising_fences() {
 #[test]
 fn a_lost_leadership_fires_before_the_next_campaigner_leads() {
     let store = Store::new();
-    let lock = store
-        .lock("jobs")
-        .max_hold(Duration::from_millis(100))
-        .open()
-        .unwrap();
+    let lock = revoking_lock(&store, "jobs", 100);
     let election = lock.election("nightly");
     let first = election.campaign("a").unwrap();
     let signal = first.signal();
@@ -89,11 +88,7 @@ fn a_lost_leadership_fires_before_the_next_campaigner_leads() {
 #[test]
 fn an_observer_is_told_when_the_leader_is_lost_with_nobody_in_line() {
     let store = Store::new();
-    let lock = store
-        .lock("jobs")
-        .max_hold(Duration::from_millis(50))
-        .open()
-        .unwrap();
+    let lock = revoking_lock(&store, "jobs", 50);
     let election = lock.election("nightly");
     let mut observer = election.observe();
     assert_eq!(observer.next_timeout(PATIENCE), Some(None));

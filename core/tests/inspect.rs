@@ -1,21 +1,12 @@
 //! `Lock::inspect`: a key's state read without taking or disturbing it.
 
+mod common;
+
+use common::{revoking_lock, wait_for_within};
 use holdline::{KeyInfo, Store};
 use std::sync::mpsc;
 use std::thread;
-use std::time::{Duration, Instant};
-
-/// Polls `cond` until it holds (or panics after 20 s).
-fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !cond() {
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "timed out: {what}"
-        );
-        thread::sleep(Duration::from_millis(2));
-    }
-}
+use std::time::Duration;
 
 /// Holds `key` once and inspects it free. The store's sweeper reclaims an
 /// idle key about 50 ms after its creation, so on a slow machine the key
@@ -179,11 +170,7 @@ fn lease_left_is_the_earlier_of_max_hold_and_ttl() {
 #[test]
 fn after_a_revocation_inspect_shows_the_next_holder() {
     let store = Store::new();
-    let lock = store
-        .lock("jobs")
-        .max_hold(Duration::from_millis(50))
-        .open()
-        .unwrap();
+    let lock = revoking_lock(&store, "jobs", 50);
     let hung = lock.acquire("job-1").unwrap();
     let old = hung.fence();
     let (tx, rx) = mpsc::channel();
@@ -228,7 +215,7 @@ fn inspect_counts_waiters_and_leaves_the_line_in_fifo_order() {
                 .unwrap();
         }));
         // Each joins the line before the next starts; inspect is how we know.
-        wait_for("a waiter in line", || {
+        wait_for_within("a waiter in line", Duration::from_secs(20), || {
             lock.inspect("job-1").unwrap().waiters == expected
         });
     }

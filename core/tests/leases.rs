@@ -1,5 +1,8 @@
 //! Losing a lease: maxHold revocation, ttl run-out, store close; and fences.
 
+mod common;
+
+use common::revoking_lock;
 use holdline::{EndReason, ErrorKind, Store};
 use std::sync::mpsc;
 use std::thread;
@@ -8,11 +11,7 @@ use std::time::{Duration, Instant};
 #[test]
 fn max_hold_hands_the_key_on_while_the_revoked_closure_still_runs() {
     let store = Store::new();
-    let invoices = store
-        .lock("invoices")
-        .max_hold(Duration::from_millis(150))
-        .open()
-        .unwrap();
+    let invoices = revoking_lock(&store, "invoices", 150);
     let (granted_tx, granted_rx) = mpsc::channel();
     let (next_tx, next_rx) = mpsc::channel();
     let l = invoices.clone();
@@ -41,11 +40,7 @@ fn max_hold_hands_the_key_on_while_the_revoked_closure_still_runs() {
 #[test]
 fn a_revoked_hold_answers_lost_with_its_text() {
     let store = Store::new();
-    let invoices = store
-        .lock("invoices")
-        .max_hold(Duration::from_millis(150))
-        .open()
-        .unwrap();
+    let invoices = revoking_lock(&store, "invoices", 150);
     let err = invoices
         .hold("m", |lease| {
             lease.signal().wait_timeout(Duration::from_secs(20));
@@ -63,11 +58,7 @@ fn a_revoked_hold_answers_lost_with_its_text() {
 #[test]
 fn a_revoked_lease_reports_why_and_fails_its_check() {
     let store = Store::new();
-    let lock = store
-        .lock("l")
-        .max_hold(Duration::from_millis(100))
-        .open()
-        .unwrap();
+    let lock = revoking_lock(&store, "l", 100);
     let started = Instant::now();
     let r = lock.hold("k", |lease| {
         let s = lease.signal();
@@ -98,11 +89,7 @@ fn a_hold_within_max_hold_is_untouched() {
 #[test]
 fn holds_of_a_handle_without_max_hold_are_never_revoked() {
     let store = Store::new();
-    let _revoking = store
-        .lock("l")
-        .max_hold(Duration::from_millis(100))
-        .open()
-        .unwrap();
+    let _revoking = revoking_lock(&store, "l", 100);
     let plain = store.lock("l").open().unwrap();
     let lost = plain
         .hold("k", |lease| {
@@ -116,11 +103,7 @@ fn holds_of_a_handle_without_max_hold_are_never_revoked() {
 #[test]
 fn revocation_is_not_early() {
     let store = Store::new();
-    let lock = store
-        .lock("l")
-        .max_hold(Duration::from_millis(200))
-        .open()
-        .unwrap();
+    let lock = revoking_lock(&store, "l", 200);
     let started = Instant::now();
     // `hold_outcome` keeps the closure's value with the loss: the instant
     // the closure saw its lease end.
@@ -376,11 +359,7 @@ fn fences_rise_across_grants() {
 #[test]
 fn fences_rise_across_a_revocation() {
     let store = Store::new();
-    let lock = store
-        .lock("l")
-        .max_hold(Duration::from_millis(20))
-        .open()
-        .unwrap();
+    let lock = revoking_lock(&store, "l", 20);
     let before = lock.hold("k", |l| l.fence()).unwrap();
     let (tx, rx) = mpsc::channel();
     let revoked = lock.hold("k", |l| {
@@ -472,11 +451,7 @@ fn a_fenced_write_is_refused_once_the_key_is_let_go() {
 #[test]
 fn a_revoked_holder_stalled_past_max_hold_cannot_write() {
     let store = Store::new();
-    let lock = store
-        .lock("invoices")
-        .max_hold(Duration::from_millis(100))
-        .open()
-        .unwrap();
+    let lock = revoking_lock(&store, "invoices", 100);
     let (tx_done, rx_done) = mpsc::channel();
     let l = lock.clone();
     let s = store.clone();

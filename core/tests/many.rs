@@ -1,5 +1,8 @@
 //! Several keys at once: `hold_many`, `try_hold_many`, `key_set`.
 
+mod common;
+
+use common::revoking_lock;
 use holdline::{ErrorKind, KeyInfo, Lock, Store};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
@@ -276,11 +279,7 @@ fn a_panic_in_the_closure_lets_every_key_go() {
 #[test]
 fn a_lost_lease_in_the_set_answers_lost_and_the_outcome_keeps_the_value() {
     let store = Store::new();
-    let lock = store
-        .lock("accounts")
-        .max_hold(Duration::from_millis(40))
-        .open()
-        .unwrap();
+    let lock = revoking_lock(&store, "accounts", 40);
     let outcome = lock
         .key_set(&["b", "a"])
         .hold_outcome(|leases| {

@@ -3,6 +3,7 @@
 
 mod common;
 
+use common::revoking_lock;
 use holdline::{ErrorKind, Store};
 use std::process::Command;
 use std::time::Duration;
@@ -12,11 +13,7 @@ fn far_deadlines_are_representable_and_never_strand_a_key() {
     let store = Store::new();
     // An earlier timed lease moves the wheel off zero; that is what made
     // a deadline past its range index a seventh level.
-    let short = store
-        .lock("far")
-        .max_hold(Duration::from_millis(5))
-        .open()
-        .unwrap();
+    let short = revoking_lock(&store, "far", 5);
     short
         .hold("k", |_| std::thread::sleep(Duration::from_millis(20)))
         .unwrap_err();

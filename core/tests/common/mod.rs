@@ -2,7 +2,7 @@
 
 #![allow(dead_code)]
 
-use holdline::{Error, Lock};
+use holdline::{Error, Lock, Store};
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -37,13 +37,25 @@ impl Holder {
 }
 
 /// Polls `cond` every millisecond, failing the test after a minute.
-pub fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+pub fn wait_for(what: &str, cond: impl FnMut() -> bool) {
+    wait_for_within(what, Duration::from_secs(60), cond)
+}
+
+/// Polls `cond` every millisecond, failing the test after `patience`.
+pub fn wait_for_within(what: &str, patience: Duration, mut cond: impl FnMut() -> bool) {
     let started = Instant::now();
     while !cond() {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "timed out waiting for {what}"
-        );
+        assert!(started.elapsed() < patience, "timed out waiting for {what}");
         thread::sleep(Duration::from_millis(1));
     }
+}
+
+/// `name` opened on `store`, its holds revoked `max_hold_ms` after they
+/// begin.
+pub fn revoking_lock(store: &Store, name: &str, max_hold_ms: u64) -> Lock {
+    store
+        .lock(name)
+        .max_hold(Duration::from_millis(max_hold_ms))
+        .open()
+        .unwrap()
 }
