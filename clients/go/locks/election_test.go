@@ -115,6 +115,18 @@ func (c *campaign) notElected(t testing.TB) {
 	}
 }
 
+// observe observes e until the test ends: Observe's channel.
+func observe(t testing.TB, e *Election) <-chan *Leader {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	leaders, err := e.Observe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return leaders
+}
+
 // nextLeader reads the next item of an Observe, failing the test after
 // 10s or when the channel closes.
 func nextLeader(t testing.TB, leaders <-chan *Leader) *Leader {
@@ -129,6 +141,20 @@ func nextLeader(t testing.TB, leaders <-chan *Leader) *Leader {
 		t.Fatal("Observe yielded nothing within 10s")
 	}
 	return nil
+}
+
+// observeEnds fails the test unless Observe's channel closes, yielding
+// nothing more, within 5s.
+func observeEnds(t testing.TB, leaders <-chan *Leader, what string) {
+	t.Helper()
+	select {
+	case l, ok := <-leaders:
+		if ok {
+			t.Fatalf("%s: Observe yielded %+v, want its channel closed", what, l)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("%s: Observe's channel did not close", what)
+	}
 }
 
 // expectLeader reads the next item and checks it: want nil for no leader.
@@ -488,14 +514,7 @@ func TestElectionObserve(t *testing.T) {
 	within(t, "the second observing connection", 10*time.Second, observed)
 	expectLeader(t, late, "the present state, the first leading", &Leader{Note: "first, moved", Fence: lead1.Fence()})
 	cancel2()
-	select {
-	case l, ok := <-late:
-		if ok {
-			t.Fatalf("the cancelled Observe yielded %+v", l)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the cancelled Observe's channel did not close")
-	}
+	observeEnds(t, late, "the cancelled Observe")
 
 	second := startCampaign(t, e, "second")
 	waitersAre(t, store, "elections", 1)
@@ -542,11 +561,7 @@ func TestCampaignerElectionChecker(t *testing.T) {
 	}
 	supportsObserve(t, connect(t, startServer(t).addr))
 	bin := filepath.Join(t.TempDir(), "campaigner")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/campaigner")
-	build.Dir = filepath.Join(root, "clients", "go")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/campaigner: %v\n%s", err, out)
-	}
+	goBuild(t, filepath.Join(root, "clients", "go"), "./cmd/campaigner", bin)
 	// As the README says it: from clients/go/locks.
 	cmd := exec.Command(python, filepath.Join("..", "..", "testing", "election.py"), "--campaigner", bin)
 	if os.Getenv("HOLDLINE_BIN") == "" {
@@ -619,9 +634,7 @@ func TestObserveReadsEveryEvent(t *testing.T) {
 		t.Fatalf("OBSERVE sent %d times, want 2", n)
 	}
 	cancel()
-	if _, ok := <-leaders; ok {
-		t.Fatal("the channel yielded after ctx ended")
-	}
+	observeEnds(t, leaders, "after ctx ended")
 }
 
 func TestObserveRefused(t *testing.T) {
@@ -685,12 +698,7 @@ func TestObserveSilentServerObservedAgain(t *testing.T) {
 	})
 	store := connect(t, addr)
 	e := openLock(t, store, "elections", TTL(300*time.Millisecond)).Election("billing")
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	leaders, err := e.Observe(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	leaders := observe(t, e)
 	start := time.Now()
 	expectLeader(t, leaders, "the present state", &Leader{Note: "n", Fence: 3})
 	expectLeader(t, leaders, "the present state, observed again", &Leader{Note: "n", Fence: 3})
@@ -720,14 +728,7 @@ func TestObserveStoreClosedClosesTheChannel(t *testing.T) {
 	}
 	expectLeader(t, leaders, "the present state", nil)
 	_ = store.Close()
-	select {
-	case l, ok := <-leaders:
-		if ok {
-			t.Fatalf("yielded %+v after the store closed", l)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the channel did not close with the store")
-	}
+	observeEnds(t, leaders, "after the store closed")
 }
 
 // helloOnly answers HELLO, and nothing else.
@@ -761,12 +762,7 @@ func TestObserveFollowsMovedAndAClosedPartition(t *testing.T) {
 	})
 	fc.setRanges(slotRange{0, slotCount - 1, 0})
 	store := connect(t, fc.addr(0))
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	leaders, err := openLock(t, store, "elections").Election("billing").Observe(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	leaders := observe(t, openLock(t, store, "elections").Election("billing"))
 	expectLeader(t, leaders, "the present state on the node MOVED named", &Leader{Note: "a", Fence: 4})
 	expectLeader(t, leaders, "the present state where the key went", &Leader{Note: "b", Fence: 5})
 	// Node 1 is asked again or not, as the map's refresh (in the
@@ -783,12 +779,7 @@ func TestElectionObserveRevokedLeader(t *testing.T) {
 	store := connect(t, srv.addr)
 	supportsObserve(t, store)
 	e := openLock(t, store, "elections", MaxHold(300*time.Millisecond)).Election("billing")
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	leaders, err := e.Observe(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	leaders := observe(t, e)
 	expectLeader(t, leaders, "the present state", nil)
 	c := startCampaign(t, e, "short")
 	lead := c.leadership(t)
@@ -822,10 +813,7 @@ func TestElectionObserveAcrossAFailover(t *testing.T) {
 	e := openLock(t, store, "elections", TTL(clusterMaxTTL)).Election(name)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	leaders, err := e.Observe(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	leaders := observe(t, e)
 	expectLeader(t, leaders, "the present state", nil)
 	first := startCampaign(t, e, "first")
 	lead1 := first.leadership(t)

@@ -8,3 +8,6 @@ func StartTestServer(t testing.TB) string { return startServer(t).addr }
 
 // RepoRoot answers the repository's root, for package locks_test.
 func RepoRoot(t testing.TB) string { return repoRoot(t) }
+
+// GoBuild builds a package with the go command, for package locks_test.
+func GoBuild(t testing.TB, dir, pkg, out string, env ...string) { goBuild(t, dir, pkg, out, env...) }

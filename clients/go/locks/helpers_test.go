@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -104,9 +105,9 @@ func refusedAddr(t testing.TB) string {
 	return fmt.Sprintf("127.0.0.1:%d", bound.(*syscall.SockaddrInet4).Port)
 }
 
-// startLine starts cmd, stops it (SIGKILL) when the test ends, and
-// answers its first line on stdout.
-func startLine(t testing.TB, cmd *exec.Cmd, what string) string {
+// start starts cmd (what names it), its stdout a pipe it answers, and
+// stops it (SIGKILL, continued first if stopped) when the test ends.
+func start(t testing.TB, what string, cmd *exec.Cmd) io.Reader {
 	t.Helper()
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -120,6 +121,14 @@ func startLine(t testing.TB, cmd *exec.Cmd, what string) string {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 	})
+	return out
+}
+
+// startLine starts cmd, stops it when the test ends, and answers its
+// first line on stdout.
+func startLine(t testing.TB, cmd *exec.Cmd, what string) string {
+	t.Helper()
+	out := start(t, what, cmd)
 	lines := make(chan string, 1)
 	go func() {
 		line, _ := bufio.NewReader(out).ReadString('\n')
@@ -350,11 +359,65 @@ func lines(r io.Reader) <-chan string {
 	return ch
 }
 
+// proc is a process a test started: its stdin, and its stdout's lines.
+type proc struct {
+	cmd *exec.Cmd
+	in  io.WriteCloser
+	out <-chan string
+}
+
+// startProc starts cmd (what names it) with a pipe to its stdin and the
+// test's stderr, and stops it when the test ends.
+func startProc(t testing.TB, what string, cmd *exec.Cmd) *proc {
+	t.Helper()
+	in, _ := cmd.StdinPipe()
+	cmd.Stderr = os.Stderr
+	return &proc{cmd: cmd, in: in, out: lines(start(t, what, cmd))}
+}
+
+// said answers the process's next line.
+func (p *proc) said(t testing.TB, what string) string {
+	t.Helper()
+	return within(t, what, 20*time.Second, p.out)
+}
+
+// fenceOf reads a holder's "held FENCE".
+func fenceOf(t testing.TB, line string) uint64 {
+	t.Helper()
+	f, ok := cutPrefix(line, "held ")
+	fence, err := strconv.ParseUint(f, 10, 64)
+	if !ok || err != nil {
+		t.Fatalf("the holder said %q", line)
+	}
+	return fence
+}
+
+// goBuild builds package pkg of the module in dir into the binary out,
+// with the go command of this test's toolchain (else the one on PATH),
+// no module proxy and no workspace, env added to the environment; -short
+// skips the test.
+func goBuild(t testing.TB, dir, pkg, out string, env ...string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skipf("builds %s (-short)", pkg)
+	}
+	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	if _, err := os.Stat(goBin); err != nil {
+		if goBin, err = exec.LookPath("go"); err != nil {
+			t.Fatalf("no go command to build %s with", pkg)
+		}
+	}
+	build := exec.Command(goBin, "build", "-o", out, pkg)
+	build.Dir = dir
+	build.Env = append(append(os.Environ(), "GOPROXY=off", "GOWORK=off"), env...)
+	if output, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build %s: %v\n%s", pkg, err, output)
+	}
+}
+
 // goHolder is this test binary run as a holder process (holderProcess).
 type goHolder struct {
-	cmd   *exec.Cmd
-	in    io.WriteCloser
-	out   <-chan string
+	*proc
 	fence uint64
 }
 
@@ -364,29 +427,8 @@ func startGoHolder(t testing.TB, addr, lock, key string, ttl time.Duration) *goH
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), fmt.Sprintf("LOCKS_TEST_HOLDER=%s %s %s %d", addr, lock, key, ttl.Milliseconds()))
-	in, _ := cmd.StdinPipe()
-	outPipe, _ := cmd.StdoutPipe()
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var once sync.Once
-	t.Cleanup(func() {
-		once.Do(func() {
-			_ = cmd.Process.Signal(syscall.SIGCONT)
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		})
-	})
-	h := &goHolder{cmd: cmd, in: in, out: lines(outPipe)}
-	line := within(t, "the holder process's grant", 20*time.Second, h.out)
-	f, ok := cutPrefix(line, "held ")
-	fence, err := strconv.ParseUint(f, 10, 64)
-	if !ok || err != nil {
-		t.Fatalf("the holder process said %q", line)
-	}
-	h.fence = fence
-	return h
+	p := startProc(t, "the holder process", cmd)
+	return &goHolder{proc: p, fence: fenceOf(t, p.said(t, "the holder process's grant"))}
 }
 
 // holderProcess is the holder's side: LOCKS_TEST_HOLDER="ADDR LOCK KEY

@@ -5,12 +5,9 @@ import (
 	"context"
 	"errors"
 	"io"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
-	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -397,60 +394,15 @@ func TestPermitOptionsOnTheWire(t *testing.T) {
 // holderCommand builds cmd/holder into a folder of the test's.
 func holderCommand(t *testing.T) string {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("builds cmd/holder (-short)")
-	}
-	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(goBin); err != nil {
-		if goBin, err = exec.LookPath("go"); err != nil {
-			t.Fatal("no go command to build cmd/holder with")
-		}
-	}
 	bin := filepath.Join(t.TempDir(), "holder")
-	build := exec.Command(goBin, "build", "-o", bin, "./cmd/holder")
-	build.Dir = filepath.Join(repoRoot(t), "clients", "go")
-	build.Env = append(os.Environ(), "GOPROXY=off", "GOWORK=off")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/holder: %v\n%s", err, out)
-	}
+	goBuild(t, filepath.Join(repoRoot(t), "clients", "go"), "./cmd/holder", bin)
 	return bin
 }
 
-// holderProc is cmd/holder running: its stdin, and its stdout's lines.
-type holderProc struct {
-	cmd *exec.Cmd
-	in  io.WriteCloser
-	out <-chan string
-}
-
-func startHolderCommand(t *testing.T, bin string, args ...string) *holderProc {
+// startHolderCommand starts cmd/holder (built at bin) with args.
+func startHolderCommand(t *testing.T, bin string, args ...string) *proc {
 	t.Helper()
-	cmd := exec.Command(bin, args...)
-	in, _ := cmd.StdinPipe()
-	out, _ := cmd.StdoutPipe()
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	return &holderProc{cmd: cmd, in: in, out: lines(out)}
-}
-
-// said answers the holder's next line.
-func (p *holderProc) said(t *testing.T, what string) string {
-	t.Helper()
-	return within(t, what, 20*time.Second, p.out)
-}
-
-// fenceOf reads "held FENCE".
-func fenceOf(t *testing.T, line string) uint64 {
-	t.Helper()
-	f, ok := cutPrefix(line, "held ")
-	fence, err := strconv.ParseUint(f, 10, 64)
-	if !ok || err != nil {
-		t.Fatalf("the holder said %q", line)
-	}
-	return fence
+	return startProc(t, "cmd/holder", exec.Command(bin, args...))
 }
 
 // A holder whose connection closes (its process killed) gives its permits

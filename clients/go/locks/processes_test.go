@@ -7,8 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -17,10 +15,8 @@ import (
 // foreignHolder is a holder in another process and language: the Rust
 // client's holder example, else the Python client's tests/holder.py.
 type foreignHolder struct {
+	*proc
 	what    string
-	cmd     *exec.Cmd
-	in      io.WriteCloser
-	out     <-chan string
 	release func(t testing.TB)
 }
 
@@ -34,9 +30,10 @@ func startForeignHolder(t *testing.T, addr, lock, key string) *foreignHolder {
 		rust = filepath.Join(repoRoot(t), "target", "release", "examples", "holder")
 	}
 	var h foreignHolder
+	var cmd *exec.Cmd
 	if _, err := os.Stat(rust); err == nil {
 		// holder ADDRESS LOCK KEY: "held FENCE", a line on stdin lets go.
-		h.what, h.cmd = "the Rust holder", exec.Command(rust, addr, lock, key)
+		h.what, cmd = "the Rust holder", exec.Command(rust, addr, lock, key)
 		h.release = func(t testing.TB) {
 			if _, err := io.WriteString(h.in, "go\n"); err != nil {
 				t.Fatal(err)
@@ -49,19 +46,12 @@ func startForeignHolder(t *testing.T, addr, lock, key string) *foreignHolder {
 		// holder.py ADDRESS LOCK KEY: "held FENCE", holds until it is lost;
 		// ending its process lets the key go.
 		script := filepath.Join(repoRoot(t), "clients", "python", "tests", "holder.py")
-		h.what, h.cmd = "the Python holder", exec.Command(python, script, addr, lock, key)
+		h.what, cmd = "the Python holder", exec.Command(python, script, addr, lock, key)
 		h.release = func(t testing.TB) { _ = h.cmd.Process.Kill() }
 	} else {
 		skipOrFail(t, "neither the Rust holder ("+rust+", cargo build --release -p holdline-client --example holder, or HOLDLINE_RUST_HOLDER) nor python3 with the holdline package is at hand")
 	}
-	h.in, _ = h.cmd.StdinPipe()
-	out, _ := h.cmd.StdoutPipe()
-	h.cmd.Stderr = os.Stderr
-	if err := h.cmd.Start(); err != nil {
-		t.Fatalf("%s: %v", h.what, err)
-	}
-	t.Cleanup(func() { _ = h.cmd.Process.Kill(); _ = h.cmd.Wait() })
-	h.out = lines(out)
+	h.proc = startProc(t, h.what, cmd)
 	return &h
 }
 
@@ -76,10 +66,9 @@ func TestFIFOWithAHolderInAnotherProcessAndLanguage(t *testing.T) {
 	third, thirdDone := holdForFence(l, "k", 30*time.Second)
 	waitersAre(t, store, "cross", 2)
 	first.release(t)
-	line := within(t, foreign.what+"'s grant", 10*time.Second, foreign.out)
-	f1, err := strconv.ParseUint(strings.TrimPrefix(line, "held "), 10, 64)
-	if err != nil || f1 <= f0 {
-		t.Fatalf("%s said %q after fence %d", foreign.what, line, f0)
+	f1 := fenceOf(t, within(t, foreign.what+"'s grant", 10*time.Second, foreign.out))
+	if f1 <= f0 {
+		t.Fatalf("%s: fence %d after fence %d", foreign.what, f1, f0)
 	}
 	select {
 	case f := <-third:

@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -92,26 +91,12 @@ func elsewhere(store *locks.Store, invoice Invoice, work func(context.Context, *
 // The seed's Go example, as written, builds and runs as a program outside
 // the repository that imports the package through a replace directive.
 func TestTheSeedsExampleRunsAsAProgramOutsideTheRepository(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds a program (-short)")
-	}
-	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(goBin); err != nil {
-		if goBin, err = exec.LookPath("go"); err != nil {
-			t.Fatal("no go command to build the program with")
-		}
-	}
 	dir := t.TempDir()
 	module := filepath.Join(locks.RepoRoot(t), "clients", "go")
 	gomod := "module seedcheck\n\ngo 1.19\n\nrequire holdline/clients/go v0.0.0\n\nreplace holdline/clients/go => " + module + "\n"
 	write(t, filepath.Join(dir, "go.mod"), gomod)
 	write(t, filepath.Join(dir, "main.go"), seedProgram)
-	build := exec.Command(goBin, "build", "-o", filepath.Join(dir, "seedcheck"), ".")
-	build.Dir = dir
-	build.Env = append(os.Environ(), "GOPROXY=off", "GOFLAGS=-mod=mod", "GOWORK=off")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	locks.GoBuild(t, dir, ".", filepath.Join(dir, "seedcheck"), "GOFLAGS=-mod=mod")
 	run := exec.Command(filepath.Join(dir, "seedcheck"), locks.StartTestServer(t))
 	out, err := run.CombinedOutput()
 	want := "charged 9\nwork 9\nsomeone is charging it already\nok\n"
