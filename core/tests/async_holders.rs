@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{revoking_lock, wait_for, Holder};
+use common::{revoking_lock, store_with, ttl_lock, wait_for, Holder};
 use holdline::{ErrorKind, Lock, Store};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -32,8 +32,7 @@ fn current_thread() -> tokio::runtime::Runtime {
 
 #[test]
 fn hold_async_answers_the_closures_value_with_rising_fences() {
-    let store = Store::new();
-    let lock = store.lock("chats").open().unwrap();
+    let (_store, lock) = store_with("chats");
     let rt = current_thread();
     let (a, b) = rt.block_on(async {
         let a = lock
@@ -57,8 +56,7 @@ fn hold_async_answers_the_closures_value_with_rising_fences() {
 /// an await must not be starved by another task waiting for that key.
 #[test]
 fn a_waiting_task_does_not_block_the_holder_on_a_current_thread_runtime() {
-    let store = Store::new();
-    let lock = store.lock("chats").open().unwrap();
+    let (_store, lock) = store_with("chats");
     let rt = current_thread();
     let order = rt.block_on(async {
         let order = Arc::new(Mutex::new(Vec::new()));
@@ -90,8 +88,7 @@ fn a_waiting_task_does_not_block_the_holder_on_a_current_thread_runtime() {
 /// waiter `i` is a task when `is_task(i)`, spawned on `handle`'s runtime
 /// (which something else drives), else a thread.
 fn mixed_line_is_fifo(handle: &tokio::runtime::Handle, n: usize, is_task: fn(usize) -> bool) {
-    let store = Store::new();
-    let lock = store.lock("mixed").open().unwrap();
+    let (_store, lock) = store_with("mixed");
     let holder = Holder::start(&lock, "k");
     let order = Arc::new(Mutex::new(Vec::new()));
     let mut threads = Vec::new();
@@ -148,8 +145,7 @@ fn threads_and_tasks_share_one_fifo_line_on_a_current_thread_runtime() {
 
 #[test]
 fn a_task_waits_up_to_its_deadline_then_fails_in_use() {
-    let store = Store::new();
-    let lock = store.lock("invoices").open().unwrap();
+    let (_store, lock) = store_with("invoices");
     let holder = Holder::start(&lock, "9");
     let rt = current_thread();
     let started = Instant::now();
@@ -185,8 +181,7 @@ fn a_task_waits_up_to_its_deadline_then_fails_in_use() {
 /// the second's (100 ms) fires, as the first's entry comes at 5 s.
 #[test]
 fn tasks_of_one_line_each_time_out_at_their_own_deadline() {
-    let store = Store::new();
-    let lock = store.lock("invoices").open().unwrap();
+    let (_store, lock) = store_with("invoices");
     let holder = Holder::start(&lock, "k");
     let rt = multi_thread();
     let started = Instant::now();
@@ -227,8 +222,7 @@ fn tasks_of_one_line_each_time_out_at_their_own_deadline() {
 
 #[test]
 fn the_10001st_waiter_fails_limit_whether_task_or_thread_and_a_dropped_one_frees_its_place() {
-    let store = Store::new();
-    let lock = store.lock("busy").open().unwrap();
+    let (_store, lock) = store_with("busy");
     let holder = Holder::start(&lock, "7");
     let rt = current_thread();
     let mut tasks = Vec::new();
@@ -282,8 +276,7 @@ fn the_10001st_waiter_fails_limit_whether_task_or_thread_and_a_dropped_one_frees
 
 #[test]
 fn close_fails_waiting_tasks_at_once_and_loses_held_ones() {
-    let store = Store::new();
-    let lock = store.lock("jobs").open().unwrap();
+    let (store, lock) = store_with("jobs");
     let rt = multi_thread();
     let (l, held) = (lock.clone(), Arc::new(tokio::sync::Notify::new()));
     let h2 = held.clone();
@@ -387,8 +380,7 @@ fn the_loss_signal_can_be_selected_beside_the_work() {
 
 #[test]
 fn a_task_holding_a_key_that_awaits_a_hold_of_it_is_refused_at_once() {
-    let store = Store::new();
-    let lock = store.lock("chats").open().unwrap();
+    let (_store, lock) = store_with("chats");
     let rt = current_thread();
     let started = Instant::now();
     let inner = rt
@@ -412,11 +404,7 @@ fn a_task_holding_a_key_that_awaits_a_hold_of_it_is_refused_at_once() {
 #[test]
 fn an_acquired_async_lease_renews_and_releases_like_a_blocking_one() {
     let store = Store::new();
-    let lock = store
-        .lock("leases")
-        .ttl(Duration::from_millis(100))
-        .open()
-        .unwrap();
+    let lock = ttl_lock(&store, "leases", 100, None);
     let rt = current_thread();
     let lease = rt.block_on(lock.acquire_async(&42)).unwrap();
     assert_eq!(lease.key(), "42");
@@ -434,8 +422,7 @@ fn an_acquired_async_lease_renews_and_releases_like_a_blocking_one() {
 /// (every key ends free, with nobody in line), and timed-out tasks left.
 #[test]
 fn dropped_futures_never_lose_or_keep_a_grant() {
-    let store = Store::new();
-    let lock = store.lock("stress").open().unwrap();
+    let (_store, lock) = store_with("stress");
     let rt = multi_thread();
     const KEYS: usize = 4;
     let inside: Arc<Vec<AtomicBool>> =

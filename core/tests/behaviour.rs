@@ -8,12 +8,11 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::Holder;
+use common::{store_with, Holder};
 
 #[test]
 fn hold_answers_the_closures_value() {
-    let store = Store::new();
-    let lock = store.lock("invoices").open().unwrap();
+    let (_store, lock) = store_with("invoices");
     assert_eq!(
         lock.hold("9", |lease| (lease.key().to_owned(), lease.is_lost()))
             .unwrap(),
@@ -23,8 +22,7 @@ fn hold_answers_the_closures_value() {
 
 #[test]
 fn a_hold_lets_the_key_go_when_its_closure_returns() {
-    let store = Store::new();
-    let lock = store.lock("invoices").open().unwrap();
+    let (_store, lock) = store_with("invoices");
     lock.hold("9", |_| ()).unwrap();
     assert_eq!(
         lock.try_hold("9", |_| 5).unwrap(),
@@ -37,8 +35,7 @@ fn a_hold_lets_the_key_go_when_its_closure_returns() {
 
 #[test]
 fn the_key_builder_holds_and_tries_like_the_lock() {
-    let store = Store::new();
-    let lock = store.lock("invoices").open().unwrap();
+    let (_store, lock) = store_with("invoices");
     assert_eq!(
         lock.key("9")
             .wait(Duration::from_secs(1))
@@ -53,8 +50,7 @@ fn the_key_builder_holds_and_tries_like_the_lock() {
 
 #[test]
 fn try_hold_never_runs_f_on_a_held_key() {
-    let store = Store::new();
-    let lock = store.lock("l").open().unwrap();
+    let (_store, lock) = store_with("l");
     let holder = Holder::start(&lock, "k");
     let ran = AtomicBool::new(false);
     let started = Instant::now();
@@ -75,8 +71,7 @@ fn try_hold_never_runs_f_on_a_held_key() {
 
 #[test]
 fn a_held_key_does_not_hold_up_another_key() {
-    let store = Store::new();
-    let lock = store.lock("l").open().unwrap();
+    let (_store, lock) = store_with("l");
     let holder = Holder::start(&lock, "k");
     assert_eq!(lock.try_hold("k2", |_| 1).unwrap(), Some(1));
     holder.release().unwrap();
@@ -84,8 +79,7 @@ fn a_held_key_does_not_hold_up_another_key() {
 
 #[test]
 fn try_hold_takes_the_key_once_its_holder_lets_go() {
-    let store = Store::new();
-    let lock = store.lock("l").open().unwrap();
+    let (_store, lock) = store_with("l");
     let holder = Holder::start(&lock, "k");
     holder.release().unwrap();
     assert_eq!(lock.try_hold("k", |_| 2).unwrap(), Some(2));
@@ -93,8 +87,7 @@ fn try_hold_takes_the_key_once_its_holder_lets_go() {
 
 #[test]
 fn numbers_are_their_decimal_text() {
-    let store = Store::new();
-    let lock = store.lock("l").open().unwrap();
+    let (_store, lock) = store_with("l");
     lock.hold(&9u64, |lease| {
         assert_eq!(lease.key(), "9");
         assert_eq!(lock.try_hold("9", |_| ()).unwrap(), None);
@@ -112,8 +105,7 @@ fn numbers_are_their_decimal_text() {
 
 #[test]
 fn a_zero_wait_fails_at_once_with_its_text() {
-    let store = Store::new();
-    let lock = store.lock("invoices").open().unwrap();
+    let (_store, lock) = store_with("invoices");
     lock.hold("9", |_| {
         let l2 = lock.clone();
         let e = thread::spawn(move || {
@@ -136,8 +128,7 @@ fn a_zero_wait_fails_at_once_with_its_text() {
 
 #[test]
 fn a_wait_ends_in_use_after_its_deadline_not_before() {
-    let store = Store::new();
-    let lock = store.lock("invoices").open().unwrap();
+    let (_store, lock) = store_with("invoices");
     let wait = Duration::from_millis(300);
     lock.hold("9", |_| {
         let l2 = lock.clone();
@@ -169,8 +160,7 @@ fn a_wait_ends_in_use_after_its_deadline_not_before() {
 
 #[test]
 fn a_waiter_gets_the_key_when_it_is_let_go() {
-    let store = Store::new();
-    let lock = store.lock("l").open().unwrap();
+    let (_store, lock) = store_with("l");
     let (held_tx, held_rx) = mpsc::channel();
     let l2 = lock.clone();
     let holder = thread::spawn(move || {
@@ -188,8 +178,7 @@ fn a_waiter_gets_the_key_when_it_is_let_go() {
 
 #[test]
 fn hold_of_a_key_this_thread_holds_fails_at_once() {
-    let store = Store::new();
-    let lock = store.lock("invoices").open().unwrap();
+    let (store, lock) = store_with("invoices");
     let again = store.lock("invoices").open().unwrap(); // same keys, another handle
     lock.hold(&7, |_| {
         let started = Instant::now();
@@ -209,8 +198,7 @@ fn hold_of_a_key_this_thread_holds_fails_at_once() {
 
 #[test]
 fn try_hold_of_a_key_this_thread_holds_answers_none() {
-    let store = Store::new();
-    let lock = store.lock("invoices").open().unwrap();
+    let (store, lock) = store_with("invoices");
     let again = store.lock("invoices").open().unwrap();
     lock.hold(&7, |_| {
         assert_eq!(again.try_hold("7", |_| ()).unwrap(), None);
@@ -220,8 +208,7 @@ fn try_hold_of_a_key_this_thread_holds_answers_none() {
 
 #[test]
 fn inside_a_hold_other_keys_and_other_locks_can_be_held() {
-    let store = Store::new();
-    let lock = store.lock("invoices").open().unwrap();
+    let (store, lock) = store_with("invoices");
     lock.hold(&7, |_| {
         assert_eq!(lock.hold("8", |_| 1).unwrap(), 1);
         let other = store.lock("other").open().unwrap();
@@ -232,8 +219,7 @@ fn inside_a_hold_other_keys_and_other_locks_can_be_held() {
 
 #[test]
 fn hold_inside_a_transaction_is_invalid() {
-    let store = Store::new();
-    let lock = store.lock("invoices").open().unwrap();
+    let (store, lock) = store_with("invoices");
     let r = store.tx(|_tx| {
         let e = lock.hold(&7, |_| ()).unwrap_err();
         assert_eq!(e.to_string(), "lock invoices: key \"7\": hold inside a transaction: hold first, then begin it: invalid");
@@ -245,8 +231,7 @@ fn hold_inside_a_transaction_is_invalid() {
 
 #[test]
 fn try_hold_inside_a_transaction_is_allowed() {
-    let store = Store::new();
-    let lock = store.lock("invoices").open().unwrap();
+    let (store, lock) = store_with("invoices");
     let r = store.tx(|_tx| Ok(lock.try_hold(&7, |_| 3).unwrap()));
     assert_eq!(r.unwrap(), Some(3));
 }
@@ -265,8 +250,7 @@ fn a_transaction_of_any_store_refuses_a_hold() {
 
 #[test]
 fn a_hold_is_allowed_again_after_the_transaction() {
-    let store = Store::new();
-    let lock = store.lock("invoices").open().unwrap();
+    let (store, lock) = store_with("invoices");
     store
         .tx(|_tx| {
             assert!(lock.hold(&7, |_| ()).is_err());
@@ -302,8 +286,7 @@ fn a_zero_ttl_or_max_hold_is_invalid_and_named() {
 
 #[test]
 fn bad_keys_are_invalid_for_every_kind_of_hold() {
-    let store = Store::new();
-    let lock = store.lock("l").open().unwrap();
+    let (_store, lock) = store_with("l");
     for key in ["", "a\nb", "nul\0", "del\u{7f}", "c1\u{9b}"] {
         let e = lock.hold(key, |_| ()).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Invalid, "{key:?}");
@@ -318,8 +301,7 @@ fn bad_keys_are_invalid_for_every_kind_of_hold() {
 
 #[test]
 fn a_key_over_1024_bytes_is_invalid_and_shown_cut() {
-    let store = Store::new();
-    let lock = store.lock("l").open().unwrap();
+    let (_store, lock) = store_with("l");
     let long = "k".repeat(1025);
     let e = lock.hold(long.as_str(), |_| ()).unwrap_err();
     assert_eq!(
@@ -333,8 +315,7 @@ fn a_key_over_1024_bytes_is_invalid_and_shown_cut() {
 
 #[test]
 fn keys_of_1024_bytes_and_of_any_script_are_held() {
-    let store = Store::new();
-    let lock = store.lock("l").open().unwrap();
+    let (_store, lock) = store_with("l");
     assert_eq!(lock.hold("k".repeat(1024).as_str(), |_| 1).unwrap(), 1);
     assert_eq!(
         lock.hold("ключ 🔑", |l| l.key().to_owned()).unwrap(),
@@ -344,8 +325,7 @@ fn keys_of_1024_bytes_and_of_any_script_are_held() {
 
 #[test]
 fn a_panicking_closure_lets_the_key_go_and_the_panic_continues() {
-    let store = Store::new();
-    let lock = store.lock("l").open().unwrap();
+    let (_store, lock) = store_with("l");
     let l2 = lock.clone();
     let r = thread::spawn(move || l2.hold("k", |_| -> () { panic!("boom") })).join();
     let payload = r.unwrap_err();
@@ -355,8 +335,7 @@ fn a_panicking_closure_lets_the_key_go_and_the_panic_continues() {
 
 #[test]
 fn a_panic_caught_on_the_holding_thread_unlists_its_hold() {
-    let store = Store::new();
-    let lock = store.lock("l").open().unwrap();
+    let (_store, lock) = store_with("l");
     let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         lock.hold("k", |_| panic!("again"))
     }));
@@ -367,8 +346,7 @@ fn a_panic_caught_on_the_holding_thread_unlists_its_hold() {
 
 #[test]
 fn keys_are_independent() {
-    let store = Store::new();
-    let lock = store.lock("l").open().unwrap();
+    let (_store, lock) = store_with("l");
     let n = 64;
     let barrier = Arc::new(Barrier::new(n));
     let threads: Vec<_> = (0..n)
@@ -491,8 +469,7 @@ fn a_transaction_of_another_store_inside_a_transaction_is_invalid() {
 
 #[test]
 fn a_held_lease_keeps_others_out_of_the_key() {
-    let store = Store::new();
-    let lock = store.lock("l").open().unwrap();
+    let (_store, lock) = store_with("l");
     let lease = lock.acquire("k").unwrap();
     assert_eq!(lease.key(), "k");
     assert_eq!(lock.try_hold("k", |_| ()).unwrap(), None);
@@ -508,8 +485,7 @@ fn a_held_lease_keeps_others_out_of_the_key() {
 
 #[test]
 fn a_released_lease_hands_on_the_key_with_a_greater_fence() {
-    let store = Store::new();
-    let lock = store.lock("l").open().unwrap();
+    let (_store, lock) = store_with("l");
     let lease = lock.acquire("k").unwrap();
     let f1 = lease.fence();
     lease.renew().unwrap();
@@ -521,8 +497,7 @@ fn a_released_lease_hands_on_the_key_with_a_greater_fence() {
 
 #[test]
 fn dropping_a_lease_releases_it() {
-    let store = Store::new();
-    let lock = store.lock("l").open().unwrap();
+    let (_store, lock) = store_with("l");
     {
         let _dropped = lock.acquire("k").unwrap();
         assert_eq!(lock.try_hold("k", |_| ()).unwrap(), None);
@@ -532,8 +507,7 @@ fn dropping_a_lease_releases_it() {
 
 #[test]
 fn a_lease_can_be_released_on_another_thread() {
-    let store = Store::new();
-    let lock = store.lock("l").open().unwrap();
+    let (_store, lock) = store_with("l");
     let lease = lock.acquire("m").unwrap();
     thread::spawn(move || lease.release().unwrap())
         .join()
@@ -543,8 +517,7 @@ fn a_lease_can_be_released_on_another_thread() {
 
 #[test]
 fn the_signal_of_a_running_hold_has_not_ended() {
-    let store = Store::new();
-    let lock = store.lock("l").open().unwrap();
+    let (_store, lock) = store_with("l");
     lock.hold("k", |lease| {
         let s = lease.signal();
         assert!(!s.is_aborted());
@@ -556,8 +529,7 @@ fn the_signal_of_a_running_hold_has_not_ended() {
 
 #[test]
 fn the_signal_reports_a_normal_end_without_aborting() {
-    let store = Store::new();
-    let lock = store.lock("l").open().unwrap();
+    let (_store, lock) = store_with("l");
     let signal = lock.hold("k", |lease| lease.signal()).unwrap();
     assert_eq!(signal.reason(), Some(holdline::EndReason::Released));
     assert!(!signal.is_aborted());
@@ -573,8 +545,7 @@ fn the_signal_reports_a_normal_end_without_aborting() {
 
 #[test]
 fn a_thread_waiting_on_the_signal_learns_when_the_hold_is_over() {
-    let store = Store::new();
-    let lock = store.lock("l").open().unwrap();
+    let (_store, lock) = store_with("l");
     let (tx, rx) = mpsc::channel();
     lock.hold("k", |lease| {
         let s = lease.signal();
@@ -602,8 +573,7 @@ fn the_same_key_rule_holds_at_any_nesting_depth() {
                 .unwrap();
         }
     }
-    let store = Store::new();
-    let lock = store.lock("l").open().unwrap();
+    let (_store, lock) = store_with("l");
     // Nine nested holds: deeper than the inline list, so some spill.
     nest(&lock, 9, &|| {
         for k in 1..=9u32 {

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::revoking_lock;
+use common::{revoking_lock, store_with};
 use holdline::{Leader, Store};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -23,8 +23,7 @@ fn shown(l: Option<Leader>) -> Option<(String, u64)> {
 
 #[test]
 fn campaigners_lead_one_at_a_time_in_line_with_rising_fences() {
-    let store = Store::new();
-    let jobs = store.lock("jobs").open().unwrap();
+    let (_store, jobs) = store_with("jobs");
     let election = jobs.election("nightly");
     let mut observer = election.observe();
     assert_eq!(observer.next_timeout(PATIENCE), Some(None));
@@ -105,8 +104,7 @@ fn an_observer_is_told_when_the_leader_is_lost_with_nobody_in_line() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tasks_and_threads_campaign_in_one_line() {
-    let store = Store::new();
-    let lock = store.lock("jobs").open().unwrap();
+    let (_store, lock) = store_with("jobs");
     let election = lock.election("nightly");
     let mut observer = election.observe();
     assert_eq!(observer.next().await, None);

@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{revoking_lock, wait_for_within};
+use common::{revoking_lock, store_with, ttl_lock, wait_for_within};
 use holdline::{KeyInfo, Store};
 use std::sync::mpsc;
 use std::thread;
@@ -33,8 +33,7 @@ fn assert_free(info: Option<KeyInfo>) {
 
 #[test]
 fn a_key_never_used_has_no_state_and_inspect_makes_none() {
-    let store = Store::new();
-    let lock = store.lock("jobs").open().unwrap();
+    let (_store, lock) = store_with("jobs");
     assert_eq!(lock.inspect("job-1"), None);
     assert_eq!(lock.inspect(&7u32), None);
     // An invalid key has no state either.
@@ -45,8 +44,7 @@ fn a_key_never_used_has_no_state_and_inspect_makes_none() {
 
 #[test]
 fn a_free_key_shows_its_last_fence_until_it_is_reclaimed() {
-    let store = Store::new();
-    let lock = store.lock("jobs").open().unwrap();
+    let (store, lock) = store_with("jobs");
     let (fence, info) = hold_then_inspect_free(&lock, "job-1");
     assert_eq!(
         Some(info),
@@ -66,8 +64,7 @@ fn a_free_key_shows_its_last_fence_until_it_is_reclaimed() {
 
 #[test]
 fn a_plain_hold_shows_held_with_its_fence_and_no_times() {
-    let store = Store::new();
-    let lock = store.lock("jobs").open().unwrap();
+    let (_store, lock) = store_with("jobs");
     let (seen, fence) = lock
         .hold("job-1", |lease| (lock.inspect("job-1"), lease.fence()))
         .unwrap();
@@ -97,11 +94,7 @@ fn a_plain_hold_shows_held_with_its_fence_and_no_times() {
 #[test]
 fn a_max_hold_lease_tells_how_long_it_was_held_and_how_long_it_has_left() {
     let store = Store::new();
-    let lock = store
-        .lock("jobs")
-        .max_hold(Duration::from_secs(60))
-        .open()
-        .unwrap();
+    let lock = revoking_lock(&store, "jobs", 60_000);
     let (first, later, fence) = lock
         .hold("job-1", |lease| {
             let first = lock.inspect("job-1").unwrap();
@@ -127,11 +120,7 @@ fn a_max_hold_lease_tells_how_long_it_was_held_and_how_long_it_has_left() {
 #[test]
 fn lease_left_shrinks_for_a_ttl_lease_and_a_renewal_pushes_it_back() {
     let store = Store::new();
-    let lock = store
-        .lock("conns")
-        .ttl(Duration::from_secs(10))
-        .open()
-        .unwrap();
+    let lock = ttl_lock(&store, "conns", 10_000, None);
     let lease = lock.acquire("c1").unwrap();
     let a = lock.inspect("c1").unwrap();
     assert!(a.held);
@@ -155,12 +144,7 @@ fn lease_left_shrinks_for_a_ttl_lease_and_a_renewal_pushes_it_back() {
 #[test]
 fn lease_left_is_the_earlier_of_max_hold_and_ttl() {
     let store = Store::new();
-    let lock = store
-        .lock("conns")
-        .ttl(Duration::from_secs(10))
-        .max_hold(Duration::from_secs(2))
-        .open()
-        .unwrap();
+    let lock = ttl_lock(&store, "conns", 10_000, Some(2000));
     let _lease = lock.acquire("c1").unwrap();
     let left = lock.inspect("c1").unwrap().lease_left.unwrap();
     assert!(left <= Duration::from_secs(2), "{left:?}");
@@ -198,8 +182,7 @@ fn after_a_revocation_inspect_shows_the_next_holder() {
 
 #[test]
 fn inspect_counts_waiters_and_leaves_the_line_in_fifo_order() {
-    let store = Store::new();
-    let lock = store.lock("jobs").open().unwrap();
+    let (_store, lock) = store_with("jobs");
     let holder = lock.acquire("job-1").unwrap();
     let grants_before = lock.stats().grants;
     let (order_tx, order_rx) = mpsc::channel();
@@ -244,8 +227,7 @@ fn inspect_counts_waiters_and_leaves_the_line_in_fifo_order() {
 
 #[test]
 fn inspect_of_a_free_key_does_not_take_it() {
-    let store = Store::new();
-    let lock = store.lock("jobs").open().unwrap();
+    let (_store, lock) = store_with("jobs");
     let (fence, before) = hold_then_inspect_free(&lock, "job-1");
     assert_eq!((before.held, before.fence), (false, fence));
     // Still free: the next grant is the one right after the last.
@@ -258,11 +240,7 @@ fn inspect_of_a_free_key_does_not_take_it() {
 #[test]
 fn an_async_hold_with_max_hold_has_times_too() {
     let store = Store::new();
-    let lock = store
-        .lock("jobs")
-        .max_hold(Duration::from_secs(30))
-        .open()
-        .unwrap();
+    let lock = revoking_lock(&store, "jobs", 30_000);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()

@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::revoking_lock;
+use common::{revoking_lock, store_with, ttl_lock};
 use holdline::{EndReason, ErrorKind, Store};
 use std::sync::mpsc;
 use std::thread;
@@ -76,11 +76,7 @@ fn a_revoked_lease_reports_why_and_fails_its_check() {
 #[test]
 fn a_hold_within_max_hold_is_untouched() {
     let store = Store::new();
-    let lock = store
-        .lock("l")
-        .max_hold(Duration::from_secs(60))
-        .open()
-        .unwrap();
+    let lock = revoking_lock(&store, "l", 60_000);
     assert!(!lock.hold("k", |l| l.is_lost()).unwrap());
     let s = lock.stats();
     assert_eq!((s.held_keys, s.revocations), (0, 0));
@@ -142,11 +138,7 @@ fn a_renewed_handle_lease_outlives_its_ttl() {
 #[test]
 fn an_unrenewed_handle_lease_runs_out_and_the_next_in_line_gets_the_key() {
     let store = Store::new();
-    let lock = store
-        .lock("invoices")
-        .ttl(Duration::from_millis(150))
-        .open()
-        .unwrap();
+    let lock = ttl_lock(&store, "invoices", 150, None);
     let kept = lock.acquire("m").unwrap();
     let signal = kept.signal();
     let started = Instant::now();
@@ -165,11 +157,7 @@ fn an_unrenewed_handle_lease_runs_out_and_the_next_in_line_gets_the_key() {
 #[test]
 fn a_lease_that_ran_out_fails_renew_and_release_with_its_ttl_in_the_text() {
     let store = Store::new();
-    let lock = store
-        .lock("invoices")
-        .ttl(Duration::from_millis(150))
-        .open()
-        .unwrap();
+    let lock = ttl_lock(&store, "invoices", 150, None);
     let kept = lock.acquire("m").unwrap();
     assert!(kept.signal().wait_timeout(Duration::from_secs(20)));
     let e = kept.renew().unwrap_err();
@@ -184,11 +172,7 @@ fn a_lease_that_ran_out_fails_renew_and_release_with_its_ttl_in_the_text() {
 #[test]
 fn in_process_holds_never_run_out_at_ttl() {
     let store = Store::new();
-    let lock = store
-        .lock("l")
-        .ttl(Duration::from_millis(30))
-        .open()
-        .unwrap();
+    let lock = ttl_lock(&store, "l", 30, None);
     let r = lock.hold("k", |lease| {
         thread::sleep(Duration::from_millis(200));
         lease.is_lost()
@@ -199,12 +183,7 @@ fn in_process_holds_never_run_out_at_ttl() {
 #[test]
 fn max_hold_bounds_a_renewed_handle_lease() {
     let store = Store::new();
-    let lock = store
-        .lock("l")
-        .ttl(Duration::from_secs(10))
-        .max_hold(Duration::from_millis(150))
-        .open()
-        .unwrap();
+    let lock = ttl_lock(&store, "l", 10_000, Some(150));
     let lease = lock.acquire("k").unwrap();
     let started = Instant::now();
     while !lease.is_lost() && started.elapsed() < Duration::from_secs(20) {
@@ -222,8 +201,7 @@ fn max_hold_bounds_a_renewed_handle_lease() {
 
 #[test]
 fn close_fails_every_waiter_at_once() {
-    let store = Store::new();
-    let lock = store.lock("invoices").open().unwrap();
+    let (store, lock) = store_with("invoices");
     let holder = thread::spawn({
         let lock = lock.clone();
         move || lock.acquire("7").unwrap()
@@ -265,8 +243,7 @@ fn close_fails_every_waiter_at_once() {
 
 #[test]
 fn close_loses_a_handle_lease() {
-    let store = Store::new();
-    let lock = store.lock("invoices").open().unwrap();
+    let (store, lock) = store_with("invoices");
     let handle = lock.acquire("8").unwrap();
     store.close();
     assert!(handle.is_lost());
@@ -278,8 +255,7 @@ fn close_loses_a_handle_lease() {
 
 #[test]
 fn close_loses_a_running_hold() {
-    let store = Store::new();
-    let lock = store.lock("invoices").open().unwrap();
+    let (store, lock) = store_with("invoices");
     let (held_tx, held_rx) = mpsc::channel();
     let (go_tx, go_rx) = mpsc::channel::<()>();
     let l = lock.clone();
@@ -309,8 +285,7 @@ fn close_loses_a_running_hold() {
 
 #[test]
 fn close_is_idempotent() {
-    let store = Store::new();
-    let lock = store.lock("invoices").open().unwrap();
+    let (store, lock) = store_with("invoices");
     let handle = lock.acquire("8").unwrap();
     store.close();
     store.close();
@@ -320,8 +295,7 @@ fn close_is_idempotent() {
 
 #[test]
 fn every_call_after_close_fails_closed() {
-    let store = Store::new();
-    let lock = store.lock("invoices").open().unwrap();
+    let (store, lock) = store_with("invoices");
     store.close();
     // Closed, not None.
     assert_eq!(
@@ -346,8 +320,7 @@ fn every_call_after_close_fails_closed() {
 
 #[test]
 fn fences_rise_across_grants() {
-    let store = Store::new();
-    let lock = store.lock("l").open().unwrap();
+    let (_store, lock) = store_with("l");
     let mut last = 0;
     for round in 0..50 {
         let f = lock.hold("k", |l| l.fence()).unwrap();
@@ -374,8 +347,7 @@ fn fences_rise_across_a_revocation() {
 
 #[test]
 fn fences_rise_across_a_reclaimed_key() {
-    let store = Store::new();
-    let lock = store.lock("l").open().unwrap();
+    let (store, lock) = store_with("l");
     let last = lock.hold("k", |l| l.fence()).unwrap();
     // The key's state is reclaimed, then made again: still rising.
     assert!(store.reclaim_idle() >= 1);
@@ -386,8 +358,7 @@ fn fences_rise_across_a_reclaimed_key() {
 
 #[test]
 fn fences_rise_across_stores_of_one_process() {
-    let store = Store::new();
-    let lock = store.lock("l").open().unwrap();
+    let (store, lock) = store_with("l");
     let mut last = 0;
     // A burst of grants, then a store opened again in this process.
     for _ in 0..10_000 {
@@ -404,8 +375,7 @@ fn fences_rise_across_stores_of_one_process() {
 #[test]
 fn a_stores_first_fences_are_seeded_from_the_clock() {
     // So a new process starts above the last one too.
-    let store = Store::new();
-    let lock = store.lock("l").open().unwrap();
+    let (_store, lock) = store_with("l");
     let f = lock.hold("k", |l| l.fence()).unwrap();
     let now_ns = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -416,8 +386,7 @@ fn a_stores_first_fences_are_seeded_from_the_clock() {
 
 #[test]
 fn a_fenced_write_is_accepted_while_its_fence_holds_the_key() {
-    let store = Store::new();
-    let lock = store.lock("invoices").open().unwrap();
+    let (store, lock) = store_with("invoices");
     let fence = lock
         .hold("9", |lease| {
             store
@@ -434,8 +403,7 @@ fn a_fenced_write_is_accepted_while_its_fence_holds_the_key() {
 
 #[test]
 fn a_fenced_write_is_refused_once_the_key_is_let_go() {
-    let store = Store::new();
-    let lock = store.lock("invoices").open().unwrap();
+    let (store, lock) = store_with("invoices");
     let fence = lock.hold("9", |lease| lease.fence()).unwrap();
     let e = store
         .tx(|tx| tx.put_fenced(&lock, "9", fence, "row", "b"))
@@ -490,8 +458,7 @@ fn a_revoked_holder_stalled_past_max_hold_cannot_write() {
 /// its fence is lower or higher, until the row is deleted.
 #[test]
 fn a_row_is_bound_to_the_lock_and_key_of_its_first_fenced_write() {
-    let store = Store::new();
-    let fresh = store.lock("fresh").open().unwrap();
+    let (store, fresh) = store_with("fresh");
     let other = store.lock("other").open().unwrap();
     let mut p_fence = 0;
     for _ in 0..5 {

@@ -1,21 +1,20 @@
 //! The line of waiters: FIFO handoff, the 10,000 limit, timeouts racing
 //! releases.
 
-use holdline::{ErrorKind, Store};
+use holdline::ErrorKind;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{wait_for, Holder};
+use common::{store_with, wait_for, Holder};
 
 /// Lines up `n` waiters behind a holder, one at a time (each seen in line
 /// before the next comes), lets the key go, and answers each grant's
 /// (ticket, fence) in the order the grants came.
 fn grants_of_a_line(n: usize) -> Vec<(usize, u64)> {
-    let store = Store::new();
-    let lock = store.lock("fifo").open().unwrap();
+    let (_store, lock) = store_with("fifo");
     let order = Arc::new(Mutex::new(Vec::new()));
     let holder = Holder::start(&lock, "k");
     let mut waiters = Vec::new();
@@ -70,8 +69,7 @@ fn fences_rise_along_the_line() {
 /// instant the key is let go (no barging past waiters).
 #[test]
 fn a_release_hands_the_key_to_the_first_waiter_not_a_newcomer() {
-    let store = Store::new();
-    let lock = store.lock("l").open().unwrap();
+    let (_store, lock) = store_with("l");
     for _ in 0..20 {
         let holder = Holder::start(&lock, "k");
         let l = lock.clone();
@@ -106,8 +104,7 @@ fn a_release_hands_the_key_to_the_first_waiter_not_a_newcomer() {
 
 #[test]
 fn the_ten_thousand_and_first_waiter_fails_limit() {
-    let store = Store::new();
-    let lock = store.lock("invoices").open().unwrap();
+    let (_store, lock) = store_with("invoices");
     let holder = Holder::start(&lock, "7");
     let granted = Arc::new(AtomicUsize::new(0));
     let waiters: Vec<_> = (0..10_000)
@@ -153,8 +150,7 @@ fn the_ten_thousand_and_first_waiter_fails_limit() {
 /// used exactly once, nobody is left in line, and the key ends free.
 #[test]
 fn timeouts_racing_releases_lose_no_grant() {
-    let store = Store::new();
-    let lock = store.lock("l").open().unwrap();
+    let (_store, lock) = store_with("l");
     let threads = 6;
     let rounds = if cfg!(debug_assertions) { 300 } else { 3000 };
     let inside = Arc::new(AtomicUsize::new(0));

@@ -1,6 +1,9 @@
 //! Idle keys cost nothing: memory comes back once keys go idle. Counted by
 //! a global allocator, so this file holds one test at a time (see `SERIAL`).
 
+mod common;
+
+use common::store_with;
 use holdline::Store;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
@@ -61,8 +64,7 @@ fn a_million_idle_keys_give_their_memory_back() {
     } else {
         1_000_000
     };
-    let store = Store::new();
-    let lock = store.lock("ids").open().unwrap();
+    let (store, lock) = store_with("ids");
     // Warm up: the table's shards, the epoch's thread state, the driver.
     lock.hold("warm", |_| ()).unwrap();
     store.reclaim_idle();
@@ -104,8 +106,7 @@ fn nest(lock: &holdline::Lock, depth: u32, at_bottom: &mut dyn FnMut()) {
 #[test]
 fn a_held_key_is_small() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let store = Store::new();
-    let lock = store.lock("sizes").open().unwrap();
+    let (store, lock) = store_with("sizes");
     // Held keys: 2,000 nested holds, measured at the bottom (on a thread
     // with room for that many frames).
     let depth = 2000;
@@ -139,8 +140,7 @@ fn a_held_key_is_small() {
 #[test]
 fn an_idle_lock_name_is_forgotten_and_fences_on_when_made_again() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let store = Store::new();
-    let kept = store.lock("kept").open().unwrap();
+    let (store, kept) = store_with("kept");
     kept.hold("k", |_| ()).unwrap();
     store.reclaim_idle();
     let base = live();

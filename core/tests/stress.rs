@@ -2,7 +2,10 @@
 //! (hold, try_hold, zero and short waits, handle leases), with idle keys
 //! reclaimed underneath. In release mode (the CI run) over a million holds.
 
-use holdline::{ErrorKind, Store};
+mod common;
+
+use common::store_with;
+use holdline::ErrorKind;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread;
@@ -25,8 +28,7 @@ fn never_two_holders_of_one_key() {
         160_000
     };
     let keys = 24;
-    let store = Store::new();
-    let lock = store.lock("stress").open().unwrap();
+    let (store, lock) = store_with("stress");
     let inside: Arc<Vec<AtomicU32>> = Arc::new((0..keys).map(|_| AtomicU32::new(0)).collect());
     let last_fence: Arc<Vec<AtomicU64>> = Arc::new((0..keys).map(|_| AtomicU64::new(0)).collect());
     let granted = Arc::new(AtomicU64::new(0));

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::revoking_lock;
+use common::{revoking_lock, store_with};
 use holdline::{ErrorKind, Store};
 use std::process::Command;
 use std::time::Duration;
@@ -71,8 +71,7 @@ fn child_holds_keys_in_a_tls_destructor() {
     struct HoldsOnDrop(usize);
     impl Drop for HoldsOnDrop {
         fn drop(&mut self) {
-            let store = Store::new();
-            let lock = store.lock("tls").open().unwrap();
+            let (_store, lock) = store_with("tls");
             fn nest(lock: &holdline::Lock, level: usize, depth: usize) -> usize {
                 if level == depth {
                     return level;
@@ -92,8 +91,7 @@ fn child_holds_keys_in_a_tls_destructor() {
         // registration, so holdline's per-thread state is already gone
         // when ours runs, as at a real thread's exit.
         GUARD.with(|g| *g.borrow_mut() = Some(HoldsOnDrop(depth)));
-        let store = Store::new();
-        let lock = store.lock("warm").open().unwrap();
+        let (_store, lock) = store_with("warm");
         fn nest(lock: &holdline::Lock, level: usize) {
             if level < 6 {
                 lock.hold(&level, |_| nest(lock, level + 1)).unwrap();
@@ -118,8 +116,7 @@ fn the_name_rule_reads_apart_from_its_kind() {
 
 #[test]
 fn a_panicking_async_closure_lets_the_key_go() {
-    let store = Store::new();
-    let lock = store.lock("p").open().unwrap();
+    let (_store, lock) = store_with("p");
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();

@@ -1,6 +1,9 @@
 //! `Store::tx_with`: a transaction that ends with the caller's own error
 //! rolls back; `Ok` commits; the store's own errors arrive converted.
 
+mod common;
+
+use common::store_with;
 use holdline::{ErrorKind, Store};
 
 /// A caller's error type: its own failures, and the store's.
@@ -75,8 +78,7 @@ fn tx_with_on_a_closed_store_answers_closed_converted() {
 
 #[test]
 fn tx_with_a_stale_fenced_write_fails_lost_through_question_mark_and_rolls_back() {
-    let store = Store::new();
-    let lock = store.lock("invoices").open().unwrap();
+    let (store, lock) = store_with("invoices");
     let old = lock.hold("9", |lease| lease.fence()).unwrap();
     let r: Result<(), PayError> = lock
         .hold("9", |lease| {

@@ -50,6 +50,25 @@ pub fn wait_for_within(what: &str, patience: Duration, mut cond: impl FnMut() ->
     }
 }
 
+/// `name` opened on `store` with a ttl of `ttl_ms` and, where given, a
+/// max hold of `max_hold_ms`.
+pub fn ttl_lock(store: &Store, name: &str, ttl_ms: u64, max_hold_ms: Option<u64>) -> Lock {
+    let builder = store.lock(name).ttl(Duration::from_millis(ttl_ms));
+    match max_hold_ms {
+        Some(ms) => builder.max_hold(Duration::from_millis(ms)),
+        None => builder,
+    }
+    .open()
+    .unwrap()
+}
+
+/// A new store and its lock `name`, opened with the defaults.
+pub fn store_with(name: &str) -> (Store, Lock) {
+    let store = Store::new();
+    let lock = store.lock(name).open().unwrap();
+    (store, lock)
+}
+
 /// `name` opened on `store`, its holds revoked `max_hold_ms` after they
 /// begin.
 pub fn revoking_lock(store: &Store, name: &str, max_hold_ms: u64) -> Lock {
