@@ -8,7 +8,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{store_with, Holder};
+use common::{store_with, store_with_rows, Holder};
 
 #[test]
 fn hold_answers_the_closures_value() {
@@ -385,13 +385,7 @@ fn a_transaction_that_answers_ok_commits_its_writes() {
 
 #[test]
 fn a_transaction_that_answers_err_discards_its_writes_and_answers_the_error() {
-    let store = Store::new();
-    store
-        .tx(|tx| {
-            tx.put("a", "1");
-            Ok(())
-        })
-        .unwrap();
+    let store = store_with_rows(&[("a", "1")]);
     let e = store
         .tx(|tx| -> Result<(), holdline::Error> {
             tx.put("a", "2");
@@ -412,13 +406,7 @@ fn a_transaction_that_answers_err_discards_its_writes_and_answers_the_error() {
 
 #[test]
 fn a_transaction_that_panics_discards_its_writes() {
-    let store = Store::new();
-    store
-        .tx(|tx| {
-            tx.put("a", "1");
-            Ok(())
-        })
-        .unwrap();
+    let store = store_with_rows(&[("a", "1")]);
     let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         store.tx(|tx| -> Result<(), holdline::Error> {
             tx.put("a", "3");
@@ -431,13 +419,7 @@ fn a_transaction_that_panics_discards_its_writes() {
 
 #[test]
 fn a_transaction_deletes_a_row() {
-    let store = Store::new();
-    store
-        .tx(|tx| {
-            tx.put("a", "1");
-            Ok(())
-        })
-        .unwrap();
+    let store = store_with_rows(&[("a", "1")]);
     store
         .tx(|tx| {
             tx.delete("a");

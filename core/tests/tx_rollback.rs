@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::store_with;
+use common::{store_with, store_with_rows};
 use holdline::{ErrorKind, Store};
 
 /// A caller's error type: its own failures, and the store's.
@@ -27,14 +27,7 @@ fn row(store: &Store, key: &str) -> Option<String> {
 
 #[test]
 fn tx_with_an_err_of_the_callers_type_rolls_back_every_write() {
-    let store = Store::new();
-    store
-        .tx(|tx| {
-            tx.put("balance", "100");
-            tx.put("note", "kept");
-            Ok(())
-        })
-        .unwrap();
+    let store = store_with_rows(&[("balance", "100"), ("note", "kept")]);
     let r: Result<u32, PayError> = store.tx_with(|tx| {
         tx.put("balance", "60");
         tx.put("receipt:9", "40");

@@ -62,6 +62,21 @@ pub fn ttl_lock(store: &Store, name: &str, ttl_ms: u64, max_hold_ms: Option<u64>
     .unwrap()
 }
 
+/// A new store with `rows` (key, value) written by one committed
+/// transaction.
+pub fn store_with_rows(rows: &[(&str, &str)]) -> Store {
+    let store = Store::new();
+    store
+        .tx(|tx| {
+            for &(key, value) in rows {
+                tx.put(key, value);
+            }
+            Ok(())
+        })
+        .unwrap();
+    store
+}
+
 /// A new store and its lock `name`, opened with the defaults.
 pub fn store_with(name: &str) -> (Store, Lock) {
     let store = Store::new();
