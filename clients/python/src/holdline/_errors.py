@@ -6,20 +6,11 @@ held past the hold's wait: in use`); the client raises the class of that kind
 with the text unchanged, so `str(err)` is the core's text byte for byte. The
 few errors the client makes itself (a bad duration, a connection that
 dropped) are written in the same shape: `lock NAME: key "KEY": WHAT: KIND`.
+The classes are public under the package's names (`holdline.__all__`).
 """
 
 import unicodedata
 from typing import Dict, Optional, Type
-
-__all__ = [
-    "Error",
-    "Invalid",
-    "NoPerm",
-    "InUse",
-    "Lost",
-    "Limit",
-    "Closed",
-]
 
 
 class Error(Exception):
