@@ -55,9 +55,9 @@ def test_several_addresses_in_one_string_or_a_list() -> None:
 
 def test_the_first_addresss_token_and_tls_apply_to_every_node() -> None:
     router = holdline.connect("rediss://:tok@h:1,h:2")._router
-    assert router.tls is not None and router._auth == ("default", "tok")
-    assert router.pool_at("h:2").tls is router.tls
-    assert holdline.connect("h:1,rediss://:tok@h:2")._router.tls is None
+    assert router.dial.tls is not None and router.dial.auth == ("default", "tok")
+    assert router.pool_at("h:2").dial is router.dial
+    assert holdline.connect("h:1,rediss://:tok@h:2")._router.dial.tls is None
 
 
 async def test_connect_takes_the_first_address_that_answers(server: Server) -> None:

@@ -116,9 +116,9 @@ async def test_connect_is_awaited_or_entered_and_the_store_closes_both_ways(
 async def test_the_connect_timeout_is_ten_seconds_unless_given() -> None:
     connecting = holdline.connect("127.0.0.1:1")
     router: Router = connecting._router
-    assert router._connect_timeout_ms == 10_000
+    assert router.dial.connect_timeout_ms == 10_000
     given = holdline.connect("127.0.0.1:1", connect_timeout="250ms")._router
-    assert given._connect_timeout_ms == 250
+    assert given.dial.connect_timeout_ms == 250
 
 
 async def test_a_server_that_never_answers_hello_fails_closed_in_its_time() -> None:

@@ -8,11 +8,12 @@ from holdline._cluster import Router
 from holdline._durations import to_ms
 from holdline._errors import from_reply, show_key, text_for
 from holdline._lock import key_text
+from holdline._pool import Dial
 from holdline._store import Store
 
 
 def offline_store() -> Store:
-    return Store(Router([Address("127.0.0.1", 1)], None, None, 1000, 0))
+    return Store(Router([Address("127.0.0.1", 1)], Dial(None, None, 1000, 0)))
 
 
 @pytest.mark.parametrize(

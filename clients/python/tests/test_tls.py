@@ -129,7 +129,7 @@ def test_an_ssl_context_is_what_ssl_takes() -> None:
     # Typed as an SSLContext; the default context of a rediss:// URL is
     # one that checks the server's certificate and name.
     pool = holdline.connect("rediss://h:1")._router
-    assert isinstance(pool.tls, ssl.SSLContext)
-    assert pool.tls.verify_mode == ssl.CERT_REQUIRED and pool.tls.check_hostname
-    assert holdline.connect("redis://h:1")._router.tls is None
-    assert holdline.connect("h:1")._router.tls is None
+    assert isinstance(pool.dial.tls, ssl.SSLContext)
+    assert pool.dial.tls.verify_mode == ssl.CERT_REQUIRED and pool.dial.tls.check_hostname
+    assert holdline.connect("redis://h:1")._router.dial.tls is None
+    assert holdline.connect("h:1")._router.dial.tls is None

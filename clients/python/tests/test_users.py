@@ -68,7 +68,7 @@ def test_the_options_win_over_the_urls() -> None:
     def auth(
         address: str, user: Optional[str] = None, token: Optional[str] = None
     ) -> Optional[Tuple[str, str]]:
-        return holdline.connect(address, user=user, token=token)._router._auth
+        return holdline.connect(address, user=user, token=token)._router.dial.auth
 
     url = "redis://alice:from-url@h"
     assert auth(url) == ("alice", "from-url")

@@ -25,13 +25,12 @@ on the connection of their lease, never elsewhere.
 
 import asyncio
 import binascii
-import ssl
 from typing import Dict, List, Optional, Set, Tuple, Union
 
-from ._address import Address, Auth
+from ._address import Address
 from ._errors import Closed, Error
-from ._pool import Holding, Pool
-from ._resp import MAX_REPLY_BYTES, Arg, Reply, RespError
+from ._pool import Closes, Dial, Holding, Pool
+from ._resp import Arg, Reply, RespError
 from ._texts import CLUSTER_DOWN_PAUSE_MS, CLUSTER_DOWN_TRIES, MAX_REDIRECTS, key_text
 from ._wire import DROPPED, Link, closed_error
 
@@ -103,32 +102,19 @@ def _moved(text: str) -> Optional[Tuple[int, Address]]:
     return int(parts[0]), Address(host.strip("[]"), int(port))
 
 
-class Router:
+class Router(Closes):
     """A store's nodes: a pool of connections for each, the slot map, and
     what the store's holds share (the holds in progress)."""
 
-    def __init__(
-        self,
-        seeds: List[Address],
-        auth: Optional[Auth],
-        tls: Optional[ssl.SSLContext],
-        connect_timeout_ms: int,
-        max_idle: int,
-        max_reply: int = MAX_REPLY_BYTES,
-    ) -> None:
+    def __init__(self, seeds: List[Address], dial: Dial) -> None:
+        super().__init__()
         self.seeds = seeds
-        self._auth = auth
-        self.tls = tls
-        """The TLS context every connection is made with; None: plain TCP."""
-        self._connect_timeout_ms = connect_timeout_ms
-        self._max_idle = max_idle
-        self._max_reply = max_reply
+        self.dial = dial
         self._pools: Dict[str, Pool] = {}
         self.home = self.pool_at(seeds[0])
         """The pool of the node the store connected to (every command's in single mode)."""
         self._slots: Optional[List[Optional[str]]] = None  # None: single-node mode
         self._nodes: List[str] = []
-        self._closed = False
         self._refreshing: "Optional[asyncio.Task[None]]" = None
         self._again = False
         self._fetching = False
@@ -150,16 +136,6 @@ class Router:
         """Each node of the slot map (`host:port`); the one server in single-node mode."""
         return list(self._nodes) if self._slots is not None else [self.address.hostport]
 
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    def is_closed(self) -> bool:
-        return self._closed
-
-    def closed_error(self, lock: Optional[str] = None, key: Optional[str] = None) -> Closed:
-        return self.home.closed_error(lock, key)
-
     def pool_at(self, where: Union[str, Address]) -> Pool:
         """The pool of the node at `where` (`host:port`), made on first use."""
         if isinstance(where, str) and where in self._pools:
@@ -168,14 +144,7 @@ class Router:
         name = address.hostport
         pool = self._pools.get(name)
         if pool is None:
-            pool = Pool(
-                address,
-                self._auth,
-                self.tls,
-                self._connect_timeout_ms,
-                self._max_idle,
-                self._max_reply,
-            )
+            pool = Pool(address, self.dial)
             pool.on_failure = lambda: self._failed(name)
             self._pools[name] = pool
         return pool
@@ -287,7 +256,7 @@ class Router:
         """`CLUSTER SLOTS`'s answer from `pool`'s node, given
         `MAP_TIMEOUT_MS` (or the connect timeout, if shorter) for all of
         it, a new connection's `HELLO` included; `Closed` past that."""
-        timeout = min(self._connect_timeout_ms, MAP_TIMEOUT_MS) / 1000
+        timeout = min(self.dial.connect_timeout_ms, MAP_TIMEOUT_MS) / 1000
         try:
             return await asyncio.wait_for(self._slots_of(pool), timeout)
         except asyncio.TimeoutError:

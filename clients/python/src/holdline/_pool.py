@@ -9,6 +9,7 @@ borrow one for a single command. A store has one pool per node it talks to.
 
 import asyncio
 import ssl
+from dataclasses import dataclass
 from typing import Callable, List, Optional, Set, Tuple
 
 from ._address import Address, Auth
@@ -20,31 +21,25 @@ Holding = Tuple[str, str, object]
 """(lock, key, owner) of a hold in progress; the owner is a task or a thread."""
 
 
-class Pool:
-    """The connections of a store to one node."""
+@dataclass(frozen=True)
+class Dial:
+    """How a store connects, the same for each of its nodes' pools."""
 
-    def __init__(
-        self,
-        address: Address,
-        auth: Optional[Auth],
-        tls: Optional[ssl.SSLContext],
-        connect_timeout_ms: int,
-        max_idle: int,
-        max_reply: int = MAX_REPLY_BYTES,
-    ) -> None:
-        self.address = address
-        self._auth = auth
-        self.tls = tls
-        """The TLS context every connection is made with; None: plain TCP."""
-        self._connect_timeout_ms = connect_timeout_ms
-        self._max_idle = max_idle
-        self._max_reply = max_reply
-        self._idle: List[Link] = []
-        self._links: Set[Link] = set()
+    auth: Optional[Auth]
+    tls: Optional[ssl.SSLContext]
+    """The TLS context every connection is made with; None: plain TCP."""
+    connect_timeout_ms: int
+    max_idle: int
+    """How many connections a pool keeps open between holds."""
+    max_reply: int = MAX_REPLY_BYTES
+
+
+class Closes:
+    """What a pool and a store's router share: closed once and for good
+    (`_closed`), after which what is asked of them fails `closed_error`."""
+
+    def __init__(self) -> None:
         self._closed = False
-        self.on_failure: Optional[Callable[[], None]] = None
-        """Called when a connection of the pool fails: it could not be made,
-        or the server's side ended it."""
 
     @property
     def closed(self) -> bool:
@@ -56,11 +51,26 @@ class Pool:
     def closed_error(self, lock: Optional[str] = None, key: Optional[str] = None) -> Closed:
         return Closed(text_for(lock, key, "the store is closed", "closed"))
 
+
+class Pool(Closes):
+    """The connections of a store to one node."""
+
+    def __init__(self, address: Address, dial: Dial) -> None:
+        super().__init__()
+        self.address = address
+        self.dial = dial
+        self._idle: List[Link] = []
+        self._links: Set[Link] = set()
+        self.on_failure: Optional[Callable[[], None]] = None
+        """Called when a connection of the pool fails: it could not be made,
+        or the server's side ended it."""
+
     async def open(self) -> Link:
         """A new connection, said `HELLO` to."""
         try:
+            dial = self.dial
             link = await open_link(
-                self.address, self._auth, self._connect_timeout_ms, self.tls, self._max_reply
+                self.address, dial.auth, dial.connect_timeout_ms, dial.tls, dial.max_reply
             )
         except Closed:
             self._failed()
@@ -103,7 +113,12 @@ class Pool:
     def checkin(self, link: Link) -> None:
         """Takes a connection back; keeps it for the next hold if it is whole
         and holds nothing, else closes it."""
-        if self._closed or link.dropped or link.holds_leases or len(self._idle) >= self._max_idle:
+        if (
+            self._closed
+            or link.dropped
+            or link.holds_leases
+            or len(self._idle) >= self.dial.max_idle
+        ):
             self._links.discard(link)
             link.close()
             return

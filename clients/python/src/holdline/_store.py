@@ -16,6 +16,7 @@ from ._cluster import Router
 from ._durations import Duration, to_ms
 from ._errors import Invalid, text_for
 from ._lock import Key, Lock, check_name, key_text
+from ._pool import Dial
 from ._resp import MAX_REPLY_BYTES
 from ._texts import CONNECT_TIMEOUT_MS, DEFAULT_PORT
 from ._wire import result
@@ -77,7 +78,7 @@ def connect(
     if max_reply_bytes < 1:
         what = f"max_reply_bytes {max_reply_bytes} is not positive"
         raise Invalid(text_for(None, None, what, "invalid"))
-    return Connecting(Router(seeds, auth, ssl, timeout_ms, max_idle, max_reply_bytes))
+    return Connecting(Router(seeds, Dial(auth, ssl, timeout_ms, max_idle, max_reply_bytes)))
 
 
 class Connecting(AsyncBlock):
