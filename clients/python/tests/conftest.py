@@ -347,23 +347,19 @@ HANG_UP = b"hang up"
 
 Handler = Callable[[List[bytes]], Awaitable[Optional[bytes]]]
 
+Listens = TypeVar("Listens", bound="Listening")
 
-class Scripted:
-    """A stand-in server on a free port, for what a real one will not do on
-    cue: it answers `HELLO` (unless told not to) and `CLUSTER` as a single
-    node does (unless `single` is False), and hands every other command to
-    `handler`, which answers the bytes to send, None to send nothing, or
-    HANG_UP. One connection's commands are handled in order."""
 
-    def __init__(self, handler: Handler, hello: bool = True, single: bool = True) -> None:
-        self._handler = handler
-        self._hello = hello
-        self._single = hello and single
+class Listening(abc.ABC):
+    """A stand-in server's lifecycle: for its `async with` block it listens
+    on a free port of 127.0.0.1 (`address`) and serves each connection
+    with `_serve`; leaving the block stops listening."""
+
+    def __init__(self) -> None:
         self._server: Optional[asyncio.AbstractServer] = None
         self.address = ""
-        self.commands: List[List[bytes]] = []
 
-    async def __aenter__(self) -> "Scripted":
+    async def __aenter__(self: Listens) -> Listens:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
         port = self._server.sockets[0].getsockname()[1]
         self.address = f"127.0.0.1:{port}"
@@ -372,6 +368,25 @@ class Scripted:
     async def __aexit__(self, *exc: object) -> None:
         assert self._server is not None
         self._server.close()
+
+    @abc.abstractmethod
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Serves one connection."""
+
+
+class Scripted(Listening):
+    """A stand-in server on a free port, for what a real one will not do on
+    cue: it answers `HELLO` (unless told not to) and `CLUSTER` as a single
+    node does (unless `single` is False), and hands every other command to
+    `handler`, which answers the bytes to send, None to send nothing, or
+    HANG_UP. One connection's commands are handled in order."""
+
+    def __init__(self, handler: Handler, hello: bool = True, single: bool = True) -> None:
+        super().__init__()
+        self._handler = handler
+        self._hello = hello
+        self._single = hello and single
+        self.commands: List[List[bytes]] = []
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         decoder = Decoder()

@@ -15,7 +15,7 @@ from typing import Awaitable, Callable, Dict, List, Optional
 
 import pytest
 from certs import Ca
-from conftest import HANG_UP, Scripted, Server, never_answer, refused_address
+from conftest import HANG_UP, Listening, Scripted, Server, never_answer, refused_address
 from fake_cluster import FakeCluster, FakeNode
 from texts import RULES, TEXTS, assert_text
 
@@ -254,27 +254,19 @@ RANDOM = b"\x9f\x00\xffz\x07\xc3\xa9Q\x01\xfe\x80\x11\x22"
 """Fixed "random" bytes: no RESP type first, no line end, not all UTF-8."""
 
 
-class Impostor:
+class Impostor(Listening):
     """A server that is not holdline: it answers its first read with
     `answer` (closes at once, unread, when `answer` is empty), then sends a
     byte every 10 ms while `trickle`, and keeps the connection open."""
 
     def __init__(self, answer: bytes, trickle: bool = False) -> None:
+        super().__init__()
         self._answer = answer
         self._trickle = trickle
-        self._server: Optional[asyncio.AbstractServer] = None
         self._tasks: List["asyncio.Task[None]"] = []
-        self.address = ""
-
-    async def __aenter__(self) -> "Impostor":
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        port = self._server.sockets[0].getsockname()[1]
-        self.address = f"127.0.0.1:{port}"
-        return self
 
     async def __aexit__(self, *exc: object) -> None:
-        assert self._server is not None
-        self._server.close()
+        await super().__aexit__()
         for task in self._tasks:
             task.cancel()
 
