@@ -31,7 +31,7 @@ again, observes again and yields the present state again.
 import asyncio
 import time
 from dataclasses import dataclass
-from typing import AsyncGenerator, List, Optional, Protocol, Tuple, Type, Union
+from typing import AsyncGenerator, Generic, List, Optional, Protocol, Tuple, Type, TypeVar, Union
 
 from ._blocks import AsyncBlock
 from ._cluster import Router
@@ -105,17 +105,35 @@ class Leader:
     """The server's id of the leader's connection (as `CLIENT LIST` shows it)."""
 
 
-class Leadership:
-    """Being the leader: the lease of a campaign that won. `fence`, `note`,
-    `lost`, `signal` (set the moment it is lost), `error`, `check()`;
-    `proclaim(note)` and `resign()`."""
+class _LeaseLooks(Protocol):
+    """What a leadership reads of its lease: `Lease`, or the blocking
+    flavour's `SyncLease` (a layer above)."""
 
-    def __init__(self, campaign: "Campaign", lease: Lease, note: str) -> None:
-        self._campaign = campaign
+    @property
+    def key(self) -> str: ...
+
+    @property
+    def fence(self) -> int: ...
+
+    @property
+    def lost(self) -> bool: ...
+
+    @property
+    def error(self) -> Optional[Lost]: ...
+
+    def check(self) -> None: ...
+
+
+L = TypeVar("L", bound=_LeaseLooks)
+
+
+class LeadsUnder(Generic[L]):
+    """What `Leadership` and its blocking twin `SyncLeadership` share: the
+    looks of being the leader, each the lease's it leads under."""
+
+    def __init__(self, lease: L) -> None:
         self.lease = lease
         """The lease it leads under."""
-        self.note = note
-        """The note the server shows for it (the campaign's, or the last proclaimed)."""
 
     @property
     def election(self) -> str:
@@ -133,11 +151,6 @@ class Leadership:
         return self.lease.lost
 
     @property
-    def signal(self) -> asyncio.Event:
-        """Set the moment the leadership is lost, under the lease's rules."""
-        return self.lease.signal
-
-    @property
     def error(self) -> Optional[Lost]:
         """The `Lost` error once lost, with the reason in its text."""
         return self.lease.error
@@ -145,6 +158,23 @@ class Leadership:
     def check(self) -> None:
         """Raises `Lost` once the leadership is lost."""
         self.lease.check()
+
+
+class Leadership(LeadsUnder[Lease]):
+    """Being the leader: the lease of a campaign that won. `fence`, `note`,
+    `lost`, `signal` (set the moment it is lost), `error`, `check()`;
+    `proclaim(note)` and `resign()`."""
+
+    def __init__(self, campaign: "Campaign", lease: Lease, note: str) -> None:
+        super().__init__(lease)
+        self._campaign = campaign
+        self.note = note
+        """The note the server shows for it (the campaign's, or the last proclaimed)."""
+
+    @property
+    def signal(self) -> asyncio.Event:
+        """Set the moment the leadership is lost, under the lease's rules."""
+        return self.lease.signal
 
     async def proclaim(self, note: str) -> None:
         """Replaces the leader's note (`NOTE`): observers are told at once.

@@ -32,7 +32,7 @@ from typing import (
 from ._address import Addresses
 from ._blocks import Block
 from ._durations import Duration
-from ._election import Campaign, Election, Leader, Leadership
+from ._election import Campaign, Election, Leader, Leadership, LeadsUnder
 from ._errors import Lost
 from ._inspect import KeyState
 from ._lease import Lease
@@ -211,10 +211,17 @@ class SyncLease:
     calling thread without acting on the lease there; a lease whose time ran
     out is then lost on the loop thread, which owns it."""
 
-    __slots__ = ("_lease", "_signal", "_loop")
+    __slots__ = ("_lease", "_signal", "_loop", "lock", "key", "fence", "id", "permits")
 
     def __init__(self, lease: Lease) -> None:
         self._lease = lease
+        # What the lease is: `Lease`'s, fixed at its grant.
+        self.lock = lease.lock
+        self.key = lease.key
+        self.fence = lease.fence
+        self.id = lease.id
+        self.permits = lease.permits
+        """How many of the key's permits this lease holds."""
         self._loop = asyncio.get_running_loop()
         self._signal = threading.Event()
         lease._listeners.append(lambda _error: self._signal.set())
@@ -233,27 +240,6 @@ class SyncLease:
             except RuntimeError:
                 pass  # the store closed meanwhile, and its loop with it
         return True
-
-    @property
-    def lock(self) -> str:
-        return self._lease.lock
-
-    @property
-    def key(self) -> str:
-        return self._lease.key
-
-    @property
-    def fence(self) -> int:
-        return self._lease.fence
-
-    @property
-    def id(self) -> int:
-        return self._lease.id
-
-    @property
-    def permits(self) -> int:
-        """How many of the key's permits this lease holds."""
-        return self._lease.permits
 
     @property
     def signal(self) -> threading.Event:
@@ -407,25 +393,14 @@ class SyncElection:
         return SyncObserver(self._store._runner, self._election)
 
 
-class SyncLeadership:
+class SyncLeadership(LeadsUnder[SyncLease]):
     """Being the leader, for threads: `signal` is a `threading.Event`; see
     `Leadership`."""
 
     def __init__(self, runner: _LoopThread, lead: Leadership) -> None:
+        super().__init__(SyncLease(lead.lease))
         self._runner = runner
         self._lead = lead
-        self.lease = SyncLease(lead.lease)
-        """The lease it leads under."""
-
-    @property
-    def election(self) -> str:
-        """The election's name (the lock's key)."""
-        return self._lead.election
-
-    @property
-    def fence(self) -> int:
-        """The leadership's fence: pass it to what the leader writes."""
-        return self._lead.fence
 
     @property
     def note(self) -> str:
@@ -436,20 +411,6 @@ class SyncLeadership:
     def signal(self) -> threading.Event:
         """Set the moment the leadership is lost."""
         return self.lease.signal
-
-    @property
-    def lost(self) -> bool:
-        """True once the leadership is lost."""
-        return self.lease.lost
-
-    @property
-    def error(self) -> Optional[Lost]:
-        """The `Lost` error once the leadership is lost."""
-        return self.lease.error
-
-    def check(self) -> None:
-        """Raises `Lost` once the leadership is lost."""
-        self.lease.check()
 
     def proclaim(self, note: str) -> None:
         """`Leadership.proclaim`, blocking."""
