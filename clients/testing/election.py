@@ -71,6 +71,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cluster as fixture  # noqa: E402
 from nemesis import Proxy  # noqa: E402
+from nemesis_check import Checked  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 PYTHON_CAMPAIGNER = (
@@ -373,24 +374,14 @@ class Belief:
 
 
 @dataclass
-class Verdict:
+class Verdict(Checked):
     beliefs: List[Belief] = field(default_factory=list)
-    violations: List[str] = field(default_factory=list)
     errors: int = 0
-
-    @property
-    def ok(self) -> bool:
-        return not self.violations
 
     def summary(self) -> str:
         fences = " ".join(f"{b.who}:{b.fence}" for b in self.beliefs)
         head = f"{len(self.beliefs)} leaderships ({fences}), {self.errors} campaign errors"
-        if self.ok:
-            return f"{head}: no violation"
-        shown = "\n  ".join(self.violations[:12])
-        more = len(self.violations) - 12
-        tail = f"\n  (+{more} more)" if more > 0 else ""
-        return f"{head}: {len(self.violations)} violations\n  {shown}{tail}"
+        return self.said(head, 12)
 
 
 def _s(t: int, t0: int) -> str:

@@ -27,25 +27,36 @@ DOCUMENTED = {"ok", "invalid", "in use", "lost", "limit", "closed"}
 
 
 @dataclass
-class Verdict:
-    holds: int = 0
-    believed: int = 0
-    outcomes: Dict[str, int] = field(default_factory=dict)
+class Checked:
+    """What a checker found (this suite's and the election checker's): the
+    rules' violations, none when every rule held."""
+
     violations: List[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return not self.violations
 
-    def summary(self) -> str:
-        kinds = ", ".join(f"{k} {n}" for k, n in sorted(self.outcomes.items()))
-        head = f"{self.holds} holds ({kinds}), {self.believed} believed"
+    def said(self, head: str, most: int) -> str:
+        """`head`, then no violation, or the first `most` violations and
+        how many more."""
         if self.ok:
             return f"{head}: no violation"
-        shown = "\n  ".join(self.violations[:10])
-        more = len(self.violations) - 10
+        shown = "\n  ".join(self.violations[:most])
+        more = len(self.violations) - most
         tail = f"\n  (+{more} more)" if more > 0 else ""
         return f"{head}: {len(self.violations)} violations\n  {shown}{tail}"
+
+
+@dataclass
+class Verdict(Checked):
+    holds: int = 0
+    believed: int = 0
+    outcomes: Dict[str, int] = field(default_factory=dict)
+
+    def summary(self) -> str:
+        kinds = ", ".join(f"{k} {n}" for k, n in sorted(self.outcomes.items()))
+        return self.said(f"{self.holds} holds ({kinds}), {self.believed} believed", 10)
 
 
 def read_records(paths: Iterable[Path]) -> List[Dict[str, Any]]:
