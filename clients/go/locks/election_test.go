@@ -442,16 +442,14 @@ func TestNoteOption(t *testing.T) {
 
 func TestNoteOptionOnTheWire(t *testing.T) {
 	got := make(chan []string, 4)
-	addr := fakeServer(t, func(args []string) string {
-		switch strings.ToUpper(args[0]) {
-		case "HELLO":
-			return helloReply
+	addr := fakeServer(t, resp3(func(cmd string, args []string) string {
+		switch cmd {
 		case "HOLD", "TRYHOLD":
 			got <- args
 			return grantReply
 		}
 		return "+OK\r\n"
-	})
+	}))
 	store := connect(t, addr)
 	l := openLock(t, store, "jobs", Permits(3))
 	ctx := context.Background()
@@ -583,10 +581,8 @@ func observePush(lock, key, event string, fence, holder int64, note string) stri
 
 func TestObserveReadsEveryEvent(t *testing.T) {
 	var observes atomic.Int32
-	addr := fakeServer(t, func(args []string) string {
-		switch strings.ToUpper(args[0]) {
-		case "HELLO":
-			return helloReply
+	addr := fakeServer(t, resp3(func(cmd string, args []string) string {
+		switch cmd {
 		case "OBSERVE":
 			if args[1] != "elections" || args[2] != "billing" {
 				return "-ERR wrong key\r\n"
@@ -612,7 +608,7 @@ func TestObserveReadsEveryEvent(t *testing.T) {
 			return "+PONG\r\n"
 		}
 		return "-ERR unknown command\r\n"
-	})
+	}))
 	store := connect(t, addr)
 	e := openLock(t, store, "elections").Election("billing")
 	ctx, cancel := context.WithCancel(context.Background())
@@ -643,15 +639,13 @@ func TestObserveRefused(t *testing.T) {
 		"ERR unknown command 'OBSERVE'",
 		"LIMIT this connection observes 1000 keys already",
 	} {
-		addr := fakeServer(t, func(args []string) string {
-			switch strings.ToUpper(args[0]) {
-			case "HELLO":
-				return helloReply
+		addr := fakeServer(t, resp3(func(cmd string, args []string) string {
+			switch cmd {
 			case "OBSERVE":
 				return "-" + line + "\r\n"
 			}
 			return "+OK\r\n"
-		})
+		}))
 		store := connect(t, addr)
 		leaders, err := openLock(t, store, "elections").Election("billing").Observe(context.Background())
 		want := line
@@ -684,10 +678,8 @@ func canceled() context.Context {
 
 func TestObserveSilentServerObservedAgain(t *testing.T) {
 	var observes atomic.Int32
-	addr := fakeServer(t, func(args []string) string {
-		switch strings.ToUpper(args[0]) {
-		case "HELLO":
-			return helloReply
+	addr := fakeServer(t, resp3(func(cmd string, args []string) string {
+		switch cmd {
 		case "OBSERVE":
 			observes.Add(1)
 			return "+OK\r\n" + observePush("elections", "billing", "held", 3, 7, "n")
@@ -695,7 +687,7 @@ func TestObserveSilentServerObservedAgain(t *testing.T) {
 			return "" // silent
 		}
 		return "+OK\r\n"
-	})
+	}))
 	store := connect(t, addr)
 	e := openLock(t, store, "elections", TTL(300*time.Millisecond)).Election("billing")
 	leaders := observe(t, e)
@@ -712,15 +704,13 @@ func TestObserveSilentServerObservedAgain(t *testing.T) {
 }
 
 func TestObserveStoreClosedClosesTheChannel(t *testing.T) {
-	addr := fakeServer(t, func(args []string) string {
-		switch strings.ToUpper(args[0]) {
-		case "HELLO":
-			return helloReply
+	addr := fakeServer(t, resp3(func(cmd string, args []string) string {
+		switch cmd {
 		case "OBSERVE":
 			return "+OK\r\n" + observePush("elections", "billing", "free", 0, 0, "")
 		}
 		return "+PONG\r\n"
-	})
+	}))
 	store := connect(t, addr)
 	leaders, err := openLock(t, store, "elections").Election("billing").Observe(context.Background())
 	if err != nil {
@@ -731,13 +721,20 @@ func TestObserveStoreClosedClosesTheChannel(t *testing.T) {
 	observeEnds(t, leaders, "after the store closed")
 }
 
-// helloOnly answers HELLO, and nothing else.
-func helloOnly(args []string) string {
-	if strings.EqualFold(args[0], "HELLO") {
-		return helloReply
+// resp3 is a fake server's script that answers HELLO (RESP3, as OBSERVE
+// needs) and gives every other command, upper-cased, to script.
+func resp3(script func(cmd string, args []string) string) func(args []string) string {
+	return func(args []string) string {
+		cmd := strings.ToUpper(args[0])
+		if cmd == "HELLO" {
+			return helloReply
+		}
+		return script(cmd, args)
 	}
-	return ""
 }
+
+// helloOnly answers HELLO, and nothing else.
+var helloOnly = resp3(func(string, []string) string { return "" })
 
 // In a cluster Observe asks the node that serves the election's key,
 // follows MOVED, and after a closed partition observes again where the
