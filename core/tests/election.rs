@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{revoking_lock, store_with};
+use common::{assert_fails_with, revoking_lock, store_with};
 use holdline::{Leader, Store};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -75,9 +75,9 @@ fn a_lost_leadership_fires_before_the_next_campaigner_leads() {
     // b leads only after a's term was lost, and a was told.
     assert!(signal.is_aborted() && first.is_lost());
     assert!(lead.fence() > first.fence());
-    assert_eq!(
-        first.proclaim("still here").unwrap_err().to_string(),
-        "lock jobs: key \"nightly\": the lease was lost: it was revoked at its maxHold"
+    assert_fails_with(
+        first.proclaim("still here"),
+        "lock jobs: key \"nightly\": the lease was lost: it was revoked at its maxHold",
     );
     assert_eq!(shown(election.leader()), Some(leader("b", lead.fence())));
     let err = first.resign().unwrap_err();

@@ -2,7 +2,9 @@
 
 mod common;
 
-use common::{revoking_lock, store_with, ttl_lock};
+use common::{
+    assert_error, assert_error_starts, assert_fails_with, revoking_lock, store_with, ttl_lock,
+};
 use holdline::{EndReason, ErrorKind, Store};
 use std::sync::mpsc;
 use std::thread;
@@ -46,10 +48,10 @@ fn a_revoked_hold_answers_lost_with_its_text() {
             lease.signal().wait_timeout(Duration::from_secs(20));
         })
         .unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Lost);
-    assert_eq!(
-        err.to_string(),
-        "lock invoices: key \"m\": the lease was lost: it was revoked at its maxHold"
+    assert_error(
+        &err,
+        ErrorKind::Lost,
+        "lock invoices: key \"m\": the lease was lost: it was revoked at its maxHold",
     );
     let s = invoices.stats();
     assert_eq!((s.held_keys, s.revocations), (0, 1));
@@ -193,9 +195,9 @@ fn max_hold_bounds_a_renewed_handle_lease() {
     assert!(lease.is_lost());
     assert!(started.elapsed() >= Duration::from_millis(140));
     assert_eq!(lease.signal().reason(), Some(EndReason::Revoked));
-    assert_eq!(
-        lease.check().unwrap_err().to_string(),
-        "lock l: key \"k\": the lease was lost: it was revoked at its maxHold"
+    assert_fails_with(
+        lease.check(),
+        "lock l: key \"k\": the lease was lost: it was revoked at its maxHold",
     );
 }
 
@@ -228,10 +230,10 @@ fn close_fails_every_waiter_at_once() {
     for w in waiters {
         let (r, took) = w.join().unwrap();
         let e = r.unwrap_err();
-        assert_eq!(e.kind(), ErrorKind::Closed);
-        assert_eq!(
-            e.to_string(),
-            "lock invoices: key \"7\": the store is closed: closed"
+        assert_error(
+            &e,
+            ErrorKind::Closed,
+            "lock invoices: key \"7\": the store is closed: closed",
         );
         assert!(
             took < Duration::from_secs(30),
@@ -247,9 +249,9 @@ fn close_loses_a_handle_lease() {
     let handle = lock.acquire("8").unwrap();
     store.close();
     assert!(handle.is_lost());
-    assert_eq!(
-        handle.renew().unwrap_err().to_string(),
-        "lock invoices: key \"8\": the lease was lost: its store closed"
+    assert_fails_with(
+        handle.renew(),
+        "lock invoices: key \"8\": the lease was lost: its store closed",
     );
 }
 
@@ -267,9 +269,9 @@ fn close_loses_a_running_hold() {
             assert!(lease.is_lost());
             assert!(s.is_aborted());
             assert_eq!(s.reason(), Some(EndReason::StoreClosed));
-            assert_eq!(
-                lease.check().unwrap_err().to_string(),
-                "lock invoices: key \"7\": the lease was lost: its store closed"
+            assert_fails_with(
+                lease.check(),
+                "lock invoices: key \"7\": the lease was lost: its store closed",
             );
         })
     });
@@ -307,14 +309,11 @@ fn every_call_after_close_fails_closed() {
         e.to_string(),
         "lock invoices: key \"1\": the store is closed: closed"
     );
-    assert_eq!(
-        store.lock("x").open().unwrap_err().to_string(),
-        "lock x: the store is closed: closed"
+    assert_fails_with(
+        store.lock("x").open(),
+        "lock x: the store is closed: closed",
     );
-    assert_eq!(
-        store.tx(|_| Ok(())).unwrap_err().to_string(),
-        "store: the store is closed: closed"
-    );
+    assert_fails_with(store.tx(|_| Ok(())), "store: the store is closed: closed");
     assert_eq!(lock.acquire("2").unwrap_err().kind(), ErrorKind::Closed);
 }
 
@@ -408,11 +407,10 @@ fn a_fenced_write_is_refused_once_the_key_is_let_go() {
     let e = store
         .tx(|tx| tx.put_fenced(&lock, "9", fence, "row", "b"))
         .unwrap_err();
-    assert_eq!(e.kind(), ErrorKind::Lost);
-    assert!(
-        e.to_string()
-            .starts_with("lock invoices: key \"9\": the lease was lost: "),
-        "{e}"
+    assert_error_starts(
+        &e,
+        ErrorKind::Lost,
+        "lock invoices: key \"9\": the lease was lost: ",
     );
 }
 
@@ -590,10 +588,10 @@ fn a_heartbeat_renews_all_its_leases_at_once_and_they_run_out_when_it_stops() {
 fn a_heartbeat_of_another_store_is_refused() {
     let (a, b) = (Store::new(), Store::new());
     let err = a.lock("x").heartbeat(&b.heartbeat()).open().unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Invalid);
-    assert_eq!(
-        err.to_string(),
-        "lock x: a heartbeat of another store: invalid"
+    assert_error(
+        &err,
+        ErrorKind::Invalid,
+        "lock x: a heartbeat of another store: invalid",
     );
 }
 

@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::revoking_lock;
+use common::{assert_error, revoking_lock};
 use holdline::{ErrorKind, KeyInfo, Lock, Store};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
@@ -120,10 +120,10 @@ fn a_timeout_part_way_lets_every_key_taken_go_before_the_error_returns() {
         .hold(|_| panic!("must not run"))
         .unwrap_err();
     assert!(started.elapsed() >= Duration::from_millis(100));
-    assert_eq!(err.kind(), ErrorKind::InUse);
-    assert_eq!(
-        err.to_string(),
-        "lock accounts: key \"b\": held past the hold's wait: in use"
+    assert_error(
+        &err,
+        ErrorKind::InUse,
+        "lock accounts: key \"b\": held past the hold's wait: in use",
     );
     // "a" was taken (sorted first) and let go; "c" was never reached.
     assert!(is_free(&lock, "a"));

@@ -2,7 +2,7 @@
 
 #![allow(dead_code)]
 
-use holdline::{Error, Lock, Store};
+use holdline::{Error, ErrorKind, Lock, Store};
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -60,6 +60,43 @@ pub fn ttl_lock(store: &Store, name: &str, ttl_ms: u64, max_hold_ms: Option<u64>
     }
     .open()
     .unwrap()
+}
+
+/// Asserts that `r` failed, with exactly `text` as its error's text.
+#[track_caller]
+pub fn assert_fails_with<T: std::fmt::Debug>(r: Result<T, Error>, text: &str) {
+    assert_eq!(r.unwrap_err().to_string(), text);
+}
+
+/// Runs `op`, which must fail within `limit` (at once, not after a
+/// wait), and answers its error.
+#[track_caller]
+pub fn fails_within<T: std::fmt::Debug>(
+    limit: Duration,
+    op: impl FnOnce() -> Result<T, Error>,
+) -> Error {
+    let started = Instant::now();
+    let e = op().unwrap_err();
+    let took = started.elapsed();
+    assert!(
+        took < limit,
+        "failed after {took:?}, not within {limit:?}: {e}"
+    );
+    e
+}
+
+/// Asserts `e`'s kind, and exactly its text.
+#[track_caller]
+pub fn assert_error(e: &Error, kind: ErrorKind, text: &str) {
+    assert_eq!(e.kind(), kind, "{e}");
+    assert_eq!(e.to_string(), text);
+}
+
+/// Asserts `e`'s kind, and that its text starts with `prefix`.
+#[track_caller]
+pub fn assert_error_starts(e: &Error, kind: ErrorKind, prefix: &str) {
+    assert_eq!(e.kind(), kind, "{e}");
+    assert!(e.to_string().starts_with(prefix), "{e}");
 }
 
 /// A new store with `rows` (key, value) written by one committed
