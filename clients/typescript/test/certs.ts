@@ -14,6 +14,8 @@ import * as fs from 'node:fs'
 import * as os from 'node:os'
 import * as path from 'node:path'
 import type * as tls from 'node:tls'
+import { after, before } from 'node:test'
+import { startServer, type Server } from './server.js'
 
 const LEAF_EXTENSIONS = (usage: string) => `basicConstraints = CA:FALSE
 keyUsage = critical, digitalSignature
@@ -108,4 +110,32 @@ export class Ca {
 export function tlsFlags(ca: Ca, ...more: string[]): string[] {
 	const pair = ca.leaf()
 	return ['--tls-cert', pair.cert, '--tls-key', pair.key, ...more]
+}
+
+/** What `sharedTlsServers` shares: a CA, a TLS server with a leaf of it, and a plain server. */
+export interface TlsServers {
+	ca: Ca
+	server: Server
+	plain: Server
+}
+
+/**
+ * Makes a CA (in a folder of its own) and starts a TLS server with a leaf
+ * of it and a plain server before the file's first test; stops both and
+ * removes the folder after its last: read the fields inside tests, once
+ * `before` has set them.
+ */
+export function sharedTlsServers(): TlsServers {
+	const shared: Partial<TlsServers> = {}
+	before(async () => {
+		shared.ca = new Ca(certFolder())
+		shared.server = await startServer(tlsFlags(shared.ca))
+		shared.plain = await startServer()
+	})
+	after(async () => {
+		await shared.server?.stop()
+		await shared.plain?.stop()
+		if (shared.ca) removeFolder(shared.ca.folder)
+	})
+	return shared as TlsServers
 }

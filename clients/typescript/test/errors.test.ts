@@ -92,23 +92,14 @@ test('invalid: names, keys, durations, a hold inside a hold of the same key', as
 		isError('invalid', `lock invoices: a ttl is a duration such as '10s', '2m' or '500ms', or a number of milliseconds, not "10x": invalid`),
 	)
 	const invoices = shared.store.lock('invoices')
-	await assert.rejects(
-		invoices.hold('7', () => 1, { wait: 'soon' }),
-		isError('invalid', `lock invoices: key "7": a wait is a duration such as '10s', '2m' or '500ms', or a number of milliseconds, not "soon": invalid`),
-	)
-	await assert.rejects(
-		invoices.hold('', () => 1),
-		isError('invalid', 'lock invoices: key "": the key is empty: invalid'),
-	)
-	await assert.rejects(
-		invoices.tryHold('a\nb', () => 1),
-		isError('invalid', 'lock invoices: key "a\\nb": the key holds a control character: invalid'),
-	)
-	await assert.rejects(
-		invoices.hold(1.5, () => 1),
-		isError('invalid', 'lock invoices: a key is text or a whole number, not 1.5: invalid'),
-	)
-	await assert.rejects(invoices.hold('7', 'work' as never), isError('invalid', 'lock invoices: key "7": the holder is a function, not string: invalid'))
+	const refused: [() => Promise<unknown>, string][] = [
+		[() => invoices.hold('7', () => 1, { wait: 'soon' }), `lock invoices: key "7": a wait is a duration such as '10s', '2m' or '500ms', or a number of milliseconds, not "soon": invalid`],
+		[() => invoices.hold('', () => 1), 'lock invoices: key "": the key is empty: invalid'],
+		[() => invoices.tryHold('a\nb', () => 1), 'lock invoices: key "a\\nb": the key holds a control character: invalid'],
+		[() => invoices.hold(1.5, () => 1), 'lock invoices: a key is text or a whole number, not 1.5: invalid'],
+		[() => invoices.hold('7', 'work' as never), 'lock invoices: key "7": the holder is a function, not string: invalid'],
+	]
+	for (const [attempt, text] of refused) await assert.rejects(attempt(), isError('invalid', text))
 	await invoices.hold('7', async () => {
 		await assert.rejects(
 			invoices.hold('7', () => 1),
@@ -193,14 +184,9 @@ test('closed: after store.close every call fails closed, waiters fail closed, ho
 	await assert.rejects(waiting, isError('closed', 'lock invoices: key "c": the store is closed: closed'))
 	await assert.rejects(holding, isError('lost', 'lock invoices: key "d": the lease was lost: its store closed'))
 	assert.ok(reason instanceof HoldlineError && reason.message === 'lock invoices: key "d": the lease was lost: its store closed')
-	await assert.rejects(
-		lock.hold('7', () => 1),
-		isError('closed', 'lock invoices: key "7": the store is closed: closed'),
-	)
-	await assert.rejects(
-		lock.tryHold('7', () => 1),
-		isError('closed', 'lock invoices: key "7": the store is closed: closed'),
-	)
+	for (const attempt of [() => lock.hold('7', () => 1), () => lock.tryHold('7', () => 1)]) {
+		await assert.rejects(attempt(), isError('closed', 'lock invoices: key "7": the store is closed: closed'))
+	}
 	assert.throws(() => s.lock('invoices'), isError('closed', 'lock invoices: the store is closed: closed'))
 	// The server let the closed store's key go and took its waiter out of the line.
 	await until('d let go', async () => (await shared.store.stats('invoices')).held_keys === 1)

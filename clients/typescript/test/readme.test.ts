@@ -15,35 +15,26 @@ import { execFile } from 'node:child_process'
 import * as fs from 'node:fs'
 import * as path from 'node:path'
 import { promisify } from 'node:util'
-import { Ca, certFolder, removeFolder, tlsFlags } from './certs.js'
+import { sharedTlsServers } from './certs.js'
 import { startCluster, type Cluster } from './cluster.js'
-import { REPO, startServer, startServerWithFile, type Server } from './server.js'
+import { REPO, startServerWithFile, type Server } from './server.js'
 
 const run = promisify(execFile)
 const PACKAGE = path.join(REPO, 'clients/typescript')
 /** Inside the package, so that `import ... from 'holdline'` resolves to it by its own name. */
 const DIR = path.join(PACKAGE, 'dist/readme')
 
-let server: Server
-let tlsServer: Server
+/** A plain server, and a TLS one whose CA the snippets trust. */
+const shared = sharedTlsServers()
 let usersServer: Server
-let folder: string
-let ca: Ca
 let cluster: Cluster
 before(async () => {
-	folder = certFolder()
-	ca = new Ca(folder)
-	server = await startServer()
-	tlsServer = await startServer(tlsFlags(ca))
 	usersServer = await startServerWithFile('--users', 'alice alice-token-0123456789 locks=team-a.*\n')
 	cluster = await startCluster()
 })
 after(async () => {
-	await server?.stop()
-	await tlsServer?.stop()
 	await usersServer?.stop()
 	await cluster?.stop()
-	if (folder) removeFolder(folder)
 })
 
 /** Whether a snippet speaks TLS. */
@@ -57,7 +48,7 @@ const asUser = (snippet: string) => snippet.includes("user: 'alice'")
 /** The snippet with the addresses of the servers it runs against put in. */
 function withAddresses(snippet: string): string {
 	if (forCluster(snippet)) return snippet.replace(/127\.0\.0\.1:700(\d)/g, (_, n: string) => cluster.nodes[Number(n) - 1]!.addr)
-	const target = speaksTls(snippet) ? tlsServer : asUser(snippet) ? usersServer : server
+	const target = speaksTls(snippet) ? shared.server : asUser(snippet) ? usersServer : shared.plain
 	return snippet.replaceAll('127.0.0.1:7380', target.address)
 }
 
@@ -78,7 +69,7 @@ test('every TypeScript snippet of the README compiles and runs as written', asyn
 	assert.ok(all.some(asUser), 'a snippet connects as a user')
 	fs.rmSync(DIR, { recursive: true, force: true })
 	fs.mkdirSync(DIR, { recursive: true })
-	fs.copyFileSync(ca.cert, path.join(DIR, 'ca.pem'))
+	fs.copyFileSync(shared.ca.cert, path.join(DIR, 'ca.pem'))
 	const files = all.map((snippet, i) => {
 		const file = path.join(DIR, `snippet${i + 1}.ts`)
 		fs.writeFileSync(file, withAddresses(snippet))

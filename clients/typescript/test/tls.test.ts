@@ -6,34 +6,18 @@
  * way, and the lease's clock behind a frozen link, unchanged by TLS.
  */
 
-import { test, before, after } from 'node:test'
+import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import * as fs from 'node:fs'
 import { connect, HoldlineError } from '../src/index.js'
-import { Ca, certFolder, removeFolder, tlsFlags } from './certs.js'
+import { Ca, sharedTlsServers, tlsFlags } from './certs.js'
 import { INDEX_URL, runProgram } from './child.js'
 import { lostBeforeTheKeyMovesOn, startProxy } from './proxy.js'
-import { silentServer, startServer, startServerWithFile, type Server } from './server.js'
+import { silentServer, startServer, startServerWithFile } from './server.js'
 import { isText } from './texts.js'
 
-let folder: string
-let ca: Ca
-/** A TLS server with a leaf of `ca`, and a plain one. */
-let server: Server
-let plain: Server
-let port: string
-before(async () => {
-	folder = certFolder()
-	ca = new Ca(folder)
-	server = await startServer(tlsFlags(ca))
-	plain = await startServer()
-	port = server.address.split(':')[1]!
-})
-after(async () => {
-	await server?.stop()
-	await plain?.stop()
-	if (folder) removeFolder(folder)
-})
+/** A TLS server with a leaf of `shared.ca`, and a plain one. */
+const shared = sharedTlsServers()
 
 /** A `tls_failed` for `hostport` whose reason matches `reason`. */
 function tlsFailed(hostport: string, reason: RegExp) {
@@ -53,9 +37,10 @@ async function holdOnce(address: string, options: Parameters<typeof connect>[1])
 }
 
 test('holds go over TLS given the tls option, with any address form, or a rediss:// URL', async () => {
-	const trusted = ca.trusting()
+	const trusted = shared.ca.trusting()
+	const port = shared.server.address.split(':')[1]!
 	let last = 0n
-	for (const address of [server.address, `localhost:${port}`, `rediss://127.0.0.1:${port}`, `rediss://localhost:${port}`]) {
+	for (const address of [shared.server.address, `localhost:${port}`, `rediss://127.0.0.1:${port}`, `rediss://localhost:${port}`]) {
 		const { fence, state, lost } = await holdOnce(address, { tls: trusted })
 		assert.ok(fence > last, `${address}: fence ${fence} after ${last}`)
 		last = fence
@@ -64,7 +49,7 @@ test('holds go over TLS given the tls option, with any address form, or a rediss
 		assert.equal(state?.fence, fence)
 	}
 	// A token in a rediss:// URL, as in a redis:// one.
-	const guarded = await startServerWithFile('--token-file', 's3cret\n', tlsFlags(ca))
+	const guarded = await startServerWithFile('--token-file', 's3cret\n', tlsFlags(shared.ca))
 	try {
 		const guardedPort = guarded.address.split(':')[1]!
 		assert.ok((await holdOnce(`rediss://:s3cret@127.0.0.1:${guardedPort}`, { tls: trusted })).fence >= 1n)
@@ -75,30 +60,30 @@ test('holds go over TLS given the tls option, with any address form, or a rediss
 })
 
 test('a client trusting another CA, or a name not in the certificate, fails at connect', async () => {
-	const other = new Ca(folder, 'other')
-	await assert.rejects(connect(server.address, { tls: other.trusting() }), tlsFailed(server.address, /unable to verify|self.signed/))
+	const other = new Ca(shared.ca.folder, 'other')
+	await assert.rejects(connect(shared.server.address, { tls: other.trusting() }), tlsFailed(shared.server.address, /unable to verify|self.signed/))
 	// rediss:// without the tls option trusts Node's default CAs, which do not include the test's own.
-	await assert.rejects(connect(`rediss://${server.address}`), tlsFailed(server.address, /unable to verify|self.signed/))
+	await assert.rejects(connect(`rediss://${shared.server.address}`), tlsFailed(shared.server.address, /unable to verify|self.signed/))
 	// The certificate names 127.0.0.1 and localhost only.
-	await assert.rejects(connect(server.address, { tls: { ...ca.trusting(), servername: 'example.com' } }), tlsFailed(server.address, /example\.com/))
+	await assert.rejects(connect(shared.server.address, { tls: { ...shared.ca.trusting(), servername: 'example.com' } }), tlsFailed(shared.server.address, /example\.com/))
 	// What failed stays reachable, as the cause.
-	const error = await connect(server.address, { tls: other.trusting() }).catch((e: unknown) => e)
+	const error = await connect(shared.server.address, { tls: other.trusting() }).catch((e: unknown) => e)
 	assert.ok(error instanceof HoldlineError && error.cause instanceof Error)
 })
 
 test('a server wanting client certificates serves a client with one and refuses one without, at connect', async () => {
-	const strict = await startServer(tlsFlags(ca, '--tls-client-ca', ca.cert))
+	const strict = await startServer(tlsFlags(shared.ca, '--tls-client-ca', shared.ca.cert))
 	try {
-		assert.ok((await holdOnce(strict.address, { tls: ca.trusting(true) })).fence >= 1n)
+		assert.ok((await holdOnce(strict.address, { tls: shared.ca.trusting(true) })).fence >= 1n)
 		// Under TLS 1.3 the refusal comes as an alert after the handshake, racing the HELLO.
 		for (let i = 0; i < 5; i++) {
-			await assert.rejects(connect(strict.address, { tls: ca.trusting() }), tlsFailed(strict.address, /certificate required/))
+			await assert.rejects(connect(strict.address, { tls: shared.ca.trusting() }), tlsFailed(strict.address, /certificate required/))
 		}
 		// Under TLS 1.2 it comes in the handshake.
-		await assert.rejects(connect(strict.address, { tls: { ...ca.trusting(), maxVersion: 'TLSv1.2' } }), tlsFailed(strict.address, /./))
+		await assert.rejects(connect(strict.address, { tls: { ...shared.ca.trusting(), maxVersion: 'TLSv1.2' } }), tlsFailed(strict.address, /./))
 		// A certificate from another CA.
-		const stranger = new Ca(folder, 'stranger').leaf(true)
-		const foreign = { ...ca.trusting(), cert: fs.readFileSync(stranger.cert), key: fs.readFileSync(stranger.key) }
+		const stranger = new Ca(shared.ca.folder, 'stranger').leaf(true)
+		const foreign = { ...shared.ca.trusting(), cert: fs.readFileSync(stranger.cert), key: fs.readFileSync(stranger.key) }
 		await assert.rejects(connect(strict.address, { tls: foreign }), tlsFailed(strict.address, /./))
 	} finally {
 		await strict.stop()
@@ -106,10 +91,10 @@ test('a server wanting client certificates serves a client with one and refuses 
 })
 
 test('plain text and TLS meeting fail at connect, saying so', async () => {
-	await assert.rejects(connect(server.address), tlsFailed(server.address, /^the server speaks TLS/))
-	await assert.rejects(connect(`redis://${server.address}`), tlsFailed(server.address, /^the server speaks TLS/))
-	await assert.rejects(connect(plain.address, { tls: ca.trusting() }), tlsFailed(plain.address, /./))
-	await assert.rejects(connect(`rediss://${plain.address}`), tlsFailed(plain.address, /./))
+	await assert.rejects(connect(shared.server.address), tlsFailed(shared.server.address, /^the server speaks TLS/))
+	await assert.rejects(connect(`redis://${shared.server.address}`), tlsFailed(shared.server.address, /^the server speaks TLS/))
+	await assert.rejects(connect(shared.plain.address, { tls: shared.ca.trusting() }), tlsFailed(shared.plain.address, /./))
+	await assert.rejects(connect(`rediss://${shared.plain.address}`), tlsFailed(shared.plain.address, /./))
 })
 
 test('a server that accepts and answers no TLS handshake fails connect after the connect timeout', async () => {
@@ -121,16 +106,16 @@ test('a server that accepts and answers no TLS handshake fails connect after the
 
 test('the tls option is an object of tls.connect options', async () => {
 	for (const bad of [true, 'yes', null]) {
-		await assert.rejects(connect(server.address, { tls: bad as never }), (e: unknown) => e instanceof HoldlineError && e.kind === 'invalid')
+		await assert.rejects(connect(shared.server.address, { tls: bad as never }), (e: unknown) => e instanceof HoldlineError && e.kind === 'invalid')
 	}
 })
 
 test('over TLS, a holder behind a frozen link is told of its loss before another client is granted the key', async () => {
-	const trusted = ca.trusting()
-	const proxy = await startProxy(server.address)
+	const trusted = shared.ca.trusting()
+	const proxy = await startProxy(shared.server.address)
 	try {
 		await using behind = await connect(proxy.address, { tls: trusted })
-		await using direct = await connect(server.address, { tls: trusted })
+		await using direct = await connect(shared.server.address, { tls: trusted })
 		await lostBeforeTheKeyMovesOn(proxy, behind, direct, 'tls-frozen')
 	} finally {
 		await proxy.stop()
@@ -141,7 +126,7 @@ test('a program that never closes its TLS store exits by itself once its work is
 	const program = `
 		import { connect } from ${JSON.stringify(INDEX_URL)}
 		import * as fs from 'node:fs'
-		const store = await connect(${JSON.stringify(`rediss://${server.address}`)}, { tls: { ca: fs.readFileSync(${JSON.stringify(ca.cert)}) } })
+		const store = await connect(${JSON.stringify(`rediss://${shared.server.address}`)}, { tls: { ca: fs.readFileSync(${JSON.stringify(shared.ca.cert)}) } })
 		console.log(await store.lock('exits').hold('k', lease => String(lease.lost)))
 	`
 	assert.equal(await runProgram(program), 'false\n')
