@@ -10,15 +10,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::time::{sleep, timeout};
 
-async fn store(server: &Server) -> Store {
-    Store::connect(&server.addr).await.expect("connect")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hold_answers_the_closure_and_try_hold_never_waits() {
     let server = Server::start();
-    let s = store(&server).await;
-    let invoices = s.lock("invoices").open().unwrap();
+    let (_s, invoices) = server.lock("invoices", None, None).await;
 
     let (fence, key) = invoices
         .hold(&9, async |lease| (lease.fence(), lease.key().to_owned()))
@@ -29,8 +24,7 @@ async fn hold_answers_the_closure_and_try_hold_never_waits() {
 
     // Held by another client: try_hold answers None without running f;
     // a zero wait fails `in use` at once with the core's text.
-    let other = store(&server).await;
-    let other_invoices = other.lock("invoices").open().unwrap();
+    let (_other, other_invoices) = server.lock("invoices", None, None).await;
     let held = invoices.acquire("9").await.unwrap();
     let mut ran = false;
     let tried = other_invoices
@@ -76,14 +70,13 @@ async fn hold_answers_the_closure_and_try_hold_never_waits() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_from_several_clients_are_granted_in_arrival_order() {
     let server = Server::start();
-    let holder_store = store(&server).await;
-    let lock = holder_store.lock("fifo").open().unwrap();
+    let (_holder_store, lock) = server.lock("fifo", None, None).await;
     let held = lock.acquire("k").await.unwrap();
 
     let order = Arc::new(Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
     for i in 0..6 {
-        let s = store(&server).await;
+        let s = server.store().await;
         let order = order.clone();
         tasks.push(tokio::spawn(async move {
             let lock = s.lock("fifo").open().unwrap();
@@ -116,8 +109,8 @@ async fn waiters_from_several_clients_are_granted_in_arrival_order() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fences_rise_across_grants_and_clients() {
     let server = Server::start();
-    let a = store(&server).await;
-    let b = store(&server).await;
+    let a = server.store().await;
+    let b = server.store().await;
     let la = a.lock("fences").open().unwrap();
     let lb = b.lock("fences").open().unwrap();
     let mut last = 0;
@@ -132,14 +125,10 @@ async fn fences_rise_across_grants_and_clients() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_hold_revokes_fires_the_signal_and_hold_answers_lost() {
     let server = Server::start();
-    let s = store(&server).await;
-    let lock = s
-        .lock("invoices")
-        .max_hold(Duration::from_millis(300))
-        .open()
-        .unwrap();
-    let waiter_store = store(&server).await;
-    let waiter = waiter_store.lock("invoices").open().unwrap();
+    let (_s, lock) = server
+        .lock("invoices", None, Some(Duration::from_millis(300)))
+        .await;
+    let (_waiter_store, waiter) = server.lock("invoices", None, None).await;
 
     let granted = Instant::now();
     let result = lock
@@ -192,14 +181,10 @@ async fn max_hold_revokes_fires_the_signal_and_hold_answers_lost() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_signal_fires_promptly_and_the_next_waiter_gets_the_key() {
     let server = Server::start();
-    let s = store(&server).await;
-    let lock = s
-        .lock("prompt")
-        .max_hold(Duration::from_millis(300))
-        .open()
-        .unwrap();
-    let other = store(&server).await;
-    let waiter = other.lock("prompt").open().unwrap();
+    let (_s, lock) = server
+        .lock("prompt", None, Some(Duration::from_millis(300)))
+        .await;
+    let (_other, waiter) = server.lock("prompt", None, None).await;
     let held = lock.acquire("k").await.unwrap();
     let granted = Instant::now();
     let next = tokio::spawn(async move {
@@ -226,14 +211,10 @@ async fn the_signal_fires_promptly_and_the_next_waiter_gets_the_key() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renewal_keeps_a_lease_past_its_ttl_while_the_closure_sleeps() {
     let server = Server::start();
-    let s = store(&server).await;
-    let lock = s
-        .lock("renew")
-        .ttl(Duration::from_millis(800))
-        .open()
-        .unwrap();
-    let other = store(&server).await;
-    let prober = other.lock("renew").open().unwrap();
+    let (_s, lock) = server
+        .lock("renew", Some(Duration::from_millis(800)), None)
+        .await;
+    let (_other, prober) = server.lock("renew", None, None).await;
     let fence = lock
         .hold("k", async |lease| {
             // Three ttls: without renewal the lease would run out. (A
@@ -255,14 +236,10 @@ async fn renewal_keeps_a_lease_past_its_ttl_while_the_closure_sleeps() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiting_hold_renews_and_delays_no_other_hold() {
     let server = Server::start();
-    let s = store(&server).await;
-    let short = s
-        .lock("renew")
-        .ttl(Duration::from_millis(800))
-        .open()
-        .unwrap();
-    let blocker_store = store(&server).await;
-    let blocker = blocker_store.lock("renew").open().unwrap();
+    let (_s, short) = server
+        .lock("renew", Some(Duration::from_millis(800)), None)
+        .await;
+    let (_blocker_store, blocker) = server.lock("renew", None, None).await;
     let b = blocker.acquire("b").await.unwrap();
 
     // One task of this store holds `a` past several ttls; another task of
@@ -298,10 +275,8 @@ async fn a_waiting_hold_renews_and_delays_no_other_hold() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_connection_aborts_the_signal_and_fails_calls() {
     let mut server = Server::start();
-    let s = store(&server).await;
-    let lock = s.lock("drop").open().unwrap();
-    let other = store(&server).await;
-    let other_lock = other.lock("drop").open().unwrap();
+    let (_s, lock) = server.lock("drop", None, None).await;
+    let (_other, other_lock) = server.lock("drop", None, None).await;
     let held = lock.acquire("k").await.unwrap();
     let waiting =
         tokio::spawn(async move { other_lock.key("k").wait(PATIENCE).hold(async |_| ()).await });
@@ -344,10 +319,8 @@ async fn a_dropped_connection_aborts_the_signal_and_fails_calls() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hold_dropped_while_waiting_leaves_the_line() {
     let server = Server::start();
-    let s = store(&server).await;
-    let lock = s.lock("leave").open().unwrap();
-    let other = store(&server).await;
-    let other_lock = other.lock("leave").open().unwrap();
+    let (_s, lock) = server.lock("leave", None, None).await;
+    let (_other, other_lock) = server.lock("leave", None, None).await;
     let held = lock.acquire("k").await.unwrap();
     let gave_up = timeout(
         Duration::from_millis(200),
@@ -369,8 +342,7 @@ async fn a_hold_dropped_while_waiting_leaves_the_line() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_held_lease_lets_the_key_go_and_keeps_its_connection() {
     let server = Server::start();
-    let s = store(&server).await;
-    let lock = s.lock("dropped").open().unwrap();
+    let (s, lock) = server.lock("dropped", None, None).await;
     let held = lock.acquire("k").await.unwrap();
     drop(held);
     let fence = lock
@@ -386,8 +358,7 @@ async fn a_dropped_held_lease_lets_the_key_go_and_keeps_its_connection() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn local_checks_say_what_the_server_says() {
     let server = Server::start();
-    let s = store(&server).await;
-    let lock = s.lock("checks").open().unwrap();
+    let (s, lock) = server.lock("checks", None, None).await;
     let mut raw = Connection::connect(&server.addr).await.unwrap();
     let long = "k".repeat(1025);
     for key in ["", "a\nb", long.as_str()] {
@@ -420,12 +391,9 @@ async fn server_errors_keep_their_text_byte_for_byte() {
     assert_eq!(e.kind(), ErrorKind::Invalid);
     assert_eq!(format!("INVALID {e}"), text);
     // A lost lease: RELEASE answers the core's text, which the client keeps.
-    let s = store(&server).await;
-    let lock = s
-        .lock("bytes")
-        .max_hold(Duration::from_millis(50))
-        .open()
-        .unwrap();
+    let (_s, lock) = server
+        .lock("bytes", None, Some(Duration::from_millis(50)))
+        .await;
     let held = lock.acquire("m").await.unwrap();
     timeout(PATIENCE, held.signal().aborted()).await.unwrap();
     let pushed = held.check().unwrap_err();
@@ -440,11 +408,9 @@ async fn server_errors_keep_their_text_byte_for_byte() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_closing_server_fails_waiters_closed() {
     let mut server = Server::start();
-    let s = store(&server).await;
-    let lock = s.lock("closing").open().unwrap();
+    let (_s, lock) = server.lock("closing", None, None).await;
     let held = lock.acquire("k").await.unwrap();
-    let other = store(&server).await;
-    let waiter = other.lock("closing").open().unwrap();
+    let (_other, waiter) = server.lock("closing", None, None).await;
     let waiting =
         tokio::spawn(async move { waiter.key("k").wait(PATIENCE).hold(async |_| ()).await });
     let deadline = Instant::now() + PATIENCE;
@@ -522,8 +488,7 @@ async fn the_raw_connection_pipelines_and_routes_pushes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn holds_run_on_spawned_tasks_and_exclude_each_other() {
     let server = Server::start();
-    let s = store(&server).await;
-    let lock = s.lock("excl").open().unwrap();
+    let (s, lock) = server.lock("excl", None, None).await;
     let inside = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut tasks = Vec::new();
     for _ in 0..8 {
@@ -553,8 +518,7 @@ async fn holds_run_on_spawned_tasks_and_exclude_each_other() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hold_inside_a_hold_of_the_same_key_is_invalid() {
     let server = Server::start();
-    let s = store(&server).await;
-    let lock = s.lock("nest").open().unwrap();
+    let (_s, lock) = server.lock("nest", None, None).await;
     let (inner, other, tried, spawned) = lock
         .hold("k", async |_| {
             let started = Instant::now();
@@ -588,12 +552,9 @@ async fn a_hold_inside_a_hold_of_the_same_key_is_invalid() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_server_loses_the_lease_after_its_ttl_without_hanging() {
     let mut server = Server::start();
-    let s = store(&server).await;
-    let lock = s
-        .lock("stall")
-        .ttl(Duration::from_millis(500))
-        .open()
-        .unwrap();
+    let (_s, lock) = server
+        .lock("stall", Some(Duration::from_millis(500)), None)
+        .await;
     let held = lock.acquire("k").await.unwrap();
     // Renewals are answered: nothing is lost over several ttls.
     sleep(Duration::from_millis(1200)).await;
@@ -632,8 +593,7 @@ async fn a_stalled_server_loses_the_lease_after_its_ttl_without_hanging() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fenced_writes_refuse_a_stale_fence() {
     let server = Server::start();
-    let s = store(&server).await;
-    let lock = s.lock("fenced").open().unwrap();
+    let (s, lock) = server.lock("fenced", None, None).await;
     let old = lock
         .hold("k", async |lease| {
             s.put_fenced(&lock, lease.key(), lease.fence(), "row", b"first")
@@ -663,8 +623,7 @@ async fn fenced_writes_refuse_a_stale_fence() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panicking_closure_lets_the_key_go() {
     let server = Server::start();
-    let s = store(&server).await;
-    let lock = s.lock("panics").open().unwrap();
+    let (_s, lock) = server.lock("panics", None, None).await;
     let l2 = lock.clone();
     let joined =
         tokio::spawn(async move { l2.hold("k", async |_| -> () { panic!("boom") }).await }).await;
@@ -682,12 +641,9 @@ async fn a_panicking_closure_lets_the_key_go() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renew_answers_ok_then_the_loss() {
     let server = Server::start();
-    let s = store(&server).await;
-    let lock = s
-        .lock("renewing")
-        .max_hold(Duration::from_millis(300))
-        .open()
-        .unwrap();
+    let (_s, lock) = server
+        .lock("renewing", None, Some(Duration::from_millis(300)))
+        .await;
     let held = lock.acquire(&7).await.unwrap();
     held.renew().await.unwrap();
     timeout(PATIENCE, held.signal().aborted()).await.unwrap();
@@ -702,8 +658,9 @@ async fn renew_answers_ok_then_the_loss() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inspect_shows_the_holder_the_fence_and_the_line() {
     let server = Server::start();
-    let s = store(&server).await;
-    let lock = s.lock("seen").ttl(Duration::from_secs(5)).open().unwrap();
+    let (_s, lock) = server
+        .lock("seen", Some(Duration::from_secs(5)), None)
+        .await;
     assert_eq!(lock.inspect("k").await.unwrap(), None, "never used");
 
     let held = lock.acquire("k").await.unwrap();

@@ -23,10 +23,6 @@ use tokio::process::ChildStdout;
 use tokio::task::JoinHandle;
 use tokio::time::{sleep, timeout};
 
-async fn store(server: &Server) -> Store {
-    Store::connect(&server.addr).await.expect("connect")
-}
-
 /// How many permits a hold takes.
 #[derive(Clone, Copy)]
 enum Take {
@@ -79,7 +75,7 @@ async fn granted(task: JoinHandle<HeldLease>) -> HeldLease {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_semaphore_of_three_holds_three_and_the_fourth_waits() {
     let server = Server::start();
-    let (a, b) = (store(&server).await, store(&server).await);
+    let (a, b) = (server.store().await, server.store().await);
     let providers = a.lock("providers").permits(3).open().unwrap();
     let others = b.lock("providers").permits(3).open().unwrap();
     assert_eq!(providers.permits(), 3);
@@ -122,7 +118,7 @@ async fn a_semaphore_of_three_holds_three_and_the_fourth_waits() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readers_share_a_writer_waits_and_is_not_overtaken() {
     let server = Server::start();
-    let (a, b) = (store(&server).await, store(&server).await);
+    let (a, b) = (server.store().await, server.store().await);
     let docs = a.lock("docs").permits(1024).open().unwrap();
     let writers = b.lock("docs").permits(1024).open().unwrap();
 
@@ -175,7 +171,7 @@ async fn readers_share_a_writer_waits_and_is_not_overtaken() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn try_hold_succeeds_only_when_the_permits_fit_and_nobody_waits() {
     let server = Server::start();
-    let s = store(&server).await;
+    let s = server.store().await;
     let lock = s.lock("tries").permits(3).open().unwrap();
     let two = acquire(&lock, "k", Take::Permits(2)).await.unwrap();
     assert_eq!(two.permits(), 2);
@@ -226,7 +222,7 @@ async fn server_error(raw: &mut Connection, command: &[&str]) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_counts_fail_invalid_with_the_servers_text() {
     let server = Server::start();
-    let s = store(&server).await;
+    let s = server.store().await;
     let mut raw = Connection::connect(&server.addr).await.unwrap();
 
     // A lock of 0 (or too many) permits: open fails, as the server answers.
@@ -304,7 +300,7 @@ async fn opened_with_another_count(s: &Store) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inspect_lists_every_holder_with_its_fence_and_permits() {
     let server = Server::start();
-    let (a, b) = (store(&server).await, store(&server).await);
+    let (a, b) = (server.store().await, server.store().await);
     let lock = a.lock("seen").permits(5).open().unwrap();
     let other = b.lock("seen").permits(5).open().unwrap();
     // A never-used key has no state. (Another lock's: the server fixes a
@@ -393,7 +389,7 @@ async fn holder_process(addr: &str, lock: &str, permits: &str, take: &str) -> Ho
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_connection_returns_its_permits_to_the_line() {
     let server = Server::start();
-    let s = store(&server).await;
+    let s = server.store().await;
     let lock = s.lock("drop").permits(3).open().unwrap();
 
     // Two permits held by another process, one here: all three taken.
@@ -441,7 +437,7 @@ async fn a_dropped_connection_returns_its_permits_to_the_line() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_holder_example_takes_all_and_prints_refusals() {
     let server = Server::start();
-    let s = store(&server).await;
+    let s = server.store().await;
     let lock = s.lock("ex").permits(4).open().unwrap();
     let mut process = holder_process(&server.addr, "ex", "4", "all").await;
     let info = until(&lock, "k", "the example holding", |i| i.holders == 1).await;

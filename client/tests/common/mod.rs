@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use holdline_client::{Lock, Store};
 use holdline_testing::{cluster, spawn};
 
 pub use spawn::PATIENCE;
@@ -110,6 +111,31 @@ impl Server {
     pub fn terminate(&mut self) {
         self.signal("-TERM");
         let _ = self.process.child.wait();
+    }
+
+    /// A store connected to this server.
+    pub async fn store(&self) -> Store {
+        Store::connect(&self.addr).await.expect("connect")
+    }
+
+    /// A store connected to this server, and its lock `name` opened with
+    /// `ttl` and `max_hold` where given (else the server's defaults).
+    pub async fn lock(
+        &self,
+        name: &str,
+        ttl: Option<Duration>,
+        max_hold: Option<Duration>,
+    ) -> (Store, Lock) {
+        let store = self.store().await;
+        let mut builder = store.lock(name);
+        if let Some(ttl) = ttl {
+            builder = builder.ttl(ttl);
+        }
+        if let Some(max_hold) = max_hold {
+            builder = builder.max_hold(max_hold);
+        }
+        let lock = builder.open().unwrap();
+        (store, lock)
     }
 }
 
