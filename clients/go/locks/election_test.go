@@ -193,8 +193,7 @@ func supportsObserve(t *testing.T, store *Store) {
 }
 
 func TestElectionCampaignLeaderProclaim(t *testing.T) {
-	srv := startServer(t)
-	store := connect(t, srv.addr)
+	store := startStore(t)
 	l := openLock(t, store, "elections", TTL(2*time.Second))
 	e := l.Election("billing")
 	if e.Name() != "billing" || e.Lock() != l {
@@ -257,8 +256,7 @@ func TestElectionCampaignLeaderProclaim(t *testing.T) {
 }
 
 func TestElectionCampaignErrors(t *testing.T) {
-	srv := startServer(t)
-	store := connect(t, srv.addr)
+	store := startStore(t)
 	l := openLock(t, store, "elections")
 	ctx := context.Background()
 
@@ -337,8 +335,7 @@ func TestElectionSecondCampaignerGreaterFence(t *testing.T) {
 func TestElectionCampaignWaitsPastItsHoldsWait(t *testing.T) {
 	defer func(was time.Duration) { campaignWait = was }(campaignWait)
 	campaignWait = 200 * time.Millisecond
-	srv := startServer(t)
-	store := connect(t, srv.addr)
+	store := startStore(t)
 	e := openLock(t, store, "elections").Election("billing")
 
 	first := startCampaign(t, e, "first")
@@ -395,8 +392,7 @@ func TestElectionLostLeadershipElectsTheNext(t *testing.T) {
 }
 
 func TestNoteOption(t *testing.T) {
-	srv := startServer(t)
-	store := connect(t, srv.addr)
+	store := startStore(t)
 	l := openLock(t, store, "jobs")
 	ctx := context.Background()
 	err := l.Hold(ctx, "7", func(ctx context.Context, lease *Lease) error {
@@ -557,7 +553,7 @@ func TestCampaignerElectionChecker(t *testing.T) {
 	if err != nil {
 		skipOrFail(t, "python3 is not installed: the election checker needs it")
 	}
-	supportsObserve(t, connect(t, startServer(t).addr))
+	supportsObserve(t, startStore(t))
 	bin := filepath.Join(t.TempDir(), "campaigner")
 	goBuild(t, filepath.Join(root, "clients", "go"), "./cmd/campaigner", bin)
 	// As the README says it: from clients/go/locks.
@@ -574,9 +570,8 @@ func TestCampaignerElectionChecker(t *testing.T) {
 
 // observePush is the server's push of an observed key's event.
 func observePush(lock, key, event string, fence, holder int64, note string) string {
-	bulk := func(s string) string { return fmt.Sprintf("$%d\r\n%s\r\n", len(s), s) }
-	return ">8\r\n" + bulk("observe") + bulk(lock) + bulk(key) + bulk(event) +
-		fmt.Sprintf(":%d\r\n:1\r\n:%d\r\n", fence, holder) + bulk(note)
+	return ">8\r\n" + bulkReply("observe") + bulkReply(lock) + bulkReply(key) + bulkReply(event) +
+		fmt.Sprintf(":%d\r\n:1\r\n:%d\r\n", fence, holder) + bulkReply(note)
 }
 
 func TestObserveReadsEveryEvent(t *testing.T) {
@@ -772,8 +767,7 @@ func TestObserveFollowsMovedAndAClosedPartition(t *testing.T) {
 // A leader revoked at its maxHold: its ctx ends, Campaign answers the
 // server's text, and observers see no leader, then the next one.
 func TestElectionObserveRevokedLeader(t *testing.T) {
-	srv := startServer(t)
-	store := connect(t, srv.addr)
+	store := startStore(t)
 	supportsObserve(t, store)
 	e := openLock(t, store, "elections", MaxHold(300*time.Millisecond)).Election("billing")
 	leaders := observe(t, e)

@@ -154,6 +154,13 @@ func connect(t testing.TB, addr string, opts ...ConnectOption) *Store {
 	return store
 }
 
+// startStore starts a server for the test (startServer) and answers a
+// store connected to it.
+func startStore(t testing.TB) *Store {
+	t.Helper()
+	return connect(t, startServer(t).addr)
+}
+
 // openLock opens a lock or fails the test.
 func openLock(t testing.TB, store *Store, name string, opts ...LockOption) *Lock {
 	t.Helper()
@@ -633,6 +640,9 @@ func serveFake(c net.Conn, script func(args []string) string) {
 		}
 	}
 }
+
+// bulkReply is s as a RESP bulk string, as a scripted server writes it.
+func bulkReply(s string) string { return fmt.Sprintf("$%d\r\n%s\r\n", len(s), s) }
 
 // helloReply is a scripted server's answer to HELLO.
 const helloReply = "%2\r\n+server\r\n+holdline\r\n+proto\r\n:3\r\n"

@@ -12,8 +12,7 @@ import (
 )
 
 func TestWaitersAreServedFirstComeFirstServed(t *testing.T) {
-	srv := startServer(t)
-	store := connect(t, srv.addr)
+	store := startStore(t)
 	l := openLock(t, store, "fifo")
 	first := holdInBackground(t, l, "k")
 	const n = 8
@@ -46,8 +45,7 @@ func TestWaitersAreServedFirstComeFirstServed(t *testing.T) {
 }
 
 func TestAKeyHasOneHolderAtATime(t *testing.T) {
-	srv := startServer(t)
-	store := connect(t, srv.addr)
+	store := startStore(t)
 	l := openLock(t, store, "one")
 	var inside [3]atomic.Int32
 	var wg sync.WaitGroup
@@ -83,8 +81,7 @@ func TestAKeyHasOneHolderAtATime(t *testing.T) {
 // with no wait; a TryHold answers false and no error. Once the key is
 // free, a TryHold holds it, runs its function and answers its error.
 func TestAHeldKeyGoesToNoOtherHoldAndAFreeOneToATry(t *testing.T) {
-	srv := startServer(t)
-	store := connect(t, srv.addr)
+	store := startStore(t)
 	invoices := openLock(t, store, "invoices")
 	holder := holdInBackground(t, invoices, "9")
 	ctx := context.Background()
@@ -123,8 +120,7 @@ func TestAHeldKeyGoesToNoOtherHoldAndAFreeOneToATry(t *testing.T) {
 }
 
 func TestTheFunctionsOwnErrorIsAnsweredUnchanged(t *testing.T) {
-	srv := startServer(t)
-	store := connect(t, srv.addr)
+	store := startStore(t)
 	l := openLock(t, store, "own")
 	mine := errors.New("declined")
 	wrapped := fmt.Errorf("charging: %w", mine)
@@ -139,8 +135,7 @@ func TestTheFunctionsOwnErrorIsAnsweredUnchanged(t *testing.T) {
 }
 
 func TestMaxHoldRevokesCancelsAndHandsTheKeyOnAtOnce(t *testing.T) {
-	srv := startServer(t)
-	store := connect(t, srv.addr)
+	store := startStore(t)
 	invoices := openLock(t, store, "invoices", TTL(10*time.Second), MaxHold(300*time.Millisecond))
 	cancelled := make(chan time.Time, 1)
 	letGo := make(chan struct{})
@@ -178,8 +173,7 @@ func TestMaxHoldRevokesCancelsAndHandsTheKeyOnAtOnce(t *testing.T) {
 }
 
 func TestACancelledWaiterLeavesTheLineAtOnce(t *testing.T) {
-	srv := startServer(t)
-	store := connect(t, srv.addr)
+	store := startStore(t)
 	l := openLock(t, store, "cancel")
 	holder := holdInBackground(t, l, "k")
 	ctx, cancel := context.WithCancel(context.Background())
@@ -206,8 +200,7 @@ func TestACancelledWaiterLeavesTheLineAtOnce(t *testing.T) {
 }
 
 func TestAHoldInsideAHoldOfTheSameKeyIsInvalidAtOnce(t *testing.T) {
-	srv := startServer(t)
-	store := connect(t, srv.addr)
+	store := startStore(t)
 	l := openLock(t, store, "invoices")
 	again := openLock(t, store, "invoices", TTL(time.Second)) // the same keys
 	var leaked context.Context
@@ -245,8 +238,7 @@ func TestAHoldInsideAHoldOfTheSameKeyIsInvalidAtOnce(t *testing.T) {
 // Renewal runs while a HOLD waits and while it holds: a ttl far shorter
 // than the wait and the work loses nothing.
 func TestRenewalKeepsAShortTTLLeaseThroughALongWaitAndHold(t *testing.T) {
-	srv := startServer(t)
-	store := connect(t, srv.addr)
+	store := startStore(t)
 	l := openLock(t, store, "renew", TTL(300*time.Millisecond))
 	holder := holdInBackground(t, l, "k")
 	waited := holdAsync(context.Background(), l, "k", func(ctx context.Context, lease *Lease) error {
@@ -269,8 +261,7 @@ func TestRenewalKeepsAShortTTLLeaseThroughALongWaitAndHold(t *testing.T) {
 }
 
 func TestClosingTheStoreEndsWaitsAndLeases(t *testing.T) {
-	srv := startServer(t)
-	store := connect(t, srv.addr)
+	store := startStore(t)
 	l := openLock(t, store, "close")
 	holderCtx := make(chan context.Context, 1)
 	held := holdAsync(context.Background(), l, "k", func(ctx context.Context, lease *Lease) error {
@@ -310,8 +301,7 @@ func TestClosingTheStoreEndsWaitsAndLeases(t *testing.T) {
 }
 
 func TestAPanicLetsTheKeyGoAndGoesOn(t *testing.T) {
-	srv := startServer(t)
-	store := connect(t, srv.addr)
+	store := startStore(t)
 	l := openLock(t, store, "panic")
 	func() {
 		defer func() {
@@ -327,8 +317,7 @@ func TestAPanicLetsTheKeyGoAndGoesOn(t *testing.T) {
 }
 
 func TestBadOptionsAndArgumentsAreInvalidAtOnce(t *testing.T) {
-	srv := startServer(t)
-	store := connect(t, srv.addr)
+	store := startStore(t)
 	cases := map[string]func() error{
 		`lock l: a ttl is at least 1ms: invalid`: func() error { _, err := OpenLock(store, "l", TTL(0)); return err },
 		`lock l: a maxHold is at least 1ms: invalid`: func() error {

@@ -13,8 +13,7 @@ import (
 // held, the holder's fence, its lease's clock, its connection, and the
 // line behind it; once let go, free with the last fence.
 func TestInspectAnswersTheServersSnapshot(t *testing.T) {
-	srv := startServer(t)
-	store := connect(t, srv.addr)
+	store := startStore(t)
 	const ttl = 2 * time.Second
 	l := openLock(t, store, "inspect", TTL(ttl))
 	ctx := context.Background()

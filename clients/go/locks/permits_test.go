@@ -99,8 +99,7 @@ func expectCounts(t testing.TB, l *Lock, key any, holders, permits, waiters int)
 }
 
 func TestASemaphoreOfThreeHoldsThreeAtOnceAndTheFourthWaits(t *testing.T) {
-	srv := startServer(t)
-	store := connect(t, srv.addr)
+	store := startStore(t)
 	l := openLock(t, store, "providers", Permits(3))
 	if l.Permits() != 3 {
 		t.Fatalf("Permits() = %d", l.Permits())
@@ -136,8 +135,7 @@ func TestASemaphoreOfThreeHoldsThreeAtOnceAndTheFourthWaits(t *testing.T) {
 // whose permit would fit; the writer's release grants every reader at the
 // head of the line, up to the next writer.
 func TestReadersShareAndNobodyOvertakesAWaitingWriter(t *testing.T) {
-	srv := startServer(t)
-	store := connect(t, srv.addr)
+	store := startStore(t)
 	docs := openLock(t, store, "docs", Permits(8))
 	r1 := startHold(t, docs, "d")
 	r1.grant(t)
@@ -207,8 +205,7 @@ func tryHold(t *testing.T, l *Lock, key any, opts ...HoldOption) (acquired bool,
 }
 
 func TestTryHoldTakesOnlyWhenThePermitsFitAndNobodyWaits(t *testing.T) {
-	srv := startServer(t)
-	store := connect(t, srv.addr)
+	store := startStore(t)
 	l := openLock(t, store, "try", Permits(3))
 	two := startHold(t, l, "k", Take(2))
 	if p := two.grant(t).Permits(); p != 2 {
@@ -240,8 +237,7 @@ func TestTryHoldTakesOnlyWhenThePermitsFitAndNobodyWaits(t *testing.T) {
 }
 
 func TestBadPermitCountsAnswerTheServersTexts(t *testing.T) {
-	srv := startServer(t)
-	store := connect(t, srv.addr)
+	store := startStore(t)
 	ctx := context.Background()
 	expect := func(what string, err error, want string) {
 		t.Helper()
@@ -278,8 +274,7 @@ func TestBadPermitCountsAnswerTheServersTexts(t *testing.T) {
 }
 
 func TestInspectShowsEveryHolderWithItsFenceAndPermits(t *testing.T) {
-	srv := startServer(t)
-	store := connect(t, srv.addr)
+	store := startStore(t)
 	l := openLock(t, store, "insp", Permits(5))
 	h1 := startHold(t, l, "k", Take(2))
 	l1 := h1.grant(t)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -173,7 +172,7 @@ func TestALateGrantConfirmedByRenewIsHeld(t *testing.T) {
 // A grant in time with a lost push in the same write: the hold answers
 // the server's text (its function, if it ran, saw its context end).
 func TestAGrantAndItsLossInOneWrite(t *testing.T) {
-	push := ">3\r\n$4\r\nlost\r\n:1\r\n$" + strconv.Itoa(len(ranOut)) + "\r\n" + ranOut + "\r\n"
+	push := ">3\r\n" + bulkReply("lost") + ":1\r\n" + bulkReply(ranOut)
 	addr := fakeServer(t, grantingScript(grantReply+push, "", lostReply))
 	l := openLock(t, connect(t, addr), "l", TTL(300*time.Millisecond))
 	err := l.Hold(context.Background(), "k", func(ctx context.Context, lease *Lease) error {
