@@ -114,6 +114,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             }
         }
         self.output.drain(..written);
+        if self.output.is_empty() {
+            self.output.shrink_to(KEPT_OUTPUT_CAPACITY);
+        }
         Ok(())
     }
 

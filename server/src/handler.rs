@@ -28,6 +28,7 @@
 //! Ending drops the session, which lets every key go, and a waiting HOLD's
 //! future, which leaves its line.
 
+use crate::clients::ClientState;
 use crate::cmd::{self, NotACommand};
 use crate::connection::Connection;
 use crate::events::Kind;
@@ -36,7 +37,9 @@ use crate::session::{Counts, PendingHold, Session, Step};
 use crate::shutdown::Shutdown;
 use holdline::{Error, HeldLease};
 use std::collections::VecDeque;
-use std::future::{pending, poll_fn};
+use std::future::{pending, poll_fn, Future};
+use std::pin::Pin;
+use std::sync::Arc;
 use std::task::Poll;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
@@ -100,11 +103,16 @@ fn size(item: &Queued) -> usize {
     }
 }
 
-/// What woke the connection.
-enum Event {
+/// Why a connection must end at once.
+enum Stop {
     Shutdown,
     /// An operator's CLIENT KILL.
     Killed,
+}
+
+/// What woke the connection.
+enum Event {
+    Stop(Stop),
     HoldEnded(Result<HeldLease, Error>),
     Lost(u64),
     /// Pushes for an observed key are waiting in the outbox.
@@ -122,7 +130,6 @@ pub struct Handler<S> {
     queue: Queue,
     state: State,
     input: Input,
-    shutdown: Shutdown,
     /// When the connection was made (for `--auth-timeout`).
     opened: Instant,
     /// When a command was last read (for `--timeout`; read only then).
@@ -132,7 +139,7 @@ pub struct Handler<S> {
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Handler<S> {
-    pub fn new(stream: S, session: Session, shutdown: Shutdown, done: mpsc::Sender<()>) -> Self {
+    pub fn new(stream: S, session: Session, done: mpsc::Sender<()>) -> Self {
         let connection = Connection::new(stream, session.frame_limit());
         Handler {
             connection,
@@ -140,29 +147,30 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Handler<S> {
             queue: Queue::default(),
             state: State::Ready,
             input: Input::Open,
-            shutdown,
             opened: Instant::now(),
             heard: Instant::now(),
             _done: done,
         }
     }
 
-    /// Serves the client until the connection ends.
-    pub async fn run(mut self) {
+    /// Serves the client until the connection ends or `shutdown` comes.
+    pub async fn run(mut self, shutdown: Shutdown) {
+        let stop = stop_signal(shutdown, self.session.client.clone());
+        tokio::pin!(stop);
         loop {
             let buffered = self.decode_input();
             self.run_queued().await;
             self.take_pushes();
-            if matches!(self.state, State::Gone) || !self.flush().await {
+            if matches!(self.state, State::Gone) || !self.flush(stop.as_mut()).await {
                 return;
             }
             if matches!(self.state, State::Closing) {
                 self.connection.close().await;
                 return;
             }
-            match self.next_event(buffered).await {
-                Event::Shutdown => return self.say_goodbye().await,
-                Event::Killed => return self.connection.close().await,
+            match self.next_event(buffered, stop.as_mut()).await {
+                Event::Stop(Stop::Shutdown) => return self.say_goodbye().await,
+                Event::Stop(Stop::Killed) => return self.connection.close().await,
                 Event::HoldEnded(result) => self.hold_ended(result),
                 Event::Lost(id) => self.push_loss(id),
                 Event::Pushed | Event::Read(true) => {}
@@ -253,15 +261,20 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Handler<S> {
     }
 
     /// Writes the queued answers; false when the connection is done: the
-    /// write failed, or an operator's CLIENT KILL or the server's shutdown
-    /// came while a client that stopped reading held the write up.
-    async fn flush(&mut self) -> bool {
-        let client = self.session.client.clone();
+    /// write failed, or `stop` came (an operator's CLIENT KILL or the
+    /// server's shutdown) while a client that stopped reading held the
+    /// write up. What the socket takes at once is written without
+    /// waiting on anything else.
+    async fn flush(&mut self, stop: Pin<&mut impl Future<Output = Stop>>) -> bool {
+        match self.connection.write_now() {
+            Err(_) => return false,
+            Ok(()) if self.connection.pending_output() == 0 => return true,
+            Ok(()) => {}
+        }
         tokio::select! {
             biased;
             written = self.connection.flush() => written.is_ok(),
-            _ = client.killed() => false,
-            _ = self.shutdown.recv() => false,
+            _ = stop => false,
         }
     }
 
@@ -335,16 +348,18 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Handler<S> {
     /// Waits for the next event; shutdown first, then a HOLD's end and
     /// losses (they answer what was asked), then frames already read
     /// (`buffered`: left for want of room) while ready, then bytes.
-    async fn next_event(&mut self, buffered: bool) -> Event {
+    async fn next_event(
+        &mut self,
+        buffered: bool,
+        stop: Pin<&mut impl Future<Output = Stop>>,
+    ) -> Event {
         let can_read =
             self.input == Input::Broken || self.queue.has_room(self.connection.max_frame());
         let take_buffered = buffered && matches!(self.state, State::Ready);
-        let client = self.session.client.clone();
         let deadline = self.timeout();
         tokio::select! {
             biased;
-            _ = self.shutdown.recv() => Event::Shutdown,
-            _ = client.killed() => Event::Killed,
+            why = stop => Event::Stop(why),
             () = until(deadline) => Event::TimedOut,
             result = hold_done(&mut self.state) => Event::HoldEnded(result),
             id = self.session.losses.next_lost() => Event::Lost(id),
@@ -437,6 +452,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Handler<S> {
     }
 }
 
+/// Resolves when the server shuts down or an operator kills the client
+/// (shutdown first). A connection pins one for its whole life, so its
+/// waits are registered once, not again for every request.
+async fn stop_signal(mut shutdown: Shutdown, client: Arc<ClientState>) -> Stop {
+    tokio::select! {
+        biased;
+        _ = shutdown.recv() => Stop::Shutdown,
+        _ = client.killed() => Stop::Killed,
+    }
+}
+
 /// Resolves at `deadline`; never without one.
 async fn until(deadline: Option<Instant>) {
     match deadline {
@@ -498,7 +524,7 @@ mod tests {
         let (done, _) = tokio::sync::mpsc::channel(1);
         let (_notify, watch) = tokio::sync::watch::channel(false);
         let shutdown = crate::shutdown::Shutdown::new(watch);
-        let run = super::Handler::new(stream, session, shutdown, done).run();
+        let run = super::Handler::new(stream, session, done).run(shutdown);
         let size = std::mem::size_of_val(&run);
         assert!(size <= 3 * 1024, "a connection's future is {size} bytes");
     }

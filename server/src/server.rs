@@ -244,7 +244,7 @@ async fn serve_plain(
     done: mpsc::Sender<()>,
     permit: OwnedSemaphorePermit,
 ) {
-    Handler::new(stream, session, shutdown, done).run().await;
+    Handler::new(stream, session, done).run(shutdown).await;
     drop(permit);
     debug!(%peer, "disconnected");
 }
@@ -260,7 +260,7 @@ async fn serve_tls(
 ) {
     let handshake = tls.acceptor().accept(stream);
     match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
-        Ok(Ok(stream)) => Handler::new(stream, session, shutdown, done).run().await,
+        Ok(Ok(stream)) => Handler::new(stream, session, done).run(shutdown).await,
         Ok(Err(e)) => tls.handshake_failed(peer, &e.to_string()),
         Err(_) => tls.handshake_failed(peer, "no handshake within 10s"),
     }
