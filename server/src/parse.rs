@@ -15,9 +15,10 @@ use std::vec::IntoIter;
 
 /// A command's arguments after its name.
 pub struct Parse {
-    /// The command's name as sent, lower-cased, for error texts
-    /// (`hold`, or `client|setname` for a subcommand).
-    name: String,
+    /// The command's name as sent, and its subcommand's once known: for
+    /// error texts only, so lower-cased only when one is made.
+    name: Vec<u8>,
+    sub: Option<Vec<u8>>,
     args: IntoIter<Vec<u8>>,
     /// The options its table entry lists.
     options: &'static [Opt],
@@ -120,11 +121,22 @@ impl Given {
 
 impl Parse {
     /// The cursor over `args`, named `name` in its error texts.
-    pub fn new(name: &[u8], args: Vec<Vec<u8>>) -> Parse {
+    pub fn new(name: Vec<u8>, args: IntoIter<Vec<u8>>) -> Parse {
         Parse {
-            name: String::from_utf8_lossy(name).to_lowercase(),
-            args: args.into_iter(),
+            name,
+            sub: None,
+            args,
             options: &[],
+        }
+    }
+
+    /// The name error texts give the command, lower-cased: `hold`, or
+    /// `client|setname` for a subcommand.
+    fn shown_name(&self) -> String {
+        let name = String::from_utf8_lossy(&self.name).to_lowercase();
+        match &self.sub {
+            Some(sub) => format!("{name}|{}", String::from_utf8_lossy(sub).to_lowercase()),
+            None => name,
         }
     }
 
@@ -168,8 +180,10 @@ impl Parse {
             if self.args.len() < opt.arity() {
                 return Err((rules.refuse)(&word));
             }
-            let values: Vec<Vec<u8>> = self.args.by_ref().take(opt.arity()).collect();
-            let value = (opt.parse)(&values)?;
+            let value = (opt.parse)(&self.args.as_slice()[..opt.arity()])?;
+            if opt.arity() > 0 {
+                self.args.nth(opt.arity() - 1);
+            }
             if given.take(opt.token).is_some() && !rules.repeats {
                 return Err(syntax_error());
             }
@@ -180,11 +194,7 @@ impl Parse {
 
     /// The same cursor, named as the subcommand `sub` of this command.
     pub fn subcommand(&mut self, sub: &[u8]) {
-        self.name = format!(
-            "{}|{}",
-            self.name,
-            String::from_utf8_lossy(sub).to_lowercase()
-        );
+        self.sub = Some(sub.to_vec());
     }
 
     /// Arguments not taken yet.
@@ -225,7 +235,7 @@ impl Parse {
     pub fn wrong_arity(&self) -> ErrorReply {
         ErrorReply::err(format!(
             "wrong number of arguments for '{}' command",
-            self.name
+            self.shown_name()
         ))
     }
 }
@@ -325,8 +335,12 @@ mod tests {
 
     fn parse(words: &[&str]) -> Parse {
         Parse::new(
-            b"HOLD",
-            words.iter().map(|w| w.as_bytes().to_vec()).collect(),
+            b"HOLD".to_vec(),
+            words
+                .iter()
+                .map(|w| w.as_bytes().to_vec())
+                .collect::<Vec<_>>()
+                .into_iter(),
         )
     }
 

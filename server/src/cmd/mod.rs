@@ -61,10 +61,10 @@ fn apply(command: Command, session: &mut Session) -> Step {
 fn parse(args: Vec<Vec<u8>>) -> Result<(usize, Command), ErrorReply> {
     let mut args = args.into_iter();
     let name = args.next().unwrap_or_default();
-    let mut p = Parse::new(&name, args.collect());
     let Some((index, spec)) = table::find(&name) else {
-        return Err(unknown_command(&name, &mut p));
+        return Err(unknown_command(&name, &mut Parse::new(name.clone(), args)));
     };
+    let mut p = Parse::new(name, args);
     p = p.with_options(spec.options);
     if !spec.arity_fits(p.remaining() + 1) {
         return Err(p.wrong_arity());
