@@ -14,7 +14,9 @@ mod common;
 
 use bytes::BytesMut;
 use common::{expected_text, Server, PATIENCE};
-use holdline_client::{key_slot, Connection, ErrorKind, Leader, Lock, Observer, Store, Value};
+use holdline_client::{
+    key_slot, Connection, Election, ErrorKind, Leader, Leadership, Lock, Observer, Store, Value,
+};
 use holdline_resp::{encode, Decoder, Proto};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -24,6 +26,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
 use tokio::time::timeout;
 
 /// A single server's answer to `CLUSTER SLOTS` (Redis's text).
@@ -49,6 +52,36 @@ async fn until_waiting(lock: &Lock, key: &str, waiters: usize) {
         assert!(Instant::now() < deadline, "{waiters} never waited on {key}");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// Campaigns for `note` on a task of its own, and answers that task once
+/// its campaign waits in line, the only one there.
+async fn campaign_behind(
+    lock: &Lock,
+    election: &Election,
+    note: &str,
+) -> JoinHandle<Result<Leadership, holdline_client::Error>> {
+    let waiting = {
+        let (election, note) = (election.clone(), note.to_owned());
+        tokio::spawn(async move { election.campaign(&note).await })
+    };
+    until_waiting(lock, election.name(), 1).await;
+    waiting
+}
+
+/// `billing`'s election, with `a` leading and `b` waiting in line behind
+/// it on a task of its own.
+async fn a_leads_b_waits(
+    lock: &Lock,
+) -> (
+    Election,
+    Leadership,
+    JoinHandle<Result<Leadership, holdline_client::Error>>,
+) {
+    let election = lock.election("billing");
+    let lead = election.campaign("a").await.unwrap();
+    let waiting = campaign_behind(lock, &election, "b").await;
+    (election, lead, waiting)
 }
 
 /// The observer's next item, within the patience.
@@ -106,11 +139,7 @@ async fn campaign_leads_proclaims_and_resigns_and_the_next_leads_higher() {
     );
 
     // A second candidate waits in line until the first resigns.
-    let second = {
-        let election = election.clone();
-        tokio::spawn(async move { election.campaign("10.0.0.6:8080").await })
-    };
-    until_waiting(&lock, "billing", 1).await;
+    let second = campaign_behind(&lock, &election, "10.0.0.6:8080").await;
     assert!(!second.is_finished());
     let first_fence = lead.fence();
     lead.resign().await.unwrap();
@@ -134,13 +163,7 @@ async fn campaign_leads_proclaims_and_resigns_and_the_next_leads_higher() {
 async fn a_leader_whose_connection_is_killed_loses_and_the_next_is_elected() {
     let server = Server::start();
     let lock = lock(&server).await;
-    let election = lock.election("billing");
-    let lead = election.campaign("a").await.unwrap();
-    let waiting = {
-        let election = election.clone();
-        tokio::spawn(async move { election.campaign("b").await })
-    };
-    until_waiting(&lock, "billing", 1).await;
+    let (election, lead, waiting) = a_leads_b_waits(&lock).await;
     let id = election.leader().await.unwrap().unwrap().holder_id;
     let mut admin = Connection::connect(&server.addr).await.unwrap();
     kill_client(&mut admin, id).await;
@@ -162,13 +185,7 @@ async fn a_leader_whose_connection_is_killed_loses_and_the_next_is_elected() {
 async fn a_campaign_dropped_leaves_the_line_at_once() {
     let server = Server::start();
     let lock = lock(&server).await;
-    let election = lock.election("billing");
-    let lead = election.campaign("a").await.unwrap();
-    let waiting = {
-        let election = election.clone();
-        tokio::spawn(async move { election.campaign("b").await })
-    };
-    until_waiting(&lock, "billing", 1).await;
+    let (election, lead, waiting) = a_leads_b_waits(&lock).await;
     waiting.abort();
     assert!(waiting.await.unwrap_err().is_cancelled());
     until_waiting(&lock, "billing", 0).await;
@@ -386,6 +403,16 @@ fn the_election_checker_passes_with_the_campaigner() {
 /// as a stopped server. `HELLO` is answered for it.
 type Script = dyn Fn(usize, &[String]) -> Option<Vec<Value>> + Send + Sync;
 
+/// A store of a scripted node, its lock `elections` with `ttl`, and an
+/// observer of that lock's election `billing`.
+async fn observe_scripted(script: Arc<Script>, ttl: Duration) -> (Lock, Observer) {
+    let addr = scripted_node(script).await;
+    let store = Store::connect(&addr).await.unwrap();
+    let lock = store.lock("elections").ttl(ttl).open().unwrap();
+    let observer = lock.election("billing").observe();
+    (lock, observer)
+}
+
 /// A scripted node on loopback; answers its address.
 async fn scripted_node(script: Arc<Script>) -> String {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -499,11 +526,7 @@ async fn a_silent_server_is_observed_again_after_the_ttl() {
         }
         _ => Some(vec![Value::simple("PONG")]),
     });
-    let addr = scripted_node(script).await;
-    let store = Store::connect(&addr).await.unwrap();
-    let ttl = Duration::from_millis(600);
-    let lock = store.lock("elections").ttl(ttl).open().unwrap();
-    let mut observer = lock.election("billing").observe();
+    let (_lock, mut observer) = observe_scripted(script, Duration::from_millis(600)).await;
     // Connection 0 is the store's own (`CLUSTER SLOTS`); 1 the observer's.
     assert_eq!(named(next(&mut observer).await), (5, "a".into()));
     let silent = Instant::now();
@@ -529,14 +552,7 @@ async fn an_unanswered_observe_is_given_up_after_the_ttl() {
         }
         _ => Some(vec![Value::simple("PONG")]),
     });
-    let addr = scripted_node(script).await;
-    let store = Store::connect(&addr).await.unwrap();
-    let lock = store
-        .lock("elections")
-        .ttl(Duration::from_millis(600))
-        .open()
-        .unwrap();
-    let mut observer = lock.election("billing").observe();
+    let (_lock, mut observer) = observe_scripted(script, Duration::from_millis(600)).await;
     let asked = Instant::now();
     assert_eq!(named(next(&mut observer).await), (4, "a".into()));
     let waited = asked.elapsed();

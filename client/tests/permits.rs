@@ -23,6 +23,21 @@ use tokio::process::ChildStdout;
 use tokio::task::JoinHandle;
 use tokio::time::{sleep, timeout};
 
+/// A store of `server` with its lock `name` of `permits` permits open.
+async fn permit_lock(server: &Server, name: &str, permits: u32) -> (Store, Lock) {
+    let store = server.store().await;
+    let lock = store.lock(name).permits(permits).open().unwrap();
+    (store, lock)
+}
+
+/// Two stores of `server`, each with lock `name` of `permits` permits
+/// open: the stores (kept alive) and the two handles.
+async fn two_handles(server: &Server, name: &str, permits: u32) -> ((Store, Store), Lock, Lock) {
+    let (a, first) = permit_lock(server, name, permits).await;
+    let (b, second) = permit_lock(server, name, permits).await;
+    ((a, b), first, second)
+}
+
 /// How many permits a hold takes.
 #[derive(Clone, Copy)]
 enum Take {
@@ -75,9 +90,7 @@ async fn granted(task: JoinHandle<HeldLease>) -> HeldLease {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_semaphore_of_three_holds_three_and_the_fourth_waits() {
     let server = Server::start();
-    let (a, b) = (server.store().await, server.store().await);
-    let providers = a.lock("providers").permits(3).open().unwrap();
-    let others = b.lock("providers").permits(3).open().unwrap();
+    let ((_a, _b), providers, others) = two_handles(&server, "providers", 3).await;
     assert_eq!(providers.permits(), 3);
 
     let mut held = Vec::new();
@@ -118,9 +131,7 @@ async fn a_semaphore_of_three_holds_three_and_the_fourth_waits() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readers_share_a_writer_waits_and_is_not_overtaken() {
     let server = Server::start();
-    let (a, b) = (server.store().await, server.store().await);
-    let docs = a.lock("docs").permits(1024).open().unwrap();
-    let writers = b.lock("docs").permits(1024).open().unwrap();
+    let ((_a, _b), docs, writers) = two_handles(&server, "docs", 1024).await;
 
     let r1 = acquire(&docs, "d", Take::One).await.unwrap();
     let r2 = acquire(&writers, "d", Take::One).await.unwrap();
@@ -171,8 +182,7 @@ async fn readers_share_a_writer_waits_and_is_not_overtaken() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn try_hold_succeeds_only_when_the_permits_fit_and_nobody_waits() {
     let server = Server::start();
-    let s = server.store().await;
-    let lock = s.lock("tries").permits(3).open().unwrap();
+    let (_s, lock) = permit_lock(&server, "tries", 3).await;
     let two = acquire(&lock, "k", Take::Permits(2)).await.unwrap();
     assert_eq!(two.permits(), 2);
 
@@ -300,9 +310,7 @@ async fn opened_with_another_count(s: &Store) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inspect_lists_every_holder_with_its_fence_and_permits() {
     let server = Server::start();
-    let (a, b) = (server.store().await, server.store().await);
-    let lock = a.lock("seen").permits(5).open().unwrap();
-    let other = b.lock("seen").permits(5).open().unwrap();
+    let ((a, _b), lock, other) = two_handles(&server, "seen", 5).await;
     // A never-used key has no state. (Another lock's: the server fixes a
     // lock's count at the first command naming it, INSPECT included.)
     let unseen = a.lock("unseen").open().unwrap();
@@ -389,8 +397,7 @@ async fn holder_process(addr: &str, lock: &str, permits: &str, take: &str) -> Ho
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_connection_returns_its_permits_to_the_line() {
     let server = Server::start();
-    let s = server.store().await;
-    let lock = s.lock("drop").permits(3).open().unwrap();
+    let (_s, lock) = permit_lock(&server, "drop", 3).await;
 
     // Two permits held by another process, one here: all three taken.
     let mut process = holder_process(&server.addr, "drop", "3", "2").await;
@@ -437,8 +444,7 @@ async fn a_dropped_connection_returns_its_permits_to_the_line() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_holder_example_takes_all_and_prints_refusals() {
     let server = Server::start();
-    let s = server.store().await;
-    let lock = s.lock("ex").permits(4).open().unwrap();
+    let (_s, lock) = permit_lock(&server, "ex", 4).await;
     let mut process = holder_process(&server.addr, "ex", "4", "all").await;
     let info = until(&lock, "k", "the example holding", |i| i.holders == 1).await;
     assert_eq!((info.permits_held, info.fence), (4, process.fence));
