@@ -364,33 +364,57 @@ function catchMessage(f: () => unknown): string {
 	throw new Error('did not throw')
 }
 
-test("a lease's deadline: answers before it move it on, an answer after it moves nothing, a passed deadline is final", () => {
+test("a lease's deadline: answers before it move it on, an answer after it moves nothing, a passed deadline is final", t => {
+	// The lease reads its clock through performance.now(); here that clock
+	// moves only when the test moves it, so a pause of this process (a loaded
+	// machine) cannot carry a look past a deadline. No timer of the lease runs
+	// in between either: the test never yields, so only the looks decide.
+	let clockMs = performance.now()
+	t.mock.method(performance, 'now', () => clockMs)
+	const pass = (ms: number) => {
+		clockMs += ms
+	}
 	const lapses: string[] = []
 	const clock = (name: string) => ({
 		spanMs: 60,
 		lapsed: () => new HoldlineError('lost', `${name} lapsed`),
 		onLapse: () => void lapses.push(name),
 	})
-	// Blocking waits: no timer of the lease runs in between, only the looks.
-	const block = (ms: number) => {
-		const until = now() + ms
-		while (now() < until) {}
-	}
 	const moved = new Lease('k', 1n, 1n)
 	moved.startClock(now() + 60, clock('moved'))
-	block(30)
+	pass(30)
 	moved.answered(now()) // before the deadline: now + 60
-	block(45) // past the first deadline, not the moved one
+	pass(45) // past the first deadline, not the moved one
+	assert.equal(moved.lost, false)
+	pass(14) // the last millisecond before the moved deadline
 	assert.equal(moved.lost, false)
 	moved.settle() // its function ended: no more clock
 	const late = new Lease('k', 2n, 2n)
 	late.startClock(now() + 30, clock('late'))
-	// Blocked past the deadline: an answer read now moves nothing.
-	block(45)
+	pass(29)
+	assert.equal(late.lost, false)
+	// Past the deadline: an answer read now moves nothing.
+	pass(16)
 	late.answered(now())
 	assert.equal(late.lost, true)
 	assert.equal((late.signal.reason as Error).message, 'late lapsed')
-	block(60)
+	// An answer moves the deadline to its command's send plus the span, not
+	// to its arrival plus the span; one that arrives at the deadline, nothing.
+	const sent = new Lease('k', 3n, 3n)
+	sent.startClock(now() + 60, clock('sent'))
+	pass(30)
+	sent.answered(now() - 20) // sent 10 ms in: the deadline moves to 70
+	pass(39)
+	assert.equal(sent.lost, false)
+	sent.answered(now() - 1) // sent at 68, read at 69: the deadline moves to 128
+	pass(59) // at 128: lost (from the arrival it would have been 129)
+	assert.equal(sent.lost, true)
+	const edge = new Lease('k', 4n, 4n)
+	edge.startClock(now() + 60, clock('edge'))
+	pass(60)
+	edge.answered(now() - 1) // arrives at the deadline: moves nothing
+	assert.equal(edge.lost, true)
+	pass(60)
 	assert.equal(moved.lost, false)
-	assert.deepEqual(lapses, ['late'])
+	assert.deepEqual(lapses, ['late', 'sent', 'edge'])
 })
