@@ -5,7 +5,7 @@
 mod common;
 
 use common::{expected_text, holder_binary, Proxy, Server, PATIENCE};
-use holdline_client::{ErrorKind, Store};
+use holdline_client::{ErrorKind, Lock, Store};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -49,15 +49,26 @@ fn every_rule_number_is_the_shared_tables() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_frozen_link_loses_the_lease_before_anyone_else_is_granted() {
+/// The ttl of the lock opened through the proxy.
+const FAR_TTL: Duration = Duration::from_secs(2);
+
+/// A server, a proxy in front of it, and its lock `name` twice: opened
+/// through a store of the server itself (near) and through one of the
+/// proxy (far, with a ttl of `FAR_TTL`).
+async fn near_and_far(name: &str) -> (Server, Proxy, Lock, Lock) {
     let server = Server::start();
     let proxy = Proxy::start(&server.addr);
+    let near = server.store().await;
     let far = Store::connect(&proxy.addr).await.unwrap();
-    let near = Store::connect(&server.addr).await.unwrap();
-    let ttl = Duration::from_secs(2);
-    let far_lock = far.lock("frozen").ttl(ttl).open().unwrap();
-    let near_lock = near.lock("frozen").open().unwrap();
+    let near_lock = near.lock(name).open().unwrap();
+    let far_lock = far.lock(name).ttl(FAR_TTL).open().unwrap();
+    (server, proxy, near_lock, far_lock)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_link_loses_the_lease_before_anyone_else_is_granted() {
+    let (_server, proxy, near_lock, far_lock) = near_and_far("frozen").await;
+    let ttl = FAR_TTL;
 
     let held = far_lock.acquire("k").await.unwrap();
     // A renewal or two go through before the freeze.
@@ -85,16 +96,7 @@ async fn a_frozen_link_loses_the_lease_before_anyone_else_is_granted() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_wait_gives_up_closed_and_keeps_nothing() {
-    let server = Server::start();
-    let proxy = Proxy::start(&server.addr);
-    let near = Store::connect(&server.addr).await.unwrap();
-    let far = Store::connect(&proxy.addr).await.unwrap();
-    let near_lock = near.lock("frozen-wait").open().unwrap();
-    let far_lock = far
-        .lock("frozen-wait")
-        .ttl(Duration::from_secs(2))
-        .open()
-        .unwrap();
+    let (_server, proxy, near_lock, far_lock) = near_and_far("frozen-wait").await;
     let held = near_lock.acquire("k").await.unwrap();
     let wait = Duration::from_secs(3);
     let started = Instant::now();

@@ -117,6 +117,19 @@ async fn serve(mut sock: TcpStream, node: Arc<NodeState>) {
 }
 
 /// `CLUSTER SLOTS`'s answer: each range served by `host:port`.
+/// A node that owns `k`'s slot (and only it) and grants every HOLD;
+/// `rest` answers its other commands. Answers the slot and the node.
+async fn owner_of_k(rest: impl Fn(&str) -> Value + Send + Sync + 'static) -> (u16, FakeNode) {
+    let slot = key_slot("k");
+    let node = FakeNode::start(move |own, cmd| match cmd[0].as_str() {
+        "CLUSTER" => slots(&[(slot, slot, own)]),
+        "HOLD" => grant(),
+        other => rest(other),
+    })
+    .await;
+    (slot, node)
+}
+
 fn slots(ranges: &[(u16, u16, &str)]) -> Value {
     let ranges = ranges.iter().map(|&(start, end, addr)| {
         let (host, port) = addr.rsplit_once(':').unwrap();
@@ -145,10 +158,7 @@ fn dead_addr() -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn moved_is_followed_and_its_node_remembered() {
-    let slot = key_slot("k");
-    let b = FakeNode::start(move |own, cmd| match cmd[0].as_str() {
-        "CLUSTER" => slots(&[(slot, slot, own)]),
-        "HOLD" => grant(),
+    let (slot, b) = owner_of_k(|cmd| match cmd {
         "RELEASE" => Value::ok(),
         "INSPECT" => Value::Null,
         other => panic!("unexpected {other}"),
@@ -335,10 +345,7 @@ async fn several_addresses_are_tried_in_order() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leases_clock_starts_at_the_hold_that_was_granted() {
-    let slot = key_slot("k");
-    let b = FakeNode::start(move |own, cmd| match cmd[0].as_str() {
-        "CLUSTER" => slots(&[(slot, slot, own)]),
-        "HOLD" => grant(),
+    let (slot, b) = owner_of_k(|cmd| match cmd {
         "RENEW" | "RELEASE" => Value::ok(),
         other => panic!("unexpected {other}"),
     })
