@@ -10,32 +10,25 @@ use holdline_client::rustls::pki_types::pem::PemObject;
 use holdline_client::rustls::pki_types::CertificateDer;
 use holdline_client::rustls::{self, ClientConfig, RootCertStore};
 use holdline_client::{ConnectOptions, ErrorKind, Store, Value};
-use holdline_testing::certs::{Ca, Dir};
+use holdline_testing::certs::{Ca, ServerFiles};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::time::timeout;
 
 /// A CA, a server certificate it signed, and their files.
-struct Setup {
-    dir: Dir,
-    authority: Ca,
-    ca: String,
-    cert: String,
-    key: String,
+struct Setup(ServerFiles);
+
+impl std::ops::Deref for Setup {
+    type Target = ServerFiles;
+
+    fn deref(&self) -> &ServerFiles {
+        &self.0
+    }
 }
 
 impl Setup {
     fn new(name: &str) -> Setup {
-        let dir = Dir::new(&format!("client-{name}"));
-        let authority = Ca::new("trusted");
-        let (cert, key) = authority.leaf(false);
-        Setup {
-            ca: dir.write("ca.pem", &authority.cert.pem()),
-            cert: dir.write("cert.pem", &cert),
-            key: dir.write("key.pem", &key),
-            authority,
-            dir,
-        }
+        Setup(ServerFiles::new(&format!("client-{name}"), "trusted"))
     }
 
     /// `holdline serve` with this certificate, requiring client

@@ -8,7 +8,7 @@ mod common;
 
 use common::{runs, tool_available, PATIENCE};
 use holdline_resp::{encode_command, Decoder, Value};
-use holdline_testing::certs::{Ca, Dir};
+use holdline_testing::certs::{Ca, ServerFiles};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
@@ -83,25 +83,8 @@ impl TlsClient {
     }
 }
 
-struct Setup {
-    dir: Dir,
-    ca: String,
-    cert: String,
-    key: String,
-    authority: Ca,
-}
-
-fn setup(name: &str) -> Setup {
-    let dir = Dir::new(&format!("server-{name}"));
-    let authority = Ca::new("test");
-    let (cert, key) = authority.leaf(false);
-    Setup {
-        ca: dir.write("ca.pem", &authority.cert.pem()),
-        cert: dir.write("cert.pem", &cert),
-        key: dir.write("key.pem", &key),
-        dir,
-        authority,
-    }
+fn setup(name: &str) -> ServerFiles {
+    ServerFiles::new(&format!("server-{name}"), "test")
 }
 
 #[test]

@@ -62,6 +62,34 @@ impl Ca {
     }
 }
 
+/// A CA, a server certificate it signed, and their PEM files (`ca.pem`,
+/// `cert.pem`, `key.pem`) in a directory of their own.
+pub struct ServerFiles {
+    pub dir: Dir,
+    pub authority: Ca,
+    /// The files' paths.
+    pub ca: String,
+    pub cert: String,
+    pub key: String,
+}
+
+impl ServerFiles {
+    /// The files in the directory `dir_name` (see [`Dir::new`]), signed by
+    /// a CA named `ca_name`.
+    pub fn new(dir_name: &str, ca_name: &str) -> ServerFiles {
+        let dir = Dir::new(dir_name);
+        let authority = Ca::new(ca_name);
+        let (cert, key) = authority.leaf(false);
+        ServerFiles {
+            ca: dir.write("ca.pem", &authority.cert.pem()),
+            cert: dir.write("cert.pem", &cert),
+            key: dir.write("key.pem", &key),
+            authority,
+            dir,
+        }
+    }
+}
+
 /// Files in a directory removed when dropped.
 pub struct Dir(pub PathBuf);
 
