@@ -197,6 +197,12 @@ impl Decoder {
     }
 
     fn decode_frame(&mut self, buf: &mut BytesMut) -> Result<Option<Value>, ProtocolError> {
+        if !self.is_mid_frame() {
+            if let Some(command) = whole_command(buf, self.max_frame) {
+                self.scanned = 0;
+                return Ok(Some(command));
+            }
+        }
         loop {
             let value = if let Some(blob) = self.blob {
                 let need = blob.len + 2;
@@ -403,6 +409,60 @@ impl Decoder {
             Inline::Command(Value::Array(words))
         })
     }
+}
+
+/// Arguments a command may have for [`whole_command`] to read it.
+const MAX_FAST_ARGS: usize = 16;
+
+/// Most frames a server reads are commands already whole in its buffer:
+/// `*N`, then N bulk strings. Such a frame, within `max_frame`, is read
+/// here in one pass and consumed, without the resumable machinery. Any
+/// other (part of a frame, another shape, more arguments, a malformed or
+/// oversized one) answers `None` and consumes nothing: the general path
+/// reads it, to the same value or the same error.
+fn whole_command(buf: &mut BytesMut, max_frame: usize) -> Option<Value> {
+    let bytes = &buf[..];
+    let (n, mut at) = length_line(bytes, 0, b'*')?;
+    if n == 0 || n > MAX_FAST_ARGS {
+        return None;
+    }
+    let mut bodies = [(0, 0); MAX_FAST_ARGS];
+    for body in &mut bodies[..n] {
+        let (len, start) = length_line(bytes, at, b'$')?;
+        let end = start.checked_add(len)?;
+        if bytes.get(end..end.checked_add(2)?) != Some(&b"\r\n"[..]) {
+            return None;
+        }
+        *body = (start, end);
+        at = end + 2;
+    }
+    if at > max_frame {
+        return None;
+    }
+    let items = bodies[..n]
+        .iter()
+        .map(|&(start, end)| Value::Bulk(bytes[start..end].to_vec()))
+        .collect();
+    buf.advance(at);
+    Some(Value::Array(items))
+}
+
+/// `TAG` and a length of at most 18 digits, then CRLF, at `at`: the
+/// length and where the line after it starts. `None` for anything else
+/// (a sign, a line not all there).
+fn length_line(bytes: &[u8], at: usize, tag: u8) -> Option<(usize, usize)> {
+    let line = bytes.get(at..)?;
+    if line.first() != Some(&tag) {
+        return None;
+    }
+    let digits = line[1..].iter().take_while(|b| b.is_ascii_digit()).count();
+    if digits == 0 || digits > 18 || line.get(1 + digits..3 + digits) != Some(&b"\r\n"[..]) {
+        return None;
+    }
+    let n = line[1..=digits]
+        .iter()
+        .fold(0, |n, d| n * 10 + usize::from(d - b'0'));
+    Some((n, at + 3 + digits))
 }
 
 fn is_type(b: u8) -> bool {

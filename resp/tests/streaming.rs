@@ -91,6 +91,57 @@ proptest! {
     }
 }
 
+/// What `bytes` decode to, up to the first refusal (its text), fed whole
+/// when `whole` and a byte at a time otherwise.
+fn outcomes(bytes: &[u8], limit: usize, whole: bool) -> Vec<Result<Value, String>> {
+    let mut d = Decoder::new(limit);
+    let mut buf = BytesMut::new();
+    let mut out = Vec::new();
+    let step = if whole { bytes.len().max(1) } else { 1 };
+    for chunk in bytes.chunks(step) {
+        buf.extend_from_slice(chunk);
+        loop {
+            match d.decode(&mut buf) {
+                Ok(Some(v)) => out.push(Ok(v)),
+                Ok(None) => break,
+                Err(e) => {
+                    out.push(Err(e.to_string()));
+                    return out;
+                }
+            }
+        }
+    }
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1024))]
+
+    /// Commands whole in the buffer take a shorter path than frames fed
+    /// in pieces: both read the same values and refuse with the same texts,
+    /// whatever the arguments' count (either side of that path's limit),
+    /// the frame limit, or one byte changed anywhere.
+    #[test]
+    fn a_whole_buffer_reads_as_the_same_bytes_a_byte_at_a_time(
+        commands in proptest::collection::vec(
+            proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..12), 1..20),
+            1..4,
+        ),
+        limit in 8usize..400,
+        change in proptest::option::of((any::<prop::sample::Index>(), any::<u8>())),
+    ) {
+        let mut bytes = Vec::new();
+        for args in &commands {
+            encode_command(args, &mut bytes);
+        }
+        if let Some((at, byte)) = change {
+            let at = at.index(bytes.len());
+            bytes[at] = byte;
+        }
+        prop_assert_eq!(outcomes(&bytes, limit, true), outcomes(&bytes, limit, false));
+    }
+}
+
 #[test]
 fn every_split_point_of_a_nested_frame() {
     let v = Value::Array(vec![
