@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{Server, PATIENCE};
+use common::{granted_at, Server, PATIENCE};
 use holdline_client::{Connection, ErrorKind, Store, Value};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -187,13 +187,7 @@ async fn the_signal_fires_promptly_and_the_next_waiter_gets_the_key() {
     let (_other, waiter) = server.lock("prompt", None, None).await;
     let held = lock.acquire("k").await.unwrap();
     let granted = Instant::now();
-    let next = tokio::spawn(async move {
-        waiter
-            .key("k")
-            .wait(PATIENCE)
-            .hold(async |_| Instant::now())
-            .await
-    });
+    let next = granted_at(waiter, "k");
     timeout(PATIENCE, held.signal().aborted()).await.unwrap();
     let aborted_at = Instant::now();
     // Revoked at 300 ms, told well within a generous margin.

@@ -5,14 +5,14 @@
 
 mod common;
 
-use common::{assert_text_with_reason, Proxy, Server, PATIENCE};
+use common::{assert_text_with_reason, granted_at, Proxy, Server, PATIENCE};
 use holdline_client::rustls::pki_types::pem::PemObject;
 use holdline_client::rustls::pki_types::CertificateDer;
 use holdline_client::rustls::{self, ClientConfig, RootCertStore};
 use holdline_client::{ConnectOptions, ErrorKind, Store, Value};
 use holdline_testing::certs::{Ca, ServerFiles};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::time::timeout;
 
 /// A CA, a server certificate it signed, and their files.
@@ -123,13 +123,7 @@ async fn a_frozen_tls_link_loses_the_lease_before_anyone_else_is_granted() {
     let near_lock = near.lock("frozen").open().unwrap();
 
     let held = far_lock.acquire("k").await.unwrap();
-    let waiter = tokio::spawn(async move {
-        near_lock
-            .key("k")
-            .wait(PATIENCE)
-            .hold(async |_| Instant::now())
-            .await
-    });
+    let waiter = granted_at(near_lock, "k");
     // Renewals go through the link until it freezes.
     tokio::time::sleep(Duration::from_millis(900)).await;
     assert!(!held.is_lost());

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use holdline_client::{Lock, Store};
 use holdline_testing::{cluster, spawn};
+use tokio::task::JoinHandle;
 
 pub use spawn::PATIENCE;
 
@@ -137,6 +138,18 @@ impl Server {
         let lock = builder.open().unwrap();
         (store, lock)
     }
+}
+
+/// A task that waits (up to `PATIENCE`) for `key` of `lock`, holds it
+/// and answers when its hold began.
+pub fn granted_at(lock: Lock, key: &str) -> JoinHandle<Result<Instant, holdline_client::Error>> {
+    let key = key.to_owned();
+    tokio::spawn(async move {
+        lock.key(&key)
+            .wait(PATIENCE)
+            .hold(async |_| Instant::now())
+            .await
+    })
 }
 
 /// The server binary, found or built once per test process.
