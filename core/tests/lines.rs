@@ -8,7 +8,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{assert_error, fails_within, store_with, wait_for, Holder};
+use common::{assert_error, fails_within, on_threads, store_with, wait_for, Holder};
 
 /// Lines up `n` waiters behind a holder, one at a time (each seen in line
 /// before the next comes), lets the key go, and answers each grant's
@@ -148,32 +148,24 @@ fn timeouts_racing_releases_lose_no_grant() {
     let rounds = if cfg!(debug_assertions) { 300 } else { 3000 };
     let inside = Arc::new(AtomicUsize::new(0));
     let ok = Arc::new(AtomicUsize::new(0));
-    let handles: Vec<_> = (0..threads)
-        .map(|t| {
-            let (lock, inside, ok) = (lock.clone(), inside.clone(), ok.clone());
-            thread::spawn(move || {
-                for i in 0..rounds {
-                    let wait = Duration::from_millis(((t + i) % 3) as u64);
-                    let r = lock.key("hot").wait(wait).hold(|_| {
-                        assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders");
-                        if i % 7 == 0 {
-                            thread::sleep(Duration::from_micros(200));
-                        }
-                        inside.fetch_sub(1, Ordering::SeqCst);
-                    });
-                    match r {
-                        Ok(()) => {
-                            ok.fetch_add(1, Ordering::Relaxed);
-                        }
-                        Err(e) => assert_eq!(e.kind(), ErrorKind::InUse),
-                    }
+    on_threads(0..threads, |t| {
+        for i in 0..rounds {
+            let wait = Duration::from_millis(((t + i) % 3) as u64);
+            let r = lock.key("hot").wait(wait).hold(|_| {
+                assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders");
+                if i % 7 == 0 {
+                    thread::sleep(Duration::from_micros(200));
                 }
-            })
-        })
-        .collect();
-    for h in handles {
-        h.join().unwrap();
-    }
+                inside.fetch_sub(1, Ordering::SeqCst);
+            });
+            match r {
+                Ok(()) => {
+                    ok.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(e) => assert_eq!(e.kind(), ErrorKind::InUse),
+            }
+        }
+    });
     let s = lock.stats();
     assert_eq!((s.held_keys, s.waiters), (0, 0));
     assert_eq!(

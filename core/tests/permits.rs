@@ -10,7 +10,7 @@ use std::thread;
 use std::time::Duration;
 
 mod common;
-use common::wait_for;
+use common::{on_threads, store_with_permits, wait_for};
 
 const LONG: Duration = Duration::from_secs(60);
 
@@ -42,6 +42,14 @@ fn waiters(lock: &Lock, key: &str) -> usize {
     lock.inspect(key).map_or(0, |i| i.waiters)
 }
 
+/// Tells each [`holder`] thread to let go, and joins it.
+fn let_go(holders: impl IntoIterator<Item = (mpsc::Sender<()>, thread::JoinHandle<()>)>) {
+    for (go, t) in holders {
+        go.send(()).unwrap();
+        t.join().unwrap();
+    }
+}
+
 /// A thread that holds `permits` of `key` (0: exclusive) until told to
 /// let go, reporting its grant's fence on `granted`.
 fn holder(
@@ -71,8 +79,7 @@ fn holder(
 
 #[test]
 fn a_semaphore_lets_its_count_in_and_lines_up_the_rest() {
-    let store = Store::new();
-    let lock = store.lock("providers").permits(3).open().unwrap();
+    let (store, lock) = store_with_permits("providers", 3);
     let (granted, grants) = mpsc::channel();
     let mut held = Vec::new();
     for name in ["a", "b", "c"] {
@@ -91,10 +98,7 @@ fn a_semaphore_lets_its_count_in_and_lines_up_the_rest() {
     assert_eq!(grants.recv().unwrap().0, "d");
     go_d.send(()).unwrap();
     d.join().unwrap();
-    for (go, t) in held {
-        go.send(()).unwrap();
-        t.join().unwrap();
-    }
+    let_go(held);
     let s = lock.stats();
     assert_eq!((s.held_keys, s.waiters, s.grants), (0, 0, 4));
     store.reclaim_idle();
@@ -103,8 +107,7 @@ fn a_semaphore_lets_its_count_in_and_lines_up_the_rest() {
 
 #[test]
 fn a_waiting_writer_is_never_overtaken_by_readers() {
-    let store = Store::new();
-    let lock = store.lock("docs").permits(1024).open().unwrap();
+    let (_store, lock) = store_with_permits("docs", 1024);
     let (granted, grants) = mpsc::channel();
     let (go_r1, r1) = holder(&lock, "d", 1, "r1", &granted);
     assert_eq!(grants.recv().unwrap().0, "r1");
@@ -146,16 +149,12 @@ fn a_waiting_writer_is_never_overtaken_by_readers() {
     let info = lock.inspect("d").unwrap();
     assert_eq!((info.holders, info.permits_held, info.waiters), (2, 2, 0));
     assert_eq!(info.fence, readers[0].1.max(readers[1].1));
-    for (go, t) in [(go_r2, r2), (go_r3, r3)] {
-        go.send(()).unwrap();
-        t.join().unwrap();
-    }
+    let_go([(go_r2, r2), (go_r3, r3)]);
 }
 
 #[test]
 fn a_head_that_leaves_lets_the_next_in_at_once() {
-    let store = Store::new();
-    let lock = store.lock("pool").permits(2).open().unwrap();
+    let (_store, lock) = store_with_permits("pool", 2);
     let (granted, grants) = mpsc::channel();
     let (go_a, a) = holder(&lock, "k", 1, "a", &granted);
     grants.recv().unwrap();
@@ -178,16 +177,12 @@ fn a_head_that_leaves_lets_the_next_in_at_once() {
         "b",
         "b waited behind a head that left"
     );
-    for (go, t) in [(go_a, a), (go_b, b)] {
-        go.send(()).unwrap();
-        t.join().unwrap();
-    }
+    let_go([(go_a, a), (go_b, b)]);
 }
 
 #[test]
 fn try_hold_gets_in_only_when_its_permits_fit_and_nobody_waits() {
-    let store = Store::new();
-    let lock = store.lock("pool").permits(3).open().unwrap();
+    let (_store, lock) = store_with_permits("pool", 3);
     let two = lock.key("k").permits(2).acquire().unwrap();
     assert_eq!(two.permits(), 2);
     assert_eq!(lock.key("k").permits(2).try_hold(|_| ()).unwrap(), None);
@@ -268,8 +263,7 @@ fn bad_counts_fail_invalid_with_the_lock_and_key_named() {
 
 #[test]
 fn the_same_thread_may_not_hold_a_key_twice_with_any_permits() {
-    let store = Store::new();
-    let lock = store.lock("docs").permits(8).open().unwrap();
+    let (_store, lock) = store_with_permits("docs", 8);
     let e = lock
         .hold("d", |_| lock.key("d").permits(2).hold(|_| ()))
         .unwrap()
@@ -303,8 +297,7 @@ fn a_revoked_holder_gives_its_permits_back_to_the_line() {
 
 #[test]
 fn a_panic_inside_a_hold_gives_its_permits_back() {
-    let store = Store::new();
-    let lock = store.lock("pool").permits(4).open().unwrap();
+    let (_store, lock) = store_with_permits("pool", 4);
     let lock2 = lock.clone();
     let panicked = thread::spawn(move || lock2.key("k").permits(3).hold(|_| panic!("boom")));
     assert!(panicked.join().is_err());
@@ -316,8 +309,7 @@ fn a_panic_inside_a_hold_gives_its_permits_back() {
 
 #[test]
 fn a_fenced_write_is_taken_from_any_current_holder_and_refused_after() {
-    let store = Store::new();
-    let lock = store.lock("docs").permits(4).open().unwrap();
+    let (store, lock) = store_with_permits("docs", 4);
     let a = lock.acquire("d").unwrap();
     let b = lock.acquire("d").unwrap();
     store
@@ -343,8 +335,7 @@ fn a_fenced_write_is_taken_from_any_current_holder_and_refused_after() {
 
 #[test]
 fn tasks_and_threads_share_one_line_of_permits() {
-    let store = Store::new();
-    let lock = store.lock("docs").permits(2).open().unwrap();
+    let (_store, lock) = store_with_permits("docs", 2);
     let writer = lock.key("d").exclusive().acquire().unwrap();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -381,39 +372,30 @@ fn a_million_holds_never_exceed_the_count() {
     const TOTAL: u32 = 4;
     const THREADS: u64 = 4;
     const HOLDS: u64 = 1_000_000 / THREADS + 1;
-    let store = Store::new();
-    let lock = store.lock("rw").permits(TOTAL).open().unwrap();
+    let (store, lock) = store_with_permits("rw", TOTAL);
     let gauge = Gauge::new(TOTAL);
     let writes = Arc::new(AtomicU64::new(0));
-    let threads: Vec<_> = (0..THREADS)
-        .map(|t| {
-            let (lock, gauge, writes) = (lock.clone(), gauge.clone(), writes.clone());
-            thread::spawn(move || {
-                for i in 0..HOLDS {
-                    // One hold in ten is a writer; the rest take 1 or 2.
-                    let permits = match (i + t) % 10 {
-                        0 => TOTAL,
-                        n => 1 + (n as u32 % 2),
-                    };
-                    lock.key("k")
-                        .permits(permits)
-                        .wait(LONG)
-                        .hold(|l| {
-                            assert_eq!(l.permits(), permits);
-                            gauge.enter(permits);
-                            if permits == TOTAL {
-                                writes.fetch_add(1, Ordering::Relaxed);
-                            }
-                            gauge.leave(permits);
-                        })
-                        .unwrap();
-                }
-            })
-        })
-        .collect();
-    for t in threads {
-        t.join().unwrap();
-    }
+    on_threads(0..THREADS, |t| {
+        for i in 0..HOLDS {
+            // One hold in ten is a writer; the rest take 1 or 2.
+            let permits = match (i + t) % 10 {
+                0 => TOTAL,
+                n => 1 + (n as u32 % 2),
+            };
+            lock.key("k")
+                .permits(permits)
+                .wait(LONG)
+                .hold(|l| {
+                    assert_eq!(l.permits(), permits);
+                    gauge.enter(permits);
+                    if permits == TOTAL {
+                        writes.fetch_add(1, Ordering::Relaxed);
+                    }
+                    gauge.leave(permits);
+                })
+                .unwrap();
+        }
+    });
     let s = lock.stats();
     assert_eq!(s.grants, THREADS * HOLDS);
     assert_eq!((s.held_keys, s.waiters), (0, 0));
@@ -427,8 +409,7 @@ fn a_million_holds_never_exceed_the_count() {
 /// across the reclaim, and the grants are all counted.
 #[test]
 fn fences_keep_rising_across_a_reclaimed_key_of_several_permits() {
-    let store = Store::new();
-    let lock = store.lock("sem").permits(3).open().unwrap();
+    let (store, lock) = store_with_permits("sem", 3);
     let mut last = 0;
     for round in 0..5 {
         let a = lock.key("k").acquire().unwrap();

@@ -36,6 +36,17 @@ impl Holder {
     }
 }
 
+/// Runs `body(id)` on a thread of its own for each of `ids`, all at once,
+/// and waits for every one (a panic in any fails the test).
+pub fn on_threads<T: Send>(ids: impl IntoIterator<Item = T>, body: impl Fn(T) + Sync) {
+    thread::scope(|s| {
+        for id in ids {
+            let body = &body;
+            s.spawn(move || body(id));
+        }
+    });
+}
+
 /// Polls `cond` every millisecond, failing the test after a minute.
 pub fn wait_for(what: &str, cond: impl FnMut() -> bool) {
     wait_for_within(what, Duration::from_secs(60), cond)
@@ -112,6 +123,13 @@ pub fn store_with_rows(rows: &[(&str, &str)]) -> Store {
         })
         .unwrap();
     store
+}
+
+/// A new store and its lock `name` of `permits` permits per key.
+pub fn store_with_permits(name: &str, permits: u32) -> (Store, Lock) {
+    let store = Store::new();
+    let lock = store.lock(name).permits(permits).open().unwrap();
+    (store, lock)
 }
 
 /// A new store and its lock `name`, opened with the defaults.
