@@ -3,7 +3,6 @@
 //! Same conventions as `models.rs` (run with the same command).
 #![cfg(loom)]
 
-use holdline::Store;
 use loom::sync::atomic::AtomicUsize;
 use loom::sync::Arc;
 use loom::thread;
@@ -11,16 +10,14 @@ use std::future::Future;
 use std::task::{Context, Poll, Waker};
 
 mod common;
-use common::{assert_idle_and_reclaimed, check, inside, FOREVER};
+use common::{check_idle, inside, FOREVER};
 
 /// 9. A task's future is dropped while the holder lets go: either it left
 /// the line first (the key goes free) or the grant reached it first and
 /// the drop hands it on. Never lost, never left held.
 #[test]
 fn a_dropped_future_racing_a_grant() {
-    check(3, || {
-        let store = Store::new();
-        let lock = store.lock("l").open().unwrap();
+    check_idle(3, |_store, lock| {
         let held = lock.acquire("k").unwrap();
         let task = {
             let lock = lock.clone();
@@ -37,7 +34,6 @@ fn a_dropped_future_racing_a_grant() {
         };
         held.release().unwrap();
         task.join().unwrap();
-        assert_idle_and_reclaimed(&store, &lock, "k");
     });
 }
 
@@ -46,9 +42,7 @@ fn a_dropped_future_racing_a_grant() {
 /// a loom deadlock).
 #[test]
 fn waker_registration_racing_a_release() {
-    check(3, || {
-        let store = Store::new();
-        let lock = store.lock("l").open().unwrap();
+    check_idle(3, |_store, lock| {
         let count = Arc::new(AtomicUsize::new(0));
         let held = lock.acquire("k").unwrap();
         let task = {
@@ -62,7 +56,6 @@ fn waker_registration_racing_a_release() {
         };
         held.release().unwrap();
         task.join().unwrap();
-        assert_idle_and_reclaimed(&store, &lock, "k");
     });
 }
 
@@ -73,9 +66,7 @@ fn waker_registration_racing_a_release() {
 /// needs two threads, not three.
 #[test]
 fn a_thread_and_a_task_in_one_line() {
-    check(2, || {
-        let store = Store::new();
-        let lock = store.lock("l").open().unwrap();
+    check_idle(2, |_store, lock| {
         let count = Arc::new(AtomicUsize::new(0));
         let order = Arc::new(loom::sync::Mutex::new(Vec::new()));
         let held = lock.acquire("k").unwrap();
@@ -105,7 +96,6 @@ fn a_thread_and_a_task_in_one_line() {
         lease.release().unwrap();
         thread_waiter.join().unwrap();
         assert_eq!(*order.lock().unwrap(), ["thread", "task"]);
-        assert_idle_and_reclaimed(&store, &lock, "k");
     });
 }
 
@@ -126,9 +116,7 @@ impl std::task::Wake for Unpark {
 /// deadline with its line's entry, so a missing cover is a deadlock here.
 #[test]
 fn a_task_s_deadline_fires_through_its_line() {
-    check(3, || {
-        let store = Store::new();
-        let lock = store.lock("l").open().unwrap();
+    check_idle(3, |store, lock| {
         let held = lock.hold("k", |_| {
             let (enqueued, in_line) = loom::sync::mpsc::channel();
             let task = {
@@ -158,6 +146,5 @@ fn a_task_s_deadline_fires_through_its_line() {
         assert_eq!(held.unwrap(), holdline::ErrorKind::InUse);
         assert_eq!(lock.stats().waiters, 0);
         assert_eq!(store.pending_timers(), 0, "nothing left on the wheel");
-        assert_idle_and_reclaimed(&store, &lock, "k");
     });
 }

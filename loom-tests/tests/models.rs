@@ -11,22 +11,31 @@
 //! fire only when a model thread calls `fire_all_timers`.
 #![cfg(loom)]
 
-use holdline::{ErrorKind, Store};
+use holdline::{ErrorKind, LockBuilder, Store};
 use loom::sync::atomic::AtomicUsize;
 use loom::sync::Arc;
 use loom::thread;
 use std::time::Duration;
 
 mod common;
-use common::{assert_idle_and_reclaimed, check, inside, FOREVER};
+use common::{check, check_idle, check_idle_with, inside, FOREVER};
+
+/// maxHold (60 s) before the ttl (120 s): the timer revokes, never expires.
+fn revoked_before_expiry(lock: LockBuilder<'_>) -> LockBuilder<'_> {
+    lock.max_hold(Duration::from_secs(60))
+        .ttl(Duration::from_secs(120))
+}
+
+/// A ttl of a minute: the lease is on the timer wheel.
+fn a_minute_ttl(lock: LockBuilder<'_>) -> LockBuilder<'_> {
+    lock.ttl(Duration::from_secs(60))
+}
 
 /// 1. Two threads hold one key: never both inside, both finish, the key
 /// ends free and its state is reclaimed.
 #[test]
 fn two_holders_of_one_key() {
-    check(2, || {
-        let store = Store::new();
-        let lock = store.lock("l").open().unwrap();
+    check_idle(2, |_store, lock| {
         let count = Arc::new(AtomicUsize::new(0));
         let t = {
             let (lock, count) = (lock.clone(), count.clone());
@@ -44,7 +53,6 @@ fn two_holders_of_one_key() {
             .unwrap();
         let theirs = t.join().unwrap();
         assert_ne!(mine, theirs, "each grant has its own fence");
-        assert_idle_and_reclaimed(&store, &lock, "k");
     });
 }
 
@@ -90,9 +98,7 @@ fn the_line_goes_first() {
 /// (loom's cell tracking flags any access to it after its thread left).
 #[test]
 fn a_deadline_racing_a_release() {
-    check(3, || {
-        let store = Store::new();
-        let lock = store.lock("l").open().unwrap();
+    check_idle(3, |_store, lock| {
         let held = lock.acquire("k").unwrap();
         let t = {
             let l = lock.clone();
@@ -103,7 +109,6 @@ fn a_deadline_racing_a_release() {
             Ok(()) => {}
             Err(e) => assert_eq!(e.kind(), ErrorKind::InUse),
         }
-        assert_idle_and_reclaimed(&store, &lock, "k");
     });
 }
 
@@ -112,9 +117,7 @@ fn a_deadline_racing_a_release() {
 /// that lets go and then the new holder that takes the key again.
 #[test]
 fn try_hold_racing_release_and_a_new_holder() {
-    check(2, || {
-        let store = Store::new();
-        let lock = store.lock("l").open().unwrap();
+    check_idle(2, |_store, lock| {
         let count = Arc::new(AtomicUsize::new(0));
         let held = lock.acquire("k").unwrap();
         let trier = {
@@ -128,7 +131,6 @@ fn try_hold_racing_release_and_a_new_holder() {
             again.is_some() || tried.is_some(),
             "a free key is taken by one of them"
         );
-        assert_idle_and_reclaimed(&store, &lock, "k");
     });
 }
 
@@ -137,15 +139,8 @@ fn try_hold_racing_release_and_a_new_holder() {
 /// rise, and the holder sees `lost` exactly when the revocation won.
 #[test]
 fn revocation_racing_release() {
-    check(2, || {
-        let store = Store::new();
+    check_idle_with(2, revoked_before_expiry, |store, lock| {
         // maxHold comes before the ttl, so the timer revokes (not expires).
-        let lock = store
-            .lock("l")
-            .max_hold(Duration::from_secs(60))
-            .ttl(Duration::from_secs(120))
-            .open()
-            .unwrap();
         let lease = lock.acquire("k").unwrap();
         let first = lease.fence();
         // The waiter holds through a handle without maxHold, so firing every
@@ -170,7 +165,6 @@ fn revocation_racing_release() {
             }
         }
         assert_eq!(store.pending_timers(), 0, "nothing left on the wheel");
-        assert_idle_and_reclaimed(&store, &lock, "k");
     });
 }
 
@@ -211,9 +205,7 @@ fn close_racing_a_waiter() {
 /// key too), and fences keep rising across the two records.
 #[test]
 fn reclaim_racing_a_lookup() {
-    check(2, || {
-        let store = Store::new();
-        let lock = store.lock("l").open().unwrap();
+    check_idle(2, |store, lock| {
         let count = Arc::new(AtomicUsize::new(0));
         let first = lock.hold("k", |l| l.fence()).unwrap();
         let sweeper = {
@@ -230,7 +222,6 @@ fn reclaim_racing_a_lookup() {
             assert!(third > first && third != second);
         }
         assert!(lock.stats().live_keys <= 1, "never two records for one key");
-        assert_idle_and_reclaimed(&store, &lock, "k");
     });
 }
 
@@ -239,9 +230,7 @@ fn reclaim_racing_a_lookup() {
 /// once and nothing stays on the wheel.
 #[test]
 fn release_racing_the_timer() {
-    check(3, || {
-        let store = Store::new();
-        let lock = store.lock("l").ttl(Duration::from_secs(60)).open().unwrap();
+    check_idle_with(3, a_minute_ttl, |store, lock| {
         let lease = lock.acquire("k").unwrap();
         let timer = {
             let s = store.clone();
@@ -258,7 +247,6 @@ fn release_racing_the_timer() {
             0,
             "a released lease leaves nothing on the wheel"
         );
-        assert_idle_and_reclaimed(&store, &lock, "k");
     });
 }
 

@@ -11,7 +11,7 @@
 //! a spin, multiplies loom's work a hundredfold).
 #![cfg(loom)]
 
-use holdline::{ErrorKind, HeldLease, Lock, Store};
+use holdline::{ErrorKind, HeldLease, Lock, LockBuilder};
 use loom::thread;
 use std::future::Future;
 use std::pin::Pin;
@@ -19,7 +19,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 mod common;
-use common::{assert_idle_and_reclaimed, check, FOREVER};
+use common::{check_idle_with, permits, FOREVER};
 
 type Pending<'a> = Pin<Box<dyn Future<Output = Result<HeldLease, holdline::Error>> + Send + 'a>>;
 
@@ -77,19 +77,22 @@ fn holder_thread(lock: &Lock, want: u32, total: u32) -> thread::JoinHandle<u64> 
     })
 }
 
+/// Two permits per key, each hold revoked at its maxHold (60 s).
+fn two_permits_revoked(lock: LockBuilder<'_>) -> LockBuilder<'_> {
+    lock.permits(2).max_hold(Duration::from_secs(60))
+}
+
 /// 13. An exclusive holder lets go, from another thread, with two tasks
 /// in line for one permit each, polled meanwhile: the one release grants
 /// both (each one's next poll finds its grant), each with its own greater
 /// fence, never past the count.
 #[test]
 fn a_release_serves_every_head_that_fits() {
-    check(2, || {
-        let store = Store::new();
-        let lock = store.lock("l").permits(2).open().unwrap();
+    check_idle_with(2, permits::<2>, |_store, lock| {
         let writer = lock.key("k").exclusive().acquire().unwrap();
         let writer_fence = writer.fence();
-        let mut first = task_in_line(&lock, 1);
-        let second = task_in_line(&lock, 1);
+        let mut first = task_in_line(lock, 1);
+        let second = task_in_line(lock, 1);
         let releaser = thread::spawn(move || writer.release().unwrap());
         // A poll racing the release: pending, or already granted.
         let early = poll(&mut first);
@@ -99,14 +102,13 @@ fn a_release_serves_every_head_that_fits() {
             Poll::Pending => granted(first),
         };
         let second = granted(second);
-        within_count(&lock, 2);
+        within_count(lock, 2);
         assert!(
             writer_fence < first.fence() && first.fence() < second.fence(),
             "in order"
         );
         first.release().unwrap();
         second.release().unwrap();
-        assert_idle_and_reclaimed(&store, &lock, "k");
     });
 }
 
@@ -116,12 +118,10 @@ fn a_release_serves_every_head_that_fits() {
 /// after that thread's hold is over (a join: a missed grant is a deadlock).
 #[test]
 fn a_head_that_leaves_lets_the_next_in() {
-    check(2, || {
-        let store = Store::new();
-        let lock = store.lock("l").permits(2).open().unwrap();
+    check_idle_with(2, permits::<2>, |_store, lock| {
         let held = lock.acquire("k").unwrap();
-        let head = task_in_line(&lock, 0);
-        let next = holder_thread(&lock, 1, 2);
+        let head = task_in_line(lock, 0);
+        let next = holder_thread(lock, 1, 2);
         while lock.waiters_of("k") != 2 {
             thread::yield_now();
         }
@@ -129,7 +129,6 @@ fn a_head_that_leaves_lets_the_next_in() {
         let fence = next.join().unwrap();
         assert!(fence > held.fence());
         held.release().unwrap();
-        assert_idle_and_reclaimed(&store, &lock, "k");
     });
 }
 
@@ -137,16 +136,13 @@ fn a_head_that_leaves_lets_the_next_in() {
 /// it is granted exactly once, only after both, with a greater fence.
 #[test]
 fn an_exclusive_waiter_while_shared_holders_leave() {
-    check(2, || {
-        let store = Store::new();
-        let lock = store.lock("l").permits(2).open().unwrap();
+    check_idle_with(2, permits::<2>, |_store, lock| {
         let (a, b) = (lock.acquire("k").unwrap(), lock.acquire("k").unwrap());
         let top = a.fence().max(b.fence());
-        let writer = holder_thread(&lock, 0, 2);
+        let writer = holder_thread(lock, 0, 2);
         a.release().unwrap();
         b.release().unwrap();
         assert!(writer.join().unwrap() > top, "fences rise");
-        assert_idle_and_reclaimed(&store, &lock, "k");
     });
 }
 
@@ -155,14 +151,7 @@ fn an_exclusive_waiter_while_shared_holders_leave() {
 /// is granted once, never past the count, and the revoked lease is lost.
 #[test]
 fn a_revocation_returns_its_permit_to_the_line() {
-    check(2, || {
-        let store = Store::new();
-        let lock = store
-            .lock("l")
-            .permits(2)
-            .max_hold(Duration::from_secs(60))
-            .open()
-            .unwrap();
+    check_idle_with(2, two_permits_revoked, |store, lock| {
         let (a, b) = (lock.acquire("k").unwrap(), lock.acquire("k").unwrap());
         let writer = {
             let lock = lock.clone();
@@ -178,7 +167,6 @@ fn a_revocation_returns_its_permit_to_the_line() {
         store.fire_all_timers();
         writer.join().unwrap();
         assert_eq!(b.release().unwrap_err().kind(), ErrorKind::Lost);
-        assert_idle_and_reclaimed(&store, &lock, "k");
     });
 }
 
@@ -189,11 +177,9 @@ fn a_revocation_returns_its_permit_to_the_line() {
 /// deadlock), never past the count, after the newcomer if it got in.
 #[test]
 fn a_fast_take_racing_a_waiter_that_enqueues() {
-    check(2, || {
-        let store = Store::new();
-        let lock = store.lock("l").permits(2).open().unwrap();
+    check_idle_with(2, permits::<2>, |_store, lock| {
         let held = lock.acquire("k").unwrap();
-        let writer = holder_thread(&lock, 0, 2);
+        let writer = holder_thread(lock, 0, 2);
         let tried = lock.key("k").try_acquire().unwrap();
         held.release().unwrap();
         let newcomer = tried.map(|l| {
@@ -203,7 +189,6 @@ fn a_fast_take_racing_a_waiter_that_enqueues() {
         });
         let writer = writer.join().unwrap();
         assert!(newcomer.is_none_or(|f| f < writer), "fences rise");
-        assert_idle_and_reclaimed(&store, &lock, "k");
     });
 }
 
@@ -212,9 +197,7 @@ fn a_fast_take_racing_a_waiter_that_enqueues() {
 /// is in only while one fits, and its fence is above both holders'.
 #[test]
 fn a_release_racing_a_fast_take() {
-    check(2, || {
-        let store = Store::new();
-        let lock = store.lock("l").permits(2).open().unwrap();
+    check_idle_with(2, permits::<2>, |_store, lock| {
         let (a, b) = (lock.acquire("k").unwrap(), lock.acquire("k").unwrap());
         let top = a.fence().max(b.fence());
         let newcomer = {
@@ -233,7 +216,6 @@ fn a_release_racing_a_fast_take() {
         if let Some(fence) = newcomer.join().unwrap() {
             assert!(fence > top, "fences rise");
         }
-        assert_idle_and_reclaimed(&store, &lock, "k");
     });
 }
 
@@ -244,14 +226,12 @@ fn a_release_racing_a_fast_take() {
 /// not, past the head), whichever came first.
 #[test]
 fn the_head_timing_out_while_permits_come_free() {
-    check(2, || {
-        let store = Store::new();
-        let lock = store.lock("l").permits(3).open().unwrap();
+    check_idle_with(2, permits::<3>, |_store, lock| {
         let (a, b) = (lock.acquire("k").unwrap(), lock.acquire("k").unwrap());
         let hold = lock.key("k").exclusive().wait(Duration::from_millis(10));
         let mut head: Pending<'_> = Box::pin(hold.acquire_async());
         assert!(poll(&mut head).is_pending(), "the head stands in line");
-        let behind = task_in_line(&lock, 1);
+        let behind = task_in_line(lock, 1);
         let releaser = thread::spawn(move || a.release().unwrap());
         // Each poll reads the store's clock, which moves 2 ms a read under
         // loom: the head's deadline passes within a few.
@@ -265,12 +245,11 @@ fn the_head_timing_out_while_permits_come_free() {
             ErrorKind::InUse
         );
         let behind = granted(behind);
-        within_count(&lock, 3);
+        within_count(lock, 3);
         assert!(behind.fence() > b.fence(), "fences rise");
         releaser.join().unwrap();
         behind.release().unwrap();
         b.release().unwrap();
-        assert_idle_and_reclaimed(&store, &lock, "k");
     });
 }
 
@@ -280,11 +259,9 @@ fn the_head_timing_out_while_permits_come_free() {
 /// release, and all of them after it, but the writer waits first).
 #[test]
 fn a_waiting_writer_is_not_overtaken_by_a_fast_reader() {
-    check(2, || {
-        let store = Store::new();
-        let lock = store.lock("l").permits(2).open().unwrap();
+    check_idle_with(2, permits::<2>, |_store, lock| {
         let reader = lock.acquire("k").unwrap();
-        let writer = task_in_line(&lock, 0);
+        let writer = task_in_line(lock, 0);
         let newcomer = {
             let lock = lock.clone();
             thread::spawn(move || lock.key("k").try_acquire().unwrap().map(|l| l.fence()))
@@ -298,6 +275,5 @@ fn a_waiting_writer_is_not_overtaken_by_a_fast_reader() {
         let writer = granted(writer);
         assert_eq!(writer.permits(), 2);
         writer.release().unwrap();
-        assert_idle_and_reclaimed(&store, &lock, "k");
     });
 }

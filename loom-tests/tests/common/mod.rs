@@ -3,7 +3,7 @@
 
 #![allow(dead_code)]
 
-use holdline::{Lock, Store};
+use holdline::{Lock, LockBuilder, Store};
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -52,4 +52,33 @@ pub fn assert_idle_and_reclaimed(store: &Store, lock: &Lock, key: &str) {
         0,
         "the idle key's state is reclaimed"
     );
+}
+
+/// How a model opens its lock: the builder's settings.
+pub type Open = for<'s> fn(LockBuilder<'s>) -> LockBuilder<'s>;
+
+/// A lock of `N` permits per key.
+pub fn permits<const N: u32>(lock: LockBuilder<'_>) -> LockBuilder<'_> {
+    lock.permits(N)
+}
+
+/// Runs `body` in every interleaving (see [`check`]) against a new store
+/// and its lock `l`, opened with the defaults; after it, key `k` must be
+/// free, with nobody waiting, and its state reclaimed.
+pub fn check_idle(bound: usize, body: impl Fn(&Store, &Lock) + Sync + Send + 'static) {
+    check_idle_with(bound, |lock| lock, body);
+}
+
+/// [`check_idle`] with the lock opened as `open` sets it up.
+pub fn check_idle_with(
+    bound: usize,
+    open: Open,
+    body: impl Fn(&Store, &Lock) + Sync + Send + 'static,
+) {
+    check(bound, move || {
+        let store = Store::new();
+        let lock = open(store.lock("l")).open().unwrap();
+        body(&store, &lock);
+        assert_idle_and_reclaimed(&store, &lock, "k");
+    });
 }
