@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{revoking_lock, store_with, ttl_lock, wait_for, Holder};
+use common::{revoking_lock, store_with, store_with_held, ttl_lock, wait_for};
 use holdline::{ErrorKind, Lock, Store};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -88,8 +88,7 @@ fn a_waiting_task_does_not_block_the_holder_on_a_current_thread_runtime() {
 /// waiter `i` is a task when `is_task(i)`, spawned on `handle`'s runtime
 /// (which something else drives), else a thread.
 fn mixed_line_is_fifo(handle: &tokio::runtime::Handle, n: usize, is_task: fn(usize) -> bool) {
-    let (_store, lock) = store_with("mixed");
-    let holder = Holder::start(&lock, "k");
+    let (_store, lock, holder) = store_with_held("mixed", "k");
     let order = Arc::new(Mutex::new(Vec::new()));
     let mut threads = Vec::new();
     let mut tasks = Vec::new();
@@ -145,8 +144,7 @@ fn threads_and_tasks_share_one_fifo_line_on_a_current_thread_runtime() {
 
 #[test]
 fn a_task_waits_up_to_its_deadline_then_fails_in_use() {
-    let (_store, lock) = store_with("invoices");
-    let holder = Holder::start(&lock, "9");
+    let (_store, lock, holder) = store_with_held("invoices", "9");
     let rt = current_thread();
     let started = Instant::now();
     let err = rt
@@ -181,8 +179,7 @@ fn a_task_waits_up_to_its_deadline_then_fails_in_use() {
 /// the second's (100 ms) fires, as the first's entry comes at 5 s.
 #[test]
 fn tasks_of_one_line_each_time_out_at_their_own_deadline() {
-    let (_store, lock) = store_with("invoices");
-    let holder = Holder::start(&lock, "k");
+    let (_store, lock, holder) = store_with_held("invoices", "k");
     let rt = multi_thread();
     let started = Instant::now();
     let task = |wait_ms: u64| {
@@ -222,8 +219,7 @@ fn tasks_of_one_line_each_time_out_at_their_own_deadline() {
 
 #[test]
 fn the_10001st_waiter_fails_limit_whether_task_or_thread_and_a_dropped_one_frees_its_place() {
-    let (_store, lock) = store_with("busy");
-    let holder = Holder::start(&lock, "7");
+    let (_store, lock, holder) = store_with_held("busy", "7");
     let rt = current_thread();
     let mut tasks = Vec::new();
     rt.block_on(async {

@@ -8,7 +8,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{assert_error, fails_within, store_with, store_with_rows, Holder};
+use common::{assert_error, fails_within, store_with, store_with_held, store_with_rows};
 
 #[test]
 fn hold_answers_the_closures_value() {
@@ -50,8 +50,7 @@ fn the_key_builder_holds_and_tries_like_the_lock() {
 
 #[test]
 fn try_hold_never_runs_f_on_a_held_key() {
-    let (_store, lock) = store_with("l");
-    let holder = Holder::start(&lock, "k");
+    let (_store, lock, holder) = store_with_held("l", "k");
     let ran = AtomicBool::new(false);
     let started = Instant::now();
     assert_eq!(
@@ -71,16 +70,14 @@ fn try_hold_never_runs_f_on_a_held_key() {
 
 #[test]
 fn a_held_key_does_not_hold_up_another_key() {
-    let (_store, lock) = store_with("l");
-    let holder = Holder::start(&lock, "k");
+    let (_store, lock, holder) = store_with_held("l", "k");
     assert_eq!(lock.try_hold("k2", |_| 1).unwrap(), Some(1));
     holder.release().unwrap();
 }
 
 #[test]
 fn try_hold_takes_the_key_once_its_holder_lets_go() {
-    let (_store, lock) = store_with("l");
-    let holder = Holder::start(&lock, "k");
+    let (_store, lock, holder) = store_with_held("l", "k");
     holder.release().unwrap();
     assert_eq!(lock.try_hold("k", |_| 2).unwrap(), Some(2));
 }

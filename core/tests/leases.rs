@@ -5,10 +5,16 @@ mod common;
 use common::{
     assert_error, assert_error_starts, assert_fails_with, revoking_lock, store_with, ttl_lock,
 };
-use holdline::{EndReason, ErrorKind, Store};
+use holdline::{EndReason, ErrorKind, Lock, Store};
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
+
+/// `lock`'s keys held now, and its revocations so far.
+fn held_and_revoked(lock: &Lock) -> (usize, u64) {
+    let s = lock.stats();
+    (s.held_keys, s.revocations)
+}
 
 #[test]
 fn max_hold_hands_the_key_on_while_the_revoked_closure_still_runs() {
@@ -53,8 +59,7 @@ fn a_revoked_hold_answers_lost_with_its_text() {
         ErrorKind::Lost,
         "lock invoices: key \"m\": the lease was lost: it was revoked at its maxHold",
     );
-    let s = invoices.stats();
-    assert_eq!((s.held_keys, s.revocations), (0, 1));
+    assert_eq!(held_and_revoked(&invoices), (0, 1));
 }
 
 #[test]
@@ -80,8 +85,7 @@ fn a_hold_within_max_hold_is_untouched() {
     let store = Store::new();
     let lock = revoking_lock(&store, "l", 60_000);
     assert!(!lock.hold("k", |l| l.is_lost()).unwrap());
-    let s = lock.stats();
-    assert_eq!((s.held_keys, s.revocations), (0, 0));
+    assert_eq!(held_and_revoked(&lock), (0, 0));
 }
 
 #[test]
@@ -462,13 +466,18 @@ fn a_row_is_bound_to_the_lock_and_key_of_its_first_fenced_write() {
     for _ in 0..5 {
         p_fence = fresh.hold("p", |l| l.fence()).unwrap();
     }
-    fresh
-        .hold("p", |l| {
-            store
-                .tx(|tx| tx.put_fenced(&fresh, "p", l.fence(), "shared", "p"))
-                .unwrap()
-        })
-        .unwrap();
+    // A fenced write of `key` (its own name as the value) under a hold of
+    // it: the row binds to fresh's `key` if nothing guards it.
+    let bind = |key: &str| {
+        fresh
+            .hold(key, |l| {
+                store
+                    .tx(|tx| tx.put_fenced(&fresh, key, l.fence(), "shared", key))
+                    .unwrap()
+            })
+            .unwrap()
+    };
+    bind("p");
     let refused = |lock: &holdline::Lock, key: &str, raise: usize| {
         // An attacker raises its key's fence above the guard's first.
         for _ in 0..raise {
@@ -511,13 +520,7 @@ fn a_row_is_bound_to_the_lock_and_key_of_its_first_fenced_write() {
             Ok(())
         })
         .unwrap();
-    fresh
-        .hold("q", |l| {
-            store
-                .tx(|tx| tx.put_fenced(&fresh, "q", l.fence(), "shared", "q"))
-                .unwrap()
-        })
-        .unwrap();
+    bind("q");
     let guard = store
         .tx(|tx| {
             Ok(tx

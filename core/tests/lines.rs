@@ -8,7 +8,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{assert_error, fails_within, on_threads, store_with, wait_for, Holder};
+use common::{
+    assert_error, fails_within, on_threads, store_with, store_with_held, wait_for, Holder,
+};
 
 /// Lines up `n` waiters behind a holder, one at a time (each seen in line
 /// before the next comes), lets the key go, and answers each grant's
@@ -104,8 +106,7 @@ fn a_release_hands_the_key_to_the_first_waiter_not_a_newcomer() {
 
 #[test]
 fn the_ten_thousand_and_first_waiter_fails_limit() {
-    let (_store, lock) = store_with("invoices");
-    let holder = Holder::start(&lock, "7");
+    let (_store, lock, holder) = store_with_held("invoices", "7");
     let granted = Arc::new(AtomicUsize::new(0));
     let waiters: Vec<_> = (0..10_000)
         .map(|_| {

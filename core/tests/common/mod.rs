@@ -132,6 +132,14 @@ pub fn store_with_permits(name: &str, permits: u32) -> (Store, Lock) {
     (store, lock)
 }
 
+/// A new store and its lock `name`, opened with the defaults, with
+/// `key` held by a [`Holder`] thread.
+pub fn store_with_held(name: &str, key: &str) -> (Store, Lock, Holder) {
+    let (store, lock) = store_with(name);
+    let holder = Holder::start(&lock, key);
+    (store, lock, holder)
+}
+
 /// A new store and its lock `name`, opened with the defaults.
 pub fn store_with(name: &str) -> (Store, Lock) {
     let store = Store::new();
