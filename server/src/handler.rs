@@ -35,6 +35,7 @@ use crate::events::Kind;
 use crate::reply::{ErrorReply, Reply};
 use crate::session::{Counts, PendingHold, Session, Step};
 use crate::shutdown::Shutdown;
+use crate::woken::Woken;
 use holdline::{Error, HeldLease};
 use std::collections::VecDeque;
 use std::future::{pending, poll_fn, Future};
@@ -155,7 +156,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Handler<S> {
 
     /// Serves the client until the connection ends or `shutdown` comes.
     pub async fn run(mut self, shutdown: Shutdown) {
-        let stop = stop_signal(shutdown, self.session.client.clone());
+        let stop = Woken::new(stop_signal(shutdown, self.session.client.clone()));
         tokio::pin!(stop);
         loop {
             let buffered = self.decode_input();
@@ -453,8 +454,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Handler<S> {
 }
 
 /// Resolves when the server shuts down or an operator kills the client
-/// (shutdown first). A connection pins one for its whole life, so its
-/// waits are registered once, not again for every request.
+/// (shutdown first). A connection pins one for its whole life, in a
+/// [`Woken`]: its waits are registered once, and it is polled again only
+/// when one of them fires, not for every request.
 async fn stop_signal(mut shutdown: Shutdown, client: Arc<ClientState>) -> Stop {
     tokio::select! {
         biased;

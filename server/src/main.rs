@@ -7,7 +7,8 @@
 //! or SIGTERM, exit 0.
 
 //! Module map, bottom-up (each module uses only those above it; checked by
-//! `tests/module_graph.rs`): `users` (who may connect, their rights),
+//! `tests/module_graph.rs`): `woken` (a future polled only once woken),
+//! `users` (who may connect, their rights),
 //! `config` (flags), `tls` (certificates),
 //! `reply` (error replies in the core's shape), `parse` (the argument
 //! cursor and the options' reader), `record` (one record per lease, and
@@ -40,6 +41,7 @@ mod session;
 mod shutdown;
 mod tls;
 mod users;
+mod woken;
 
 use clap::Parser;
 use config::{Cli, Command, Config, LogFormat};
