@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{granted_at, Server, PATIENCE};
+use common::{assert_error, assert_takes, granted_at, Server, PATIENCE};
 use holdline_client::{Connection, ErrorKind, Store, Value};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -39,10 +39,10 @@ async fn hold_answers_the_closure_and_try_hold_never_waits() {
         .hold(async |_| ())
         .await
         .unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::InUse);
-    assert_eq!(
-        err.to_string(),
-        "lock invoices: key \"9\": held past the hold's wait: in use"
+    assert_error(
+        &err,
+        ErrorKind::InUse,
+        "lock invoices: key \"9\": held past the hold's wait: in use",
     );
     assert!(!err.is_connection());
 
@@ -125,9 +125,7 @@ async fn fences_rise_across_grants_and_clients() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_hold_revokes_fires_the_signal_and_hold_answers_lost() {
     let server = Server::start();
-    let (_s, lock) = server
-        .lock("invoices", None, Some(Duration::from_millis(300)))
-        .await;
+    let (_s, lock) = server.lock("invoices", None, Some(300)).await;
     let (_waiter_store, waiter) = server.lock("invoices", None, None).await;
 
     let granted = Instant::now();
@@ -157,10 +155,10 @@ async fn max_hold_revokes_fires_the_signal_and_hold_answers_lost() {
         })
         .await;
     let err = result.unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Lost);
-    assert_eq!(
-        err.to_string(),
-        "lock invoices: key \"m\": the lease was lost: it was revoked at its maxHold"
+    assert_error(
+        &err,
+        ErrorKind::Lost,
+        "lock invoices: key \"m\": the lease was lost: it was revoked at its maxHold",
     );
     // The same hold again, returning its values through a channel instead.
     let (tx, rx) = tokio::sync::oneshot::channel();
@@ -181,9 +179,7 @@ async fn max_hold_revokes_fires_the_signal_and_hold_answers_lost() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_signal_fires_promptly_and_the_next_waiter_gets_the_key() {
     let server = Server::start();
-    let (_s, lock) = server
-        .lock("prompt", None, Some(Duration::from_millis(300)))
-        .await;
+    let (_s, lock) = server.lock("prompt", None, Some(300)).await;
     let (_other, waiter) = server.lock("prompt", None, None).await;
     let held = lock.acquire("k").await.unwrap();
     let granted = Instant::now();
@@ -205,9 +201,7 @@ async fn the_signal_fires_promptly_and_the_next_waiter_gets_the_key() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renewal_keeps_a_lease_past_its_ttl_while_the_closure_sleeps() {
     let server = Server::start();
-    let (_s, lock) = server
-        .lock("renew", Some(Duration::from_millis(800)), None)
-        .await;
+    let (_s, lock) = server.lock("renew", Some(800), None).await;
     let (_other, prober) = server.lock("renew", None, None).await;
     let fence = lock
         .hold("k", async |lease| {
@@ -230,9 +224,7 @@ async fn renewal_keeps_a_lease_past_its_ttl_while_the_closure_sleeps() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiting_hold_renews_and_delays_no_other_hold() {
     let server = Server::start();
-    let (_s, short) = server
-        .lock("renew", Some(Duration::from_millis(800)), None)
-        .await;
+    let (_s, short) = server.lock("renew", Some(800), None).await;
     let (_blocker_store, blocker) = server.lock("renew", None, None).await;
     let b = blocker.acquire("b").await.unwrap();
 
@@ -339,13 +331,7 @@ async fn a_dropped_held_lease_lets_the_key_go_and_keeps_its_connection() {
     let (s, lock) = server.lock("dropped", None, None).await;
     let held = lock.acquire("k").await.unwrap();
     drop(held);
-    let fence = lock
-        .key("k")
-        .wait(Duration::from_secs(5))
-        .hold(async |l| l.fence())
-        .await
-        .unwrap();
-    assert!(fence > 0);
+    assert_takes(&lock, "k", Duration::from_secs(5)).await;
     assert!(s.idle_connections() >= 1);
 }
 
@@ -385,9 +371,7 @@ async fn server_errors_keep_their_text_byte_for_byte() {
     assert_eq!(e.kind(), ErrorKind::Invalid);
     assert_eq!(format!("INVALID {e}"), text);
     // A lost lease: RELEASE answers the core's text, which the client keeps.
-    let (_s, lock) = server
-        .lock("bytes", None, Some(Duration::from_millis(50)))
-        .await;
+    let (_s, lock) = server.lock("bytes", None, Some(50)).await;
     let held = lock.acquire("m").await.unwrap();
     timeout(PATIENCE, held.signal().aborted()).await.unwrap();
     let pushed = held.check().unwrap_err();
@@ -533,10 +517,10 @@ async fn a_hold_inside_a_hold_of_the_same_key_is_invalid() {
         })
         .await
         .unwrap();
-    assert_eq!(inner.kind(), ErrorKind::Invalid);
-    assert_eq!(
-        inner.to_string(),
-        "lock nest: key \"k\": hold inside a hold of the same key: invalid"
+    assert_error(
+        &inner,
+        ErrorKind::Invalid,
+        "lock nest: key \"k\": hold inside a hold of the same key: invalid",
     );
     assert_eq!(other, 1);
     assert_eq!(tried, None);
@@ -546,9 +530,7 @@ async fn a_hold_inside_a_hold_of_the_same_key_is_invalid() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_server_loses_the_lease_after_its_ttl_without_hanging() {
     let mut server = Server::start();
-    let (_s, lock) = server
-        .lock("stall", Some(Duration::from_millis(500)), None)
-        .await;
+    let (_s, lock) = server.lock("stall", Some(500), None).await;
     let held = lock.acquire("k").await.unwrap();
     // Renewals are answered: nothing is lost over several ttls.
     sleep(Duration::from_millis(1200)).await;
@@ -562,11 +544,7 @@ async fn a_stalled_server_loses_the_lease_after_its_ttl_without_hanging() {
     // third of the ttl before the stall keeps it at least two thirds after.
     assert!(stalled.elapsed() >= Duration::from_millis(300));
     let lost = held.check().unwrap_err();
-    assert_eq!(lost.kind(), ErrorKind::Lost);
-    assert_eq!(
-        lost.to_string(),
-        "lock stall: key \"k\": the lease was lost: the server answered nothing for its ttl (500ms)"
-    );
+    assert_error(&lost, ErrorKind::Lost, "lock stall: key \"k\": the lease was lost: the server answered nothing for its ttl (500ms)");
     // Release does not wait for the stalled server.
     let released = timeout(Duration::from_secs(5), held.release())
         .await
@@ -575,13 +553,7 @@ async fn a_stalled_server_loses_the_lease_after_its_ttl_without_hanging() {
     server.resume();
     // The server, running again, serves the next holder (the stalled
     // connection was closed, so the key is free or runs out at its ttl).
-    let fence = lock
-        .key("k")
-        .wait(PATIENCE)
-        .hold(async |l| l.fence())
-        .await
-        .unwrap();
-    assert!(fence > 0);
+    assert_takes(&lock, "k", PATIENCE).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -623,21 +595,13 @@ async fn a_panicking_closure_lets_the_key_go() {
         tokio::spawn(async move { l2.hold("k", async |_| -> () { panic!("boom") }).await }).await;
     assert!(joined.unwrap_err().is_panic());
     // Let go at once (RELEASE on drop), not at the ttl (10 s).
-    let fence = lock
-        .key("k")
-        .wait(Duration::from_secs(5))
-        .hold(async |l| l.fence())
-        .await
-        .unwrap();
-    assert!(fence > 0);
+    assert_takes(&lock, "k", Duration::from_secs(5)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renew_answers_ok_then_the_loss() {
     let server = Server::start();
-    let (_s, lock) = server
-        .lock("renewing", None, Some(Duration::from_millis(300)))
-        .await;
+    let (_s, lock) = server.lock("renewing", None, Some(300)).await;
     let held = lock.acquire(&7).await.unwrap();
     held.renew().await.unwrap();
     timeout(PATIENCE, held.signal().aborted()).await.unwrap();
@@ -652,9 +616,7 @@ async fn renew_answers_ok_then_the_loss() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inspect_shows_the_holder_the_fence_and_the_line() {
     let server = Server::start();
-    let (_s, lock) = server
-        .lock("seen", Some(Duration::from_secs(5)), None)
-        .await;
+    let (_s, lock) = server.lock("seen", Some(5000), None).await;
     assert_eq!(lock.inspect("k").await.unwrap(), None, "never used");
 
     let held = lock.acquire("k").await.unwrap();

@@ -120,24 +120,44 @@ impl Server {
     }
 
     /// A store connected to this server, and its lock `name` opened with
-    /// `ttl` and `max_hold` where given (else the server's defaults).
+    /// a ttl of `ttl_ms` and a max hold of `max_hold_ms` where given (else
+    /// the server's defaults).
     pub async fn lock(
         &self,
         name: &str,
-        ttl: Option<Duration>,
-        max_hold: Option<Duration>,
+        ttl_ms: Option<u64>,
+        max_hold_ms: Option<u64>,
     ) -> (Store, Lock) {
         let store = self.store().await;
         let mut builder = store.lock(name);
-        if let Some(ttl) = ttl {
-            builder = builder.ttl(ttl);
+        if let Some(ms) = ttl_ms {
+            builder = builder.ttl(Duration::from_millis(ms));
         }
-        if let Some(max_hold) = max_hold {
-            builder = builder.max_hold(max_hold);
+        if let Some(ms) = max_hold_ms {
+            builder = builder.max_hold(Duration::from_millis(ms));
         }
         let lock = builder.open().unwrap();
         (store, lock)
     }
+}
+
+/// Asserts `e`'s kind, and exactly its text.
+#[track_caller]
+pub fn assert_error(e: &holdline_client::Error, kind: holdline_client::ErrorKind, text: &str) {
+    assert_eq!(e.kind(), kind, "{e}");
+    assert_eq!(e.to_string(), text);
+}
+
+/// Holds `key` of `lock`, waiting up to `wait`, and asserts its grant's
+/// fence is above zero: the key was free, or came free in time.
+pub async fn assert_takes(lock: &Lock, key: &str, wait: Duration) {
+    let fence = lock
+        .key(key)
+        .wait(wait)
+        .hold(async |l| l.fence())
+        .await
+        .unwrap();
+    assert!(fence > 0);
 }
 
 /// A task that waits (up to `PATIENCE`) for `key` of `lock`, holds it
