@@ -10,6 +10,20 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::time::{sleep, timeout};
 
+/// The error a waiting task's call ended with, within the patience: it
+/// must be `closed`.
+async fn failed_closed<T: std::fmt::Debug>(
+    waiting: tokio::task::JoinHandle<Result<T, holdline_client::Error>>,
+) -> holdline_client::Error {
+    let err = timeout(PATIENCE, waiting)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Closed);
+    err
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hold_answers_the_closure_and_try_hold_never_waits() {
     let server = Server::start();
@@ -134,16 +148,7 @@ async fn max_hold_revokes_fires_the_signal_and_hold_answers_lost() {
             let signal = lease.signal();
             assert!(!signal.is_aborted());
             // Someone waits; on revocation they get the key at once.
-            let next = tokio::spawn({
-                let waiter = waiter.clone();
-                async move {
-                    waiter
-                        .key("m")
-                        .wait(PATIENCE)
-                        .hold(async |l| (Instant::now(), l.fence()))
-                        .await
-                }
-            });
+            let next = granted_at(waiter.clone(), "m");
             timeout(PATIENCE, signal.aborted())
                 .await
                 .expect("the signal aborts");
@@ -189,7 +194,7 @@ async fn the_signal_fires_promptly_and_the_next_waiter_gets_the_key() {
     // Revoked at 300 ms, told well within a generous margin.
     assert!(aborted_at - granted >= Duration::from_millis(290));
     assert!(aborted_at - granted < Duration::from_secs(5));
-    let next_at = timeout(PATIENCE, next).await.unwrap().unwrap().unwrap();
+    let (next_at, _) = timeout(PATIENCE, next).await.unwrap().unwrap().unwrap();
     assert!(next_at - granted < Duration::from_secs(5));
     let err = held.release().await.unwrap_err();
     assert_eq!(
@@ -283,12 +288,7 @@ async fn a_dropped_connection_aborts_the_signal_and_fails_calls() {
     let err = held.release().await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Lost);
     // The waiting HOLD's call fails `closed`: the store cannot be reached.
-    let err = timeout(PATIENCE, waiting)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Closed);
+    let err = failed_closed(waiting).await;
     assert!(err.is_connection());
     let vars = [("lock", "drop"), ("key", "\"k\"")];
     assert_eq!(
@@ -397,12 +397,7 @@ async fn a_closing_server_fails_waiters_closed() {
         sleep(Duration::from_millis(10)).await;
     }
     server.terminate();
-    let err = timeout(PATIENCE, waiting)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Closed);
+    let err = failed_closed(waiting).await;
     // The server answers the waiter before it closes the connection.
     assert!(!err.is_connection(), "{err}");
     assert_eq!(

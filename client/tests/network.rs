@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{expected_text, holder_binary, Proxy, Server, PATIENCE};
+use common::{expected_text, granted_at, holder_binary, Proxy, Server, PATIENCE};
 use holdline_client::{ErrorKind, Lock, Store};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
@@ -74,13 +74,7 @@ async fn a_frozen_link_loses_the_lease_before_anyone_else_is_granted() {
     // A renewal or two go through before the freeze.
     tokio::time::sleep(Duration::from_millis(900)).await;
     assert!(!held.is_lost());
-    let waiter = tokio::spawn(async move {
-        near_lock
-            .key("k")
-            .wait(PATIENCE)
-            .hold(async |lease| (Instant::now(), lease.fence()))
-            .await
-    });
+    let waiter = granted_at(near_lock, "k");
     tokio::time::sleep(Duration::from_millis(100)).await;
     let next_grant = async { waiter.await.unwrap().unwrap().0 };
     common::lost_before_the_next_grant(&proxy, &held, next_grant, ttl).await;

@@ -127,7 +127,7 @@ async fn a_frozen_tls_link_loses_the_lease_before_anyone_else_is_granted() {
     // Renewals go through the link until it freezes.
     tokio::time::sleep(Duration::from_millis(900)).await;
     assert!(!held.is_lost());
-    let next_grant = async { waiter.await.unwrap().unwrap() };
+    let next_grant = async { waiter.await.unwrap().unwrap().0 };
     common::lost_before_the_next_grant(&proxy, &held, next_grant, ttl).await;
     proxy.thaw();
 }

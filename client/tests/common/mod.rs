@@ -161,13 +161,16 @@ pub async fn assert_takes(lock: &Lock, key: &str, wait: Duration) {
 }
 
 /// A task that waits (up to `PATIENCE`) for `key` of `lock`, holds it
-/// and answers when its hold began.
-pub fn granted_at(lock: Lock, key: &str) -> JoinHandle<Result<Instant, holdline_client::Error>> {
+/// and answers when its hold began, and its fence.
+pub fn granted_at(
+    lock: Lock,
+    key: &str,
+) -> JoinHandle<Result<(Instant, u64), holdline_client::Error>> {
     let key = key.to_owned();
     tokio::spawn(async move {
         lock.key(&key)
             .wait(PATIENCE)
-            .hold(async |_| Instant::now())
+            .hold(async |l| (Instant::now(), l.fence()))
             .await
     })
 }
