@@ -403,6 +403,17 @@ fn the_election_checker_passes_with_the_campaigner() {
 /// as a stopped server. `HELLO` is answered for it.
 type Script = dyn Fn(usize, &[String]) -> Option<Vec<Value>> + Send + Sync;
 
+/// The script of a node that is no cluster (`CLUSTER` answers Redis's
+/// refusal); `answer` answers every other command by its name.
+fn single_node(
+    answer: impl Fn(usize, &str) -> Option<Vec<Value>> + Send + Sync + 'static,
+) -> Arc<Script> {
+    Arc::new(move |n, cmd: &[String]| match cmd[0].as_str() {
+        "CLUSTER" => Some(vec![Value::error(NOT_CLUSTER)]),
+        name => answer(n, name),
+    })
+}
+
 /// A store of a scripted node, its lock `elections` with `ttl`, and an
 /// observer of that lock's election `billing`.
 async fn observe_scripted(script: Arc<Script>, ttl: Duration) -> (Lock, Observer) {
@@ -516,8 +527,7 @@ async fn after_a_closed_partition_observe_follows_moved_to_the_new_owner() {
 async fn a_silent_server_is_observed_again_after_the_ttl() {
     let pings = Arc::new(AtomicUsize::new(0));
     let counted = pings.clone();
-    let script: Arc<Script> = Arc::new(move |n, cmd: &[String]| match cmd[0].as_str() {
-        "CLUSTER" => Some(vec![Value::error(NOT_CLUSTER)]),
+    let script = single_node(move |n, cmd| match cmd {
         "OBSERVE" => Some(vec![Value::ok(), observe_push("held", 4 + n as i64, "a")]),
         // The observer's first connection goes silent, as a stopped server.
         "PING" if n == 1 => {
@@ -543,8 +553,7 @@ async fn a_silent_server_is_observed_again_after_the_ttl() {
 async fn an_unanswered_observe_is_given_up_after_the_ttl() {
     let observes = Arc::new(AtomicUsize::new(0));
     let counted = observes.clone();
-    let script: Arc<Script> = Arc::new(move |n, cmd: &[String]| match cmd[0].as_str() {
-        "CLUSTER" => Some(vec![Value::error(NOT_CLUSTER)]),
+    let script = single_node(move |n, cmd| match cmd {
         "OBSERVE" => {
             counted.fetch_add(1, Ordering::Relaxed);
             // The observer's first connection is never answered.
