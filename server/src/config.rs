@@ -61,6 +61,12 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N", default_value_t = 10_000,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub max_connections: u64,
+    /// Threads serving connections, each with an event loop of its own
+    /// (default: HOLDLINE_CORES, else one per CPU). One spends the least
+    /// CPU per request at light load; one per CPU carries the most
+    /// requests when they are busy.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub cores: Option<u64>,
     /// Bytes of one command's whole frame, checked before buffering it.
     #[arg(long, value_name = "BYTES", default_value_t = 524_288,
           value_parser = clap::value_parser!(u64).range(64..=1 << 30))]
@@ -162,6 +168,8 @@ pub struct Config {
     pub users_file: Option<PathBuf>,
     pub limits: Limits,
     pub max_connections: usize,
+    /// Threads serving connections (`--cores`).
+    pub cores: usize,
     pub max_frame: usize,
     pub tls: Option<TlsFiles>,
     pub metrics: Option<SocketAddr>,
@@ -221,6 +229,7 @@ impl ServeArgs {
             users_file: self.users.clone(),
             limits: self.limits()?,
             max_connections: usize::try_from(self.max_connections).unwrap_or(usize::MAX),
+            cores: self.cores()?,
             max_frame: usize::try_from(self.max_frame).unwrap_or(usize::MAX),
             tls,
             history: usize::try_from(self.history).unwrap_or(usize::MAX),
@@ -230,6 +239,20 @@ impl ServeArgs {
 }
 
 impl ServeArgs {
+    /// `--cores`, else `HOLDLINE_CORES`, else one per CPU.
+    fn cores(&self) -> Result<usize, String> {
+        if let Some(n) = self.cores {
+            return Ok(usize::try_from(n).unwrap_or(1));
+        }
+        match std::env::var("HOLDLINE_CORES") {
+            Ok(v) => match v.trim().parse::<usize>() {
+                Ok(n) if (1..=1024).contains(&n) => Ok(n),
+                _ => Err(format!("HOLDLINE_CORES {v:?}: a count from 1 to 1024")),
+            },
+            Err(_) => Ok(std::thread::available_parallelism().map_or(1, |n| n.get())),
+        }
+    }
+
     fn cluster_settings(&self) -> Result<Option<ClusterSettings>, String> {
         let (Some(etcd), Some(cluster), Some(advertise)) =
             (&self.etcd, &self.cluster, &self.advertise)
@@ -409,6 +432,7 @@ mod tests {
             token_file,
             users: None,
             max_connections: 10,
+            cores: None,
             max_frame: 1024,
             tls_cert: None,
             tls_key: None,
@@ -430,6 +454,13 @@ mod tests {
             history: 10_000,
             audit_log: None,
         }
+    }
+
+    #[test]
+    fn cores_come_from_the_flag_first() {
+        let mut a = args("127.0.0.1:0", None);
+        a.cores = Some(3);
+        assert_eq!(a.check().unwrap().cores, 3);
     }
 
     #[test]

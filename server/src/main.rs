@@ -118,6 +118,7 @@ async fn serve(mut config: Config, tls: Option<Arc<tls::Tls>>) -> Result<(), Str
         client_certificates = config.tls.as_ref().is_some_and(|t| t.client_ca.is_some()),
         auth = config.users.required(),
         max_connections = config.max_connections,
+        cores = config.cores,
         max_frame = config.max_frame,
         "serving"
     );
@@ -170,7 +171,7 @@ async fn serve(mut config: Config, tls: Option<Arc<tls::Tls>>) -> Result<(), Str
     }
     let (leave, left) = tokio::sync::watch::channel(false);
     let agent = agent.map(|a| tokio::spawn(a.run(left)));
-    let served = server::run(listener, shared, config.max_connections, tls).await;
+    let served = server::run(listener, shared, config.max_connections, config.cores, tls).await;
     if let Some(agent) = agent {
         // Give the partitions up in etcd, so other nodes take them at once.
         let _ = leave.send(true);

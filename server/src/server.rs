@@ -49,8 +49,8 @@ struct Listener {
     cores: Cores,
 }
 
-/// The runtimes connections are served on: one current-thread runtime per
-/// CPU (`HOLDLINE_CORES` sets how many), each driven by a thread that
+/// The runtimes connections are served on: current-thread runtimes, one
+/// per CPU unless `--cores` says how many, each driven by a thread that
 /// lives as long as the process.
 struct Cores {
     handles: Vec<tokio::runtime::Handle>,
@@ -59,12 +59,7 @@ struct Cores {
 }
 
 impl Cores {
-    fn start() -> io::Result<Cores> {
-        let n = std::env::var("HOLDLINE_CORES")
-            .ok()
-            .and_then(|v| v.parse::<usize>().ok())
-            .filter(|&n| n > 0)
-            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    fn start(n: usize) -> io::Result<Cores> {
         let mut handles = Vec::with_capacity(n);
         for i in 0..n {
             let runtime = tokio::runtime::Builder::new_current_thread()
@@ -109,6 +104,7 @@ pub async fn run(
     listener: TcpListener,
     shared: Arc<Shared>,
     max_connections: usize,
+    cores: usize,
     tls: Option<Arc<Tls>>,
 ) -> io::Result<()> {
     let mut interrupt = signal(SignalKind::interrupt())?;
@@ -124,7 +120,7 @@ pub async fn run(
         notify_shutdown,
         done_tx,
         tls,
-        cores: Cores::start()?,
+        cores: Cores::start(cores)?,
     };
     loop {
         // Accepting is cancel-safe: a SIGHUP's turn loses no connection.
@@ -331,7 +327,7 @@ mod tests {
             .build()
             .unwrap();
         rt.block_on(async {
-            let cores = Cores::start().unwrap();
+            let cores = Cores::start(2).unwrap();
             let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
             let mut client = TcpStream::connect(listener.local_addr().unwrap())
                 .await

@@ -157,6 +157,28 @@ fn a_bad_log_directive_exits_2_naming_it_and_help_names_the_knobs() {
         let named = flag.or(env).unwrap();
         assert!(stderr.contains(&format!("{named:?}")), "{stderr}");
     }
+    // The count of cores: a flag clap checks, or the variable, named.
+    for (flag, env, named) in [
+        (Some("0"), None, "--cores"),
+        (
+            None,
+            Some("many"),
+            "HOLDLINE_CORES \"many\": a count from 1 to 1024",
+        ),
+    ] {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_holdline"));
+        cmd.args(["serve", "--listen", "127.0.0.1:0"]);
+        if let Some(n) = flag {
+            cmd.args(["--cores", n]);
+        }
+        if let Some(v) = env {
+            cmd.env("HOLDLINE_CORES", v);
+        }
+        let out = cmd.output().unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(named), "{stderr}");
+    }
     let out = Command::new(env!("CARGO_BIN_EXE_holdline"))
         .args(["serve", "--help"])
         .output()
@@ -169,6 +191,7 @@ fn a_bad_log_directive_exits_2_naming_it_and_help_names_the_knobs() {
         "SIGTERM",
         "SIGHUP",
         "--tls-cert",
+        "--cores",
     ] {
         assert!(help.contains(word), "--help names {word}: {help}");
     }
