@@ -24,6 +24,7 @@
 use crate::sync::{
     downgrade, lock, upgrade, Arc, AtomicBool, Clock, Condvar, Mutex, Ordering, Weak,
 };
+use crate::table::RandomHasher;
 use crate::timer::{TimerKey, Wheel};
 use std::collections::HashMap;
 
@@ -99,7 +100,7 @@ struct State<L> {
     /// entry leaves before its grant is let go, so every entry names a
     /// current grant: its record is held, so not retired, and its address
     /// names no other record meanwhile.
-    timed: HashMap<(usize, u64), Weak<L>>,
+    timed: HashMap<(usize, u64), Weak<L>, RandomHasher>,
 }
 
 impl<L> Driver<L> {
@@ -112,7 +113,7 @@ impl<L> Driver<L> {
                 sleeping_until: 0,
                 sweep_at: None,
                 sweep_delay: SWEEP_MIN_MS,
-                timed: HashMap::new(),
+                timed: HashMap::default(),
             }),
             cv: Condvar::new(),
             clock,

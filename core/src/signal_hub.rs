@@ -8,6 +8,7 @@
 use crate::sync::{
     downgrade, instant_now, lock, upgrade, Arc, AtomicUsize, Condvar, Mutex, Ordering, Weak,
 };
+use crate::table::RandomHasher;
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -23,7 +24,7 @@ pub(crate) struct SignalHub<L> {
     mutex: Mutex<()>,
     cv: Condvar,
     waiting: AtomicUsize,
-    watched: Mutex<HashMap<usize, Weak<L>>>,
+    watched: Mutex<HashMap<usize, Weak<L>, RandomHasher>>,
 }
 
 impl<L> SignalHub<L> {
@@ -32,7 +33,7 @@ impl<L> SignalHub<L> {
             mutex: Mutex::new(()),
             cv: Condvar::new(),
             waiting: AtomicUsize::new(0),
-            watched: Mutex::new(HashMap::new()),
+            watched: Mutex::new(HashMap::default()),
         }
     }
 

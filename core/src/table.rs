@@ -42,15 +42,16 @@ const MIN_BUCKETS: usize = 8;
 
 pub(crate) struct Table {
     shards: Box<[CachePadded<Shard>]>,
-    hasher: Hasher,
+    hasher: RandomHasher,
 }
 
-/// Seeded per table at random, against chosen-key collisions; fixed under
-/// loom, whose models must replay deterministically.
+/// The core's hasher for its tables and maps: foldhash, seeded per map at
+/// random against chosen-key collisions; fixed under loom, whose models
+/// must replay deterministically.
 #[cfg(not(loom))]
-type Hasher = foldhash::fast::RandomState;
+pub(crate) type RandomHasher = foldhash::fast::RandomState;
 #[cfg(loom)]
-type Hasher = foldhash::fast::FixedState;
+pub(crate) type RandomHasher = foldhash::fast::FixedState;
 
 struct Shard {
     buckets: Atomic<Buckets>,
@@ -116,7 +117,7 @@ impl Table {
             .collect();
         Table {
             shards,
-            hasher: Hasher::default(),
+            hasher: RandomHasher::default(),
         }
     }
 

@@ -10,8 +10,8 @@
 //! with a cancel channel per lease would wake the task on every release,
 //! and the multi-thread runtime would then wake a second worker).
 
+use crate::record::ByLeaseId;
 use holdline::Aborted;
-use std::collections::HashMap;
 use std::future::{poll_fn, Future};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -67,7 +67,7 @@ struct Watch {
 /// The loss watches of one connection's leases.
 #[derive(Default)]
 pub struct LossWatches {
-    watches: HashMap<u64, Watch>,
+    watches: ByLeaseId<Watch>,
     ready: Arc<Ready>,
     /// Leases found lost, not yet handed out.
     lost: Vec<u64>,

@@ -11,9 +11,15 @@ use holdline::{EndReason, Signal};
 use serde::{Serialize, Serializer};
 use std::borrow::Borrow;
 use std::cmp::Ordering;
+use std::collections::HashMap;
 use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, PoisonError};
+
+/// A connection's leases (or their watches) by lease id. Ids are the
+/// server's, never a client's choice, so foldhash's few instructions do
+/// where SipHash's defence against chosen keys is not needed.
+pub type ByLeaseId<V> = HashMap<u64, V, foldhash::fast::RandomState>;
 
 /// A lock's name and a key: one allocation, split where the lock ends.
 #[derive(Clone, PartialEq, Eq, Hash)]

@@ -15,12 +15,12 @@ use crate::events::{self, Event, History, Kind};
 use crate::loss_watch::LossWatches;
 use crate::metrics::{Metrics, Snapshot};
 use crate::observers::{Observers, Outbox, Watch};
-use crate::record::{HeldKey, Holder, LeaseRecord};
+use crate::record::{ByLeaseId, HeldKey, Holder, LeaseRecord};
 use crate::reply::{self, ErrorReply, ErrorWord, Reply};
 use crate::users::{Directory, User};
 use holdline::{wire, Error, ErrorKind, Heartbeat, HeldLease, Lock, LockStats, Store};
 use holdline_resp::{Proto, Value};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -349,7 +349,7 @@ pub struct Session {
     /// AUTHs refused so far (the tenth closes the connection).
     pub failed_auths: u32,
     locks: LockOpener,
-    pub leases: HashMap<u64, Held>,
+    pub leases: ByLeaseId<Held>,
     /// Which leases were lost, polled by the connection.
     pub losses: LossWatches,
     /// Its pushes to write, once it observes a key (`OBSERVE`).
@@ -378,7 +378,7 @@ impl Session {
             user,
             failed_auths: 0,
             locks: LockOpener::default(),
-            leases: HashMap::new(),
+            leases: ByLeaseId::default(),
             losses: LossWatches::default(),
             outbox: None,
             holder: None,
