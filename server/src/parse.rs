@@ -330,18 +330,20 @@ pub fn shown(arg: &[u8]) -> String {
 }
 
 #[cfg(test)]
+impl Parse {
+    /// The cursor command `name` gets for `words`, without its options.
+    pub fn of(name: &str, words: &[&str]) -> Parse {
+        let args: Vec<Vec<u8>> = words.iter().map(|w| w.as_bytes().to_vec()).collect();
+        Parse::new(name.as_bytes().to_vec(), args.into_iter())
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
     fn parse(words: &[&str]) -> Parse {
-        Parse::new(
-            b"HOLD".to_vec(),
-            words
-                .iter()
-                .map(|w| w.as_bytes().to_vec())
-                .collect::<Vec<_>>()
-                .into_iter(),
-        )
+        Parse::of("HOLD", words)
     }
 
     #[test]

@@ -140,42 +140,34 @@ fn client_info_and_help_answer_and_unknown_subcommands_stay_errors() {
     );
 }
 
+/// A bad setting: the flags given, the variable set, and what the refusal names.
+type BadKnob = (
+    &'static [&'static str],
+    Option<(&'static str, &'static str)>,
+    &'static str,
+);
+
 #[test]
-fn a_bad_log_directive_exits_2_naming_it_and_help_names_the_knobs() {
-    for (flag, env) in [(Some("bogus"), None), (None, Some("info,=nope"))] {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_holdline"));
-        cmd.args(["serve", "--listen", "127.0.0.1:0"]);
-        if let Some(level) = flag {
-            cmd.args(["--log-level", level]);
-        }
-        if let Some(directive) = env {
-            cmd.env("HOLDLINE_LOG", directive);
-        }
-        let out = cmd.output().unwrap();
-        assert_eq!(out.status.code(), Some(2));
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        let named = flag.or(env).unwrap();
-        assert!(stderr.contains(&format!("{named:?}")), "{stderr}");
-    }
-    // The count of cores: a flag clap checks, or the variable, named.
-    for (flag, env, named) in [
-        (Some("0"), None, "--cores"),
+fn a_bad_knob_exits_2_naming_it_and_help_names_the_knobs() {
+    // As a flag or as a variable; clap names its own flags.
+    let bad: [BadKnob; 4] = [
+        (&["--log-level", "bogus"], None, "\"bogus\""),
+        (&[], Some(("HOLDLINE_LOG", "info,=nope")), "\"info,=nope\""),
+        (&["--cores", "0"], None, "--cores"),
         (
-            None,
-            Some("many"),
+            &[],
+            Some(("HOLDLINE_CORES", "many")),
             "HOLDLINE_CORES \"many\": a count from 1 to 1024",
         ),
-    ] {
+    ];
+    for (args, env, named) in bad {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_holdline"));
-        cmd.args(["serve", "--listen", "127.0.0.1:0"]);
-        if let Some(n) = flag {
-            cmd.args(["--cores", n]);
-        }
-        if let Some(v) = env {
-            cmd.env("HOLDLINE_CORES", v);
+        cmd.args(["serve", "--listen", "127.0.0.1:0"]).args(args);
+        if let Some((var, value)) = env {
+            cmd.env(var, value);
         }
         let out = cmd.output().unwrap();
-        assert_eq!(out.status.code(), Some(2));
+        assert_eq!(out.status.code(), Some(2), "{args:?} {env:?}");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains(named), "{stderr}");
     }

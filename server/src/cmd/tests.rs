@@ -17,15 +17,7 @@ fn cmd(words: &[&str]) -> Result<Command, String> {
 }
 
 fn hold(words: &[&str]) -> Result<Hold, String> {
-    let mut p = Parse::new(
-        b"HOLD".to_vec(),
-        words
-            .iter()
-            .map(|w| w.as_bytes().to_vec())
-            .collect::<Vec<_>>()
-            .into_iter(),
-    )
-    .with_options(table::find(b"hold").unwrap().1.options);
+    let mut p = Parse::of("HOLD", words).with_options(table::find(b"hold").unwrap().1.options);
     Hold::parse(&mut p).map_err(|e| e.to_string())
 }
 
@@ -248,11 +240,8 @@ fn bad_names_and_keys_carry_core_texts() {
 
 #[test]
 fn try_hold_parses_its_options() {
-    let mut p = Parse::new(
-        b"TRYHOLD".to_vec(),
-        vec![b"l".to_vec(), b"k".to_vec(), b"ttl".to_vec(), b"5".to_vec()].into_iter(),
-    )
-    .with_options(table::find(b"tryhold").unwrap().1.options);
+    let mut p = Parse::of("TRYHOLD", &["l", "k", "ttl", "5"])
+        .with_options(table::find(b"tryhold").unwrap().1.options);
     assert!(TryHold::parse(&mut p).is_ok());
 }
 
