@@ -53,5 +53,5 @@ inferno-flamegraph --title "holdline serve, paced row ($name)" "$work/folded.txt
          END {for (l in s) printf "%6.2f%%  %s\n", 100*s[l]/t, l}' "$work/folded.txt" |
         sort -rn | head -40
 } >"flamegraphs/server-paced-$name.txt"
-grep -A12 '^== server-paced' "$work/row.txt" >"flamegraphs/server-paced-$name.row.txt" || true
+grep -A30 '^== server-paced' "$work/row.txt" >"flamegraphs/server-paced-$name.row.txt" || true
 echo "wrote flamegraphs/server-paced-$name.svg, .txt and .row.txt"
