@@ -457,7 +457,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Handler<S> {
 /// (shutdown first). A connection pins one for its whole life, in a
 /// [`Woken`]: its waits are registered once, and it is polled again only
 /// when one of them fires, not for every request.
-async fn stop_signal(mut shutdown: Shutdown, client: Arc<ClientState>) -> Stop {
+async fn stop_signal(shutdown: Shutdown, client: Arc<ClientState>) -> Stop {
     tokio::select! {
         biased;
         _ = shutdown.recv() => Stop::Shutdown,
