@@ -8,7 +8,7 @@ use crate::error::Error;
 use crate::key::{Key, KeyBuf, KeyRef};
 use crate::lease::{HeldLease, Lease};
 use crate::line_wait::LineWait;
-use crate::lock::{ms, Fast, Grant, KeyHold, Lock, Mode, DEFAULT_WAIT_MS};
+use crate::lock::{ms, Grant, KeyHold, Lock, Mode, DEFAULT_WAIT_MS};
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -48,7 +48,7 @@ impl Lock {
         let grant = match self.take_fast(text, hash, want) {
             Some(taken) => Grant::of_taken(taken, want),
             None => {
-                self.grant_async(text, hash, Mode::Wait(wait_ms), want)
+                self.wait_in_line(text, hash, Mode::Wait(wait_ms), want)
                     .await?
             }
         };
@@ -85,10 +85,25 @@ impl Lock {
         mode: Mode,
         want: u32,
     ) -> Result<Grant, Error> {
-        let waited = match self.acquire_fast(text, hash, mode, want)? {
-            Fast::Granted(g) => return Ok(g),
-            Fast::Held | Fast::Slow => LineWait::new(self, text, hash, mode, want).await?,
-        };
+        match self.take_fast(text, hash, want) {
+            Some(taken) => Ok(Grant::of_taken(taken, want)),
+            None => self.wait_in_line(text, hash, mode, want).await,
+        }
+    }
+
+    /// Past [`take_fast`](Lock::take_fast): the refusals, then the line,
+    /// whose entry takes the key itself if it came free meanwhile (so the
+    /// fast path's lookup and CAS are not made twice).
+    async fn wait_in_line(
+        &self,
+        text: &str,
+        hash: u64,
+        mode: Mode,
+        want: u32,
+    ) -> Result<Grant, Error> {
+        let admitted = self.admitted(text, hash, mode)?;
+        debug_assert!(admitted, "only a Try is answered None, and a task waits");
+        let waited = LineWait::new(self, text, hash, mode, want).await?;
         Ok(waited.expect("a waiting hold grants"))
     }
 }

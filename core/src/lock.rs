@@ -490,23 +490,31 @@ impl Lock {
         mode: Mode,
         want: u32,
     ) -> Result<Fast, Error> {
+        if !self.admitted(text, hash, mode)? {
+            return Ok(Fast::Held);
+        }
+        Ok(match self.try_fast(text, hash, want) {
+            Fast::Held if !matches!(mode, Mode::Try) => Fast::Slow,
+            fast => fast,
+        })
+    }
+
+    /// The refusals every acquire checks before it takes anything: the
+    /// store closed, or the thread's context (a hold of this key inside
+    /// its own hold, a hold inside a transaction). `Ok(false)`: a `Try` of
+    /// a key this thread holds, which answers `None`.
+    #[inline]
+    pub(crate) fn admitted(&self, text: &str, hash: u64, mode: Mode) -> Result<bool, Error> {
         // The key's text is checked on the slow path only: a key found in
         // the table was checked when its record was made.
         if self.store.closed.load(Ordering::Acquire) {
             return Err(self.closed_error(text));
         }
         match ctx::check_hold(self.shared.id(), hash, text) {
-            Ok(()) => {}
-            Err(Refusal::InTransaction) if matches!(mode, Mode::Try) => {}
-            Err(refusal) => {
-                self.refused_here(refusal, mode, text)?;
-                return Ok(Fast::Held);
-            }
+            Ok(()) => Ok(true),
+            Err(Refusal::InTransaction) if matches!(mode, Mode::Try) => Ok(true),
+            Err(refusal) => self.refused_here(refusal, mode, text).map(|()| false),
         }
-        Ok(match self.try_fast(text, hash, want) {
-            Fast::Held if !matches!(mode, Mode::Try) => Fast::Slow,
-            fast => fast,
-        })
     }
 
     /// Past the fast path: wait in line on this thread until `deadline`
@@ -586,12 +594,11 @@ impl Lock {
         mode: Mode,
         waiter: Pin<&Waiter>,
     ) -> Result<Entered, Error> {
-        check_key(&self.shared.name, text)?;
         let want = waiter.want();
         let mut retired_seen = false;
         loop {
             let guard = epoch::pin();
-            let record = match self.find_or_make(hash, text, want, retired_seen, &guard) {
+            let record = match self.find_or_make(hash, text, want, retired_seen, &guard)? {
                 Found::Made(r, fence) => return Ok(Entered::Granted(Grant::new(r, fence, want))),
                 Found::Existing(r) => r,
             };
@@ -644,7 +651,8 @@ impl Lock {
     }
 
     /// The key's record: found, or made (and then `want` of its permits
-    /// held by us).
+    /// held by us). The key's text is checked only when none is found: a
+    /// record's key was checked when it was made.
     fn find_or_make<'g>(
         &self,
         hash: u64,
@@ -652,26 +660,28 @@ impl Lock {
         want: u32,
         retired_seen: bool,
         guard: &'g epoch::Guard,
-    ) -> Found<'g> {
+    ) -> Result<Found<'g>, Error> {
         // After a DEAD record, go straight to the shard lock: the sweeper
         // holds it until the record is unlinked, so we wait there instead
         // of spinning on the stale one.
         if !retired_seen {
             if let Some(r) = self.shared.table.find(hash, text, guard) {
-                return Found::Existing(r);
+                return Ok(Found::Existing(r));
             }
         }
+        check_key(&self.shared.name, text)?;
         let take = Take {
             total: self.shared.permits,
             want,
         };
-        match self.shared.table.find_or_create(hash, text, take, guard) {
+        let found = match self.shared.table.find_or_create(hash, text, take, guard) {
             (r, Some(fence)) => {
                 Driver::want_sweep(&self.store.timer);
                 Found::Made(r, fence)
             }
             (r, None) => Found::Existing(r),
-        }
+        };
+        Ok(found)
     }
 
     fn refused(&self, kind: ErrorKind, text: &str) -> Error {

@@ -398,6 +398,21 @@ fn a_task_holding_a_key_that_awaits_a_hold_of_it_is_refused_at_once() {
 }
 
 #[test]
+fn bad_keys_are_invalid_for_a_task_too_and_never_make_a_record() {
+    let (_store, lock) = store_with("l");
+    let rt = current_thread();
+    for key in ["", "a\nb", "nul\0", "del\u{7f}"] {
+        let held = rt.block_on(lock.hold_async(key, async |_| ()));
+        let e = held.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Invalid, "{key:?}");
+        assert!(e.to_string().starts_with("lock l: key "), "{e}");
+        let acquired = rt.block_on(lock.acquire_async(key));
+        assert_eq!(acquired.unwrap_err().kind(), ErrorKind::Invalid);
+    }
+    assert_eq!(lock.stats().live_keys, 0);
+}
+
+#[test]
 fn an_acquired_async_lease_renews_and_releases_like_a_blocking_one() {
     let store = Store::new();
     let lock = ttl_lock(&store, "leases", 100, None);
