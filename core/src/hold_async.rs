@@ -5,7 +5,7 @@
 
 use crate::ctx;
 use crate::error::Error;
-use crate::key::{Key, KeyBuf, KeyRef};
+use crate::key::{Key, KeyBuf};
 use crate::lease::{HeldLease, Lease};
 use crate::line_wait::LineWait;
 use crate::lock::{ms, Grant, KeyHold, Lock, Mode, DEFAULT_WAIT_MS};
@@ -25,25 +25,27 @@ impl Lock {
         key: &K,
         f: impl AsyncFnOnce(&Lease<'_>) -> R,
     ) -> Result<R, Error> {
-        self.hold_async_with(key.key_ref(), DEFAULT_WAIT_MS, 1, f)
-            .await
+        self.hold_async_with(key, DEFAULT_WAIT_MS, 1, f).await
     }
 
     /// The body of every async hold: `key`, waiting up to `wait_ms`, for
     /// `want` permits. It tries [`take_fast`] first,
     /// whose answer is a pointer: see there why the task's hot path must
-    /// not carry a whole [`Fast`].
+    /// not carry a whole [`Fast`](crate::lock::Fast). The key comes as the
+    /// caller's reference, and its [`KeyRef`](crate::key::KeyRef) is made here, in registers: a
+    /// `KeyRef` made by the caller was stored field by field into the
+    /// future and read back with wider loads, which stalled every hold.
     ///
     /// [`take_fast`]: Lock::take_fast
-    async fn hold_async_with<R>(
+    async fn hold_async_with<K: Key + ?Sized, R>(
         &self,
-        key: KeyRef<'_>,
+        key: &K,
         wait_ms: u64,
         want: u32,
         f: impl AsyncFnOnce(&Lease<'_>) -> R,
     ) -> Result<R, Error> {
         let mut buf = KeyBuf::new();
-        let text = key.text(&mut buf);
+        let text = key.key_ref().text(&mut buf);
         let hash = self.shared.table.hash(text);
         let grant = match self.take_fast(text, hash, want) {
             Some(taken) => Grant::of_taken(taken, want),
@@ -115,7 +117,7 @@ impl<'l> KeyHold<'l> {
     pub async fn hold_async<R>(self, f: impl AsyncFnOnce(&Lease<'_>) -> R) -> Result<R, Error> {
         let want = self.asked()?;
         self.lock
-            .hold_async_with(self.key, ms(self.wait), want, f)
+            .hold_async_with(&self.key, ms(self.wait), want, f)
             .await
     }
 

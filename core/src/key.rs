@@ -90,6 +90,14 @@ impl Key for String {
     }
 }
 
+/// A key already taken apart: what [`Lock::key`](crate::Lock::key) keeps.
+impl Key for KeyRef<'_> {
+    #[inline]
+    fn key_ref(&self) -> KeyRef<'_> {
+        *self
+    }
+}
+
 impl<T: Key + ?Sized> Key for &T {
     #[inline]
     fn key_ref(&self) -> KeyRef<'_> {
