@@ -24,6 +24,7 @@
 //!   after drawing its fence).
 
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
+use crossbeam_utils::CachePadded;
 
 /// Grants of one key whose fences sit in slots, beyond which they go to
 /// the overflow. A semaphore of a few permits never overflows; a
@@ -87,28 +88,51 @@ impl Permits {
 /// slots are coherent on their own (one location each), so a claim never
 /// takes a slot another grant holds, and a look for a fence sees it from
 /// its claim until its clear.
+///
+/// Each slot has a cache line of its own, and a thread starts its search
+/// at its own slot ([`home`]): threads taking permits of one key side by
+/// side then each write a line of their own, and only the state word's
+/// line moves between their cores. (One line for all the slots was
+/// written by every grant and every release: two more line transfers a
+/// hold.) A key of `n` permits has `min(n, SLOTS)` slots.
 pub(crate) struct Slots {
-    fences: [AtomicU64; SLOTS],
-    /// How many of them this key uses: never more than its permits.
-    used: usize,
+    fences: Box<[CachePadded<AtomicU64>]>,
 }
 
 impl Slots {
     fn new(total: u32) -> Slots {
+        let used = (total as usize).min(SLOTS);
         Slots {
-            fences: std::array::from_fn(|_| AtomicU64::new(0)),
-            used: (total as usize).min(SLOTS),
+            fences: (0..used)
+                .map(|_| CachePadded::new(AtomicU64::new(0)))
+                .collect(),
         }
     }
 
-    /// Puts `fence` in an empty slot; `false`: every slot is taken.
-    ///
-    /// Every search starts at the first slot, whatever the fence: a start
-    /// that depended on the fence would make loom's models depend on the
-    /// process-wide fence floor, which differs between their runs.
+    /// Puts `fence` in an empty slot, searching from this thread's own;
+    /// `false`: every slot is taken.
     pub(crate) fn claim(&self, fence: u64) -> bool {
+        self.claim_from(home(), fence)
+    }
+
+    /// Empties the slot holding `fence`, searching from this thread's own
+    /// (where its grant most likely put it); `false`: no slot holds it.
+    pub(crate) fn clear(&self, fence: u64) -> bool {
+        self.clear_from(home(), fence)
+    }
+
+    /// The slots in search order from `home` (any `u32`, spread over the
+    /// slots by a multiply and shift, not a division).
+    fn from(&self, home: u32) -> impl Iterator<Item = &AtomicU64> {
+        let n = self.fences.len();
+        let start = ((u64::from(home) * n as u64) >> 32) as usize;
+        let (before, after) = self.fences.split_at(start);
+        after.iter().chain(before).map(|slot| &**slot)
+    }
+
+    fn claim_from(&self, home: u32, fence: u64) -> bool {
         debug_assert_ne!(fence, 0);
-        self.fences[..self.used].iter().any(|slot| {
+        self.from(home).any(|slot| {
             slot.load(Ordering::Relaxed) == 0
                 && slot
                     .compare_exchange(0, fence, Ordering::Relaxed, Ordering::Relaxed)
@@ -116,9 +140,8 @@ impl Slots {
         })
     }
 
-    /// Empties the slot holding `fence`; `false`: no slot holds it.
-    pub(crate) fn clear(&self, fence: u64) -> bool {
-        self.fences[..self.used].iter().any(|slot| {
+    fn clear_from(&self, home: u32, fence: u64) -> bool {
+        self.from(home).any(|slot| {
             // Only `fence`'s own grant clears its slot, so a plain store.
             slot.load(Ordering::Relaxed) == fence && {
                 slot.store(0, Ordering::Relaxed);
@@ -129,11 +152,40 @@ impl Slots {
 
     /// The fences in slots now.
     pub(crate) fn fences(&self) -> impl Iterator<Item = u64> + '_ {
-        self.fences[..self.used]
+        self.fences
             .iter()
             .map(|s| s.load(Ordering::Relaxed))
             .filter(|&f| f != 0)
     }
+}
+
+/// Where this thread starts its search of a key's slots: threads get
+/// starts spread by the golden ratio, in the order they first take
+/// permits. Under loom every search starts at the first slot, so that the
+/// models do not depend on which of their threads asked first.
+#[cfg(not(loom))]
+fn home() -> u32 {
+    // std's atomic, not the facade's: it only spreads threads over slots
+    // and orders nothing (Relaxed), and loom does not build this.
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    std::thread_local! {
+        static HOME: std::cell::Cell<Option<u32>> = const { std::cell::Cell::new(None) };
+    }
+    HOME.try_with(|h| match h.get() {
+        Some(home) => home,
+        None => {
+            let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let home = n.wrapping_mul(0x9e37_79b9);
+            h.set(Some(home));
+            home
+        }
+    })
+    .unwrap_or(0)
+}
+
+#[cfg(loom)]
+fn home() -> u32 {
+    0
 }
 
 /// The fences of the grants that found every slot taken, read and
@@ -174,30 +226,33 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
     use std::collections::BTreeSet;
+    use std::ptr;
 
     proptest! {
-        /// Any sequence of grants and ends keeps the book (slots and
-        /// overflow together) exactly the set of current fences, each in
-        /// one place.
+        /// Any sequence of grants and ends, by threads starting their
+        /// searches anywhere (a grant may end on another thread than the
+        /// one that took it), keeps the book (slots and overflow together)
+        /// exactly the set of current fences, each in one place.
         #[test]
         fn the_book_holds_each_current_grant_once(
             total in 2u32..20,
-            ops in proptest::collection::vec((any::<bool>(), 0usize..32), 1..300),
+            ops in proptest::collection::vec((any::<bool>(), 0usize..32, any::<u32>()), 1..300),
         ) {
             let permits = Permits::new(total);
+            let slots = permits.slots();
             let mut overflow = Overflow::default();
             let mut current = BTreeSet::new();
             let mut fence = 0;
-            for (grant, pick) in ops {
+            for (grant, pick, home) in ops {
                 if grant && current.len() < total as usize {
                     fence += 1;
-                    if !permits.slots().claim(fence) {
+                    if !slots.claim_from(home, fence) {
                         overflow.book(fence);
                     }
                     current.insert(fence);
                 } else if let Some(&f) = current.iter().nth(pick % current.len().max(1)) {
-                    prop_assert!(permits.slots().clear(f) || overflow.end(f));
-                    prop_assert!(!permits.slots().clear(f) && !overflow.end(f));
+                    prop_assert!(slots.clear_from(home, f) || overflow.end(f));
+                    prop_assert!(!slots.clear_from(home, f) && !overflow.end(f));
                     current.remove(&f);
                 }
                 let mut seen: Vec<u64> = permits.slots().fences().chain(overflow.fences()).collect();
@@ -205,6 +260,25 @@ mod tests {
                 prop_assert_eq!(seen, current.iter().copied().collect::<Vec<_>>());
             }
         }
+    }
+
+    #[test]
+    fn threads_start_their_searches_at_slots_spread_over_the_key() {
+        let slots = Permits::new(100).slots;
+        let starts: BTreeSet<usize> = (0..8u32)
+            .map(|n| {
+                let first = slots.from(n.wrapping_mul(0x9e37_79b9)).next().unwrap();
+                slots
+                    .fences
+                    .iter()
+                    .position(|s| ptr::eq(&**s, first))
+                    .unwrap()
+            })
+            .collect();
+        assert!(starts.len() >= 6, "eight threads start at {starts:?}");
+        // The highest home starts at the last slot.
+        assert!(slots.claim_from(u32::MAX, 5));
+        assert_eq!(slots.fences[SLOTS - 1].load(Ordering::Relaxed), 5);
     }
 
     #[test]
