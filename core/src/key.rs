@@ -26,6 +26,14 @@ impl KeyBuf {
     #[inline]
     fn decimal(&mut self, mut n: u128, negative: bool) -> &str {
         let mut at = self.bytes.len();
+        // The digits past 64 bits first: a `u128` division by 10 is a
+        // call, a `u64` one a multiply, and nearly every key fits in 64.
+        while n > u128::from(u64::MAX) {
+            at -= 1;
+            self.bytes[at] = b'0' + (n % 10) as u8;
+            n /= 10;
+        }
+        let mut n = n as u64;
         loop {
             at -= 1;
             self.bytes[at] = b'0' + (n % 10) as u8;
@@ -187,6 +195,15 @@ mod tests {
         assert_eq!(text(&-17i64), "-17");
         assert_eq!(text(&i128::MIN), i128::MIN.to_string());
         assert_eq!(text(&u128::MAX), u128::MAX.to_string());
+        for n in [
+            u128::from(u64::MAX),
+            u128::from(u64::MAX) + 1,
+            10u128.pow(20),
+        ] {
+            assert_eq!(text(&n), n.to_string());
+            assert_eq!(text(&-(n as i128)), (-(n as i128)).to_string());
+        }
+        assert_eq!(text(&u64::MAX), u64::MAX.to_string());
         assert_eq!(text(&i8::MIN), "-128");
         assert_eq!(text("9"), "9");
         assert_eq!(text(&String::from("9")), "9");
