@@ -17,7 +17,7 @@ use crate::key::{check_key, Key, KeyBuf, KeyRef};
 use crate::lease::{Core, HeldLease, Lease, LeaseState};
 use crate::lock_shared::LockShared;
 use crate::outcome::Outcome;
-use crate::record::{Enqueued, Holders, Record, StateWord, Take, Tried, WaitEnd, Waiter};
+use crate::record::{Deadline, Enqueued, Holders, Record, StateWord, Take, Tried, WaitEnd, Waiter};
 use crate::record_ref::{Granted, HeldRecord, LineRecord};
 use crate::sync::{Arc, Ordering};
 use crate::table::find_in_chain;
@@ -360,7 +360,7 @@ impl Lock {
             Fast::Granted(g) => g,
             Fast::Held if matches!(mode, Mode::Try) => return Ok(None),
             Fast::Held | Fast::Slow => {
-                let deadline = deadline.unwrap_or_else(|| self.deadline_us(mode));
+                let deadline = deadline.map_or_else(|| thread_deadline(mode), Deadline::At);
                 match self.acquire_slow_until(text, hash, mode, want, deadline)? {
                     Some(g) => g,
                     None => return Ok(None),
@@ -476,7 +476,7 @@ impl Lock {
         match self.acquire_fast(text, hash, mode, want)? {
             Fast::Granted(g) => Ok(Some(g)),
             Fast::Held => Ok(None),
-            Fast::Slow => self.acquire_slow_until(text, hash, mode, want, self.deadline_us(mode)),
+            Fast::Slow => self.acquire_slow_until(text, hash, mode, want, thread_deadline(mode)),
         }
     }
 
@@ -518,7 +518,7 @@ impl Lock {
     }
 
     /// Past the fast path: wait in line on this thread until `deadline`
-    /// (µs on the store's clock; used only when `mode` waits at all).
+    /// (used only when `mode` waits at all).
     #[cold]
     pub(crate) fn acquire_slow_until(
         &self,
@@ -526,7 +526,7 @@ impl Lock {
         hash: u64,
         mode: Mode,
         want: u32,
-        deadline: u64,
+        deadline: Deadline,
     ) -> Result<Option<Grant>, Error> {
         let waiter = Waiter::for_thread(want);
         // The node lives in this frame, which does not return until it has
@@ -797,6 +797,15 @@ fn take_permits_fast(r: &Record, want: u32) -> Option<Taken> {
             fence,
         }),
         Tried::Held | Tried::Dead => None,
+    }
+}
+
+/// When a thread's wait in `mode` gives up: its wait after its spin (read
+/// only if it spins in vain). `Try` and zero waits never stand in line.
+fn thread_deadline(mode: Mode) -> Deadline {
+    match mode {
+        Mode::Wait(w) => Deadline::AfterSpin(w),
+        Mode::Try => Deadline::At(0),
     }
 }
 

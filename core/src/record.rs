@@ -319,6 +319,17 @@ pub(crate) enum WaitEnd {
     TimedOut,
 }
 
+/// When a thread's wait in line gives up.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Deadline {
+    /// At this time (µs on the store's clock), read by the caller.
+    At(u64),
+    /// This many ms after the wait stops spinning, read only then: a wait
+    /// granted while it spins (most are) reads no clock, and one that
+    /// parks waits its whole span plus its spin (a few µs) more.
+    AfterSpin(u64),
+}
+
 /// What `acquire_or_enqueue` did.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum Enqueued {
@@ -866,23 +877,20 @@ impl Record {
     }
 
     /// Waits until `waiter` is granted the key, the store closes, or
-    /// `deadline_us` (on `clock`, in microseconds) passes. Spins first when `first` in line, so
+    /// `deadline` passes. Spins first when `first` in line, so
     /// a handoff finds it awake; parks after.
     pub(crate) fn wait(
         &self,
         waiter: Pin<&Waiter>,
         first: bool,
         clock: &Clock,
-        deadline_us: u64,
+        deadline: Deadline,
     ) -> WaitEnd {
         let budget = if first {
             first_in_line_spin_pauses()
         } else {
             SPIN_BEHIND
         };
-        // When the first in line began to wait: it learns from how long its
-        // parked waits take how long to spin (`spin_learn`).
-        let started = if first { clock.now_us() } else { 0 };
         let (mut spent, mut round) = (0, 0);
         while spent < budget {
             if let Some(end) = end_of(waiter.status.load(Ordering::Acquire)) {
@@ -897,6 +905,13 @@ impl Record {
             spent += pauses;
             round += 1;
         }
+        // The clock's first read: when the spin ended.
+        let parked_at = clock.now_us();
+        let deadline_us = match deadline {
+            Deadline::At(at) => at,
+            // +1 so the rounded-down clock never ends a wait early.
+            Deadline::AfterSpin(ms) => parked_at.saturating_add(ms.saturating_mul(1000)) + 1,
+        };
         // Acquire on failure: a final status was published with Release.
         if let Err(now) =
             waiter
@@ -907,8 +922,10 @@ impl Record {
         }
         let end = self.park_until(waiter, clock, deadline_us);
         if first {
-            let waited = (end == WaitEnd::Granted).then(|| clock.now_us() - started);
-            spin_learn(waited);
+            // The first in line learns from how long its parked waits took
+            // how long to spin.
+            let parked = (end == WaitEnd::Granted).then(|| clock.now_us() - parked_at);
+            spin_learn(parked, spent);
         }
         end
     }

@@ -26,9 +26,11 @@ mod imp {
             .unwrap_or(SPIN_MIN)
     }
 
-    /// The first in line parked: `waited_us` is how long its wait took if
-    /// it ended in a grant (`None`: timed out or closed).
-    pub(crate) fn spin_learn(waited_us: Option<u64>) {
+    /// The first in line spun `spun` pauses and then parked: `parked_us` is
+    /// how long it slept if its wait ended in a grant (`None`: timed out or
+    /// closed); the whole wait is that plus the spin.
+    pub(crate) fn spin_learn(parked_us: Option<u64>, spun: u32) {
+        let waited_us = parked_us.map(|us| us + u64::from(spun) * pause_ns() / 1000);
         let _ = SPIN_BUDGET.try_with(|b| {
             let r = b.get();
             b.set(match waited_us {
@@ -75,7 +77,7 @@ mod imp {
     pub(crate) fn first_in_line_spin_pauses() -> u32 {
         1
     }
-    pub(crate) fn spin_learn(_: Option<u64>) {}
+    pub(crate) fn spin_learn(_: Option<u64>, _: u32) {}
     pub(crate) const SPIN_ROUND: u32 = 1;
     pub(crate) const SPIN_BEHIND: u32 = 0;
 }
