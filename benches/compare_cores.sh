@@ -17,7 +17,8 @@
 #
 # `--guard` runs the hot paths' guard instead (benches/src/guard.rs): the
 # uncontended hold, a try of a held key, the async hot key at 4 and 64
-# tasks, a semaphore of 2 permits under 8 tasks and a read-mostly key,
+# tasks, a semaphore of 2 permits under 8 tasks, a read-mostly key and
+# read-write tasks (16 on 4 keys, against tokio's RwLock),
 # each REV's core, the working tree's and the anchors alternating in one
 # process, printed as rates and as now's ratio to each with its spread
 # (GUARD_ROUNDS, default 5; GUARD_MS a row, default 300; GUARD_ROWS, a

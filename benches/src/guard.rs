@@ -12,7 +12,10 @@
 //!   [`work`] inside each hold, so that grants side by side matter;
 //! - `read-mostly`: [`RW_THREADS`] threads on [`RW_KEYS`] keys of
 //!   [`RW_PERMITS`] permits, 1 hold in [`RW_WRITE_EVERY`] exclusive,
-//!   [`work`] inside each.
+//!   [`work`] inside each;
+//! - `rw-tasks`: [`RW_TASKS`] tasks on [`RW_TASK_KEYS`] keys of
+//!   [`RW_PERMITS`] permits, 1 hold in [`RW_TASK_WRITE_EVERY`] exclusive,
+//!   [`work`] inside each, against tokio's `RwLock`.
 //!
 //! A design answers `None` for a row it has no way to run (a revision
 //! older than permits has no semaphore row). Ratios are taken round by
@@ -41,6 +44,10 @@ pub const RW_PERMITS: u32 = 1024;
 pub const RW_KEYS: usize = 16;
 pub const RW_THREADS: usize = 2;
 pub const RW_WRITE_EVERY: usize = 20;
+/// The read-write tasks row: tasks, keys, and 1 exclusive hold in this many.
+pub const RW_TASKS: usize = 16;
+pub const RW_TASK_KEYS: usize = 4;
+pub const RW_TASK_WRITE_EVERY: usize = 10;
 /// Rounds of xorshift inside a permits row's hold.
 pub const HOLD_WORK: u32 = 64;
 
@@ -53,16 +60,18 @@ pub enum Row {
     AsyncHot64,
     Semaphore,
     ReadMostly,
+    RwTasks,
 }
 
 impl Row {
-    pub const ALL: [Row; 6] = [
+    pub const ALL: [Row; 7] = [
         Row::Hold,
         Row::TryHeld,
         Row::AsyncHot4,
         Row::AsyncHot64,
         Row::Semaphore,
         Row::ReadMostly,
+        Row::RwTasks,
     ];
 
     pub fn name(self) -> &'static str {
@@ -73,6 +82,7 @@ impl Row {
             Row::AsyncHot64 => "async-hot-64",
             Row::Semaphore => "sem-2x8",
             Row::ReadMostly => "read-mostly",
+            Row::RwTasks => "rw-tasks",
         }
     }
 
@@ -132,6 +142,14 @@ pub fn rw_exclusive(t: usize, i: usize) -> bool {
 /// The read-mostly row's keys.
 pub fn rw_keys() -> Vec<String> {
     (0..RW_KEYS).map(|k| format!("rw-{k}")).collect()
+}
+
+/// The key of hold `i` of task `t` in the read-write tasks row, and
+/// whether that hold is exclusive.
+#[inline]
+pub fn rw_task_hold(t: usize, i: usize) -> (usize, bool) {
+    let key = (i * 7 + t) % RW_TASK_KEYS;
+    (key, matches!((i + t) % RW_TASK_WRITE_EVERY, 0))
 }
 
 /// `threads` threads each run `body(t, stop)` until `stop`; answers the
@@ -264,6 +282,31 @@ macro_rules! guard_core {
                             n
                         }))
                     }
+                    Row::RwTasks => {
+                        let lock = ::std::sync::Arc::new(
+                            self.store.lock("guard-rwt").permits($crate::guard::RW_PERMITS).open().expect("open"),
+                        );
+                        Some($crate::guard::task_rate(b, $crate::guard::RW_TASKS, |t, stop| {
+                            let lock = lock.clone();
+                            async move {
+                                let (mut i, mut n) = (0usize, 0u64);
+                                while !stop.load(Relaxed) {
+                                    for _ in 0..BATCH {
+                                        let (key, exclusive) = $crate::guard::rw_task_hold(t, i);
+                                        if exclusive {
+                                            lock.key(&key).exclusive().hold_async(async |_| work()).await.expect("hold");
+                                        } else {
+                                            lock.hold_async(&key, async |_| work()).await.expect("hold");
+                                        }
+                                        i = i.wrapping_add(1);
+                                    }
+                                    n += BATCH;
+                                    $crate::guard::tokio::task::yield_now().await;
+                                }
+                                n
+                            }
+                        }))
+                    }
                     _ => None,
                 }
             }
@@ -357,10 +400,16 @@ pub struct Anchors {
     tokio_mutexes: Arc<DashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     semaphores: Arc<DashMap<String, Arc<tokio::sync::Semaphore>>>,
     rwlocks: DashMap<String, Arc<parking_lot::RwLock<()>>>,
+    tokio_rwlocks: Arc<DashMap<usize, Arc<tokio::sync::RwLock<()>>>>,
 }
 
 /// The value of `key` in `map`, made by `make` on first use.
-fn entry<V: Clone>(map: &DashMap<String, V>, key: &str, make: impl FnOnce() -> V) -> V {
+fn entry<K, Q, V>(map: &DashMap<K, V>, key: &Q, make: impl FnOnce() -> V) -> V
+where
+    K: std::hash::Hash + Eq + std::borrow::Borrow<Q>,
+    Q: std::hash::Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    V: Clone,
+{
     if let Some(v) = map.get(key) {
         return v.value().clone();
     }
@@ -439,6 +488,29 @@ impl GuardDesign for Anchors {
                     n
                 }
             }),
+            Row::RwTasks => task_rate(b, RW_TASKS, |t, stop| {
+                let map = self.tokio_rwlocks.clone();
+                async move {
+                    let (mut i, mut n) = (0usize, 0u64);
+                    while !stop.load(Relaxed) {
+                        for _ in 0..BATCH {
+                            let (key, exclusive) = rw_task_hold(t, i);
+                            let l = entry(&map, &key, Default::default);
+                            if exclusive {
+                                let _g = l.write().await;
+                                work();
+                            } else {
+                                let _g = l.read().await;
+                                work();
+                            }
+                            i = i.wrapping_add(1);
+                        }
+                        n += BATCH;
+                        tokio::task::yield_now().await;
+                    }
+                    n
+                }
+            }),
             Row::ReadMostly => {
                 let keys = rw_keys();
                 thread_rate(RW_THREADS, b.span, |t, stop| {
@@ -472,6 +544,7 @@ pub fn anchor_name(row: Row) -> &'static str {
         Row::AsyncHot4 | Row::AsyncHot64 => "tokio-mutex",
         Row::Semaphore => "tokio-sem",
         Row::ReadMostly => "pl-rwlock",
+        Row::RwTasks => "tokio-rwlock",
     }
 }
 
