@@ -46,8 +46,10 @@ impl KeyBuf {
             at -= 1;
             self.bytes[at] = b'-';
         }
-        // Only ASCII digits and '-' were written.
-        std::str::from_utf8(&self.bytes[at..]).unwrap_or_default()
+        // SAFETY: only ASCII digits and '-' were written to `bytes[at..]`,
+        // and ASCII is UTF-8. (A checked conversion cost a third of turning
+        // a one-digit number into its text.)
+        unsafe { std::str::from_utf8_unchecked(&self.bytes[at..]) }
     }
 }
 
