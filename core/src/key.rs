@@ -22,8 +22,9 @@ impl KeyBuf {
         KeyBuf { bytes: [0; 40] }
     }
 
-    /// Writes `n` (with a `-` when `negative`) and answers the text.
-    #[inline]
+    /// Writes `n` (with a `-` when `negative`) and answers the text. Out
+    /// of line, so that [`KeyRef::text`] of a text key is inlined whole.
+    #[inline(never)]
     fn decimal(&mut self, mut n: u128, negative: bool) -> &str {
         let mut at = self.bytes.len();
         // The digits past 64 bits first: a `u128` division by 10 is a
@@ -66,7 +67,7 @@ pub enum KeyRef<'a> {
 
 impl<'a> KeyRef<'a> {
     /// The key's text, formatting a number into `buf`.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn text<'b>(self, buf: &'b mut KeyBuf) -> &'b str
     where
         'a: 'b,
