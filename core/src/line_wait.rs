@@ -244,7 +244,11 @@ impl Drop for LineWait<'_> {
         if end == WaitEnd::Granted && !cfg!(holdline_mutant = "drop_forgets_grant") {
             // The grant raced the drop: it is ours, so let it go, to the
             // next in line.
-            drop(Grant::of_waiter(record, &node));
+            drop(Grant::of_waiter(
+                record,
+                &node,
+                self.lock.shared.permits > 1,
+            ));
         }
     }
 }

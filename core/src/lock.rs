@@ -112,9 +112,11 @@ impl Grant {
         }
     }
 
-    /// The grant `waiter` was given (its status read `Granted`).
-    pub(crate) fn of_waiter(r: &Record, waiter: &Waiter) -> Grant {
-        Grant::new(r, waiter.granted_fence(), waiter.want())
+    /// The grant `waiter` was given (its status read `Granted`), booked
+    /// now if its lock has several permits (`multi`): see
+    /// [`Record::take_served`].
+    pub(crate) fn of_waiter(r: &Record, waiter: &Waiter, multi: bool) -> Grant {
+        Grant::new(r, r.take_served(waiter, multi), waiter.want())
     }
 
     /// The record, fence and permits, with the duty to release them once.
@@ -570,7 +572,7 @@ impl Lock {
         text: &str,
     ) -> Result<Grant, Error> {
         match end {
-            WaitEnd::Granted => Ok(Grant::of_waiter(record, waiter)),
+            WaitEnd::Granted => Ok(Grant::of_waiter(record, waiter, self.shared.permits > 1)),
             WaitEnd::Closed => Err(self.error(Error::closed(), text)),
             WaitEnd::TimedOut => {
                 // Relaxed: a statistic.

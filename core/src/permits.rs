@@ -18,7 +18,9 @@
 //! Invariants:
 //! - Every current grant is in exactly one part from the moment its
 //!   taker returns its fence until its release begins; a release takes it
-//!   out of the book before it gives its permits back to the count.
+//!   out of the book before it gives its permits back to the count. The
+//!   taker books it: a grant served from the line too, once its waiter
+//!   sees it (so it lands in the waiter's own slot).
 //! - The overflow is searched, not kept in order: a grant drawn earlier
 //!   may join it after a later one (its taker claims a slot, or books, only
 //!   after drawing its fence).

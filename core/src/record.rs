@@ -51,7 +51,9 @@
 //! the key's book ([`Permits`]' slots, else the overflow under `QLOCK`)
 //! before its taker returns; a release takes it out of the book before it
 //! gives its permits back. A waiter's fence travels in its node, since one
-//! release may grant several.
+//! release may grant several, and the waiter books it itself once it sees
+//! its grant ([`Record::take_served`]), in its own slot rather than the
+//! granter's.
 //!
 //! # The line
 //!
@@ -1479,12 +1481,31 @@ impl Record {
     /// QLOCK.
     fn book_grant(&self, permits: &Permits) -> u64 {
         let fence = self.draw_fence();
+        self.book(permits, fence);
+        fence
+    }
+
+    /// Books the grant with `fence` (taken by the caller, not yet in the
+    /// book): in a slot, else in the overflow under QLOCK.
+    fn book(&self, permits: &Permits, fence: u64) {
         if !permits.slots().claim(fence) {
             let s = self.lock_line();
             // SAFETY: we own QLOCK.
             unsafe { self.with_locked(|l| l.overflow.book(fence)) };
             // Release: publishes the overflow to the next QLOCK owner.
             self.state.store(s, Ordering::Release);
+        }
+    }
+
+    /// The fence of the grant `waiter` was served from the line (its status
+    /// read `Granted`), booked now by its taker when the key has several
+    /// permits (`multi`, known to the caller's lock): the granter only drew
+    /// it, so the fence goes in the taker's own slot, whose line its
+    /// release then clears, and not in the granter's.
+    pub(crate) fn take_served(&self, waiter: &Waiter, multi: bool) -> u64 {
+        let fence = waiter.granted_fence();
+        if multi {
+            self.book(self.permits(), fence);
         }
         fence
     }
@@ -1669,8 +1690,8 @@ impl Record {
             }
             // SAFETY: as above.
             let (head, now_empty) = unsafe { self.pop_front() };
-            // SAFETY: as above.
-            let fence = unsafe { self.book_grant_locked(permits) };
+            // Drawn here, booked by its taker (`take_served`).
+            let fence = self.draw_fence();
             // SAFETY: as above.
             s = unsafe { self.line_shrank(s.with_taken(want), now_empty) };
             // SAFETY: `head` was linked until just now, with no final status.
