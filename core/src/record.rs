@@ -1510,19 +1510,6 @@ impl Record {
         fence
     }
 
-    /// [`book_grant`](Record::book_grant) by the QLOCK owner.
-    ///
-    /// # Safety
-    /// The caller owns QLOCK of a `MULTI` record.
-    unsafe fn book_grant_locked(&self, permits: &Permits) -> u64 {
-        let fence = self.draw_fence();
-        if !permits.slots().claim(fence) {
-            // SAFETY: the caller's contract.
-            unsafe { self.with_locked(|l| l.overflow.book(fence)) };
-        }
-        fence
-    }
-
     /// The next fence of a `MULTI` record, whose `fence` is the latest grant's.
     fn draw_fence(&self) -> u64 {
         // Relaxed: a fence need only be unique and greater than every
@@ -1598,13 +1585,12 @@ impl Record {
         // Mutant for loom-tests/README.md: no second look under QLOCK.
         let look = !cfg!(holdline_mutant = "enqueue_without_recheck");
         if look && !s.queued() && permits.fits(s.held_permits(), waiter.want) {
-            // Given back since the CAS failed.
-            // SAFETY: we own QLOCK of a MULTI record.
-            let fence = unsafe { self.book_grant_locked(permits) };
-            // Release: publishes the book to the next QLOCK owner.
+            // Given back since the CAS failed: counted under QLOCK, then
+            // booked by this taker after the unlock, as every grant is.
+            // Release: the unlock, as for any QLOCK owner.
             self.state
                 .store(s.with_taken(waiter.want), Ordering::Release);
-            return Ok(Enqueued::Granted(fence));
+            return Ok(Enqueued::Granted(self.book_grant(permits)));
         }
         // Something is held: the permits did not fit, or a line stands
         // (which implies HELD).
