@@ -979,8 +979,12 @@ mod tests {
             let (mut a, mut b) = (cs.next().unwrap(), cs.next().unwrap());
             rt.block_on(async {
                 let held = a.hold("hot").await;
+                // Timed from before the spawn: the sleep below starts after this
+                // instant and the release after the sleep, so a grant that waited
+                // for the release comes at least 200 ms after it. (Timed from
+                // inside the task, a late start shortened the wait it saw.)
+                let t0 = Instant::now();
                 let waiter = tokio::spawn(async move {
-                    let t0 = Instant::now();
                     let got = b.hold("hot").await;
                     let waited = t0.elapsed();
                     b.release("hot", got).await;
