@@ -20,9 +20,12 @@ pub enum Event {
     HandoffToParked,
     /// A spin on the line's `QLOCK` bit gave up its slice (`yield_now`).
     LineLockYield,
+    /// A task yielded before taking a free key, to a task that a release
+    /// on its thread had just granted.
+    YieldedToGranted,
 }
 
-const EVENTS: usize = 6;
+const EVENTS: usize = 7;
 
 #[cfg(feature = "wait-counters")]
 static COUNTS: [std::sync::atomic::AtomicU64; EVENTS] =
@@ -48,6 +51,7 @@ pub fn snapshot() -> [(Event, u64); EVENTS] {
         HandoffToSpinner,
         HandoffToParked,
         LineLockYield,
+        YieldedToGranted,
     ];
     all.map(|e| {
         #[cfg(feature = "wait-counters")]

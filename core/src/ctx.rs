@@ -1,6 +1,9 @@
 //! Per-thread context: which holds are running on this thread, and whether
 //! it is inside a transaction. This is how `hold` of a key the thread already
 //! holds, and `hold` inside `store.tx`, fail at once instead of waiting.
+//! Also whether a release on this thread granted a key to a task that its
+//! runtime has not run yet, which a task's next hold of a free key yields
+//! to (`hold_async`'s module doc).
 //!
 //! Invariant: an entry in `holds` names a hold whose closure is running on
 //! this thread (entries are pushed at the grant and popped when the hold ends,
@@ -29,6 +32,12 @@ const NO_ENTRY: HeldEntry = HeldEntry {
 const INLINE: usize = 4;
 
 pub(crate) struct ThreadCtx {
+    /// A release on this thread granted a key to a waiting task, and no
+    /// task wait on this thread has gone pending since.
+    task_granted: Cell<bool>,
+    /// The fast path of this thread's running task found its key free but
+    /// left it, owing that granted task a turn: its slow path yields.
+    yield_owed: Cell<bool>,
     tx_depth: Cell<u32>,
     depth: Cell<usize>,
     inline: [Cell<HeldEntry>; INLINE],
@@ -37,6 +46,8 @@ pub(crate) struct ThreadCtx {
 impl ThreadCtx {
     const fn new() -> Self {
         ThreadCtx {
+            task_granted: Cell::new(false),
+            yield_owed: Cell::new(false),
             tx_depth: Cell::new(0),
             depth: Cell::new(0),
             inline: [const { Cell::new(NO_ENTRY) }; INLINE],
@@ -54,6 +65,35 @@ std::thread_local! {
 loom::thread_local! {
     static CTX: ThreadCtx = ThreadCtx::new();
     static SPILL: RefCell<Vec<HeldEntry>> = RefCell::new(Vec::new());
+}
+
+/// A release on this thread just granted a key to a waiting task.
+pub(crate) fn note_task_granted() {
+    let _ = CTX.try_with(|c| c.task_granted.set(true));
+}
+
+/// A task wait on this thread went pending: the tasks it woke get to run.
+pub(crate) fn forget_task_granted() {
+    let _ = CTX.try_with(|c| c.task_granted.set(false));
+}
+
+/// Whether a release on this thread granted a task since the last pending
+/// wait here.
+#[inline(always)]
+pub(crate) fn task_granted() -> bool {
+    CTX.try_with(|c| c.task_granted.get()).unwrap_or(false)
+}
+
+/// The running task's fast path left its free key to yield first.
+pub(crate) fn owe_yield() {
+    let _ = CTX.try_with(|c| c.yield_owed.set(true));
+}
+
+/// Whether the running task owes a yield, forgetting it (written only
+/// when owed: every task's slow path asks).
+pub(crate) fn take_yield_owed() -> bool {
+    CTX.try_with(|c| c.yield_owed.get() && c.yield_owed.replace(false))
+        .unwrap_or(false)
 }
 
 /// Why a hold may not start on this thread.

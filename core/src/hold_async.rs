@@ -2,6 +2,15 @@
 //! their [`KeyHold`] forms. The fast path is the threads' own; past it a
 //! task waits in the same line through a [`LineWait`], and its closure's
 //! future is polled with the hold listed on the polling thread.
+//!
+//! A release hands the key to the head of its line, and a task granted so
+//! is queued by its runtime on the releasing thread, where the releaser
+//! runs on: a releaser that went on to take free keys would keep the
+//! granted key held by a task that is not running, and other threads'
+//! tasks asking for it would wait behind it. So a task whose thread has
+//! granted a waiting task since its last pending wait yields once before
+//! it takes a free key (not a held one: its wait lets the granted task run
+//! anyway). [`Lock::take_fast`] decides; the slow path yields.
 
 use crate::ctx;
 use crate::error::Error;
@@ -103,6 +112,13 @@ impl Lock {
         mode: Mode,
         want: u32,
     ) -> Result<Grant, Error> {
+        if ctx::take_yield_owed() {
+            // `take_fast` found the key free but owed the task that a
+            // release on this thread granted a turn first; no second yield
+            // after it (the line's entry takes the key if still free), so
+            // a task whose thread keeps granting others still gets on.
+            YieldOnce(false).await;
+        }
         let admitted = self.admitted(text, hash, mode)?;
         debug_assert!(admitted, "only a Try is answered None, and a task waits");
         let waited = LineWait::new(self, text, hash, mode, want).await?;
@@ -139,6 +155,23 @@ impl<'l> KeyHold<'l> {
                 .await?;
             Ok(lock.held_lease(text, grant))
         }
+    }
+}
+
+/// Pending once, waking itself: the task goes to the back of its
+/// runtime's queue, behind the tasks a release just granted.
+struct YieldOnce(bool);
+
+impl Future for YieldOnce {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.0 {
+            return Poll::Ready(());
+        }
+        self.0 = true;
+        cx.waker().wake_by_ref();
+        Poll::Pending
     }
 }
 

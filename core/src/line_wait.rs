@@ -23,6 +23,7 @@
 //! ([`Record::leave`]), which frees its place for the limit; if a grant won
 //! that race, the grant is let go at once, to the next in line.
 
+use crate::ctx;
 use crate::driver::{Driver, LineDue};
 use crate::error::Error;
 use crate::lock::{Entered, Grant, Lock, Mode};
@@ -147,6 +148,8 @@ impl<'a> LineWait<'a> {
                     self.arm_line(at_ms);
                 }
                 self.state = State::Waiting { record };
+                // Pending: the tasks this thread granted run now.
+                ctx::forget_task_granted();
                 return Poll::Pending;
             }
         };
@@ -180,6 +183,7 @@ impl<'a> LineWait<'a> {
         if let Some(end) = unsafe { record.poll_wait(node, waker) } {
             return self.finish(record, end);
         }
+        ctx::forget_task_granted();
         Poll::Pending
     }
 

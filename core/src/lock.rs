@@ -9,6 +9,7 @@
 //! key's text. Everything else (creating the record, waiting in line,
 //! timers, every error) is out of line.
 
+use crate::counters::{count, Event};
 use crate::ctx::{self, Refusal};
 use crate::driver::Driver;
 use crate::error::{Error, ErrorKind};
@@ -408,8 +409,9 @@ impl Lock {
     /// which come back in registers. A whole [`Fast`] went through the
     /// stack, where copying its grant with wider loads than the stores
     /// that wrote it stalled every async hold (the same instructions ran
-    /// at half the rate). `None`: anything else, which
-    /// [`acquire_fast`](Lock::acquire_fast) then answers.
+    /// at half the rate). `None`: anything else, which the refusals and
+    /// the line then answer; and a key that would be granted at once to a
+    /// task that owes a yield first (see [`yield_first`]).
     #[inline(always)]
     pub(crate) fn take_fast(&self, text: &str, hash: u64, want: u32) -> Option<Taken> {
         // Acquire: as in `acquire_fast`, which answers the refusals.
@@ -420,6 +422,11 @@ impl Lock {
         }
         let guard = epoch::pin();
         let r = self.shared.table.find(hash, text, &guard)?;
+        // A held key of one permit goes to the line without a look at the
+        // thread's context: its wait lets a granted task run anyway.
+        if r.free_or_multi() && ctx::task_granted() && yield_first(r, want) {
+            return None;
+        }
         match r.try_lock_fast() {
             Ok(()) => Some(Taken {
                 record: HeldRecord::of(r),
@@ -779,6 +786,27 @@ fn take_permits(r: &Record, want: u32) -> Fast {
         Tried::Held => Fast::Held,
         Tried::Dead => Fast::Slow,
     }
+}
+
+/// For [`Lock::take_fast`] on a thread where a release granted a key to a
+/// waiting task that its runtime has queued but not run: whether this
+/// task yields to it before it takes `r`'s key. A task that took another
+/// free key and ran on would leave the granted key held by a task that is
+/// not running, and the tasks of other threads asking for it would wait
+/// (the line's handoff is FIFO). So it yields, once, when its own key
+/// would be granted at once (the yield is noted as owed, and the slow
+/// path makes it); when its key is held, its wait lets the granted task
+/// run anyway.
+#[cold]
+#[inline(never)]
+fn yield_first(r: &Record, want: u32) -> bool {
+    ctx::forget_task_granted();
+    let yields = r.would_grant(want);
+    if yields {
+        count(Event::YieldedToGranted);
+        ctx::owe_yield();
+    }
+    yields
 }
 
 /// What [`Lock::take_fast`] took: the record and the grant's fence (the

@@ -129,6 +129,7 @@
 //!   too (a DEAD peek is confirmed under the shard lock).
 
 use crate::counters::{count, Event};
+use crate::ctx;
 use crate::permits::{Overflow, Permits};
 use crate::spin::{first_in_line_spin_pauses, spin_learn, Backoff, SPIN_BEHIND, SPIN_ROUND};
 use crate::sync::{
@@ -372,6 +373,16 @@ impl Wake {
             Wake::Thread(t) => t.unpark(),
             Wake::Task(w) => w.wake(),
         }
+    }
+
+    /// Wakes a waiter just granted the key. A task is noted in this
+    /// thread's context: its runtime queues it here, behind the releaser,
+    /// whose next hold of a free key then yields to it (`hold_async`).
+    fn wake_granted(self) {
+        if matches!(self, Wake::Task(_)) {
+            ctx::note_task_granted();
+        }
+        self.wake();
     }
 
     fn replicate(&self) -> Wake {
@@ -701,6 +712,26 @@ impl Record {
         let held = self.state.load(Ordering::Acquire).held();
         let fence = self.fence.load(Ordering::Relaxed);
         held.then_some(fence)
+    }
+
+    /// Whether the key is free, or has several permits (a guess, for the
+    /// look before a take: see `would_grant`).
+    #[inline(always)]
+    pub(crate) fn free_or_multi(&self) -> bool {
+        // Relaxed: a guess that orders nothing.
+        let s = self.state.load(Ordering::Relaxed);
+        s == 0 || s.multi()
+    }
+
+    /// Whether a take of `want` permits would be granted now, without a
+    /// line (a guess: the word may change before any take).
+    pub(crate) fn would_grant(&self, want: u32) -> bool {
+        // Relaxed: a guess that orders nothing.
+        let s = self.state.load(Ordering::Relaxed);
+        if !s.multi() {
+            return s == 0;
+        }
+        !s.dead() && !s.queued() && self.permits().fits(s.held_permits(), want)
     }
 
     pub(crate) fn is_dead(&self) -> bool {
@@ -1098,7 +1129,7 @@ impl Record {
             // Release: publishes the line and, to later lockers, the grant.
             self.state.store(s, Ordering::Release);
             if let Some(wake) = wake {
-                wake.wake();
+                wake.wake_granted();
             }
             return;
         }
@@ -1448,8 +1479,8 @@ pub(crate) struct Holders {
     pub(crate) asked_holds: bool,
 }
 
-/// The wakes one release or departure owes, fired once the line lock is
-/// let go; the first needs no allocation.
+/// The wakes of the waiters one release or departure grants, fired once
+/// the line lock is let go; the first needs no allocation.
 #[derive(Default)]
 struct Woken {
     first: Option<Wake>,
@@ -1464,11 +1495,14 @@ impl Woken {
         }
     }
 
+    /// Fires the wakes of the waiters granted the key.
     fn wake(self) {
         if let Some(w) = self.first {
-            w.wake();
+            w.wake_granted();
         }
-        wake_all(self.more);
+        for w in self.more {
+            w.wake_granted();
+        }
     }
 }
 

@@ -494,3 +494,109 @@ fn dropped_futures_never_lose_or_keep_a_grant() {
         assert!(lock.try_hold(&k, |_| ()).unwrap().is_some());
     }
 }
+
+/// A release that grants a key to a waiting task leaves that task queued
+/// on the releasing thread; a task there that went on to take another
+/// free key would keep the granted key held by a task that is not
+/// running. So the releaser's next hold of a free key yields to it first.
+#[test]
+fn a_release_that_grants_a_task_lets_it_run_before_the_releaser_takes_a_free_key() {
+    let store = Store::new();
+    // Two permits: `j` keeps a record (one permit held by a handle) and
+    // has one free, so the hold of `j` below is granted at once.
+    let lock = Arc::new(store.lock("invoices").permits(2).open().unwrap());
+    let _keeps_j = lock.acquire("j").unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let rt = current_thread();
+    rt.block_on(async {
+        let waiter = {
+            let (lock, order) = (lock.clone(), order.clone());
+            tokio::spawn(async move {
+                let seen = order.clone();
+                lock.hold_async("k", async |_| seen.lock().unwrap().push("waiter holds k"))
+                    .await
+                    .unwrap();
+            })
+        };
+        lock.key("k")
+            .exclusive()
+            .hold_async(async |_| {
+                // The waiter runs and stands in line for `k`.
+                while lock.stats().waiters == 0 {
+                    tokio::task::yield_now().await;
+                }
+            })
+            .await
+            .unwrap();
+        // `k` was just granted to the waiter, which has not run since.
+        let seen = order.clone();
+        lock.hold_async("j", async |_| seen.lock().unwrap().push("releaser holds j"))
+            .await
+            .unwrap();
+        waiter.await.unwrap();
+    });
+    assert_eq!(
+        *order.lock().unwrap(),
+        ["waiter holds k", "releaser holds j"]
+    );
+}
+
+/// The yield above is made once a hold: while it yields, the task it
+/// yielded to may grant another (as here), and the releaser then takes
+/// its free key without yielding again, so a thread that keeps granting
+/// tasks cannot keep it from its own.
+#[test]
+fn a_task_yields_to_granted_tasks_at_most_once_a_hold() {
+    let store = Store::new();
+    let lock = Arc::new(store.lock("invoices").permits(2).open().unwrap());
+    let _keeps_j = lock.acquire("j").unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let rt = current_thread();
+    let hold_k = |name: &'static str| {
+        let (lock, order) = (lock.clone(), order.clone());
+        async move {
+            lock.key("k")
+                .exclusive()
+                .hold_async(async |_| order.lock().unwrap().push(name))
+                .await
+                .unwrap();
+        }
+    };
+    // A spawned task, as the waiters are: the runtime queues them in turn.
+    let releaser = {
+        let (lock, order) = (lock.clone(), order.clone());
+        async move {
+            lock.key("k")
+                .exclusive()
+                .hold_async(async |_| {
+                    while lock.stats().waiters < 2 {
+                        tokio::task::yield_now().await;
+                    }
+                })
+                .await
+                .unwrap();
+            lock.hold_async("j", async |_| {
+                order.lock().unwrap().push("releaser holds j")
+            })
+            .await
+            .unwrap();
+        }
+    };
+    rt.block_on(async {
+        let releaser = tokio::spawn(releaser);
+        let first = tokio::spawn(hold_k("first waiter holds k"));
+        let second = tokio::spawn(hold_k("second waiter holds k"));
+        for task in [releaser, first, second] {
+            task.await.unwrap();
+        }
+    });
+    let order = order.lock().unwrap();
+    assert_eq!(
+        *order,
+        [
+            "first waiter holds k",
+            "releaser holds j",
+            "second waiter holds k"
+        ]
+    );
+}
