@@ -422,9 +422,7 @@ impl Lock {
         }
         let guard = epoch::pin();
         let r = self.shared.table.find(hash, text, &guard)?;
-        // A held key of one permit goes to the line without a look at the
-        // thread's context: its wait lets a granted task run anyway.
-        if r.free_or_multi() && ctx::task_granted() && yield_first(r, want) {
+        if ctx::task_granted() && yield_first(r, want) {
             return None;
         }
         match r.try_lock_fast() {

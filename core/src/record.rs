@@ -714,15 +714,6 @@ impl Record {
         held.then_some(fence)
     }
 
-    /// Whether the key is free, or has several permits (a guess, for the
-    /// look before a take: see `would_grant`).
-    #[inline(always)]
-    pub(crate) fn free_or_multi(&self) -> bool {
-        // Relaxed: a guess that orders nothing.
-        let s = self.state.load(Ordering::Relaxed);
-        s == 0 || s.multi()
-    }
-
     /// Whether a take of `want` permits would be granted now, without a
     /// line (a guess: the word may change before any take).
     pub(crate) fn would_grant(&self, want: u32) -> bool {
