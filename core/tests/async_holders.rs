@@ -495,17 +495,23 @@ fn dropped_futures_never_lose_or_keep_a_grant() {
     }
 }
 
+/// A lock of two permits whose key `j` keeps a record (one permit held by
+/// the returned handle) and has one free, so a hold of `j` is granted at
+/// once.
+fn lock_with_j_free_and_kept() -> (Store, Arc<Lock>, holdline::HeldLease) {
+    let store = Store::new();
+    let lock = Arc::new(store.lock("invoices").permits(2).open().unwrap());
+    let keeps_j = lock.acquire("j").unwrap();
+    (store, lock, keeps_j)
+}
+
 /// A release that grants a key to a waiting task leaves that task queued
 /// on the releasing thread; a task there that went on to take another
 /// free key would keep the granted key held by a task that is not
 /// running. So the releaser's next hold of a free key yields to it first.
 #[test]
 fn a_release_that_grants_a_task_lets_it_run_before_the_releaser_takes_a_free_key() {
-    let store = Store::new();
-    // Two permits: `j` keeps a record (one permit held by a handle) and
-    // has one free, so the hold of `j` below is granted at once.
-    let lock = Arc::new(store.lock("invoices").permits(2).open().unwrap());
-    let _keeps_j = lock.acquire("j").unwrap();
+    let (_store, lock, _keeps_j) = lock_with_j_free_and_kept();
     let order = Arc::new(Mutex::new(Vec::new()));
     let rt = current_thread();
     rt.block_on(async {
@@ -547,9 +553,7 @@ fn a_release_that_grants_a_task_lets_it_run_before_the_releaser_takes_a_free_key
 /// tasks cannot keep it from its own.
 #[test]
 fn a_task_yields_to_granted_tasks_at_most_once_a_hold() {
-    let store = Store::new();
-    let lock = Arc::new(store.lock("invoices").permits(2).open().unwrap());
-    let _keeps_j = lock.acquire("j").unwrap();
+    let (_store, lock, _keeps_j) = lock_with_j_free_and_kept();
     let order = Arc::new(Mutex::new(Vec::new()));
     let rt = current_thread();
     let hold_k = |name: &'static str| {
