@@ -131,7 +131,9 @@ func (r *router) redirection(line string) error {
 // node (and refreshes the whole map in the background) and has the
 // command sent there, CLUSTERDOWN refreshes the map and pauses. It
 // answers nil when the command is to be sent again, or the error that
-// ends it: moved_loop, slot_unserved, or ctx's.
+// ends it: moved_loop, slot_unserved, or ctx's. A hold passes its ctx
+// bounded by its wait plus its grace (holdBound), so the refresh and the
+// pause end with the hold's bound.
 func (r *router) follow(ctx context.Context, lock, key string, line redirect, t *tries) error {
 	if slot, node, ok := parseMoved(string(line)); ok {
 		if t.moved++; t.moved > maxRedirects {

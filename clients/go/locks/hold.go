@@ -2,7 +2,6 @@ package locks
 
 import (
 	"context"
-	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -26,35 +25,62 @@ type keyHold struct {
 // ask sends HOLD or TRYHOLD and waits for the answer: granted (true), or
 // false when TRYHOLD found the key held. In cluster mode the command goes
 // to the node that serves the key, and is sent again where a MOVED or
-// CLUSTERDOWN answer says (see router.follow).
+// CLUSTERDOWN answer says (see router.follow). The wait runs from this
+// call, not from each send: a HOLD sent again carries the wait left. The
+// hold as a whole, every step of it (routing, connecting, the map, the
+// CLUSTERDOWN pause, the reply), is bounded by its wait plus its grace
+// from this call (see holdBound): past it the hold fails wait_silent.
 func (h *keyHold) ask(ctx context.Context, args []string, wait time.Duration) (bool, error) {
+	b := newHoldBound(wait, h.ttl)
+	bctx, cancel := context.WithDeadline(ctx, b.giveUp)
+	defer cancel()
 	var t tries
-	for {
-		if err := ctx.Err(); err != nil {
-			return false, err
+	for sent := 0; ; sent++ {
+		if bctx.Err() != nil {
+			return false, h.ended(ctx, b)
 		}
-		granted, err := h.askOnce(ctx, args, wait, &t)
+		if sent > 0 {
+			args = b.waitLeft(args)
+		}
+		granted, err := h.askOnce(ctx, bctx, args, b, &t)
 		rd, ok := err.(redirect)
 		if !ok {
 			return granted, err
 		}
-		if err := h.store.router.follow(ctx, h.lock, h.key, rd, &t); err != nil {
+		if err := h.store.router.follow(bctx, h.lock, h.key, rd, &t); err != nil {
+			if bctx.Err() != nil {
+				return false, h.ended(ctx, b)
+			}
 			return false, err
 		}
 	}
 }
 
+// ended answers why a hold stopped short when its bounded context ended:
+// the caller's ctx's error when that ended, else wait_silent (the hold's
+// bound passed).
+func (h *keyHold) ended(ctx context.Context, b holdBound) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return errWaitSilent(h.lock, h.key, b.wait, b.grace)
+}
+
 // askOnce sends HOLD or TRYHOLD on a connection of its own to the key's
 // node and waits for the answer: granted, not granted, or a redirect.
-// While the HOLD waits the connection renews, ctx ending closes it (the
-// server then takes the HOLD out of its line), and a server silent for
-// the wait plus the ttl (at least 1s) is given up on. The lease, once
-// granted, counts from this HOLD's send time.
-func (h *keyHold) askOnce(ctx context.Context, args []string, wait time.Duration, t *tries) (bool, error) {
-	p, c, err := h.store.connFor(ctx, h.key, t)
-	if err == errPoolClosed {
+// While the HOLD waits the connection renews, and ctx ending or the
+// hold's bound passing (bctx, ctx bounded by holdBound) closes it: the
+// server then takes the HOLD out of its line. The lease, once granted,
+// counts from this HOLD's send time; its grant is read under ctx alone (a
+// late grant's RENEW has its own bound).
+func (h *keyHold) askOnce(ctx, bctx context.Context, args []string, b holdBound, t *tries) (bool, error) {
+	p, c, err := h.store.connFor(bctx, h.key, t)
+	switch {
+	case err == errPoolClosed:
 		return false, errStoreClosed(h.lock, h.key)
-	} else if err != nil {
+	case err != nil && bctx.Err() != nil:
+		return false, h.ended(ctx, b)
+	case err != nil:
 		return false, err
 	}
 	h.pool = p
@@ -62,16 +88,6 @@ func (h *keyHold) askOnce(ctx context.Context, args []string, wait time.Duration
 	c.renewFor(h.ttl)
 	cl := &call{reply: make(chan result, 1), grant: h.state}
 	c.send(cl, args...)
-	if wait < 0 {
-		wait = 0
-	}
-	grace := waitGrace(h.ttl)
-	giveUp := wait + grace
-	if giveUp < wait {
-		giveUp = math.MaxInt64 // a wait as long as time.Duration goes
-	}
-	silent := time.NewTimer(giveUp)
-	defer silent.Stop()
 	select {
 	case r := <-cl.reply:
 		granted, err := h.answer(ctx, r, args[0])
@@ -81,12 +97,13 @@ func (h *keyHold) askOnce(ctx context.Context, args []string, wait time.Duration
 			return false, ctx.Err()
 		}
 		return granted, err
-	case <-ctx.Done():
-		h.pool.discard(c, errShutAbandoned)
-		return false, ctx.Err()
-	case <-silent.C:
+	case <-bctx.Done():
+		if ctx.Err() != nil {
+			h.pool.discard(c, errShutAbandoned)
+			return false, ctx.Err()
+		}
 		h.pool.discard(c, errShutSilent)
-		return false, errWaitSilent(h.lock, h.key, wait, grace)
+		return false, h.ended(ctx, b)
 	}
 }
 

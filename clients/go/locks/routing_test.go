@@ -595,3 +595,93 @@ func TestANodeThatAnswersNothingHoldsUpARefreshTwoSecondsAtMost(t *testing.T) {
 		t.Fatalf("node 1: CLUSTER SLOTS %d", n)
 	}
 }
+
+// holdWaits records the WAIT argument of each HOLD a fake cluster is sent.
+type holdWaits struct {
+	mu    sync.Mutex
+	waits []int
+}
+
+func (w *holdWaits) note(t *testing.T, args []string) {
+	if len(args) < 5 || args[3] != "WAIT" {
+		t.Errorf("a HOLD without WAIT: %q", args)
+		return
+	}
+	ms, err := strconv.Atoi(args[4])
+	if err != nil {
+		t.Errorf("a HOLD's WAIT %q", args[4])
+	}
+	w.mu.Lock()
+	w.waits = append(w.waits, ms)
+	w.mu.Unlock()
+}
+
+func (w *holdWaits) all() []int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]int(nil), w.waits...)
+}
+
+// A hold's wait runs from its call: a HOLD sent again after a CLUSTERDOWN
+// carries the wait left, less at least the pause before it, not the
+// whole wait again.
+func TestAHoldSentAgainCarriesTheWaitLeft(t *testing.T) {
+	pause := ruleNumber(t, "cluster_down_pause_ms")
+	var waits holdWaits
+	var downs int32
+	fc := newFakeCluster(t, 1, func(fc *fakeCluster, node int, args []string) string {
+		if args[0] == "HOLD" {
+			waits.note(t, args)
+			if atomic.AddInt32(&downs, 1) <= 2 {
+				return "-CLUSTERDOWN Hash slot not served\r\n"
+			}
+		}
+		return ""
+	})
+	fc.setRanges(slotRange{0, slotCount - 1, 0})
+	l := openLock(t, connect(t, fc.addr(0)), "l")
+	if err := l.Hold(context.Background(), "k", nothing, Wait(2*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	got := waits.all()
+	if len(got) != 3 || got[0] != 2000 {
+		t.Fatalf("the HOLDs' WAITs: %v", got)
+	}
+	for i := 1; i < len(got); i++ {
+		if got[i] > got[i-1]-pause {
+			t.Fatalf("the HOLDs' WAITs %v: not each the last less the pause (%d ms) at least", got, pause)
+		}
+	}
+}
+
+// A hold is bounded as a whole: CLUSTERDOWN answers that each come late
+// are retried only until its wait plus its grace from the call, then it
+// fails wait_silent (not slot_unserved after 10 slow tries); the HOLDs
+// sent once the wait is spent carry WAIT 0.
+func TestAHoldIsBoundedAsAWhole(t *testing.T) {
+	const wait, ttl, late = 600 * time.Millisecond, time.Second, 400 * time.Millisecond
+	var waits holdWaits
+	fc := newFakeCluster(t, 2, func(fc *fakeCluster, node int, args []string) string {
+		if args[0] == "HOLD" {
+			waits.note(t, args)
+			time.Sleep(late)
+			return "-CLUSTERDOWN Hash slot not served\r\n"
+		}
+		return ""
+	})
+	fc.setRanges(halves...)
+	l := openLock(t, connect(t, fc.addr(0)+","+fc.addr(1)), "inv", TTL(ttl))
+	start := time.Now()
+	err := l.Hold(context.Background(), "k", nothing, Wait(wait))
+	took := time.Since(start)
+	vars := map[string]string{"lock": "inv", "key": `"k"`, "wait": "600ms", "ttl": "1s"}
+	expectText(t, texts(t), "wait_silent", vars, ErrClosed, err)
+	if took < wait+ttl-100*time.Millisecond || took >= 3*time.Second {
+		t.Fatalf("the hold gave up after %v", took)
+	}
+	got := waits.all()
+	t.Logf("gave up after %v; the HOLDs' WAITs %v", took, got)
+	if len(got) < 3 || got[0] != 600 || got[len(got)-1] != 0 {
+		t.Fatalf("the HOLDs' WAITs: %v", got)
+	}
+}
