@@ -93,9 +93,11 @@ export class Connection {
 	 * with the texts every client shares: also a server that is not
 	 * holdline (`not_holdline`), one that sends what is not RESP
 	 * (`not_resp`), or announces a reply over `maxReply` bytes
-	 * (`reply_too_large`), at once.
+	 * (`reply_too_large`), at once. Aborting `signal` (a hold given up)
+	 * closes it at once and rejects with its reason: no dial outlives it.
 	 */
-	static async open(address: Address, auth: Auth | undefined, timeoutMs: number, tlsOptions?: tls.ConnectionOptions, maxReply: number = MAX_REPLY_BYTES): Promise<Connection> {
+	static async open(address: Address, auth: Auth | undefined, timeoutMs: number, tlsOptions?: tls.ConnectionOptions, maxReply: number = MAX_REPLY_BYTES, signal?: AbortSignal): Promise<Connection> {
+		signal?.throwIfAborted()
 		const where = showAddress(address)
 		const secure = tlsOptions !== undefined
 		const socket = secure ? tls.connect(tlsConnectOptions(address, tlsOptions)) : net.connect({ host: address.host, port: address.port })
@@ -106,6 +108,12 @@ export class Connection {
 			silent = true
 			socket.destroy(new Error(`no answer within ${timeoutMs}ms`))
 		}, timeoutMs)
+		const onAbort = () => socket.destroy(new Error('given up by its hold'))
+		signal?.addEventListener('abort', onAbort, { once: true })
+		const settled = () => {
+			clearTimeout(timer)
+			signal?.removeEventListener('abort', onAbort)
+		}
 		try {
 			// Over TLS, `secureConnect`: the handshake done, the server's certificate checked.
 			await new Promise<void>((resolve, reject) => {
@@ -113,8 +121,9 @@ export class Connection {
 				socket.once('error', reject)
 			})
 		} catch (e) {
-			clearTimeout(timer)
+			settled()
 			socket.destroy()
+			if (signal?.aborted) throw signal.reason
 			if (secure && tcpUp && !silent) throw Object.assign(tlsFailed(where, tlsReason(e)), { cause: e })
 			throw dialFailed(where, silent, timeoutMs, e)
 		}
@@ -124,10 +133,11 @@ export class Connection {
 		try {
 			reply = await connection.send(hello)
 		} catch (e) {
+			if (signal?.aborted) throw signal.reason
 			if (connection.#fault !== undefined) throw Object.assign(connection.#fault, { cause: e })
 			throw helloFailed(where, secure, silent, timeoutMs, e)
 		} finally {
-			clearTimeout(timer)
+			settled()
 		}
 		if (reply instanceof RespError) {
 			connection.destroy()

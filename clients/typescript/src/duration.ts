@@ -70,8 +70,9 @@ export function lostMarginMs(ttlMs: number): number {
 }
 
 /**
- * How long past its wait a waiting hold whose connection answers nothing is
- * given up: the ttl, at least 1 s (the server's own answer may be late).
+ * How long past its wait a hold that nothing ended is given up, its wait
+ * counted from its call however many times it was sent: the ttl, at least
+ * 1 s (the server's own answer may be late).
  */
 export function waitGraceMs(ttlMs: number): number {
 	return Math.max(ttlMs, 1000)

@@ -9,6 +9,7 @@
 
 import { AsyncLocalStorage } from 'node:async_hooks'
 import { ConnectionClosed, ConnectionSilent, type Connection } from './connection.js'
+import { HoldDeadline } from './deadline.js'
 import { lostMarginMs, now, toMillis, toPositiveMillis, waitGraceMs, type Duration } from './duration.js'
 import { errorFor, fromServer, HoldlineError, showKey } from './errors.js'
 import { keyState, type KeyState } from './inspect.js'
@@ -57,7 +58,11 @@ export interface NoteOptions {
 }
 
 export interface HoldOptions extends PermitOptions, NoteOptions {
-	/** How long to stand in line before failing `in use` (default `'10s'`; `0`: do not wait). */
+	/**
+	 * How long to stand in line before failing `in use` (default `'10s'`;
+	 * `0`: do not wait), counted from the call: a `HOLD` sent again after a
+	 * `MOVED` or a `CLUSTERDOWN` carries what is left of it.
+	 */
 	wait?: Duration
 	/** Aborting it takes a hold that still waits out of the line; the hold rejects with its reason. */
 	signal?: AbortSignal
@@ -157,7 +162,7 @@ export class Lock {
 
 	/** `hold` of a key in text, its options read: the function is given the lease and its link too. */
 	async #hold<T>(key: string, wait: number, take: Take, note: string | undefined, signal: AbortSignal | undefined, fn: Holder<T>): Promise<T> {
-		const command = ['HOLD', this.name, key, 'WAIT', wait, ...this.#leaseArgs, ...take.args, ...noteArgs(note)]
+		const command = (waitMs: number) => ['HOLD', this.name, key, 'WAIT', waitMs, ...this.#leaseArgs, ...take.args, ...noteArgs(note)]
 		const grant = await this.#ask(command, key, wait, take.permits, signal)
 		// HOLD answers a lease or an error, never a null.
 		if (!grant) throw errorFor('invalid', 'the server answered HOLD with a null', this.name, key)
@@ -175,7 +180,7 @@ export class Lock {
 		checkFunction(fn, this.name, text)
 		const take = this.#take(options, text)
 		if (this.#runningHere(text)) return { acquired: false }
-		const command = ['TRYHOLD', this.name, text, ...this.#leaseArgs, ...take.args, ...noteArgs(options.note)]
+		const command = () => ['TRYHOLD', this.name, text, ...this.#leaseArgs, ...take.args, ...noteArgs(options.note)]
 		const grant = await this.#ask(command, text, 0, take.permits, options.signal)
 		if (!grant) return { acquired: false }
 		return { acquired: true, value: await this.#run(grant, lease => fn(lease)) }
@@ -248,50 +253,67 @@ export class Lock {
 	/**
 	 * Sends HOLD or TRYHOLD on a connection of its own, to the node serving
 	 * the key (again to another after a `MOVED` or `CLUSTERDOWN`): the
-	 * grant, or `null` when TRYHOLD found the key held.
+	 * grant, or `null` when TRYHOLD found the key held. The wait runs from
+	 * this call and the whole of it is bounded (`HoldDeadline`): retries
+	 * cannot stretch a hold past its call + wait + grace.
 	 */
-	async #ask(command: Arg[], key: string, waitMs: number, permits: number, signal: AbortSignal | undefined): Promise<Grant | null> {
+	async #ask(command: (waitMs: number) => Arg[], key: string, waitMs: number, permits: number, signal: AbortSignal | undefined): Promise<Grant | null> {
+		const graceMs = waitGraceMs(this.#ttlMs)
+		const deadline = new HoldDeadline(waitMs, graceMs, () => waitSilent(this.name, key, waitMs, graceMs), signal)
+		try {
+			return await this.#askWithin(command, key, waitMs, permits, deadline)
+		} finally {
+			deadline.end()
+		}
+	}
+
+	/**
+	 * `#ask` under its deadline. The first send carries the wait as given,
+	 * each later one the wait left (whole milliseconds, 0 once spent).
+	 */
+	async #askWithin(command: (waitMs: number) => Arg[], key: string, waitMs: number, permits: number, deadline: HoldDeadline): Promise<Grant | null> {
 		const redirects = new Redirects(this.#router, this.name, key)
-		for (;;) {
+		for (let sends = 0; ; sends++) {
 			if (this.#router.closed) throw this.#storeClosed(key)
-			signal?.throwIfAborted()
+			deadline.signal.throwIfAborted()
 			const pool = redirects.pool()
-			const connection = await this.#connection(pool, key, signal)
+			const connection = await this.#connection(pool, key, deadline.signal)
 			// Renew from now on: a lease is granted as alive as its connection's
 			// last command, so the connection keeps talking while it waits too.
 			connection.busy(this.#renewalPeriod)
 			// The clock of a grant starts at the send of the HOLD granted, the last one sent.
 			const sentAt = now()
-			const reply = await this.#send(connection, command, key, waitMs, signal)
+			const args = command(sends === 0 ? waitMs : deadline.waitLeftMs())
+			const reply = await this.#send(connection, args, key, deadline)
 			if (connection.closed) {
-				// Aborted between the answer and now: the server let the key go.
-				throw this.#askFailed(key, signal, undefined)
+				// Given up between the answer and now: the server let the key go.
+				throw this.#askFailed(key, deadline.signal, undefined)
 			}
 			if (reply === null || reply instanceof RespError) {
 				pool.giveBack(connection)
 				if (reply === null) return null
-				if (await redirects.follow(reply)) continue
+				if (await redirects.follow(reply, deadline.signal)) continue
 				throw fromServer(reply.word, reply.text)
 			}
 			if (!Array.isArray(reply) || typeof reply[0] !== 'bigint' || typeof reply[1] !== 'bigint') {
 				connection.destroy()
-				throw errorFor('invalid', `the server answered ${command[0]} with ${String(reply)}`, this.name, key)
+				throw errorFor('invalid', `the server answered ${args[0]} with ${String(reply)}`, this.name, key)
 			}
 			const lease = new Lease(key, reply[1], reply[0], permits)
 			return { pool, connection, lease, late: !this.#startClock(connection, lease, sentAt) }
 		}
 	}
 
-	/** A connection of `pool` for a hold (none once `signal` aborted). */
-	async #connection(pool: Pool, key: string, signal: AbortSignal | undefined): Promise<Connection> {
+	/** A connection of `pool` for a hold (none once `signal` aborted: a dial under way ends then). */
+	async #connection(pool: Pool, key: string, signal: AbortSignal): Promise<Connection> {
 		let connection: Connection
 		try {
-			connection = await pool.take()
+			connection = await pool.take(undefined, signal)
 		} catch (e) {
 			if (this.#router.closed) throw this.#storeClosed(key)
 			throw e
 		}
-		if (signal?.aborted) {
+		if (signal.aborted) {
 			pool.giveBack(connection)
 			throw signal.reason
 		}
@@ -357,30 +379,21 @@ export class Lock {
 	}
 
 	/**
-	 * Sends HOLD or TRYHOLD and awaits its answer. Aborting `signal` closes
-	 * the connection, which takes the HOLD out of its line. So does a
-	 * connection that answers nothing for the wait plus a grace: the link is
-	 * taken for dead, and a grant sent on it later is never read.
+	 * Sends HOLD or TRYHOLD and awaits its answer. The hold given up (its
+	 * caller's signal, or its deadline passed: the link taken for dead)
+	 * closes the connection, which takes the HOLD out of its line, and a
+	 * grant sent on it later is never read.
 	 */
-	async #send(connection: Connection, command: Arg[], key: string, waitMs: number, signal: AbortSignal | undefined): Promise<Reply> {
-		const graceMs = waitGraceMs(this.#ttlMs)
-		let silent = false
-		const timer = setTimeout(() => {
-			silent = true
-			connection.destroy(new ConnectionSilent('the server answered nothing for the wait'))
-		}, waitMs + graceMs)
-		// The waiting connection keeps the process alive, not this timer.
-		timer.unref()
-		const onAbort = () => connection.destroy(new ConnectionClosed('the hold was aborted'))
-		signal?.addEventListener('abort', onAbort, { once: true })
+	async #send(connection: Connection, command: Arg[], key: string, deadline: HoldDeadline): Promise<Reply> {
+		const { signal } = deadline
+		const onAbort = () => connection.destroy(deadline.silent ? new ConnectionSilent('the server answered nothing for the wait') : new ConnectionClosed('the hold was aborted'))
+		signal.addEventListener('abort', onAbort, { once: true })
 		try {
 			return await connection.send(command)
 		} catch (e) {
-			if (silent && !signal?.aborted && !this.#router.closed) throw waitSilent(this.name, key, waitMs, graceMs)
 			throw this.#askFailed(key, signal, e)
 		} finally {
-			clearTimeout(timer)
-			signal?.removeEventListener('abort', onAbort)
+			signal.removeEventListener('abort', onAbort)
 		}
 	}
 

@@ -47,16 +47,21 @@ export class Pool {
 		return showAddress(this.address)
 	}
 
-	/** A free connection, opened when none is free (dialling and `HELLO` within `timeoutMs`, by default the connect timeout). */
-	async take(timeoutMs = this.options.connectTimeoutMs): Promise<Connection> {
+	/**
+	 * A free connection, opened when none is free (dialling and `HELLO`
+	 * within `timeoutMs`, by default the connect timeout). Aborting
+	 * `signal` ends the dial, rejecting with its reason; that tells
+	 * nothing of the node, so it is no failure of it.
+	 */
+	async take(timeoutMs = this.options.connectTimeoutMs, signal?: AbortSignal): Promise<Connection> {
 		for (let c = this.#idle.pop(); c; c = this.#idle.pop()) {
 			if (!c.closed) return c
 		}
 		let c: Connection
 		try {
-			c = await Connection.open(this.address, this.options.auth, timeoutMs, this.options.tls, this.options.maxReplyBytes)
+			c = await Connection.open(this.address, this.options.auth, timeoutMs, this.options.tls, this.options.maxReplyBytes, signal)
 		} catch (e) {
-			if (!this.#closed) this.options.onFailure?.()
+			if (!this.#closed && !signal?.aborted) this.options.onFailure?.()
 			throw e
 		}
 		if (this.#closed) {

@@ -10,6 +10,7 @@
 import { showAddress, type Address } from './address.js'
 import { fromServer } from './errors.js'
 import { Pool, type PoolOptions } from './pool.js'
+import { pause, untilAborted } from './deadline.js'
 import { exchange } from './request.js'
 import { RespError, type Arg, type Reply } from './resp.js'
 import { SLOTS, slotOf } from './slots.js'
@@ -197,7 +198,8 @@ export class Router {
  * One command's `MOVED` and `CLUSTERDOWN` answers: `follow` says whether
  * to send it again (and where: `pool()`), and fails it when there were too
  * many. It counts nothing of a lease's timing: a lease's clock starts at
- * the send of the HOLD that was granted.
+ * the send of the HOLD that was granted. Nor of a hold's wait: that runs
+ * from the hold's call (see `HoldDeadline`).
  */
 export class Redirects {
 	#moved = 0
@@ -220,9 +222,11 @@ export class Redirects {
 	 * Whether `reply` sends the command on: a `MOVED` (that node noted) or a
 	 * `CLUSTERDOWN` (the map asked again, then a pause), in cluster mode.
 	 * Throws `moved_loop` at the 6th `MOVED` (5 followed), `slot_unserved`
-	 * at the 10th `CLUSTERDOWN`.
+	 * at the 10th `CLUSTERDOWN`. Aborting `signal` (a hold's deadline) ends
+	 * the wait for the map and the pause at once, rejecting with its
+	 * reason: a hold given up sends nothing more.
 	 */
-	async follow(reply: Reply): Promise<boolean> {
+	async follow(reply: Reply, signal?: AbortSignal): Promise<boolean> {
 		if (!(reply instanceof RespError) || !this.router.clustered) return false
 		if (reply.word === 'MOVED') {
 			const target = movedTarget(reply.text)
@@ -233,8 +237,9 @@ export class Redirects {
 		}
 		if (reply.word === 'CLUSTERDOWN') {
 			if (++this.#down >= CLUSTER_DOWN_TRIES) throw slotUnserved(this.lock, this.key, slotOf(this.key))
-			await this.router.refresh()
-			await new Promise(resolve => setTimeout(resolve, CLUSTER_DOWN_PAUSE_MS))
+			// The refresh is shared with other commands: stop waiting for it, not it.
+			await untilAborted(this.router.refresh(), signal)
+			await pause(CLUSTER_DOWN_PAUSE_MS, signal)
 			return true
 		}
 		return false

@@ -111,7 +111,7 @@ export function lostSilent(lock: string, key: string, ttlMs: number): HoldlineEr
 	return errorFor('lost', `the server answered nothing for its ttl (${showMs(ttlMs)})`, lock, key)
 }
 
-/** A waiting hold's connection answered nothing for its wait plus `graceMs` (`closed`). */
+/** Nothing ended a hold within its whole wait plus `graceMs` of its call (`closed`): no answer, or retries that never got one. */
 export function waitSilent(lock: string, key: string, waitMs: number, graceMs: number): HoldlineError {
 	return errorFor('closed', `the server answered nothing for the hold's wait plus its ttl (${showMs(waitMs)} + ${showMs(graceMs)})`, lock, key)
 }

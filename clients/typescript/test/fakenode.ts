@@ -21,10 +21,22 @@ export interface Range {
 
 /**
  * What a script answers: RESP text, `null` to close the connection,
- * `undefined` for the node's own answer. `''` answers nothing, and nothing
- * after it on that connection (commands are answered in order).
+ * `undefined` for the node's own answer, or one of those `delayed`. `''`
+ * answers nothing, and nothing after it on that connection (commands are
+ * answered in order).
  */
-export type Script = (args: string[], node: FakeNode) => string | null | undefined
+export type Script = (args: string[], node: FakeNode) => string | null | undefined | Delayed
+
+/** An answer given `afterMs` after its command was read; the answers after it on its connection wait behind it. */
+export interface Delayed {
+	afterMs: number
+	answer: string | null
+}
+
+/** `answer`, given `afterMs` late: a node slow to answer. */
+export function delayed(afterMs: number, answer: string | null): Delayed {
+	return { afterMs, answer }
+}
 
 export interface FakeNode {
 	address: string
@@ -137,16 +149,32 @@ export async function fakeNode(script?: Script): Promise<FakeNode> {
 		socket.on('error', () => {})
 		let buffer: Buffer = Buffer.alloc(0)
 		let stuck = false
+		const give = (answer: string | null) => {
+			stuck ||= answer === ''
+			if (answer === null) socket.destroy()
+			else if (!socket.destroyed && !stuck) socket.write(answer)
+		}
+		// Delayed answers, and those read after one, in order.
+		let queued = 0
+		let queue = Promise.resolve()
 		socket.on('data', chunk => {
 			const { read, rest } = commands(Buffer.concat([buffer, chunk]))
 			buffer = rest
 			for (const args of read) {
 				node.seen.push(args)
 				const scripted = node.script?.(args, node)
-				const answer = scripted === undefined ? ownAnswer(args, node) : scripted
-				stuck ||= answer === ''
-				if (answer === null) socket.destroy()
-				else if (!socket.destroyed && !stuck) socket.write(answer)
+				const { afterMs, answer } = typeof scripted === 'object' && scripted !== null ? scripted : delayed(0, scripted === undefined ? ownAnswer(args, node) : scripted)
+				if (afterMs === 0 && queued === 0) {
+					give(answer)
+					continue
+				}
+				queued++
+				queue = queue
+					.then(() => new Promise(resolve => setTimeout(resolve, afterMs)))
+					.then(() => {
+						queued--
+						give(answer)
+					})
 			}
 		})
 	})

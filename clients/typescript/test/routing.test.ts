@@ -2,7 +2,8 @@
  * Cluster routing against scripted nodes: the map learned at connect, each
  * command sent to its slot's node, `MOVED` followed, `CLUSTERDOWN` waited
  * out, a node that fails, a node silent while the map is asked for again,
- * `STATS` summed over the nodes, the two texts of too many redirects, and
+ * `STATS` summed over the nodes, the two texts of too many redirects, a
+ * hold's wait running from its call and the hold bounded as a whole, and
  * a single node (`CLUSTER SLOTS` answered with an error) left as it was.
  */
 
@@ -10,7 +11,7 @@ import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { connect, HoldlineError, type Store } from '../src/index.js'
 import { slotOf } from '../src/slots.js'
-import { closedAfterEach, fakeNode, keyIn, type FakeNode } from './fakenode.js'
+import { closedAfterEach, delayed, fakeNode, keyIn, type FakeNode } from './fakenode.js'
 import { refusedAddress, until, whenLost } from './server.js'
 import { isText, TABLE } from './texts.js'
 
@@ -183,6 +184,38 @@ test("CLUSTERDOWN, then served: the lease's clock starts at the send of the HOLD
 	// A grant past its first deadline would have been confirmed by a RENEW before the function ran.
 	assert.equal(renewsAtStart, 0)
 	assert.equal(a.count('HOLD'), 5)
+})
+
+test('wait left: a HOLD sent again after a CLUSTERDOWN carries the wait left, less each pause', async () => {
+	const [a] = (await nodes(1)) as [FakeNode]
+	a.layout = [{ start: 0, end: 16383, node: a }]
+	let downs = 0
+	a.script = args => (args[0] === 'HOLD' && downs++ < 2 ? '-CLUSTERDOWN Hash slot not served\r\n' : undefined)
+	const s = await store(a.address)
+	assert.equal(await s.lock('invoices').hold('k', () => 'held', { wait: '2s' }), 'held')
+	const waits = a.seen.filter(c => c[0] === 'HOLD').map(c => Number(c[4]))
+	assert.equal(waits.length, 3, `WAITs ${waits}`)
+	assert.equal(waits[0], 2000, 'the first HOLD carries the wait as given')
+	const pause = (TABLE.rules as unknown as Record<string, number>).cluster_down_pause_ms!
+	for (let i = 1; i < waits.length; i++) assert.ok(waits[i]! <= waits[i - 1]! - pause, `WAITs ${waits}: each less the pause`)
+})
+
+test('bounded: a hold retried after slow CLUSTERDOWNs fails wait_silent at its call + wait + grace, and sends nothing after', async () => {
+	const [a] = (await nodes(1)) as [FakeNode]
+	a.layout = [{ start: 0, end: 16383, node: a }]
+	// Each HOLD answered CLUSTERDOWN 400 ms late, for ever: ten tries would take about 5 s.
+	a.script = args => (args[0] === 'HOLD' ? delayed(400, '-CLUSTERDOWN Hash slot not served\r\n') : undefined)
+	const s = await store(a.address)
+	const began = performance.now()
+	await assert.rejects(
+		s.lock('invoices', { ttl: '1000ms' }).hold('k', () => 1, { wait: '600ms' }),
+		isText('closed', 'wait_silent', { lock: 'invoices', key: '"k"', wait: '600ms', ttl: '1s' }),
+	)
+	const took = performance.now() - began
+	assert.ok(took >= 1500 && took < 3000, `took ${took} ms (bound: 600 ms + 1 s)`)
+	const sent = a.count('HOLD')
+	await new Promise(resolve => setTimeout(resolve, 500))
+	assert.equal(a.count('HOLD'), sent, 'no HOLD sent after the hold was given up')
 })
 
 test('a node that cannot be reached: cannot_connect naming it, the map asked for again, the next hold to the new owner', async () => {
