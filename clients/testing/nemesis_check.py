@@ -9,7 +9,9 @@ The rules:
 - **Fences.** Of the holds of a key that believed at all, taken in the
   order their beliefs began, fences rise.
 - **No hang.** A hold is granted or fails within wait + ttl + a margin of
-  being asked, unless its own process was paused meanwhile.
+  being asked, unless its own process was paused meanwhile: the client
+  gives up at wait + max(ttl, 1s) from the call whatever it is doing
+  (texts.json's wait_grace), so the margin is only the machine's.
 - **Documented errors only.** Every error is one of the client's kinds.
 - **Back after the faults.** Once every fault healed, each key is granted
   again within etcd ttl + max ttl + a margin (the `final` records).
