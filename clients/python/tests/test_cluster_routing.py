@@ -8,7 +8,7 @@ import time
 from typing import List, Optional
 
 import pytest
-from conftest import Scripted, Server, refused_address, until
+from conftest import Handler, Scripted, Server, refused_address, until
 from fake_cluster import SILENT, FakeCluster, FakeNode, hang_up_on
 from texts import RULES, assert_text
 
@@ -177,6 +177,62 @@ async def test_clusterdown_is_retried_after_a_fresh_map_then_served() -> None:
         assert all(b - a >= pause for a, b in zip(downs, downs[1:], strict=False))
         # A map fetched after each CLUSTERDOWN, before the command was resent.
         assert sum(len(n.sent(b"CLUSTER")) for n in cluster.nodes) >= asked + 3
+
+
+def _wait_of(hold: List[bytes]) -> int:
+    return int(hold[hold.index(b"WAIT") + 1])
+
+
+async def test_a_hold_sent_again_carries_the_wait_left() -> None:
+    # texts.json's wait_left: the wait runs from the hold's call.
+    pause_ms = RULES["cluster_down_pause_ms"]
+    async with FakeCluster() as cluster, holdline.connect(cluster.nodes[0].address) as store:
+        key = cluster.key_on(1)
+        cluster.answered = list(cluster.owners)  # the map names node 1 throughout
+        cluster.owners[slot(key)] = None
+        waits: List[int] = []
+
+        def down_twice(node: FakeNode, command: List[bytes]) -> Optional[bytes]:
+            if command[0] == b"HOLD":
+                waits.append(_wait_of(command))
+                if len(waits) == 3:
+                    cluster.owners[slot(key)] = 1  # served from the third HOLD on
+            return None
+
+        for node in cluster.nodes:
+            node.override = down_twice
+        async with store.lock("left").hold(key, wait="2s"):
+            pass
+        assert len(waits) == 3 and waits[0] <= 2000
+        assert all(b <= a - pause_ms for a, b in zip(waits, waits[1:], strict=False)), waits
+
+
+async def test_a_hold_of_a_slot_down_gives_up_at_its_wait_plus_its_grace() -> None:
+    # texts.json's wait_grace: each CLUSTERDOWN answers 400 ms late, so ten
+    # would take 5 s; the hold gives up at 600 ms + max(1s ttl, 1s) instead.
+    async with FakeCluster() as cluster, holdline.connect(cluster.nodes[0].address) as store:
+        key = cluster.key_on(1)
+        cluster.owners[slot(key)] = None
+        waits: List[int] = []
+        for node in cluster.nodes:
+            late = node._handle
+
+            async def answer_late(command: List[bytes], late: Handler = late) -> Optional[bytes]:
+                if command[0] == b"HOLD":
+                    waits.append(_wait_of(command))
+                    await asyncio.sleep(0.4)
+                return await late(command)
+
+            node.server._handler = answer_late
+        started = time.monotonic()
+        with pytest.raises(holdline.Closed) as caught:
+            async with store.lock("late", ttl="1s").hold(key, wait="600ms"):
+                pass
+        took = time.monotonic() - started
+        said = {"lock": "late", "key": f'"{key}"', "wait": "600ms", "ttl": "1s"}
+        assert_text(caught.value, "wait_silent", **said)
+        assert 1.55 <= took < 3.0, took
+        assert waits[0] <= 600 and waits[-1] == 0, waits  # the last sent after the wait
 
 
 async def test_a_node_silent_to_cluster_slots_is_given_up_and_asked_last() -> None:

@@ -15,7 +15,7 @@ takes the HOLD out of the server's line: nothing is granted to it later.
 import asyncio
 import re
 import time
-from typing import List, Optional, Tuple, Type, Union
+from typing import Awaitable, List, Optional, Tuple, Type, TypeVar, Union
 
 from ._blocks import AsyncBlock
 from ._cluster import Router
@@ -35,6 +35,8 @@ Key = Union[str, int]
 
 DEFAULT_TTL_MS = 10_000
 DEFAULT_WAIT_MS = 10_000
+
+T = TypeVar("T")
 
 
 def key_text(key: Key) -> str:
@@ -95,6 +97,9 @@ class HoldBase(AsyncBlock):
         self._link: Optional[Link] = None
         self._lease: Optional[Lease] = None
         self._entered = False
+        self._wait_ends = 0.0  # the wait's end (monotonic), from the hold's call
+        self._give_up_at = 0.0  # the wait's end plus max(ttl, 1s)
+        self._sends = 0  # HOLDs sent so far: the first carries the whole wait
 
     async def _enter(self) -> Optional[Lease]:
         if self._entered:
@@ -135,10 +140,15 @@ class HoldBase(AsyncBlock):
         """Sends the hold to the node serving its key, again where a
         cluster's node says (`MOVED`, `CLUSTERDOWN`), and answers the reply
         of the last one sent: a grant, or a `TRYHOLD`'s null. An error
-        raises, the connection given back."""
+        raises, the connection given back. The wait runs from here, not
+        from each send, and the hold as a whole gives up `Closed` at the
+        wait plus max(ttl, 1s), whatever it is doing then (texts.json's
+        rules wait_left and wait_grace)."""
         route = self._lock._router.route(self._lock.name, self._key)
+        self._wait_ends = time.monotonic() + (self._wait_ms or 0) / 1000
+        self._give_up_at = self._wait_ends + wait_grace_ms(self._lock.ttl_ms) / 1000
         while True:
-            pool, link = await route.checkout()
+            pool, link = await self._within(route.checkout())
             self._pool, self._link = pool, link
             try:
                 reply = await self._ask(link)
@@ -154,12 +164,42 @@ class HoldBase(AsyncBlock):
             if not isinstance(reply, RespError):
                 return pool, link, reply
             pool.checkin(link)
-            if not await route.again(reply):
+            if not await self._within(route.again(reply)):
                 raise from_reply(reply.line)
 
+    async def _within(self, step: Awaitable[T]) -> T:
+        """`step`'s result, or `Closed` (wait_silent) once the hold's time
+        is up."""
+        left = self._give_up_at - time.monotonic()
+        try:
+            return await asyncio.wait_for(step, max(0.0, left))
+        except asyncio.TimeoutError:
+            raise self._silent() from None
+
+    def _wait_arg(self) -> int:
+        """`WAIT`'s argument for the `HOLD` sent now: the whole wait the
+        first time, then the wait left, in whole milliseconds."""
+        wait_ms = self._wait_ms or 0
+        if self._sends > 0:
+            wait_ms = max(0, int((self._wait_ends - time.monotonic()) * 1000))
+        self._sends += 1
+        return wait_ms
+
+    def _silent(self) -> Closed:
+        lock = self._lock
+        return Closed(
+            client_text(
+                "wait_silent",
+                lock.name,
+                self._key,
+                wait=show_ms(self._wait_ms or 0),
+                ttl=show_ms(wait_grace_ms(lock.ttl_ms)),
+            )
+        )
+
     async def _ask(self, link: Link) -> Reply:
-        """Sends HOLD (or TRYHOLD) and answers its reply; gives up `Closed`
-        when nothing is answered for the wait plus max(ttl, 1s)."""
+        """Sends HOLD (with the wait left) or TRYHOLD and answers its reply;
+        gives up `Closed` when the hold's time is up first."""
         lock = self._lock
         options: List[Arg] = ["TTL", lock.ttl_ms]
         if lock.max_hold_ms is not None:
@@ -167,30 +207,26 @@ class HoldBase(AsyncBlock):
         options += self._permit_args()
         if self._note is not None:
             options += ["NOTE", self._note]
-        wait_ms = 0 if self._wait_ms is None else self._wait_ms
         if self._wait_ms is None:
             pending = link.send("TRYHOLD", lock.name, self._key, *options, on_reply=self._granted)
         else:
             pending = link.send(
-                "HOLD", lock.name, self._key, "WAIT", wait_ms, *options, on_reply=self._granted
+                "HOLD",
+                lock.name,
+                self._key,
+                "WAIT",
+                self._wait_arg(),
+                *options,
+                on_reply=self._granted,
             )
         pinger = _Pinger(link, lock.ttl_ms / 3000)
         try:
-            grace_ms = wait_ms + wait_grace_ms(lock.ttl_ms)
-            timeout = pending.sent_at + grace_ms / 1000 - time.monotonic()
+            timeout = self._give_up_at - time.monotonic()
             await asyncio.wait([pending.future], timeout=max(0.0, timeout))
         finally:
             pinger.stop()
         if not pending.future.done():
-            raise Closed(
-                client_text(
-                    "wait_silent",
-                    lock.name,
-                    self._key,
-                    wait=show_ms(wait_ms),
-                    ttl=show_ms(wait_grace_ms(lock.ttl_ms)),
-                )
-            )
+            raise self._silent()
         return pending.future.result()
 
     def _permit_args(self) -> List[Arg]:
