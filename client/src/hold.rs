@@ -127,6 +127,62 @@ enum Mode {
     Try,
 }
 
+impl Mode {
+    fn wait(self) -> Duration {
+        match self {
+            Mode::Wait(ms) => Duration::from_millis(ms),
+            Mode::Try => Duration::ZERO,
+        }
+    }
+}
+
+/// A hold's time, from its call (texts.json's rules `wait_left` and
+/// `wait_grace`): a `HOLD` sent again after `MOVED` or `CLUSTERDOWN`
+/// carries only the wait left, and the hold as a whole gives up at the
+/// wait plus max(ttl, 1 s), whatever it is doing then. Without one
+/// deadline, each resend would wait its whole wait again.
+#[derive(Clone, Copy)]
+struct HoldTime {
+    wait: Duration,
+    grace: Duration,
+    wait_ends: tokio::time::Instant,
+    /// Whether a `HOLD` was sent already: the first carries the whole wait.
+    sent: bool,
+}
+
+impl HoldTime {
+    fn from_now(mode: Mode, ttl: Duration) -> HoldTime {
+        let wait = mode.wait();
+        HoldTime {
+            wait,
+            grace: ttl.max(MIN_PATIENCE),
+            wait_ends: tokio::time::Instant::now() + wait,
+            sent: false,
+        }
+    }
+
+    fn give_up_at(self) -> tokio::time::Instant {
+        self.wait_ends + self.grace
+    }
+
+    /// `WAIT`'s argument for the `HOLD` sent now: the whole wait the
+    /// first time, then the wait left, in whole milliseconds.
+    fn wait_arg(&mut self) -> String {
+        let again = std::mem::replace(&mut self.sent, true);
+        let now = tokio::time::Instant::now();
+        let wait = if again {
+            self.wait_ends.saturating_duration_since(now)
+        } else {
+            self.wait
+        };
+        wait.as_millis().to_string()
+    }
+
+    fn silent(self, lock: &str, key: &str) -> Error {
+        texts::wait_silent(lock, key, self.wait, self.grace)
+    }
+}
+
 impl Lock {
     /// Holds `key` while `f` runs, waiting in its line up to 10 s; answers
     /// what `f` answered. Fails `in use` past the wait, `lost` if the lease
@@ -186,14 +242,27 @@ impl Lock {
         note: Option<&str>,
     ) -> Result<Option<HeldLease>, Error> {
         wire::check_key(&self.name, &key).map_err(|e| Error::from_core(&e))?;
+        let ttl = Duration::from_millis(self.ttl_ms);
+        let mut time = HoldTime::from_now(mode, ttl);
+        let give_up = time.give_up_at();
         let mut route = Route::new(&self.store.inner, &key, Scope::Key(&self.name, &key));
-        let (node, granted) = loop {
-            let node = route.node().await?;
-            match self.send_hold(&node, &key, mode, take, note).await? {
-                Sent::Granted(granted) => break (node, granted),
-                Sent::Held => return Ok(None),
-                Sent::Refused(e) => route.again_after(e).await?,
+        let routed = async {
+            loop {
+                let node = route.node().await?;
+                match self
+                    .send_hold(&node, &key, mode, take, note, &mut time)
+                    .await?
+                {
+                    Sent::Granted(granted) => return Ok(Some((node, granted))),
+                    Sent::Held => return Ok(None),
+                    Sent::Refused(e) => route.again_after(e).await?,
+                }
             }
+        };
+        // Dropping `routed` on time drops a HOLD's connection with it.
+        let answered = tokio::time::timeout_at(give_up, routed).await;
+        let Some((node, granted)) = answered.map_err(|_| time.silent(&self.name, &key))?? else {
+            return Ok(None);
         };
         let Granted {
             conn,
@@ -201,7 +270,6 @@ impl Lock {
             fence,
             sent,
         } = granted;
-        let ttl = Duration::from_millis(self.ttl_ms);
         let (lock, key) = (self.name.clone(), key.into_boxed_str());
         let shared = LeaseShared::new(id, fence, take.permits, lock, key, ttl);
         confirm_grant(&conn, &shared, sent, ttl).await?;
@@ -222,13 +290,13 @@ impl Lock {
         mode: Mode,
         take: Take,
         note: Option<&str>,
+        time: &mut HoldTime,
     ) -> Result<Sent, Error> {
         let conn = node.checkout(Scope::Key(&self.name, key)).await?;
         // Renew while the HOLD waits, too: from now on.
-        let ttl = Duration::from_millis(self.ttl_ms);
-        conn.renew_for(Some(ttl));
+        conn.renew_for(Some(Duration::from_millis(self.ttl_ms)));
         let wait_arg = match mode {
-            Mode::Wait(ms) => ms.to_string(),
+            Mode::Wait(_) => time.wait_arg(),
             Mode::Try => String::new(),
         };
         let take_arg = take.arg();
@@ -237,16 +305,11 @@ impl Lock {
         // stalled or cut off: give up rather than hang. Returning drops
         // `conn`, which closes the connection: the server takes the HOLD
         // out of its line, and nothing can be granted to it later.
-        let wait = match mode {
-            Mode::Wait(ms) => Duration::from_millis(ms),
-            Mode::Try => Duration::ZERO,
-        };
-        let grace = ttl.max(MIN_PATIENCE);
         let request = conn.request_timed(args.as_slice());
-        let Ok(reply) = tokio::time::timeout(wait + grace, request).await else {
+        let Ok(reply) = tokio::time::timeout_at(time.give_up_at(), request).await else {
             // A silent node, as a failed one, may have lost its slots.
             node.suspect();
-            return Err(texts::wait_silent(&self.name, key, wait, grace));
+            return Err(time.silent(&self.name, key));
         };
         match reply {
             Ok((Value::Null, _)) if matches!(mode, Mode::Try) => {

@@ -1,6 +1,7 @@
 //! Routing against scripted nodes (no cluster needed): the map learnt at
 //! connect, `MOVED` followed and remembered, a loop of them, `CLUSTERDOWN`
-//! retried then given up, an unreachable node, a node silent while the
+//! retried then given up, a hold's wait and its bound counted from its
+//! call across resends, an unreachable node, a node silent while the
 //! map is fetched again, several addresses, `STATS` summed over the nodes,
 //! and a single server left alone. The two routing texts are compared
 //! with `clients/texts.json`.
@@ -260,6 +261,83 @@ async fn clusterdown_asks_for_the_map_again_then_fails_slot_unserved() {
     // Nine pauses of 100 ms between the ten tries.
     assert!(started.elapsed() >= Duration::from_millis(900));
     assert_eq!(store.redirects(), 0);
+}
+
+/// A node serving every slot that answers `CLUSTERDOWN` to the first
+/// `downs` HOLDs (all of them: `usize::MAX`), then grants; and the `WAIT`
+/// of each HOLD it was sent, in order.
+async fn down_then_served(downs: usize) -> (FakeNode, Arc<Mutex<Vec<u64>>>) {
+    let waits = Arc::new(Mutex::new(Vec::new()));
+    let seen = waits.clone();
+    let node = FakeNode::start(move |own, cmd| match cmd[0].as_str() {
+        "CLUSTER" => slots(&[(0, 16383, own)]),
+        "HOLD" => {
+            let at = cmd.iter().position(|arg| arg == "WAIT").unwrap();
+            let mut seen = seen.lock().unwrap();
+            seen.push(cmd[at + 1].parse().unwrap());
+            if seen.len() > downs {
+                grant()
+            } else {
+                Value::error("CLUSTERDOWN Hash slot not served")
+            }
+        }
+        "RELEASE" => Value::ok(),
+        other => panic!("unexpected {other}"),
+    })
+    .await;
+    (node, waits)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_sent_again_carries_the_wait_left() {
+    // texts.json's wait_left: the wait runs from the hold's call.
+    let pause = client_rule("cluster_down_pause_ms");
+    let (a, waits) = down_then_served(2).await;
+    let store = Store::connect(&a.addr).await.unwrap();
+    let lock = store.lock("left").open().unwrap();
+    let hold = lock
+        .key("j")
+        .wait(Duration::from_secs(2))
+        .hold(async |_| ());
+    timeout(PATIENCE, hold).await.unwrap().unwrap();
+    let waits = waits.lock().unwrap().clone();
+    assert_eq!(waits.len(), 3);
+    assert!(waits[0] <= 2000, "{waits:?}");
+    assert!(waits.windows(2).all(|w| w[1] + pause <= w[0]), "{waits:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_of_a_slot_down_gives_up_at_its_wait_plus_its_grace() {
+    // texts.json's wait_grace: each CLUSTERDOWN answers 400 ms late, so ten
+    // would take 5 s; the hold gives up at 600 ms + max(1s ttl, 1s) instead.
+    let (a, waits) = down_then_served(usize::MAX).await;
+    a.answer_late("HOLD", Duration::from_millis(400));
+    let store = Store::connect(&a.addr).await.unwrap();
+    let lock = store
+        .lock("late")
+        .ttl(Duration::from_secs(1))
+        .open()
+        .unwrap();
+    let started = Instant::now();
+    let hold = lock
+        .key("j")
+        .wait(Duration::from_millis(600))
+        .hold(async |_| ());
+    let err = timeout(PATIENCE, hold).await.unwrap().unwrap_err();
+    let took = started.elapsed();
+    assert_eq!(err.kind(), ErrorKind::Closed);
+    let vars = [
+        ("lock", "late"),
+        ("key", "\"j\""),
+        ("wait", "600ms"),
+        ("ttl", "1s"),
+    ];
+    assert_eq!(err.to_string(), expected_text("wait_silent", &vars));
+    let range = Duration::from_millis(1550)..Duration::from_secs(3);
+    assert!(range.contains(&took), "{took:?}");
+    let waits = waits.lock().unwrap().clone();
+    // The last was sent once the wait was spent: no wait left.
+    assert!(waits[0] <= 600 && waits.last() == Some(&0), "{waits:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
