@@ -131,20 +131,6 @@ impl<L> Driver<L> {
         }
     }
 
-    /// No more timers, for good (the store closed): pending entries are
-    /// dropped, the timed registry emptied, the thread let go.
-    pub(crate) fn close(&self) {
-        let old = {
-            let mut st = lock(&self.state);
-            st.shutdown = true;
-            st.sweep_at = None;
-            self.cv.notify_all();
-            (std::mem::take(&mut st.wheel), std::mem::take(&mut st.timed))
-        };
-        // Dropped unlocked: a lease's or a waker's drop may take this lock.
-        drop(old);
-    }
-
     /// The store is gone: the thread ends.
     pub(crate) fn shut_down(&self) {
         let mut st = lock(&self.state);
@@ -165,6 +151,31 @@ impl<L> Driver<L> {
 }
 
 impl<L: Due> Driver<L> {
+    /// No more timers, for good (the store closed): pending entries are
+    /// dropped, the timed registry emptied, the thread let go. Answers the
+    /// latest end (ms on the store's clock) of the leases still active in
+    /// the registry: until then a holder nobody could tell may think it
+    /// holds (`None`: no timed lease was active).
+    pub(crate) fn close(&self) -> Option<u64> {
+        let (old, latest) = {
+            let mut st = lock(&self.state);
+            st.shutdown = true;
+            st.sweep_at = None;
+            self.cv.notify_all();
+            let timed = std::mem::take(&mut st.timed);
+            let latest = timed
+                .values()
+                .filter_map(upgrade)
+                .filter(|lease| lease.is_active())
+                .filter_map(|lease| lease.due_ms())
+                .max();
+            ((std::mem::take(&mut st.wheel), timed), latest)
+        };
+        // Dropped unlocked: a lease's or a waker's drop may take this lock.
+        drop(old);
+        latest
+    }
+
     /// Puts a lease on the wheel at its expiry (if it has one), and lists it
     /// in the timed registry.
     pub(crate) fn arm(this: &Arc<Self>, lease: &Arc<L>) {

@@ -192,6 +192,18 @@ impl Store {
         self.shared.core.close();
     }
 
+    /// Closes the store as [`close`](Store::close) does, and answers how
+    /// long from now a holder nobody could tell might still think it holds
+    /// one of the leases the close ended: until the latest of their ends
+    /// (ttl since the last renewal, or maxHold, whichever is first). Zero
+    /// when no lease with a ttl or a maxHold was held, or the store was
+    /// closed already. A lease with neither is not counted: only its signal
+    /// tells its holder. A cluster node waits this long before another
+    /// node may grant the keys.
+    pub fn close_reporting_last_expiry(&self) -> Duration {
+        self.shared.core.close()
+    }
+
     /// Whether [`close`](Store::close) was called.
     pub fn is_closed(&self) -> bool {
         self.shared.core.closed.load(Ordering::Acquire)

@@ -13,6 +13,7 @@ use crate::sync::{
 };
 use crossbeam_epoch as epoch;
 use std::collections::HashMap;
+use std::time::Duration;
 
 /// The shared state of one store.
 pub(crate) struct StoreCore<L> {
@@ -149,10 +150,12 @@ impl<L: Due + Watched> StoreCore<L> {
         (reclaimed, live)
     }
 
-    /// Closes the store: see `Store::close`.
-    pub(crate) fn close(&self) {
+    /// Closes the store: see `Store::close`. Answers how long from now a
+    /// lease it ended could still be thought held (see
+    /// `Store::close_reporting_last_expiry`).
+    pub(crate) fn close(&self) -> Duration {
         if self.closed.swap(true, Ordering::SeqCst) {
-            return;
+            return Duration::ZERO;
         }
         // Every waiter fails `closed`. A waiter that enqueues after we pass
         // its record saw `closed` under that record's line lock, which we
@@ -168,8 +171,13 @@ impl<L: Due + Watched> StoreCore<L> {
         crate::record::wake_all(wake);
         self.signals.notify();
         self.signals.wake_all_aborted();
-        // No more timers: leases are lost now.
-        self.timer.close();
+        // No more timers: leases are lost now. A grant that raced the close
+        // listed its lease before the flag above was read by the caller
+        // that would answer it (the server answers no grant of a closed
+        // store), so every answered lease is in the timer's registry.
+        let latest = self.timer.close();
+        let now = self.clock.now_ms();
+        Duration::from_millis(latest.map_or(0, |due| due.saturating_sub(now)))
     }
 }
 

@@ -289,6 +289,42 @@ fn close_loses_a_running_hold() {
     );
 }
 
+/// What a close reports: until the latest end of the leases it ended,
+/// from the last renewal (a heartbeat's beat included) or maxHold.
+#[test]
+fn close_reports_until_when_the_leases_it_ended_could_still_be_believed() {
+    let store = Store::new();
+    let heartbeat = store.heartbeat();
+    let beaten = store
+        .lock("beaten")
+        .ttl(Duration::from_secs(4))
+        .heartbeat(&heartbeat)
+        .open()
+        .unwrap();
+    let short = ttl_lock(&store, "short", 60_000, Some(2_000));
+    let released = ttl_lock(&store, "released", 30_000, None);
+    let _held = beaten.acquire("a").unwrap();
+    let _revocable = short.acquire("b").unwrap();
+    released.acquire("c").unwrap().release().unwrap();
+    thread::sleep(Duration::from_millis(500));
+    heartbeat.beat();
+    let beat = Instant::now();
+    let tail = store.close_reporting_last_expiry();
+    // The 4 s ttl from the beat, not the 2 s maxHold from the grant, nor
+    // the released 30 s lease.
+    assert!(tail <= Duration::from_millis(4_002), "{tail:?}");
+    assert!(
+        tail + beat.elapsed() >= Duration::from_millis(3_990),
+        "{tail:?}"
+    );
+    assert_eq!(store.close_reporting_last_expiry(), Duration::ZERO);
+
+    let quiet = Store::new();
+    let lock = ttl_lock(&quiet, "q", 10_000, None);
+    lock.acquire("x").unwrap().release().unwrap();
+    assert_eq!(quiet.close_reporting_last_expiry(), Duration::ZERO);
+}
+
 #[test]
 fn close_is_idempotent() {
     let (store, lock) = store_with("invoices");
