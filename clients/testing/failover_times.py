@@ -13,7 +13,8 @@ one JSON line with every trial.
 
 After `kill -9` nothing may grant sooner than etcd ttl + max ttl after the
 node's last keepalive; after SIGTERM the node hands its partitions over
-and the next owner grants at once: every moment past those is waste.
+and, since none of their keys is held, the next owner grants at once:
+every moment past those is waste.
 """
 
 from __future__ import annotations

@@ -516,8 +516,12 @@ impl Session {
         note: Box<str>,
     ) -> Reply {
         if let (Some(part), Some(node)) = (&partition, &self.shared.cluster) {
-            if !node.serves(part) || !node.fence_allowed(part, lease.fence()) {
+            let served = node.serves(part);
+            if !served || !node.fence_allowed(part, lease.fence()) {
                 drop(lease);
+                if served {
+                    node.window_spent(part);
+                }
                 let scope = wire::Scope::Key(held_key.lock(), held_key.key());
                 let closed = wire::error(ErrorKind::Closed, scope, "the store is closed");
                 return Err(ErrorReply::core(&closed));

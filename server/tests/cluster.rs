@@ -568,35 +568,79 @@ fn scrape(addr: &str) -> String {
 }
 
 #[test]
-fn a_node_shut_down_hands_its_partitions_over_at_once() {
+fn a_node_shut_down_hands_its_partitions_over_once_no_holder_can_believe() {
     // A long --max-ttl: a take-over without a hand-over would grant
-    // nothing for 10 s; SIGTERM's hand-over lets the next owner grant now.
-    let Some(mut three) = Three::start("leave", "10s") else {
+    // nothing for 20 s. SIGTERM's hand-over says how long a holder its
+    // close could not tell (a cut link) might still believe: a partition
+    // whose keys were let go is granted at once; one with a held key once
+    // that lease's ttl since its holder was last heard has passed.
+    let Some(mut three) = Three::start("leave", "20s") else {
         return;
     };
-    let (leaving, mut c, mut keys) = three.keys_of(2, 1);
-    let key = keys.remove(0);
+    let (leaving, mut c, keys) = three.keys_of(2, 64);
+    let held_key = keys[0].clone();
+    let free_key = keys
+        .iter()
+        .find(|k| partition_of_key(k) != partition_of_key(&held_key))
+        .expect("node 2 owns two partitions or more")
+        .clone();
     let mut at_leaving = Client::connect(leaving.parse().unwrap());
     // A lease may not outlive what a take-over waits for.
-    let err = error_text(at_leaving.call(&["HOLD", "leave", &key, "TTL", "20000"]));
+    let err = error_text(at_leaving.call(&["HOLD", "leave", &held_key, "TTL", "25000"]));
     assert_eq!(
         err,
-        format!("INVALID lock leave: key \"{key}\": ttl 20s is above the cluster's max ttl (10s): invalid")
+        format!("INVALID lock leave: key \"{held_key}\": ttl 25s is above the cluster's max ttl (20s): invalid")
     );
-    let (_, fence) = granted(at_leaving.call(&["HOLD", "leave", &key, "WAIT", "0"]));
+    let (lease, _) = granted(at_leaving.call(&["HOLD", "leave", &free_key, "WAIT", "0"]));
+    assert_eq!(
+        at_leaving.call(&["RELEASE", &lease.to_string()]),
+        Value::ok()
+    );
+    let ttl = Duration::from_secs(8);
+    let sent = Instant::now();
+    let (_, fence) =
+        granted(at_leaving.call(&["HOLD", "leave", &held_key, "WAIT", "0", "TTL", "8000"]));
+    // The holder's client believes until its last command's send + ttl -
+    // max(10ms, ttl / 10); it sends nothing more.
+    let believed_until = sent + ttl - ttl / 10;
     three.nodes[2].signal(libc::SIGTERM);
     let asked = Instant::now();
     assert!(three.nodes[2].wait_exit(Duration::from_secs(10)).success());
-    let slot = key_slot(&mut c, &key);
+    let owner_of_free = await_new_owner(
+        three.nodes[0].addr,
+        key_slot(&mut c, &free_key),
+        &leaving,
+        Duration::from_secs(5),
+    );
+    hold_when_served(&owner_of_free, "leave", &free_key, Duration::from_secs(5));
+    assert!(
+        Instant::now() < believed_until,
+        "the let-go key's partition waited {:?} after SIGTERM",
+        asked.elapsed()
+    );
+    let slot = key_slot(&mut c, &held_key);
     let owner = await_new_owner(three.nodes[0].addr, slot, &leaving, Duration::from_secs(5));
-    let (_, next) = hold_when_served(&owner, "leave", &key, Duration::from_secs(5));
+    let (_, next) = hold_when_served(&owner, "leave", &held_key, Duration::from_secs(15));
+    let granted_at = Instant::now();
     assert!(next > fence);
     assert!(
-        asked.elapsed() < Duration::from_secs(8),
+        granted_at >= believed_until,
+        "granted while its holder could believe, {:?} early",
+        believed_until - granted_at
+    );
+    assert!(
+        asked.elapsed() < Duration::from_secs(16),
         "granted {:?} after SIGTERM: the hand-over was not seen",
         asked.elapsed()
     );
     drop(three.nodes.remove(2));
+}
+
+/// The partition of `key`'s slot.
+fn partition_of_key(key: &str) -> u32 {
+    (0..u32::from(PARTITIONS))
+        .find(|&p| u32::from(slot(key)) < (p + 1) * 16384 / u32::from(PARTITIONS))
+        .unwrap()
 }
 
 /// One key in each partition (the first `o0, o1, ...` there).

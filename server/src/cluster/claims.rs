@@ -7,11 +7,11 @@
 //! module doc of `cluster`.
 
 use super::etcd::{timed, EtcdError, Keys};
-use super::facts::Facts;
-use super::Node;
+use super::facts::{Facts, Handed};
+use super::{Node, Stopped};
 use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tracing::{info, warn};
 
 /// The node's claims: what it writes to etcd about partitions.
@@ -49,34 +49,46 @@ impl Claims {
 
     /// Hands over in etcd every partition the node stopped on purpose.
     pub async fn hand_over_stopped(&mut self) -> Result<(), EtcdError> {
-        for (p, claim, end) in self.node.left() {
-            self.hand_over(p, claim, Some(end)).await?;
+        for stopped in self.node.left() {
+            self.hand_over(stopped).await?;
         }
         Ok(())
     }
 
-    /// Deletes our claim of `p` (revision `rev`), which we no longer
-    /// serve. With `end`, the end of our last window, it also marks the
-    /// hand-over clean (`handed/<p>` = that end, in the same transaction,
-    /// only if no window was reserved since): every holder was told it
-    /// lost its lease, so the next owner need not wait out their ttls.
-    pub async fn hand_over(&mut self, p: u16, rev: i64, end: Option<u64>) -> Result<(), EtcdError> {
+    /// Deletes our claim of a partition we stopped, and marks the hand-over
+    /// (`handed/<p>`, in the same transaction, only if no window was
+    /// reserved since): the end of our last window, and how long a holder
+    /// its close could not tell might still believe, counted from now (the
+    /// transaction is sent after, and the next claim comes after it). Every
+    /// other holder was told it lost its lease, so the next owner waits
+    /// that long only, not the cluster's max ttl.
+    pub async fn hand_over(&mut self, stopped: Stopped) -> Result<(), EtcdError> {
+        let Stopped {
+            index: p,
+            claim: rev,
+            fence_end: end,
+            believed_until,
+        } = stopped;
         let owner = self.keys.owner(p);
-        if let Some(end) = end {
-            let fences = self.keys.fences(p);
-            let handed = self.keys.handed(p);
-            let txn = Txn::new()
-                .when([
-                    Compare::create_revision(owner.clone(), CompareOp::Equal, rev),
-                    Compare::value(fences, CompareOp::Equal, end.to_string()),
-                ])
-                .and_then([
-                    TxnOp::delete(owner, None),
-                    TxnOp::put(handed, end.to_string(), None),
-                ]);
-            if timed("txn", self.client.txn(txn)).await?.succeeded() {
-                return Ok(());
-            }
+        let fences = self.keys.fences(p);
+        let left = believed_until.saturating_duration_since(Instant::now());
+        // Whole ms, rounded up: the next owner must not open a moment early.
+        let ms = left.as_nanos().div_ceil(1_000_000) as u64;
+        let mark = Handed {
+            end,
+            believed: Duration::from_millis(ms),
+        };
+        let txn = Txn::new()
+            .when([
+                Compare::create_revision(owner.clone(), CompareOp::Equal, rev),
+                Compare::value(fences, CompareOp::Equal, end.to_string()),
+            ])
+            .and_then([
+                TxnOp::delete(owner, None),
+                TxnOp::put(self.keys.handed(p), mark.text(), None),
+            ]);
+        if timed("txn", self.client.txn(txn)).await?.succeeded() {
+            return Ok(());
         }
         self.delete_claim(p, rev).await
     }
@@ -110,7 +122,7 @@ impl Claims {
             );
             return Ok(());
         };
-        let handed_over = facts.handed_over(p);
+        let quiet = facts.handed_over(p).unwrap_or(self.node.max_ttl);
         let txn = Txn::new()
             .when([
                 Compare::create_revision(owner.clone(), CompareOp::Equal, 0),
@@ -127,11 +139,11 @@ impl Claims {
         let resp = timed("claim", self.client.txn(txn)).await?;
         let revision = resp.header().map(|h| h.revision()).unwrap_or(0);
         if resp.succeeded() && self.node.check_deadline() {
-            self.node.serve(p, floor, revision, handed_over);
-            if handed_over {
+            self.node.serve(p, floor, revision, quiet);
+            if quiet.is_zero() {
                 info!(partition = p, "serving the partition");
             } else {
-                info!(partition = p, wait = ?self.node.max_ttl, "serving the partition once no holder of its last owner can think it holds a key");
+                info!(partition = p, wait = ?quiet.min(self.node.max_ttl), "serving the partition once no holder of its last owner can think it holds a key");
             }
         }
         Ok(())

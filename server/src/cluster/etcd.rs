@@ -6,7 +6,8 @@
 //! (written once, when the cluster is created), `nodes/<id>` = advertised
 //! address and `owners/<p>` = node id (both under the node's lease),
 //! `fences/<p>` = the end of the highest fence window reserved and
-//! `handed/<p>` = the window end of the last clean hand-over (no lease).
+//! `handed/<p>` = the window end of the last hand-over, and how long, in
+//! ms, the next owner grants nothing (`END` or `END MS`; no lease).
 
 use std::fmt;
 use std::future::Future;

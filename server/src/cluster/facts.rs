@@ -8,6 +8,7 @@
 use super::etcd::{timed, EtcdError, Keys};
 use super::View;
 use etcd_client::{Client, GetOptions, WatchOptions, WatchStream};
+use std::time::Duration;
 
 /// One key as read: its name, value and revisions.
 pub struct Entry<'a> {
@@ -26,10 +27,46 @@ pub struct Facts {
     pub owners: Vec<Option<(String, i64)>>,
     /// Each partition's reserved window end and its key's revision.
     pub fences: Vec<Option<(u64, i64)>>,
-    /// Each partition's last clean hand-over: the window end it was at.
-    pub handed: Vec<Option<u64>>,
+    /// Each partition's last hand-over: the window end it was at, and how
+    /// long its holders might still believe (see [`Handed`]).
+    pub handed: Vec<Option<Handed>>,
     /// The etcd revision it was read at.
     pub revision: i64,
+}
+
+/// A hand-over mark, `handed/<p>`: `END` or `END MS`. The old owner
+/// closed the partition's store (every holder pushed `lost`, every waiter
+/// `closed`), then wrote the end of its last window and how long, in ms,
+/// a holder it could not tell might still think it holds: until the
+/// latest end (ttl since the last renewal, or maxHold) of the leases it
+/// ended. The next owner grants nothing for that long after its claim.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Handed {
+    pub end: u64,
+    pub believed: Duration,
+}
+
+impl Handed {
+    /// The mark's text.
+    pub fn text(self) -> String {
+        match self.believed.as_millis() {
+            0 => self.end.to_string(),
+            ms => format!("{} {ms}", self.end),
+        }
+    }
+
+    /// A mark read back; `None` when it is neither form (read as no
+    /// hand-over: the next owner waits the cluster's max ttl).
+    pub fn parse(text: &str) -> Option<Handed> {
+        let mut words = text.split(' ');
+        let end = words.next()?.parse().ok()?;
+        let ms = match words.next() {
+            Some(ms) => ms.parse().ok()?,
+            None => 0,
+        };
+        let believed = Duration::from_millis(ms);
+        words.next().is_none().then_some(Handed { end, believed })
+    }
 }
 
 impl Facts {
@@ -85,20 +122,22 @@ impl Facts {
                     let end = e.value.parse().unwrap_or(u64::MAX);
                     facts.fences[p] = Some((end, e.mod_revision));
                 }
-                ("handed", Some(p)) => facts.handed[p] = e.value.parse().ok(),
+                ("handed", Some(p)) => facts.handed[p] = Handed::parse(e.value),
                 _ => {}
             }
         }
         facts
     }
 
-    /// Whether `p`'s last owner handed it over cleanly: its mark names
-    /// the window still current (a later claim would have moved it), or no
-    /// owner ever claimed it.
-    pub fn handed_over(&self, p: u16) -> bool {
-        match self.fences[usize::from(p)] {
-            None => true,
-            Some((end, _)) => self.handed[usize::from(p)] == Some(end),
+    /// How long a new owner of `p` grants nothing: what its last owner's
+    /// hand-over mark says, if the mark names the window still current (a
+    /// later claim would have moved it); zero if no owner ever claimed it;
+    /// `None` when it was taken over without a hand-over.
+    pub fn handed_over(&self, p: u16) -> Option<Duration> {
+        match (self.fences[usize::from(p)], self.handed[usize::from(p)]) {
+            (None, _) => Some(Duration::ZERO),
+            (Some((end, _)), Some(handed)) if handed.end == end => Some(handed.believed),
+            _ => None,
         }
     }
 
@@ -243,21 +282,50 @@ mod tests {
 
     #[test]
     fn a_hand_over_counts_only_for_the_window_it_names() {
+        let zero = Some(Duration::ZERO);
         let never_claimed = facts(vec![]);
-        assert!(never_claimed.handed_over(2));
+        assert_eq!(never_claimed.handed_over(2), zero);
         let handed = facts(vec![
             entry("/holdline/c/fences/2", "8192", 30),
             entry("/holdline/c/handed/2", "8192", 31),
         ]);
-        assert!(handed.handed_over(2));
+        assert_eq!(handed.handed_over(2), zero);
+        // Its holders' leases could still be believed for 1.5 s.
+        let held = facts(vec![
+            entry("/holdline/c/fences/2", "8192", 30),
+            entry("/holdline/c/handed/2", "8192 1500", 31),
+        ]);
+        assert_eq!(held.handed_over(2), Some(Duration::from_millis(1500)));
         // A claim since raised the window: the mark is of an older tenure.
         let claimed_since = facts(vec![
             entry("/holdline/c/fences/2", "12288", 40),
             entry("/holdline/c/handed/2", "8192", 31),
         ]);
-        assert!(!claimed_since.handed_over(2));
+        assert_eq!(claimed_since.handed_over(2), None);
         // Claimed, never handed over: its holders may still believe.
         let died = facts(vec![entry("/holdline/c/fences/2", "8192", 30)]);
-        assert!(!died.handed_over(2));
+        assert_eq!(died.handed_over(2), None);
+    }
+
+    #[test]
+    fn a_hand_over_mark_reads_back_and_a_strange_one_is_none() {
+        for believed in [Duration::ZERO, Duration::from_millis(2500)] {
+            let mark = Handed {
+                end: 8192,
+                believed,
+            };
+            assert_eq!(Handed::parse(&mark.text()), Some(mark));
+        }
+        assert_eq!(
+            Handed {
+                end: 7,
+                believed: Duration::ZERO
+            }
+            .text(),
+            "7"
+        );
+        for strange in ["", "x", "8192 ", "8192 x", "8192 1 2", " 8192"] {
+            assert_eq!(Handed::parse(strange), None, "{strange:?}");
+        }
     }
 }

@@ -52,12 +52,20 @@
 //! ttl: every command the old node answered was answered before its
 //! deadline, which came before the claim. A node that stops a partition on
 //! purpose (rebalancing, a spent fence window, SIGTERM) closes its store
-//! first, so each holder was told, and then marks the hand-over in the
-//! same transaction that deletes its claim (`handed/<p>` = its last window
-//! end, written only if `fences/<p>` still holds it, so the mark names that
-//! tenure only); the next owner grants at once. A holder whose link to the
-//! old node is cut at that very moment learns at its own deadline: like a
-//! maxHold revocation, that window is what fences cover.
+//! first: each holder is pushed `lost` (or its connection closes), but one
+//! whose link is cut then hears nothing and believes until its own
+//! deadline. The close answers when the last lease it ended would have
+//! ended anyway (its ttl since the holder was last heard, or its maxHold):
+//! a holder's client counts its ttl from a send, before the node read that
+//! command, so it stops believing before then. The node then marks the
+//! hand-over in the same transaction that deletes its claim (`handed/<p>`
+//! = its last window end and that time left, in ms rounded up, counted
+//! when the transaction is sent; written only if `fences/<p>` still holds
+//! the end, so the mark names that tenure only). The next owner's claim
+//! comes after that transaction, and it grants nothing for the time the
+//! mark names: at once when no lease was held, and never later than a
+//! take-over without a hand-over would. A lease revoked at its maxHold
+//! while its holder's link is cut is, as on one server, what fences cover.
 //!
 //! **Timing assumptions.** (a) During one ttl, a node's monotonic clock
 //! runs no slower than the etcd leader's by more than `margin / ttl`
@@ -131,8 +139,8 @@ pub struct Node {
     session: Mutex<i64>,
     /// Set at shutdown: nothing more is claimed.
     leaving: AtomicBool,
-    /// The partitions stopped by `leave`, to hand over in etcd.
-    left: Mutex<Vec<(u16, i64, u64)>>,
+    /// The partitions stopped on purpose, to hand over in etcd.
+    left: Mutex<Vec<Stopped>>,
     /// The partitions served here, by index.
     serving: RwLock<Vec<Option<Arc<Partition>>>>,
     /// How many of them (changed under `serving`'s write lock, after a
@@ -173,6 +181,19 @@ impl Partition {
     pub fn opens_later(&self) -> bool {
         Instant::now() < self.opens
     }
+}
+
+/// A partition stopped on purpose, to hand over in etcd.
+#[derive(Clone, Copy, Debug)]
+pub struct Stopped {
+    pub index: u16,
+    /// The etcd revision of the claim it was served under.
+    pub claim: i64,
+    /// The last fence of its windows.
+    pub fence_end: u64,
+    /// Until when a holder its close could not tell (a cut link) might
+    /// still think it holds: the latest end of the leases it ended.
+    pub believed_until: Instant,
 }
 
 /// Owners as etcd last showed them.
@@ -227,10 +248,17 @@ impl Node {
     }
 
     /// Closes `part`'s store (holders lost, waiters `closed`), then tells
-    /// its observers, who observe again where the slot went.
-    fn close(&self, part: &Partition) {
-        part.store.close();
+    /// its observers, who observe again where the slot went. Answers what
+    /// a hand-over of it needs.
+    fn close(&self, part: &Partition) -> Stopped {
+        let believed = part.store.close_reporting_last_expiry();
         self.observers.store_closed(part.store_id);
+        Stopped {
+            index: part.index,
+            claim: part.claim,
+            fence_end: part.fence_end(),
+            believed_until: Instant::now() + believed,
+        }
     }
 
     /// The margin the deadline keeps before etcd's expiry.
@@ -338,15 +366,13 @@ impl Node {
         let mut serving = self.serving.write().unwrap_or_else(PoisonError::into_inner);
         let mut left = lock_left(&self.left);
         for part in serving.iter_mut().filter_map(Option::take) {
-            self.close(&part);
+            left.push(self.close(&part));
             self.live.fetch_sub(1, Ordering::SeqCst);
-            left.push((part.index, part.claim, part.fence_end()));
         }
     }
 
-    /// What [`Node::leave`] and [`Node::stop`] stopped, to hand over:
-    /// (partition, claim, window end).
-    pub fn left(&self) -> Vec<(u16, i64, u64)> {
+    /// What [`Node::leave`] and [`Node::stop`] stopped, to hand over.
+    pub fn left(&self) -> Vec<Stopped> {
         std::mem::take(&mut *lock_left(&self.left))
     }
 
@@ -376,12 +402,12 @@ impl Node {
     }
 
     /// Whether a grant with `fence` may be answered: within the window.
+    /// Past it, the caller lets the grant go, then stops the partition
+    /// ([`Node::window_spent`]).
     pub fn fence_allowed(&self, part: &Partition, fence: u64) -> bool {
         // SeqCst: written by the agent when it reserved a window.
         let end = part.fence_end.load(Ordering::SeqCst);
         if fence > end {
-            warn!(partition = part.index, "out of reserved fences: stopping");
-            self.stop_store(part);
             return false;
         }
         // Less than half a window left: time to reserve the next one.
@@ -393,14 +419,10 @@ impl Node {
 
     /// Starts serving partition `p` with fences above `floor` (etcd granted
     /// the claim at revision `claim` and reserved up to `floor + window`);
-    /// `handed_over` when its last owner gave it up cleanly, else it grants
-    /// nothing for `max_ttl`.
-    pub fn serve(&self, p: u16, floor: u64, claim: i64, handed_over: bool) {
-        let opens = if handed_over {
-            Instant::now()
-        } else {
-            Instant::now() + self.max_ttl
-        };
+    /// it grants nothing for `quiet` (what its last owner's hand-over
+    /// said, or `max_ttl` after a take-over without one).
+    pub fn serve(&self, p: u16, floor: u64, claim: i64, quiet: Duration) {
+        let opens = Instant::now() + quiet.min(self.max_ttl);
         // Relaxed: hands out ids; nothing is published through it.
         let store_id = self.next_store.fetch_add(1, Ordering::Relaxed);
         let part = Arc::new(Partition {
@@ -414,7 +436,9 @@ impl Node {
         });
         let mut serving = self.serving.write().unwrap_or_else(PoisonError::into_inner);
         match serving[usize::from(p)].replace(part) {
-            Some(old) => self.close(&old),
+            Some(old) => {
+                self.close(&old);
+            }
             None => {
                 self.live.fetch_add(1, Ordering::SeqCst);
             }
@@ -439,10 +463,18 @@ impl Node {
     pub fn stop(&self, p: u16) {
         let mut serving = self.serving.write().unwrap_or_else(PoisonError::into_inner);
         if let Some(part) = serving[usize::from(p)].take() {
-            self.close(&part);
+            let stopped = self.close(&part);
             self.live.fetch_sub(1, Ordering::SeqCst);
-            lock_left(&self.left).push((part.index, part.claim, part.fence_end()));
+            lock_left(&self.left).push(stopped);
         }
+    }
+
+    /// `part`'s window is spent: it stops, to be claimed again above it.
+    /// Called once the grant that passed the window was let go, so that
+    /// the hand-over does not wait out a lease nobody was told of.
+    pub fn window_spent(&self, part: &Partition) {
+        warn!(partition = part.index, "out of reserved fences: stopping");
+        self.stop_store(part);
     }
 
     /// Stops `part` if it is still the store served at its index.
@@ -489,7 +521,7 @@ fn lock(m: &Mutex<i64>) -> MutexGuard<'_, i64> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-fn lock_left(m: &Mutex<Vec<(u16, i64, u64)>>) -> MutexGuard<'_, Vec<(u16, i64, u64)>> {
+fn lock_left(m: &Mutex<Vec<Stopped>>) -> MutexGuard<'_, Vec<Stopped>> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
