@@ -5,7 +5,8 @@ to its node, a ttl above the cluster's max ttl is refused, and a node
 killed with SIGKILL loses its leases, closes its waiting holds, and its
 keys are held again on their new owner under a greater fence once the
 take-over's max ttl has passed; started again, it takes partitions back
-(handed over: granted at once), and the leases on those are lost.
+(handed over: granted once the leases lost on them could no longer be
+believed), and the leases on those are lost.
 
 Two clusters: `cluster` (the default max ttl, 10 s) for the tests that
 kill no node, and `failover` (a max ttl of 2 s, so a killed node's keys
@@ -261,8 +262,9 @@ async def test_a_node_that_comes_back_takes_partitions_and_their_leases_are_lost
                 await hold.__aexit__(None, None, None)
             except holdline.Lost:
                 assert lease.key in moved
-        # On node 1 now, handed over cleanly: granted at once.
-        async with lock.hold(gone[0].key, wait=0) as again:
+        # On node 1 now, handed over: granted once the lost leases' holders
+        # cannot believe any more (their ttl since last heard), at most.
+        async with lock.hold(gone[0].key, wait=f"{MAX_TTL + 2}s") as again:
             assert again.fence > gone[0].fence
             state = inspect(cluster.nodes[1].addr, "back", gone[0].key)
             assert state is not None and state["held"] == 1
