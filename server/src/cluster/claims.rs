@@ -122,7 +122,9 @@ impl Claims {
             );
             return Ok(());
         };
-        let quiet = facts.handed_over(p).unwrap_or(self.node.max_ttl);
+        // No lease of this cluster outlives its max ttl: nor need the wait.
+        let max_ttl = self.node.max_ttl;
+        let quiet = facts.handed_over(p).map_or(max_ttl, |q| q.min(max_ttl));
         let txn = Txn::new()
             .when([
                 Compare::create_revision(owner.clone(), CompareOp::Equal, 0),
@@ -143,7 +145,7 @@ impl Claims {
             if quiet.is_zero() {
                 info!(partition = p, "serving the partition");
             } else {
-                info!(partition = p, wait = ?quiet.min(self.node.max_ttl), "serving the partition once no holder of its last owner can think it holds a key");
+                info!(partition = p, wait = ?quiet, "serving the partition once no holder of its last owner can think it holds a key");
             }
         }
         Ok(())

@@ -420,9 +420,9 @@ impl Node {
     /// Starts serving partition `p` with fences above `floor` (etcd granted
     /// the claim at revision `claim` and reserved up to `floor + window`);
     /// it grants nothing for `quiet` (what its last owner's hand-over
-    /// said, or `max_ttl` after a take-over without one).
+    /// said, at most `max_ttl`; `max_ttl` after a take-over without one).
     pub fn serve(&self, p: u16, floor: u64, claim: i64, quiet: Duration) {
-        let opens = Instant::now() + quiet.min(self.max_ttl);
+        let opens = Instant::now() + quiet;
         // Relaxed: hands out ids; nothing is published through it.
         let store_id = self.next_store.fetch_add(1, Ordering::Relaxed);
         let part = Arc::new(Partition {
