@@ -259,6 +259,9 @@ impl Lock {
                 }
             }
         };
+        // Bounds the routing (connecting, the CLUSTERDOWN pause, the map);
+        // a HOLD's own reply is bounded by the same instant in `send_hold`,
+        // which tokio polls first, so a silent node is still suspected.
         // Dropping `routed` on time drops a HOLD's connection with it.
         let answered = tokio::time::timeout_at(give_up, routed).await;
         let Some((node, granted)) = answered.map_err(|_| time.silent(&self.name, &key))?? else {

@@ -171,10 +171,10 @@ impl<L: Due + Watched> StoreCore<L> {
         crate::record::wake_all(wake);
         self.signals.notify();
         self.signals.wake_all_aborted();
-        // No more timers: leases are lost now. A grant that raced the close
-        // listed its lease before the flag above was read by the caller
-        // that would answer it (the server answers no grant of a closed
-        // store), so every answered lease is in the timer's registry.
+        // No more timers: leases are lost now. A grant that races the close
+        // lists its lease before its caller can look at `closed`; one listed
+        // after this point finds `closed` set, and a server answers no
+        // grant of a closed store. So every answered lease is counted here.
         let latest = self.timer.close();
         let now = self.clock.now_ms();
         Duration::from_millis(latest.map_or(0, |due| due.saturating_sub(now)))
