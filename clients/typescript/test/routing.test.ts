@@ -23,6 +23,17 @@ async function nodes(count: number): Promise<FakeNode[]> {
 	return made
 }
 
+const CLUSTERDOWN = '-CLUSTERDOWN Hash slot not served\r\n'
+
+/** One node serving every slot, whose first `downs` HOLDs answer CLUSTERDOWN. */
+async function downThenServed(downs: number): Promise<FakeNode> {
+	const [a] = (await nodes(1)) as [FakeNode]
+	a.layout = [{ start: 0, end: 16383, node: a }]
+	let seen = 0
+	a.script = args => (args[0] === 'HOLD' && seen++ < downs ? CLUSTERDOWN : undefined)
+	return a
+}
+
 async function store(address: string | string[], options = {}): Promise<Store> {
 	return closeAfterTest(await connect(address, options))
 }
@@ -169,10 +180,7 @@ test('slot_unserved: CLUSTERDOWN ten times, the map asked for after each, 100 ms
 })
 
 test("CLUSTERDOWN, then served: the lease's clock starts at the send of the HOLD granted, not the first", async () => {
-	const [a] = (await nodes(1)) as [FakeNode]
-	a.layout = [{ start: 0, end: 16383, node: a }]
-	let downs = 0
-	a.script = args => (args[0] === 'HOLD' && downs++ < 4 ? '-CLUSTERDOWN Hash slot not served\r\n' : undefined)
+	const a = await downThenServed(4)
 	const s = await store(a.address)
 	// Four pauses of 100 ms: far past the first HOLD's ttl less its margin (270 ms).
 	const began = performance.now()
@@ -187,10 +195,7 @@ test("CLUSTERDOWN, then served: the lease's clock starts at the send of the HOLD
 })
 
 test('wait left: a HOLD sent again after a CLUSTERDOWN carries the wait left, less each pause', async () => {
-	const [a] = (await nodes(1)) as [FakeNode]
-	a.layout = [{ start: 0, end: 16383, node: a }]
-	let downs = 0
-	a.script = args => (args[0] === 'HOLD' && downs++ < 2 ? '-CLUSTERDOWN Hash slot not served\r\n' : undefined)
+	const a = await downThenServed(2)
 	const s = await store(a.address)
 	assert.equal(await s.lock('invoices').hold('k', () => 'held', { wait: '2s' }), 'held')
 	const waits = a.seen.filter(c => c[0] === 'HOLD').map(c => Number(c[4]))
@@ -204,7 +209,7 @@ test('bounded: a hold retried after slow CLUSTERDOWNs fails wait_silent at its c
 	const [a] = (await nodes(1)) as [FakeNode]
 	a.layout = [{ start: 0, end: 16383, node: a }]
 	// Each HOLD answered CLUSTERDOWN 400 ms late, for ever: ten tries would take about 5 s.
-	a.script = args => (args[0] === 'HOLD' ? delayed(400, '-CLUSTERDOWN Hash slot not served\r\n') : undefined)
+	a.script = args => (args[0] === 'HOLD' ? delayed(400, CLUSTERDOWN) : undefined)
 	const s = await store(a.address)
 	const began = performance.now()
 	await assert.rejects(
@@ -328,7 +333,7 @@ async function thirdsOneKeyDownTwice(): Promise<{ a: FakeNode; b: FakeNode; c: F
 	for (const node of [a, b, c]) node.layout = layout
 	const key = keyIn(10923, 16383)
 	let downs = 0
-	c.script = args => (args[0] === 'HOLD' && downs++ < 2 ? '-CLUSTERDOWN Hash slot not served\r\n' : undefined)
+	c.script = args => (args[0] === 'HOLD' && downs++ < 2 ? CLUSTERDOWN : undefined)
 	return { a, b, c, key }
 }
 
