@@ -16,7 +16,8 @@
 # goes to criterion: `-- --quick`, `-- try-held`, `-- --save-baseline x`.
 #
 # `--guard` runs the hot paths' guard instead (benches/src/guard.rs): the
-# uncontended hold, a try of a held key, the async hot key at 4 and 64
+# uncontended hold (plain, and with maxHold 120 s on 1 and 2 threads of
+# keys of their own), a try of a held key, the async hot key at 4 and 64
 # tasks, a semaphore of 2 permits under 8 tasks, a read-mostly key and
 # read-write tasks (16 on 4 keys, against tokio's RwLock),
 # each REV's core, the working tree's and the anchors alternating in one

@@ -6,6 +6,10 @@
 //! Rows (each a rate, operations a second, over [`Bench::span`]):
 //! - `hold`: one thread holds and lets go of one key;
 //! - `try-held`: one thread tries a key another thread holds;
+//! - `hold-max`: the `hold` row through a lock opened with
+//!   `max_hold(120 s)`, as README's first example opens it;
+//! - `hold-2t`, `hold-max-2t`: two threads, each holding a key of its own,
+//!   through a plain lock and through a `max_hold(120 s)` one;
 //! - `async-hot-4`, `async-hot-64`: that many tasks on one key, on a
 //!   runtime of one worker per CPU, each yielding after [`BATCH`] holds;
 //! - `sem-2x8`: [`SEM_TASKS`] tasks on one key of [`SEM_PERMITS`] permits,
@@ -56,6 +60,9 @@ pub const HOLD_WORK: u32 = 64;
 pub enum Row {
     Hold,
     TryHeld,
+    HoldMax,
+    Hold2,
+    HoldMax2,
     AsyncHot4,
     AsyncHot64,
     Semaphore,
@@ -64,9 +71,12 @@ pub enum Row {
 }
 
 impl Row {
-    pub const ALL: [Row; 7] = [
+    pub const ALL: [Row; 10] = [
         Row::Hold,
         Row::TryHeld,
+        Row::HoldMax,
+        Row::Hold2,
+        Row::HoldMax2,
         Row::AsyncHot4,
         Row::AsyncHot64,
         Row::Semaphore,
@@ -78,11 +88,25 @@ impl Row {
         match self {
             Row::Hold => "hold",
             Row::TryHeld => "try-held",
+            Row::HoldMax => "hold-max",
+            Row::Hold2 => "hold-2t",
+            Row::HoldMax2 => "hold-max-2t",
             Row::AsyncHot4 => "async-hot-4",
             Row::AsyncHot64 => "async-hot-64",
             Row::Semaphore => "sem-2x8",
             Row::ReadMostly => "read-mostly",
             Row::RwTasks => "rw-tasks",
+        }
+    }
+
+    /// Threads of a row of keys of their own, and whether its lock has a
+    /// maxHold.
+    pub fn own_keys(self) -> (usize, bool) {
+        match self {
+            Row::HoldMax => (1, true),
+            Row::Hold2 => (2, false),
+            Row::HoldMax2 => (2, true),
+            _ => (1, false),
         }
     }
 
@@ -207,6 +231,12 @@ where
         ops as f64 / t0.elapsed().as_secs_f64()
     })
 }
+
+/// The maxHold of the rows that have one: README's.
+pub const MAX_HOLD: Duration = Duration::from_secs(120);
+
+/// Each thread's key in the rows of keys of their own.
+pub const OWN_KEYS: [&str; 2] = ["own-0", "own-1"];
 
 /// Runs `body` while another thread holds a key through `hold_until`
 /// (which must call `held.wait()` once it holds, then `done.wait()`).
@@ -340,6 +370,27 @@ macro_rules! guard_core {
                         }
                         n
                     })),
+                    Row::HoldMax | Row::Hold2 | Row::HoldMax2 => {
+                        let (threads, max) = row.own_keys();
+                        let builder = self.store.lock("guard-own");
+                        let lock = if max {
+                            builder.max_hold($crate::guard::MAX_HOLD).open()
+                        } else {
+                            builder.open()
+                        }
+                        .expect("open");
+                        Some($crate::guard::thread_rate(threads, b.span, |t, stop| {
+                            let key = $crate::guard::OWN_KEYS[t];
+                            let mut n = 0;
+                            while !stop.load(Relaxed) {
+                                for _ in 0..BATCH {
+                                    lock.hold(::std::hint::black_box(key), |_| ()).expect("hold");
+                                }
+                                n += BATCH;
+                            }
+                            n
+                        }))
+                    }
                     Row::TryHeld => Some($crate::guard::beside_a_holder(
                         |held, done| {
                             lock.hold("held", |_| {
@@ -433,6 +484,19 @@ impl GuardDesign for Anchors {
                 }
                 n
             }),
+            Row::HoldMax | Row::Hold2 | Row::HoldMax2 => {
+                thread_rate(row.own_keys().0, b.span, |t, stop| {
+                    let mut n = 0;
+                    while !stop.load(Relaxed) {
+                        for _ in 0..BATCH {
+                            let m = crate::dash_get(&self.mutexes, black_box(OWN_KEYS[t]));
+                            let _g = m.lock();
+                        }
+                        n += BATCH;
+                    }
+                    n
+                })
+            }
             Row::TryHeld => beside_a_holder(
                 |held, done| {
                     let m = crate::dash_get(&self.mutexes, "held");
@@ -540,7 +604,7 @@ impl GuardDesign for Anchors {
 /// The anchor's name for `row`, as the summary prints it.
 pub fn anchor_name(row: Row) -> &'static str {
     match row {
-        Row::Hold | Row::TryHeld => "dashmap+pl",
+        Row::Hold | Row::TryHeld | Row::HoldMax | Row::Hold2 | Row::HoldMax2 => "dashmap+pl",
         Row::AsyncHot4 | Row::AsyncHot64 => "tokio-mutex",
         Row::Semaphore => "tokio-sem",
         Row::ReadMostly => "pl-rwlock",
