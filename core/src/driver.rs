@@ -21,12 +21,17 @@
 //! that goes idle is reclaimed within about a second, and a store whose keys
 //! are all gone stops sweeping.
 
+#[cfg(not(loom))]
+use crate::hold_watch::IDLE_TICKS;
+use crate::hold_watch::TICK_MS;
 use crate::sync::{
     downgrade, lock, upgrade, Arc, AtomicBool, Clock, Condvar, Mutex, Ordering, Weak,
 };
 use crate::table::RandomHasher;
 use crate::timer::{TimerKey, Wheel};
 use std::collections::HashMap;
+#[cfg(not(loom))]
+use std::panic::{catch_unwind, AssertUnwindSafe};
 
 const SWEEP_MIN_MS: u64 = 50;
 const SWEEP_MAX_MS: u64 = 1000;
@@ -71,6 +76,19 @@ enum Entry<L> {
 #[cfg(not(loom))]
 pub(crate) type Sweeper = Box<dyn Fn() -> Option<usize> + Send + Sync>;
 
+/// What the thread needs of the store's maxHold watch (`hold_watch`),
+/// which it scans every tick while holds may run. Each answers `None`
+/// once the store is gone.
+#[cfg(not(loom))]
+pub(crate) trait Ticked: Send + Sync {
+    /// A tick at `now_ms`: revokes the holds past their maxHold; answers
+    /// whether a hold ran since the last tick.
+    fn tick(&self, now_ms: u64) -> Option<bool>;
+    /// Ticking stops: answers whether every slot was parked (`false`: a
+    /// hold runs, so ticking goes on).
+    fn park(&self) -> Option<bool>;
+}
+
 /// The timer and its background thread, one per store.
 pub(crate) struct Driver<L> {
     state: Mutex<State<L>>,
@@ -81,6 +99,8 @@ pub(crate) struct Driver<L> {
     sweep_wanted: AtomicBool,
     #[cfg(not(loom))]
     sweeper: std::sync::OnceLock<Sweeper>,
+    #[cfg(not(loom))]
+    ticked: std::sync::OnceLock<Box<dyn Ticked>>,
 }
 
 struct State<L> {
@@ -92,6 +112,12 @@ struct State<L> {
     sleeping_until: u64,
     sweep_at: Option<u64>,
     sweep_delay: u64,
+    /// The thread scans the maxHold watch every tick.
+    ticking: bool,
+    /// A claim found the watch parked since the last try to stop ticking.
+    tick_requested: bool,
+    /// Ticks in a row that saw no hold.
+    idle_ticks: u32,
     /// The timed leases now active, by their record's address and fence
     /// (a key of several permits has several), so `Lock::inspect` can tell
     /// how long a key has been held and how long its lease has left. Kept
@@ -113,6 +139,9 @@ impl<L> Driver<L> {
                 sleeping_until: 0,
                 sweep_at: None,
                 sweep_delay: SWEEP_MIN_MS,
+                ticking: false,
+                tick_requested: false,
+                idle_ticks: 0,
                 timed: HashMap::default(),
             }),
             cv: Condvar::new(),
@@ -120,6 +149,16 @@ impl<L> Driver<L> {
             sweep_wanted: AtomicBool::new(false),
             #[cfg(not(loom))]
             sweeper: std::sync::OnceLock::new(),
+            #[cfg(not(loom))]
+            ticked: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Installs the maxHold watch the thread ticks; once, before any hold.
+    #[cfg(not(loom))]
+    pub(crate) fn install_ticked(&self, ticked: Box<dyn Ticked>) {
+        if self.ticked.set(ticked).is_err() {
+            unreachable!("a store installs its watch once");
         }
     }
 
@@ -174,6 +213,44 @@ impl<L: Due> Driver<L> {
         // Dropped unlocked: a lease's or a waker's drop may take this lock.
         drop(old);
         latest
+    }
+
+    /// A hold claimed a parked slot of the maxHold watch: tick again.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn start_ticking(this: &Arc<Self>) {
+        let mut st = lock(&this.state);
+        if st.shutdown {
+            return;
+        }
+        st.tick_requested = true;
+        if !st.ticking {
+            st.ticking = true;
+            st.idle_ticks = 0;
+            let at = this.clock.now_ms() + TICK_MS;
+            Self::wake_thread(this, &mut st, at);
+        }
+    }
+
+    /// Stops ticking if `park` parks every slot of the watch and no claim
+    /// asked for ticks meanwhile (see `hold_watch`'s module doc). `None`:
+    /// `park` found the store gone.
+    pub(crate) fn try_stop_ticking(&self, park: impl FnOnce() -> Option<bool>) -> Option<()> {
+        lock(&self.state).tick_requested = false;
+        let parked = park()?;
+        let mut st = lock(&self.state);
+        // A claim that found its slot parked asked again meanwhile.
+        if parked && !st.tick_requested {
+            st.ticking = false;
+        }
+        Some(())
+    }
+
+    /// Whether the thread scans the maxHold watch (for loom models and
+    /// tests).
+    #[cfg(any(loom, test))]
+    pub(crate) fn is_ticking(&self) -> bool {
+        lock(&self.state).ticking
     }
 
     /// Puts a lease on the wheel at its expiry (if it has one), and lists it
@@ -300,23 +377,67 @@ impl<L: Due> Driver<L> {
 impl<L: Due> Driver<L> {
     /// The thread's loop: fire what is due, sweep when a sweep is due, else
     /// sleep until the next deadline. Ends at shutdown.
+    ///
+    /// A panic in what a turn runs (a waker's, a sweep's) ends that turn,
+    /// not the thread: it was not the timer's, and every store deadline
+    /// after it still has to fire.
     fn run(&self) {
         let mut due = Vec::new();
         loop {
-            let now = self.clock.now_ms();
-            let Some(sweep_now) = self.take_due(now, &mut due) else {
-                return;
-            };
-            self.fire(now, &mut due);
-            let awake = if sweep_now {
-                self.sweep()
-            } else {
-                self.sleep()
-            };
-            if !awake {
+            // After a panic, the entries not yet fired stay in `due`, for
+            // the next turn.
+            if let Ok(false) = catch_unwind(AssertUnwindSafe(|| self.turn(&mut due))) {
                 return;
             }
         }
+    }
+
+    /// One turn of the loop; answers false at shutdown.
+    fn turn(&self, due: &mut Vec<Entry<L>>) -> bool {
+        let now = self.clock.now_ms();
+        let Some(sweep_now) = self.take_due(now, due) else {
+            return false;
+        };
+        self.fire(now, due);
+        if !self.tick(now) {
+            return false;
+        }
+        if sweep_now {
+            self.sweep()
+        } else {
+            self.sleep()
+        }
+    }
+
+    /// Scans the maxHold watch if ticking; stops ticking once no hold ran
+    /// for `IDLE_TICKS` ticks and every slot parked. Answers false once
+    /// the store is gone.
+    fn tick(&self, now: u64) -> bool {
+        let Some(ticked) = self.ticked.get() else {
+            return true;
+        };
+        if !lock(&self.state).ticking {
+            return true;
+        }
+        let Some(active) = ticked.tick(now) else {
+            return false;
+        };
+        if !self.idle_long_enough(active) {
+            return true;
+        }
+        self.try_stop_ticking(|| ticked.park()).is_some()
+    }
+
+    /// Counts a tick that saw a hold (`active`) or none; answers whether
+    /// `IDLE_TICKS` in a row saw none (and starts counting again).
+    fn idle_long_enough(&self, active: bool) -> bool {
+        let mut st = lock(&self.state);
+        st.idle_ticks = if active { 0 } else { st.idle_ticks + 1 };
+        if st.idle_ticks < IDLE_TICKS {
+            return false;
+        }
+        st.idle_ticks = 0;
+        true
     }
 
     /// Moves the entries due by `now` into `due`; answers whether a sweep is
@@ -339,12 +460,20 @@ impl<L: Due> Driver<L> {
 
     /// Fires the entries in `due` (outside the wheel lock: a lease's end
     /// takes it), re-arming a lease renewed since it was armed.
+    ///
+    /// Entries are taken one at a time, so a panic leaves the rest in
+    /// `due` for the next turn. A line whose firing panicked (a waker's)
+    /// is fired again a tick later, for the tasks it did not reach.
     fn fire(&self, now: u64, due: &mut Vec<Entry<L>>) {
-        for entry in due.drain(..) {
+        while let Some(entry) = due.pop() {
             let lease = match entry {
                 Entry::Lease(lease) => lease,
                 Entry::Line(line) => {
-                    if let Some(at) = line.fire(now) {
+                    let again = match catch_unwind(AssertUnwindSafe(|| line.fire(now))) {
+                        Ok(at) => at,
+                        Err(_) => Some(now + TICK_MS),
+                    };
+                    if let Some(at) = again {
                         let mut st = lock(&self.state);
                         if !st.shutdown {
                             st.wheel.insert(Entry::Line(line), at);
@@ -390,10 +519,11 @@ impl<L: Due> Driver<L> {
             return false;
         }
         let now = self.clock.now_ms();
-        let next = match (st.wheel.next_deadline(), st.sweep_at) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        let tick_at = st.ticking.then_some(now + TICK_MS);
+        let next = [st.wheel.next_deadline(), st.sweep_at, tick_at]
+            .into_iter()
+            .flatten()
+            .min();
         match next {
             Some(at) if at <= now => return true,
             Some(at) => {

@@ -93,11 +93,21 @@ impl Lock {
         let holders = record.holders(0);
         match (holders.oldest, holders.newest) {
             (Some(oldest), Some(newest)) => {
-                let timing = self
-                    .store
-                    .timer
-                    .timed_lease(grant_addr(record), oldest)
-                    .map(|lease| lease.timing(self.store.clock.now_ms()));
+                let now = self.store.clock.now_ms();
+                let timing = match self.store.timer.timed_lease(grant_addr(record), oldest) {
+                    Some(lease) => Some(lease.timing(now)),
+                    // A closure hold with a maxHold, timed by the watch.
+                    None => self
+                        .store
+                        .watch
+                        .timing(record, oldest, now)
+                        .map(|(held, left)| {
+                            (
+                                Duration::from_millis(held),
+                                Some(Duration::from_millis(left)),
+                            )
+                        }),
+                };
                 KeyInfo {
                     held: true,
                     fence: newest,

@@ -24,11 +24,15 @@
 //!
 //! A plain `hold` without maxHold has no timer and so no `LeaseState` until
 //! `signal()` asks for one: the uncontended path allocates nothing; its
-//! holder lets the key go directly.
+//! holder lets the key go directly. A closure hold with a maxHold has none
+//! either: a slot of the store's maxHold watch times it (`hold_watch`),
+//! whose word decides between the holder and the timer as the status does
+//! here, until `signal()` moves its timing to a `LeaseState`.
 
-use crate::driver::Due;
+use crate::driver::{Driver, Due};
 use crate::error::Error;
 use crate::heartbeat::HeartbeatState;
+use crate::hold_watch::{Ended, WatchedHold};
 use crate::lock_shared::LockShared;
 use crate::record_ref::{Granted, HeldRecord};
 use crate::signal_hub::Watched;
@@ -100,6 +104,15 @@ pub(crate) enum Loss {
     StoreClosed,
 }
 
+impl From<Ended> for Loss {
+    fn from(ended: Ended) -> Loss {
+        match ended {
+            Ended::Revoked => Loss::Revoked,
+            Ended::Closed => Loss::StoreClosed,
+        }
+    }
+}
+
 impl Loss {
     /// The error the holder of `key` of lock `lock` gets.
     #[cold]
@@ -142,6 +155,9 @@ pub(crate) struct LeaseState {
     /// skip the mutex when there are none (see `wake_aborted`).
     wakers: Mutex<AbortWakers>,
     has_wakers: AtomicBool,
+    /// A closure hold's slot in the maxHold watch, which timed it until
+    /// `signal()` moved the timing here: freed when the lease ends.
+    watched: Option<WatchedHold>,
 }
 
 /// The wakers of a lease's [`Aborted`] futures, one slot each.
@@ -166,7 +182,23 @@ impl LeaseState {
         } else {
             0
         };
-        Arc::new(LeaseState {
+        let mut state = Self::granted_at(store, lock, granted, max_hold_ms, now, None);
+        state.ttl_ms = ttl_ms;
+        state.heartbeat = heartbeat;
+        Arc::new(state)
+    }
+
+    /// A lease state without a ttl whose grant came at `now` (ms on the
+    /// store's clock), which frees the watch's slot `watched` at its end.
+    fn granted_at(
+        store: &Arc<Core>,
+        lock: &Arc<LockShared>,
+        granted: Granted,
+        max_hold_ms: u64,
+        now: u64,
+        watched: Option<WatchedHold>,
+    ) -> LeaseState {
+        LeaseState {
             status: AtomicU32::new(Status::Active as u32),
             store: store.clone(),
             lock: lock.clone(),
@@ -175,13 +207,14 @@ impl LeaseState {
             permits: granted.permits,
             granted_ms: now,
             max_hold_ms,
-            ttl_ms,
+            ttl_ms: 0,
             renewed_ms: AtomicU64::new(now),
-            heartbeat,
+            heartbeat: None,
             timer: AtomicU64::new(NO_TIMER),
             wakers: Mutex::new(AbortWakers::default()),
             has_wakers: AtomicBool::new(false),
-        })
+            watched,
+        }
     }
 
     /// When the lease must end if nothing changes, and what it then moves
@@ -236,6 +269,10 @@ impl LeaseState {
 
     /// How it was lost, if it was (released is not lost).
     pub(crate) fn loss(&self) -> Option<Loss> {
+        // The watch's timer may have ended it while `signal()` moved it.
+        if let Some(ended) = self.watched.as_ref().and_then(WatchedHold::ended) {
+            return Some(ended.into());
+        }
         match self.end_reason()? {
             EndReason::Released => None,
             EndReason::Revoked => Some(Loss::Revoked),
@@ -285,6 +322,29 @@ impl LeaseState {
         self.store.signals.notify();
         self.wake_aborted();
         Ok(())
+    }
+
+    /// The maxHold watch's timer ended the grant (and let the key go)
+    /// before this state took its timing over: the state ends as lost,
+    /// releasing nothing, and wakes whoever awaits its signal.
+    fn ended_by_watch(&self, ended: Ended) {
+        let to = match ended {
+            Ended::Revoked => Status::Revoked,
+            Ended::Closed => Status::Closed,
+        };
+        // SeqCst: as in `end`.
+        if self
+            .status
+            .compare_exchange(
+                Status::Active as u32,
+                to as u32,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            )
+            .is_ok()
+        {
+            self.wake_aborted();
+        }
     }
 
     /// The holder lets go. `Ok`: it still owned the grant, and the key has
@@ -474,22 +534,42 @@ pub struct Lease<'a> {
     pub(crate) record: HeldRecord,
     pub(crate) fence: u64,
     permits: u32,
-    /// The lease's [`LeaseState`], made when maxHold arms a timer or
-    /// `signal()` first asks; null until then (a plain hold never makes
-    /// one). A non-null pointer is one strong count of an `Arc`, owned by
-    /// the lease and given back when it ends.
+    /// What times the lease, one word: null for a plain hold (until
+    /// `signal()` asks for a state); a slot of the store's maxHold watch
+    /// tagged [`WATCHED`] (a closure hold with a maxHold, until `signal()`
+    /// moves its timing to a state); or the lease's [`LeaseState`], one
+    /// strong count of an `Arc` the lease owns and gives back when it
+    /// ends. One word, so a plain hold's end looks at one null pointer.
     state: AtomicPtr<LeaseState>,
+}
+
+/// The low bit of a lease's `state` word: it points at a slot of the
+/// watch, not at a `LeaseState` (both are aligned to 8).
+const WATCHED: usize = 1;
+
+/// What a lease's `state` word points at.
+enum TimedBy<'s> {
+    Nothing,
+    Watch(WatchedHold),
+    State(&'s LeaseState),
+}
+
+/// A lease's `state` word for its watch slot `watched`.
+pub(crate) fn watched_word(watched: WatchedHold) -> *mut LeaseState {
+    watched.as_ptr().map_addr(|a| a | WATCHED).cast()
 }
 
 impl<'a> Lease<'a> {
     /// A lease over `granted`, owning it from now on: its end (or its
-    /// drop) releases it once.
+    /// drop) releases it once; `state` is its `state` word (what times
+    /// it), whose strong count (if a state) it takes over.
     #[inline(always)]
     pub(crate) fn new(
         store: &'a Arc<Core>,
         lock: &'a Arc<LockShared>,
         key: &'a str,
         granted: Granted,
+        state: *mut LeaseState,
     ) -> Lease<'a> {
         Lease {
             store,
@@ -498,7 +578,7 @@ impl<'a> Lease<'a> {
             record: granted.record,
             fence: granted.fence,
             permits: granted.permits,
-            state: AtomicPtr::new(std::ptr::null_mut()),
+            state: AtomicPtr::new(state),
         }
     }
 
@@ -544,38 +624,50 @@ impl<'a> Lease<'a> {
     }
 
     fn loss(&self) -> Option<Loss> {
-        match self.state() {
-            Some(s) => s.loss(),
-            None => self
-                .store
-                .closed
-                .load(Ordering::Acquire)
-                .then_some(Loss::StoreClosed),
+        match self.timed_by() {
+            TimedBy::State(s) => s.loss(),
+            TimedBy::Watch(w) => w.ended().map(Loss::from).or_else(|| self.closed_loss()),
+            TimedBy::Nothing => self.closed_loss(),
         }
     }
 
-    /// The lease's state, if it has one yet.
+    /// `StoreClosed` once the store closed.
+    fn closed_loss(&self) -> Option<Loss> {
+        self.store
+            .closed
+            .load(Ordering::Acquire)
+            .then_some(Loss::StoreClosed)
+    }
+
+    /// What times the lease now.
     #[inline]
-    fn state(&self) -> Option<&LeaseState> {
+    fn timed_by(&self) -> TimedBy<'_> {
         // Acquire: pairs with the Release of `install_state`, so the state
         // is seen initialised.
         let p = self.state.load(Ordering::Acquire);
-        // SAFETY: a non-null pointer is an Arc the lease owns until it ends.
-        unsafe { p.as_ref() }
+        if p.is_null() {
+            TimedBy::Nothing
+        } else if p.addr() & WATCHED != 0 {
+            // SAFETY: a tagged word is the slot the claim gave this lease.
+            TimedBy::Watch(unsafe { WatchedHold::from_ptr(p.map_addr(|a| a & !WATCHED).cast()) })
+        } else {
+            // SAFETY: an untagged pointer is an Arc the lease owns until it
+            // ends.
+            TimedBy::State(unsafe { &*p })
+        }
     }
 
-    /// Gives the lease `state` unless it got one first (a racing
-    /// `signal()`); answers the one it keeps.
-    pub(crate) fn install_state(&self, state: Arc<LeaseState>) -> &LeaseState {
+    /// Gives the lease `state` in place of the word `was` (null, or its
+    /// watch slot's) unless it got one first (a racing `signal()`);
+    /// answers the one it keeps.
+    fn install_state(&self, was: *mut LeaseState, state: Arc<LeaseState>) -> &LeaseState {
         let p = Arc::into_raw(state).cast_mut();
-        // Release: publishes the initialised state to `state()`'s Acquire;
+        // Release: publishes the initialised state to `timed_by`'s Acquire;
         // Acquire on failure: to see the winner's initialised.
-        match self.state.compare_exchange(
-            std::ptr::null_mut(),
-            p,
-            Ordering::Release,
-            Ordering::Acquire,
-        ) {
+        match self
+            .state
+            .compare_exchange(was, p, Ordering::Release, Ordering::Acquire)
+        {
             // SAFETY: the lease now owns the count `p` carries.
             Ok(_) => unsafe { &*p },
             Err(winner) => {
@@ -589,16 +681,13 @@ impl<'a> Lease<'a> {
 
     /// A handle that aborts when the lease is lost, and tells why it ended.
     pub fn signal(&self) -> Signal {
-        let state = match self.state() {
-            Some(s) => s,
-            None => self.install_state(LeaseState::new(
-                self.store,
-                self.lock,
-                self.granted(),
-                0,
-                0,
-                None,
-            )),
+        let state = match self.timed_by() {
+            TimedBy::State(s) => s,
+            TimedBy::Watch(watched) => self.move_timing(watched),
+            TimedBy::Nothing => self.install_state(
+                std::ptr::null_mut(),
+                LeaseState::new(self.store, self.lock, self.granted(), 0, 0, None),
+            ),
         };
         let p: *const LeaseState = state;
         // SAFETY: `p` is an Arc's pointer whose count the lease keeps alive
@@ -608,6 +697,34 @@ impl<'a> Lease<'a> {
             Arc::from_raw(p)
         };
         Signal { state }
+    }
+
+    /// A watched hold's first `signal()`: a `LeaseState` takes its timing
+    /// over, armed on the store's wheel at the maxHold counted from the
+    /// latest the grant can have come (so never early), and the slot is
+    /// moved out of the watch. If the watch's timer revoked it first, the
+    /// state is made lost instead.
+    #[cold]
+    fn move_timing(&self, watched: WatchedHold) -> &LeaseState {
+        let granted_ms = watched.granted_by_ms(self.store.clock.now_ms());
+        let made = Arc::new(LeaseState::granted_at(
+            self.store,
+            self.lock,
+            self.granted(),
+            watched.max_hold_ms(),
+            granted_ms,
+            Some(watched),
+        ));
+        let state = self.install_state(watched_word(watched), made.clone());
+        if !std::ptr::eq(state, &*made) {
+            // A `signal()` on another thread won: it moves the timing.
+            return state;
+        }
+        match watched.move_out() {
+            Ok(()) => Driver::arm(&self.store.timer, &made),
+            Err(ended) => state.ended_by_watch(ended),
+        }
+        state
     }
 
     /// Ends the hold: lets the key go unless it was taken away. Always
@@ -626,20 +743,45 @@ impl<'a> Lease<'a> {
     /// Once per lease; the lease is not used afterwards.
     #[inline(always)]
     unsafe fn end_in_place(&self) -> Result<(), Loss> {
-        // Acquire: as in `state()`.
+        // Acquire: as in `timed_by`.
         let p = self.state.load(Ordering::Acquire);
         if !p.is_null() {
-            // SAFETY: the lease's own count, given back here, once.
-            let state = unsafe { Arc::from_raw(p) };
-            return state.end_by_holder();
+            // SAFETY: the caller's promise, passed on.
+            return unsafe { self.end_timed() };
         }
-        // SAFETY: no LeaseState means no timer: only we can let this grant
-        // go, so it is still HELD by us and the record alive.
+        // SAFETY: nothing times the lease: only we can let this grant go,
+        // so it is still HELD by us and the record alive.
         unsafe { self.record.release(self.fence, self.permits) };
-        if self.store.closed.load(Ordering::Acquire) {
-            Err(Loss::StoreClosed)
-        } else {
-            Ok(())
+        self.closed_loss().map_or(Ok(()), Err)
+    }
+
+    /// The end of a lease something times: its watch slot or its state
+    /// decides whether the holder or the timer lets the key go.
+    ///
+    /// # Safety
+    /// As for `end_in_place`.
+    #[inline(never)]
+    unsafe fn end_timed(&self) -> Result<(), Loss> {
+        match self.timed_by() {
+            TimedBy::Watch(watched) => {
+                // The watch's timer let the key go first.
+                watched.end_by_holder().map_err(Loss::from)?;
+                // SAFETY: we freed the slot while it was HELD: the grant
+                // is ours to let go, still HELD and the record alive.
+                unsafe { self.record.release(self.fence, self.permits) };
+                self.closed_loss().map_or(Ok(()), Err)
+            }
+            TimedBy::State(state) => {
+                // SAFETY: the lease's own count, given back here, once.
+                let state = unsafe { Arc::from_raw(state) };
+                let ended = state.end_by_holder();
+                // Moved from the watch: the slot has no more use.
+                if let Some(watched) = &state.watched {
+                    watched.free();
+                }
+                ended
+            }
+            TimedBy::Nothing => unreachable!("a timed lease has a non-null state word"),
         }
     }
 }

@@ -141,6 +141,8 @@
 //   alive. `table`: key text to records, reclaiming idle ones. `board`: an
 //   election's board (its term, version and waiting observers).
 //   `lock_shared`: a lock's table, counters and election boards.
+//   `hold_watch`: the closure holds with a maxHold now running, a slot
+//   each in their thread's page, which the timer scans every tick.
 // - `signal_hub`: wakes who waits on lease signals. `driver`: the timer
 //   wheel, the registry of timed leases and the background thread (fires
 //   due leases through its `Due` trait, sweeps through a callback).
@@ -174,6 +176,7 @@ mod election;
 mod error;
 mod heartbeat;
 mod hold_async;
+mod hold_watch;
 mod inspect;
 mod key;
 mod lease;

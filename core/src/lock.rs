@@ -14,8 +14,9 @@ use crate::ctx::{self, Refusal};
 use crate::driver::Driver;
 use crate::error::{Error, ErrorKind};
 use crate::heartbeat::HeartbeatState;
+use crate::hold_watch::HoldWatch;
 use crate::key::{check_key, Key, KeyBuf, KeyRef};
-use crate::lease::{Core, HeldLease, Lease, LeaseState};
+use crate::lease::{watched_word, Core, HeldLease, Lease, LeaseState};
 use crate::lock_shared::LockShared;
 use crate::outcome::Outcome;
 use crate::record::{Deadline, Enqueued, Holders, Record, StateWord, Take, Tried, WaitEnd, Waiter};
@@ -377,30 +378,56 @@ impl Lock {
     /// lease owns the grant before anything that could panic runs.
     #[inline(always)]
     pub(crate) fn closure_lease<'a>(&'a self, text: &'a str, grant: Grant) -> Lease<'a> {
-        let lease = Lease::new(&self.store, &self.shared, text, grant.into_parts());
-        if self.max_hold_ms != 0 {
-            self.arm_max_hold(&lease);
-        }
-        lease
+        let granted = grant.into_parts();
+        let state = match self.max_hold_ms {
+            0 => std::ptr::null_mut(),
+            _ => self.time_max_hold(granted.record, granted.fence, granted.permits),
+        };
+        Lease::new(&self.store, &self.shared, text, granted, state)
     }
 
-    /// A maxHold lease's state and timer: off the plain hold's path.
+    /// How a closure lease's maxHold is timed: by a slot of the store's
+    /// watch (no lock, no allocation, no clock), or, when the thread has
+    /// none free, by a state on the wheel. Out of line, so the plain
+    /// hold's inlined path stays as small; nothing here can panic once
+    /// the grant is given (only allocation, which aborts), so the grant
+    /// always reaches its lease.
+    /// (The grant comes as its parts, in registers.)
+    #[inline(never)]
+    fn time_max_hold(&self, record: HeldRecord, fence: u64, permits: u32) -> *mut LeaseState {
+        let granted = Granted {
+            record,
+            fence,
+            permits,
+        };
+        let Some(claim) =
+            HoldWatch::claim(&self.store.watch, &granted, &self.shared, self.max_hold_ms)
+        else {
+            return self.arm_max_hold(&granted);
+        };
+        if claim.parked {
+            Driver::start_ticking(&self.store.timer);
+        }
+        watched_word(claim.watched)
+    }
+
+    /// A maxHold lease's state and timer on the store's wheel: for a
+    /// thread with every slot of the watch taken. Armed before its lease
+    /// owns it: if the timer ends the grant first, the lease's end finds
+    /// the state ended.
     #[cold]
     #[inline(never)]
-    fn arm_max_hold(&self, lease: &Lease<'_>) {
+    fn arm_max_hold(&self, granted: &Granted) -> *mut LeaseState {
         let state = LeaseState::new(
             &self.store,
             &self.shared,
-            lease.granted(),
+            *granted,
             self.max_hold_ms,
             0,
             None,
         );
-        let armed = state.clone();
-        // Installed before it is armed: once the timer can end the grant,
-        // the lease's own end goes through the state too.
-        lease.install_state(state);
-        Driver::arm(&self.store.timer, &armed);
+        Driver::arm(&self.store.timer, &state);
+        Arc::into_raw(state).cast_mut()
     }
 
     /// The hot path of a task's hold: the key's record found without a

@@ -47,6 +47,20 @@ impl HeldRecord {
         unsafe { self.0.as_ref() }.release(fence, permits);
     }
 
+    /// The record, for a slot of the maxHold watch to keep.
+    pub(crate) fn as_ptr(self) -> *const Record {
+        self.0.as_ptr()
+    }
+
+    /// The record a slot of the maxHold watch kept by [`as_ptr`](Self::as_ptr).
+    ///
+    /// # Safety
+    /// `record` came from `as_ptr` of a grant that is still held.
+    pub(crate) unsafe fn from_ptr(record: *const Record) -> HeldRecord {
+        // SAFETY: from `as_ptr`, so not null (the caller's promise).
+        HeldRecord(unsafe { NonNull::new_unchecked(record.cast_mut()) })
+    }
+
     /// The record's address: with the fence, names the grant (the store's
     /// registry of timed leases), never dereferenced.
     pub(crate) fn addr(self) -> usize {

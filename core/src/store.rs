@@ -221,6 +221,23 @@ impl Store {
     #[doc(hidden)]
     pub fn fire_all_timers(&self) {
         self.shared.core.timer.fire_all();
+        self.shared.core.scan_watch(u64::MAX / 2, true);
+    }
+
+    /// Under loom: the timer's try to stop ticking, as its thread makes it
+    /// after a while without holds.
+    #[cfg(loom)]
+    #[doc(hidden)]
+    pub fn try_stop_ticking(&self) {
+        let core = &self.shared.core;
+        let _ = core.timer.try_stop_ticking(|| Some(core.watch.park_all()));
+    }
+
+    /// Under loom: whether the timer scans the maxHold watch.
+    #[cfg(loom)]
+    #[doc(hidden)]
+    pub fn is_ticking(&self) -> bool {
+        self.shared.core.timer.is_ticking()
     }
 
     /// Under loom: a reading of the store's logical clock, in ms (which
@@ -435,7 +452,14 @@ mod tests {
             .max_hold(Duration::from_secs(60))
             .open()
             .unwrap();
-        assert_eq!(jobs.hold("a", |_| timed(&store)).unwrap(), 1);
+        // A closure hold is timed by the maxHold watch until its signal is
+        // asked for, which moves its timing to the wheel.
+        assert_eq!(jobs.hold("a", |_| timed(&store)).unwrap(), 0);
+        let moved = jobs.hold("a", |lease| {
+            let _signal = lease.signal();
+            timed(&store)
+        });
+        assert_eq!(moved.unwrap(), 1);
         assert_eq!(timed(&store), 0);
         let lease = jobs.acquire("b").unwrap();
         assert_eq!(timed(&store), 1);
@@ -444,6 +468,56 @@ mod tests {
         // A plain hold without maxHold never touches it.
         let plain = store.lock("plain").open().unwrap();
         assert_eq!(plain.hold("a", |_| timed(&store)).unwrap(), 0);
+    }
+
+    /// A thread's page of the maxHold watch is given up when the thread
+    /// ends, and the next thread adopts it: threads come and go, the
+    /// pages stay as many as the threads alive at once.
+    #[test]
+    fn an_ended_threads_watch_page_is_adopted() {
+        let store = Store::new();
+        let jobs = store
+            .lock("jobs")
+            .max_hold(Duration::from_secs(60))
+            .open()
+            .unwrap();
+        for _ in 0..50 {
+            let jobs = jobs.clone();
+            std::thread::spawn(move || jobs.hold("a", |_| ()).unwrap())
+                .join()
+                .unwrap();
+        }
+        assert_eq!(store.shared.core.watch.page_count(), 1);
+    }
+
+    /// The timer stops ticking once no hold ran for a while, and a hold
+    /// claiming a parked slot starts it again: that hold is still revoked
+    /// at its maxHold.
+    #[test]
+    fn the_timer_stops_ticking_when_idle_and_a_hold_starts_it_again() {
+        let store = Store::new();
+        let core = &store.shared.core;
+        let jobs = store
+            .lock("jobs")
+            .max_hold(Duration::from_millis(50))
+            .open()
+            .unwrap();
+        jobs.hold("a", |_| ()).unwrap();
+        assert!(core.timer.is_ticking());
+        let started = std::time::Instant::now();
+        while core.timer.is_ticking() {
+            assert!(started.elapsed() < Duration::from_secs(20), "never idle");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let r = jobs.hold("a", |lease| {
+            assert!(core.timer.is_ticking());
+            let started = std::time::Instant::now();
+            while !lease.is_lost() {
+                assert!(started.elapsed() < Duration::from_secs(20), "never revoked");
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        });
+        assert_eq!(r.unwrap_err().kind(), crate::ErrorKind::Lost);
     }
 
     #[test]

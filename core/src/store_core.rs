@@ -6,6 +6,7 @@
 //! `lease::Core` names the one instance.
 
 use crate::driver::{Driver, Due};
+use crate::hold_watch::HoldWatch;
 use crate::lock_shared::LockShared;
 use crate::signal_hub::{SignalHub, Watched};
 use crate::sync::{
@@ -21,6 +22,9 @@ pub(crate) struct StoreCore<L> {
     pub(crate) clock: Arc<Clock>,
     pub(crate) signals: SignalHub<L>,
     pub(crate) timer: Arc<Driver<L>>,
+    /// The closure holds with a maxHold now running, which the timer's
+    /// thread scans (see `hold_watch`).
+    pub(crate) watch: Arc<HoldWatch>,
     /// The first fence of a lock made now: raised above every fence of a
     /// lock forgotten (see `sweep_all`), so a name made again fences on
     /// from there. Only under `locks`' mutex (which orders it).
@@ -42,6 +46,7 @@ impl<L: Due + Watched> StoreCore<L> {
             clock: clock.clone(),
             signals: SignalHub::new(),
             timer: Arc::new(Driver::new(clock)),
+            watch: Arc::new(HoldWatch::new()),
             fence_floor: AtomicU64::new(fence_floor),
             locks: Mutex::new(HashMap::new()),
         });
@@ -52,8 +57,23 @@ impl<L: Due + Watched> StoreCore<L> {
             let weak = Arc::downgrade(&core);
             core.timer
                 .install_sweeper(Box::new(move || weak.upgrade().map(|c| c.sweep_all().1)));
+            core.timer
+                .install_ticked(Box::new(Ticker(Arc::downgrade(&core))));
         }
         core
+    }
+
+    /// The timer's scan of the maxHold watch at `now_ms` (every hold due,
+    /// with `all_due`): answers whether a hold ran since the last scan.
+    pub(crate) fn scan_watch(&self, now_ms: u64, all_due: bool) -> bool {
+        let scan = self
+            .watch
+            .scan(now_ms, all_due, self.closed.load(Ordering::SeqCst));
+        if scan.revoked > 0 {
+            // Whoever waits on a lease's signal looks again.
+            self.signals.notify();
+        }
+        scan.active
     }
 
     /// The state of the lock `name`, made on its first opening (or again
@@ -175,9 +195,25 @@ impl<L: Due + Watched> StoreCore<L> {
         // lists its lease before its caller can look at `closed`; one listed
         // after this point finds `closed` set, and a server answers no
         // grant of a closed store. So every answered lease is counted here.
-        let latest = self.timer.close();
         let now = self.clock.now_ms();
+        let latest = self.timer.close().max(self.watch.latest_due(now));
         Duration::from_millis(latest.map_or(0, |due| due.saturating_sub(now)))
+    }
+}
+
+/// The timer thread's way to the store's maxHold watch: the store's core,
+/// not kept alive by it.
+#[cfg(not(loom))]
+struct Ticker<L>(std::sync::Weak<StoreCore<L>>);
+
+#[cfg(not(loom))]
+impl<L: Due + Watched> crate::driver::Ticked for Ticker<L> {
+    fn tick(&self, now_ms: u64) -> Option<bool> {
+        Some(self.0.upgrade()?.scan_watch(now_ms, false))
+    }
+
+    fn park(&self) -> Option<bool> {
+        Some(self.0.upgrade()?.watch.park_all())
     }
 }
 

@@ -120,7 +120,7 @@ mod imp {
     pub(crate) fn upgrade<T>(w: &Weak<T>) -> Option<Arc<T>> {
         Some(w.clone())
     }
-    pub(crate) use loom::thread::{current as current_thread, yield_now, Thread};
+    pub(crate) use loom::thread::{current as current_thread, yield_now, Thread, ThreadId};
 
     #[inline(always)]
     pub(crate) fn spin_loop() {

@@ -656,3 +656,115 @@ fn a_store_opened_above_a_floor_fences_above_it() {
     let plain = Store::new().lock("floor").open().unwrap();
     assert!(plain.hold(&"a", |l| l.fence()).unwrap() < floor);
 }
+
+/// Polls `lease.is_lost()` (which reads the maxHold watch's slot, and
+/// asks for no signal) until it turns, `limit` at most; answers when.
+fn until_lost(lease: &holdline::Lease<'_>, started: Instant, limit: Duration) -> Duration {
+    while !lease.is_lost() {
+        assert!(started.elapsed() < limit, "never lost");
+        thread::sleep(Duration::from_millis(2));
+    }
+    started.elapsed()
+}
+
+/// A closure hold with a maxHold whose signal nobody asks for is timed by
+/// the store's watch: revoked at its maxHold, never before, the key handed
+/// on, the revocation counted, and the hold answers `lost` with its text.
+#[test]
+fn a_hold_nobody_signals_is_revoked_at_its_max_hold() {
+    let store = Store::new();
+    let invoices = revoking_lock(&store, "invoices", 100);
+    let started = Instant::now();
+    let (lost_tx, lost_rx) = mpsc::channel();
+    let l = invoices.clone();
+    let hung = thread::spawn(move || {
+        l.hold("m", |lease| {
+            lost_tx
+                .send(until_lost(lease, started, Duration::from_secs(20)))
+                .unwrap();
+            lease.check().unwrap_err()
+        })
+    });
+    let at = lost_rx.recv().unwrap();
+    assert!(at >= Duration::from_millis(100), "revoked early: {at:?}");
+    // The key went on while the revoked closure still ran.
+    let next = invoices
+        .key("m")
+        .wait(Duration::from_secs(20))
+        .hold(|l| l.fence());
+    assert!(next.is_ok());
+    let ended = match hung.join().unwrap() {
+        Err(e) => e,
+        Ok(checked) => panic!("a revoked hold answered Ok (its check: {checked})"),
+    };
+    assert_error(
+        &ended,
+        ErrorKind::Lost,
+        "lock invoices: key \"m\": the lease was lost: it was revoked at its maxHold",
+    );
+    assert_eq!(held_and_revoked(&invoices), (0, 1));
+}
+
+/// A signal asked for after the watch revoked the hold is aborted at once,
+/// and tells why.
+#[test]
+fn a_signal_asked_after_the_watch_revoked_is_aborted() {
+    let store = Store::new();
+    let lock = revoking_lock(&store, "l", 50);
+    let r = lock.hold("k", |lease| {
+        until_lost(lease, Instant::now(), Duration::from_secs(20));
+        let signal = lease.signal();
+        assert!(signal.is_aborted());
+        assert_eq!(signal.reason(), Some(EndReason::Revoked));
+        assert!(signal.wait_timeout(Duration::ZERO));
+    });
+    assert_eq!(r.unwrap_err().kind(), ErrorKind::Lost);
+    assert_eq!(held_and_revoked(&lock), (0, 1));
+}
+
+/// A signal asked for midway moves the hold's timing to the wheel with its
+/// deadline still counted from the grant: revoked at 1 s, not 1 s after
+/// the signal (1.8 s).
+#[test]
+fn a_signal_asked_midway_keeps_the_deadline_from_the_grant() {
+    let store = Store::new();
+    let lock = revoking_lock(&store, "l", 1000);
+    let (at_tx, at_rx) = mpsc::channel();
+    let r = lock.hold("k", |lease| {
+        let started = Instant::now();
+        thread::sleep(Duration::from_millis(800));
+        let signal = lease.signal();
+        assert!(!signal.is_aborted());
+        assert!(signal.wait_timeout(Duration::from_secs(20)), "aborted");
+        at_tx.send(started.elapsed()).unwrap();
+    });
+    assert_eq!(r.unwrap_err().kind(), ErrorKind::Lost);
+    let at = at_rx.recv().unwrap();
+    assert!(at >= Duration::from_millis(1000), "revoked early: {at:?}");
+    assert!(
+        at < Duration::from_millis(1700),
+        "counted from the signal: {at:?}"
+    );
+}
+
+/// More holds with a maxHold on one thread than its page has slots: the
+/// ones past them are timed on the wheel, and every one is revoked.
+#[test]
+fn holds_past_a_threads_slots_are_revoked_too() {
+    fn nest(lock: &Lock, depth: usize, lost: &mut Vec<bool>) {
+        if depth == 0 {
+            return;
+        }
+        let r = lock.hold(&format!("k{depth}"), |lease| {
+            nest(lock, depth - 1, lost);
+            until_lost(lease, Instant::now(), Duration::from_secs(20));
+        });
+        lost.push(r.unwrap_err().kind() == ErrorKind::Lost);
+    }
+    let store = Store::new();
+    let lock = revoking_lock(&store, "deep", 50);
+    let mut lost = Vec::new();
+    nest(&lock, 12, &mut lost);
+    assert_eq!(lost, vec![true; 12]);
+    assert_eq!(held_and_revoked(&lock), (0, 12));
+}

@@ -275,3 +275,70 @@ fn two_beats_keep_the_later_reading() {
         assert_eq!(heartbeat.heard_ms(), now - 2, "a beat moved the time back");
     });
 }
+
+/// A lock whose closure holds the maxHold watch times (a minute: only
+/// `fire_all_timers` revokes).
+fn watched(lock: LockBuilder<'_>) -> LockBuilder<'_> {
+    lock.max_hold(Duration::from_secs(60))
+}
+
+/// 22. A closure hold timed by the maxHold watch, revoked by the timer
+/// while it ends and a waiter stands in line: the key is let go once (by
+/// the holder or by the timer), the waiter is granted once with a greater
+/// fence, and the hold answers `lost` exactly when the revocation won.
+#[test]
+fn a_watched_hold_racing_its_revocation() {
+    check_idle_with(2, watched, |store, lock| {
+        // The waiter and the timer start while the hold runs, so the hold
+        // is first in line; its end then races both.
+        let mut others = None;
+        let held = lock.hold("k", |l| {
+            let plain = store.lock("l").open().unwrap();
+            let waiter =
+                thread::spawn(move || plain.key("k").wait(FOREVER).hold(|l| l.fence()).unwrap());
+            let s = store.clone();
+            let timer = thread::spawn(move || s.fire_all_timers());
+            others = Some((waiter, timer));
+            l.fence()
+        });
+        let (waiter, timer) = others.unwrap();
+        timer.join().unwrap();
+        let second = waiter.join().unwrap();
+        let revocations = lock.stats().revocations;
+        match held {
+            Ok(first) => {
+                assert!(second > first);
+                assert_eq!(revocations, 0);
+            }
+            Err(e) => {
+                assert_eq!(e.kind(), ErrorKind::Lost);
+                assert_eq!(revocations, 1);
+            }
+        }
+    });
+}
+
+/// 23. The timer stops ticking (it parks the watch's free slots) while a
+/// hold claims a slot: either the walk finds the hold and ticking goes on,
+/// or the claim finds its slot parked and starts ticking again. Never a
+/// hold running with nobody ticking (its maxHold would never fire).
+#[test]
+fn a_claim_racing_the_timer_stopping() {
+    check(2, || {
+        let store = Store::new();
+        let lock = watched(store.lock("l")).open().unwrap();
+        // A first hold makes the thread's page and starts ticking.
+        lock.hold("k", |_| ()).unwrap();
+        assert!(store.is_ticking());
+        let stop = {
+            let s = store.clone();
+            thread::spawn(move || s.try_stop_ticking())
+        };
+        let mut stop = Some(stop);
+        lock.hold("k", |_| {
+            stop.take().unwrap().join().unwrap();
+            assert!(store.is_ticking(), "a hold runs and nobody ticks");
+        })
+        .unwrap();
+    });
+}
