@@ -24,10 +24,14 @@ pub struct Cli {
 pub enum Command {
     /// Serve one in-memory store over RESP (redis-cli and Redis clients work).
     ///
-    /// Signals: SIGINT or SIGTERM closes the store (waiters answered
-    /// CLOSED, holders told their leases are lost), closes every connection
-    /// and exits 0; SIGHUP reloads the TLS certificate and key (a bad file
-    /// keeps the old ones and logs why).
+    /// Signals: SIGTERM drains a single server first: HOLD and TRYHOLD
+    /// are answered TRYAGAIN, holders keep their leases, and once nothing
+    /// is held (or --drain-timeout passed, or at a second SIGTERM) it goes
+    /// on as SIGINT does: closes the store (waiters answered CLOSED,
+    /// holders told their leases are lost), closes every connection and
+    /// exits 0. A cluster's node hands its partitions over at SIGTERM.
+    /// SIGHUP reloads the TLS certificate and key (a bad file keeps the
+    /// old ones and logs why).
     ///
     /// Every flag can also be set by a variable (HOLDLINE_ and the flag's
     /// name in capitals, `-` as `_`: HOLDLINE_MAX_CONNECTIONS) and by the
@@ -157,6 +161,10 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N", default_value_t = 10_000,
           value_parser = clap::value_parser!(u64).range(0..=10_000_000))]
     pub history: u64,
+    /// On SIGTERM a single server refuses new HOLDs and waits this long at
+    /// most for its holders to let go, then ends the rest (`30s`, `500ms`).
+    #[arg(long, value_name = "DURATION", default_value = "30s")]
+    pub drain_timeout: String,
     /// Appends every grant and end of a lease to PATH as a JSON line,
     /// from a thread of its own (reopened on SIGHUP, as logrotate expects).
     #[arg(long, value_name = "PATH")]
@@ -214,6 +222,8 @@ pub struct Config {
     pub cluster: Option<ClusterSettings>,
     pub history: usize,
     pub audit_log: Option<PathBuf>,
+    /// How long a SIGTERM's drain waits for holders at most.
+    pub drain_timeout: Duration,
 }
 
 impl ServeArgs {
@@ -272,6 +282,7 @@ impl ServeArgs {
             tls,
             history: usize::try_from(self.history).unwrap_or(usize::MAX),
             audit_log: self.audit_log.clone(),
+            drain_timeout: duration(&self.label("drain-timeout"), &self.drain_timeout)?,
         })
     }
 }
@@ -497,6 +508,7 @@ mod tests {
             fence_window: 1 << 40,
             history: 10_000,
             audit_log: None,
+            drain_timeout: "30s".into(),
             sources: Sources::default(),
         }
     }

@@ -139,17 +139,7 @@ async fn serve(mut config: Config, tls: Option<Arc<tls::Tls>>) -> Result<(), Str
         "serving"
     );
     let metrics_listener = match config.metrics {
-        Some(addr) => {
-            let bound = metrics::listen(addr).await;
-            let listener = bound.map_err(|e| format!("--metrics {addr}: {e}"))?;
-            let at = listener.local_addr().map_err(|e| e.to_string())?;
-            let _ = writeln!(
-                std::io::stdout(),
-                "holdline: metrics on http://{at}/metrics"
-            );
-            let _ = std::io::stdout().flush();
-            Some(listener)
-        }
+        Some(addr) => Some(listen_metrics(addr).await?),
         None => None,
     };
     let facts = Facts {
@@ -187,13 +177,35 @@ async fn serve(mut config: Config, tls: Option<Arc<tls::Tls>>) -> Result<(), Str
     }
     let (leave, left) = tokio::sync::watch::channel(false);
     let agent = agent.map(|a| tokio::spawn(a.run(left)));
-    let served = server::run(listener, shared, config.max_connections, config.cores, tls).await;
+    let (connections, cores) = (config.max_connections, config.cores);
+    let served = server::run(
+        listener,
+        shared,
+        connections,
+        cores,
+        tls,
+        config.drain_timeout,
+    )
+    .await;
     if let Some(agent) = agent {
         // Give the partitions up in etcd, so other nodes take them at once.
         let _ = leave.send(true);
         let _ = tokio::time::timeout(LEAVE_GRACE, agent).await;
     }
     served.map_err(|e| e.to_string())
+}
+
+/// Binds `--metrics` and says where (stdout's second line).
+async fn listen_metrics(addr: std::net::SocketAddr) -> Result<tokio::net::TcpListener, String> {
+    let bound = metrics::listen(addr).await;
+    let listener = bound.map_err(|e| format!("--metrics {addr}: {e}"))?;
+    let at = listener.local_addr().map_err(|e| e.to_string())?;
+    let _ = writeln!(
+        std::io::stdout(),
+        "holdline: metrics on http://{at}/metrics"
+    );
+    let _ = std::io::stdout().flush();
+    Ok(listener)
 }
 
 /// Serves `/metrics` and the page on `listener`: off loopback, only to a
@@ -212,10 +224,14 @@ fn serve_metrics(listener: tokio::net::TcpListener, shared: &Arc<Shared>) {
         admits,
     };
     // Weak: the listener outlives nothing it should keep alive.
-    let weak = Arc::downgrade(shared);
+    let (weak, weak_ready) = (Arc::downgrade(shared), Arc::downgrade(shared));
     let page = metrics::Page {
         html: page::HTML,
         state: Arc::new(move || weak.upgrade().map(|s| page::state_json(&s))),
+        ready: Arc::new(move || match weak_ready.upgrade() {
+            Some(shared) => shared.readiness(),
+            None => Err("shutting down".to_owned()),
+        }),
     };
     tokio::spawn(metrics::serve(listener, m.clone(), access, page));
 }

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::signal::unix::{signal, SignalKind};
+use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tracing::{debug, info, warn};
 
@@ -97,19 +97,33 @@ impl Cores {
     }
 }
 
-/// Serves until SIGINT or SIGTERM (SIGHUP reloads TLS); then closes the
-/// store (waiters `closed`, holders lost), tells every connection, and
-/// returns once they have finished (or the grace ran out).
+/// The signals the server answers.
+struct Signals {
+    interrupt: Signal,
+    terminate: Signal,
+    hangup: Signal,
+}
+
+/// How often a drain looks whether anything is still held.
+const DRAIN_POLL: Duration = Duration::from_millis(50);
+
+/// Serves until SIGINT or SIGTERM (SIGHUP reloads TLS; a single server's
+/// first SIGTERM drains first, for at most `drain_timeout`); then closes
+/// the store (waiters `closed`, holders lost), tells every connection,
+/// and returns once they have finished (or the grace ran out).
 pub async fn run(
     listener: TcpListener,
     shared: Arc<Shared>,
     max_connections: usize,
     cores: usize,
     tls: Option<Arc<Tls>>,
+    drain_timeout: Duration,
 ) -> io::Result<()> {
-    let mut interrupt = signal(SignalKind::interrupt())?;
-    let mut terminate = signal(SignalKind::terminate())?;
-    let mut hangup = signal(SignalKind::hangup())?;
+    let mut signals = Signals {
+        interrupt: signal(SignalKind::interrupt())?,
+        terminate: signal(SignalKind::terminate())?,
+        hangup: signal(SignalKind::hangup())?,
+    };
     let (notify_shutdown, _) = watch::channel(false);
     let (done_tx, mut done_rx) = mpsc::channel(1);
     tokio::spawn(give_back_memory(shared.clone()));
@@ -122,15 +136,9 @@ pub async fn run(
         tls,
         cores: Cores::start(cores)?,
     };
-    loop {
-        // Accepting is cancel-safe: a SIGHUP's turn loses no connection.
-        tokio::select! {
-            _ = server.accept_loop() => break,
-            _ = interrupt.recv() => break,
-            _ = terminate.recv() => break,
-            _ = hangup.recv() => reload(&server),
-        }
-    }
+    server
+        .serve_until_stopped(&mut signals, drain_timeout)
+        .await;
     info!("shutting down: closing the store");
     let Listener {
         listener,
@@ -155,6 +163,17 @@ pub async fn run(
     Ok(())
 }
 
+/// Resolves once no key is held or waited for, or at `ends`: whether
+/// anything is still held.
+async fn drained(shared: &Shared, ends: tokio::time::Instant) -> bool {
+    let gone = async {
+        while shared.holds_or_waits() {
+            tokio::time::sleep(DRAIN_POLL).await;
+        }
+    };
+    tokio::time::timeout_at(ends, gone).await.is_err()
+}
+
 /// TCP keepalive: the first probe after this much silence...
 const KEEPALIVE_IDLE: Duration = Duration::from_secs(60);
 /// ...and the next ones this far apart.
@@ -176,6 +195,40 @@ fn reload(server: &Listener) {
 }
 
 impl Listener {
+    /// Serves until SIGINT, or SIGTERM. A single server's first SIGTERM
+    /// drains: HOLD and TRYHOLD are refused, and serving goes on until
+    /// no key is held or waited for, `drain_timeout` passed, or another
+    /// SIGTERM or SIGINT comes. A cluster's node leaves at once (its
+    /// partitions are handed over).
+    async fn serve_until_stopped(&mut self, signals: &mut Signals, drain_timeout: Duration) {
+        let shared = self.shared.clone();
+        let mut drain_ends: Option<tokio::time::Instant> = None;
+        loop {
+            let ends = drain_ends.unwrap_or_else(tokio::time::Instant::now);
+            // Accepting is cancel-safe: a SIGHUP's turn loses no connection.
+            tokio::select! {
+                _ = self.accept_loop() => break,
+                _ = signals.interrupt.recv() => break,
+                _ = signals.terminate.recv() => {
+                    if drain_ends.is_some() || shared.cluster.is_some() {
+                        break;
+                    }
+                    info!(timeout = ?drain_timeout, "SIGTERM: draining: no new holds; holders may finish");
+                    shared.drain();
+                    drain_ends = Some(tokio::time::Instant::now() + drain_timeout);
+                }
+                _ = signals.hangup.recv() => reload(self),
+                held = drained(&shared, ends), if drain_ends.is_some() => {
+                    match held {
+                        false => info!("drained: nothing held"),
+                        true => info!("drain timeout: ending the leases left"),
+                    }
+                    break;
+                }
+            }
+        }
+    }
+
     /// Accepts until the task is dropped.
     async fn accept_loop(&mut self) {
         loop {
