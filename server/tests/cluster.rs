@@ -10,8 +10,8 @@
 mod common;
 
 use common::cluster::{
-    await_settled, await_spread, etcd_available, key_slot, owner_of, slot, slot_map, start_etcd,
-    start_node_with, Etcd,
+    await_settled, await_spread, covers, etcd_available, key_slot, owner_of, slot, slot_map,
+    start_etcd, start_node_with, Etcd,
 };
 use common::{error_text, Client, Server};
 use holdline_resp::Value;
@@ -717,4 +717,52 @@ fn an_observer_of_a_partition_that_moves_is_told_closed_then_moved() {
     assert!(matches!(there.call(&["HELLO", "3"]), Value::Map(_)));
     assert_eq!(there.call(&["OBSERVE", "watch", key]), Value::ok());
     assert_eq!(observed(&mut there), Some((key.clone(), "free".into())));
+}
+
+/// `/readyz` of `node`'s metrics listener: the status and the body.
+fn readyz(node: &Server) -> (u16, String) {
+    let addr = node.metrics.expect("--metrics").to_string();
+    let (status, _, body) = common::http_get(&addr, "/readyz", "");
+    (status, body)
+}
+
+/// Waits until `/readyz` answers `status`, answering its body.
+fn await_readyz(node: &Server, status: u16, within: Duration) -> String {
+    let deadline = Instant::now() + within;
+    loop {
+        let (got, body) = readyz(node);
+        if got == status {
+            return body;
+        }
+        assert!(Instant::now() < deadline, "/readyz stayed {got} {body:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_node_cut_from_etcd_is_not_ready_until_it_serves_its_share_again() {
+    if !etcd_available() {
+        return;
+    }
+    let mut etcd = start_etcd();
+    let node = start_node_with(
+        &etcd,
+        "ready",
+        PARTITIONS,
+        TTL,
+        &["--metrics", "127.0.0.1:0"],
+    );
+    let within = Duration::from_secs(20);
+    assert_eq!(await_readyz(&node, 200, within), "ready\n");
+    etcd.kill();
+    // It stops serving before its lease could run out: not ready, and why.
+    let why = await_readyz(&node, 503, Duration::from_secs(TTL + 5));
+    assert!(
+        ["no live etcd lease\n", "not registered in etcd\n"].contains(&why.as_str()),
+        "{why:?}"
+    );
+    etcd.restart().unwrap();
+    assert_eq!(await_readyz(&node, 200, within), "ready\n");
+    let map = slot_map(node.addr);
+    assert!(covers(&map, &[node.addr.to_string()]), "{map:?}");
 }
