@@ -187,11 +187,33 @@ fn reload(server: &Listener) {
         None => info!("SIGHUP: no TLS to reload"),
     }
     match server.shared.users.reload() {
-        Some(Ok(users)) => info!(users, "SIGHUP: users reloaded"),
+        Some(Ok((users, gone))) => {
+            info!(users, "SIGHUP: users reloaded");
+            close_connections_of(&server.shared, &gone);
+        }
         Some(Err(why)) => warn!(%why, "SIGHUP: users not reloaded; the old ones stay"),
         None => {}
     }
     server.shared.history.reopen_audit_log();
+}
+
+/// Closes the connections of users a reload removed or gave another
+/// token: what they authenticated with no longer admits them.
+fn close_connections_of(shared: &Shared, gone: &[String]) {
+    if gone.is_empty() {
+        return;
+    }
+    let mut closed = 0;
+    for client in shared.clients.all() {
+        if client
+            .user()
+            .is_some_and(|u| gone.iter().any(|g| **g == *u))
+        {
+            client.kill();
+            closed += 1;
+        }
+    }
+    info!(users = ?gone, closed, "SIGHUP: closed the connections of users removed or given another token");
 }
 
 impl Listener {
