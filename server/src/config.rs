@@ -99,6 +99,11 @@ pub struct ServeArgs {
     /// PEM CA: every client must present a certificate it signed.
     #[arg(long, value_name = "PATH", requires = "tls_cert")]
     pub tls_client_ca: Option<PathBuf>,
+    /// Under --tls-client-ca, a client certificate's subject CN names the
+    /// user (of --users) the connection is, with no AUTH; a CN naming no
+    /// user is refused.
+    #[arg(long, requires_all = ["tls_client_ca", "users"])]
+    pub tls_user_from_cn: bool,
     /// Serve Prometheus metrics on http://ADDR/metrics (and /healthz).
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<String>,
@@ -253,6 +258,7 @@ impl ServeArgs {
                 cert: cert.clone(),
                 key: key.clone(),
                 client_ca: self.tls_client_ca.clone(),
+                user_from_cn: self.tls_user_from_cn,
             }),
             _ => None,
         };
@@ -492,6 +498,7 @@ mod tests {
             tls_cert: None,
             tls_key: None,
             tls_client_ca: None,
+            tls_user_from_cn: false,
             log_level: None,
             log_format: LogFormat::Text,
             metrics: None,

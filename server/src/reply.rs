@@ -168,6 +168,16 @@ pub fn draining() -> ErrorReply {
     )
 }
 
+/// `-NOPERM ...`: under `--tls-user-from-cn`, a client certificate whose
+/// CN names no user (or that has none); the connection then closes.
+pub fn no_cn_user(cn: Option<&str>) -> ErrorReply {
+    let text = match cn {
+        Some(cn) => format!("the client certificate's CN {cn:?} names no user"),
+        None => "the client certificate has no CN to name a user".to_owned(),
+    };
+    ErrorReply::new(ErrorWord::NoPerm, text)
+}
+
 /// `-INVALID store: WHAT: invalid`, for refusals about no lock in particular.
 pub fn invalid_store(what: String) -> ErrorReply {
     ErrorReply::core(&wire::error(ErrorKind::Invalid, Scope::Store, what))

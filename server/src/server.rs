@@ -14,6 +14,7 @@
 //! signals, the metrics and the cluster's agent stay on the main runtime.
 
 use crate::handler::Handler;
+use crate::reply;
 use crate::session::{Counts, Session, Shared};
 use crate::shutdown::Shutdown;
 use crate::tls::{Tls, HANDSHAKE_TIMEOUT};
@@ -320,21 +321,39 @@ async fn serve_plain(
     debug!(%peer, "disconnected");
 }
 
-/// The handshake (within its timeout), then the connection's life.
+/// The handshake (within its timeout), the user its certificate names
+/// (`--tls-user-from-cn`), then the connection's life.
 async fn serve_tls(
     tls: &Tls,
     stream: TcpStream,
     peer: SocketAddr,
-    session: Session,
+    mut session: Session,
     shutdown: Shutdown,
     done: mpsc::Sender<()>,
 ) {
     let handshake = tls.acceptor().accept(stream);
-    match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
-        Ok(Ok(stream)) => Handler::new(stream, session, done).run(shutdown).await,
-        Ok(Err(e)) => tls.handshake_failed(peer, &e.to_string()),
-        Err(_) => tls.handshake_failed(peer, "no handshake within 10s"),
+    let mut stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(e)) => return tls.handshake_failed(peer, &e.to_string()),
+        Err(_) => return tls.handshake_failed(peer, "no handshake within 10s"),
+    };
+    if tls.user_from_cn() {
+        let cn = crate::tls::peer_common_name(&stream);
+        let user = cn
+            .as_deref()
+            .and_then(|cn| session.shared.users.now().named(cn));
+        match user {
+            Some(user) => session.authenticated_as(user),
+            None => {
+                let refusal = reply::no_cn_user(cn.as_deref());
+                warn!(%peer, %refusal, "client certificate refused");
+                let _ = stream.write_all(format!("-{refusal}\r\n").as_bytes()).await;
+                let _ = stream.shutdown().await;
+                return;
+            }
+        }
     }
+    Handler::new(stream, session, done).run(shutdown).await;
 }
 
 /// The connection limit was reached: said at info level, at most once a

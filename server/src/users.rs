@@ -169,6 +169,11 @@ impl Users {
         user.token_is(token).then(|| user.clone())
     }
 
+    /// The user called `name` (a client certificate's CN names one).
+    pub fn named(&self, name: &str) -> Option<Arc<User>> {
+        self.by_name.get(name).cloned()
+    }
+
     /// Whether `token` is an admin's (the metrics listener's Bearer token
     /// off loopback).
     pub fn admin_token(&self, token: &[u8]) -> bool {
