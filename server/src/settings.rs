@@ -155,16 +155,23 @@ pub fn parse<T: FromArgMatches>(
         .find_subcommand(sub)
         .expect("the subcommand exists")
         .clone();
-    // Lenient: what the file adds may satisfy a flag's requirements.
-    let first = command
+    // Lenient: what the file adds may satisfy a flag's requirements. What
+    // even this refuses (help, version, no subcommand) is said by the
+    // strict parse, with its usage.
+    let lenient = command
         .clone()
         .ignore_errors(true)
-        .try_get_matches_from(&argv)
-        .map_err(|e| from_env(&serve, &argv, e))?;
-    let Some(given) = first.subcommand_matches(sub) else {
-        let parsed = T::from_arg_matches(&first).map_err(Refusal::Clap)?;
-        return Ok((parsed, Sources::default()));
+        .try_get_matches_from(&argv);
+    let first = match lenient {
+        Ok(first) if first.subcommand_matches(sub).is_some() => first,
+        _ => {
+            let strict = command.try_get_matches_from(&argv);
+            let matches = strict.map_err(|e| from_env(&serve, &argv, e))?;
+            let parsed = T::from_arg_matches(&matches).map_err(Refusal::Clap)?;
+            return Ok((parsed, Sources::default()));
+        }
     };
+    let given = first.subcommand_matches(sub).expect("matched above");
     let mut layers = Layers::default();
     layers.aliases(&serve, given, aliases)?;
     if let Some(path) = given.get_one::<PathBuf>(CONFIG) {
