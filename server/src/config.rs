@@ -126,6 +126,24 @@ pub struct ServeArgs {
     /// it); port 0 stands for the port the node listens on.
     #[arg(long, value_name = "HOST:PORT", requires = "etcd")]
     pub advertise: Option<String>,
+    /// PEM CA that signed etcd's certificate: etcd is reached over TLS
+    /// (`https://` URLs in --etcd).
+    #[arg(long, value_name = "PATH", requires = "etcd")]
+    pub etcd_cacert: Option<PathBuf>,
+    /// PEM client certificate for etcd's `--client-cert-auth` (with
+    /// --etcd-key and --etcd-cacert).
+    #[arg(long, value_name = "PATH", requires_all = ["etcd_key", "etcd_cacert"])]
+    pub etcd_cert: Option<PathBuf>,
+    /// PEM private key of --etcd-cert.
+    #[arg(long, value_name = "PATH", requires = "etcd_cert")]
+    pub etcd_key: Option<PathBuf>,
+    /// etcd user the node authenticates as (etcd's auth enabled; with
+    /// --etcd-password-file).
+    #[arg(long, value_name = "NAME", requires_all = ["etcd", "etcd_password_file"])]
+    pub etcd_user: Option<String>,
+    /// File holding --etcd-user's password (surrounding whitespace ignored).
+    #[arg(long, value_name = "PATH", requires = "etcd_user")]
+    pub etcd_password_file: Option<PathBuf>,
     /// Partitions of a new cluster (kept in etcd: later nodes use its count).
     #[arg(long, value_name = "N", default_value_t = 16,
           value_parser = clap::value_parser!(u16).range(1..=1024))]
@@ -208,6 +226,29 @@ pub struct ClusterSettings {
     pub ttl: Duration,
     pub max_ttl: Duration,
     pub fence_window: u64,
+    /// How etcd is reached: TLS, a user.
+    pub access: EtcdAccess,
+}
+
+/// etcd over TLS (`--etcd-cacert`, a client certificate) and as a user.
+#[derive(Clone, Debug, Default)]
+pub struct EtcdAccess {
+    /// The CA's PEM, when etcd speaks TLS.
+    pub ca: Option<Vec<u8>>,
+    /// The client certificate's and key's PEM.
+    pub identity: Option<(Vec<u8>, Vec<u8>)>,
+    /// The user and its password.
+    pub user: Option<(String, Password)>,
+}
+
+/// A password, never shown by `Debug`.
+#[derive(Clone)]
+pub struct Password(pub String);
+
+impl std::fmt::Debug for Password {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Password(********)")
+    }
 }
 
 /// What `serve` runs with, checked.
@@ -338,6 +379,7 @@ impl ServeArgs {
             return Err(format!("{label} {advertise:?}: expected host:port"));
         }
         Ok(Some(ClusterSettings {
+            access: self.etcd_access(&endpoints)?,
             endpoints,
             cluster: cluster.clone(),
             advertise: advertise.clone(),
@@ -346,6 +388,51 @@ impl ServeArgs {
             max_ttl: self.max_ttl(CLUSTER_MAX_TTL)?,
             fence_window: self.fence_window,
         }))
+    }
+
+    /// The TLS files and the user's password, read; TLS and `https://`
+    /// URLs go together.
+    fn etcd_access(&self, endpoints: &[String]) -> Result<EtcdAccess, String> {
+        let read = |long: &str, path: &Option<PathBuf>| {
+            let read = |p: &PathBuf| {
+                std::fs::read(p).map_err(|e| format!("{} {}: {e}", self.label(long), p.display()))
+            };
+            path.as_ref().map(read).transpose()
+        };
+        let ca = read("etcd-cacert", &self.etcd_cacert)?;
+        let https = endpoints
+            .iter()
+            .filter(|e| e.starts_with("https://"))
+            .count();
+        if ca.is_some() != (https > 0) || (https > 0 && https < endpoints.len()) {
+            return Err(format!(
+                "{} {:?}: every URL https:// with --etcd-cacert, none without",
+                self.label("etcd"),
+                endpoints.join(",")
+            ));
+        }
+        let identity = match (
+            read("etcd-cert", &self.etcd_cert)?,
+            read("etcd-key", &self.etcd_key)?,
+        ) {
+            (Some(cert), Some(key)) => Some((cert, key)),
+            _ => None,
+        };
+        let user = match (&self.etcd_user, &self.etcd_password_file) {
+            (Some(user), Some(path)) => {
+                let password = read_token(&self.label("etcd-password-file"), path)?;
+                let password = String::from_utf8(password).map_err(|_| {
+                    format!(
+                        "{} {}: not UTF-8",
+                        self.label("etcd-password-file"),
+                        path.display()
+                    )
+                })?;
+                Some((user.clone(), Password(password)))
+            }
+            _ => None,
+        };
+        Ok(EtcdAccess { ca, identity, user })
     }
 }
 
@@ -503,6 +590,11 @@ mod tests {
             log_format: LogFormat::Text,
             metrics: None,
             etcd: None,
+            etcd_cacert: None,
+            etcd_cert: None,
+            etcd_key: None,
+            etcd_user: None,
+            etcd_password_file: None,
             cluster: None,
             advertise: None,
             partitions: 16,

@@ -15,6 +15,7 @@ use common::cluster::{
 };
 use common::{error_text, Client, Server};
 use holdline_resp::Value;
+use holdline_testing::cluster::ETCD_FLAGS;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -765,4 +766,76 @@ fn a_node_cut_from_etcd_is_not_ready_until_it_serves_its_share_again() {
     assert_eq!(await_readyz(&node, 200, within), "ready\n");
     let map = slot_map(node.addr);
     assert!(covers(&map, &[node.addr.to_string()]), "{map:?}");
+}
+
+/// etcd over TLS with client certificates and its auth on: a node given
+/// the CA, a client certificate and a user with a password file joins
+/// and serves (etcd refuses every request of a node without them).
+#[test]
+fn a_node_reaches_etcd_over_tls_as_a_user() {
+    use holdline_testing::certs::ServerFiles;
+    if !etcd_available() {
+        return;
+    }
+    let s = ServerFiles::new("etcd-tls", "etcd");
+    let (client_cert, client_key) = s.authority.leaf(true);
+    let client_cert = s.dir.write("client.pem", &client_cert);
+    let client_key = s.dir.write("client-key.pem", &client_key);
+    let password = "etcd-root-password-0123";
+    let password_file = s.dir.write("password", &format!("{password}\n"));
+    let mut flags = ETCD_FLAGS.to_vec();
+    flags.extend(["--cert-file", &s.cert, "--key-file", &s.key]);
+    flags.extend(["--trusted-ca-file", &s.ca, "--client-cert-auth"]);
+    let etcd = Etcd::start_tls(&flags).unwrap_or_else(|why| panic!("{why}"));
+    enable_etcd_auth(&etcd, &s.ca, (&client_cert, &client_key), password);
+    let access = [
+        "--etcd-cacert",
+        &s.ca,
+        "--etcd-cert",
+        &client_cert,
+        "--etcd-key",
+        &client_key,
+        "--etcd-user",
+        "root",
+        "--etcd-password-file",
+        &password_file,
+    ];
+    let node = start_node_with(&etcd, "tls", PARTITIONS, TTL, &access);
+    let map = await_spread(node.addr, &[node.addr.to_string()], Duration::from_secs(20));
+    assert!(covers(&map, &[node.addr.to_string()]), "{map:?}");
+    let mut c = Client::connect(node.addr);
+    granted(c.call(&["HOLD", "tls", "k", "WAIT", "0"]));
+    // The same node without the CA is refused at start: TLS and https://
+    // go together.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_holdline"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--etcd", &etcd.url()])
+        .args(["--cluster", "tls", "--advertise", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("every URL https:// with --etcd-cacert, none without"),
+        "{err}"
+    );
+}
+
+/// etcd's auth on, with the user `root` of `password`.
+fn enable_etcd_auth(etcd: &Etcd, ca: &str, (cert, key): (&str, &str), password: &str) {
+    use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
+    let read = |path: &str| std::fs::read(path).unwrap();
+    let tls = TlsOptions::new()
+        .ca_certificate(Certificate::from_pem(read(ca)))
+        .identity(Identity::from_pem(read(cert), read(key)));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let options = ConnectOptions::new().with_tls(tls);
+        let mut client = Client::connect([etcd.url()], Some(options)).await.unwrap();
+        client.user_add("root", password, None).await.unwrap();
+        client.user_grant_role("root", "root").await.unwrap();
+        client.auth_enable().await.unwrap();
+    });
 }
