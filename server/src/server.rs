@@ -236,7 +236,8 @@ impl Listener {
                     if drain_ends.is_some() || shared.cluster.is_some() {
                         break;
                     }
-                    info!(timeout = ?drain_timeout, "SIGTERM: draining: no new holds; holders may finish");
+                    let timeout = drain_timeout;
+                    info!(?timeout, "SIGTERM: draining: no new holds; holders may finish");
                     shared.drain();
                     drain_ends = Some(tokio::time::Instant::now() + drain_timeout);
                 }
