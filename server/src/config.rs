@@ -1,6 +1,7 @@
 //! The command line, and the start-up checks that refuse a dangerous or
 //! broken configuration before anything listens.
 
+use crate::settings::{self, Sources};
 use crate::tls::TlsFiles;
 use crate::users::{self, Users};
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -23,12 +24,22 @@ pub struct Cli {
 pub enum Command {
     /// Serve one in-memory store over RESP (redis-cli and Redis clients work).
     ///
-    /// Signals: SIGINT or SIGTERM closes the store (waiters answered
-    /// CLOSED, holders told their leases are lost), closes every connection
-    /// and exits 0; SIGHUP reloads the TLS certificate and key (a bad file
-    /// keeps the old ones and logs why).
+    /// Signals: SIGTERM drains a single server first: HOLD and TRYHOLD
+    /// are answered TRYAGAIN, holders keep their leases, and once nothing
+    /// is held (or --drain-timeout passed, or at a second SIGTERM) it goes
+    /// on as SIGINT does: closes the store (waiters answered CLOSED,
+    /// holders told their leases are lost), closes every connection and
+    /// exits 0. A cluster's node hands its partitions over at SIGTERM.
+    /// SIGHUP reloads the TLS certificate and key (a bad file keeps the
+    /// old ones and logs why).
     ///
-    /// Logs go to stderr. HOLDLINE_LOG (or --log-level) is a tracing
+    /// Every flag can also be set by a variable (HOLDLINE_ and the flag's
+    /// name in capitals, `-` as `_`: HOLDLINE_MAX_CONNECTIONS) and by the
+    /// TOML file --config names (keys the flags' names: max-connections =
+    /// 100); a flag beats its variable, which beats the file.
+    /// --print-config shows what is in force and where it came from.
+    ///
+    /// Logs go to stderr. --log-level (or HOLDLINE_LOG) is a tracing
     /// filter directive: a level (error, warn, info, debug, trace) or
     /// per-module directives such as `info,holdline=debug`.
     #[command(verbatim_doc_comment)]
@@ -46,6 +57,14 @@ pub enum LogFormat {
 
 #[derive(Args, Debug)]
 pub struct ServeArgs {
+    /// A TOML file of settings, keys the flags' names (`max-connections =
+    /// 100`); flags and variables beat it, an unknown key is refused.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Print the effective settings and where each came from (flag, env,
+    /// file, default), secrets masked, and exit.
+    #[arg(long)]
+    pub print_config: bool,
     /// Address to listen on; port 0 picks a free one (printed at start).
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7380")]
     pub listen: String,
@@ -62,7 +81,7 @@ pub struct ServeArgs {
           value_parser = clap::value_parser!(u64).range(1..))]
     pub max_connections: u64,
     /// Threads serving connections, each with an event loop of its own
-    /// (default: HOLDLINE_CORES, else one per CPU). One spends the least
+    /// (default: one per CPU). One spends the least
     /// CPU per request at light load; one per CPU carries the most
     /// requests when they are busy.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1024))]
@@ -80,11 +99,17 @@ pub struct ServeArgs {
     /// PEM CA: every client must present a certificate it signed.
     #[arg(long, value_name = "PATH", requires = "tls_cert")]
     pub tls_client_ca: Option<PathBuf>,
+    /// Under --tls-client-ca, a client certificate's subject CN names the
+    /// user (of --users) the connection is, with no AUTH; a CN naming no
+    /// user is refused.
+    #[arg(long, requires_all = ["tls_client_ca", "users"])]
+    pub tls_user_from_cn: bool,
     /// Serve Prometheus metrics on http://ADDR/metrics (and /healthz).
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<String>,
-    /// Log filter (overrides HOLDLINE_LOG; default info): a level or
-    /// tracing directives such as `info,holdline=debug`.
+    /// Log filter (also HOLDLINE_LOG, weaker than HOLDLINE_LOG_LEVEL;
+    /// default info): a level or tracing directives such as
+    /// `info,holdline=debug`.
     #[arg(long, value_name = "DIRECTIVE")]
     pub log_level: Option<String>,
     /// Log line format.
@@ -101,6 +126,24 @@ pub struct ServeArgs {
     /// it); port 0 stands for the port the node listens on.
     #[arg(long, value_name = "HOST:PORT", requires = "etcd")]
     pub advertise: Option<String>,
+    /// PEM CA that signed etcd's certificate: etcd is reached over TLS
+    /// (`https://` URLs in --etcd).
+    #[arg(long, value_name = "PATH", requires = "etcd")]
+    pub etcd_cacert: Option<PathBuf>,
+    /// PEM client certificate for etcd's `--client-cert-auth` (with
+    /// --etcd-key and --etcd-cacert).
+    #[arg(long, value_name = "PATH", requires_all = ["etcd_key", "etcd_cacert"])]
+    pub etcd_cert: Option<PathBuf>,
+    /// PEM private key of --etcd-cert.
+    #[arg(long, value_name = "PATH", requires = "etcd_cert")]
+    pub etcd_key: Option<PathBuf>,
+    /// etcd user the node authenticates as (etcd's auth enabled; with
+    /// --etcd-password-file).
+    #[arg(long, value_name = "NAME", requires_all = ["etcd", "etcd_password_file"])]
+    pub etcd_user: Option<String>,
+    /// File holding --etcd-user's password (surrounding whitespace ignored).
+    #[arg(long, value_name = "PATH", requires = "etcd_user")]
+    pub etcd_password_file: Option<PathBuf>,
     /// Partitions of a new cluster (kept in etcd: later nodes use its count).
     #[arg(long, value_name = "N", default_value_t = 16,
           value_parser = clap::value_parser!(u16).range(1..=1024))]
@@ -141,10 +184,36 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N", default_value_t = 10_000,
           value_parser = clap::value_parser!(u64).range(0..=10_000_000))]
     pub history: u64,
+    /// On SIGTERM a single server refuses new HOLDs and waits this long at
+    /// most for its holders to let go, then ends the rest (`30s`, `500ms`).
+    #[arg(long, value_name = "DURATION", default_value = "30s")]
+    pub drain_timeout: String,
     /// Appends every grant and end of a lease to PATH as a JSON line,
     /// from a thread of its own (reopened on SIGHUP, as logrotate expects).
     #[arg(long, value_name = "PATH")]
     pub audit_log: Option<PathBuf>,
+    /// Where each setting came from (filled in after parsing).
+    #[arg(skip)]
+    pub sources: Sources,
+}
+
+/// Older names of some flags' variables, (variable, flag): weaker than the
+/// flag's own variable, stronger than the file.
+const ENV_ALIASES: [(&str, &str); 1] = [("HOLDLINE_LOG", "log-level")];
+
+/// The command line, every `serve` flag also read from its variable.
+pub fn command() -> clap::Command {
+    use clap::CommandFactory;
+    settings::with_env(Cli::command(), "serve")
+}
+
+/// `serve`'s settings from the flags, the variables and `--config`'s file,
+/// each knowing where it came from.
+pub fn parse(argv: Vec<std::ffi::OsString>) -> Result<ServeArgs, settings::Refusal> {
+    let (cli, sources) = settings::parse::<Cli>(command(), "serve", argv, &ENV_ALIASES)?;
+    let Command::Serve(mut args) = cli.command;
+    args.sources = sources;
+    Ok(args)
 }
 
 /// Cluster mode's settings, checked.
@@ -157,6 +226,29 @@ pub struct ClusterSettings {
     pub ttl: Duration,
     pub max_ttl: Duration,
     pub fence_window: u64,
+    /// How etcd is reached: TLS, a user.
+    pub access: EtcdAccess,
+}
+
+/// etcd over TLS (`--etcd-cacert`, a client certificate) and as a user.
+#[derive(Clone, Debug, Default)]
+pub struct EtcdAccess {
+    /// The CA's PEM, when etcd speaks TLS.
+    pub ca: Option<Vec<u8>>,
+    /// The client certificate's and key's PEM.
+    pub identity: Option<(Vec<u8>, Vec<u8>)>,
+    /// The user and its password.
+    pub user: Option<(String, Password)>,
+}
+
+/// A password, never shown by `Debug`.
+#[derive(Clone)]
+pub struct Password(pub String);
+
+impl std::fmt::Debug for Password {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Password(********)")
+    }
 }
 
 /// What `serve` runs with, checked.
@@ -176,6 +268,8 @@ pub struct Config {
     pub cluster: Option<ClusterSettings>,
     pub history: usize,
     pub audit_log: Option<PathBuf>,
+    /// How long a SIGTERM's drain waits for holders at most.
+    pub drain_timeout: Duration,
 }
 
 impl ServeArgs {
@@ -183,10 +277,10 @@ impl ServeArgs {
     /// address without a token or client certificates (as Redis's
     /// protected mode does).
     pub fn check(&self) -> Result<Config, String> {
-        let listen = resolve("--listen", &self.listen)?;
+        let listen = resolve(&self.label("listen"), &self.listen)?;
         let token = match &self.token_file {
             None => None,
-            Some(path) => Some(read_token(path)?),
+            Some(path) => Some(read_token(&self.label("token-file"), path)?),
         };
         let users = match (&self.users, &token) {
             (Some(path), _) => users::read_file(path)?,
@@ -205,13 +299,14 @@ impl ServeArgs {
                 cert: cert.clone(),
                 key: key.clone(),
                 client_ca: self.tls_client_ca.clone(),
+                user_from_cn: self.tls_user_from_cn,
             }),
             _ => None,
         };
         let metrics = self
             .metrics
             .as_deref()
-            .map(|a| resolve("--metrics", a))
+            .map(|a| resolve(&self.label("metrics"), a))
             .transpose()?;
         if let Some(at) = metrics.filter(|m| !m.ip().is_loopback() && !users.required()) {
             return Err(format!(
@@ -229,27 +324,27 @@ impl ServeArgs {
             users_file: self.users.clone(),
             limits: self.limits()?,
             max_connections: usize::try_from(self.max_connections).unwrap_or(usize::MAX),
-            cores: self.cores()?,
+            cores: self.cores(),
             max_frame: usize::try_from(self.max_frame).unwrap_or(usize::MAX),
             tls,
             history: usize::try_from(self.history).unwrap_or(usize::MAX),
             audit_log: self.audit_log.clone(),
+            drain_timeout: duration(&self.label("drain-timeout"), &self.drain_timeout)?,
         })
     }
 }
 
 impl ServeArgs {
-    /// `--cores`, else `HOLDLINE_CORES`, else one per CPU.
-    fn cores(&self) -> Result<usize, String> {
-        if let Some(n) = self.cores {
-            return Ok(usize::try_from(n).unwrap_or(1));
-        }
-        match std::env::var("HOLDLINE_CORES") {
-            Ok(v) => match v.trim().parse::<usize>() {
-                Ok(n) if (1..=1024).contains(&n) => Ok(n),
-                _ => Err(format!("HOLDLINE_CORES {v:?}: a count from 1 to 1024")),
-            },
-            Err(_) => Ok(std::thread::available_parallelism().map_or(1, |n| n.get())),
+    /// How an error names setting `long`: its flag, variable or file key.
+    pub fn label(&self, long: &str) -> String {
+        self.sources.label(long)
+    }
+
+    /// `--cores` (or `HOLDLINE_CORES`, ...), else one per CPU.
+    fn cores(&self) -> usize {
+        match self.cores {
+            Some(n) => usize::try_from(n).unwrap_or(1),
+            None => std::thread::available_parallelism().map_or(1, |n| n.get()),
         }
     }
 
@@ -266,12 +361,13 @@ impl ServeArgs {
             .map(str::to_owned)
             .collect();
         if endpoints.is_empty() {
-            return Err(format!("--etcd {etcd:?}: no URL"));
+            return Err(format!("{} {etcd:?}: no URL", self.label("etcd")));
         }
         let name_ok = |c: char| c.is_ascii_alphanumeric() || "_-.".contains(c);
         if cluster.is_empty() || cluster.len() > 64 || !cluster.chars().all(name_ok) {
             return Err(format!(
-                "--cluster {cluster:?}: 1 to 64 ASCII letters, digits and \"_-.\""
+                "{} {cluster:?}: 1 to 64 ASCII letters, digits and \"_-.\"",
+                self.label("cluster")
             ));
         }
         // Port 0: the port --listen got (a node on `--listen HOST:0`).
@@ -279,28 +375,75 @@ impl ServeArgs {
             .rsplit_once(':')
             .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
         if !port_ok {
-            return Err(format!("--advertise {advertise:?}: expected host:port"));
+            let label = self.label("advertise");
+            return Err(format!("{label} {advertise:?}: expected host:port"));
         }
         Ok(Some(ClusterSettings {
+            access: self.etcd_access(&endpoints)?,
             endpoints,
             cluster: cluster.clone(),
             advertise: advertise.clone(),
             partitions: self.partitions,
-            ttl: etcd_ttl(&self.etcd_ttl)?,
-            max_ttl: max_ttl(self.max_ttl.as_deref().unwrap_or(CLUSTER_MAX_TTL))?,
+            ttl: etcd_ttl(&self.label("etcd-ttl"), &self.etcd_ttl)?,
+            max_ttl: self.max_ttl(CLUSTER_MAX_TTL)?,
             fence_window: self.fence_window,
         }))
+    }
+
+    /// The TLS files and the user's password, read; TLS and `https://`
+    /// URLs go together.
+    fn etcd_access(&self, endpoints: &[String]) -> Result<EtcdAccess, String> {
+        let read = |long: &str, path: &Option<PathBuf>| {
+            let read = |p: &PathBuf| {
+                std::fs::read(p).map_err(|e| format!("{} {}: {e}", self.label(long), p.display()))
+            };
+            path.as_ref().map(read).transpose()
+        };
+        let ca = read("etcd-cacert", &self.etcd_cacert)?;
+        let https = endpoints
+            .iter()
+            .filter(|e| e.starts_with("https://"))
+            .count();
+        if ca.is_some() != (https > 0) || (https > 0 && https < endpoints.len()) {
+            return Err(format!(
+                "{} {:?}: every URL https:// with --etcd-cacert, none without",
+                self.label("etcd"),
+                endpoints.join(",")
+            ));
+        }
+        let identity = match (
+            read("etcd-cert", &self.etcd_cert)?,
+            read("etcd-key", &self.etcd_key)?,
+        ) {
+            (Some(cert), Some(key)) => Some((cert, key)),
+            _ => None,
+        };
+        let user = match (&self.etcd_user, &self.etcd_password_file) {
+            (Some(user), Some(path)) => {
+                let password = read_token(&self.label("etcd-password-file"), path)?;
+                let password = String::from_utf8(password).map_err(|_| {
+                    format!(
+                        "{} {}: not UTF-8",
+                        self.label("etcd-password-file"),
+                        path.display()
+                    )
+                })?;
+                Some((user.clone(), Password(password)))
+            }
+            _ => None,
+        };
+        Ok(EtcdAccess { ca, identity, user })
     }
 }
 
 /// `5s` or `5`: whole seconds, 2 to 300 (etcd's leases count seconds, and
 /// refuse less than its election timeout allows).
-fn etcd_ttl(text: &str) -> Result<Duration, String> {
+fn etcd_ttl(label: &str, text: &str) -> Result<Duration, String> {
     let digits = text.strip_suffix('s').unwrap_or(text);
     match digits.parse::<u64>() {
         Ok(n) if (2..=300).contains(&n) => Ok(Duration::from_secs(n)),
         _ => Err(format!(
-            "--etcd-ttl {text:?}: expected whole seconds from 2s to 300s"
+            "{label} {text:?}: expected whole seconds from 2s to 300s"
         )),
     }
 }
@@ -338,12 +481,18 @@ impl Default for Limits {
 impl ServeArgs {
     fn limits(&self) -> Result<Limits, String> {
         Ok(Limits {
-            auth_timeout: duration("--auth-timeout", &self.auth_timeout)?,
+            auth_timeout: duration(&self.label("auth-timeout"), &self.auth_timeout)?,
             idle_timeout: (self.timeout > 0).then(|| Duration::from_secs(self.timeout)),
-            max_output: bytes("--max-output", &self.max_output)?,
-            max_ttl: max_ttl(self.max_ttl.as_deref().unwrap_or(SINGLE_MAX_TTL))?,
-            max_rows: bytes("--max-rows", &self.max_rows)?,
+            max_output: bytes(&self.label("max-output"), &self.max_output)?,
+            max_ttl: self.max_ttl(SINGLE_MAX_TTL)?,
+            max_rows: bytes(&self.label("max-rows"), &self.max_rows)?,
         })
+    }
+
+    /// `--max-ttl`, else `default`.
+    fn max_ttl(&self, default: &str) -> Result<Duration, String> {
+        let text = self.max_ttl.as_deref().unwrap_or(default);
+        max_ttl(&self.label("max-ttl"), text)
     }
 }
 
@@ -384,7 +533,7 @@ fn duration(flag: &str, text: &str) -> Result<Duration, String> {
 }
 
 /// `10s` or `2500ms`: from 100 ms to an hour.
-fn max_ttl(text: &str) -> Result<Duration, String> {
+fn max_ttl(label: &str, text: &str) -> Result<Duration, String> {
     let parsed = match text.strip_suffix("ms") {
         Some(ms) => ms.parse().ok().map(Duration::from_millis),
         None => text
@@ -395,7 +544,7 @@ fn max_ttl(text: &str) -> Result<Duration, String> {
     match parsed {
         Some(d) if d >= Duration::from_millis(100) && d <= Duration::from_secs(3600) => Ok(d),
         _ => Err(format!(
-            "--max-ttl {text:?}: expected a duration from 100ms to 3600s, such as 10s or 2500ms"
+            "{label} {text:?}: expected a duration from 100ms to 3600s, such as 10s or 2500ms"
         )),
     }
 }
@@ -410,14 +559,11 @@ fn resolve(flag: &str, addr: &str) -> Result<SocketAddr, String> {
 
 /// The token: the file's content without surrounding whitespace, so a
 /// trailing newline written by an editor or `echo` does not count.
-fn read_token(path: &std::path::Path) -> Result<Vec<u8>, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("--token-file {}: {e}", path.display()))?;
+fn read_token(label: &str, path: &std::path::Path) -> Result<Vec<u8>, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("{label} {}: {e}", path.display()))?;
     let token = bytes.trim_ascii().to_vec();
     if token.is_empty() {
-        return Err(format!(
-            "--token-file {}: the file is empty",
-            path.display()
-        ));
+        return Err(format!("{label} {}: the file is empty", path.display()));
     }
     Ok(token)
 }
@@ -428,6 +574,8 @@ mod tests {
 
     fn args(listen: &str, token_file: Option<PathBuf>) -> ServeArgs {
         ServeArgs {
+            config: None,
+            print_config: false,
             listen: listen.into(),
             token_file,
             users: None,
@@ -437,10 +585,16 @@ mod tests {
             tls_cert: None,
             tls_key: None,
             tls_client_ca: None,
+            tls_user_from_cn: false,
             log_level: None,
             log_format: LogFormat::Text,
             metrics: None,
             etcd: None,
+            etcd_cacert: None,
+            etcd_cert: None,
+            etcd_key: None,
+            etcd_user: None,
+            etcd_password_file: None,
             cluster: None,
             advertise: None,
             partitions: 16,
@@ -453,7 +607,34 @@ mod tests {
             fence_window: 1 << 40,
             history: 10_000,
             audit_log: None,
+            drain_timeout: "30s".into(),
+            sources: Sources::default(),
         }
+    }
+
+    /// server/README.md's table names every flag `holdline serve` takes.
+    #[test]
+    fn the_readme_names_every_flag() {
+        let readme = include_str!("../README.md");
+        let mut cli = command();
+        cli.build();
+        let serve = cli.find_subcommand("serve").unwrap();
+        let missing: Vec<String> = serve
+            .get_arguments()
+            .filter(|a| !a.is_hide_set())
+            .filter_map(|a| a.get_long())
+            .filter(|long| {
+                let named = |row: &str| {
+                    row.contains(&format!("`--{long} ")) || row.contains(&format!("`--{long}`"))
+                };
+                *long != "help" && !readme.lines().any(|l| l.starts_with('|') && named(l))
+            })
+            .map(str::to_owned)
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "server/README.md's table lacks {missing:?}"
+        );
     }
 
     #[test]

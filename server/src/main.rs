@@ -8,7 +8,8 @@
 
 //! Module map, bottom-up (each module uses only those above it; checked by
 //! `tests/module_graph.rs`): `woken` (a future polled only once woken),
-//! `users` (who may connect, their rights),
+//! `users` (who may connect, their rights), `settings` (flags, variables
+//! and the file, and where each value came from),
 //! `config` (flags), `tls` (certificates),
 //! `reply` (error replies in the core's shape), `parse` (the argument
 //! cursor and the options' reader), `record` (one record per lease, and
@@ -38,13 +39,13 @@ mod record;
 mod reply;
 mod server;
 mod session;
+mod settings;
 mod shutdown;
 mod tls;
 mod users;
 mod woken;
 
-use clap::Parser;
-use config::{Cli, Command, Config, LogFormat};
+use config::{Config, LogFormat};
 use holdline::Store;
 use session::{Facts, Shared};
 use std::io::Write;
@@ -56,10 +57,25 @@ use tracing::{info, warn};
 const SPARE_DESCRIPTORS: u64 = 64;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let Command::Serve(args) = cli.command;
-    let started = args.check().and_then(|config| {
-        init_logging(args.log_level.as_deref(), args.log_format)?;
+    let args = match config::parse(std::env::args_os().collect()) {
+        Ok(args) => args,
+        Err(settings::Refusal::Clap(e)) => e.exit(),
+        Err(settings::Refusal::Refused(why)) => {
+            eprintln!("holdline: {why}");
+            return ExitCode::from(2);
+        }
+    };
+    let checked = args.check();
+    if args.print_config && checked.is_ok() {
+        let _ = write!(std::io::stdout(), "{}", args.sources.print());
+        return ExitCode::SUCCESS;
+    }
+    let started = checked.and_then(|config| {
+        let level = args
+            .log_level
+            .as_deref()
+            .map(|l| (l, args.label("log-level")));
+        init_logging(level, args.log_format)?;
         let tls = config.tls.clone().map(tls::Tls::load).transpose()?;
         Ok((config, tls.map(Arc::new)))
     });
@@ -123,17 +139,7 @@ async fn serve(mut config: Config, tls: Option<Arc<tls::Tls>>) -> Result<(), Str
         "serving"
     );
     let metrics_listener = match config.metrics {
-        Some(addr) => {
-            let bound = metrics::listen(addr).await;
-            let listener = bound.map_err(|e| format!("--metrics {addr}: {e}"))?;
-            let at = listener.local_addr().map_err(|e| e.to_string())?;
-            let _ = writeln!(
-                std::io::stdout(),
-                "holdline: metrics on http://{at}/metrics"
-            );
-            let _ = std::io::stdout().flush();
-            Some(listener)
-        }
+        Some(addr) => Some(listen_metrics(addr).await?),
         None => None,
     };
     let facts = Facts {
@@ -171,13 +177,35 @@ async fn serve(mut config: Config, tls: Option<Arc<tls::Tls>>) -> Result<(), Str
     }
     let (leave, left) = tokio::sync::watch::channel(false);
     let agent = agent.map(|a| tokio::spawn(a.run(left)));
-    let served = server::run(listener, shared, config.max_connections, config.cores, tls).await;
+    let (connections, cores) = (config.max_connections, config.cores);
+    let served = server::run(
+        listener,
+        shared,
+        connections,
+        cores,
+        tls,
+        config.drain_timeout,
+    )
+    .await;
     if let Some(agent) = agent {
         // Give the partitions up in etcd, so other nodes take them at once.
         let _ = leave.send(true);
         let _ = tokio::time::timeout(LEAVE_GRACE, agent).await;
     }
     served.map_err(|e| e.to_string())
+}
+
+/// Binds `--metrics` and says where (stdout's second line).
+async fn listen_metrics(addr: std::net::SocketAddr) -> Result<tokio::net::TcpListener, String> {
+    let bound = metrics::listen(addr).await;
+    let listener = bound.map_err(|e| format!("--metrics {addr}: {e}"))?;
+    let at = listener.local_addr().map_err(|e| e.to_string())?;
+    let _ = writeln!(
+        std::io::stdout(),
+        "holdline: metrics on http://{at}/metrics"
+    );
+    let _ = std::io::stdout().flush();
+    Ok(listener)
 }
 
 /// Serves `/metrics` and the page on `listener`: off loopback, only to a
@@ -196,10 +224,14 @@ fn serve_metrics(listener: tokio::net::TcpListener, shared: &Arc<Shared>) {
         admits,
     };
     // Weak: the listener outlives nothing it should keep alive.
-    let weak = Arc::downgrade(shared);
+    let (weak, weak_ready) = (Arc::downgrade(shared), Arc::downgrade(shared));
     let page = metrics::Page {
         html: page::HTML,
         state: Arc::new(move || weak.upgrade().map(|s| page::state_json(&s))),
+        ready: Arc::new(move || match weak_ready.upgrade() {
+            Some(shared) => shared.readiness(),
+            None => Err("shutting down".to_owned()),
+        }),
     };
     tokio::spawn(metrics::serve(listener, m.clone(), access, page));
 }
@@ -259,15 +291,11 @@ fn listen(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener
     socket.listen(LISTEN_BACKLOG)
 }
 
-/// Logs to stderr, filtered by `level` (else `HOLDLINE_LOG`, else `info`).
-fn init_logging(level: Option<&str>, format: LogFormat) -> Result<(), String> {
-    let from_env = std::env::var("HOLDLINE_LOG").ok();
-    let (directive, source) = match (level, &from_env) {
-        (Some(l), _) => (l.to_owned(), "--log-level"),
-        (None, Some(e)) => (e.clone(), "HOLDLINE_LOG"),
-        (None, None) => ("info".to_owned(), "the default"),
-    };
-    let filter = log_filter(&directive).map_err(|why| format!("{source} {directive:?}: {why}"))?;
+/// Logs to stderr, filtered by `level` (its directive, and how an error
+/// names where it came from), else `info`.
+fn init_logging(level: Option<(&str, String)>, format: LogFormat) -> Result<(), String> {
+    let (directive, source) = level.unwrap_or(("info", "the default".to_owned()));
+    let filter = log_filter(directive).map_err(|why| format!("{source} {directive:?}: {why}"))?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

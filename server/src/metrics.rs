@@ -3,8 +3,10 @@
 //! keys, waiters, grants, timeouts, revocations, expirations, and the wait
 //! and hold times as histograms in seconds; in a cluster, the partitions
 //! served and the etcd lease's time left. `--metrics ADDR` serves them on
-//! `/metrics` in Prometheus's text format, with `/healthz` beside it (200
-//! while serving, 503 once shutting down), and the page (`/`, its data on
+//! `/metrics` in Prometheus's text format, with `/healthz` (liveness: 200
+//! while serving, 503 once shutting down) and `/readyz` (readiness: 200
+//! `ready`, else 503 and why: draining, shutting down, in a cluster no
+//! live etcd lease or its share not served), and the page (`/`, its data on
 //! `/api/state`; made by `page`), on a port of their own.
 //!
 //! The command path pays an atomic add per command and per error (the
@@ -368,13 +370,16 @@ pub struct Access {
 }
 
 /// Whether a request for `path` must bear an admin's token: off loopback
-/// on a server with tokens, every path but `/healthz` (a load balancer's
-/// probe carries none, and it tells nothing of the locks). Off loopback
+/// on a server with tokens, every path but `/healthz` and `/readyz` (a
+/// load balancer's probe carries none, and they tell nothing of the locks). Off loopback
 /// without tokens the server never starts (`config`), so that case never
 /// serves.
 pub fn needs_token(path: &str, listener_is_loopback: bool, auth_configured: bool) -> bool {
-    !listener_is_loopback && auth_configured && path != "/healthz"
+    !listener_is_loopback && auth_configured && !PROBES.contains(&path)
 }
+
+/// The probes anyone may ask.
+const PROBES: [&str; 2] = ["/healthz", "/readyz"];
 
 /// The page (`/`) and its data (`/api/state`): made by the caller, which
 /// knows the server's state (`None`: the server is gone).
@@ -382,9 +387,11 @@ pub fn needs_token(path: &str, listener_is_loopback: bool, auth_configured: bool
 pub struct Page {
     pub html: &'static str,
     pub state: Arc<dyn Fn() -> Option<String> + Send + Sync>,
+    /// `/readyz`: ready, or why not.
+    pub ready: Arc<dyn Fn() -> Result<(), String> + Send + Sync>,
 }
 
-/// Serves `/metrics`, `/healthz`, `/` and `/api/state` on `listener`
+/// Serves `/metrics`, `/healthz`, `/readyz`, `/` and `/api/state` on `listener`
 /// until the runtime ends, each to whom `access` admits.
 pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, access: Access, page: Page) {
     loop {
@@ -425,6 +432,15 @@ pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, access: Access,
 const PAGE_POLICY: &str = "default-src 'none'; script-src 'unsafe-inline'; \
     style-src 'unsafe-inline'; connect-src 'self'; img-src data:";
 
+/// Ready while serving and the server says so.
+fn readiness(metrics: &Metrics, page: &Page) -> Result<(), String> {
+    // Relaxed: as in `shutting_down`.
+    if !metrics.serving.load(Ordering::Relaxed) {
+        return Err("shutting down".to_owned());
+    }
+    (page.ready)()
+}
+
 async fn answer(metrics: &Metrics, page: &Page, path: &str) -> Response<Full<Bytes>> {
     let (status, content_type, body) = match path {
         "/metrics" => (
@@ -441,6 +457,10 @@ async fn answer(metrics: &Metrics, page: &Page, path: &str) -> Response<Full<Byt
             "text/plain",
             "shutting down\n".to_owned(),
         ),
+        "/readyz" => match readiness(metrics, page) {
+            Ok(()) => (StatusCode::OK, "text/plain", "ready\n".to_owned()),
+            Err(why) => (StatusCode::SERVICE_UNAVAILABLE, "text/plain", why + "\n"),
+        },
         "/" => (
             StatusCode::OK,
             "text/html; charset=utf-8",
@@ -461,7 +481,7 @@ async fn answer(metrics: &Metrics, page: &Page, path: &str) -> Response<Full<Byt
         _ => (
             StatusCode::NOT_FOUND,
             "text/plain",
-            "not found: try /, /api/state, /metrics or /healthz\n".to_owned(),
+            "not found: try /, /api/state, /metrics, /healthz or /readyz\n".to_owned(),
         ),
     };
     let mut response = Response::new(Full::new(Bytes::from(body)));
@@ -498,7 +518,7 @@ fn unauthorized() -> Response<Full<Bytes>> {
 /// start).
 pub async fn listen(addr: std::net::SocketAddr) -> std::io::Result<TcpListener> {
     let listener = TcpListener::bind(addr).await?;
-    info!(addr = %listener.local_addr()?, "metrics on /metrics and /healthz, the page on /");
+    info!(addr = %listener.local_addr()?, "metrics on /metrics, /healthz and /readyz, the page on /");
     Ok(listener)
 }
 
@@ -507,13 +527,21 @@ mod tests {
     use super::needs_token;
 
     #[test]
-    fn off_loopback_with_tokens_every_path_but_healthz_needs_a_token() {
-        for path in ["/", "/api/state", "/metrics", "/nothing", "/healthz/"] {
+    fn off_loopback_with_tokens_every_path_but_the_probes_needs_a_token() {
+        for path in [
+            "/",
+            "/api/state",
+            "/metrics",
+            "/nothing",
+            "/healthz/",
+            "/readyz/",
+        ] {
             assert!(needs_token(path, false, true), "{path}");
             assert!(!needs_token(path, true, true), "{path} on loopback");
             assert!(!needs_token(path, true, false), "{path} on loopback");
         }
         assert!(!needs_token("/healthz", false, true));
+        assert!(!needs_token("/readyz", false, true));
         // Refused at start (`config`): no such server serves.
         assert!(!needs_token("/metrics", false, false));
     }

@@ -28,11 +28,12 @@ pub enum ErrorWord {
     Moved,
     ClusterDown,
     CrossSlot,
+    TryAgain,
 }
 
 impl ErrorWord {
     /// Every word, in the order of [`ErrorWord::index`].
-    pub const ALL: [ErrorWord; 13] = [
+    pub const ALL: [ErrorWord; 14] = [
         ErrorWord::Invalid,
         ErrorWord::InUse,
         ErrorWord::Lost,
@@ -46,6 +47,7 @@ impl ErrorWord {
         ErrorWord::Moved,
         ErrorWord::ClusterDown,
         ErrorWord::CrossSlot,
+        ErrorWord::TryAgain,
     ];
 
     /// Its place in [`ErrorWord::ALL`].
@@ -69,6 +71,7 @@ impl ErrorWord {
             ErrorWord::Moved => "MOVED",
             ErrorWord::ClusterDown => "CLUSTERDOWN",
             ErrorWord::CrossSlot => "CROSSSLOT",
+            ErrorWord::TryAgain => "TRYAGAIN",
         }
     }
 
@@ -88,6 +91,7 @@ impl ErrorWord {
             ErrorWord::Moved => "moved",
             ErrorWord::ClusterDown => "clusterdown",
             ErrorWord::CrossSlot => "crossslot",
+            ErrorWord::TryAgain => "tryagain",
         }
     }
 
@@ -153,6 +157,25 @@ pub fn invalid_key(lock: &str, key: &str, what: &'static str) -> ErrorReply {
         Scope::Key(lock, key),
         what,
     ))
+}
+
+/// `-TRYAGAIN ...`: a HOLD or TRYHOLD while the server drains (SIGTERM):
+/// holders keep their leases, nobody new is granted one.
+pub fn draining() -> ErrorReply {
+    ErrorReply::new(
+        ErrorWord::TryAgain,
+        "the server is draining: no new holds; try again on another server or later",
+    )
+}
+
+/// `-NOPERM ...`: under `--tls-user-from-cn`, a client certificate whose
+/// CN names no user (or that has none); the connection then closes.
+pub fn no_cn_user(cn: Option<&str>) -> ErrorReply {
+    let text = match cn {
+        Some(cn) => format!("the client certificate's CN {cn:?} names no user"),
+        None => "the client certificate has no CN to name a user".to_owned(),
+    };
+    ErrorReply::new(ErrorWord::NoPerm, text)
 }
 
 /// `-INVALID store: WHAT: invalid`, for refusals about no lock in particular.

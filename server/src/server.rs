@@ -14,6 +14,7 @@
 //! signals, the metrics and the cluster's agent stay on the main runtime.
 
 use crate::handler::Handler;
+use crate::reply;
 use crate::session::{Counts, Session, Shared};
 use crate::shutdown::Shutdown;
 use crate::tls::{Tls, HANDSHAKE_TIMEOUT};
@@ -25,7 +26,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::signal::unix::{signal, SignalKind};
+use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tracing::{debug, info, warn};
 
@@ -97,19 +98,33 @@ impl Cores {
     }
 }
 
-/// Serves until SIGINT or SIGTERM (SIGHUP reloads TLS); then closes the
-/// store (waiters `closed`, holders lost), tells every connection, and
-/// returns once they have finished (or the grace ran out).
+/// The signals the server answers.
+struct Signals {
+    interrupt: Signal,
+    terminate: Signal,
+    hangup: Signal,
+}
+
+/// How often a drain looks whether anything is still held.
+const DRAIN_POLL: Duration = Duration::from_millis(50);
+
+/// Serves until SIGINT or SIGTERM (SIGHUP reloads TLS; a single server's
+/// first SIGTERM drains first, for at most `drain_timeout`); then closes
+/// the store (waiters `closed`, holders lost), tells every connection,
+/// and returns once they have finished (or the grace ran out).
 pub async fn run(
     listener: TcpListener,
     shared: Arc<Shared>,
     max_connections: usize,
     cores: usize,
     tls: Option<Arc<Tls>>,
+    drain_timeout: Duration,
 ) -> io::Result<()> {
-    let mut interrupt = signal(SignalKind::interrupt())?;
-    let mut terminate = signal(SignalKind::terminate())?;
-    let mut hangup = signal(SignalKind::hangup())?;
+    let mut signals = Signals {
+        interrupt: signal(SignalKind::interrupt())?,
+        terminate: signal(SignalKind::terminate())?,
+        hangup: signal(SignalKind::hangup())?,
+    };
     let (notify_shutdown, _) = watch::channel(false);
     let (done_tx, mut done_rx) = mpsc::channel(1);
     tokio::spawn(give_back_memory(shared.clone()));
@@ -122,15 +137,9 @@ pub async fn run(
         tls,
         cores: Cores::start(cores)?,
     };
-    loop {
-        // Accepting is cancel-safe: a SIGHUP's turn loses no connection.
-        tokio::select! {
-            _ = server.accept_loop() => break,
-            _ = interrupt.recv() => break,
-            _ = terminate.recv() => break,
-            _ = hangup.recv() => reload(&server),
-        }
-    }
+    server
+        .serve_until_stopped(&mut signals, drain_timeout)
+        .await;
     info!("shutting down: closing the store");
     let Listener {
         listener,
@@ -155,6 +164,17 @@ pub async fn run(
     Ok(())
 }
 
+/// Resolves once no key is held or waited for, or at `ends`: whether
+/// anything is still held.
+async fn drained(shared: &Shared, ends: tokio::time::Instant) -> bool {
+    let gone = async {
+        while shared.holds_or_waits() {
+            tokio::time::sleep(DRAIN_POLL).await;
+        }
+    };
+    tokio::time::timeout_at(ends, gone).await.is_err()
+}
+
 /// TCP keepalive: the first probe after this much silence...
 const KEEPALIVE_IDLE: Duration = Duration::from_secs(60);
 /// ...and the next ones this far apart.
@@ -168,14 +188,71 @@ fn reload(server: &Listener) {
         None => info!("SIGHUP: no TLS to reload"),
     }
     match server.shared.users.reload() {
-        Some(Ok(users)) => info!(users, "SIGHUP: users reloaded"),
+        Some(Ok((users, gone))) => {
+            info!(users, "SIGHUP: users reloaded");
+            close_connections_of(&server.shared, &gone);
+        }
         Some(Err(why)) => warn!(%why, "SIGHUP: users not reloaded; the old ones stay"),
         None => {}
     }
     server.shared.history.reopen_audit_log();
 }
 
+/// Closes the connections of users a reload removed or gave another
+/// token: what they authenticated with no longer admits them.
+fn close_connections_of(shared: &Shared, gone: &[String]) {
+    if gone.is_empty() {
+        return;
+    }
+    let mut closed = 0;
+    for client in shared.clients.all() {
+        if client
+            .user()
+            .is_some_and(|u| gone.iter().any(|g| **g == *u))
+        {
+            client.kill();
+            closed += 1;
+        }
+    }
+    info!(users = ?gone, closed, "SIGHUP: closed the connections of users removed or given another token");
+}
+
 impl Listener {
+    /// Serves until SIGINT, or SIGTERM. A single server's first SIGTERM
+    /// drains: HOLD and TRYHOLD are refused, and serving goes on until
+    /// no key is held or waited for, `drain_timeout` passed, or another
+    /// SIGTERM or SIGINT comes. A cluster's node leaves at once (its
+    /// partitions are handed over).
+    async fn serve_until_stopped(&mut self, signals: &mut Signals, drain_timeout: Duration) {
+        let shared = self.shared.clone();
+        let mut drain_ends: Option<tokio::time::Instant> = None;
+        loop {
+            let ends = drain_ends.unwrap_or_else(tokio::time::Instant::now);
+            // Accepting is cancel-safe: a SIGHUP's turn loses no connection.
+            tokio::select! {
+                _ = self.accept_loop() => break,
+                _ = signals.interrupt.recv() => break,
+                _ = signals.terminate.recv() => {
+                    if drain_ends.is_some() || shared.cluster.is_some() {
+                        break;
+                    }
+                    let timeout = drain_timeout;
+                    info!(?timeout, "SIGTERM: draining: no new holds; holders may finish");
+                    shared.drain();
+                    drain_ends = Some(tokio::time::Instant::now() + drain_timeout);
+                }
+                _ = signals.hangup.recv() => reload(self),
+                held = drained(&shared, ends), if drain_ends.is_some() => {
+                    match held {
+                        false => info!("drained: nothing held"),
+                        true => info!("drain timeout: ending the leases left"),
+                    }
+                    break;
+                }
+            }
+        }
+    }
+
     /// Accepts until the task is dropped.
     async fn accept_loop(&mut self) {
         loop {
@@ -245,21 +322,39 @@ async fn serve_plain(
     debug!(%peer, "disconnected");
 }
 
-/// The handshake (within its timeout), then the connection's life.
+/// The handshake (within its timeout), the user its certificate names
+/// (`--tls-user-from-cn`), then the connection's life.
 async fn serve_tls(
     tls: &Tls,
     stream: TcpStream,
     peer: SocketAddr,
-    session: Session,
+    mut session: Session,
     shutdown: Shutdown,
     done: mpsc::Sender<()>,
 ) {
     let handshake = tls.acceptor().accept(stream);
-    match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
-        Ok(Ok(stream)) => Handler::new(stream, session, done).run(shutdown).await,
-        Ok(Err(e)) => tls.handshake_failed(peer, &e.to_string()),
-        Err(_) => tls.handshake_failed(peer, "no handshake within 10s"),
+    let mut stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(e)) => return tls.handshake_failed(peer, &e.to_string()),
+        Err(_) => return tls.handshake_failed(peer, "no handshake within 10s"),
+    };
+    if tls.user_from_cn() {
+        let cn = crate::tls::peer_common_name(&stream);
+        let user = cn
+            .as_deref()
+            .and_then(|cn| session.shared.users.now().named(cn));
+        match user {
+            Some(user) => session.authenticated_as(user),
+            None => {
+                let refusal = reply::no_cn_user(cn.as_deref());
+                warn!(%peer, %refusal, "client certificate refused");
+                let _ = stream.write_all(format!("-{refusal}\r\n").as_bytes()).await;
+                let _ = stream.shutdown().await;
+                return;
+            }
+        }
     }
+    Handler::new(stream, session, done).run(shutdown).await;
 }
 
 /// The connection limit was reached: said at info level, at most once a

@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -58,6 +58,9 @@ pub struct Shared {
     pub history: History,
     /// Who observes which key (`OBSERVE`); in a cluster, the node's.
     pub observers: Arc<Observers>,
+    /// Set by the first SIGTERM of a single server: HOLD and TRYHOLD are
+    /// refused, holders finish.
+    draining: AtomicBool,
 }
 
 /// What the server is, for INFO.
@@ -104,6 +107,42 @@ impl Shared {
             counts: Counts::default(),
             history: History::new(0, None),
             observers: Arc::default(),
+            draining: AtomicBool::new(false),
+        }
+    }
+
+    /// From now on HOLD and TRYHOLD are refused (`reply::draining`).
+    pub fn drain(&self) {
+        // Relaxed: a flag read by later commands; nothing rides on it.
+        self.draining.store(true, Ordering::Relaxed);
+    }
+
+    /// A new hold's refusal while draining.
+    pub fn refuse_if_draining(&self) -> Result<(), ErrorReply> {
+        // Relaxed: as in `drain`.
+        match self.draining.load(Ordering::Relaxed) {
+            true => Err(reply::draining()),
+            false => Ok(()),
+        }
+    }
+
+    /// Whether any key is held or waited for (a drain waits for neither).
+    pub fn holds_or_waits(&self) -> bool {
+        self.locks()
+            .iter()
+            .any(|(_, s)| s.held_keys > 0 || s.waiters > 0)
+    }
+
+    /// `/readyz`: ready to serve, or why not (draining; in a cluster, no
+    /// live etcd lease, or its share not served).
+    pub fn readiness(&self) -> Result<(), String> {
+        // Relaxed: as in `drain`.
+        if self.draining.load(Ordering::Relaxed) {
+            return Err("draining".to_owned());
+        }
+        match &self.cluster {
+            Some(node) => node.readiness(),
+            None => Ok(()),
         }
     }
 

@@ -31,6 +31,9 @@ pub struct TlsFiles {
     pub key: PathBuf,
     /// Client certificates must chain to this CA (none: not asked for).
     pub client_ca: Option<PathBuf>,
+    /// A client certificate's CN names the user the connection is
+    /// (`--tls-user-from-cn`); one naming no user is refused.
+    pub user_from_cn: bool,
 }
 
 /// The listener's TLS: the acceptor in force, and how to make it again.
@@ -74,6 +77,11 @@ impl Tls {
         }
     }
 
+    /// Whether a client certificate's CN names the connection's user.
+    pub fn user_from_cn(&self) -> bool {
+        self.files.user_from_cn
+    }
+
     /// A handshake failed: logged, unless one was logged within a second.
     pub fn handshake_failed(&self, peer: std::net::SocketAddr, why: &str) {
         let mut failures = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
@@ -87,6 +95,16 @@ impl Tls {
             info!(%peer, %why, failed_since_last_report = count, "TLS handshake failed");
         }
     }
+}
+
+/// The common name (CN) of the subject of a connection's client
+/// certificate, if it presented one that has one.
+pub fn peer_common_name<S>(stream: &tokio_rustls::server::TlsStream<S>) -> Option<String> {
+    let (_, connection) = stream.get_ref();
+    let der = connection.peer_certificates()?.first()?;
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+    let cn = cert.subject().iter_common_name().next()?;
+    cn.as_str().ok().map(str::to_owned)
 }
 
 fn acceptor(files: &TlsFiles) -> Result<TlsAcceptor, String> {

@@ -8,11 +8,16 @@
 //! globs match, and sees and kills only its own connections; the checks
 //! are the commands' (through [`User::may_use`]).
 //!
-//! Tokens are compared in constant time in their content. A connection
-//! keeps the user it authenticated as: a reload changes who may connect
-//! next, not who is connected.
+//! A token is given as itself or, recommended, as `sha256:HEX` (the 64
+//! hex digits of its SHA-256, `printf %s TOKEN | sha256sum`), so the file
+//! holds nothing a reader could log in with. Tokens are compared in
+//! constant time in their content (a hashed one after hashing what was
+//! given). A reload changes who may connect next; the connections of a
+//! user it removed or gave another token are closed (`server`), the
+//! others keep the user they authenticated as.
 
 use globset::{Glob, GlobSet, GlobSetBuilder};
+use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError, RwLock};
@@ -27,7 +32,7 @@ pub const MIN_TOKEN_BYTES: usize = 16;
 /// One user and its rights.
 pub struct User {
     pub name: String,
-    token: Vec<u8>,
+    token: Token,
     pub admin: bool,
     /// The locks it may name (an admin may name any).
     locks: GlobSet,
@@ -39,7 +44,7 @@ impl User {
     pub fn everything(token: Vec<u8>) -> User {
         User {
             name: DEFAULT_USER.to_owned(),
-            token,
+            token: Token::Plain(token),
             admin: true,
             locks: GlobSet::empty(),
         }
@@ -56,8 +61,51 @@ impl User {
     }
 
     fn token_is(&self, given: &[u8]) -> bool {
-        // Constant time in the token's content (its length may show).
-        bool::from(self.token.as_slice().ct_eq(given))
+        match &self.token {
+            // Constant time in the token's content (its length may show).
+            Token::Plain(token) => bool::from(token.as_slice().ct_eq(given)),
+            Token::Sha256(digest) => {
+                let given: [u8; 32] = Sha256::digest(given).into();
+                bool::from(digest.ct_eq(&given))
+            }
+        }
+    }
+}
+
+/// A user's token, as the file gives it.
+#[derive(PartialEq, Eq)]
+enum Token {
+    Plain(Vec<u8>),
+    /// `sha256:HEX`: the token's SHA-256.
+    Sha256([u8; 32]),
+}
+
+/// The prefix of a hashed token.
+const SHA256: &str = "sha256:";
+
+impl Token {
+    /// `sha256:` and 64 hex digits, or the token itself (at least
+    /// [`MIN_TOKEN_BYTES`]).
+    fn parse(name: &str, text: &str) -> Result<Token, String> {
+        let Some(hex) = text.strip_prefix(SHA256) else {
+            if text.len() < MIN_TOKEN_BYTES {
+                return Err(format!(
+                    "user {name}: a token of at least {MIN_TOKEN_BYTES} bytes"
+                ));
+            }
+            return Ok(Token::Plain(text.as_bytes().to_vec()));
+        };
+        let digit = |i: usize| {
+            hex.get(i..i + 2)
+                .and_then(|d| u8::from_str_radix(d, 16).ok())
+        };
+        let mut digest = [0u8; 32];
+        for (i, byte) in digest.iter_mut().enumerate() {
+            *byte = digit(2 * i).filter(|_| hex.len() == 64).ok_or_else(|| {
+                format!("user {name}: {SHA256} needs the 64 hex digits of the token's SHA-256")
+            })?;
+        }
+        Ok(Token::Sha256(digest))
     }
 }
 
@@ -121,6 +169,11 @@ impl Users {
         user.token_is(token).then(|| user.clone())
     }
 
+    /// The user called `name` (a client certificate's CN names one).
+    pub fn named(&self, name: &str) -> Option<Arc<User>> {
+        self.by_name.get(name).cloned()
+    }
+
     /// Whether `token` is an admin's (the metrics listener's Bearer token
     /// off loopback).
     pub fn admin_token(&self, token: &[u8]) -> bool {
@@ -149,11 +202,7 @@ fn parse_line(line: &str) -> Result<User, String> {
             "user {name:?}: 1 to 64 ASCII letters, digits and \"_-.:@\""
         ));
     }
-    if token.len() < MIN_TOKEN_BYTES {
-        return Err(format!(
-            "user {name}: a token of at least {MIN_TOKEN_BYTES} bytes"
-        ));
-    }
+    let token = Token::parse(name, token)?;
     let (mut admin, mut globs) = (false, GlobSetBuilder::new());
     for word in words {
         match word.split_once('=') {
@@ -173,7 +222,7 @@ fn parse_line(line: &str) -> Result<User, String> {
     }
     Ok(User {
         name: name.to_owned(),
-        token: token.as_bytes().to_vec(),
+        token,
         admin,
         locks: globs.build().map_err(|e| format!("user {name}: {e}"))?,
     })
@@ -201,14 +250,27 @@ impl Directory {
             .clone()
     }
 
-    /// Reads the users file again: the new users when it read well, else
-    /// why not (the old ones stay). `None` when there is no file.
-    pub fn reload(&self) -> Option<Result<usize, String>> {
+    /// Reads the users file again: how many users it has, and the names
+    /// of those it removed or gave another token (their connections must
+    /// go), when it read well; else why not (the old ones stay). `None`
+    /// when there is no file.
+    pub fn reload(&self) -> Option<Result<(usize, Vec<String>), String>> {
         let file = self.file.as_ref()?;
         Some(read_file(file).map(|users| {
             let count = users.by_name.len();
-            *self.users.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(users);
-            count
+            let mut now = self.users.write().unwrap_or_else(PoisonError::into_inner);
+            let mut gone: Vec<String> = now
+                .by_name
+                .values()
+                .filter(|old| {
+                    let new = users.by_name.get(&old.name);
+                    new.is_none_or(|new| new.token != old.token)
+                })
+                .map(|old| old.name.clone())
+                .collect();
+            gone.sort_unstable();
+            *now = Arc::new(users);
+            (count, gone)
         }))
     }
 }

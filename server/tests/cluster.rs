@@ -10,11 +10,12 @@
 mod common;
 
 use common::cluster::{
-    await_settled, await_spread, etcd_available, key_slot, owner_of, slot, slot_map, start_etcd,
-    start_node_with, Etcd,
+    await_settled, await_spread, covers, etcd_available, key_slot, owner_of, slot, slot_map,
+    start_etcd, start_node_with, Etcd,
 };
 use common::{error_text, Client, Server};
 use holdline_resp::Value;
+use holdline_testing::cluster::ETCD_FLAGS;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -717,4 +718,124 @@ fn an_observer_of_a_partition_that_moves_is_told_closed_then_moved() {
     assert!(matches!(there.call(&["HELLO", "3"]), Value::Map(_)));
     assert_eq!(there.call(&["OBSERVE", "watch", key]), Value::ok());
     assert_eq!(observed(&mut there), Some((key.clone(), "free".into())));
+}
+
+/// `/readyz` of `node`'s metrics listener: the status and the body.
+fn readyz(node: &Server) -> (u16, String) {
+    let addr = node.metrics.expect("--metrics").to_string();
+    let (status, _, body) = common::http_get(&addr, "/readyz", "");
+    (status, body)
+}
+
+/// Waits until `/readyz` answers `status`, answering its body.
+fn await_readyz(node: &Server, status: u16, within: Duration) -> String {
+    let deadline = Instant::now() + within;
+    loop {
+        let (got, body) = readyz(node);
+        if got == status {
+            return body;
+        }
+        assert!(Instant::now() < deadline, "/readyz stayed {got} {body:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_node_cut_from_etcd_is_not_ready_until_it_serves_its_share_again() {
+    if !etcd_available() {
+        return;
+    }
+    let mut etcd = start_etcd();
+    let node = start_node_with(
+        &etcd,
+        "ready",
+        PARTITIONS,
+        TTL,
+        &["--metrics", "127.0.0.1:0"],
+    );
+    let within = Duration::from_secs(20);
+    assert_eq!(await_readyz(&node, 200, within), "ready\n");
+    etcd.kill();
+    // It stops serving before its lease could run out: not ready, and why.
+    let why = await_readyz(&node, 503, Duration::from_secs(TTL + 5));
+    assert!(
+        ["no live etcd lease\n", "not registered in etcd\n"].contains(&why.as_str()),
+        "{why:?}"
+    );
+    etcd.restart().unwrap();
+    assert_eq!(await_readyz(&node, 200, within), "ready\n");
+    let map = slot_map(node.addr);
+    assert!(covers(&map, &[node.addr.to_string()]), "{map:?}");
+}
+
+/// etcd over TLS with client certificates and its auth on: a node given
+/// the CA, a client certificate and a user with a password file joins
+/// and serves (etcd refuses every request of a node without them).
+#[test]
+fn a_node_reaches_etcd_over_tls_as_a_user() {
+    use holdline_testing::certs::ServerFiles;
+    if !etcd_available() {
+        return;
+    }
+    let s = ServerFiles::new("etcd-tls", "etcd");
+    let (client_cert, client_key) = s.authority.leaf(true);
+    let client_cert = s.dir.write("client.pem", &client_cert);
+    let client_key = s.dir.write("client-key.pem", &client_key);
+    let password = "etcd-root-password-0123";
+    let password_file = s.dir.write("password", &format!("{password}\n"));
+    let mut flags = ETCD_FLAGS.to_vec();
+    flags.extend(["--cert-file", &s.cert, "--key-file", &s.key]);
+    flags.extend(["--trusted-ca-file", &s.ca, "--client-cert-auth"]);
+    let etcd = Etcd::start_tls(&flags).unwrap_or_else(|why| panic!("{why}"));
+    enable_etcd_auth(&etcd, &s.ca, (&client_cert, &client_key), password);
+    let access = [
+        "--etcd-cacert",
+        &s.ca,
+        "--etcd-cert",
+        &client_cert,
+        "--etcd-key",
+        &client_key,
+        "--etcd-user",
+        "root",
+        "--etcd-password-file",
+        &password_file,
+    ];
+    let node = start_node_with(&etcd, "tls", PARTITIONS, TTL, &access);
+    let map = await_spread(node.addr, &[node.addr.to_string()], Duration::from_secs(20));
+    assert!(covers(&map, &[node.addr.to_string()]), "{map:?}");
+    let mut c = Client::connect(node.addr);
+    granted(c.call(&["HOLD", "tls", "k", "WAIT", "0"]));
+    // The same node without the CA is refused at start: TLS and https://
+    // go together.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_holdline"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--etcd", &etcd.url()])
+        .args(["--cluster", "tls", "--advertise", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("every URL https:// with --etcd-cacert, none without"),
+        "{err}"
+    );
+}
+
+/// etcd's auth on, with the user `root` of `password`.
+fn enable_etcd_auth(etcd: &Etcd, ca: &str, (cert, key): (&str, &str), password: &str) {
+    use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
+    let read = |path: &str| std::fs::read(path).unwrap();
+    let tls = TlsOptions::new()
+        .ca_certificate(Certificate::from_pem(read(ca)))
+        .identity(Identity::from_pem(read(cert), read(key)));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let options = ConnectOptions::new().with_tls(tls);
+        let mut client = Client::connect([etcd.url()], Some(options)).await.unwrap();
+        client.user_add("root", password, None).await.unwrap();
+        client.user_grant_role("root", "root").await.unwrap();
+        client.auth_enable().await.unwrap();
+    });
 }

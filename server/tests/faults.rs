@@ -278,7 +278,8 @@ fn the_10001st_waiter_is_refused_limit() {
 
 #[test]
 fn sigterm_closes_the_store_tells_everyone_and_exits_zero() {
-    let mut server = Server::start(&[]);
+    // The drain (tests/drain.rs) ends at its timeout: then as ever.
+    let mut server = Server::start(&["--drain-timeout", "200ms"]);
     let mut holder = server.connect();
     holder.call(&["HELLO", "3"]);
     let (lease, _) = holder.grant(&["HOLD", "jobs", "k"]);

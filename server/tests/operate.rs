@@ -157,7 +157,7 @@ fn a_bad_knob_exits_2_naming_it_and_help_names_the_knobs() {
         (
             &[],
             Some(("HOLDLINE_CORES", "many")),
-            "HOLDLINE_CORES \"many\": a count from 1 to 1024",
+            "holdline: HOLDLINE_CORES \"many\": invalid value 'many' for '--cores <N>'",
         ),
     ];
     for (args, env, named) in bad {

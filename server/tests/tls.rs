@@ -247,3 +247,61 @@ fn redis_cli_speaks_tls_with_the_ca() {
     );
     assert_eq!(stdout.lines().count(), 2, "[lease, fence]: {stdout}");
 }
+
+/// A client certificate for user `cn`: its config trusting the server.
+fn client_as(s: &ServerFiles, cn: &str) -> Arc<ClientConfig> {
+    let (cert, key) = s.authority.client_named(cn);
+    let cert = s.dir.write(&format!("{cn}.pem"), &cert);
+    let key = s.dir.write(&format!("{cn}-key.pem"), &key);
+    tls_config(&s.ca, Some((&cert, &key)))
+}
+
+#[test]
+fn a_client_certificates_cn_names_its_user() {
+    let s = setup("from-cn");
+    let users = s.dir.write(
+        "users",
+        "alice alice-token-0123456789 locks=team-a.*\nroot root-token-0123456789 admin\n",
+    );
+    let mut args = vec!["--tls-cert", &s.cert, "--tls-key", &s.key];
+    args.extend([
+        "--tls-client-ca",
+        &s.ca,
+        "--users",
+        &users,
+        "--tls-user-from-cn",
+    ]);
+    let server = common::Server::start(&args);
+    // No AUTH: the certificate says who it is, with that user's rights.
+    let mut alice = TlsClient::connect(server.addr, client_as(&s, "alice"));
+    grant(&mut alice, &["TRYHOLD", "team-a.jobs", "k"]);
+    assert_eq!(
+        alice.call(&["TRYHOLD", "payments", "k"]).unwrap(),
+        Value::Error("NOPERM user alice may not use lock \"payments\"".into())
+    );
+    let mut root = TlsClient::connect(server.addr, client_as(&s, "root"));
+    grant(&mut root, &["TRYHOLD", "payments", "k"]);
+    // A CN naming no user: told why, then closed.
+    let mut mallory = TlsClient::connect(server.addr, client_as(&s, "mallory"));
+    let refused = "NOPERM the client certificate's CN \"mallory\" names no user";
+    assert_eq!(
+        mallory.call(&["PING"]).unwrap(),
+        Value::Error(refused.into())
+    );
+    assert!(mallory.call(&["PING"]).is_err(), "closed after the refusal");
+    // The flag needs client certificates and users to name.
+    let out = Command::new(env!("CARGO_BIN_EXE_holdline"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--tls-user-from-cn"])
+        .args([
+            "--tls-cert",
+            &s.cert,
+            "--tls-key",
+            &s.key,
+            "--tls-client-ca",
+            &s.ca,
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--users"));
+}

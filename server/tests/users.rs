@@ -1,7 +1,8 @@
 //! A server several teams share (`--users`): each user names only its
 //! locks (NOPERM otherwise, for every command that names one), sees and
 //! kills only its own connections, reads only its locks in INFO; a brute
-//! force is cut off; SIGHUP reads the users again (a token rotated).
+//! force is cut off; SIGHUP reads the users again (a token rotated, a
+//! user removed: their connections closed); `sha256:HEX` tokens.
 
 mod common;
 
@@ -155,6 +156,8 @@ fn the_tenth_wrong_auth_closes_the_connection() {
 fn sighup_reads_the_users_again_and_a_rotated_token_takes_effect() {
     let (server, file) = teams();
     let mut before = login(&server, "alice", ALICE);
+    let mut bob = login(&server, "bob", BOB);
+    let mut root = login(&server, "root", ROOT);
     let rotated = "alice-token-ROTATED-0123";
     file.write(&format!(
         "alice {rotated} locks=team-a.*\nroot {ROOT} admin\n"
@@ -181,8 +184,11 @@ fn sighup_reads_the_users_again_and_a_rotated_token_takes_effect() {
         error_text(server.connect().call(&["AUTH", "bob", BOB])),
         wrong
     );
-    // A connection keeps the user it authenticated as.
-    assert_eq!(before.call(&["PING"]), Value::Simple("PONG".into()));
+    // The connections of a user removed or given another token are
+    // closed; the others stay.
+    assert_eq!(before.read_to_close(), []);
+    assert_eq!(bob.read_to_close(), []);
+    assert_eq!(root.call(&["PING"]), Value::Simple("PONG".into()));
     // A bad file keeps the users there were.
     file.write("alice short\n");
     server.signal(libc::SIGHUP);
@@ -190,6 +196,39 @@ fn sighup_reads_the_users_again_and_a_rotated_token_takes_effect() {
     assert_eq!(
         server.connect().call(&["AUTH", "alice", rotated]),
         Value::ok()
+    );
+}
+
+#[test]
+fn a_sha256_token_admits_the_token_it_hashes() {
+    // printf %s alice-token-0123456789 | sha256sum
+    let hashed = "sha256:965b04f03a8200d4bff70f6df635c1d4d3e9c9a1d164d415efc95b9304bfbaf2";
+    let file = TempFile::new("users", &format!("alice {hashed} locks=team-a.*\n"));
+    let server = Server::start(&["--users", &file.path]);
+    let mut alice = login(&server, "alice", ALICE);
+    alice.grant(&["TRYHOLD", "team-a.jobs", "k"]);
+    let wrong = "WRONGPASS invalid username-password pair or user is disabled.";
+    assert_eq!(
+        error_text(server.connect().call(&["AUTH", "alice", hashed])),
+        wrong
+    );
+    assert_eq!(
+        error_text(server.connect().call(&["AUTH", "alice", BOB])),
+        wrong
+    );
+    let short = TempFile::new("users", "alice sha256:1ee27d\n");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_holdline"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--users", &short.path])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        format!(
+            "holdline: --users {}: line 1: user alice: sha256: needs the 64 hex digits \
+             of the token's SHA-256\n",
+            short.path
+        )
     );
 }
 

@@ -40,11 +40,19 @@ impl Ca {
 
     /// The same, valid only in 2000 when `expired`.
     pub fn leaf_valid(&self, client: bool, expired: bool) -> (String, String) {
+        self.leaf_named(client, expired, "localhost")
+    }
+
+    /// A client's leaf whose subject's common name is `cn` (a server's
+    /// `--tls-user-from-cn` reads the user from it).
+    pub fn client_named(&self, cn: &str) -> (String, String) {
+        self.leaf_named(true, false, cn)
+    }
+
+    fn leaf_named(&self, client: bool, expired: bool, cn: &str) -> (String, String) {
         let key = KeyPair::generate().unwrap();
         let mut params = CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
-        params
-            .distinguished_name
-            .push(DnType::CommonName, "localhost");
+        params.distinguished_name.push(DnType::CommonName, cn);
         params
             .subject_alt_names
             .push(SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST)));

@@ -233,6 +233,8 @@ pub struct Etcd {
     pub client_port: u16,
     pub peer_port: u16,
     extra: Vec<String>,
+    /// Clients reach it over TLS (its flags in `extra` say how).
+    https: bool,
 }
 
 impl Etcd {
@@ -243,6 +245,17 @@ impl Etcd {
 
     /// A member with more flags (`--election-timeout 200`).
     pub fn start_with(extra: &[&str]) -> Result<Etcd, String> {
+        Etcd::start_as(extra, false)
+    }
+
+    /// A member whose clients speak TLS: `extra` names its certificate
+    /// and key (`--cert-file`, `--key-file`, `--trusted-ca-file`,
+    /// `--client-cert-auth`); its URL is `https://`.
+    pub fn start_tls(extra: &[&str]) -> Result<Etcd, String> {
+        Etcd::start_as(extra, true)
+    }
+
+    fn start_as(extra: &[&str], https: bool) -> Result<Etcd, String> {
         // Its fsyncs are cheap in memory, where there is a /dev/shm.
         let shm = Path::new("/dev/shm");
         let base = if shm.is_dir() {
@@ -260,13 +273,15 @@ impl Etcd {
                 client_port,
                 peer_port,
                 extra: extra.iter().map(|s| s.to_string()).collect(),
+                https,
             };
             Ok(etcd.launch()?.then_some(etcd))
         })
     }
 
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.client_port)
+        let scheme = if self.https { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.client_port)
     }
 
     /// Starts it again on the same ports and data (after [`Etcd::kill`]).

@@ -59,7 +59,9 @@ const LISTENING = /^holdline: listening on (\S+)$/
 
 /** Starts `holdline serve --listen 127.0.0.1:0 ...extra` and reads the address it bound from its first line. */
 export async function startServer(extra: string[] = []): Promise<Server> {
-	const child = spawn(holdlineBin(), ['serve', '--listen', '127.0.0.1:0', ...extra], { stdio: ['ignore', 'pipe', 'pipe'] })
+	// SIGTERM drains for --drain-timeout: short, so stopping stays quick.
+	const args = ['serve', '--listen', '127.0.0.1:0', '--drain-timeout', '100ms', ...extra]
+	const child = spawn(holdlineBin(), args, { stdio: ['ignore', 'pipe', 'pipe'] })
 	let stderr = ''
 	child.stderr.on('data', d => (stderr += d))
 	const exited = once(child, 'exit')

@@ -39,12 +39,29 @@ pub struct Agent {
     quiet: bool,
 }
 
+/// Timeouts, and TLS and a user when asked for.
+fn connect_options(access: &crate::config::EtcdAccess) -> ConnectOptions {
+    use etcd_client::{Certificate, Identity, TlsOptions};
+    let mut options = ConnectOptions::new()
+        .with_connect_timeout(REQUEST_TIMEOUT)
+        .with_timeout(REQUEST_TIMEOUT);
+    if let Some(ca) = &access.ca {
+        let mut tls = TlsOptions::new().ca_certificate(Certificate::from_pem(ca));
+        if let Some((cert, key)) = &access.identity {
+            tls = tls.identity(Identity::from_pem(cert, key));
+        }
+        options = options.with_tls(tls);
+    }
+    if let Some((user, password)) = &access.user {
+        options = options.with_user(user, &password.0);
+    }
+    options
+}
+
 /// Connects to etcd and reads the cluster's partition count (written now
 /// if the cluster is new): a node cannot serve before it knows it.
 pub async fn join(settings: &Settings) -> Result<Agent, EtcdError> {
-    let options = ConnectOptions::new()
-        .with_connect_timeout(REQUEST_TIMEOUT)
-        .with_timeout(REQUEST_TIMEOUT);
+    let options = connect_options(&settings.access);
     let mut client = timed(
         "connect",
         Client::connect(&settings.endpoints, Some(options)),

@@ -498,6 +498,40 @@ impl Node {
         }
     }
 
+    /// `/readyz` in a cluster: ready while the etcd lease surely lives
+    /// and every partition etcd names this node the owner of is served
+    /// here, with no unowned partition of its share left to claim.
+    pub fn readiness(&self) -> Result<(), String> {
+        if self.is_leaving() {
+            return Err("leaving the cluster".to_owned());
+        }
+        if self.deadline().is_none_or(|d| Instant::now() >= d) {
+            return Err("no live etcd lease".to_owned());
+        }
+        let view = self.view();
+        let served: Vec<u16> = self.served().iter().map(|p| p.index).collect();
+        let owners: Vec<Option<String>> = view
+            .owners
+            .iter()
+            .map(|o| o.as_ref().map(|(id, _)| id.clone()))
+            .collect();
+        let unserved: Vec<u16> = (0..owners.len() as u16)
+            .filter(|p| owners[*p as usize].as_deref() == Some(&self.id) && !served.contains(p))
+            .collect();
+        if !unserved.is_empty() {
+            return Err(format!(
+                "partitions {unserved:?} claimed but not served yet"
+            ));
+        }
+        let live: Vec<String> = view.nodes.iter().map(|(id, _)| id.clone()).collect();
+        let plan = shares::plan(&self.id, &live, &owners);
+        match plan.claim.len() {
+            0 if live.contains(&self.id) => Ok(()),
+            0 => Err("not registered in etcd".to_owned()),
+            n => Err(format!("{n} partitions of its share not claimed yet")),
+        }
+    }
+
     /// The partitions served here now.
     pub fn served(&self) -> Vec<Arc<Partition>> {
         let serving = self.serving.read().unwrap_or_else(PoisonError::into_inner);

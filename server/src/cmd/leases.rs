@@ -43,6 +43,7 @@ impl Hold {
     }
 
     fn join_line(self, s: &mut Session) -> Result<PendingHold, ErrorReply> {
+        s.shared.refuse_if_draining()?;
         let place = s.place(&self.key)?;
         let options = self.options.for_session(s);
         let (lock, key) = lock_and_key(s, &place, &self.lock, self.key, options)?;
@@ -116,6 +117,7 @@ impl TryHold {
     }
 
     pub fn apply(self, s: &mut Session) -> Reply {
+        s.shared.refuse_if_draining()?;
         let place = s.place(&self.key)?;
         let options = self.options.for_session(s);
         let (lock, key) = lock_and_key(s, &place, &self.lock, self.key, options)?;
