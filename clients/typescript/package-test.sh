@@ -92,7 +92,9 @@ block() { # the first fenced block of LANG after the line matching START
 mkdir -p "$work/ts"
 block '### Running a .ts file' json >"$work/ts/tsconfig.json"
 block '## The example' ts | sed "s/127\.0\.0\.1:7380/$addr/" >"$work/ts/main.ts"
-[ -s "$work/ts/tsconfig.json" ] && [ -s "$work/ts/main.ts" ] || { echo "the README's recipe blocks were not found"; exit 1; }
+if ! [ -s "$work/ts/tsconfig.json" ] || ! [ -s "$work/ts/main.ts" ]; then
+    echo "the README's recipe blocks were not found"; exit 1
+fi
 (
     cd "$work/ts"
     npm init -y >/dev/null && npm pkg set type=module

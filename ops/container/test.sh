@@ -22,10 +22,10 @@ command -v redis-cli >/dev/null || { echo "no redis-cli: apt-get install redis-t
 as_root bash ops/container/build.sh "$bin" "$tag"
 
 user=$(as_root podman image inspect --format '{{.Config.User}}' "$tag")
-entry=$(as_root podman image inspect --format '{{index .Config.Entrypoint 0}} {{index .Config.Entrypoint 1}}' "$tag")
+entry=$(as_root podman image inspect --format '{{json .Config.Entrypoint}}' "$tag")
 echo "image: user $user, entrypoint $entry"
 [ "$user" = 65532:65532 ] || { echo "the image's user is $user, not 65532:65532"; exit 1; }
-[ "$entry" = "/usr/local/bin/holdline serve" ] || { echo "unexpected entrypoint: $entry"; exit 1; }
+[ "$entry" = '["/usr/local/bin/holdline","serve"]' ] || { echo "unexpected entrypoint: $entry"; exit 1; }
 
 tree=$(mktemp -d)
 chmod 755 "$tree"   # mktemp makes it 0700: the image's user must enter it
@@ -46,7 +46,7 @@ out=$tree.out
 # (No function in the background: $! must be chroot's own pid, which
 # becomes the server's, or sudo's, which passes SIGTERM on.)
 sudo=(); [ "$(id -u)" = 0 ] || sudo=(sudo)
-"${sudo[@]}" chroot --userspec="$user" "$tree" $entry --listen 127.0.0.1:0 >"$out" 2>"$out.err" &
+"${sudo[@]}" chroot --userspec="$user" "$tree" /usr/local/bin/holdline serve --listen 127.0.0.1:0 >"$out" 2>"$out.err" &
 pid=$!
 addr=
 for _ in $(seq 100); do
