@@ -3,7 +3,8 @@
 # and CommonJS), the tarball installed into three fresh projects, each
 # against a real holdline serve:
 #   esm/  "type": "module", `import { connect } from 'holdline'`: a key held
-#   cjs/  CommonJS, `require('holdline')`: a key held
+#   cjs/  CommonJS, `require('holdline')`: a key held; and a .ts file
+#         compiled to CommonJS against the require condition's types
 #   ts/   the README's recipe word for word ("Running a .ts file"): its
 #         tsconfig.json, the README's first example as main.ts, typescript
 #         and @types/node from npm, `npx tsc && node dist/main.js`
@@ -80,6 +81,22 @@ main().catch(e => {
 })
 JS
 (cd "$work/cjs" && node main.js "$addr")
+# The same from TypeScript compiled to CommonJS: the require condition's types.
+cat >"$work/cjs/typed.ts" <<'TS'
+import { bigintsAsText, connect, type Lease } from 'holdline'
+export async function fenceText(addr: string): Promise<string> {
+	const store = await connect(addr)
+	try {
+		return await store.lock('invoices').hold('inv-9', (lease: Lease) => JSON.stringify(lease.fence, bigintsAsText))
+	} finally {
+		await store.close()
+	}
+}
+TS
+printf '{ "compilerOptions": { "module": "Node16", "moduleResolution": "Node16", "target": "ES2022", "strict": true, "types": ["node"], "typeRoots": ["%s"] }, "files": ["typed.ts"] }\n' \
+    "$PWD/node_modules/@types" >"$work/cjs/tsconfig.json"
+(cd "$work/cjs" && "$OLDPWD/node_modules/.bin/tsc" -p . && grep -q "require(\"holdline\")" typed.js &&
+    node -e 'require("./typed.js").fenceText(process.argv[1]).then(t => console.log("cjs (TypeScript): fence " + t))' "$addr")
 
 # The README's recipe: its commands, its tsconfig.json, its first example.
 block() { # the first fenced block of LANG after the line matching START
