@@ -31,7 +31,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "python" / "src"))
 import cluster as fixture  # noqa: E402
-import holdline  # noqa: E402
+import holdline_client  # noqa: E402
 import nemesis  # noqa: E402
 
 
@@ -70,7 +70,7 @@ async def trial(world: nemesis.World, n: int, isolate_after: float) -> float:
     addrs = world.addresses()
     loop = asyncio.get_running_loop()
     believed = 0.0
-    async with holdline.connect(addrs) as store:
+    async with holdline_client.connect(addrs) as store:
         lock = store.lock("split", ttl="2000ms")
         try:
             async with lock.hold(key, wait="5s") as lease:
@@ -87,7 +87,7 @@ async def trial(world: nemesis.World, n: int, isolate_after: float) -> float:
                         break
                     believed = looked
                     await asyncio.sleep(0.02)
-        except holdline.Lost:
+        except holdline_client.Lost:
             pass  # it was: what counts is when A stopped believing
         granted = await b
     for proxy in world.proxies[0] + [world.fronts[0]]:

@@ -30,7 +30,7 @@ from typing import Any
 
 # The working tree's client (standard library only), whatever is installed.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python" / "src"))
-import holdline  # noqa: E402
+import holdline_client  # noqa: E402
 
 BEAT_S = 0.02
 RETRY_S = 0.1
@@ -41,7 +41,7 @@ def say(event: str, **fields: Any) -> None:
     sys.stdout.flush()
 
 
-async def campaign(election: holdline.Election, note: str, ignores_loss: bool) -> None:
+async def campaign(election: holdline_client.Election, note: str, ignores_loss: bool) -> None:
     while True:
         try:
             async with election.campaign(note) as lead:
@@ -57,14 +57,14 @@ async def campaign(election: holdline.Election, note: str, ignores_loss: bool) -
                         json.dumps({"event": "leading", "t": t, "fence": fence}) + "\n"
                     )
                     sys.stdout.flush()
-        except holdline.Lost:
+        except holdline_client.Lost:
             continue  # leaving the block after the loss: printed already
-        except holdline.Error as err:
+        except holdline_client.Error as err:
             say("error", kind=err.kind, text=str(err))
             await asyncio.sleep(RETRY_S)
 
 
-async def observe(election: holdline.Election) -> None:
+async def observe(election: holdline_client.Election) -> None:
     while True:
         try:
             async for leader in election.observe():
@@ -72,13 +72,13 @@ async def observe(election: holdline.Election) -> None:
                     say("observed", fence=None, note=None)
                 else:
                     say("observed", fence=leader.fence, note=leader.note)
-        except holdline.Error as err:
+        except holdline_client.Error as err:
             say("error", kind=err.kind, text=str(err))
             await asyncio.sleep(RETRY_S)
 
 
 async def run(args: argparse.Namespace) -> None:
-    async with holdline.connect(args.addr, connect_timeout="2s") as store:
+    async with holdline_client.connect(args.addr, connect_timeout="2s") as store:
         say("ready", pid=os.getpid())
         lock = store.lock(args.lock, ttl=f"{args.ttl_ms}ms")
         election = lock.election(args.name)

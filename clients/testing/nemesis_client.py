@@ -36,7 +36,7 @@ from typing import Any, Dict, Optional
 
 # The working tree's client (standard library only), whatever is installed.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python" / "src"))
-import holdline  # noqa: E402
+import holdline_client  # noqa: E402
 
 LOCK = "nemesis"
 
@@ -61,7 +61,7 @@ class Holder:
         self.log.write(json.dumps(record) + "\n")
         self.log.flush()
 
-    async def body(self, lease: holdline.Lease, record: Dict[str, Any]) -> None:
+    async def body(self, lease: holdline_client.Lease, record: Dict[str, Any]) -> None:
         """Works a few short steps, looking at the lease before each."""
         record["start"] = now()
         record["fence"] = lease.fence
@@ -81,13 +81,13 @@ class Holder:
         self.holding(False)
         record["ok_until"] = record["end"] if self.args.never_looks else ok_until
 
-    async def hold_once(self, lock: holdline.Lock, key: str, wait_ms: int) -> str:
+    async def hold_once(self, lock: holdline_client.Lock, key: str, wait_ms: int) -> str:
         record: Dict[str, Any] = {"client": self.args.id, "key": key, "called": now()}
         try:
             async with lock.hold(key, wait=f"{wait_ms}ms") as lease:
                 await self.body(lease, record)
             record["outcome"] = "ok"
-        except holdline.Error as e:
+        except holdline_client.Error as e:
             record["outcome"] = e.kind
             record["error"] = str(e)
         except Exception as e:  # noqa: BLE001 - the checker judges it
@@ -99,7 +99,7 @@ class Holder:
         self.write(record)
         return str(record["outcome"])
 
-    async def hold_again(self, lock: holdline.Lock, key: str) -> None:
+    async def hold_again(self, lock: holdline_client.Lock, key: str) -> None:
         """Holds `key` once, as a user would: a hold cut by a failover fails
         `closed` (the map is refreshed then) and the next one is tried,
         until one is granted or the wait is spent."""
@@ -112,7 +112,7 @@ class Holder:
 
     async def run(self) -> None:
         args = self.args
-        async with holdline.connect(args.nodes, connect_timeout="2s") as store:
+        async with holdline_client.connect(args.nodes, connect_timeout="2s") as store:
             lock = store.lock(LOCK, ttl=f"{args.ttl_ms}ms")
             if args.final:
                 for key in self.keys:

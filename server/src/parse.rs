@@ -180,7 +180,13 @@ impl Parse {
             if self.args.len() < opt.arity() {
                 return Err((rules.refuse)(&word));
             }
-            let value = (opt.parse)(&self.args.as_slice()[..opt.arity()])?;
+            let value = (opt.parse)(&self.args.as_slice()[..opt.arity()]).map_err(|err| {
+                // `TTL 10s` is a common first try: say which option and its unit.
+                match opt.values {
+                    [("ms", _)] => not_milliseconds(opt.token),
+                    _ => err,
+                }
+            })?;
             if opt.arity() > 0 {
                 self.args.nth(opt.arity() - 1);
             }
@@ -246,6 +252,15 @@ pub fn syntax_error() -> ErrorReply {
 
 pub fn not_an_integer() -> ErrorReply {
     ErrorReply::err("value is not an integer or out of range")
+}
+
+/// An option of milliseconds given something else (`TTL 10s`): Redis's
+/// text, then the option and its unit. Durations on the wire stay whole
+/// milliseconds, as Redis's `PX`: one spelling for every client to send.
+pub fn not_milliseconds(token: &str) -> ErrorReply {
+    ErrorReply::err(format!(
+        "value is not an integer or out of range: {token} takes whole milliseconds ({token} 10000 is 10 s)"
+    ))
 }
 
 /// A decimal i64, strictly (no spaces, no `+`), as Redis reads numbers.

@@ -149,15 +149,23 @@ fn command_faults_answer_err_and_keep_the_connection() {
         ),
         (
             &["HOLD", "l", "k", "WAIT", "soon"],
-            "ERR value is not an integer or out of range",
+            "ERR value is not an integer or out of range: WAIT takes whole milliseconds (WAIT 10000 is 10 s)",
         ),
         (
             &["HOLD", "l", "k", "TTL", "1.5"],
-            "ERR value is not an integer or out of range",
+            "ERR value is not an integer or out of range: TTL takes whole milliseconds (TTL 10000 is 10 s)",
         ),
         (
             &["RELEASE", "one"],
             "ERR value is not an integer or out of range",
+        ),
+        (
+            &["HOLD", "invoices", "inv-9", "TTL", "10s"],
+            "ERR value is not an integer or out of range: TTL takes whole milliseconds (TTL 10000 is 10 s)",
+        ),
+        (
+            &["TRYHOLD", "l", "k", "MAXHOLD", "-5"],
+            "ERR value is not an integer or out of range: MAXHOLD takes whole milliseconds (MAXHOLD 10000 is 10 s)",
         ),
         (&["HOLD", "l", "k", "FOREVER", "1"], "ERR syntax error"),
     ];

@@ -42,7 +42,7 @@ func startForeignHolder(t *testing.T, addr, lock, key string) *foreignHolder {
 				t.Fatalf("the Rust holder said %q", line)
 			}
 		}
-	} else if python, err := exec.LookPath("python3"); err == nil && exec.Command(python, "-c", "import holdline").Run() == nil {
+	} else if python, err := exec.LookPath("python3"); err == nil && exec.Command(python, "-c", "import holdline_client").Run() == nil {
 		// holder.py ADDRESS LOCK KEY: "held FENCE", holds until it is lost;
 		// ending its process lets the key go.
 		script := filepath.Join(repoRoot(t), "clients", "python", "tests", "holder.py")

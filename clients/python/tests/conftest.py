@@ -21,8 +21,8 @@ from typing import AsyncIterator, Awaitable, Callable, Iterator, List, Optional,
 
 import pytest
 
-import holdline
-from holdline._resp import Decoder
+import holdline_client
+from holdline_client._resp import Decoder
 
 PATIENCE = 10.0
 """Seconds a test waits for what another task, process or server is to do
@@ -66,7 +66,7 @@ async def until(
 
 
 async def until_waiters(
-    store: holdline.Store, lock: str, count: int, timeout: float = PATIENCE
+    store: holdline_client.Store, lock: str, count: int, timeout: float = PATIENCE
 ) -> None:
     """Waits until `count` holds stand in the line of `lock` (its STATS)."""
 
@@ -76,7 +76,7 @@ async def until_waiters(
     await until(reached, f"the line of {lock} reaching {count}", timeout)
 
 
-async def hold_once(lock: holdline.Lock, key: holdline.Key, wait: str = "30s") -> int:
+async def hold_once(lock: holdline_client.Lock, key: holdline_client.Key, wait: str = "30s") -> int:
     """Waits up to `wait` in the line of `key`, then lets go as soon as it
     is granted; answers the grant's fence."""
     async with lock.hold(key, wait=wait) as lease:
@@ -91,19 +91,19 @@ class BackgroundHold:
 
     def __init__(
         self,
-        lock: holdline.Lock,
-        key: holdline.Key,
+        lock: holdline_client.Lock,
+        key: holdline_client.Key,
         *,
         permits: Optional[int] = None,
         exclusive: bool = False,
     ) -> None:
         self.let_go = asyncio.Event()
         self._granted = asyncio.Event()
-        self._lease: Optional[holdline.Lease] = None
+        self._lease: Optional[holdline_client.Lease] = None
         hold = lock.hold(key, wait="60s", permits=permits, exclusive=exclusive)
         self.task = asyncio.create_task(self._hold(hold))
 
-    async def _hold(self, hold: holdline.Hold) -> None:
+    async def _hold(self, hold: holdline_client.Hold) -> None:
         async with hold as lease:
             self._lease = lease
             self._granted.set()
@@ -115,7 +115,7 @@ class BackgroundHold:
         return self._granted.is_set()
 
     @property
-    def lease(self) -> holdline.Lease:
+    def lease(self) -> holdline_client.Lease:
         assert self._lease is not None, "not granted yet"
         return self._lease
 
@@ -137,8 +137,8 @@ class BackgroundHold:
 
 
 async def hold_in_background(
-    lock: holdline.Lock,
-    key: holdline.Key,
+    lock: holdline_client.Lock,
+    key: holdline_client.Key,
     *,
     permits: Optional[int] = None,
     exclusive: bool = False,
@@ -241,8 +241,8 @@ def server() -> Iterator[Server]:
 
 
 @pytest.fixture
-async def store(server: Server) -> AsyncIterator[holdline.Store]:
-    async with holdline.connect(server.address) as s:
+async def store(server: Server) -> AsyncIterator[holdline_client.Store]:
+    async with holdline_client.connect(server.address) as s:
         yield s
 
 

@@ -9,7 +9,7 @@ from typing import Callable, Dict, List, Optional
 
 from conftest import HANG_UP, Scripted
 
-from holdline._cluster import SLOTS, slot
+from holdline_client._cluster import SLOTS, slot
 
 Answer = Callable[["FakeNode", List[bytes]], Optional[bytes]]
 

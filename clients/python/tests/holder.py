@@ -22,7 +22,7 @@ import sys
 from types import FrameType
 from typing import Dict, List, Optional, Tuple
 
-import holdline
+import holdline_client
 
 
 async def main(
@@ -30,7 +30,7 @@ async def main(
 ) -> None:
     take = flags.get("--take", "1")
     permits = None if take == "all" else int(take)
-    async with holdline.connect(address) as store:
+    async with holdline_client.connect(address) as store:
         opened = store.lock(lock, ttl=ttl, permits=int(flags.get("--permits", "1")))
         try:
             async with opened.hold(
@@ -46,7 +46,7 @@ async def main(
                 print("held", lease.fence, flush=True)
                 await lease.signal.wait()
                 print("signal", lease.error, flush=True)
-        except holdline.Error as err:
+        except holdline_client.Error as err:
             print("exit", err, flush=True)
         else:
             print("exit ok", flush=True)

@@ -26,9 +26,9 @@ from test_election import clients_doing
 from test_scripts import readme_snippets, run_script
 from texts import assert_text
 
-import holdline
-from holdline._address import Address
-from holdline._cluster import Router
+import holdline_client
+from holdline_client._address import Address
+from holdline_client._cluster import Router
 
 ETCD_TTL = 2
 MAX_TTL = 2
@@ -89,7 +89,7 @@ def _count_moves(router: Router) -> List[int]:
 
 async def test_one_address_reaches_every_node_by_following_moved(cluster: Cluster) -> None:
     keys = spread_keys(cluster, "one-")
-    async with holdline.connect(cluster.nodes[0].addr) as store:
+    async with holdline_client.connect(cluster.nodes[0].addr) as store:
         assert sorted(store.nodes) == sorted(n.addr for n in cluster.nodes)
         router = store._router
         assert router._slots is not None
@@ -112,7 +112,7 @@ async def test_every_address_given_the_map_sends_each_hold_straight_to_its_node(
     cluster: Cluster,
 ) -> None:
     keys = spread_keys(cluster, "all-")
-    async with holdline.connect(",".join(n.addr for n in cluster.nodes)) as store:
+    async with holdline_client.connect(",".join(n.addr for n in cluster.nodes)) as store:
         router = store._router
         moves = _count_moves(router)
         for key in keys:
@@ -126,10 +126,10 @@ async def test_every_address_given_the_map_sends_each_hold_straight_to_its_node(
 async def test_put_and_get_go_to_the_keys_node_with_hash_tags(cluster: Cluster) -> None:
     key = "{" + cluster.key_on(2, "inv-") + "}"  # its slot: the tag's, node 2's
     row = f"{key}:status"  # the same tag: the same slot
-    async with holdline.connect(cluster.nodes[0].addr) as store:
+    async with holdline_client.connect(cluster.nodes[0].addr) as store:
         async with store.lock("rows").hold(key) as lease:
             await store.put("rows", key, lease.fence, row, "paid")
-            with pytest.raises(holdline.Invalid) as caught:
+            with pytest.raises(holdline_client.Invalid) as caught:
                 await store.put("rows", key, lease.fence, "elsewhere", "x")
             assert str(caught.value).startswith("CROSSSLOT"), caught.value
         assert await store.get(row) == b"paid"
@@ -146,14 +146,14 @@ def test_the_readmes_several_nodes_snippet_runs_against_the_cluster(cluster: Clu
 
 async def test_a_ttl_above_the_clusters_max_ttl_is_refused(cluster: Cluster) -> None:
     key = cluster.key_on(1, "long-")
-    async with holdline.connect(cluster.nodes[0].addr) as store:
+    async with holdline_client.connect(cluster.nodes[0].addr) as store:
         lock = store.lock("long", ttl="20s")
         want = f'lock long: key "{key}": ttl 20s is above the cluster\'s max ttl (10s): invalid'
-        with pytest.raises(holdline.Invalid) as caught:
+        with pytest.raises(holdline_client.Invalid) as caught:
             async with lock.hold(key):
                 pass
         assert str(caught.value) == want
-        with pytest.raises(holdline.Invalid) as caught:
+        with pytest.raises(holdline_client.Invalid) as caught:
             async with lock.try_hold(key):
                 pass
         assert str(caught.value) == want
@@ -163,7 +163,7 @@ async def test_a_ttl_above_the_clusters_max_ttl_is_refused(cluster: Cluster) -> 
 
 async def test_an_election_and_its_observer_reach_the_keys_node(cluster: Cluster) -> None:
     name = cluster.key_on(2, "election-")
-    async with holdline.connect(cluster.nodes[0].addr) as store:
+    async with holdline_client.connect(cluster.nodes[0].addr) as store:
         router = store._router
         assert router._slots is not None
         router._slots[:] = [cluster.nodes[0].addr] * len(router._slots)  # stale: all on node 0
@@ -190,9 +190,9 @@ async def test_a_killed_node_loses_its_leases_closes_its_waiters_and_its_keys_mo
 ) -> None:
     cluster, victim = failover, 1
     key = cluster.key_on(victim, "fail-")
-    async with holdline.connect(cluster.nodes[0].addr) as store:
+    async with holdline_client.connect(cluster.nodes[0].addr) as store:
         lock = store.lock("failover", ttl=f"{MAX_TTL}s")
-        with pytest.raises(holdline.Lost) as lost:
+        with pytest.raises(holdline_client.Lost) as lost:
             async with lock.hold(key) as lease:
                 first = lease.fence
                 waiter = asyncio.ensure_future(hold_once(lock, key))
@@ -201,7 +201,7 @@ async def test_a_killed_node_loses_its_leases_closes_its_waiters_and_its_keys_mo
                 cluster.kill(victim)
                 await asyncio.wait_for(lease.signal.wait(), ETCD_TTL + 3)
                 assert time.monotonic() - killed < ETCD_TTL + 3
-                with pytest.raises(holdline.Closed) as closed:
+                with pytest.raises(holdline_client.Closed) as closed:
                     await asyncio.wait_for(waiter, ETCD_TTL + 3)  # not a hang
         assert_text(lost.value, "lost_connection", lock="failover", key=f'"{key}"')
         assert_text(closed.value, "connection_closed_key", lock="failover", key=f'"{key}"')
@@ -222,7 +222,7 @@ async def _until_waiting(addr: str, key: str) -> None:
     await until(waiting, "the second hold standing in line")
 
 
-async def _hold_again(lock: holdline.Lock, key: str, deadline: float) -> Tuple[int, float]:
+async def _hold_again(lock: holdline_client.Lock, key: str, deadline: float) -> Tuple[int, float]:
     """Holds `key` as soon as a node grants it again, retrying while the
     hold fails closed (its node unreachable, or nobody serving the slot) or
     in use (the new owner's take-over wait outlasting the hold's)."""
@@ -231,7 +231,7 @@ async def _hold_again(lock: holdline.Lock, key: str, deadline: float) -> Tuple[i
         try:
             async with lock.hold(key, wait="500ms") as lease:
                 return lease.fence, time.monotonic() - started
-        except (holdline.Closed, holdline.InUse):
+        except (holdline_client.Closed, holdline_client.InUse):
             if time.monotonic() > deadline:
                 raise
             await asyncio.sleep(0.1)
@@ -246,7 +246,7 @@ async def test_a_node_that_comes_back_takes_partitions_and_their_leases_are_lost
         cluster.kill(1)
     cluster.wait_covered()
     keys = [f"back-{n}" for n in range(24)]
-    async with holdline.connect(cluster.nodes[0].addr) as store:
+    async with holdline_client.connect(cluster.nodes[0].addr) as store:
         lock = store.lock("back", ttl=f"{MAX_TTL}s")
         holds = [await _hold_retrying(lock, key) for key in keys]
         leases = [lease for _, lease in holds]
@@ -260,7 +260,7 @@ async def test_a_node_that_comes_back_takes_partitions_and_their_leases_are_lost
         for hold, lease in holds:
             try:
                 await hold.__aexit__(None, None, None)
-            except holdline.Lost:
+            except holdline_client.Lost:
                 assert lease.key in moved
         # On node 1 now, handed over: granted once the lost leases' holders
         # cannot believe any more (their ttl since last heard), at most.
@@ -270,7 +270,9 @@ async def test_a_node_that_comes_back_takes_partitions_and_their_leases_are_lost
             assert state is not None and state["held"] == 1
 
 
-async def _hold_retrying(lock: holdline.Lock, key: str) -> Tuple[holdline.Hold, holdline.Lease]:
+async def _hold_retrying(
+    lock: holdline_client.Lock, key: str
+) -> Tuple[holdline_client.Hold, holdline_client.Lease]:
     """A hold of `key` entered (left by the caller), tried again while it
     fails closed (the store's map still naming a dead node for the key) or
     in use (a partition just taken over, granting nothing for the max ttl)."""
@@ -279,6 +281,6 @@ async def _hold_retrying(lock: holdline.Lock, key: str) -> Tuple[holdline.Hold, 
         hold = lock.hold(key, wait="500ms")
         try:
             return hold, await hold.__aenter__()
-        except (holdline.Closed, holdline.InUse):
+        except (holdline_client.Closed, holdline_client.InUse):
             await asyncio.sleep(0.1)
     raise AssertionError(f"{key} never held")

@@ -12,10 +12,10 @@ from conftest import Handler, Scripted, Server, refused_address, until
 from fake_cluster import SILENT, FakeCluster, FakeNode, hang_up_on
 from texts import RULES, assert_text
 
-import holdline
-from holdline import _cluster, _texts
-from holdline._address import Address, parse_addresses
-from holdline._cluster import _moved, slot
+import holdline_client
+from holdline_client import _cluster, _texts
+from holdline_client._address import Address, parse_addresses
+from holdline_client._cluster import _moved, slot
 
 
 def test_slots_are_redis_clusters() -> None:
@@ -45,30 +45,30 @@ def test_several_addresses_in_one_string_or_a_list() -> None:
     assert parse_addresses(["127.0.0.1:7001", "rediss://:tok@h"]) == [a, b]
     assert parse_addresses(("127.0.0.1:7001",)) == [a]
     for bad, shown in [("a:1,,b:2", '""'), ("a:1,b:x", '"b:x"'), ("a:1, b:2", '" b:2"')]:
-        with pytest.raises(holdline.Invalid) as caught:
-            holdline.connect(bad)
+        with pytest.raises(holdline_client.Invalid) as caught:
+            holdline_client.connect(bad)
         assert_text(caught.value, "bad_address", address=shown)
-    with pytest.raises(holdline.Invalid) as caught:
-        holdline.connect([])
+    with pytest.raises(holdline_client.Invalid) as caught:
+        holdline_client.connect([])
     assert_text(caught.value, "bad_address", address='""')
 
 
 def test_the_first_addresss_token_and_tls_apply_to_every_node() -> None:
-    router = holdline.connect("rediss://:tok@h:1,h:2")._router
+    router = holdline_client.connect("rediss://:tok@h:1,h:2")._router
     assert router.dial.tls is not None and router.dial.auth == ("default", "tok")
     assert router.pool_at("h:2").dial is router.dial
-    assert holdline.connect("h:1,rediss://:tok@h:2")._router.dial.tls is None
+    assert holdline_client.connect("h:1,rediss://:tok@h:2")._router.dial.tls is None
 
 
 async def test_connect_takes_the_first_address_that_answers(server: Server) -> None:
     with refused_address() as dead0, refused_address() as dead1:
-        async with holdline.connect([dead0, server.address, dead1]) as store:
+        async with holdline_client.connect([dead0, server.address, dead1]) as store:
             assert store.address == server.address
             assert store.nodes == [server.address] and not store._router.clustered  # single
             async with store.lock("first").hold("k") as lease:
                 assert lease.fence >= 1
-        with pytest.raises(holdline.Closed) as caught:
-            await holdline.connect(f"{dead0},{dead1}")
+        with pytest.raises(holdline_client.Closed) as caught:
+            await holdline_client.connect(f"{dead0},{dead1}")
     assert_text(caught.value, "cannot_connect", hostport=dead1)  # the last one tried
 
 
@@ -76,7 +76,7 @@ async def test_a_single_server_is_asked_for_a_map_once_and_gets_every_command() 
     async def grant(command: List[bytes]) -> Optional[bytes]:
         return b"*2\r\n:1\r\n:1\r\n" if command[0] == b"HOLD" else b"+OK\r\n"
 
-    async with Scripted(grant) as single, holdline.connect(single.address) as store:
+    async with Scripted(grant) as single, holdline_client.connect(single.address) as store:
         assert store.nodes == [single.address]
         assert not store._router.clustered
         for key in ("a", "b", "c"):
@@ -88,7 +88,7 @@ async def test_a_single_server_is_asked_for_a_map_once_and_gets_every_command() 
 
 
 async def test_the_map_learned_at_connect_sends_each_hold_to_its_node() -> None:
-    async with FakeCluster() as cluster, holdline.connect(cluster.nodes[1].address) as store:
+    async with FakeCluster() as cluster, holdline_client.connect(cluster.nodes[1].address) as store:
         assert store._router.clustered
         assert sorted(store.nodes) == sorted(n.address for n in cluster.nodes)
         keys = [cluster.key_on(i) for i in range(3)]
@@ -106,7 +106,7 @@ async def test_the_map_learned_at_connect_sends_each_hold_to_its_node() -> None:
 async def test_a_stale_map_is_corrected_by_moved_and_refreshed() -> None:
     async with FakeCluster() as cluster:
         cluster.answered = [0] * 16384  # node 0 says it serves everything
-        async with holdline.connect(cluster.nodes[0].address) as store:
+        async with holdline_client.connect(cluster.nodes[0].address) as store:
             assert store.nodes == [cluster.nodes[0].address]
             cluster.answered = None  # from now on the map is true
             key = cluster.key_on(2)
@@ -126,14 +126,17 @@ async def test_a_slot_missing_from_the_map_goes_to_a_known_node_which_redirects(
         key = cluster.key_on(1)
         cluster.answered = list(cluster.owners)
         cluster.answered[slot(key)] = None
-        async with holdline.connect(cluster.nodes[0].address) as store:
+        async with holdline_client.connect(cluster.nodes[0].address) as store:
             async with store.lock("gap").try_hold(key) as lease:
                 assert lease is not None
             assert cluster.granted[key.encode()] == 1
 
 
 async def test_redirects_past_five_fail_moved_loop() -> None:
-    async with FakeCluster(2) as cluster, holdline.connect(cluster.nodes[0].address) as store:
+    async with (
+        FakeCluster(2) as cluster,
+        holdline_client.connect(cluster.nodes[0].address) as store,
+    ):
         key = cluster.key_on(1)
 
         def elsewhere(node: FakeNode, command: List[bytes]) -> Optional[bytes]:
@@ -144,7 +147,7 @@ async def test_redirects_past_five_fail_moved_loop() -> None:
 
         for node in cluster.nodes:
             node.override = elsewhere
-        with pytest.raises(holdline.Closed) as caught:
+        with pytest.raises(holdline_client.Closed) as caught:
             async with store.lock("loop").hold(key):
                 pass
         assert_text(caught.value, "moved_loop", lock="loop", key=f'"{key}"')
@@ -153,7 +156,7 @@ async def test_redirects_past_five_fail_moved_loop() -> None:
 
 
 async def test_clusterdown_is_retried_after_a_fresh_map_then_served() -> None:
-    async with FakeCluster() as cluster, holdline.connect(cluster.nodes[0].address) as store:
+    async with FakeCluster() as cluster, holdline_client.connect(cluster.nodes[0].address) as store:
         key = cluster.key_on(2)
         cluster.owners[slot(key)] = None  # a failover under way: nobody serves it
         downs: List[float] = []
@@ -186,7 +189,7 @@ def _wait_of(hold: List[bytes]) -> int:
 async def test_a_hold_sent_again_carries_the_wait_left() -> None:
     # texts.json's wait_left: the wait runs from the hold's call.
     pause_ms = RULES["cluster_down_pause_ms"]
-    async with FakeCluster() as cluster, holdline.connect(cluster.nodes[0].address) as store:
+    async with FakeCluster() as cluster, holdline_client.connect(cluster.nodes[0].address) as store:
         key = cluster.key_on(1)
         cluster.answered = list(cluster.owners)  # the map names node 1 throughout
         cluster.owners[slot(key)] = None
@@ -210,7 +213,7 @@ async def test_a_hold_sent_again_carries_the_wait_left() -> None:
 async def test_a_hold_of_a_slot_down_gives_up_at_its_wait_plus_its_grace() -> None:
     # texts.json's wait_grace: each CLUSTERDOWN answers 400 ms late, so ten
     # would take 5 s; the hold gives up at 600 ms + max(1s ttl, 1s) instead.
-    async with FakeCluster() as cluster, holdline.connect(cluster.nodes[0].address) as store:
+    async with FakeCluster() as cluster, holdline_client.connect(cluster.nodes[0].address) as store:
         key = cluster.key_on(1)
         cluster.owners[slot(key)] = None
         waits: List[int] = []
@@ -225,7 +228,7 @@ async def test_a_hold_of_a_slot_down_gives_up_at_its_wait_plus_its_grace() -> No
 
             node.server._handler = answer_late
         started = time.monotonic()
-        with pytest.raises(holdline.Closed) as caught:
+        with pytest.raises(holdline_client.Closed) as caught:
             async with store.lock("late", ttl="1s").hold(key, wait="600ms"):
                 pass
         took = time.monotonic() - started
@@ -238,7 +241,7 @@ async def test_a_hold_of_a_slot_down_gives_up_at_its_wait_plus_its_grace() -> No
 async def test_a_node_silent_to_cluster_slots_is_given_up_and_asked_last() -> None:
     async with FakeCluster() as cluster:
         first = cluster.nodes[0]
-        store = await holdline.connect(first.address, connect_timeout="300ms")
+        store = await holdline_client.connect(first.address, connect_timeout="300ms")
         key = cluster.key_on(2)
         cluster.owners[slot(key)] = None
         downs: List[bytes] = []
@@ -278,7 +281,7 @@ async def test_a_node_that_answers_nothing_first_in_the_map_holds_up_a_refresh_2
         # connection to node 0 before the map is fetched again.
         first.server._hello = False
         first.override = lambda node, command: SILENT
-        store = await holdline.connect(cluster.nodes[1].address)
+        store = await holdline_client.connect(cluster.nodes[1].address)
         key = cluster.key_on(2)
         # Node 2 answers CLUSTERDOWN for the key, though the map names it.
         cluster.answered = list(cluster.owners)
@@ -308,10 +311,10 @@ async def test_a_node_that_answers_nothing_first_in_the_map_holds_up_a_refresh_2
 async def test_a_dropped_connection_refreshes_the_map_and_the_next_hold_goes_to_the_new_owner() -> (
     None
 ):
-    async with FakeCluster() as cluster, holdline.connect(cluster.nodes[0].address) as store:
+    async with FakeCluster() as cluster, holdline_client.connect(cluster.nodes[0].address) as store:
         key = cluster.key_on(1)
         cluster.nodes[1].override = hang_up_on(b"HOLD")
-        with pytest.raises(holdline.Closed) as caught:
+        with pytest.raises(holdline_client.Closed) as caught:
             async with store.lock("cut").hold(key):
                 pass
         assert_text(caught.value, "connection_closed_key", lock="cut", key=f'"{key}"')
@@ -331,7 +334,10 @@ async def test_a_lease_after_redirects_starts_at_the_last_holds_send() -> None:
     # Node 0 takes 0.6 s to say MOVED, past the 300 ms ttl; node 1 grants at
     # once. Counted from the first HOLD, the grant would be late (held only
     # after a RENEW confirms it); counted from the HOLD granted, it is not.
-    async with FakeCluster(2) as cluster, holdline.connect(cluster.nodes[0].address) as store:
+    async with (
+        FakeCluster(2) as cluster,
+        holdline_client.connect(cluster.nodes[0].address) as store,
+    ):
         key = cluster.key_on(1)
         router = store._router
         assert router._slots is not None
@@ -350,7 +356,7 @@ async def test_a_lease_after_redirects_starts_at_the_last_holds_send() -> None:
 
 
 async def test_put_get_inspect_and_stats_go_where_their_keys_are() -> None:
-    async with FakeCluster() as cluster, holdline.connect(cluster.nodes[0].address) as store:
+    async with FakeCluster() as cluster, holdline_client.connect(cluster.nodes[0].address) as store:
         key = cluster.key_on(2, "{inv-")
         await store.put("rows", key, 1, key + ":status", "paid")
         assert [c[2].decode() for c in cluster.nodes[2].sent(b"PUT")] == [key]
@@ -367,7 +373,7 @@ async def test_the_blocking_flavour_takes_several_addresses() -> None:
             key = cluster.key_on(2)
 
             def blocking() -> None:
-                with holdline.connect_sync(addresses) as store:
+                with holdline_client.connect_sync(addresses) as store:
                     with store.lock("sync").hold(key) as lease:
                         assert lease.fence >= 1
 

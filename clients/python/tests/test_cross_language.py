@@ -21,7 +21,7 @@ from typing import List, Tuple
 import pytest
 from conftest import REPO, Server, hold_in_background, until, until_waiters
 
-import holdline
+import holdline_client
 
 
 def rust_holder() -> Path:
@@ -48,7 +48,7 @@ def configured_holder(variable: str, build: str) -> Path:
 
 
 async def test_fifo_across_python_tasks_and_a_rust_client(
-    server: Server, store: holdline.Store
+    server: Server, store: holdline_client.Store
 ) -> None:
     lock = store.lock("mixed")
     order: List[str] = []
@@ -131,7 +131,7 @@ class Process:
         await self.proc.wait()
 
 
-async def line_of(store: holdline.Store, key: str) -> Tuple[int, int, int]:
+async def line_of(store: holdline_client.Store, key: str) -> Tuple[int, int, int]:
     """(holders, permits held, waiters) of key `key` of the lock "rw"."""
     state = await store.lock("rw", permits=8).inspect(key)
     assert state is not None
@@ -139,7 +139,7 @@ async def line_of(store: holdline.Store, key: str) -> Tuple[int, int, int]:
 
 
 async def test_a_go_writer_waits_for_a_python_reader_and_a_rust_reader_for_it(
-    server: Server, store: holdline.Store
+    server: Server, store: holdline_client.Store
 ) -> None:
     rust_binary = configured_holder(
         "HOLDLINE_RUST_HOLDER", "cargo build --release -p holdline-client --example holder"

@@ -17,9 +17,9 @@ import pytest
 from conftest import PATIENCE, Proxy, Scripted, Server, server_binary, until, until_waiters
 from fake_cluster import FakeCluster, FakeNode, bulk
 
-import holdline
-from holdline._cluster import slot
-from holdline._resp import Decoder, Push, Reply, encode
+import holdline_client
+from holdline_client._cluster import slot
+from holdline_client._resp import Decoder, Push, Reply, encode
 
 ELECTION = Path(__file__).resolve().parents[2] / "testing" / "election.py"
 
@@ -54,8 +54,8 @@ def clients_doing(address: str, cmd: str) -> List[int]:
 class Observed:
     """`election.observe()` read by a task of its own into a queue."""
 
-    def __init__(self, election: holdline.Election) -> None:
-        self.items: "asyncio.Queue[Optional[holdline.Leader]]" = asyncio.Queue()
+    def __init__(self, election: holdline_client.Election) -> None:
+        self.items: "asyncio.Queue[Optional[holdline_client.Leader]]" = asyncio.Queue()
         self._leaders = election.observe()
         self.task = asyncio.create_task(self._read())
 
@@ -63,7 +63,7 @@ class Observed:
         async for leader in self._leaders:
             self.items.put_nowait(leader)
 
-    async def next(self) -> Optional[holdline.Leader]:
+    async def next(self) -> Optional[holdline_client.Leader]:
         return await asyncio.wait_for(self.items.get(), PATIENCE)
 
     async def close(self) -> None:
@@ -73,7 +73,7 @@ class Observed:
 
 
 async def test_campaign_leads_with_its_note_then_proclaims_and_resigns(
-    store: holdline.Store,
+    store: holdline_client.Store,
 ) -> None:
     election = store.lock("services", ttl="2s").election("billing")
     assert await election.leader() is None
@@ -91,7 +91,7 @@ async def test_campaign_leads_with_its_note_then_proclaims_and_resigns(
         await lead.resign()
         assert await election.leader() is None
         await lead.resign()  # idempotent
-        with pytest.raises(holdline.Invalid) as refused:
+        with pytest.raises(holdline_client.Invalid) as refused:
             await lead.proclaim("after")
         assert str(refused.value) == (
             'lock services: key "billing": proclaimed after the leadership ended: invalid'
@@ -100,10 +100,10 @@ async def test_campaign_leads_with_its_note_then_proclaims_and_resigns(
 
 
 async def test_a_second_campaigner_waits_until_the_first_resigns(
-    server: Server, store: holdline.Store
+    server: Server, store: holdline_client.Store
 ) -> None:
     election = store.lock("services", ttl="2s").election("billing")
-    async with holdline.connect(server.address) as other:
+    async with holdline_client.connect(server.address) as other:
         second = other.lock("services", ttl="2s").election("billing")
         async with election.campaign("first") as first:
             elected = asyncio.Event()
@@ -126,7 +126,7 @@ async def test_a_second_campaigner_waits_until_the_first_resigns(
         assert fences and fences[0] > first.fence
 
 
-async def test_a_cancelled_campaign_leaves_the_line(store: holdline.Store) -> None:
+async def test_a_cancelled_campaign_leaves_the_line(store: holdline_client.Store) -> None:
     election = store.lock("services", ttl="2s").election("billing")
     async with election.campaign("leader"):
         task = asyncio.create_task(election.campaign("waiter").__aenter__())
@@ -138,13 +138,13 @@ async def test_a_cancelled_campaign_leaves_the_line(store: holdline.Store) -> No
 
 
 async def test_observe_yields_the_present_leader_then_every_change(
-    server: Server, store: holdline.Store
+    server: Server, store: holdline_client.Store
 ) -> None:
     election = store.lock("services", ttl="30s").election("billing")
     watching = Observed(election)
     try:
         assert await watching.next() is None  # nobody leads yet
-        async with holdline.connect(server.address) as other:
+        async with holdline_client.connect(server.address) as other:
             rival = other.lock("services", ttl="30s").election("billing")
             async with election.campaign("a") as a:
                 first = await watching.next()
@@ -176,7 +176,9 @@ async def test_observe_yields_the_present_leader_then_every_change(
         await watching.close()
 
 
-async def test_observe_survives_a_killed_connection(server: Server, store: holdline.Store) -> None:
+async def test_observe_survives_a_killed_connection(
+    server: Server, store: holdline_client.Store
+) -> None:
     election = store.lock("services", ttl="30s").election("billing")
     async with election.campaign("leader") as lead:
         watching = Observed(election)
@@ -201,26 +203,26 @@ async def test_observe_survives_a_killed_connection(server: Server, store: holdl
 
 
 async def test_observe_ends_closed_when_the_store_closes(server: Server) -> None:
-    store = await holdline.connect(server.address)
+    store = await holdline_client.connect(server.address)
     election = store.lock("services").election("billing")
     leaders = election.observe()
     assert await leaders.__anext__() is None
     reading = asyncio.ensure_future(leaders.__anext__())
     await asyncio.sleep(0.05)
     await store.aclose()
-    with pytest.raises(holdline.Closed) as closed:
+    with pytest.raises(holdline_client.Closed) as closed:
         await asyncio.wait_for(reading, PATIENCE)
     assert str(closed.value) == 'lock services: key "billing": the store is closed: closed'
 
 
 async def test_leadership_is_lost_when_its_connection_freezes(
-    server: Server, store: holdline.Store
+    server: Server, store: holdline_client.Store
 ) -> None:
     with Proxy(server.address) as proxy:
-        async with holdline.connect(proxy.address) as cut:
+        async with holdline_client.connect(proxy.address) as cut:
             election = cut.lock("services", ttl="1s").election("billing")
             rival = store.lock("services", ttl="1s").election("billing")
-            with pytest.raises(holdline.Lost) as lost:
+            with pytest.raises(holdline_client.Lost) as lost:
                 async with election.campaign("cut off") as lead:
                     task = asyncio.create_task(rival.campaign("next").__aenter__())
                     await until_waiters(store, "services", 1)
@@ -237,7 +239,7 @@ async def test_leadership_is_lost_when_its_connection_freezes(
             await nxt.resign()
 
 
-async def test_holds_carry_a_note(store: holdline.Store) -> None:
+async def test_holds_carry_a_note(store: holdline_client.Store) -> None:
     lock = store.lock("noted")
     async with lock.hold("k", note="job 42") as lease:
         state = await lock.inspect("k")
@@ -251,7 +253,7 @@ async def test_holds_carry_a_note(store: holdline.Store) -> None:
     async with lock.hold("plain"):
         state = await lock.inspect("plain")
         assert state is not None and state.holder is not None and state.holder.note == ""
-    with pytest.raises(holdline.Invalid) as refused:
+    with pytest.raises(holdline_client.Invalid) as refused:
         async with lock.hold("k", note="two\nlines"):
             pass
     assert str(refused.value) == (
@@ -290,7 +292,7 @@ def test_the_election_checker_catches_the_mutant() -> None:
 
 
 def test_the_blocking_flavour_campaigns_and_observes(server: Server) -> None:
-    with holdline.connect_sync(server.address) as store:
+    with holdline_client.connect_sync(server.address) as store:
         election = store.lock("services", ttl="2s").election("billing")
         assert election.leader() is None
         with election.observe() as leaders:
@@ -454,16 +456,16 @@ async def test_observe_follows_closed_then_moved_to_the_new_owner() -> None:
 
         for node in cluster.nodes:
             node.override = answer
-        async with holdline.connect(cluster.nodes[first].address) as store:
+        async with holdline_client.connect(cluster.nodes[first].address) as store:
             election = store.lock("services", ttl="300ms").election("billing")
             leaders = election.observe()
             now = await asyncio.wait_for(leaders.__anext__(), PATIENCE)
-            assert now == holdline.Leader(f"node{first}", 7 + first, None, 5)
+            assert now == holdline_client.Leader(f"node{first}", 7 + first, None, 5)
             # The partition moves: the old owner says `closed`, then MOVED.
             cluster.owners = [1 - first] * 16384
             closing.set()
             moved = await asyncio.wait_for(leaders.__anext__(), PATIENCE)
-            assert moved == holdline.Leader(f"node{1 - first}", 8 - first, None, 5)
+            assert moved == holdline_client.Leader(f"node{1 - first}", 8 - first, None, 5)
             await leaders.aclose()
         assert len(cluster.nodes[first].sent(b"OBSERVE")) == 2  # then MOVED
         assert len(cluster.nodes[1 - first].sent(b"OBSERVE")) == 1
@@ -481,7 +483,7 @@ async def test_observe_connects_again_when_its_server_goes_silent() -> None:
             return b"+OK\r\n" + held
         return None  # PINGs: never answered
 
-    async with Scripted(handler) as server, holdline.connect(server.address) as store:
+    async with Scripted(handler) as server, holdline_client.connect(server.address) as store:
         election = store.lock("services", ttl="300ms").election("billing")
         leaders = election.observe()
         first = await asyncio.wait_for(leaders.__anext__(), PATIENCE)

@@ -10,10 +10,10 @@ import pytest
 from conftest import Server, hold_in_background, hold_once, refused_address, until_waiters
 from texts import assert_text
 
-import holdline
+import holdline_client
 
 
-async def test_the_usage_example_holds_waits_and_tries(store: holdline.Store) -> None:
+async def test_the_usage_example_holds_waits_and_tries(store: holdline_client.Store) -> None:
     charged: List[Any] = []
     said: List[str] = []
     used: List[int] = []
@@ -22,7 +22,7 @@ async def test_the_usage_example_holds_waits_and_tries(store: holdline.Store) ->
     async def charge(invoice: Any, fence: int) -> None:
         charged.append((invoice.id, fence))
 
-    async def work(lease: holdline.Lease) -> int:
+    async def work(lease: holdline_client.Lease) -> int:
         return lease.fence
 
     def say(text: str) -> None:
@@ -60,10 +60,10 @@ async def test_the_usage_example_holds_waits_and_tries(store: holdline.Store) ->
     assert said == ["someone is charging it already"]
 
 
-async def test_fences_grow_and_key_9_is_key_text_9(store: holdline.Store) -> None:
+async def test_fences_grow_and_key_9_is_key_text_9(store: holdline_client.Store) -> None:
     lock = store.lock("fences")
     fences = []
-    keys: List[holdline.Key] = [9, "9", 9]
+    keys: List[holdline_client.Key] = [9, "9", 9]
     for key in keys:
         async with lock.hold(key) as lease:
             assert lease.key == "9"
@@ -74,14 +74,14 @@ async def test_fences_grow_and_key_9_is_key_text_9(store: holdline.Store) -> Non
 Note = TypeVar("Note")
 
 
-async def _hold_noting(lock: holdline.Lock, notes: List[Note], note: Note) -> None:
+async def _hold_noting(lock: holdline_client.Lock, notes: List[Note], note: Note) -> None:
     """Waits in the line of key "k" and notes `note` while it holds it:
     the notes come in the order of the grants."""
     async with lock.hold("k", wait="30s"):
         notes.append(note)
 
 
-async def test_fifo_across_tasks(store: holdline.Store) -> None:
+async def test_fifo_across_tasks(store: holdline_client.Store) -> None:
     lock = store.lock("fifo")
     order: List[int] = []
     tasks = []
@@ -95,7 +95,7 @@ async def test_fifo_across_tasks(store: holdline.Store) -> None:
 
 
 async def test_leaving_the_block_by_exception_releases_and_propagates_it_unchanged(
-    store: holdline.Store,
+    store: holdline_client.Store,
 ) -> None:
     lock = store.lock("raise")
 
@@ -119,18 +119,18 @@ async def test_leaving_the_block_by_exception_releases_and_propagates_it_unchang
 
 
 async def test_hold_waits_up_to_wait_then_fails_in_use_with_the_cores_text(
-    store: holdline.Store,
+    store: holdline_client.Store,
 ) -> None:
     invoices = store.lock("invoices")
     holder = await hold_in_background(invoices, 9)
     started = time.monotonic()
-    with pytest.raises(holdline.InUse) as caught:
+    with pytest.raises(holdline_client.InUse) as caught:
         async with invoices.hold(9, wait="300ms"):
             pytest.fail("granted while held")
     assert time.monotonic() - started >= 0.25
     assert str(caught.value) == 'lock invoices: key "9": held past the hold\'s wait: in use'
     assert caught.value.kind == "in use"
-    with pytest.raises(holdline.InUse):
+    with pytest.raises(holdline_client.InUse):
         async with invoices.hold(9, wait=0):
             pass
     await holder.release()
@@ -138,7 +138,9 @@ async def test_hold_waits_up_to_wait_then_fails_in_use_with_the_cores_text(
     assert stats["timeouts"] == 2
 
 
-async def test_leases_are_renewed_while_held_and_while_waiting(store: holdline.Store) -> None:
+async def test_leases_are_renewed_while_held_and_while_waiting(
+    store: holdline_client.Store,
+) -> None:
     # Two and a half ttls held, and as long in line: only renewal keeps them.
     # (A 1 s ttl leaves a busy machine 0.5 s of slack between renewals.)
     lock = store.lock("renew", ttl="1s")
@@ -156,9 +158,9 @@ async def test_leases_are_renewed_while_held_and_while_waiting(store: holdline.S
     await waiting
 
 
-async def test_a_stalled_loop_loses_the_lease_at_its_ttl(store: holdline.Store) -> None:
+async def test_a_stalled_loop_loses_the_lease_at_its_ttl(store: holdline_client.Store) -> None:
     lock = store.lock("stall", ttl="300ms")
-    with pytest.raises(holdline.Lost) as caught:
+    with pytest.raises(holdline_client.Lost) as caught:
         async with lock.hold("t") as lease:
             time.sleep(1.0)  # noqa: ASYNC251 - a stall on purpose: no renewal goes out
             await asyncio.wait_for(lease.signal.wait(), 5)
@@ -169,29 +171,29 @@ async def test_a_stalled_loop_loses_the_lease_at_its_ttl(store: holdline.Store) 
     assert (await store.stats("stall"))["expirations"] == 1
 
 
-async def test_a_stalled_holders_old_fence_is_refused(store: holdline.Store) -> None:
+async def test_a_stalled_holders_old_fence_is_refused(store: holdline_client.Store) -> None:
     lock = store.lock("fenced", ttl="300ms")
 
     async def fresh_holder(stale_fence: int) -> None:
         async with lock.hold("k", wait="5s") as fresh:
             assert fresh.fence > stale_fence
             await store.put("fenced", "k", fresh.fence, "row", b"fresh")
-            with pytest.raises(holdline.Lost):
+            with pytest.raises(holdline_client.Lost):
                 await store.put("fenced", "k", stale_fence, "row", b"stale")
 
-    with pytest.raises(holdline.Lost):
+    with pytest.raises(holdline_client.Lost):
         async with lock.hold("k") as stale:
             time.sleep(1.0)  # noqa: ASYNC251 - a stall on purpose: the lease runs out
             await asyncio.wait_for(stale.signal.wait(), 5)
             # Another task: this one's hold of "k" is still running.
             await asyncio.create_task(fresh_holder(stale.fence))
-            with pytest.raises(holdline.Lost):
+            with pytest.raises(holdline_client.Lost):
                 await store.put("fenced", "k", stale.fence, "row", b"stale")
     assert await store.get("row") == b"fresh"
     assert await store.get("no such row") is None
 
 
-async def test_max_hold_revokes_and_hands_the_key_on(store: holdline.Store) -> None:
+async def test_max_hold_revokes_and_hands_the_key_on(store: holdline_client.Store) -> None:
     # A ttl far beyond the test: only the push can tell the loss in time.
     invoices = store.lock("invoices", ttl="60s", max_hold="500ms")
     handed_on = asyncio.Event()
@@ -202,13 +204,13 @@ async def test_max_hold_revokes_and_hands_the_key_on(store: holdline.Store) -> N
             fences.append(lease.fence)
             handed_on.set()
 
-    with pytest.raises(holdline.Lost) as caught:
+    with pytest.raises(holdline_client.Lost) as caught:
         async with invoices.hold("m") as lease:
             fences.append(lease.fence)
             task = asyncio.create_task(next_in_line())
             await asyncio.wait_for(lease.signal.wait(), 5)
-            assert lease.lost and isinstance(lease.error, holdline.Lost)
-            with pytest.raises(holdline.Lost):
+            assert lease.lost and isinstance(lease.error, holdline_client.Lost)
+            with pytest.raises(holdline_client.Lost):
                 lease.check()
             # The next in line gets the key while this block still runs.
             await asyncio.wait_for(handed_on.wait(), 5)
@@ -220,7 +222,9 @@ async def test_max_hold_revokes_and_hands_the_key_on(store: holdline.Store) -> N
     assert (await store.stats("invoices"))["revocations"] == 1
 
 
-async def test_a_lost_lease_lets_the_blocks_own_exception_through(store: holdline.Store) -> None:
+async def test_a_lost_lease_lets_the_blocks_own_exception_through(
+    store: holdline_client.Store,
+) -> None:
     lock = store.lock("lostraise", max_hold="100ms")
     with pytest.raises(KeyError):
         async with lock.hold("k") as lease:
@@ -229,12 +233,12 @@ async def test_a_lost_lease_lets_the_blocks_own_exception_through(store: holdlin
 
 
 async def test_hold_inside_a_hold_of_the_same_key_is_invalid_at_once(
-    store: holdline.Store,
+    store: holdline_client.Store,
 ) -> None:
     invoices = store.lock("invoices")
     async with invoices.hold(7):
         started = time.monotonic()
-        with pytest.raises(holdline.Invalid) as caught:
+        with pytest.raises(holdline_client.Invalid) as caught:
             async with invoices.hold(7, wait="10s"):
                 pass
         assert time.monotonic() - started < 5
@@ -247,13 +251,13 @@ async def test_hold_inside_a_hold_of_the_same_key_is_invalid_at_once(
             assert other is not None  # another key is another line
 
 
-async def test_a_bad_key_is_invalid_with_the_servers_text(store: holdline.Store) -> None:
+async def test_a_bad_key_is_invalid_with_the_servers_text(store: holdline_client.Store) -> None:
     invoices = store.lock("invoices")
-    with pytest.raises(holdline.Invalid) as caught:
+    with pytest.raises(holdline_client.Invalid) as caught:
         async with invoices.hold(""):
             pass
     assert str(caught.value) == 'lock invoices: key "": the key is empty: invalid'
-    with pytest.raises(holdline.Invalid) as caught:
+    with pytest.raises(holdline_client.Invalid) as caught:
         async with invoices.try_hold("a\nb"):
             pass
     assert str(caught.value) == (
@@ -263,7 +267,7 @@ async def test_a_bad_key_is_invalid_with_the_servers_text(store: holdline.Store)
         assert lease is not None
 
 
-async def test_a_cancelled_wait_leaves_the_line(store: holdline.Store) -> None:
+async def test_a_cancelled_wait_leaves_the_line(store: holdline_client.Store) -> None:
     lock = store.lock("cancel")
     got: List[str] = []
     first = await hold_in_background(lock, "k")
@@ -278,7 +282,7 @@ async def test_a_cancelled_wait_leaves_the_line(store: holdline.Store) -> None:
 
 
 async def test_a_waiting_hold_never_delays_another_holds_release(
-    store: holdline.Store,
+    store: holdline_client.Store,
 ) -> None:
     lock = store.lock("independent")
     b = await hold_in_background(lock, "b")
@@ -296,14 +300,14 @@ async def test_a_waiting_hold_never_delays_another_holds_release(
 async def test_a_dropped_connection_sets_the_signal_and_loses_the_lease(
     server: Server,
 ) -> None:
-    store = await holdline.connect(server.address)
+    store = await holdline_client.connect(server.address)
     lock = store.lock("drop")
-    with pytest.raises(holdline.Lost) as caught:
+    with pytest.raises(holdline_client.Lost) as caught:
         async with lock.hold("k") as lease:
             server.stop()
             await asyncio.wait_for(lease.signal.wait(), 5)
     assert_text(caught.value, "lost_connection", lock="drop", key='"k"')
-    with pytest.raises(holdline.Closed) as closed:
+    with pytest.raises(holdline_client.Closed) as closed:
         async with lock.hold("k"):
             pass
     assert_text(closed.value, "cannot_connect", hostport=server.address)
@@ -311,7 +315,7 @@ async def test_a_dropped_connection_sets_the_signal_and_loses_the_lease(
 
 
 async def test_server_shutdown_fails_waiters_closed_and_holders_lost(server: Server) -> None:
-    store = await holdline.connect(server.address)
+    store = await holdline_client.connect(server.address)
     invoices = store.lock("invoices")
     held = asyncio.Event()
     outcomes: List[BaseException] = []
@@ -321,14 +325,14 @@ async def test_server_shutdown_fails_waiters_closed_and_holders_lost(server: Ser
             async with invoices.hold(7) as lease:
                 held.set()
                 await asyncio.wait_for(lease.signal.wait(), 10)
-        except holdline.Error as err:
+        except holdline_client.Error as err:
             outcomes.append(err)
 
     async def waiter() -> None:
         try:
             async with invoices.hold(7, wait="30s"):
                 pass
-        except holdline.Error as err:
+        except holdline_client.Error as err:
             outcomes.append(err)
 
     tasks = [asyncio.create_task(holder())]
@@ -342,28 +346,28 @@ async def test_server_shutdown_fails_waiters_closed_and_holders_lost(server: Ser
         'lock invoices: key "7": the lease was lost: its store closed',
         'lock invoices: key "7": the store is closed: closed',
     ]
-    assert {type(e) for e in outcomes} == {holdline.Lost, holdline.Closed}
+    assert {type(e) for e in outcomes} == {holdline_client.Lost, holdline_client.Closed}
     await store.close()
 
 
-async def test_a_closed_store_fails_closed(store: holdline.Store) -> None:
+async def test_a_closed_store_fails_closed(store: holdline_client.Store) -> None:
     invoices = store.lock("invoices")
     await store.close()
     await store.close()  # idempotent
-    with pytest.raises(holdline.Closed) as caught:
+    with pytest.raises(holdline_client.Closed) as caught:
         async with invoices.hold(7):
             pass
     assert str(caught.value) == 'lock invoices: key "7": the store is closed: closed'
     assert caught.value.kind == "closed"
-    with pytest.raises(holdline.Closed) as caught:
+    with pytest.raises(holdline_client.Closed) as caught:
         store.lock("invoices")
     assert str(caught.value) == "lock invoices: the store is closed: closed"
 
 
 async def test_closing_the_store_loses_its_leases(server: Server) -> None:
-    store = await holdline.connect(server.address)
+    store = await holdline_client.connect(server.address)
     lock = store.lock("closing")
-    with pytest.raises(holdline.Lost) as caught:
+    with pytest.raises(holdline_client.Lost) as caught:
         async with lock.hold("k") as lease:
             await store.close()
             assert lease.signal.is_set()
@@ -371,6 +375,6 @@ async def test_closing_the_store_loses_its_leases(server: Server) -> None:
 
 
 async def test_connect_fails_closed_when_nothing_listens() -> None:
-    with refused_address() as dead, pytest.raises(holdline.Closed) as caught:
-        await holdline.connect(dead, connect_timeout="2s")
+    with refused_address() as dead, pytest.raises(holdline_client.Closed) as caught:
+        await holdline_client.connect(dead, connect_timeout="2s")
     assert_text(caught.value, "cannot_connect", hostport=dead)

@@ -7,13 +7,15 @@ from typing import Optional
 import pytest
 from conftest import Server, until
 
-import holdline
-from holdline._inspect import key_state
+import holdline_client
+from holdline_client._inspect import key_state
 
 
-async def until_waiting(lock: holdline.Lock, key: str, count: int) -> holdline.KeyState:
+async def until_waiting(
+    lock: holdline_client.Lock, key: str, count: int
+) -> holdline_client.KeyState:
     """Waits until INSPECT says `count` wait on `key`; answers that state."""
-    state: Optional[holdline.KeyState] = None
+    state: Optional[holdline_client.KeyState] = None
 
     async def reached() -> bool:
         nonlocal state
@@ -25,7 +27,9 @@ async def until_waiting(lock: holdline.Lock, key: str, count: int) -> holdline.K
     return state
 
 
-async def test_inspect_tells_the_holder_the_fence_and_the_line(store: holdline.Store) -> None:
+async def test_inspect_tells_the_holder_the_fence_and_the_line(
+    store: holdline_client.Store,
+) -> None:
     lock = store.lock("inspected", ttl="2s")
     assert await lock.inspect("k") is None
     async with lock.hold("k") as lease:
@@ -59,7 +63,7 @@ async def test_inspect_tells_the_holder_the_fence_and_the_line(store: holdline.S
 
 
 def test_the_blocking_flavour_inspects_too(server: Server) -> None:
-    with holdline.connect_sync(server.address) as store:
+    with holdline_client.connect_sync(server.address) as store:
         lock = store.lock("inspected")
         assert lock.inspect("k") is None
         with lock.hold("k") as lease:
@@ -70,7 +74,7 @@ def test_the_blocking_flavour_inspects_too(server: Server) -> None:
 def test_an_answer_that_is_not_inspects_map_is_invalid() -> None:
     assert key_state(None) is None
     flat = [b"held", False, b"fence", 3, b"waiters", 0, b"held_for_ms", None]
-    assert key_state(flat) == holdline.KeyState(False, 3, None, None, 0, None)
+    assert key_state(flat) == holdline_client.KeyState(False, 3, None, None, 0, None)
     for bad in [b"OK", 7, {b"held": True}, [b"held"]]:
-        with pytest.raises(holdline.Invalid):
+        with pytest.raises(holdline_client.Invalid):
             key_state(bad)

@@ -10,8 +10,8 @@ import pytest
 from conftest import Scripted, hold_in_background, until_waiters
 from texts import assert_text
 
-import holdline
-from holdline._wire import DROPPED
+import holdline_client
+from holdline_client._wire import DROPPED
 
 GRANT = b"*2\r\n:1\r\n:5\r\n"
 
@@ -38,7 +38,10 @@ async def test_a_grant_later_than_the_ttl_is_held_once_a_renewal_confirms_it() -
     # The grant comes 0.6 s after the HOLD was sent, past its 300 ms ttl:
     # the server may have granted it at once and ended it since. A RENEW
     # answered OK shows it still holds the lease.
-    async with late_granter(b"+OK\r\n", 0.6) as server, holdline.connect(server.address) as store:
+    async with (
+        late_granter(b"+OK\r\n", 0.6) as server,
+        holdline_client.connect(server.address) as store,
+    ):
         async with store.lock("late", ttl="300ms").hold("k", wait="5s") as lease:
             assert not lease.lost and lease.fence == 5
             await asyncio.sleep(0.6)  # two ttls: renewals answered in time keep it
@@ -51,8 +54,8 @@ async def test_a_grant_later_than_the_ttl_is_held_once_a_renewal_confirms_it() -
 async def test_a_late_grant_whose_renewal_answers_lost_is_lost_before_the_block() -> None:
     lost = b'-LOST lock late: key "k": the lease was lost: it ran out (ttl 300ms)\r\n'
     entered: List[bool] = []
-    async with late_granter(lost, 0.6) as server, holdline.connect(server.address) as store:
-        with pytest.raises(holdline.Lost) as caught:
+    async with late_granter(lost, 0.6) as server, holdline_client.connect(server.address) as store:
+        with pytest.raises(holdline_client.Lost) as caught:
             async with store.lock("late", ttl="300ms").hold("k", wait="5s"):
                 entered.append(True)
     assert entered == []
@@ -60,23 +63,23 @@ async def test_a_late_grant_whose_renewal_answers_lost_is_lost_before_the_block(
 
 
 async def test_a_late_grant_whose_renewal_is_never_answered_is_lost_silent() -> None:
-    async with late_granter(None, 0.6) as server, holdline.connect(server.address) as store:
-        with pytest.raises(holdline.Lost) as caught:
+    async with late_granter(None, 0.6) as server, holdline_client.connect(server.address) as store:
+        with pytest.raises(holdline_client.Lost) as caught:
             async with store.lock("late", ttl="300ms").hold("k", wait="5s"):
                 pytest.fail("entered a hold the server never confirmed")
     assert_text(caught.value, "lost_silent", lock="late", key='"k"', ttl="300ms")
 
 
 async def test_an_answer_handled_after_the_deadline_does_not_renew_the_lease(
-    store: holdline.Store,
+    store: holdline_client.Store,
 ) -> None:
-    with pytest.raises(holdline.Lost) as caught:
+    with pytest.raises(holdline_client.Lost) as caught:
         async with store.lock("stall", ttl="1s").hold("k") as lease:
             await answer_after_the_deadline(lease, 1.0)
     assert_text(caught.value, "lost_silent", lock="stall", key='"k"', ttl="1s")
 
 
-async def answer_after_the_deadline(lease: holdline.Lease, ttl: float) -> None:
+async def answer_after_the_deadline(lease: holdline_client.Lease, ttl: float) -> None:
     """A PING is answered (by a real server, in its own process) while this
     loop is stalled past the lease's deadline: when the answer is handled,
     the server might have given the key away (it renews only a lease it
@@ -97,7 +100,7 @@ async def answer_after_the_deadline(lease: holdline.Lease, ttl: float) -> None:
 
 
 async def test_a_hold_that_waited_past_its_ttl_is_renewed_like_any_other(
-    store: holdline.Store,
+    store: holdline_client.Store,
 ) -> None:
     # B's HOLD waits in line 1.2 s behind A's (ttl 800 ms): its grant
     # arrives past its first deadline, so a RENEW confirms it; from then on
@@ -112,7 +115,7 @@ async def test_a_hold_that_waited_past_its_ttl_is_renewed_like_any_other(
         await a.release()
 
     releaser = asyncio.create_task(release_once_b_waited())
-    with pytest.raises(holdline.Lost) as caught:
+    with pytest.raises(holdline_client.Lost) as caught:
         async with lock.hold("k", wait="10s") as lease:
             assert a.let_go.is_set()
             await asyncio.sleep(3 * 0.8)  # three ttls, on renewals alone

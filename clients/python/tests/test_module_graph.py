@@ -7,7 +7,7 @@ import ast
 from pathlib import Path
 from typing import Dict, List, Optional, Set
 
-PACKAGE = Path(__file__).resolve().parents[1] / "src" / "holdline"
+PACKAGE = Path(__file__).resolve().parents[1] / "src" / "holdline_client"
 
 LAYERS: List[Set[str]] = [
     {"_blocks"},  # what leaving a `with` or `async with` block is, written once
@@ -35,13 +35,13 @@ def imports_of(path: Path) -> Set[str]:
                 found.add(node.module.split(".")[0])
             elif node.level == 1:  # from . import _x
                 found.update(alias.name for alias in node.names)
-            elif node.level == 0 and node.module and node.module.startswith("holdline."):
+            elif node.level == 0 and node.module and node.module.startswith("holdline_client."):
                 found.add(node.module.split(".")[1])
-            elif node.level == 0 and node.module == "holdline":
+            elif node.level == 0 and node.module == "holdline_client":
                 found.update(alias.name for alias in node.names if alias.name.startswith("_"))
         elif isinstance(node, ast.Import):
             for alias in node.names:
-                if alias.name.startswith("holdline."):
+                if alias.name.startswith("holdline_client."):
                     found.add(alias.name.split(".")[1])
     return found
 
@@ -89,9 +89,9 @@ def test_the_import_reader_sees_every_form(tmp_path: Path) -> None:
         "from typing import TYPE_CHECKING\n"
         "from ._a import x\n"
         "from . import _b\n"
-        "import holdline._c\n"
-        "from holdline._d import y\n"
-        "from holdline import _e\n"
+        "import holdline_client._c\n"
+        "from holdline_client._d import y\n"
+        "from holdline_client import _e\n"
         "if TYPE_CHECKING:\n"
         "    from ._f import Z\n"
     )

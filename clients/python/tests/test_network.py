@@ -17,18 +17,18 @@ import pytest
 from conftest import Holder, Proxy, hold_in_background, until_waiters
 from texts import assert_text
 
-import holdline
+import holdline_client
 
 
 async def test_a_holder_behind_a_frozen_link_is_lost_before_the_key_moves_on(
-    proxy: Proxy, store: holdline.Store
+    proxy: Proxy, store: holdline_client.Store
 ) -> None:
-    async with holdline.connect(proxy.address) as far:
+    async with holdline_client.connect(proxy.address) as far:
         await lost_before_the_key_moves_on(proxy, far, store)
 
 
 async def lost_before_the_key_moves_on(
-    proxy: Proxy, far: holdline.Store, near: holdline.Store
+    proxy: Proxy, far: holdline_client.Store, near: holdline_client.Store
 ) -> None:
     """A holds through `far` (behind the proxy), B waits through `near`;
     the proxy freezes: A's signal fires at least 10 ms before B's grant,
@@ -52,7 +52,7 @@ async def lost_before_the_key_moves_on(
     b = asyncio.create_task(waiter())
     await until_waiters(near, "frozen", 1)
     frozen_at = proxy.freeze()
-    with pytest.raises(holdline.Lost) as caught:
+    with pytest.raises(holdline_client.Lost) as caught:
         await asyncio.wait_for(a, 10)
     granted_at = await asyncio.wait_for(b, 10)
     assert lost_at, "the signal never fired"
@@ -63,12 +63,12 @@ async def lost_before_the_key_moves_on(
 
 
 async def test_a_waiter_behind_a_frozen_link_gives_up_closed_and_keeps_nothing(
-    proxy: Proxy, store: holdline.Store
+    proxy: Proxy, store: holdline_client.Store
 ) -> None:
     lock = store.lock("frozen", ttl="2s")
     entered: List[bool] = []
 
-    async with holdline.connect(proxy.address) as far:
+    async with holdline_client.connect(proxy.address) as far:
 
         async def waiter() -> None:
             async with far.lock("frozen", ttl="2s").hold("k", wait="3s"):
@@ -79,7 +79,7 @@ async def test_a_waiter_behind_a_frozen_link_gives_up_closed_and_keeps_nothing(
         waiting = asyncio.create_task(waiter())
         await until_waiters(store, "frozen", 1)
         proxy.freeze()
-        with pytest.raises(holdline.Closed) as caught:
+        with pytest.raises(holdline_client.Closed) as caught:
             await asyncio.wait_for(waiting, 15)
         gave_up_after = time.monotonic() - started
         proxy.thaw()
@@ -94,7 +94,7 @@ async def test_a_waiter_behind_a_frozen_link_gives_up_closed_and_keeps_nothing(
 
 
 async def test_a_stopped_holder_answers_lost_on_its_first_look(
-    proxy: Proxy, store: holdline.Store
+    proxy: Proxy, store: holdline_client.Store
 ) -> None:
     # The holder's link is frozen too, so nothing reaches it when it wakes:
     # only its clock can tell it. Its first act on waking is to look
@@ -111,7 +111,7 @@ async def test_a_stopped_holder_answers_lost_on_its_first_look(
         expected = 'lock stopped: key "k": the lease was lost: the server answered nothing'
         assert look.startswith(f"look True {expected}"), look
         assert_text(
-            holdline.Lost(look[len("look True ") :]),
+            holdline_client.Lost(look[len("look True ") :]),
             "lost_silent",
             lock="stopped",
             key='"k"',
@@ -124,13 +124,13 @@ async def test_a_stopped_holder_answers_lost_on_its_first_look(
 
 
 def test_a_blocking_holder_behind_a_frozen_link_sees_its_loss(proxy: Proxy) -> None:
-    with holdline.connect_sync(proxy.address) as store:
-        with pytest.raises(holdline.Lost) as caught:
+    with holdline_client.connect_sync(proxy.address) as store:
+        with pytest.raises(holdline_client.Lost) as caught:
             with store.lock("frozen", ttl="1s").hold("k") as lease:
                 frozen_at = proxy.freeze()
                 assert lease.signal.wait(10)
                 assert time.monotonic() - frozen_at <= 1.0 + 0.5
                 assert lease.lost
-                with pytest.raises(holdline.Lost):
+                with pytest.raises(holdline_client.Lost):
                     lease.check()
     assert_text(caught.value, "lost_silent", lock="frozen", key='"k"', ttl="1s")

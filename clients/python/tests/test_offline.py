@@ -2,14 +2,14 @@
 
 import pytest
 
-import holdline
-from holdline._address import Address
-from holdline._cluster import Router
-from holdline._durations import to_ms
-from holdline._errors import from_reply, show_key, text_for
-from holdline._lock import key_text
-from holdline._pool import Dial
-from holdline._store import Store
+import holdline_client
+from holdline_client._address import Address
+from holdline_client._cluster import Router
+from holdline_client._durations import to_ms
+from holdline_client._errors import from_reply, show_key, text_for
+from holdline_client._lock import key_text
+from holdline_client._pool import Dial
+from holdline_client._store import Store
 
 
 def offline_store() -> Store:
@@ -43,7 +43,7 @@ def test_durations_in_holdlines_written_form(value: object, ms: int) -> None:
 )
 def test_a_bad_duration_raises_at_once(bad: object) -> None:
     store = offline_store()
-    with pytest.raises(holdline.Invalid) as caught:
+    with pytest.raises(holdline_client.Invalid) as caught:
         store.lock("invoices", ttl=bad)  # type: ignore[arg-type]
     assert caught.value.kind == "invalid"
     assert str(caught.value).startswith(
@@ -52,15 +52,15 @@ def test_a_bad_duration_raises_at_once(bad: object) -> None:
     )
     assert str(caught.value).endswith(": invalid")
     lock = store.lock("invoices")
-    with pytest.raises(holdline.Invalid) as caught:
+    with pytest.raises(holdline_client.Invalid) as caught:
         lock.hold("9", wait=bad)  # type: ignore[arg-type]
     assert str(caught.value).startswith('lock invoices: key "9": a wait is a duration')
-    with pytest.raises(holdline.Invalid):
+    with pytest.raises(holdline_client.Invalid):
         store.lock("invoices", max_hold=bad)  # type: ignore[arg-type]
 
 
 def test_a_bad_durations_text() -> None:
-    with pytest.raises(holdline.Invalid) as caught:
+    with pytest.raises(holdline_client.Invalid) as caught:
         offline_store().lock("invoices", ttl="10 sec")
     assert str(caught.value) == (
         "lock invoices: a ttl is a duration such as '10s', '2m' or '500ms', "
@@ -70,23 +70,23 @@ def test_a_bad_durations_text() -> None:
 
 def test_zero_ttl_and_max_hold_are_invalid_with_the_cores_texts() -> None:
     store = offline_store()
-    with pytest.raises(holdline.Invalid) as caught:
+    with pytest.raises(holdline_client.Invalid) as caught:
         store.lock("invoices", ttl=0)
     assert str(caught.value) == "lock invoices: a ttl is at least 1ms: invalid"
-    with pytest.raises(holdline.Invalid) as caught:
+    with pytest.raises(holdline_client.Invalid) as caught:
         store.lock("invoices", max_hold="0ms")
     assert str(caught.value) == "lock invoices: a maxHold is at least 1ms: invalid"
 
 
 def test_a_bad_lock_name_is_invalid_with_the_cores_text() -> None:
     store = offline_store()
-    with pytest.raises(holdline.Invalid) as caught:
+    with pytest.raises(holdline_client.Invalid) as caught:
         store.lock("bad name")
     assert str(caught.value) == (
         'lock "bad name": a lock name is 1 to 128 ASCII letters, digits and "_-.:": invalid'
     )
     for bad in ["", "x" * 129, "é", "a/b"]:
-        with pytest.raises(holdline.Invalid):
+        with pytest.raises(holdline_client.Invalid):
             store.lock(bad)
     store.lock("a-b_c.d:e" + "x" * 119)  # 128 bytes of the allowed kind
 
@@ -102,34 +102,36 @@ def test_keys_are_text_or_integers() -> None:
 
 def test_error_replies_become_their_kinds_with_the_text_unchanged() -> None:
     cases = {
-        'INUSE lock invoices: key "9": held past the hold\'s wait: in use': holdline.InUse,
+        'INUSE lock invoices: key "9": held past the hold\'s wait: in use': holdline_client.InUse,
         'LOST lock invoices: key "m": the lease was lost: it was revoked at its maxHold': (
-            holdline.Lost
+            holdline_client.Lost
         ),
-        'LIMIT lock invoices: key "7": 10000 waiters already stand in line: limit': holdline.Limit,
+        'LIMIT lock invoices: key "7": 10000 waiters already stand in line: limit': (
+            holdline_client.Limit
+        ),
         'INVALID lock invoices: key "7": hold inside a hold of the same key: invalid': (
-            holdline.Invalid
+            holdline_client.Invalid
         ),
-        'CLOSED lock invoices: key "7": the store is closed: closed': holdline.Closed,
+        'CLOSED lock invoices: key "7": the store is closed: closed': holdline_client.Closed,
     }
     kinds = {
-        holdline.InUse: "in use",
-        holdline.Lost: "lost",
-        holdline.Limit: "limit",
-        holdline.Invalid: "invalid",
-        holdline.Closed: "closed",
+        holdline_client.InUse: "in use",
+        holdline_client.Lost: "lost",
+        holdline_client.Limit: "limit",
+        holdline_client.Invalid: "invalid",
+        holdline_client.Closed: "closed",
     }
     for reply, cls in cases.items():
         err = from_reply(reply)
         assert type(err) is cls
-        assert isinstance(err, holdline.Error)
+        assert isinstance(err, holdline_client.Error)
         assert str(err) == reply.split(" ", 1)[1]
         assert err.kind == kinds[cls]
     for other in ["ERR unknown command 'FOO'", "NOAUTH Authentication required."]:
         err = from_reply(other)
-        assert type(err) is holdline.Invalid
+        assert type(err) is holdline_client.Invalid
         assert str(err) == other  # the whole line, first word kept
-    assert isinstance(holdline.Invalid("x"), ValueError)
+    assert isinstance(holdline_client.Invalid("x"), ValueError)
 
 
 def test_keys_in_texts_are_shown_as_the_core_shows_them() -> None:

@@ -20,11 +20,11 @@ from conftest import (
     until_waiters,
 )
 
-import holdline
-from holdline._inspect import key_state
+import holdline_client
+from holdline_client._inspect import key_state
 
 
-async def held_state(lock: holdline.Lock, key: str) -> holdline.KeyState:
+async def held_state(lock: holdline_client.Lock, key: str) -> holdline_client.KeyState:
     """The key's state on the server, which must keep some."""
     state = await lock.inspect(key)
     assert state is not None
@@ -37,7 +37,7 @@ async def release_all(holds: List[BackgroundHold]) -> None:
 
 
 async def test_a_semaphore_of_three_admits_three_and_lines_up_the_fourth(
-    store: holdline.Store,
+    store: holdline_client.Store,
 ) -> None:
     lock = store.lock("providers", permits=3)
     holds = [await hold_in_background(lock, "stripe") for _ in range(3)]
@@ -60,7 +60,7 @@ async def test_a_semaphore_of_three_admits_three_and_lines_up_the_fourth(
     assert freed.fence == fourth_fence
 
 
-async def test_a_hold_takes_the_permits_it_asks_for(store: holdline.Store) -> None:
+async def test_a_hold_takes_the_permits_it_asks_for(store: holdline_client.Store) -> None:
     lock = store.lock("batches", permits=5)
     two = await hold_in_background(lock, "k", permits=2)
     three = await hold_in_background(lock, "k", permits=3)
@@ -75,7 +75,9 @@ async def test_a_hold_takes_the_permits_it_asks_for(store: holdline.Store) -> No
     await release_all([three, waiting])
 
 
-async def test_readers_share_and_a_writer_waits_with_no_overtaking(store: holdline.Store) -> None:
+async def test_readers_share_and_a_writer_waits_with_no_overtaking(
+    store: holdline_client.Store,
+) -> None:
     docs = store.lock("docs", permits=8)
     readers = [await hold_in_background(docs, "d") for _ in range(2)]
     writer = BackgroundHold(docs, "d", exclusive=True)
@@ -124,7 +126,7 @@ async def test_readers_share_and_a_writer_waits_with_no_overtaking(store: holdli
 
 
 async def test_try_hold_holds_only_when_its_permits_fit_and_nobody_waits(
-    store: holdline.Store,
+    store: holdline_client.Store,
 ) -> None:
     lock = store.lock("tries", permits=3)
     two = await hold_in_background(lock, "k", permits=2)
@@ -147,24 +149,24 @@ async def test_try_hold_holds_only_when_its_permits_fit_and_nobody_waits(
         assert lease is not None and lease.permits == 3
 
 
-async def _try_one(lock: holdline.Lock) -> Optional[int]:
+async def _try_one(lock: holdline_client.Lock) -> Optional[int]:
     """A try from a task of its own (another holder): its fence, or None."""
     async with lock.try_hold("k") as lease:
         return None if lease is None else lease.fence
 
 
-async def test_the_servers_error_texts_come_back_as_they_are(store: holdline.Store) -> None:
+async def test_the_servers_error_texts_come_back_as_they_are(store: holdline_client.Store) -> None:
     docs = store.lock("docs", permits=1024)
     reader = await hold_in_background(docs, "x")
     # The lock is known to the server now (a key of it held): another count
     # is refused, on any key, for holds and tries alike.
     for other, count in [(store.lock("docs", permits=8), 8), (store.lock("docs"), 1)]:
         text = f"lock docs: opened with 1024 permits, not {count}: invalid"
-        with pytest.raises(holdline.Invalid) as caught:
+        with pytest.raises(holdline_client.Invalid) as caught:
             async with other.hold("y"):
                 pass
         assert (str(caught.value), caught.value.kind) == (text, "invalid")
-        with pytest.raises(holdline.Invalid) as caught:
+        with pytest.raises(holdline_client.Invalid) as caught:
             async with other.try_hold("x"):
                 pass
         assert str(caught.value) == text
@@ -172,16 +174,16 @@ async def test_the_servers_error_texts_come_back_as_they_are(store: holdline.Sto
 
     providers = store.lock("providers", permits=5)
     for asked in (6, 0):
-        with pytest.raises(holdline.Invalid) as caught:
+        with pytest.raises(holdline_client.Invalid) as caught:
             async with providers.hold("stripe", permits=asked):
                 pass
         asked_text = f'lock providers: key "stripe": {asked} permits asked of a lock of 5: invalid'
         assert str(caught.value) == asked_text
-        with pytest.raises(holdline.Invalid) as caught:
+        with pytest.raises(holdline_client.Invalid) as caught:
             async with providers.try_hold("stripe", permits=asked):
                 pass
         assert str(caught.value) == asked_text
-    with pytest.raises(holdline.Invalid) as caught:
+    with pytest.raises(holdline_client.Invalid) as caught:
         async with store.lock("providers", permits=0).hold("stripe"):
             pass
     assert str(caught.value) == "lock providers: a lock has 1 to 1000000 permits, not 0: invalid"
@@ -191,8 +193,8 @@ async def test_the_servers_error_texts_come_back_as_they_are(store: holdline.Sto
 
 
 def test_permits_and_exclusive_together_is_a_type_error() -> None:
-    router = holdline.connect("127.0.0.1:1")._router  # never connected: no server needed
-    opened = holdline.Lock(router, "rw", permits=4)
+    router = holdline_client.connect("127.0.0.1:1")._router  # never connected: no server needed
+    opened = holdline_client.Lock(router, "rw", permits=4)
     with pytest.raises(TypeError, match="permits=m or exclusive=True, not both"):
         opened.hold("k", permits=2, exclusive=True)
     with pytest.raises(TypeError, match="permits=m or exclusive=True, not both"):
@@ -200,11 +202,11 @@ def test_permits_and_exclusive_together_is_a_type_error() -> None:
     with pytest.raises(TypeError, match="permits is an int, not str"):
         opened.hold("k", permits="2")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="permits is an int, not bool"):
-        holdline.Lock(router, "rw", permits=True)
+        holdline_client.Lock(router, "rw", permits=True)
 
 
 async def test_inspect_lists_every_holder_with_its_fence_and_permits(
-    store: holdline.Store,
+    store: holdline_client.Store,
 ) -> None:
     lock = store.lock("looked", permits=4)
     one = await hold_in_background(lock, "k")
@@ -241,14 +243,18 @@ def test_inspect_reads_resp2_and_servers_before_permits() -> None:
     assert (state.holders, state.permits_held, state.holder.fence) == (1, 2, 12)
     # A server before permits: its one holder, of one permit, under the key's fence.
     old = key_state([b"held", True, b"fence", 9, b"waiters", 0, b"holder", holder])
-    assert old is not None and old.holder == holdline.KeyHolder(7, None, "127.0.0.1:5", 3, 9, 1)
+    assert old is not None and old.holder == holdline_client.KeyHolder(
+        7, None, "127.0.0.1:5", 3, 9, 1
+    )
     assert (old.holders, old.permits_held, old.holder_list) == (1, 1, (old.holder,))
-    with pytest.raises(holdline.Invalid):
+    with pytest.raises(holdline_client.Invalid):
         key_state([b"held", True, b"fence", 9, b"waiters", 0, b"holder_list", 5])
 
 
-async def test_a_closed_store_gives_its_permits_back(server: Server, store: holdline.Store) -> None:
-    other = await holdline.connect(server.address)
+async def test_a_closed_store_gives_its_permits_back(
+    server: Server, store: holdline_client.Store
+) -> None:
+    other = await holdline_client.connect(server.address)
     theirs = other.lock("pool", permits=3, ttl="60s")  # only closing frees them
     holds = [
         await hold_in_background(theirs, "k", permits=2),
@@ -262,13 +268,13 @@ async def test_a_closed_store_gives_its_permits_back(server: Server, store: hold
     for hold in holds:
         assert hold.lease.lost
         hold.let_go.set()
-        with pytest.raises(holdline.Lost):
+        with pytest.raises(holdline_client.Lost):
             await asyncio.wait_for(hold.task, 10)
     await writer.release()
 
 
 async def test_a_killed_holder_process_gives_its_permits_back(
-    server: Server, store: holdline.Store
+    server: Server, store: holdline_client.Store
 ) -> None:
     flags = ("--permits", "4", "--take", "3")
     with Holder(server.address, "killed", "k", "60s", *flags) as holder:
@@ -287,7 +293,7 @@ async def test_a_killed_holder_process_gives_its_permits_back(
 
 
 def test_the_blocking_flavour_takes_permits(server: Server) -> None:
-    with holdline.connect_sync(server.address) as store:
+    with holdline_client.connect_sync(server.address) as store:
         lock = store.lock("blocking", permits=3)
         assert lock.permits == 3
         tried: List[Optional[int]] = []
@@ -312,9 +318,9 @@ async def test_permits_and_take_go_on_the_wire_only_when_not_one() -> None:
     async def grant(command: List[bytes]) -> Optional[bytes]:
         return b"*2\r\n:1\r\n:1\r\n" if command[0] in (b"HOLD", b"TRYHOLD") else b"+OK\r\n"
 
-    async with Scripted(grant) as single, holdline.connect(single.address) as store:
+    async with Scripted(grant) as single, holdline_client.connect(single.address) as store:
         plain, five = store.lock("one"), store.lock("five", permits=5)
-        holds: List[Union[holdline.Hold, holdline.TryHold]] = [
+        holds: List[Union[holdline_client.Hold, holdline_client.TryHold]] = [
             plain.hold("k"),
             plain.hold("k", exclusive=True),  # all of one permit: the plain hold
             plain.hold("k", permits=2),

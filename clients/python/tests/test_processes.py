@@ -7,11 +7,11 @@ import time
 from conftest import Holder, Server, hold_once
 from texts import assert_text
 
-import holdline
+import holdline_client
 
 
 async def test_a_killed_holders_key_goes_to_the_next_at_once(
-    server: Server, store: holdline.Store
+    server: Server, store: holdline_client.Store
 ) -> None:
     # A ttl far longer than the test: only the closed connection can free it.
     with Holder(server.address, "killed", "k", "60s") as holder:
@@ -29,7 +29,7 @@ async def test_a_killed_holders_key_goes_to_the_next_at_once(
 
 
 async def test_a_stopped_holder_loses_its_lease_after_ttl_and_learns_it_on_waking(
-    server: Server, store: holdline.Store
+    server: Server, store: holdline_client.Store
 ) -> None:
     with Holder(server.address, "stopped", "k", "1s") as holder:
         assert (await asyncio.to_thread(holder.read_line)).startswith("held ")
@@ -45,6 +45,8 @@ async def test_a_stopped_holder_loses_its_lease_after_ttl_and_learns_it_on_wakin
             signal_line = await asyncio.to_thread(holder.read_line)
             assert signal_line.startswith("signal ")
             text = signal_line[len("signal ") :]
-            assert_text(holdline.Lost(text), "lost_silent", lock="stopped", key='"k"', ttl="1s")
+            assert_text(
+                holdline_client.Lost(text), "lost_silent", lock="stopped", key='"k"', ttl="1s"
+            )
             assert await asyncio.to_thread(holder.read_line) == f"exit {text}"
             assert not lease.lost

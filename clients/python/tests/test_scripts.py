@@ -34,7 +34,7 @@ def readme_snippets() -> List[str]:
 def test_the_readme_has_runnable_snippets() -> None:
     snippets = readme_snippets()
     assert len(snippets) >= 3
-    assert any("async with holdline.connect(" in s for s in snippets)
+    assert any("async with holdline_client.connect(" in s for s in snippets)
     assert all("127.0.0.1:7380" in s for s in snippets)
 
 
@@ -57,10 +57,10 @@ def test_each_readme_snippet_runs_as_written(index: int, tmp_path: Path) -> None
 
 UNCLOSED_ASYNC = """
 import asyncio, sys
-import holdline
+import holdline_client
 
 async def main() -> None:
-    store = await holdline.connect(sys.argv[1])
+    store = await holdline_client.connect(sys.argv[1])
     invoices = store.lock("invoices")
     async with invoices.hold(9) as lease:
         print("held", lease.fence)
@@ -75,15 +75,15 @@ asyncio.run(main())
 
 UNCLOSED_HOLDING = """
 import asyncio, sys
-import holdline
+import holdline_client
 
-async def hold_forever(store: holdline.Store, held: asyncio.Event) -> None:
+async def hold_forever(store: holdline_client.Store, held: asyncio.Event) -> None:
     async with store.lock("invoices").hold(7):
         held.set()
         await asyncio.sleep(3600)
 
 async def main() -> None:
-    store = await holdline.connect(sys.argv[1])
+    store = await holdline_client.connect(sys.argv[1])
     held = asyncio.Event()
     asyncio.ensure_future(hold_forever(store, held))  # still holding at the end
     await held.wait()
@@ -94,10 +94,10 @@ asyncio.run(main())
 
 UNCLOSED_LOOP = """
 import asyncio, sys
-import holdline
+import holdline_client
 
 async def main() -> None:
-    store = await holdline.connect(sys.argv[1])
+    store = await holdline_client.connect(sys.argv[1])
     async with store.lock("invoices").hold(9) as lease:
         print("held", lease.fence)
     print("done")
@@ -110,9 +110,9 @@ loop.run_until_complete(main())
 
 UNCLOSED_SYNC = """
 import sys
-import holdline
+import holdline_client
 
-store = holdline.connect_sync(sys.argv[1])
+store = holdline_client.connect_sync(sys.argv[1])
 with store.lock("invoices").hold(9) as lease:
     print("held", lease.fence)
 print("done")

@@ -9,7 +9,7 @@ import pytest
 from conftest import Server, until_waiters
 from texts import assert_text
 
-import holdline
+import holdline_client
 
 
 @pytest.fixture
@@ -21,23 +21,23 @@ def token_server(tmp_path: Path) -> Iterator[Server]:
 
 
 async def test_a_token_is_presented_and_checked_at_connect(token_server: Server) -> None:
-    async with holdline.connect(token_server.address, token="s3cret") as store:
+    async with holdline_client.connect(token_server.address, token="s3cret") as store:
         async with store.lock("t").hold("k") as lease:
             assert lease is not None
-    with pytest.raises(holdline.Invalid) as caught:
-        await holdline.connect(token_server.address, token="wrong")
+    with pytest.raises(holdline_client.Invalid) as caught:
+        await holdline_client.connect(token_server.address, token="wrong")
     assert_text(caught.value, "token_refused")
     assert caught.value.kind == "invalid"
-    with pytest.raises(holdline.Invalid) as caught:
-        await holdline.connect(token_server.address)
+    with pytest.raises(holdline_client.Invalid) as caught:
+        await holdline_client.connect(token_server.address)
     assert_text(caught.value, "token_missing")
     # In the address, as a Redis URL's password; a token given apart wins.
-    async with holdline.connect(f"redis://:s3cret@{token_server.address}") as store:
+    async with holdline_client.connect(f"redis://:s3cret@{token_server.address}") as store:
         assert (await store.stats("t"))["grants"] == 1
-    async with holdline.connect(f"redis://:wrong@{token_server.address}", token="s3cret"):
+    async with holdline_client.connect(f"redis://:wrong@{token_server.address}", token="s3cret"):
         pass
-    with pytest.raises(holdline.Invalid) as caught:
-        await holdline.connect(f"redis://:s3cret@{token_server.address}", token="wrong")
+    with pytest.raises(holdline_client.Invalid) as caught:
+        await holdline_client.connect(f"redis://:s3cret@{token_server.address}", token="wrong")
     assert_text(caught.value, "token_refused")
 
 
@@ -66,7 +66,7 @@ async def test_the_line_holds_ten_thousand_waiters_then_fails_limit() -> None:
     writers: List[asyncio.StreamWriter] = []
     with Server("--max-connections", str(WAITERS + 100)) as srv:
         try:
-            store = await holdline.connect(srv.address)
+            store = await holdline_client.connect(srv.address)
             invoices = store.lock("invoices")
             async with invoices.hold(7):
                 for _ in range(WAITERS):
@@ -79,7 +79,7 @@ async def test_the_line_holds_ten_thousand_waiters_then_fails_limit() -> None:
                     async with invoices.hold(7, wait="60s"):
                         pass
 
-                with pytest.raises(holdline.Limit) as caught:
+                with pytest.raises(holdline_client.Limit) as caught:
                     await asyncio.wait_for(asyncio.create_task(one_more()), 30)
                 assert str(caught.value) == (
                     'lock invoices: key "7": 10000 waiters already stand in line: limit'

@@ -7,19 +7,19 @@ from typing import Iterator, List
 import pytest
 from conftest import Server
 
-import holdline
+import holdline_client
 
 
 @pytest.fixture
-def sync_store(server: Server) -> Iterator[holdline.SyncStore]:
-    store = holdline.connect_sync(server.address)
+def sync_store(server: Server) -> Iterator[holdline_client.SyncStore]:
+    store = holdline_client.connect_sync(server.address)
     try:
         yield store
     finally:
         store.close()
 
 
-def test_the_usage_example_with_blocks(sync_store: holdline.SyncStore) -> None:
+def test_the_usage_example_with_blocks(sync_store: holdline_client.SyncStore) -> None:
     invoices = sync_store.lock("invoices", ttl="10s", max_hold="2m")
     with invoices.hold(9) as lease:
         assert lease is not None and lease.key == "9"
@@ -30,7 +30,7 @@ def test_the_usage_example_with_blocks(sync_store: holdline.SyncStore) -> None:
         assert lease is not None
 
 
-def test_threads_wait_in_line_and_time_out_in_use(sync_store: holdline.SyncStore) -> None:
+def test_threads_wait_in_line_and_time_out_in_use(sync_store: holdline_client.SyncStore) -> None:
     lock = sync_store.lock("threads")
     order: List[int] = []
     errors: List[BaseException] = []
@@ -53,7 +53,7 @@ def test_threads_wait_in_line_and_time_out_in_use(sync_store: holdline.SyncStore
     first = threading.Thread(target=holder)
     first.start()
     assert held.wait(10)
-    with pytest.raises(holdline.InUse) as caught:
+    with pytest.raises(holdline_client.InUse) as caught:
         with lock.hold("k", wait="200ms"):
             pass
     assert str(caught.value) == 'lock threads: key "k": held past the hold\'s wait: in use'
@@ -74,10 +74,10 @@ def test_threads_wait_in_line_and_time_out_in_use(sync_store: holdline.SyncStore
 
 
 def test_blocking_work_keeps_its_lease_and_max_hold_sets_the_event(
-    sync_store: holdline.SyncStore,
+    sync_store: holdline_client.SyncStore,
 ) -> None:
     lock = sync_store.lock("work", ttl="1s", max_hold="4s")
-    with pytest.raises(holdline.Lost) as caught:
+    with pytest.raises(holdline_client.Lost) as caught:
         with lock.hold("k") as lease:
             assert lease is not None
             time.sleep(2.5)  # blocking work past two ttls: renewals go on in the loop thread
@@ -89,11 +89,11 @@ def test_blocking_work_keeps_its_lease_and_max_hold_sets_the_event(
 
 
 def test_hold_inside_a_hold_of_the_same_key_on_one_thread_is_invalid(
-    sync_store: holdline.SyncStore,
+    sync_store: holdline_client.SyncStore,
 ) -> None:
     lock = sync_store.lock("nested")
     with lock.hold("k"):
-        with pytest.raises(holdline.Invalid) as caught:
+        with pytest.raises(holdline_client.Invalid) as caught:
             with lock.hold("k"):
                 pass
         expected = 'lock nested: key "k": hold inside a hold of the same key: invalid'
@@ -102,7 +102,7 @@ def test_hold_inside_a_hold_of_the_same_key_on_one_thread_is_invalid(
             assert inner is None
 
 
-def test_an_abandoned_wait_leaves_the_line(sync_store: holdline.SyncStore) -> None:
+def test_an_abandoned_wait_leaves_the_line(sync_store: holdline_client.SyncStore) -> None:
     # What KeyboardInterrupt in a waiting thread leads to: the loop thread
     # is asked to abandon the hold, and cancels it there.
     lock = sync_store.lock("abandon")
@@ -125,7 +125,7 @@ def test_an_abandoned_wait_leaves_the_line(sync_store: holdline.SyncStore) -> No
             time.sleep(0.01)
         sync_store._runner.loop.call_soon_threadsafe(waiting._abandon)
         thread.join(10)
-        assert len(outcome) == 1 and not isinstance(outcome[0], holdline.Error)
+        assert len(outcome) == 1 and not isinstance(outcome[0], holdline_client.Error)
         while sync_store.stats("abandon")["waiters"] != 0:
             assert time.monotonic() < deadline
             time.sleep(0.01)

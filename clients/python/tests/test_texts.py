@@ -19,10 +19,10 @@ from conftest import HANG_UP, Listening, Scripted, Server, never_answer, refused
 from fake_cluster import FakeCluster, FakeNode
 from texts import RULES, TEXTS, assert_text
 
-import holdline
-from holdline import _texts
-from holdline._cluster import slot
-from holdline._resp import MAX_REPLY_BYTES
+import holdline_client
+from holdline_client import _texts
+from holdline_client._cluster import slot
+from holdline_client._resp import MAX_REPLY_BYTES
 
 
 def test_the_packages_texts_are_the_table_byte_for_byte() -> None:
@@ -49,37 +49,37 @@ def test_the_packages_rules_are_the_tables() -> None:
 
 async def provoke_bad_address(server: Server) -> None:
     for bad in ["ftp://h", "rediss://h:1/0", "h:port", "::1", "a b", "redis://user@h"]:
-        with pytest.raises(holdline.Invalid) as caught:
-            await holdline.connect(bad)
+        with pytest.raises(holdline_client.Invalid) as caught:
+            await holdline_client.connect(bad)
         assert_text(caught.value, "bad_address", address=f'"{bad}"')
-    with pytest.raises(holdline.Invalid) as caught:
-        holdline.connect('a"\n')  # shown as the core shows a key
+    with pytest.raises(holdline_client.Invalid) as caught:
+        holdline_client.connect('a"\n')  # shown as the core shows a key
     assert_text(caught.value, "bad_address", address='"a\\"\\n"')
 
 
 async def provoke_bad_user(server: Server) -> None:
     for bad, shown in [("a b", '"a b"'), ("", '""'), ("é", '"é"'), ('a"', '"a\\""')]:
-        with pytest.raises(holdline.Invalid) as caught:
-            await holdline.connect(server.address, user=bad, token="t")
+        with pytest.raises(holdline_client.Invalid) as caught:
+            await holdline_client.connect(server.address, user=bad, token="t")
         assert_text(caught.value, "bad_user", user=shown)
 
 
 async def provoke_user_without_token(server: Server) -> None:
-    with pytest.raises(holdline.Invalid) as caught:
-        await holdline.connect(server.address, user="alice")
+    with pytest.raises(holdline_client.Invalid) as caught:
+        await holdline_client.connect(server.address, user="alice")
     assert_text(caught.value, "user_without_token", user='"alice"')
 
 
 async def provoke_cannot_connect(server: Server) -> None:
-    with refused_address() as dead, pytest.raises(holdline.Closed) as caught:
-        await holdline.connect(dead)
+    with refused_address() as dead, pytest.raises(holdline_client.Closed) as caught:
+        await holdline_client.connect(dead)
     assert_text(caught.value, "cannot_connect", hostport=dead)
 
 
 async def provoke_connect_silent(server: Server) -> None:
     async with Scripted(never_answer, hello=False) as silent:
-        with pytest.raises(holdline.Closed) as caught:
-            await holdline.connect(silent.address, connect_timeout="300ms")
+        with pytest.raises(holdline_client.Closed) as caught:
+            await holdline_client.connect(silent.address, connect_timeout="300ms")
     assert_text(caught.value, "connect_silent", hostport=silent.address, timeout="300ms")
     assert caught.value.kind == "closed"
 
@@ -89,8 +89,8 @@ async def provoke_token_missing(server: Server) -> None:
         return b"-NOAUTH HELLO must be called with the client already authenticated\r\n"
 
     async with Scripted(noauth, hello=False) as strict:
-        with pytest.raises(holdline.Invalid) as caught:
-            await holdline.connect(strict.address)
+        with pytest.raises(holdline_client.Invalid) as caught:
+            await holdline_client.connect(strict.address)
     assert_text(caught.value, "token_missing")
 
 
@@ -100,17 +100,17 @@ async def provoke_token_refused(server: Server) -> None:
         return b"-WRONGPASS invalid username-password pair or user is disabled.\r\n"
 
     async with Scripted(wrongpass, hello=False) as strict:
-        with pytest.raises(holdline.Invalid) as caught:
-            await holdline.connect(strict.address, token="nope")
+        with pytest.raises(holdline_client.Invalid) as caught:
+            await holdline_client.connect(strict.address, token="nope")
     assert_text(caught.value, "token_refused")
 
 
 async def provoke_connect_refused(server: Server) -> None:
     # A real server at its connection limit: Redis's words, then the close.
     with Server("--max-connections", "1") as full:
-        async with holdline.connect(full.address):
-            with pytest.raises(holdline.Closed) as caught:
-                await holdline.connect(full.address)
+        async with holdline_client.connect(full.address):
+            with pytest.raises(holdline_client.Closed) as caught:
+                await holdline_client.connect(full.address)
     assert_text(caught.value, "connect_refused", hostport=full.address)
     assert caught.value.kind == "closed"
     assert "(ERR max number of clients reached)" in str(caught.value)
@@ -119,8 +119,8 @@ async def provoke_connect_refused(server: Server) -> None:
         return b"-BUSY try again later\r\n"
 
     async with Scripted(busy, hello=False) as other:
-        with pytest.raises(holdline.Closed) as caught:
-            await holdline.connect(other.address)
+        with pytest.raises(holdline_client.Closed) as caught:
+            await holdline_client.connect(other.address)
     assert_text(caught.value, "connect_refused", hostport=other.address)
     assert "(BUSY try again later)" in str(caught.value)
 
@@ -134,8 +134,8 @@ async def provoke_connect_refused(server: Server) -> None:
     address = f"127.0.0.1:{eager.sockets[0].getsockname()[1]}"
     try:
         for _ in range(5):  # the refusal may arrive before or after HELLO is sent
-            with pytest.raises(holdline.Closed) as caught:
-                await holdline.connect(address)
+            with pytest.raises(holdline_client.Closed) as caught:
+                await holdline_client.connect(address)
             assert_text(caught.value, "connect_refused", hostport=address)
     finally:
         eager.close()
@@ -144,8 +144,8 @@ async def provoke_connect_refused(server: Server) -> None:
 async def provoke_tls_failed(server: Server) -> None:
     with tempfile.TemporaryDirectory() as folder:
         with Server(*Ca(Path(folder)).leaf().serve_flags()) as tls:
-            with pytest.raises(holdline.Closed) as caught:
-                await holdline.connect(tls.address, ssl=Ca(Path(folder), "other").trusting())
+            with pytest.raises(holdline_client.Closed) as caught:
+                await holdline_client.connect(tls.address, ssl=Ca(Path(folder), "other").trusting())
     assert_text(caught.value, "tls_failed", hostport=tls.address)
     assert caught.value.kind == "closed"
 
@@ -155,15 +155,15 @@ async def hang_up(command: List[bytes]) -> Optional[bytes]:
 
 
 async def provoke_connection_closed(server: Server) -> None:
-    async with Scripted(hang_up) as rude, holdline.connect(rude.address) as store:
-        with pytest.raises(holdline.Closed) as caught:
+    async with Scripted(hang_up) as rude, holdline_client.connect(rude.address) as store:
+        with pytest.raises(holdline_client.Closed) as caught:
             await store.get("row")
     assert_text(caught.value, "connection_closed")
 
 
 async def provoke_connection_closed_key(server: Server) -> None:
-    async with Scripted(hang_up) as rude, holdline.connect(rude.address) as store:
-        with pytest.raises(holdline.Closed) as caught:
+    async with Scripted(hang_up) as rude, holdline_client.connect(rude.address) as store:
+        with pytest.raises(holdline_client.Closed) as caught:
             async with store.lock("invoices").hold(7):
                 pass
     assert_text(caught.value, "connection_closed_key", lock="invoices", key='"7"')
@@ -182,8 +182,8 @@ def grant_then(later: Optional[bytes]) -> Callable[[List[bytes]], Awaitable[Opti
 
 
 async def provoke_lost_connection(server: Server) -> None:
-    async with holdline.connect(server.address) as store:
-        with pytest.raises(holdline.Lost) as caught:
+    async with holdline_client.connect(server.address) as store:
+        with pytest.raises(holdline_client.Lost) as caught:
             async with store.lock("drop").hold("k") as lease:
                 server.stop()
                 await asyncio.wait_for(lease.signal.wait(), 10)
@@ -191,20 +191,20 @@ async def provoke_lost_connection(server: Server) -> None:
 
 
 async def provoke_lost_silent(server: Server) -> None:
-    async with Scripted(grant_then(None)) as mute, holdline.connect(mute.address) as store:
-        with pytest.raises(holdline.Lost) as caught:
+    async with Scripted(grant_then(None)) as mute, holdline_client.connect(mute.address) as store:
+        with pytest.raises(holdline_client.Lost) as caught:
             async with store.lock("mute", ttl="300ms").hold("k") as lease:
                 await asyncio.wait_for(lease.signal.wait(), 10)
     assert_text(caught.value, "lost_silent", lock="mute", key='"k"', ttl="300ms")
 
 
 async def provoke_wait_silent(server: Server) -> None:
-    async with Scripted(never_answer) as mute, holdline.connect(mute.address) as store:
-        with pytest.raises(holdline.Closed) as caught:
+    async with Scripted(never_answer) as mute, holdline_client.connect(mute.address) as store:
+        with pytest.raises(holdline_client.Closed) as caught:
             async with store.lock("mute", ttl="200ms").hold("k", wait="100ms"):
                 pass
         assert_text(caught.value, "wait_silent", lock="mute", key='"k"', wait="100ms", ttl="1s")
-        with pytest.raises(holdline.Closed) as caught:
+        with pytest.raises(holdline_client.Closed) as caught:
             async with store.lock("mute", ttl="1500ms").try_hold("k"):
                 pass
         assert_text(caught.value, "wait_silent", lock="mute", key='"k"', wait="0s", ttl="1500ms")
@@ -212,7 +212,10 @@ async def provoke_wait_silent(server: Server) -> None:
 
 async def provoke_moved_loop(server: Server) -> None:
     # Two nodes that each say the other serves the key.
-    async with FakeCluster(2) as cluster, holdline.connect(cluster.nodes[0].address) as store:
+    async with (
+        FakeCluster(2) as cluster,
+        holdline_client.connect(cluster.nodes[0].address) as store,
+    ):
 
         def elsewhere(node: FakeNode, command: List[bytes]) -> Optional[bytes]:
             other = cluster.nodes[1 - node.index].address.encode()
@@ -220,7 +223,7 @@ async def provoke_moved_loop(server: Server) -> None:
 
         for node in cluster.nodes:
             node.override = lambda n, c: elsewhere(n, c) if c[0] == b"HOLD" else None
-        with pytest.raises(holdline.Closed) as caught:
+        with pytest.raises(holdline_client.Closed) as caught:
             async with store.lock("invoices").hold(7):
                 pass
     assert_text(caught.value, "moved_loop", lock="invoices", key='"7"')
@@ -228,9 +231,9 @@ async def provoke_moved_loop(server: Server) -> None:
 
 
 async def provoke_slot_unserved(server: Server) -> None:
-    async with FakeCluster() as cluster, holdline.connect(cluster.nodes[0].address) as store:
+    async with FakeCluster() as cluster, holdline_client.connect(cluster.nodes[0].address) as store:
         cluster.owners[slot("7")] = None  # nobody serves it, ever
-        with pytest.raises(holdline.Closed) as caught:
+        with pytest.raises(holdline_client.Closed) as caught:
             async with store.lock("invoices").try_hold(7):
                 pass
         tries = sum(len(n.sent(b"TRYHOLD")) for n in cluster.nodes)
@@ -290,12 +293,14 @@ class Impostor(Listening):
             writer.close()
 
 
-async def connect_error(impostor: Impostor, max_reply_bytes: int = 64 << 20) -> holdline.Error:
+async def connect_error(
+    impostor: Impostor, max_reply_bytes: int = 64 << 20
+) -> holdline_client.Error:
     """Connects to `impostor`: the error, which must come within 2 s."""
     started = asyncio.get_running_loop().time()
-    with pytest.raises(holdline.Error) as caught:
+    with pytest.raises(holdline_client.Error) as caught:
         await asyncio.wait_for(
-            holdline.connect(impostor.address, max_reply_bytes=max_reply_bytes), 5
+            holdline_client.connect(impostor.address, max_reply_bytes=max_reply_bytes), 5
         )
     assert asyncio.get_running_loop().time() - started < 2
     return caught.value
@@ -305,25 +310,25 @@ async def provoke_not_holdline(server: Server) -> None:
     for answer in (REDIS_HELLO3, REDIS_HELLO2):
         async with Impostor(answer) as redis:
             error = await connect_error(redis)
-        assert isinstance(error, holdline.Invalid)
+        assert isinstance(error, holdline_client.Invalid)
         assert_text(error, "not_holdline", hostport=redis.address, server="redis 7.0.15")
 
 
 async def provoke_not_holdline_unnamed(server: Server) -> None:
     async with Impostor(b"%1\r\n$5\r\nproto\r\n:3\r\n") as other:
         error = await connect_error(other)
-    assert isinstance(error, holdline.Invalid)
+    assert isinstance(error, holdline_client.Invalid)
     assert_text(error, "not_holdline_unnamed", hostport=other.address)
 
 
 async def provoke_not_resp(server: Server) -> None:
     async with Impostor(HTTP_400) as http:
         error = await connect_error(http)
-    assert isinstance(error, holdline.Closed)
+    assert isinstance(error, holdline_client.Closed)
     assert_text(error, "not_resp", hostport=http.address, bytes='"HTTP/1.1 4"')
     async with Impostor(RANDOM, trickle=True) as noise:
         error = await connect_error(noise)
-    assert isinstance(error, holdline.Closed)
+    assert isinstance(error, holdline_client.Closed)
     # The first 10 bytes, each that is not UTF-8 as U+FFFD, shown as a key.
     shown = '"\ufffd\\0\ufffdz\\u{7}éQ\\u{1}\ufffd"'
     assert_text(error, "not_resp", hostport=noise.address, bytes=shown)
@@ -338,7 +343,7 @@ async def provoke_reply_too_large(server: Server) -> None:
     finally:
         tracemalloc.stop()
     assert peak < 8 << 20, f"{peak} bytes at the peak"
-    assert isinstance(error, holdline.Closed)
+    assert isinstance(error, holdline_client.Closed)
     assert_text(
         error, "reply_too_large", hostport=huge.address, size="999999999999", limit="67108864"
     )
@@ -348,11 +353,11 @@ async def provoke_reply_too_large(server: Server) -> None:
 
 
 async def provoke_proclaim_ended(server: Server) -> None:
-    async with holdline.connect(server.address) as store:
+    async with holdline_client.connect(server.address) as store:
         election = store.lock("services").election("texts")
         async with election.campaign("a") as lead:
             await lead.resign()
-            with pytest.raises(holdline.Invalid) as caught:
+            with pytest.raises(holdline_client.Invalid) as caught:
                 await lead.proclaim("after")
     assert_text(caught.value, "proclaim_ended", lock="services", key='"texts"')
 
@@ -360,7 +365,7 @@ async def provoke_proclaim_ended(server: Server) -> None:
 async def test_a_server_that_closes_at_once_fails_connect_closed() -> None:
     async with Impostor(b"") as rude:
         error = await connect_error(rude)
-    assert isinstance(error, holdline.Closed)
+    assert isinstance(error, holdline_client.Closed)
     assert_text(error, "connection_closed")
 
 

@@ -11,9 +11,9 @@ import pytest
 from conftest import Scripted, Server
 from texts import assert_text
 
-import holdline
-from holdline._address import Address, parse_address
-from holdline._errors import from_reply, show_key
+import holdline_client
+from holdline_client._address import Address, parse_address
+from holdline_client._errors import from_reply, show_key
 
 NOPERM = 'NOPERM user team-b may not use lock "payments"'
 
@@ -45,22 +45,22 @@ def test_a_url_names_its_user_before_the_token() -> None:
     ],
 )
 def test_a_bad_user_in_a_url_is_a_bad_address(bad: str) -> None:
-    with pytest.raises(holdline.Invalid) as caught:
-        holdline.connect(bad)  # not even awaited: it fails at the call
+    with pytest.raises(holdline_client.Invalid) as caught:
+        holdline_client.connect(bad)  # not even awaited: it fails at the call
     assert_text(caught.value, "bad_address", address=show_key(bad))
 
 
 @pytest.mark.parametrize("bad", ["", "al ice", "a/b", "é", "u" * 65])
 def test_a_bad_user_option_is_refused_naming_it(bad: str) -> None:
-    with pytest.raises(holdline.Invalid) as caught:
-        holdline.connect("h:1", user=bad, token="t")
+    with pytest.raises(holdline_client.Invalid) as caught:
+        holdline_client.connect("h:1", user=bad, token="t")
     assert_text(caught.value, "bad_user", user=show_key(bad))
     assert caught.value.kind == "invalid"
 
 
 def test_a_user_needs_a_token() -> None:
-    with pytest.raises(holdline.Invalid) as caught:
-        holdline.connect("redis://h:1", user="alice")
+    with pytest.raises(holdline_client.Invalid) as caught:
+        holdline_client.connect("redis://h:1", user="alice")
     assert_text(caught.value, "user_without_token", user='"alice"')
 
 
@@ -68,7 +68,7 @@ def test_the_options_win_over_the_urls() -> None:
     def auth(
         address: str, user: Optional[str] = None, token: Optional[str] = None
     ) -> Optional[Tuple[str, str]]:
-        return holdline.connect(address, user=user, token=token)._router.dial.auth
+        return holdline_client.connect(address, user=user, token=token)._router.dial.auth
 
     url = "redis://alice:from-url@h"
     assert auth(url) == ("alice", "from-url")
@@ -116,7 +116,7 @@ async def test_hello_says_the_user_and_the_token(
 ) -> None:
     async with Scripted(_grant_or_noperm) as server:
         where = address.format(server.address)
-        async with holdline.connect(where, user=user, token=token) as store:
+        async with holdline_client.connect(where, user=user, token=token) as store:
             lock = store.lock("team-a.jobs")
             # Two connections at once: each says the same.
             async with lock.hold("k"), lock.hold("k2"):
@@ -127,40 +127,40 @@ async def test_hello_says_the_user_and_the_token(
 
 
 async def test_noperm_is_invalid_with_the_servers_text_from_any_command() -> None:
-    def check(caught: "pytest.ExceptionInfo[holdline.Invalid]") -> None:
+    def check(caught: "pytest.ExceptionInfo[holdline_client.Invalid]") -> None:
         err = caught.value
-        assert isinstance(err, holdline.NoPerm) and isinstance(err, holdline.Invalid)
+        assert isinstance(err, holdline_client.NoPerm) and isinstance(err, holdline_client.Invalid)
         assert err.kind == "invalid"
         assert str(err) == NOPERM
 
     async with Scripted(_grant_or_noperm) as server:
-        async with holdline.connect(f"redis://team-b:tok@{server.address}") as store:
+        async with holdline_client.connect(f"redis://team-b:tok@{server.address}") as store:
             payments = store.lock("payments")
-            with pytest.raises(holdline.Invalid) as caught:
+            with pytest.raises(holdline_client.Invalid) as caught:
                 async with payments.hold("k"):
                     pass
             check(caught)
-            with pytest.raises(holdline.Invalid) as caught:
+            with pytest.raises(holdline_client.Invalid) as caught:
                 async with payments.try_hold("k"):
                     pass
             check(caught)
-            with pytest.raises(holdline.Invalid) as caught:
+            with pytest.raises(holdline_client.Invalid) as caught:
                 await payments.inspect("k")
             check(caught)
-            with pytest.raises(holdline.Invalid) as caught:
+            with pytest.raises(holdline_client.Invalid) as caught:
                 await store.stats("payments")
             check(caught)
-            with pytest.raises(holdline.Invalid) as caught:
+            with pytest.raises(holdline_client.Invalid) as caught:
                 await store.put("payments", "k", 5, "row", "v")
             check(caught)
             # The connection is fine: a lock the user may use is granted.
             async with store.lock("team-a.jobs").hold("k") as lease:
                 assert lease.fence == 5
     # Only the first word counts; other refusals are plain `Invalid`.
-    assert type(from_reply("ERR unknown command 'NOPE'")) is holdline.Invalid
-    assert type(from_reply("NOPERMS x")) is holdline.Invalid
-    assert type(from_reply(NOPERM)) is holdline.NoPerm
-    assert "NoPerm" in holdline.__all__
+    assert type(from_reply("ERR unknown command 'NOPE'")) is holdline_client.Invalid
+    assert type(from_reply("NOPERMS x")) is holdline_client.Invalid
+    assert type(from_reply(NOPERM)) is holdline_client.NoPerm
+    assert "NoPerm" in holdline_client.__all__
 
 
 USERS = "alice alice-token-0123456789 locks=team-a.*\nroot root-token-0123456789 admin\n"
@@ -176,22 +176,22 @@ def users_server(tmp_path: Path) -> Iterator[Server]:
 
 async def test_a_real_server_with_users_checks_each_users_locks(users_server: Server) -> None:
     where = users_server.address
-    async with holdline.connect(f"redis://alice:alice-token-0123456789@{where}") as alice:
+    async with holdline_client.connect(f"redis://alice:alice-token-0123456789@{where}") as alice:
         async with alice.lock("team-a.jobs").hold("k") as lease:
             assert lease.fence >= 1
-        with pytest.raises(holdline.NoPerm) as caught:
+        with pytest.raises(holdline_client.NoPerm) as caught:
             async with alice.lock("payments").hold("k"):
                 pass
         assert caught.value.kind == "invalid"
         assert str(caught.value) == 'NOPERM user alice may not use lock "payments"'
     # The options, and an admin, who may use any lock.
-    async with holdline.connect(where, user="root", token="root-token-0123456789") as root:
+    async with holdline_client.connect(where, user="root", token="root-token-0123456789") as root:
         async with root.lock("payments").hold("k") as lease:
             assert lease.fence >= 1
     for url in [
         f"redis://alice:wrong-token-0123456789@{where}",
         f"redis://mallory:alice-token-0123456789@{where}",
     ]:
-        with pytest.raises(holdline.Invalid) as refused:
-            await holdline.connect(url)
+        with pytest.raises(holdline_client.Invalid) as refused:
+            await holdline_client.connect(url)
         assert_text(refused.value, "token_refused")

@@ -10,7 +10,7 @@
 export { connect, Store, type ConnectOptions, type LockStats } from './store.js'
 export { Lock, type Key, type LockOptions, type HoldOptions, type TryHoldOptions, type PermitOptions, type NoteOptions, type Tried } from './lock.js'
 export { Election, Leadership, type Leader, type CampaignOptions, type ObserveOptions } from './election.js'
-export { Lease } from './lease.js'
+export { Lease, bigintsAsText } from './lease.js'
 export type { KeyState, KeyHolder } from './inspect.js'
 export { HoldlineError, type ErrorKind, type ErrorCode } from './errors.js'
 export type { Duration } from './duration.js'

@@ -84,6 +84,16 @@ export class Lease {
 		return this.#controller.signal.aborted
 	}
 
+	/**
+	 * What `JSON.stringify(lease)` writes: the key, the fence as decimal
+	 * text (JSON has no bigint, and a number would round it past 2^53),
+	 * the permits and whether it is lost. For logs; compare fences as the
+	 * `bigint` of `lease.fence`, never as this text.
+	 */
+	toJSON(): { key: string; fence: string; permits: number; lost: boolean } {
+		return { key: this.key, fence: this.fence.toString(), permits: this.permits, lost: this.lost }
+	}
+
 	/** Throws the `lost` error once the lease is lost; else does nothing. */
 	check(): void {
 		if (this.lost) throw this.#controller.signal.reason
@@ -156,4 +166,13 @@ export class Lease {
 	#abort(error: HoldlineError): void {
 		if (!this.#controller.signal.aborted) this.#controller.abort(error)
 	}
+}
+
+/**
+ * A `JSON.stringify` replacer that writes every `bigint` (fences, lease ids)
+ * as its decimal text: `JSON.stringify({ fence: lease.fence }, bigintsAsText)`.
+ * Without one, `JSON.stringify` throws on a bigint.
+ */
+export function bigintsAsText(_key: string, value: unknown): unknown {
+	return typeof value === 'bigint' ? value.toString() : value
 }

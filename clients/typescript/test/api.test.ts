@@ -2,7 +2,7 @@
 
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import { connect, HoldlineError, type Lease, type Store } from '../src/index.js'
+import { bigintsAsText, connect, HoldlineError, type Lease, type Store } from '../src/index.js'
 import { sharedServer, until } from './server.js'
 
 const shared = sharedServer()
@@ -99,6 +99,17 @@ test('fences are bigints above every earlier grant of the key', async () => {
 		assert.ok(fence > last)
 		last = fence
 	}
+})
+
+test('JSON.stringify writes a lease, and any bigint through bigintsAsText, with fences as decimal text', async () => {
+	const lock = shared.store.lock('json')
+	await lock.hold('j', lease => {
+		assert.deepEqual(JSON.parse(JSON.stringify(lease)), { key: 'j', fence: lease.fence.toString(), permits: 1, lost: false })
+		assert.throws(() => JSON.stringify({ fence: lease.fence }), TypeError)
+		assert.equal(JSON.stringify({ fence: lease.fence, n: 1 }, bigintsAsText), `{"fence":"${lease.fence}","n":1}`)
+		// Past 2^53: the text keeps every digit a number would round away.
+		assert.ok(lease.fence > 2n ** 53n)
+	})
 })
 
 test('the fenced write takes the current fence and refuses an older one', async () => {

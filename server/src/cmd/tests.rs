@@ -47,6 +47,9 @@ fn hold_with_options_in_any_order_and_case() {
 #[test]
 fn refusals_carry_redis_texts() {
     let not_an_integer = crate::parse::not_an_integer().to_string();
+    // Redis's text, then which option and its unit.
+    let not_ms = |token: &str| crate::parse::not_milliseconds(token).to_string();
+    let (wait_ms, ttl_ms) = (not_ms("WAIT"), not_ms("TTL"));
     let cases: &[(&[&str], &str)] = &[
         (
             &["HOLD", "inv"],
@@ -58,8 +61,8 @@ fn refusals_carry_redis_texts() {
             "ERR syntax error",
         ),
         (&["TRYHOLD", "inv", "9", "WAIT", "1"], "ERR syntax error"),
-        (&["HOLD", "inv", "9", "WAIT", "1s"], &not_an_integer),
-        (&["HOLD", "inv", "9", "TTL", "-5"], &not_an_integer),
+        (&["HOLD", "inv", "9", "WAIT", "1s"], &wait_ms),
+        (&["HOLD", "inv", "9", "TTL", "-5"], &ttl_ms),
         (&["RELEASE", " 1"], &not_an_integer),
         (
             &["RELEASE"],
@@ -102,6 +105,11 @@ fn refusals_carry_redis_texts() {
     for (words, want) in cases {
         assert_eq!(cmd(words).unwrap_err(), *want, "{words:?}");
     }
+    assert!(wait_ms.starts_with(&not_an_integer), "{wait_ms}");
+    assert!(
+        ttl_ms.ends_with(": TTL takes whole milliseconds (TTL 10000 is 10 s)"),
+        "{ttl_ms}"
+    );
 }
 
 #[test]

@@ -193,7 +193,7 @@ class Store(AsyncBlock):
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "open"
-        return f"<holdline.Store {self.address} {state}>"
+        return f"<holdline_client.Store {self.address} {state}>"
 
 
 def _text(value: Union[str, bytes]) -> str:

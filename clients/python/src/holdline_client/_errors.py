@@ -6,7 +6,7 @@ held past the hold's wait: in use`); the client raises the class of that kind
 with the text unchanged, so `str(err)` is the core's text byte for byte. The
 few errors the client makes itself (a bad duration, a connection that
 dropped) are written in the same shape: `lock NAME: key "KEY": WHAT: KIND`.
-The classes are public under the package's names (`holdline.__all__`).
+The classes are public under the package's names (`holdline_client.__all__`).
 """
 
 import unicodedata
@@ -14,7 +14,7 @@ from typing import Dict, Optional, Type
 
 
 class Error(Exception):
-    """An error from holdline; `str(err)` is the core's text, `kind` its kind."""
+    """An error from holdline_client; `str(err)` is the core's text, `kind` its kind."""
 
     kind: str = "error"
 

@@ -1,9 +1,9 @@
 """holdline: keyed locks with leases, over `holdline serve`.
 
 ```python
-import holdline
+import holdline_client
 
-async with holdline.connect("127.0.0.1:7380") as store:
+async with holdline_client.connect("127.0.0.1:7380") as store:
     invoices = store.lock("invoices", ttl="10s", max_hold="2m")
     async with invoices.hold(invoice.id) as lease:
         await charge(invoice, fence=lease.fence)
