@@ -934,7 +934,10 @@ impl Record {
         let deadline_us = match deadline {
             Deadline::At(at) => at,
             // +1 so the rounded-down clock never ends a wait early.
-            Deadline::AfterSpin(ms) => parked_at.saturating_add(ms.saturating_mul(1000)) + 1,
+            // Saturating throughout: a wait past the clock's range is no deadline.
+            Deadline::AfterSpin(ms) => parked_at
+                .saturating_add(ms.saturating_mul(1000))
+                .saturating_add(1),
         };
         // Acquire on failure: a final status was published with Release.
         if let Err(now) =
