@@ -371,7 +371,7 @@ impl Wake {
     fn wake(self) {
         match self {
             Wake::Thread(t) => t.unpark(),
-            Wake::Task(w) => w.wake(),
+            Wake::Task(w) => wake_task(w),
         }
     }
 
@@ -402,6 +402,15 @@ impl Wake {
             Wake::Task(w) => Wake::Task(std::mem::replace(w, Waker::noop().clone())),
         }
     }
+}
+
+/// Wakes a task. Its waker is foreign code: a panic in its `wake` (or in
+/// its drop, which `wake` runs) reaches neither whoever woke it (a
+/// releasing holder, the store's timer thread) nor the wakes after it;
+/// the panic hook has reported it. The task whose waker panicked is the
+/// one left unwoken.
+fn wake_task(waker: Waker) {
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || waker.wake()));
 }
 
 /// Wakes collected under a line's lock, to be fired once it is let go.
