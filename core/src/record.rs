@@ -404,6 +404,16 @@ impl Wake {
     }
 }
 
+/// The word a record whose word was `seen` must have to be retired:
+/// exactly idle (`0`, or `MULTI`, which never changes).
+fn retirable(seen: u32) -> u32 {
+    // Mutant for loom-tests/README.md: retire a held key too.
+    if cfg!(holdline_mutant = "retire_held") && seen.held() {
+        return seen.idle().with_held();
+    }
+    seen.idle()
+}
+
 /// Wakes a task. Its waker is foreign code: a panic in its `wake` (or in
 /// its drop, which `wake` runs) reaches neither whoever woke it (a
 /// releasing holder, the store's timer thread) nor the wakes after it;
@@ -1162,21 +1172,14 @@ impl Record {
     /// The sweeper's step: retires the record if it is idle (exactly `0`,
     /// or exactly `MULTI`).
     pub(crate) fn try_retire(&self) -> bool {
-        // Relaxed: MULTI never changes.
-        let multi = self.state.load(Ordering::Relaxed).idle();
-        // Mutant for loom-tests/README.md: retire a held key too.
-        let idle = if cfg!(holdline_mutant = "retire_held") {
-            {
-                let s = self.state.load(Ordering::Relaxed);
-                if s.held() {
-                    s.idle().with_held()
-                } else {
-                    s.idle()
-                }
-            }
-        } else {
-            multi
-        };
+        // Relaxed: a look, not the decision (the CAS below decides). It
+        // keeps the sweep off a busy key's cache line: a CAS that fails
+        // still takes the line exclusive, from whoever holds the key.
+        let seen = self.state.load(Ordering::Relaxed);
+        let idle = retirable(seen);
+        if seen != idle {
+            return false;
+        }
         // Acquire: to read the last holder's fence bump afterwards. MULTI
         // stays: a retired record's last fences are read by its kind.
         self.state
