@@ -28,7 +28,7 @@ use crate::driver::{Driver, LineDue};
 use crate::error::Error;
 use crate::lock::{Entered, Grant, Lock, Mode};
 use crate::lock_shared::LockShared;
-use crate::record::{wake_all, Record, WaitEnd, Waiter};
+use crate::record::{wake_all, WaitEnd, Waiter};
 use crate::record_ref::LineRecord;
 use crate::sync::{downgrade, upgrade, Weak};
 use crossbeam_epoch as epoch;
@@ -91,9 +91,8 @@ pub(crate) struct LineWait<'a> {
     node: Option<Waiter>,
 }
 
-// SAFETY: `Armed`'s pointers are only compared, never dereferenced; the
-// record is a `LineRecord` (Send by its own argument); the node is Send +
-// Sync; the rest are Send + Sync references.
+// SAFETY: the state's record is a `LineRecord` (Send by its own
+// argument); the node is Send + Sync; the rest are Send + Sync references.
 unsafe impl Send for LineWait<'_> {}
 // SAFETY: `&LineWait` exposes nothing.
 unsafe impl Sync for LineWait<'_> {}
@@ -164,9 +163,6 @@ impl<'a> LineWait<'a> {
         waker: &Waker,
     ) -> Poll<Result<Option<Grant>, Error>> {
         let node = self.node();
-        // SAFETY: the state is `Waiting`, so the node was linked: the record
-        // lives until the node has an end we act on (record.rs).
-        let record = unsafe { record.get() };
         if let Some(end) = node.end() {
             return self.finish(record, end);
         }
@@ -174,13 +170,17 @@ impl<'a> LineWait<'a> {
         if let Some(end) = node.end() {
             return self.finish(record, end);
         }
+        // SAFETY: pinned, and the node's status read not final while
+        // pinned: it was linked then, so the record is not freed while the
+        // pin lasts (record.rs).
+        let linked = unsafe { record.get() };
         if self.deadline_us != 0 && self.lock.store.clock.now_us() >= self.deadline_us {
             // SAFETY: pinned, and the status read not final while pinned.
-            let end = unsafe { record.leave(node) };
+            let end = unsafe { linked.leave(node) };
             return self.finish(record, end);
         }
         // SAFETY: as for `leave`. The line timer calls the waker set here.
-        if let Some(end) = unsafe { record.poll_wait(node, waker) } {
+        if let Some(end) = unsafe { linked.poll_wait(node, waker) } {
             return self.finish(record, end);
         }
         ctx::forget_task_granted();
@@ -188,7 +188,7 @@ impl<'a> LineWait<'a> {
     }
 
     /// Ends the wait, answers.
-    fn finish(&mut self, record: &Record, end: WaitEnd) -> Poll<Result<Option<Grant>, Error>> {
+    fn finish(&mut self, record: LineRecord, end: WaitEnd) -> Poll<Result<Option<Grant>, Error>> {
         self.state = State::Done;
         let node = self.node();
         Poll::Ready(

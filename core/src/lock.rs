@@ -574,8 +574,12 @@ impl Lock {
             Entered::Waiting { record, first, .. } => {
                 // SAFETY: the node is linked, and this frame waits until
                 // its end: a grant (then held) or the wait's own end.
-                let record = unsafe { record.get() };
-                let end = record.wait(waiter.as_ref(), first, &self.store.clock, deadline);
+                let end = unsafe { record.get() }.wait(
+                    waiter.as_ref(),
+                    first,
+                    &self.store.clock,
+                    deadline,
+                );
                 self.wait_ended(record, &waiter, end, text).map(Some)
             }
         }
@@ -595,16 +599,23 @@ impl Lock {
         }
     }
 
-    /// What a wait's end means to the caller.
+    /// What a wait's end means to the caller. `record` is reached only
+    /// for a grant: after any other end the node has left the line, and
+    /// the record may be gone.
     pub(crate) fn wait_ended(
         &self,
-        record: &Record,
+        record: LineRecord,
         waiter: &Waiter,
         end: WaitEnd,
         text: &str,
     ) -> Result<Grant, Error> {
         match end {
-            WaitEnd::Granted => Ok(Grant::of_waiter(record, waiter, self.shared.permits > 1)),
+            WaitEnd::Granted => {
+                // SAFETY: granted, so the record is HELD by this grant and
+                // not retired (record_ref).
+                let record = unsafe { record.get() };
+                Ok(Grant::of_waiter(record, waiter, self.shared.permits > 1))
+            }
             WaitEnd::Closed => Err(self.error(Error::closed(), text)),
             WaitEnd::TimedOut => {
                 // Relaxed: a statistic.
