@@ -157,7 +157,8 @@ impl<L: Due + Watched> StoreCore<L> {
             let guard = epoch::pin();
             for l in &locks {
                 reclaimed += l.table.sweep(&guard);
-                live += l.table.live();
+                // Retired records not freed yet keep the sweeps coming too.
+                live += l.table.live() + l.table.pending_batches();
             }
         }
         // Push this thread's deferred frees to the global queue and let the
@@ -166,6 +167,10 @@ impl<L: Due + Watched> StoreCore<L> {
         // worth of bucket arrays) takes a few dozen; each costs ~100 ns.
         for _ in 0..if cfg!(loom) { 4 } else { 64 } {
             epoch::pin().flush();
+        }
+        // The flushes may have let this sweep's batches go already.
+        for l in &locks {
+            l.table.free_safe_batches();
         }
         (reclaimed, live)
     }

@@ -27,7 +27,7 @@
 //! with Release.
 
 use crate::record::{Record, Take};
-use crate::sync::{lock, Mutex, Ordering};
+use crate::sync::{lock, Arc, AtomicBool, Mutex, Ordering};
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned, Shared};
 use crossbeam_utils::CachePadded;
 use std::hash::BuildHasher;
@@ -43,6 +43,19 @@ const MIN_BUCKETS: usize = 8;
 pub(crate) struct Table {
     shards: Box<[CachePadded<Shard>]>,
     hasher: RandomHasher,
+    /// Records retired by sweeps, waiting for the epoch to let them go:
+    /// each batch is freed by a later sweep, on the sweeping thread, once
+    /// the epoch ran the batch's deferred note (every reader that could
+    /// see its records has unpinned). A user's pin only ever runs a note,
+    /// never a million frees.
+    pending: Mutex<Vec<Batch>>,
+}
+
+/// One sweep's retired records, and the note the epoch sets once they are
+/// safe to free.
+struct Batch {
+    safe: Arc<AtomicBool>,
+    records: Garbage,
 }
 
 /// The core's hasher for its tables and maps: foldhash, seeded per map at
@@ -116,6 +129,7 @@ impl Table {
             })
             .collect();
         Table {
+            pending: Mutex::new(Vec::new()),
             shards,
             hasher: RandomHasher::default(),
         }
@@ -226,8 +240,11 @@ impl Table {
         )
     }
 
-    /// Retires every idle record (free, nobody waiting). Answers how many.
+    /// Retires every idle record (free, nobody waiting), and frees the
+    /// records of earlier sweeps that the epoch has let go. Answers how
+    /// many it retired.
     pub(crate) fn sweep(&self, guard: &Guard) -> usize {
+        self.free_safe_batches();
         let mut retired = 0;
         let mut garbage = Garbage(Vec::new());
         for shard in self.shards.iter() {
@@ -271,15 +288,51 @@ impl Table {
             }
         }
         if !garbage.0.is_empty() {
-            // One deferred free per sweep, not one per record, so the epoch
-            // hands the memory back after a couple of advances however many
-            // keys went idle.
-            // SAFETY: every record in `garbage` was unlinked under its shard
-            // lock, so no new reader can reach it, and the epoch runs this
-            // only once every reader pinned before the unlink has unpinned.
-            unsafe { guard.defer_unchecked(move || garbage.free()) };
+            self.defer_batch(garbage, guard);
         }
         retired
+    }
+
+    /// Hands one sweep's retired records to the epoch as one note (not one
+    /// deferred free per record, so the memory comes back after a couple
+    /// of advances however many keys went idle); a later sweep frees them.
+    fn defer_batch(&self, records: Garbage, guard: &Guard) {
+        let safe = Arc::new(AtomicBool::new(false));
+        let note = safe.clone();
+        // Release: pairs with `free_safe_batches`' Acquire, so the free
+        // comes after every reader the epoch waited for.
+        // SAFETY: the closure only sets a flag, valid whenever it runs.
+        unsafe { guard.defer_unchecked(move || note.store(true, Ordering::Release)) };
+        // The sweeping thread pins rarely: hand its note on now.
+        guard.flush();
+        lock(&self.pending).push(Batch { safe, records });
+    }
+
+    /// Frees the batches whose note the epoch has run.
+    pub(crate) fn free_safe_batches(&self) {
+        let ready: Vec<Batch> = {
+            let mut pending = lock(&self.pending);
+            if pending.is_empty() {
+                return;
+            }
+            let (ready, waiting) = std::mem::take(&mut *pending)
+                .into_iter()
+                .partition(|b| b.safe.load(Ordering::Acquire));
+            *pending = waiting;
+            ready
+        };
+        for batch in ready {
+            // SAFETY: every record in the batch was unlinked under its
+            // shard lock, so no new reader can reach it, and the epoch ran
+            // the batch's note only once every reader pinned before the
+            // unlink had unpinned.
+            unsafe { batch.records.free() };
+        }
+    }
+
+    /// Batches of retired records not freed yet (for sweeps to go on).
+    pub(crate) fn pending_batches(&self) -> usize {
+        lock(&self.pending).len()
     }
 
     /// Calls `f` on every live record, under each shard's lock in turn.
@@ -355,7 +408,9 @@ struct Garbage(Vec<*const Record>);
 unsafe impl Send for Garbage {}
 
 impl Garbage {
-    fn free(self) {
+    /// # Safety
+    /// No reader can reach the records any more (see `free_safe_batches`).
+    unsafe fn free(self) {
         for p in self.0 {
             // SAFETY: allocated by `Owned::new`, unlinked, and freed once.
             drop(unsafe { Owned::from_raw(p as *mut Record) });
@@ -411,6 +466,12 @@ fn resize(shard: &Shard, n: usize, guard: &Guard) {
 
 impl Drop for Table {
     fn drop(&mut self) {
+        // Retired records still waiting for the epoch: no reader is left
+        // (below), so none can reach them.
+        for batch in std::mem::take(&mut *lock(&self.pending)) {
+            // SAFETY: `&mut self`, see below.
+            unsafe { batch.records.free() };
+        }
         // SAFETY: `&mut self`: no reader or writer is left (every hold and
         // lease keeps its lock's table alive through an Arc).
         let guard = unsafe { epoch::unprotected() };
