@@ -385,10 +385,12 @@ impl Wake {
         self.wake();
     }
 
-    fn replicate(&self) -> Wake {
+    /// Whether waking this wakes the task `waker` would: a thread's
+    /// handle always does (a thread never re-polls).
+    fn wakes(&self, waker: &Waker) -> bool {
         match self {
-            Wake::Thread(t) => Wake::Thread(t.clone()),
-            Wake::Task(w) => Wake::Task(w.clone()),
+            Wake::Thread(_) => true,
+            Wake::Task(old) => old.will_wake(waker),
         }
     }
 
@@ -1017,20 +1019,33 @@ impl Record {
         let s = self.lock_line();
         // Under QLOCK only we can change the status or the waker now.
         let end = waiter.end();
+        // SAFETY: the node is linked and we own QLOCK, which guards `wake`.
+        // `will_wake` compares the wakers' data and vtable: no foreign code.
+        let current = end.is_some() || waiter.wake.with(|w| unsafe { &*w }.wakes(waker));
+        // Release: publishes nothing new, lets the next QLOCK owner in.
+        self.state.store(s, Ordering::Release);
+        if current {
+            return end;
+        }
+        // A new waker: cloned before the line is locked again, and the old
+        // one dropped after it is let go, so neither foreign call runs
+        // under QLOCK (a panic there reaches only this task, and the line
+        // stays usable). A grant between the two locks woke the old waker
+        // and is seen below as the end.
+        let mut swap = Some(Wake::Task(waker.clone()));
+        let s = self.lock_line();
+        let end = waiter.end();
         if end.is_none() {
             waiter.wake.with_mut(|w| {
-                // SAFETY: the node is linked and we own QLOCK, which is what
-                // guards `wake` (granters read it under QLOCK).
+                // SAFETY: as above.
                 let w = unsafe { &mut *w };
-                if let Wake::Task(old) = w {
-                    if !old.will_wake(waker) {
-                        *old = waker.clone();
-                    }
-                }
+                swap = swap.take().map(|new| std::mem::replace(w, new));
             });
         }
         // Release: publishes the new waker to the next QLOCK owner.
         self.state.store(s, Ordering::Release);
+        // The old waker (or the unused new one), dropped unlocked.
+        drop(swap);
         end
     }
 
@@ -1402,6 +1417,10 @@ impl Record {
     /// The caller is pinned and found the record in its table while pinned
     /// (it may have turned `DEAD` since: then nothing is in line).
     pub(crate) fn expire_tasks(&self, now_ms: u64, wakes: &mut Wakes) -> Option<u64> {
+        // Room made before the line is locked: nothing allocates under
+        // QLOCK. A task that finds no room is covered as if due now, so
+        // the line fires again at once for it.
+        wakes.reserve(self.waiter_count() as usize);
         let s = self.lock_line();
         if s.dead() {
             self.state.store(s, Ordering::Release);
@@ -1418,9 +1437,13 @@ impl Record {
             if deadline_us == 0 {
                 continue;
             }
-            if deadline_us <= now_ms.saturating_mul(1000) {
+            let due = deadline_us <= now_ms.saturating_mul(1000);
+            if due && wakes.len() < wakes.capacity() {
+                // The waker moved out, not cloned (no foreign code under
+                // QLOCK): a no-op stays behind, and the task's poll, which
+                // this wake causes, leaves the line or sets a new one.
                 // SAFETY: as above.
-                wakes.push(node.wake.with(|w| unsafe { (*w).replicate() }));
+                wakes.push(node.wake.with_mut(|w| unsafe { (*w).take() }));
             } else {
                 next_us = Some(next_us.map_or(deadline_us, |n| n.min(deadline_us)));
             }

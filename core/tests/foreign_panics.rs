@@ -77,3 +77,103 @@ fn a_waker_that_panics_on_wake_leaves_the_timer_running() {
     holder.release().unwrap();
     assert!(next.join().unwrap().is_ok());
 }
+
+/// Wakers whose clone panics, or whose clones panic when dropped; every
+/// other call is a no-op.
+mod odd_wakers {
+    use std::ptr::null;
+    use std::task::{RawWaker, RawWakerVTable, Waker};
+
+    fn noop(_: *const ()) {}
+
+    fn clone_panics(_: *const ()) -> RawWaker {
+        panic!("a waker that panics on clone");
+    }
+
+    fn clone_to_drop_panics(_: *const ()) -> RawWaker {
+        RawWaker::new(null(), &DROP_PANICS)
+    }
+
+    fn drop_panics(_: *const ()) {
+        panic!("a waker that panics on drop");
+    }
+
+    fn clone_plain(_: *const ()) -> RawWaker {
+        RawWaker::new(null(), &PLAIN)
+    }
+
+    static CLONE_PANICS: RawWakerVTable = RawWakerVTable::new(clone_panics, noop, noop, noop);
+    static CLONES_PANIC_ON_DROP: RawWakerVTable =
+        RawWakerVTable::new(clone_to_drop_panics, noop, noop, noop);
+    static DROP_PANICS: RawWakerVTable = RawWakerVTable::new(clone_plain, noop, noop, drop_panics);
+    static PLAIN: RawWakerVTable = RawWakerVTable::new(clone_plain, noop, noop, noop);
+
+    /// Its clone panics.
+    pub fn panics_on_clone() -> Waker {
+        // SAFETY: every function of the table ignores its data pointer.
+        unsafe { Waker::from_raw(RawWaker::new(null(), &CLONE_PANICS)) }
+    }
+
+    /// Its clones panic when dropped (it does not).
+    pub fn clones_panic_on_drop() -> Waker {
+        // SAFETY: as above.
+        unsafe { Waker::from_raw(RawWaker::new(null(), &CLONES_PANIC_ON_DROP)) }
+    }
+}
+
+/// Polls a task waiting behind a holder with `first`, then with `second`
+/// (that poll must panic: a foreign waker's clone or drop), and checks the
+/// panic reached only that task: the future can be dropped (it leaves the
+/// line), the key passes to the next in line, and the store closes; each
+/// step within 20 s (a line lock left held would hang it).
+fn a_panicking_poll_leaves_the_line_usable(first: Waker, second: Waker) {
+    let (store, lock) = store_with("l");
+    let holder = Holder::start(&lock, "k");
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let l = lock.clone();
+    thread::spawn(move || {
+        let mut waiting = Box::pin(
+            l.key("k")
+                .wait(Duration::from_secs(60))
+                .hold_async(async |_| ()),
+        );
+        let mut cx = Context::from_waker(&first);
+        assert!(waiting.as_mut().poll(&mut cx).is_pending());
+        let polled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut cx = Context::from_waker(&second);
+            let _ = waiting.as_mut().poll(&mut cx);
+        }));
+        assert!(
+            polled.is_err(),
+            "the foreign waker's panic reached its task"
+        );
+        drop(waiting);
+        done_tx.send(()).unwrap();
+    });
+    done_rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the task's future dropped");
+    assert_eq!(lock.stats().waiters, 0, "it left the line");
+    let l = lock.clone();
+    let next = thread::spawn(move || {
+        l.key("k")
+            .wait(Duration::from_secs(20))
+            .hold(|lease| lease.fence())
+    });
+    holder.release().unwrap();
+    assert!(next.join().unwrap().is_ok());
+    store.close();
+}
+
+#[test]
+fn a_waker_that_panics_on_clone_reaches_only_its_task() {
+    a_panicking_poll_leaves_the_line_usable(Waker::noop().clone(), odd_wakers::panics_on_clone());
+}
+
+#[test]
+fn a_waker_that_panics_on_drop_reaches_only_its_task() {
+    a_panicking_poll_leaves_the_line_usable(
+        odd_wakers::clones_panic_on_drop(),
+        Waker::noop().clone(),
+    );
+}
