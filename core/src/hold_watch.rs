@@ -348,6 +348,21 @@ impl WatchedHold {
         slot.word.store((word & !TAG) | FREE, Ordering::Release);
     }
 
+    /// A claim that found its slot parked (so the timer was not ticking
+    /// and will not see the hold for a while) fixes the hold's deadline
+    /// itself, from `now_ms` read just after its grant: on that cold path
+    /// a clock read costs nothing that matters, and the hold's times (its
+    /// maxHold, `inspect`'s held-for) are then exact rather than counted
+    /// from the timer's first look.
+    pub(crate) fn seen_at(&self, now_ms: u64) {
+        let slot = self.slot();
+        let max = slot.max_hold_ms.load(Ordering::Relaxed);
+        slot.due_ms.store(now_ms + max + 1, Ordering::Relaxed);
+        // Release: as in `look_at`, which skips a hold whose seq it finds.
+        slot.seen_seq
+            .store(seq(self.held_word()), Ordering::Release);
+    }
+
     /// The maxHold the hold was claimed with.
     pub(crate) fn max_hold_ms(&self) -> u64 {
         // Relaxed: written by the claim, on this holder's own thread or
@@ -667,13 +682,15 @@ fn look_at(slot: &Slot, now_ms: u64, all_due: bool, due: &mut Vec<Due>) -> bool 
     // Acquire: pairs with the claim's Release, so the grant's fields are
     // read as the claimer wrote them.
     let w = slot.word.load(Ordering::Acquire);
-    // Relaxed: the timer's own fields, written only under the watch's
-    // mutex (which this scan holds).
+    // Relaxed: `scanned_seq` is the timer's own, under the watch's mutex
+    // (which this scan holds).
     let ran = slot.scanned_seq.swap(seq(w), Ordering::Relaxed) != seq(w);
     if tag(w) != HELD {
         return ran;
     }
-    let deadline = if slot.seen_seq.load(Ordering::Relaxed) == seq(w) {
+    // Acquire: a claim that fixed its own deadline (`seen_at`) wrote
+    // `due_ms` first.
+    let deadline = if slot.seen_seq.load(Ordering::Acquire) == seq(w) {
         slot.due_ms.load(Ordering::Relaxed)
     } else {
         // Granted before this scan: due a maxHold (and a ms, for the

@@ -6,7 +6,9 @@
 //! leases (see `State::timed` in `driver.rs`): a lease with a maxHold
 //! or a ttl read the clock at its grant anyway, so only those leases are
 //! listed there, and a plain closure hold (no maxHold) pays nothing for
-//! this: its `held_for` is `None`.
+//! this: its `held_for` is `None`. A closure hold with a maxHold reads no
+//! clock either: its times come from its slot in the store's maxHold
+//! watch (`hold_watch`), counted from when the watch first saw it.
 
 use crate::key::{check_key, Key, KeyBuf};
 use crate::lock::Lock;
@@ -33,7 +35,11 @@ pub struct KeyInfo {
     /// millisecond), when its lease has a timer: a lock opened with
     /// `max_hold`, or a handle-style lease ([`Lock::acquire`]). `None` when
     /// the key is free, and for a closure hold without `max_hold`, whose
-    /// uncontended path reads no clock.
+    /// uncontended path reads no clock. A closure hold with `max_hold`
+    /// reads none either: its time counts from when the store's timer
+    /// first saw it, at most a tick (1 ms) after its grant while the
+    /// timer runs on time, and exact for a hold that found the timer
+    /// idle; its maxHold counts from the same moment.
     pub held_for: Option<Duration>,
     /// How long that lease has left before it is revoked at its maxHold or
     /// runs out at its ttl, whichever comes first (a renewal pushes the ttl

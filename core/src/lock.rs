@@ -406,6 +406,7 @@ impl Lock {
             return self.arm_max_hold(&granted);
         };
         if claim.parked {
+            claim.watched.seen_at(self.store.clock.now_ms());
             Driver::start_ticking(&self.store.timer);
         }
         watched_word(claim.watched)
