@@ -20,12 +20,15 @@ pub enum Event {
     HandoffToParked,
     /// A spin on the line's `QLOCK` bit gave up its slice (`yield_now`).
     LineLockYield,
+    /// A wait for the line's `QLOCK` bit slept (its owner was preempted
+    /// for longer than a few yields).
+    LineLockSleep,
     /// A task yielded before taking a free key, to a task that a release
     /// on its thread had just granted.
     YieldedToGranted,
 }
 
-const EVENTS: usize = 7;
+const EVENTS: usize = 8;
 
 #[cfg(feature = "wait-counters")]
 static COUNTS: [std::sync::atomic::AtomicU64; EVENTS] =
@@ -51,6 +54,7 @@ pub fn snapshot() -> [(Event, u64); EVENTS] {
         HandoffToSpinner,
         HandoffToParked,
         LineLockYield,
+        LineLockSleep,
         YieldedToGranted,
     ];
     all.map(|e| {

@@ -85,13 +85,26 @@ mod imp {
 pub(crate) use imp::*;
 
 use crate::counters::{count, Event};
-use crate::sync::{spin_loop, yield_now};
+use crate::sync::{sleep, spin_loop, yield_now};
+use std::time::Duration;
 
 /// Rounds of [`Backoff::snooze`] that spin before it yields.
 const SNOOZE_ROUNDS: u32 = 128;
+/// Yields after the spin, before the first sleep.
+const YIELD_ROUNDS: u32 = 4;
+/// The first sleep, doubled at each round up to [`SLEEP_MAX`].
+const SLEEP_MIN: Duration = Duration::from_micros(20);
+const SLEEP_MAX: Duration = Duration::from_micros(500);
 
 /// Waiting for the `QLOCK` bit: held for a few pointer writes, but its owner
-/// may be preempted on an oversubscribed machine, so spin, then yield.
+/// may be preempted on an oversubscribed machine, so spin, then yield a
+/// few times, then sleep, longer each round (to half a millisecond): with
+/// more threads than cores, a thread that yields for ever stays runnable
+/// and takes slices from the preempted owner it waits for; one that sleeps
+/// leaves them to it. The owner's unlock is a plain store (it stays one on
+/// every path that takes the line), so nobody wakes a sleeper: it looks
+/// again when its sleep ends, at most half a millisecond late, which only
+/// happens after the owner lost its core for far longer.
 pub(crate) struct Backoff(u32);
 
 impl Backoff {
@@ -111,10 +124,14 @@ impl Backoff {
             for _ in 0..1u32 << self.0.min(3) {
                 spin_loop();
             }
-            self.0 += 1;
-        } else {
+        } else if self.0 < SNOOZE_ROUNDS + YIELD_ROUNDS {
             count(Event::LineLockYield);
             yield_now();
+        } else {
+            count(Event::LineLockSleep);
+            let doublings = (self.0 - SNOOZE_ROUNDS - YIELD_ROUNDS).min(8);
+            sleep((SLEEP_MIN * (1 << doublings)).min(SLEEP_MAX));
         }
+        self.0 = self.0.saturating_add(1);
     }
 }

@@ -66,6 +66,13 @@ mod imp {
         std::thread::park_timeout(timeout);
     }
 
+    /// Sleeps for `d`, leaving the thread's unpark token alone (a grant's
+    /// unpark must reach the park it is meant for).
+    #[inline]
+    pub(crate) fn sleep(d: std::time::Duration) {
+        std::thread::sleep(d);
+    }
+
     /// Milliseconds since an origin fixed when the clock was made.
     #[derive(Debug)]
     pub(crate) struct Clock {
@@ -136,6 +143,11 @@ mod imp {
         } else {
             loom::thread::yield_now();
         }
+    }
+
+    /// Loom has no time: a sleep is a yield.
+    pub(crate) fn sleep(_: std::time::Duration) {
+        loom::thread::yield_now();
     }
 
     /// A logical clock: every read advances it by two milliseconds, so a
