@@ -161,16 +161,15 @@ impl<L: Due + Watched> StoreCore<L> {
                 live += l.table.live() + l.table.pending_batches();
             }
         }
+        // Let the locks go before the flushes: a lock is forgotten only
+        // while nobody else holds its Arc, this sweep included.
+        drop(locks);
         // Push this thread's deferred frees to the global queue and let the
         // epoch advance past them: each flush may advance the epoch once and
         // frees a few expired bags, so a burst of garbage (a million keys'
         // worth of bucket arrays) takes a few dozen; each costs ~100 ns.
         for _ in 0..if cfg!(loom) { 4 } else { 64 } {
             epoch::pin().flush();
-        }
-        // The flushes may have let this sweep's batches go already.
-        for l in &locks {
-            l.table.free_safe_batches();
         }
         (reclaimed, live)
     }

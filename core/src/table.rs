@@ -295,7 +295,10 @@ impl Table {
 
     /// Hands one sweep's retired records to the epoch as one note (not one
     /// deferred free per record, so the memory comes back after a couple
-    /// of advances however many keys went idle); a later sweep frees them.
+    /// of advances however many keys went idle); a later sweep frees them
+    /// (not this one after its flushes: that would keep every lock's Arc
+    /// in the sweeper's hands for longer, and a lock is forgotten only
+    /// while nobody else holds one).
     fn defer_batch(&self, records: Garbage, guard: &Guard) {
         let safe = Arc::new(AtomicBool::new(false));
         let note = safe.clone();
@@ -303,13 +306,12 @@ impl Table {
         // comes after every reader the epoch waited for.
         // SAFETY: the closure only sets a flag, valid whenever it runs.
         unsafe { guard.defer_unchecked(move || note.store(true, Ordering::Release)) };
-        // The sweeping thread pins rarely: hand its note on now.
-        guard.flush();
+        // The sweep's caller flushes once for every table (`sweep_keys`).
         lock(&self.pending).push(Batch { safe, records });
     }
 
     /// Frees the batches whose note the epoch has run.
-    pub(crate) fn free_safe_batches(&self) {
+    fn free_safe_batches(&self) {
         let ready: Vec<Batch> = {
             let mut pending = lock(&self.pending);
             if pending.is_empty() {

@@ -145,11 +145,21 @@ fn an_idle_lock_name_is_forgotten_and_fences_on_when_made_again() {
     store.reclaim_idle();
     let base = live();
     let mut last = 0;
+    // Their handles kept until all are counted: a background sweep (due
+    // 50 ms after the first name) may forget an idle name sooner, on a
+    // machine slow enough.
+    let mut handles = Vec::new();
     for i in 0..1000 {
         let once = store.lock(&format!("once-{i}")).open().unwrap();
         last = once.hold("k", |l| l.fence()).unwrap();
+        handles.push(once);
     }
-    assert_eq!(store.locks().len(), 1001, "all known while their keys live");
+    assert_eq!(
+        store.locks().len(),
+        1001,
+        "all known while their handles live"
+    );
+    drop(handles);
     store.reclaim_idle();
     let left: Vec<(String, u64)> = store
         .locks()
