@@ -160,7 +160,10 @@ fn tour_jobs(designs: &[Design]) -> Vec<Job> {
                 design,
                 Subject::Server(ServerKind::Etcd | ServerKind::Postgres)
             );
-            if !routed && !peer {
+            // The maxHold hold answers the uncontended questions only.
+            let max_hold_elsewhere = design == Subject::Design(Design::HoldlineMaxHold)
+                && scenario != Scenario::Uncontended;
+            if !routed && !peer && !max_hold_elsewhere {
                 jobs.push(Job {
                     scenario,
                     threads,

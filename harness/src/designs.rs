@@ -111,6 +111,44 @@ impl KeyedLock for Holdline {
     }
 }
 
+/// holdline through a lock opened as README's first example opens it,
+/// with `max_hold(120 s)`: what a maxHold costs beside the plain hold.
+pub struct HoldlineMaxHold(Holdline);
+
+/// The maxHold of [`HoldlineMaxHold`]'s lock.
+pub const README_MAX_HOLD: Duration = Duration::from_secs(120);
+
+impl Default for HoldlineMaxHold {
+    fn default() -> Self {
+        let store = holdline::Store::new();
+        let lock = store
+            .lock("bench")
+            .max_hold(README_MAX_HOLD)
+            .open()
+            .expect("open lock");
+        HoldlineMaxHold(Holdline { store, lock })
+    }
+}
+
+impl KeyedLock for HoldlineMaxHold {
+    const NAME: &'static str = "holdline-maxhold";
+    const FIFO: bool = true;
+    const DEADLINE: Deadline = Deadline::Native("key().wait(d).hold()");
+    const IDLE: &'static str = "reclaimed (reclaim_idle)";
+
+    #[inline]
+    fn hold<R>(&self, key: &str, f: impl FnOnce() -> R) -> R {
+        self.0.hold(key, f)
+    }
+    #[inline]
+    fn hold_within<R>(&self, key: &str, wait: Duration, f: impl FnOnce() -> R) -> Option<R> {
+        self.0.hold_within(key, wait, f)
+    }
+    fn reclaim(&self) {
+        self.0.reclaim();
+    }
+}
+
 impl AsyncKeyedLock for Holdline {
     const ASYNC_API: &'static str = "hold_async / key().wait(d).hold_async()";
 
@@ -385,6 +423,8 @@ impl KeyedLock for PlSingle {
 pub enum Design {
     #[value(name = "holdline")]
     Holdline,
+    #[value(name = "holdline-maxhold")]
+    HoldlineMaxHold,
     #[value(name = "std-map+std")]
     NaiveStd,
     #[value(name = "dashmap+pl")]
@@ -401,8 +441,9 @@ pub enum Design {
 
 impl Design {
     /// Every design, in table order.
-    pub const ALL: [Design; 7] = [
+    pub const ALL: [Design; 8] = [
         Design::Holdline,
+        Design::HoldlineMaxHold,
         Design::NaiveStd,
         Design::DashPl,
         Design::DashTokio,
@@ -420,6 +461,12 @@ impl Design {
     /// verdict does not count it as a design a user picks instead.
     pub fn single(self) -> bool {
         crate::for_design!(self, D => D::SINGLE)
+    }
+
+    /// One of holdline's own designs (the plain hold, or through a lock
+    /// with a maxHold): never "the best other" of a verdict line.
+    pub fn is_holdline(name: &str) -> bool {
+        name.starts_with("holdline")
     }
 
     /// The design has an async hold ([`AsyncKeyedLock`]): it runs the `async-*` scenarios.
@@ -443,7 +490,7 @@ macro_rules! for_async_design {
 macro_rules! for_design {
     ($design:expr, $d:ident => $body:expr) => {
         $crate::match_design!($design, $d => $body;
-            Holdline, NaiveStd, DashPl, DashTokio, Lockable, StdSingle, PlSingle)
+            Holdline, HoldlineMaxHold, NaiveStd, DashPl, DashTokio, Lockable, StdSingle, PlSingle)
     };
 }
 

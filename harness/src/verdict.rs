@@ -34,6 +34,10 @@ pub struct Question {
     pub threads: usize,
     pub busy: usize,
     pub measure: Measure,
+    /// holdline's design that answers, when not the scenario's reference.
+    pub design: Option<&'static str>,
+    /// The design it is held against, when not the best other that ran.
+    pub against: Option<&'static str>,
 }
 
 /// What a question compares.
@@ -50,13 +54,33 @@ pub enum Measure {
 /// The questions the rows answer, in the order the verdict prints them
 /// (memory per connection is measured on its own; the uncontended hold of
 /// one thread against the map pattern is criterion's: [`HOT_PATH`]).
-pub const QUESTIONS: [Question; 11] = [
+pub const QUESTIONS: [Question; 13] = [
     Question {
         words: "uncontended hold, 16 keys a thread, 1 thread",
         scenario: Scenario::Uncontended,
         threads: 1,
         busy: 0,
         measure: Measure::Rate,
+        design: None,
+        against: None,
+    },
+    Question {
+        words: "README's hold, with maxHold 120 s, 1 thread",
+        scenario: Scenario::Uncontended,
+        threads: 1,
+        busy: 0,
+        measure: Measure::Rate,
+        design: Some("holdline-maxhold"),
+        against: None,
+    },
+    Question {
+        words: "maxHold 120 s against holdline's plain hold",
+        scenario: Scenario::Uncontended,
+        threads: 1,
+        busy: 0,
+        measure: Measure::Rate,
+        design: Some("holdline-maxhold"),
+        against: Some("holdline"),
     },
     Question {
         words: "one hot key, 2 threads (holdline FIFO)",
@@ -64,6 +88,8 @@ pub const QUESTIONS: [Question; 11] = [
         threads: 2,
         busy: 0,
         measure: Measure::Rate,
+        design: None,
+        against: None,
     },
     Question {
         words: "one hot key, 2 threads, beside a busy CPU",
@@ -71,6 +97,8 @@ pub const QUESTIONS: [Question; 11] = [
         threads: 2,
         busy: 1,
         measure: Measure::Rate,
+        design: None,
+        against: None,
     },
     Question {
         words: "async tasks, one hot key, 4 tasks",
@@ -78,6 +106,8 @@ pub const QUESTIONS: [Question; 11] = [
         threads: 4,
         busy: 0,
         measure: Measure::Rate,
+        design: None,
+        against: None,
     },
     Question {
         words: "semaphore of 4 permits, 64 tasks",
@@ -85,6 +115,8 @@ pub const QUESTIONS: [Question; 11] = [
         threads: 64,
         busy: 0,
         measure: Measure::Rate,
+        design: None,
+        against: None,
     },
     Question {
         words: "read-mostly key, 2 threads (1 in 10 exclusive)",
@@ -92,6 +124,8 @@ pub const QUESTIONS: [Question; 11] = [
         threads: 2,
         busy: 0,
         measure: Measure::Rate,
+        design: None,
+        against: None,
     },
     Question {
         words: "a million fresh keys: memory once idle",
@@ -99,6 +133,8 @@ pub const QUESTIONS: [Question; 11] = [
         threads: 1,
         busy: 0,
         measure: Measure::MemorySettled,
+        design: None,
+        against: None,
     },
     Question {
         words: "server round trip: hold + release, 1 conn",
@@ -106,6 +142,8 @@ pub const QUESTIONS: [Question; 11] = [
         threads: 1,
         busy: 0,
         measure: Measure::Rate,
+        design: None,
+        against: None,
     },
     Question {
         words: "server hot key: grants/s, 16 conns",
@@ -113,6 +151,8 @@ pub const QUESTIONS: [Question; 11] = [
         threads: 16,
         busy: 0,
         measure: Measure::Rate,
+        design: None,
+        against: None,
     },
     Question {
         words: "server hot key: p99 wait, 16 conns",
@@ -120,6 +160,8 @@ pub const QUESTIONS: [Question; 11] = [
         threads: 16,
         busy: 0,
         measure: Measure::P99,
+        design: None,
+        against: None,
     },
     Question {
         words: "cluster of 3 nodes vs 1 plain node",
@@ -127,6 +169,8 @@ pub const QUESTIONS: [Question; 11] = [
         threads: 16,
         busy: 0,
         measure: Measure::Rate,
+        design: None,
+        against: None,
     },
 ];
 
@@ -187,6 +231,7 @@ fn best_other<'a>(rows: &'a [Row], q: &Question) -> Option<&'a Row> {
     let others = rows.iter().filter(|r| {
         (r.scenario, r.threads, r.busy) == (q.scenario, q.threads, q.busy)
             && r.design != reference
+            && !(reference == "holdline" && Design::is_holdline(r.design))
             && r.na.is_none()
             && !baseline(r.design)
     });
@@ -228,7 +273,7 @@ fn figure(r: &Row, measure: Measure) -> String {
 
 /// `q`'s line from the rows.
 pub fn answer(rows: &[Row], q: &Question) -> Line {
-    let reference = q.scenario.reference();
+    let reference = q.design.unwrap_or(q.scenario.reference());
     let Some(h) = row_of(rows, q, reference) else {
         return Line::not_run(q.words, "not run".into());
     };
@@ -236,8 +281,9 @@ pub fn answer(rows: &[Row], q: &Question) -> Line {
         return Line::not_run(q.words, how_to_run(h));
     }
     // A cluster's other is the cluster, measured against the plain node.
-    let o = match q.scenario {
-        Scenario::Cluster => row_of(rows, q, CLUSTER).filter(|r| r.na.is_none()),
+    let o = match (q.scenario, q.against) {
+        (Scenario::Cluster, _) => row_of(rows, q, CLUSTER).filter(|r| r.na.is_none()),
+        (_, Some(against)) => row_of(rows, q, against).filter(|r| r.na.is_none()),
         _ => best_other(rows, q),
     };
     let Some(o) = o else {
@@ -257,6 +303,10 @@ pub fn answer(rows: &[Row], q: &Question) -> Line {
         // The plain node's rate over the cluster's: the cluster's time.
         Measure::Rate if q.scenario == Scenario::Cluster => {
             format!("costs {} the time", rate_edge(h, o))
+        }
+        // holdline against itself: what the option costs, as time.
+        Measure::Rate if q.against.is_some() => {
+            format!("costs {} the time", rate_edge(o, h))
         }
         Measure::Rate => rate_edge(h, o),
         Measure::P99 => edge(o.p99.median as f64 / h.p99.median.max(1) as f64),
@@ -354,6 +404,30 @@ mod tests {
             .iter()
             .find(|q| q.scenario == scenario && q.measure == measure)
             .unwrap()
+    }
+
+    /// The maxHold lines: README's hold against the best other design
+    /// (never holdline's plain hold), and against the plain hold as the
+    /// time the option costs; the plain hold's own line never counts the
+    /// maxHold hold as "the other".
+    #[test]
+    fn the_max_hold_lines_read_against_the_map_and_the_plain_hold() {
+        let [plain_q, readme_q, cost_q] = [0, 1, 2].map(|i| &QUESTIONS[i]);
+        let rows = [
+            row(plain_q, "holdline", &[40.0, 44.0], None),
+            row(plain_q, "holdline-maxhold", &[30.0, 33.0], None),
+            row(plain_q, "dashmap+pl", &[20.0, 22.0], None),
+        ];
+        let plain = answer(&rows, plain_q);
+        assert!(plain.other.starts_with("dashmap+pl "), "{}", plain.other);
+        assert_eq!(plain.edge, "2.00x (2.00-2.00)");
+        let readme = answer(&rows, readme_q);
+        assert!(readme.holdline.starts_with("holdline-maxhold "));
+        assert!(readme.other.starts_with("dashmap+pl "), "{}", readme.other);
+        assert_eq!(readme.edge, "1.50x (1.50-1.50)");
+        let cost = answer(&rows, cost_q);
+        assert!(cost.other.starts_with("holdline "), "{}", cost.other);
+        assert_eq!(cost.edge, "costs 1.33x (1.33-1.33) the time");
     }
 
     #[test]
