@@ -623,7 +623,7 @@ impl<'a> Lease<'a> {
         }
     }
 
-    fn loss(&self) -> Option<Loss> {
+    pub(crate) fn loss(&self) -> Option<Loss> {
         match self.timed_by() {
             TimedBy::State(s) => s.loss(),
             TimedBy::Watch(w) => w.ended().map(Loss::from).or_else(|| self.closed_loss()),

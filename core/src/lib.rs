@@ -155,6 +155,7 @@
 // - `lock`: `Lock`, `KeyHold`, `Grant`; the fast path and a thread's wait.
 //   `line_wait`: a task's wait in a line. `hold_async`: the async holds.
 // - `inspect`, `many`, `tx`: a key's snapshot, several keys, transactions.
+//   `guard`: holds until a guard is dropped (borrowed, owned, async).
 // - `election`: elections among a process's threads and tasks in etcd's
 //   shape (campaign, leader, observe, proclaim, resign), made of holds.
 // - `store`: the `Store` handle, opening locks, `close`, `tx`; the
@@ -174,6 +175,7 @@ mod ctx;
 mod driver;
 mod election;
 mod error;
+mod guard;
 mod heartbeat;
 mod hold_async;
 mod hold_watch;
@@ -201,6 +203,7 @@ pub mod wire;
 
 pub use election::{Election, Leader, Leadership, Observer};
 pub use error::{Error, ErrorKind};
+pub use guard::{Guard, OwnedGuard, OwnedKeyHold};
 pub use inspect::KeyInfo;
 pub use key::{Key, KeyRef, MAX_KEY_BYTES, MAX_NAME_BYTES};
 pub use lease::{Aborted, EndReason, HeldLease, Lease, Signal};

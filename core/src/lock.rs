@@ -214,7 +214,7 @@ impl Lock {
         key: &K,
         f: impl FnOnce(&Lease<'_>) -> R,
     ) -> Result<R, Error> {
-        self.hold_with(key.key_ref(), Mode::Wait(DEFAULT_WAIT_MS), 1, f)
+        self.hold_mode(key.key_ref(), Mode::Wait(DEFAULT_WAIT_MS), 1, f)
             .map(|r| r.expect("a waiting hold runs f"))
     }
 
@@ -226,7 +226,7 @@ impl Lock {
         key: &K,
         f: impl FnOnce(&Lease<'_>) -> R,
     ) -> Result<Option<R>, Error> {
-        self.hold_with(key.key_ref(), Mode::Try, 1, f)
+        self.hold_mode(key.key_ref(), Mode::Try, 1, f)
     }
 
     /// A hold of `key` with options (`wait`).
@@ -276,7 +276,7 @@ impl Lock {
     }
 
     #[inline]
-    fn hold_with<R>(
+    fn hold_mode<R>(
         &self,
         key: KeyRef<'_>,
         mode: Mode,
@@ -500,7 +500,7 @@ impl Lock {
 
     /// From key text to a grant of `want` permits (`None`: `Try` found it held).
     #[inline]
-    fn acquire_text(
+    pub(crate) fn acquire_text(
         &self,
         text: &str,
         hash: u64,
@@ -966,7 +966,7 @@ impl KeyHold<'_> {
     /// `invalid` for more permits than the lock has.
     pub fn hold<R>(self, f: impl FnOnce(&Lease<'_>) -> R) -> Result<R, Error> {
         self.lock
-            .hold_with(self.key, Mode::Wait(ms(self.wait)), self.asked()?, f)
+            .hold_mode(self.key, Mode::Wait(ms(self.wait)), self.asked()?, f)
             .map(|r| r.expect("a waiting hold runs f"))
     }
 
@@ -975,7 +975,7 @@ impl KeyHold<'_> {
     /// `None` otherwise; fails `closed`, `lost` (the lease lost while `f`
     /// ran), or `invalid` for a bad key or more permits than the lock has.
     pub fn try_hold<R>(self, f: impl FnOnce(&Lease<'_>) -> R) -> Result<Option<R>, Error> {
-        self.lock.hold_with(self.key, Mode::Try, self.asked()?, f)
+        self.lock.hold_mode(self.key, Mode::Try, self.asked()?, f)
     }
 
     /// A handle-style lease, waiting up to `wait`; see [`Lock::acquire`].
