@@ -78,7 +78,9 @@ impl Lock {
     }
 
     /// A handle-style lease on `key`, waiting (up to 10 s) without blocking
-    /// the thread: the async [`acquire`](Lock::acquire). Fails as it does
+    /// the thread: the async [`acquire`](Lock::acquire), and like it **runs
+    /// out `ttl` after its last renewal** (in process, use
+    /// [`lock_async`](Lock::lock_async)). Fails as it does
     /// (`in use` past the wait, `limit`, `closed`, `invalid`).
     pub fn acquire_async<'a, K: Key + ?Sized>(
         &'a self,

@@ -239,8 +239,15 @@ impl Lock {
         }
     }
 
-    /// A handle-style lease on `key`, waiting up to 10 s: held until
-    /// released or dropped, or until it runs out `ttl` after its last renewal.
+    /// A handle-style lease on `key`, for a holder outside the process (a
+    /// server's client), waiting up to 10 s.
+    ///
+    /// **It runs out `ttl` (10 s by default) after its last
+    /// [`renew`](HeldLease::renew)**: the key goes to the next in line and
+    /// the lease is `lost`, whatever its holder is doing. Held in process,
+    /// use [`lock`](Lock::lock) instead: a [`Guard`](crate::Guard) is held
+    /// until dropped, with no ttl.
+    ///
     /// Fails `in use` past the wait, `limit` when the line is full,
     /// `closed`, or `invalid` (a bad key, a key this thread is holding in a
     /// closure, a wait inside a transaction).
@@ -978,8 +985,10 @@ impl KeyHold<'_> {
         self.lock.hold_mode(self.key, Mode::Try, self.asked()?, f)
     }
 
-    /// A handle-style lease, waiting up to `wait`; see [`Lock::acquire`].
-    /// Fails as it does, and `invalid` for more permits than the lock has.
+    /// A handle-style lease, waiting up to `wait`; see [`Lock::acquire`]:
+    /// **it runs out `ttl` after its last renewal** (in process, use
+    /// [`lock`](KeyHold::lock)). Fails as it does, and `invalid` for more
+    /// permits than the lock has.
     pub fn acquire(self) -> Result<HeldLease, Error> {
         self.lock
             .acquire_lease(self.key, Mode::Wait(ms(self.wait)), self.asked()?)
