@@ -484,7 +484,7 @@ impl Lock {
     /// The error of a hold made after the store closed.
     #[cold]
     #[inline(never)]
-    fn closed_error(&self, text: &str) -> Error {
+    pub(crate) fn closed_error(&self, text: &str) -> Error {
         if let Err(e) = check_key(&self.shared.name, text) {
             return e;
         }
@@ -495,7 +495,12 @@ impl Lock {
     /// `Ok` (answer `None`) for a `Try` of a key this thread holds.
     #[cold]
     #[inline(never)]
-    fn refused_here(&self, refusal: Refusal, mode: Mode, text: &str) -> Result<(), Error> {
+    pub(crate) fn refused_here(
+        &self,
+        refusal: Refusal,
+        mode: Mode,
+        text: &str,
+    ) -> Result<(), Error> {
         match refusal {
             Refusal::SameKeyHeld if matches!(mode, Mode::Try) => Ok(()),
             Refusal::SameKeyHeld => Err(self.invalid("hold inside a hold of the same key", text)),
@@ -809,7 +814,7 @@ impl Lock {
 /// grant is taken before the caller unpins: from then on HELD, not the
 /// pin, keeps the record alive.
 #[inline(always)]
-fn take(r: &Record, want: u32) -> Fast {
+pub(crate) fn take(r: &Record, want: u32) -> Fast {
     match r.try_lock_fast() {
         Ok(()) => Fast::Granted(Grant::of(r)),
         Err(s) if s.held_alone() => Fast::Held,
@@ -875,7 +880,7 @@ fn take_permits_fast(r: &Record, want: u32) -> Option<Taken> {
 
 /// When a thread's wait in `mode` gives up: its wait after its spin (read
 /// only if it spins in vain). `Try` and zero waits never stand in line.
-fn thread_deadline(mode: Mode) -> Deadline {
+pub(crate) fn thread_deadline(mode: Mode) -> Deadline {
     match mode {
         Mode::Wait(w) => Deadline::AfterSpin(w),
         Mode::Try => Deadline::At(0),
