@@ -133,9 +133,12 @@ impl OwnedKey {
 /// it as it revokes a closure hold: the key goes to the next in line,
 /// [`is_lost`](Guard::is_lost) turns true and its [`Signal`] aborts.
 /// Dropping it (panic included) lets the key go; [`release`](Guard::release)
-/// does too, and tells whether the lease was lost first. It is not listed
-/// in its thread's running holds (see the [module doc](self)): a hold of
-/// the same key on the same thread while it lives waits in line.
+/// does too, and tells whether the lease was lost first.
+///
+/// It is not listed in its thread's running holds (it may move between
+/// threads, be dropped in any order, or be leaked): a hold of the same key
+/// on the same thread while it lives waits in line, and fails `in use`
+/// past its wait, instead of failing `invalid` at once.
 #[must_use = "the key is let go as soon as the guard is dropped"]
 pub struct Guard<'a> {
     lease: Lease<'a>,
