@@ -16,14 +16,15 @@
 # goes to criterion: `-- --quick`, `-- try-held`, `-- --save-baseline x`.
 #
 # `--guard` runs the hot paths' guard instead (benches/src/guard.rs): the
-# uncontended hold (plain, and with maxHold 120 s on 1 and 2 threads of
-# keys of their own), a try of a held key, the async hot key at 4 and 64
+# uncontended hold (through a closure and through a guard; plain, and
+# with maxHold 120 s on 1 and 2 threads of keys of their own), a try of a held key, the async hot key at 4 and 64
 # tasks, a semaphore of 2 permits under 8 tasks, a read-mostly key and
 # read-write tasks (16 on 4 keys, against tokio's RwLock),
 # each REV's core, the working tree's and the anchors alternating in one
 # process, printed as rates and as now's ratio to each with its spread
 # (GUARD_ROUNDS, default 5; GUARD_MS a row, default 300; GUARD_ROWS, a
-# comma list of row names). A REV older than permits has no permits rows.
+# comma list of row names). A REV older than permits has no permits rows,
+# one older than guards no guard row.
 #
 #   benches/compare_cores.sh --guard HEAD~1
 #
@@ -69,6 +70,7 @@ for rev in "${revs[@]}"; do
     sed -i -e "s/^name = \"holdline\"/name = \"holdline_$name\"/" \
         -e 's/^edition.workspace = true/edition = "2021"/' \
         -e '/rust-version.workspace/d' -e '/license.workspace/d' \
+        -e '/repository.workspace/d' -e '/homepage.workspace/d' \
         -e '/^\[lints\]/,$d' "$work/cores/$name/Cargo.toml"
     sed -i '/^\[dev-dependencies\]/,/^$/d' "$work/cores/$name/Cargo.toml"
     printf '\n[lints.rust]\nunexpected_cfgs = "allow"\n' >> "$work/cores/$name/Cargo.toml"
@@ -79,7 +81,12 @@ for rev in "${revs[@]}"; do
     # (Read whole, then searched: `grep -q` quitting early would fail
     # the pipe under pipefail and hide the rows.)
     lock_rs=$(git show "$rev:core/src/lock.rs")
-    if grep -q 'pub fn permits' <<<"$lock_rs"; then
+    # The guard row needs `Lock::lock` (core/src/guard.rs, since 9288050);
+    # a revision without that file answers None for it.
+    guard_rs=$(git show "$rev:core/src/guard.rs" 2>/dev/null || true)
+    if grep -q 'pub fn lock<' <<<"$guard_rs"; then
+        guards+="holdline_benches::guard_core!(G_$name, $name, permits, guard);"$'\n'
+    elif grep -q 'pub fn permits' <<<"$lock_rs"; then
         guards+="holdline_benches::guard_core!(G_$name, $name, permits);"$'\n'
     else
         guards+="holdline_benches::guard_core!(G_$name, $name);"$'\n'

@@ -5,6 +5,8 @@
 //!
 //! Rows (each a rate, operations a second, over [`Bench::span`]):
 //! - `hold`: one thread holds and lets go of one key;
+//! - `guard`: the `hold` row through a guard (`let _g = lock.lock(k)`),
+//!   which must cost what the closure hold costs;
 //! - `try-held`: one thread tries a key another thread holds;
 //! - `hold-max`: the `hold` row through a lock opened with
 //!   `max_hold(120 s)`, as README's first example opens it;
@@ -22,7 +24,8 @@
 //!   [`work`] inside each, against tokio's `RwLock`.
 //!
 //! A design answers `None` for a row it has no way to run (a revision
-//! older than permits has no semaphore row). Ratios are taken round by
+//! older than permits has no semaphore row, one older than guards no
+//! guard row). Ratios are taken round by
 //! round between the working tree's core (`now`) and every other design
 //! that ran the row: above 1, `now` is faster.
 
@@ -59,6 +62,7 @@ pub const HOLD_WORK: u32 = 64;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Row {
     Hold,
+    Guard,
     TryHeld,
     HoldMax,
     Hold2,
@@ -71,8 +75,9 @@ pub enum Row {
 }
 
 impl Row {
-    pub const ALL: [Row; 10] = [
+    pub const ALL: [Row; 11] = [
         Row::Hold,
+        Row::Guard,
         Row::TryHeld,
         Row::HoldMax,
         Row::Hold2,
@@ -87,6 +92,7 @@ impl Row {
     pub fn name(self) -> &'static str {
         match self {
             Row::Hold => "hold",
+            Row::Guard => "guard",
             Row::TryHeld => "try-held",
             Row::HoldMax => "hold-max",
             Row::Hold2 => "hold-2t",
@@ -255,11 +261,13 @@ pub fn beside_a_holder<R>(
 }
 
 /// Defines `$name`, a [`GuardDesign`] over the core crate `$krate`; with
-/// `permits`, the semaphore and read-write rows too (cores since permits).
+/// `permits`, the semaphore and read-write rows too (cores since permits);
+/// with `permits, guard`, the guard row too (cores since guards).
 #[macro_export]
 macro_rules! guard_core {
     ($name:ident, $krate:ident) => {
         $crate::guard_core!(@define $name, $krate);
+        $crate::guard_core!(@no_guard $name);
         impl $name {
             fn permit_rate(&self, _row: $crate::guard::Row, _b: &$crate::guard::Bench) -> Option<f64> {
                 None
@@ -267,6 +275,37 @@ macro_rules! guard_core {
         }
     };
     ($name:ident, $krate:ident, permits) => {
+        $crate::guard_core!(@permits $name, $krate);
+        $crate::guard_core!(@no_guard $name);
+    };
+    ($name:ident, $krate:ident, permits, guard) => {
+        $crate::guard_core!(@permits $name, $krate);
+        impl $name {
+            /// The `hold` row through a guard held until dropped.
+            fn guard_rate(&self, b: &$crate::guard::Bench) -> Option<f64> {
+                use ::std::sync::atomic::Ordering::Relaxed;
+                let lock = self.store.lock("guard").open().expect("open");
+                Some($crate::guard::thread_rate(1, b.span, |_, stop| {
+                    let mut n = 0;
+                    while !stop.load(Relaxed) {
+                        for _ in 0..$crate::guard::BATCH {
+                            let _g = lock.lock(::std::hint::black_box("k")).expect("lock");
+                        }
+                        n += $crate::guard::BATCH;
+                    }
+                    n
+                }))
+            }
+        }
+    };
+    (@no_guard $name:ident) => {
+        impl $name {
+            fn guard_rate(&self, _b: &$crate::guard::Bench) -> Option<f64> {
+                None
+            }
+        }
+    };
+    (@permits $name:ident, $krate:ident) => {
         $crate::guard_core!(@define $name, $krate);
         impl $name {
             fn permit_rate(&self, row: $crate::guard::Row, b: &$crate::guard::Bench) -> Option<f64> {
@@ -432,6 +471,7 @@ macro_rules! guard_core {
                             }
                         }))
                     }
+                    Row::Guard => self.guard_rate(b),
                     _ => self.permit_rate(row, b),
                 }
             }
@@ -439,7 +479,7 @@ macro_rules! guard_core {
     };
 }
 
-guard_core!(HoldlineGuard, holdline, permits);
+guard_core!(HoldlineGuard, holdline, permits, guard);
 
 /// The anchors: the dashmap + parking_lot pattern for the thread rows,
 /// tokio's mutex per key for the async hot key, tokio's `Semaphore` for
@@ -473,7 +513,9 @@ where
 impl GuardDesign for Anchors {
     fn rate(&self, row: Row, b: &Bench) -> Option<f64> {
         Some(match row {
-            Row::Hold => thread_rate(1, b.span, |_, stop| {
+            // parking_lot's guard is the anchor of both: a mutex per key
+            // in the map, held until its guard drops.
+            Row::Hold | Row::Guard => thread_rate(1, b.span, |_, stop| {
                 let mut n = 0;
                 while !stop.load(Relaxed) {
                     for _ in 0..BATCH {
@@ -604,7 +646,9 @@ impl GuardDesign for Anchors {
 /// The anchor's name for `row`, as the summary prints it.
 pub fn anchor_name(row: Row) -> &'static str {
     match row {
-        Row::Hold | Row::TryHeld | Row::HoldMax | Row::Hold2 | Row::HoldMax2 => "dashmap+pl",
+        Row::Hold | Row::Guard | Row::TryHeld | Row::HoldMax | Row::Hold2 | Row::HoldMax2 => {
+            "dashmap+pl"
+        }
         Row::AsyncHot4 | Row::AsyncHot64 => "tokio-mutex",
         Row::Semaphore => "tokio-sem",
         Row::ReadMostly => "pl-rwlock",

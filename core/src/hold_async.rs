@@ -34,7 +34,7 @@ impl Lock {
         key: &K,
         f: impl AsyncFnOnce(&Lease<'_>) -> R,
     ) -> Result<R, Error> {
-        self.hold_async_with(key, DEFAULT_WAIT_MS, 1, f).await
+        self.hold_async_mode(key, DEFAULT_WAIT_MS, 1, f).await
     }
 
     /// The body of every async hold: `key`, waiting up to `wait_ms`, for
@@ -46,7 +46,7 @@ impl Lock {
     /// future and read back with wider loads, which stalled every hold.
     ///
     /// [`take_fast`]: Lock::take_fast
-    async fn hold_async_with<K: Key + ?Sized, R>(
+    async fn hold_async_mode<K: Key + ?Sized, R>(
         &self,
         key: &K,
         wait_ms: u64,
@@ -78,7 +78,9 @@ impl Lock {
     }
 
     /// A handle-style lease on `key`, waiting (up to 10 s) without blocking
-    /// the thread: the async [`acquire`](Lock::acquire). Fails as it does
+    /// the thread: the async [`acquire`](Lock::acquire), and like it **runs
+    /// out `ttl` after its last renewal** (in process, use
+    /// [`lock_async`](Lock::lock_async)). Fails as it does
     /// (`in use` past the wait, `limit`, `closed`, `invalid`).
     pub fn acquire_async<'a, K: Key + ?Sized>(
         &'a self,
@@ -89,7 +91,7 @@ impl Lock {
 
     /// The grant of `want` permits of `text`, waited for as a task (`mode`
     /// waits, so a wait ends granted or with an error).
-    async fn grant_async(
+    pub(crate) async fn grant_async(
         &self,
         text: &str,
         hash: u64,
@@ -133,7 +135,7 @@ impl<'l> KeyHold<'l> {
     pub async fn hold_async<R>(self, f: impl AsyncFnOnce(&Lease<'_>) -> R) -> Result<R, Error> {
         let want = self.asked()?;
         self.lock
-            .hold_async_with(&self.key, ms(self.wait), want, f)
+            .hold_async_mode(&self.key, ms(self.wait), want, f)
             .await
     }
 

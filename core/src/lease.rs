@@ -623,7 +623,7 @@ impl<'a> Lease<'a> {
         }
     }
 
-    fn loss(&self) -> Option<Loss> {
+    pub(crate) fn loss(&self) -> Option<Loss> {
         match self.timed_by() {
             TimedBy::State(s) => s.loss(),
             TimedBy::Watch(w) => w.ended().map(Loss::from).or_else(|| self.closed_loss()),
@@ -911,8 +911,10 @@ impl fmt::Debug for Signal {
 }
 
 /// A lease not tied to a closure, for holders outside the process: it waits
-/// in the same line, must be [`renew`](HeldLease::renew)ed within its lock's
-/// `ttl`, and is let go by [`release`](HeldLease::release) or on drop.
+/// in the same line, **must be [`renew`](HeldLease::renew)ed within its
+/// lock's `ttl` (10 s by default) or it is lost**, and is let go by
+/// [`release`](HeldLease::release) or on drop. In process, hold a
+/// [`Guard`](crate::Guard) instead: no ttl.
 pub struct HeldLease {
     state: Arc<LeaseState>,
     key: Box<str>,

@@ -10,6 +10,12 @@
 //!   straight to the first of them.
 //! - **Deadlines and tries.** [`Lock::hold`] waits up to 10 s (choose with
 //!   [`KeyHold::wait`]); [`Lock::try_hold`] never waits.
+//! - **Guards and fallible closures.** [`Lock::lock`] answers a [`Guard`]
+//!   held until dropped (panic included), with no ttl, revoked at maxHold
+//!   like a closure hold; [`Lock::lock_async`] and the `'static`
+//!   [`OwnedGuard`] ([`Lock::lock_owned`]) are its task forms.
+//!   [`Lock::hold_with`] takes a closure answering `Result<T, E>` with
+//!   `E: From<Error>`, so the hold's errors and the closure's meet in one `?`.
 //! - **Fencing tokens.** Every grant of a key carries a [`fence`](Lease::fence)
 //!   greater than every earlier grant's, so storage can refuse a writer
 //!   whose turn is over ([`Tx::put_fenced`]).
@@ -155,6 +161,8 @@
 // - `lock`: `Lock`, `KeyHold`, `Grant`; the fast path and a thread's wait.
 //   `line_wait`: a task's wait in a line. `hold_async`: the async holds.
 // - `inspect`, `many`, `tx`: a key's snapshot, several keys, transactions.
+//   `guard`: holds until a guard is dropped (borrowed, owned, async).
+//   `fallible`: closure holds whose error type absorbs holdline's.
 // - `election`: elections among a process's threads and tasks in etcd's
 //   shape (campaign, leader, observe, proclaim, resign), made of holds.
 // - `store`: the `Store` handle, opening locks, `close`, `tx`; the
@@ -174,6 +182,8 @@ mod ctx;
 mod driver;
 mod election;
 mod error;
+mod fallible;
+mod guard;
 mod heartbeat;
 mod hold_async;
 mod hold_watch;
@@ -201,6 +211,7 @@ pub mod wire;
 
 pub use election::{Election, Leader, Leadership, Observer};
 pub use error::{Error, ErrorKind};
+pub use guard::{Guard, OwnedGuard, OwnedKeyHold};
 pub use inspect::KeyInfo;
 pub use key::{Key, KeyRef, MAX_KEY_BYTES, MAX_NAME_BYTES};
 pub use lease::{Aborted, EndReason, HeldLease, Lease, Signal};

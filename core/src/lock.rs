@@ -214,7 +214,7 @@ impl Lock {
         key: &K,
         f: impl FnOnce(&Lease<'_>) -> R,
     ) -> Result<R, Error> {
-        self.hold_with(key.key_ref(), Mode::Wait(DEFAULT_WAIT_MS), 1, f)
+        self.hold_mode(key.key_ref(), Mode::Wait(DEFAULT_WAIT_MS), 1, f)
             .map(|r| r.expect("a waiting hold runs f"))
     }
 
@@ -226,7 +226,7 @@ impl Lock {
         key: &K,
         f: impl FnOnce(&Lease<'_>) -> R,
     ) -> Result<Option<R>, Error> {
-        self.hold_with(key.key_ref(), Mode::Try, 1, f)
+        self.hold_mode(key.key_ref(), Mode::Try, 1, f)
     }
 
     /// A hold of `key` with options (`wait`).
@@ -239,8 +239,15 @@ impl Lock {
         }
     }
 
-    /// A handle-style lease on `key`, waiting up to 10 s: held until
-    /// released or dropped, or until it runs out `ttl` after its last renewal.
+    /// A handle-style lease on `key`, for a holder outside the process (a
+    /// server's client), waiting up to 10 s.
+    ///
+    /// **It runs out `ttl` (10 s by default) after its last
+    /// [`renew`](HeldLease::renew)**: the key goes to the next in line and
+    /// the lease is `lost`, whatever its holder is doing. Held in process,
+    /// use [`lock`](Lock::lock) instead: a [`Guard`](crate::Guard) is held
+    /// until dropped, with no ttl.
+    ///
     /// Fails `in use` past the wait, `limit` when the line is full,
     /// `closed`, or `invalid` (a bad key, a key this thread is holding in a
     /// closure, a wait inside a transaction).
@@ -276,7 +283,7 @@ impl Lock {
     }
 
     #[inline]
-    fn hold_with<R>(
+    fn hold_mode<R>(
         &self,
         key: KeyRef<'_>,
         mode: Mode,
@@ -478,7 +485,7 @@ impl Lock {
     /// The error of a hold made after the store closed.
     #[cold]
     #[inline(never)]
-    fn closed_error(&self, text: &str) -> Error {
+    pub(crate) fn closed_error(&self, text: &str) -> Error {
         if let Err(e) = check_key(&self.shared.name, text) {
             return e;
         }
@@ -489,7 +496,12 @@ impl Lock {
     /// `Ok` (answer `None`) for a `Try` of a key this thread holds.
     #[cold]
     #[inline(never)]
-    fn refused_here(&self, refusal: Refusal, mode: Mode, text: &str) -> Result<(), Error> {
+    pub(crate) fn refused_here(
+        &self,
+        refusal: Refusal,
+        mode: Mode,
+        text: &str,
+    ) -> Result<(), Error> {
         match refusal {
             Refusal::SameKeyHeld if matches!(mode, Mode::Try) => Ok(()),
             Refusal::SameKeyHeld => Err(self.invalid("hold inside a hold of the same key", text)),
@@ -501,7 +513,7 @@ impl Lock {
 
     /// From key text to a grant of `want` permits (`None`: `Try` found it held).
     #[inline]
-    fn acquire_text(
+    pub(crate) fn acquire_text(
         &self,
         text: &str,
         hash: u64,
@@ -803,7 +815,7 @@ impl Lock {
 /// grant is taken before the caller unpins: from then on HELD, not the
 /// pin, keeps the record alive.
 #[inline(always)]
-fn take(r: &Record, want: u32) -> Fast {
+pub(crate) fn take(r: &Record, want: u32) -> Fast {
     match r.try_lock_fast() {
         Ok(()) => Fast::Granted(Grant::of(r)),
         Err(s) if s.held_alone() => Fast::Held,
@@ -869,7 +881,7 @@ fn take_permits_fast(r: &Record, want: u32) -> Option<Taken> {
 
 /// When a thread's wait in `mode` gives up: its wait after its spin (read
 /// only if it spins in vain). `Try` and zero waits never stand in line.
-fn thread_deadline(mode: Mode) -> Deadline {
+pub(crate) fn thread_deadline(mode: Mode) -> Deadline {
     match mode {
         Mode::Wait(w) => Deadline::AfterSpin(w),
         Mode::Try => Deadline::At(0),
@@ -967,7 +979,7 @@ impl KeyHold<'_> {
     /// `invalid` for more permits than the lock has.
     pub fn hold<R>(self, f: impl FnOnce(&Lease<'_>) -> R) -> Result<R, Error> {
         self.lock
-            .hold_with(self.key, Mode::Wait(ms(self.wait)), self.asked()?, f)
+            .hold_mode(self.key, Mode::Wait(ms(self.wait)), self.asked()?, f)
             .map(|r| r.expect("a waiting hold runs f"))
     }
 
@@ -976,11 +988,13 @@ impl KeyHold<'_> {
     /// `None` otherwise; fails `closed`, `lost` (the lease lost while `f`
     /// ran), or `invalid` for a bad key or more permits than the lock has.
     pub fn try_hold<R>(self, f: impl FnOnce(&Lease<'_>) -> R) -> Result<Option<R>, Error> {
-        self.lock.hold_with(self.key, Mode::Try, self.asked()?, f)
+        self.lock.hold_mode(self.key, Mode::Try, self.asked()?, f)
     }
 
-    /// A handle-style lease, waiting up to `wait`; see [`Lock::acquire`].
-    /// Fails as it does, and `invalid` for more permits than the lock has.
+    /// A handle-style lease, waiting up to `wait`; see [`Lock::acquire`]:
+    /// **it runs out `ttl` after its last renewal** (in process, use
+    /// [`lock`](KeyHold::lock)). Fails as it does, and `invalid` for more
+    /// permits than the lock has.
     pub fn acquire(self) -> Result<HeldLease, Error> {
         self.lock
             .acquire_lease(self.key, Mode::Wait(ms(self.wait)), self.asked()?)
