@@ -87,7 +87,9 @@ def stop(proc: Optional[subprocess.Popen[bytes]], sig: int) -> None:
 def quiet_port(rng: random.Random) -> int:
     """A port free now below Linux's ephemeral range (32768-60999), so no
     outgoing connection takes it while its node is down: a node restarts
-    where its clients look for it."""
+    where its clients look for it. Free *now*: another process may bind it
+    before the node does, so a first start retries on another
+    (`World.await_first_start`)."""
     for _ in range(200):
         port = rng.randrange(20000, 32000)
         with socket.socket() as probe:
@@ -97,6 +99,17 @@ def quiet_port(rng: random.Random) -> int:
                 continue
         return port
     return 0
+
+
+def port_was_taken(log: Path, mark: int) -> bool:
+    """Whether a node's log says, after byte `mark`, that its port was
+    taken (`cannot listen on ...: Address already in use`)."""
+    try:
+        with open(log, "rb") as f:
+            f.seek(mark)
+            return b"address already in use" in f.read().lower()
+    except OSError:
+        return False
 
 
 def fake_clock(rate: float) -> Dict[str, str]:
@@ -191,6 +204,7 @@ class World:
         # the node advertises: freezing it cuts the node from its clients.
         self.fronts = [Proxy("-") for _ in range(3)]
         self.nodes = [fixture.Node(i, 0, self.dir / f"node{i}.log") for i in range(3)]
+        self.log_marks = [0 for _ in self.nodes]
         self.clients: List[subprocess.Popen[bytes]] = []
         self.pauses: List[Tuple[int, int, int]] = []  # client, from, until
 
@@ -207,7 +221,7 @@ class World:
         for node in self.nodes:
             self.spawn_node(node, quiet_port(ports))
         for node in self.nodes:
-            self.await_node(node)
+            self.await_first_start(node, ports)
             self.fronts[node.index].aim(node.addr)
         self._await(self.covered, "every slot served")
 
@@ -218,6 +232,8 @@ class World:
         if node.index == 0 and self.args.clock_rate != 1.0:
             env.update(fake_clock(self.args.clock_rate))
         node.port = 0
+        # Where this start's lines begin in its log.
+        self.log_marks[node.index] = node.log.stat().st_size if node.log.exists() else 0
         with open(node.log, "ab") as log:
             node.proc = subprocess.Popen(
                 [str(self.binary), "serve", "--listen", f"127.0.0.1:{port}",
@@ -227,6 +243,22 @@ class World:
                  "--max-ttl", f"{MAX_TTL_MS}ms"],
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, env=env,
             )  # fmt: skip
+
+    def await_first_start(self, node: fixture.Node, ports: random.Random) -> None:
+        """Awaits a node spawned on a quiet port; when that port was taken
+        between the probe and the node's bind (its log says so), starts it
+        again on another, as the etcd fixture does. Any other failure is
+        final."""
+        for _ in range(4):
+            try:
+                self.await_node(node)
+                return
+            except RuntimeError:
+                if not port_was_taken(node.log, self.log_marks[node.index]):
+                    raise
+            say(f"node {node.index}: its port was taken before it bound it; another")
+            self.spawn_node(node, quiet_port(ports))
+        self.await_node(node)
 
     def await_node(self, node: fixture.Node) -> None:
         # The cluster fixture's reader of the first line (a private helper

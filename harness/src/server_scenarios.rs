@@ -1041,10 +1041,7 @@ mod tests {
                 let (ooo, grants) = r.out_of_order.unwrap();
                 assert!(grants > 0 && ooo <= grants, "{kind:?}");
             }
-            Scenario::ServerPaced => {
-                // 4 connections offering 1600 pairs/s in all for 180 ms: about 290.
-                assert!((150..=400).contains(&r.ops), "{kind:?}: {} pairs", r.ops);
-            }
+            Scenario::ServerPaced => check_paced(kind, r),
             _ => {}
         }
         if s != Scenario::ServerMemory {
@@ -1055,6 +1052,29 @@ mod tests {
             assert!(r.note.contains("audit log: "), "{}", r.note);
             assert!(!r.note.contains("audit log: 0B"), "{}", r.note);
         }
+    }
+
+    /// A paced row ran and kept to its schedule. No rate is asserted: a
+    /// loaded machine makes fewer pairs (or, after a stall, the schedule
+    /// catches up over a longer window). What holds on any machine: no
+    /// connection's schedule runs ahead of the clock, so over the `secs` the
+    /// row measured each connection made at most `secs / period` pairs plus
+    /// its first (one more for the instant between a task's start and the
+    /// window's).
+    fn check_paced(kind: ServerKind, r: &Run) {
+        assert!(
+            r.note.contains(&format!("offering {PACED_RATE} pairs/s")),
+            "{}",
+            r.note
+        );
+        let conns = r.threads as f64;
+        let ceiling = PACED_RATE as f64 * r.secs + 2.0 * conns;
+        assert!(
+            (r.ops as f64) <= ceiling,
+            "{kind:?}: {} pairs in {:.3}s ran ahead of {PACED_RATE}/s",
+            r.ops,
+            r.secs
+        );
     }
 
     #[test]

@@ -97,6 +97,57 @@
 //! across owners even if every timing assumption fails. This needs etcd's
 //! history kept (a restored or fresh etcd starts fences again at the
 //! clock), and stops claiming, saying so, when a window would pass 2^63.
+//!
+//! # A planned hand-over that moves leases (designed, not implemented)
+//!
+//! **The server does not implement this yet**: today a partition given up
+//! on purpose closes its store, as above. This is the design that
+//! `handover-model/` checks exhaustively (stateright; its doc has the
+//! protocol step by step, its README the mutants each property catches).
+//!
+//! 1. The old owner **freezes** the partition: it grants, renews and
+//!    releases nothing more for it (those commands wait, then are told
+//!    where the partition went). Its store no longer changes.
+//! 2. It **exports** the frozen store to the next owner, node to node
+//!    (etcd's 1.5 MiB request limit would split a partition of 100,000
+//!    leases; etcd only decides who serves): each lease with its fence,
+//!    ttl left and maxHold left, each line in order with each wait left,
+//!    and its tenure (its fence window's end).
+//! 3. The next owner, not yet serving the partition, **imports** it and
+//!    acknowledges. It never replaces a store it serves.
+//! 4. The old owner **gives up** its claim in the transaction that writes
+//!    the hand-over mark: with the import's id after the acknowledgement
+//!    came within the bound `δ` of the export's send, else without (the
+//!    transfer failed, and the mark is today's).
+//! 5. The next owner **claims**, as today above the last window, and uses
+//!    the import only if the mark names that import and that tenure (a
+//!    compare in the claim's transaction). Otherwise it drops the import
+//!    and takes today's path: nothing granted for the mark's time. A new
+//!    owner that served, crashed and came back must not use an export of
+//!    an older tenure still in flight: the model found that case.
+//!
+//! **No two believers.** Frozen, the old owner answers nothing that
+//! extends a belief, so every deadline a holder can believe was fixed
+//! before the export, which carries it. The importer holds each lease
+//! until its ttl left counted from the *receipt* (later than the holder's
+//! deadline, counted from a send before the freeze), so the key is granted
+//! to no one else while the holder may believe. A holder re-attaches only
+//! with its secret (a lease id is seen on the wire; the secret is not),
+//! keeps its fence, and is renewed from then on, never past its maxHold.
+//! Every failure leaves a mark without an import, or no mark: the next
+//! owner then grants nothing for the holders' ttl, the argument above.
+//!
+//! **Fences rise.** Imported leases keep fences from the old window; the
+//! next owner's claim reserves a window above it as today, and its own
+//! grants come from that window, never from the imported fences.
+//!
+//! **Timing assumptions**, beyond those above: (d) the export's round trip
+//! measured by the old owner bounds its transit, and the importer counts
+//! maxHold left minus `δ` from its receipt, so a renewal never passes the
+//! holder's maxHold (ttl left needs no such bound: counted late, it only
+//! holds the key longer). The model has one clock and no `δ`: it checks
+//! the order of the steps, the tenure check and the secret, not these
+//! clock conversions.
 
 pub mod agent;
 mod claims;
