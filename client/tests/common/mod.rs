@@ -60,7 +60,8 @@ impl Server {
     /// directory removed with the server).
     fn start_with(file: Option<(&str, &str)>, args: &[&str]) -> Server {
         static STARTED: AtomicUsize = AtomicUsize::new(0);
-        let mut all = vec!["--listen", "127.0.0.1:0"];
+        // SIGTERM drains for --drain-timeout: short, so stopping stays quick.
+        let mut all = vec!["--listen", "127.0.0.1:0", "--drain-timeout", "100ms"];
         all.extend_from_slice(args);
         let dir = file.map(|(_, text)| {
             let dir = std::env::temp_dir().join(format!(
@@ -108,7 +109,8 @@ impl Server {
         assert!(status.success(), "kill {sig} {pid}");
     }
 
-    /// SIGTERM: the server closes its store (waiters `CLOSED`) and exits.
+    /// SIGTERM: the server drains (100 ms here), then closes its store
+    /// (waiters `CLOSED`) and exits.
     pub fn terminate(&mut self) {
         self.signal("-TERM");
         let _ = self.process.child.wait();

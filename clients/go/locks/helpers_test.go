@@ -69,7 +69,8 @@ func startServer(t testing.TB, extra ...string) *server {
 	if _, err := os.Stat(bin); err != nil {
 		t.Fatalf("no holdline binary at %s: build it (cargo build --release -p holdline-server --bin holdline at the repository root) or set HOLDLINE_BIN", bin)
 	}
-	cmd := exec.Command(bin, append([]string{"serve", "--listen", "127.0.0.1:0"}, extra...)...)
+	// SIGTERM drains for --drain-timeout: short, so stopping stays quick.
+	cmd := exec.Command(bin, append([]string{"serve", "--listen", "127.0.0.1:0", "--drain-timeout", "100ms"}, extra...)...)
 	cmd.Stderr = io.Discard
 	line := startLine(t, cmd, "holdline serve")
 	addr, ok := cutPrefix(line, "holdline: listening on ")

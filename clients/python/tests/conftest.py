@@ -185,7 +185,8 @@ class Server(Closes):
     def __init__(self, *flags: str, listen: str = "127.0.0.1:0") -> None:
         self.log = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(
-            [str(server_binary()), "serve", "--listen", listen, *flags],
+            # SIGTERM drains for --drain-timeout: short, so stopping stays quick.
+            [str(server_binary()), "serve", "--listen", listen, "--drain-timeout", "100ms", *flags],
             stdout=subprocess.PIPE,
             stderr=self.log,
         )
