@@ -279,64 +279,57 @@ impl WatchedHold {
     pub(crate) fn end_by_holder(&self) -> Result<(), Ended> {
         if holdline_mutant_blind_end() {
             // The slot freed by a store: the timer's revocation is missed.
-            let w = self.slot().word.swap(FREE, Ordering::AcqRel);
-            let _ = w;
+            self.slot().word.swap(FREE, Ordering::AcqRel);
             return Ok(());
         }
-        let slot = self.slot();
-        let held = self.held_word();
-        // AcqRel: against the timer's CAS out of HELD, one wins; Acquire
-        // on failure, to see the timer's word.
-        match slot.word.compare_exchange(
-            held,
-            (held & !TAG) | FREE,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        ) {
-            Ok(_) => Ok(()),
-            Err(now) => Err(self.free_after_timer(now)),
-        }
-    }
-
-    /// The timer won the slot: waits until it has let the key go, then
-    /// frees the slot.
-    #[cold]
-    fn free_after_timer(&self, mut now: u64) -> Ended {
-        let slot = self.slot();
-        while tag(now) == REVOKING {
-            yield_now();
-            // Acquire: the timer's release of the slot (its last use).
-            now = slot.word.load(Ordering::Acquire);
-        }
-        let ended = Ended::of_tag(tag(now)).unwrap_or(Ended::Revoked);
-        // Release: the timer is done with the slot; the next claim (this
-        // page's thread) reads it fresh.
-        slot.word.store((now & !TAG) | FREE, Ordering::Release);
-        ended
+        self.leave_held(FREE).map_err(|now| {
+            // Release: the timer is done with the slot; the next claim
+            // (this page's thread) reads it fresh.
+            self.slot()
+                .word
+                .store((now & !TAG) | FREE, Ordering::Release);
+            Ended::of_tag(tag(now)).unwrap_or(Ended::Revoked)
+        })
     }
 
     /// `signal()` hands the timing over to a `LeaseState`. `Ok`: the
     /// slot is `MOVED` and the caller arms the state; `Err`: the timer
     /// had ended the hold (it let the key go).
     pub(crate) fn move_out(&self) -> Result<(), Ended> {
+        self.leave_held(MOVED)
+            .map_err(|now| Ended::of_tag(tag(now)).unwrap_or(Ended::Revoked))
+    }
+
+    /// The holder moves its slot out of `HELD` to `to`. `Err`: the timer
+    /// won the slot first; answers its word once the timer has let the
+    /// key go (waiting while it is `REVOKING`, since the timer still uses
+    /// the slot's fields then).
+    #[inline]
+    fn leave_held(&self, to: u64) -> Result<(), u64> {
         let slot = self.slot();
         let held = self.held_word();
-        // AcqRel: as in `end_by_holder`.
+        // AcqRel: against the timer's CAS out of HELD, one wins; Acquire
+        // on failure, to see the timer's word.
         match slot.word.compare_exchange(
             held,
-            (held & !TAG) | MOVED,
+            (held & !TAG) | to,
             Ordering::AcqRel,
             Ordering::Acquire,
         ) {
             Ok(_) => Ok(()),
-            Err(mut now) => {
-                while tag(now) == REVOKING {
-                    yield_now();
-                    now = slot.word.load(Ordering::Acquire);
-                }
-                Err(Ended::of_tag(tag(now)).unwrap_or(Ended::Revoked))
-            }
+            Err(now) => Err(Self::after_timer(slot, now)),
         }
+    }
+
+    /// Waits while the timer is revoking through `slot`; answers its word.
+    #[cold]
+    fn after_timer(slot: &Slot, mut now: u64) -> u64 {
+        while tag(now) == REVOKING {
+            yield_now();
+            // Acquire: the timer's release of the slot (its last use).
+            now = slot.word.load(Ordering::Acquire);
+        }
+        now
     }
 
     /// A moved (or timer-ended) slot's holder is done: frees the slot.
