@@ -248,7 +248,8 @@ fn advertised(advertise: &str, listening: u16) -> String {
 const LEAVE_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// Joins the cluster: etcd must answer before the node serves anything;
-/// it is asked again every second for a minute.
+/// it is asked again every second for a minute, unless it refused the
+/// node for good (its user, password or certificates).
 async fn join_cluster(settings: &config::ClusterSettings) -> Result<cluster::agent::Agent, String> {
     let mut tries = 0;
     loop {
@@ -263,6 +264,9 @@ async fn join_cluster(settings: &config::ClusterSettings) -> Result<cluster::age
                     "cluster mode"
                 );
                 return Ok(agent);
+            }
+            Err(why) if why.is_refusal() => {
+                return Err(format!("etcd refused this node: {why}"));
             }
             Err(why) if tries < 60 => {
                 warn!(%why, "cannot reach etcd yet");

@@ -818,6 +818,54 @@ fn a_node_reaches_etcd_over_tls_as_a_user() {
         err.contains("every URL https:// with --etcd-cacert, none without"),
         "{err}"
     );
+    // A wrong password, or a CA that did not sign etcd's certificate, is a
+    // refusal no retry can mend: the node says so and exits at once (not
+    // after its minute of retries for an etcd that is not up yet).
+    let wrong_password = s.dir.write("wrong-password", "not-the-password\n");
+    let mut wrong = access;
+    wrong[9] = &wrong_password;
+    let err = refused_at_start(&etcd, &wrong);
+    assert!(err.contains("etcd refused this node:"), "{err}");
+    let other_ca = s.dir.write(
+        "other-ca.pem",
+        &holdline_testing::certs::Ca::new("other").cert.pem(),
+    );
+    let mut wrong = access;
+    wrong[1] = &other_ca;
+    let err = refused_at_start(&etcd, &wrong);
+    assert!(err.contains("etcd refused this node:"), "{err}");
+    assert!(err.contains("certificate"), "{err}");
+}
+
+/// Starts a node of cluster `tls` on `etcd` with `access`, which etcd must
+/// refuse: answers its stderr once it exited 1, within 20 s.
+fn refused_at_start(etcd: &Etcd, access: &[&str]) -> String {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_holdline"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--etcd", &etcd.url()])
+        .args(["--cluster", "tls", "--advertise", "127.0.0.1:0"])
+        .args(access)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            let _ = child.wait();
+            let mut err = String::new();
+            let _ = std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err);
+            panic!("a node etcd refuses went on trying for 20 s: {err}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(1), "{err}");
+    err
 }
 
 /// etcd's auth on, with the user `root` of `password`.

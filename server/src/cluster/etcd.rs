@@ -31,6 +31,39 @@ pub enum EtcdError {
 }
 
 impl EtcdError {
+    /// Whether etcd refused this node for good, not for now: its user or
+    /// password was refused, or the TLS handshake failed on a certificate
+    /// (a CA that did not sign etcd's, or one etcd does not trust). A
+    /// retry cannot help; a node says so at once instead of trying for a
+    /// minute.
+    pub fn is_refusal(&self) -> bool {
+        let EtcdError::Failed { source, .. } = self else {
+            return false;
+        };
+        if let etcd_client::Error::GRpcStatus(status) = source {
+            // etcd 3.4 answers a wrong user or password InvalidArgument,
+            // "etcdserver: authentication failed, invalid user ID or password".
+            return matches!(
+                status.code(),
+                tonic::Code::Unauthenticated | tonic::Code::PermissionDenied
+            ) || status.message().contains("authentication failed")
+                // A TLS handshake that failed on a certificate comes as
+                // Unavailable: "invalid peer certificate: UnknownIssuer".
+                || status.message().contains("certificate");
+        }
+        // A TLS failure comes as a transport error whose causes name the
+        // certificate (rustls: "invalid peer certificate: UnknownIssuer";
+        // etcd's side: "certificate required", "bad certificate").
+        let mut cause: Option<&dyn std::error::Error> = Some(source);
+        while let Some(e) = cause {
+            if e.to_string().contains("certificate") {
+                return true;
+            }
+            cause = e.source();
+        }
+        false
+    }
+
     /// Whether etcd said the thing asked about does not exist (a lease
     /// that ran out or was revoked).
     pub fn is_not_found(&self) -> bool {
