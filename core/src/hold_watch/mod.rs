@@ -45,6 +45,10 @@
 //! comes first: either the walk finds the hold, or the claim finds the
 //! bit. A new page starts parked.
 //!
+//! Submodules: `holder` (a lease's side: the end and the move out of
+//! `HELD`), `timer_side` (the scan's look at a slot, and the revocation),
+//! `thread_page` (each thread's cached page, given back when it ends).
+//!
 //! # Lifetimes
 //!
 //! Pages are boxed and live as long as the watch (the store's core), so a
@@ -209,179 +213,10 @@ fn holdline_mutant_parked(w: u64) -> bool {
     w & PARKED != 0
 }
 
-/// Whether the holder's end ignores the timer (a mutant: the key is let
-/// go twice when a revocation races the end).
-#[inline(always)]
-fn holdline_mutant_blind_end() -> bool {
-    cfg!(holdline_mutant = "watch_end_blind")
-}
-
 /// A claimed slot, and whether the claim found the timer stopped.
 pub(crate) struct Claim {
     pub(crate) watched: WatchedHold,
     pub(crate) parked: bool,
-}
-
-/// A lease's slot in the watch. While the lease lives, the slot is its
-/// own: nothing claims it again before the lease frees it, so its word
-/// names the lease's hold (its tag says who ended it).
-#[derive(Clone, Copy)]
-pub(crate) struct WatchedHold {
-    slot: NonNull<Slot>,
-}
-
-// SAFETY: a `Slot` is all atomics, and it lives in a boxed page as long as
-// the store's core, which every lease's holder keeps alive: any thread may
-// end a hold that a task began on another.
-unsafe impl Send for WatchedHold {}
-// SAFETY: as for `Send`; shared, it only reads the slot's word.
-unsafe impl Sync for WatchedHold {}
-
-impl WatchedHold {
-    fn slot(&self) -> &Slot {
-        // SAFETY: the page lives as long as the watch (type doc).
-        unsafe { self.slot.as_ref() }
-    }
-
-    /// The slot's address, for a lease's tagged state word.
-    pub(crate) fn as_ptr(self) -> *mut Slot {
-        self.slot.as_ptr()
-    }
-
-    /// The hold of slot `slot`, from [`as_ptr`](Self::as_ptr).
-    ///
-    /// # Safety
-    /// `slot` came from `as_ptr` of a hold whose lease still lives.
-    pub(crate) unsafe fn from_ptr(slot: *mut Slot) -> WatchedHold {
-        WatchedHold {
-            // SAFETY: from `as_ptr`, so not null (the caller's promise).
-            slot: unsafe { NonNull::new_unchecked(slot) },
-        }
-    }
-
-    /// The word of the hold's claim: the slot's, but `HELD`. Only the
-    /// timer or this holder change it meanwhile, and both keep `seq`.
-    fn held_word(&self) -> u64 {
-        // Relaxed: only `seq` is used, which nobody changes under a lease.
-        (self.slot().word.load(Ordering::Relaxed) & !TAG) | HELD
-    }
-
-    /// Whether the timer ended the hold (or is ending it), and how.
-    pub(crate) fn ended(&self) -> Option<Ended> {
-        // Acquire: a holder that sees the end sees the revocation's count.
-        Ended::of_tag(tag(self.slot().word.load(Ordering::Acquire)))
-    }
-
-    /// The holder ends the hold. `Ok`: it was still held, the slot is
-    /// free, and the caller lets the key go. `Err`: the timer let it go
-    /// (the caller must not), and the slot is free again.
-    #[inline]
-    pub(crate) fn end_by_holder(&self) -> Result<(), Ended> {
-        if holdline_mutant_blind_end() {
-            // The slot freed by a store: the timer's revocation is missed.
-            self.slot().word.swap(FREE, Ordering::AcqRel);
-            return Ok(());
-        }
-        self.leave_held(FREE).map_err(|now| {
-            // Release: the timer is done with the slot; the next claim
-            // (this page's thread) reads it fresh.
-            self.slot()
-                .word
-                .store((now & !TAG) | FREE, Ordering::Release);
-            Ended::of_tag(tag(now)).unwrap_or(Ended::Revoked)
-        })
-    }
-
-    /// `signal()` hands the timing over to a `LeaseState`. `Ok`: the
-    /// slot is `MOVED` and the caller arms the state; `Err`: the timer
-    /// had ended the hold (it let the key go).
-    pub(crate) fn move_out(&self) -> Result<(), Ended> {
-        self.leave_held(MOVED)
-            .map_err(|now| Ended::of_tag(tag(now)).unwrap_or(Ended::Revoked))
-    }
-
-    /// The holder moves its slot out of `HELD` to `to`. `Err`: the timer
-    /// won the slot first; answers its word once the timer has let the
-    /// key go (waiting while it is `REVOKING`, since the timer still uses
-    /// the slot's fields then).
-    #[inline]
-    fn leave_held(&self, to: u64) -> Result<(), u64> {
-        let slot = self.slot();
-        let held = self.held_word();
-        // AcqRel: against the timer's CAS out of HELD, one wins; Acquire
-        // on failure, to see the timer's word.
-        match slot.word.compare_exchange(
-            held,
-            (held & !TAG) | to,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        ) {
-            Ok(_) => Ok(()),
-            Err(now) => Err(Self::after_timer(slot, now)),
-        }
-    }
-
-    /// Waits while the timer is revoking through `slot`; answers its word.
-    #[cold]
-    fn after_timer(slot: &Slot, mut now: u64) -> u64 {
-        while tag(now) == REVOKING {
-            yield_now();
-            // Acquire: the timer's release of the slot (its last use).
-            now = slot.word.load(Ordering::Acquire);
-        }
-        now
-    }
-
-    /// A moved (or timer-ended) slot's holder is done: frees the slot.
-    pub(crate) fn free(&self) {
-        // Release: as in `free_after_timer`.
-        let slot = self.slot();
-        // Relaxed: only `seq` is kept, which nobody changes under a lease.
-        let word = slot.word.load(Ordering::Relaxed);
-        slot.word.store((word & !TAG) | FREE, Ordering::Release);
-    }
-
-    /// A claim that found its slot parked (so the timer was not ticking
-    /// and will not see the hold for a while) fixes the hold's deadline
-    /// itself, from `now_ms` read just after its grant: on that cold path
-    /// a clock read costs nothing that matters, and the hold's times (its
-    /// maxHold, `inspect`'s held-for) are then exact rather than counted
-    /// from the timer's first look.
-    pub(crate) fn seen_at(&self, now_ms: u64) {
-        let slot = self.slot();
-        let max = slot.max_hold_ms.load(Ordering::Relaxed);
-        slot.due_ms.store(now_ms + max + 1, Ordering::Relaxed);
-        // Release: as in `look_at`, which skips a hold whose seq it finds.
-        slot.seen_seq
-            .store(seq(self.held_word()), Ordering::Release);
-    }
-
-    /// The maxHold the hold was claimed with.
-    pub(crate) fn max_hold_ms(&self) -> u64 {
-        // Relaxed: written by the claim, on this holder's own thread or
-        // before its task moved (which synchronised).
-        self.slot().max_hold_ms.load(Ordering::Relaxed)
-    }
-
-    /// The latest the hold can have been granted (ms on the store's
-    /// clock): when the timer first saw it, else `now_ms`.
-    pub(crate) fn granted_by_ms(&self, now_ms: u64) -> u64 {
-        let slot = self.slot();
-        // Acquire: pairs with the timer's Release of `seen_seq`, after it
-        // wrote `due_ms`.
-        if slot.seen_seq.load(Ordering::Acquire) == seq(self.held_word()) {
-            let due = slot.due_ms.load(Ordering::Relaxed);
-            let max = slot.max_hold_ms.load(Ordering::Relaxed);
-            return due.saturating_sub(max + 1).min(now_ms);
-        }
-        now_ms
-    }
-}
-
-/// A hold the timer found due, and the word it saw.
-struct Due {
-    slot: NonNull<Slot>,
-    word: u64,
 }
 
 /// What a scan found.
@@ -413,70 +248,12 @@ pub(crate) struct HoldWatch {
     pages: Mutex<Vec<PageEntry>>,
 }
 
+mod holder;
 #[cfg(not(loom))]
-mod thread_page {
-    //! Each thread's page of the store it last held in with a maxHold,
-    //! and the giving back of its pages when the thread ends.
-    use super::{HoldWatch, Page};
-    use std::cell::{Cell, RefCell};
-    use std::sync::{Arc, Weak};
-
-    std::thread_local! {
-        /// (watch id, page): no destructor, so reading it is a plain load.
-        static CACHED: Cell<(u64, *const Page)> = const { Cell::new((0, std::ptr::null())) };
-        /// Every page this thread owns, given back when it ends.
-        static OWNED: RefCell<Owned> = const { RefCell::new(Owned(Vec::new())) };
-    }
-
-    struct Owned(Vec<(Weak<HoldWatch>, *const Page)>);
-
-    impl Drop for Owned {
-        fn drop(&mut self) {
-            let _ = CACHED.try_with(|c| c.set((0, std::ptr::null())));
-            for (watch, page) in self.0.drain(..) {
-                if let Some(watch) = watch.upgrade() {
-                    watch.disown(page);
-                }
-            }
-        }
-    }
-
-    /// This thread's name as a page's owner; `None` once its
-    /// thread-locals are gone (it is ending).
-    pub(super) fn identity() -> Option<usize> {
-        CACHED.try_with(|c| c as *const _ as usize).ok()
-    }
-
-    /// This thread's page of `watch`, if it is the cached one.
-    #[inline(always)]
-    pub(super) fn cached(id: u64) -> Option<*const Page> {
-        CACHED
-            .try_with(|c| {
-                let (cached_id, page) = c.get();
-                (cached_id == id).then_some(page)
-            })
-            .ok()
-            .flatten()
-    }
-
-    /// Remembers `page` as this thread's in `watch`; `false` when the
-    /// thread is ending (its thread-locals are gone).
-    pub(super) fn remember(watch: &Arc<HoldWatch>, page: *const Page, new: bool) -> bool {
-        if new {
-            let listed = OWNED.try_with(|o| match o.try_borrow_mut() {
-                Ok(mut o) => {
-                    o.0.push((Arc::downgrade(watch), page));
-                    true
-                }
-                Err(_) => false,
-            });
-            if listed != Ok(true) {
-                return false;
-            }
-        }
-        CACHED.try_with(|c| c.set((watch.id, page))).is_ok()
-    }
-}
+mod thread_page;
+mod timer_side;
+pub(crate) use holder::WatchedHold;
+use timer_side::{look_at, revoke};
 
 impl HoldWatch {
     pub(crate) fn new() -> HoldWatch {
@@ -667,93 +444,4 @@ impl HoldWatch {
             })
             .max()
     }
-}
-
-/// One slot in a scan: answers whether it shows activity, and lists it in
-/// `due` if its hold's deadline passed.
-fn look_at(slot: &Slot, now_ms: u64, all_due: bool, due: &mut Vec<Due>) -> bool {
-    // Acquire: pairs with the claim's Release, so the grant's fields are
-    // read as the claimer wrote them.
-    let w = slot.word.load(Ordering::Acquire);
-    // Relaxed: `scanned_seq` is the timer's own, under the watch's mutex
-    // (which this scan holds).
-    let ran = slot.scanned_seq.swap(seq(w), Ordering::Relaxed) != seq(w);
-    if tag(w) != HELD {
-        return ran;
-    }
-    // Acquire: a claim that fixed its own deadline (`seen_at`) wrote
-    // `due_ms` first.
-    let deadline = if slot.seen_seq.load(Ordering::Acquire) == seq(w) {
-        slot.due_ms.load(Ordering::Relaxed)
-    } else {
-        // Granted before this scan: due a maxHold (and a ms, for the
-        // clock's rounding) from now, never earlier.
-        let at = now_ms + slot.max_hold_ms.load(Ordering::Relaxed) + 1;
-        slot.due_ms.store(at, Ordering::Relaxed);
-        // Release: `granted_by_ms` reads `due_ms` after this.
-        slot.seen_seq.store(seq(w), Ordering::Release);
-        at
-    };
-    if all_due || deadline <= now_ms {
-        due.push(Due {
-            slot: NonNull::from(slot),
-            word: w,
-        });
-    }
-    true
-}
-
-/// Sets a slot's word when the timer is done with it, unwinding included.
-struct DoneWithSlot<'a> {
-    slot: &'a Slot,
-    word: u64,
-}
-
-impl Drop for DoneWithSlot<'_> {
-    fn drop(&mut self) {
-        // Release: the timer's last use of the slot's fields and of the
-        // record happen before a holder frees the slot.
-        self.slot.word.store(self.word, Ordering::Release);
-    }
-}
-
-/// The timer revokes a due hold: wins the slot from its holder, counts
-/// the revocation and lets the key go. `false`: the holder ended it first.
-fn revoke(due: &Due, closed: bool) -> bool {
-    // SAFETY: pages live as long as the watch, and the scan's caller keeps
-    // the store's core (so the watch) alive.
-    let slot = unsafe { due.slot.as_ref() };
-    let revoking = (due.word & !TAG) | REVOKING;
-    // AcqRel: against the holder's CAS out of HELD, one wins.
-    if slot
-        .word
-        .compare_exchange(due.word, revoking, Ordering::AcqRel, Ordering::Relaxed)
-        .is_err()
-    {
-        return false;
-    }
-    let done = DoneWithSlot {
-        slot,
-        word: (due.word & !TAG) | if closed { CLOSED } else { REVOKED },
-    };
-    // Relaxed: published by the claim's Release, which the scan's Acquire
-    // load of the word (the one this CAS checked) saw.
-    let lock = slot.lock.load(Ordering::Relaxed);
-    let record = slot.record.load(Ordering::Relaxed);
-    let (fence, permits) = (
-        slot.fence.load(Ordering::Relaxed),
-        slot.permits.load(Ordering::Relaxed),
-    );
-    // SAFETY: the key is held by this grant, so it is live and its lock is
-    // in the store's map, which the scan's caller keeps (module doc).
-    let lock = unsafe { &*lock };
-    if !closed {
-        // Relaxed: the release below publishes it, as in `LeaseState::end`.
-        lock.revocations.fetch_add(1, Ordering::Relaxed);
-    }
-    // SAFETY: we won the slot out of HELD, so the grant is still HELD and
-    // this is its one release (the holder will not release it).
-    unsafe { HeldRecord::from_ptr(record).release(fence, permits) };
-    drop(done);
-    true
 }
