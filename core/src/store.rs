@@ -220,8 +220,11 @@ impl Store {
     #[cfg(loom)]
     #[doc(hidden)]
     pub fn fire_all_timers(&self) {
-        self.shared.core.timer.fire_all();
+        // The watch first: a hold the wheel's revocations grant claims its
+        // slot after this scan, so (as a lease armed on the wheel after its
+        // firing began) it is not revoked by this same call.
         self.shared.core.scan_watch(u64::MAX / 2, true);
+        self.shared.core.timer.fire_all();
     }
 
     /// Under loom: the timer's try to stop ticking, as its thread makes it
