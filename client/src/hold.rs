@@ -17,7 +17,7 @@ use crate::route::Route;
 use crate::store::clamp_ms;
 use crate::texts;
 use holdline::wire::{self, Scope};
-use holdline::{ErrorKind, Key, DEFAULT_WAIT};
+use holdline::{ErrorKind, IntoKey, DEFAULT_WAIT};
 use holdline_resp::Value;
 use std::fmt;
 use std::io;
@@ -188,25 +188,25 @@ impl Lock {
     /// what `f` answered. Fails `in use` past the wait, `lost` if the lease
     /// was lost before `f` returned (the server's text; `f`'s value is
     /// dropped), and with the server's error otherwise.
-    pub async fn hold<K: Key + ?Sized, R>(
+    pub async fn hold<'k, K: IntoKey<'k>, R>(
         &self,
-        key: &K,
+        key: K,
         f: impl AsyncFnOnce(&Lease) -> R,
     ) -> Result<R, Error> {
-        self.key(key).hold(f).await
+        self.key(key.into_key()).hold(f).await
     }
 
     /// Runs `f` only if `key` is free now: `Ok(None)`, `f` not run, when held.
-    pub async fn try_hold<K: Key + ?Sized, R>(
+    pub async fn try_hold<'k, K: IntoKey<'k>, R>(
         &self,
-        key: &K,
+        key: K,
         f: impl AsyncFnOnce(&Lease) -> R,
     ) -> Result<Option<R>, Error> {
-        self.key(key).try_hold(f).await
+        self.key(key.into_key()).try_hold(f).await
     }
 
     /// One key, with options: `lock.key(&k).wait(d).hold(..)`.
-    pub fn key<'a, K: Key + ?Sized>(&'a self, key: &'a K) -> KeyHold<'a> {
+    pub fn key<'a, K: IntoKey<'a>>(&'a self, key: K) -> KeyHold<'a> {
         KeyHold {
             lock: self,
             key: wire::key_text(key),
@@ -220,14 +220,17 @@ impl Lock {
     /// let go by [`HeldLease::release`] or on drop. Fails `in use` past the
     /// wait, and with the server's error otherwise (a bad key, the line
     /// full, the connection gone).
-    pub async fn acquire<K: Key + ?Sized>(&self, key: &K) -> Result<HeldLease, Error> {
-        self.key(key).acquire().await
+    pub async fn acquire<'k, K: IntoKey<'k>>(&self, key: K) -> Result<HeldLease, Error> {
+        self.key(key.into_key()).acquire().await
     }
 
     /// A handle-style lease only if `key` is free now: `None` when it is
     /// held. Fails with the server's error (a bad key, the connection gone).
-    pub async fn try_acquire<K: Key + ?Sized>(&self, key: &K) -> Result<Option<HeldLease>, Error> {
-        self.key(key).try_acquire().await
+    pub async fn try_acquire<'k, K: IntoKey<'k>>(
+        &self,
+        key: K,
+    ) -> Result<Option<HeldLease>, Error> {
+        self.key(key.into_key()).try_acquire().await
     }
 
     /// `HOLD` or `TRYHOLD` on a connection of its own, sent to the node

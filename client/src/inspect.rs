@@ -5,7 +5,7 @@
 use crate::error::Error;
 use crate::lock::{unexpected, Lock};
 use holdline::wire::{self, Scope};
-use holdline::Key;
+use holdline::IntoKey;
 use holdline_resp::Value;
 use std::time::Duration;
 
@@ -66,7 +66,7 @@ impl Lock {
     /// `key`'s state on the server now; `None` when the key has no state
     /// (never used, or idle and already reclaimed: an idle key lingers
     /// about a second, answering `held: false`).
-    pub async fn inspect<K: Key + ?Sized>(&self, key: &K) -> Result<Option<KeyInfo>, Error> {
+    pub async fn inspect<'k, K: IntoKey<'k>>(&self, key: K) -> Result<Option<KeyInfo>, Error> {
         let key = wire::key_text(key);
         let args = ["INSPECT", &*self.name, key.as_str()];
         let scope = Scope::Key(&self.name, &key);

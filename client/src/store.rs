@@ -11,7 +11,7 @@ use crate::error::Error;
 use crate::node::{Dial, Node, CONNECT_TIMEOUT};
 use crate::options::ConnectOptions;
 use holdline::wire::Scope;
-use holdline::ErrorKind;
+use holdline::{ErrorKind, IntoKey};
 use holdline_resp::Value;
 use std::collections::HashMap;
 use std::fmt;
@@ -183,7 +183,7 @@ impl Store {
     /// The node (`host:port`) that serves `key`'s slot as far as this
     /// store knows now; `None` for a single server, or a slot no node
     /// serves now.
-    pub fn node_for<K: holdline::Key + ?Sized>(&self, key: &K) -> Option<String> {
+    pub fn node_for<'k, K: IntoKey<'k>>(&self, key: K) -> Option<String> {
         let key = holdline::wire::key_text(key);
         let cluster = self.inner.cluster.as_ref()?;
         let slot = crate::slot::key_slot(&key);

@@ -63,7 +63,7 @@ async fn hold_answers_the_closure_and_try_hold_never_waits() {
     // A wait runs its course, then `in use`.
     let started = Instant::now();
     let err = other_invoices
-        .key(&9)
+        .key(9)
         .wait(Duration::from_millis(300))
         .hold(async |_| ())
         .await

@@ -20,7 +20,7 @@ fn main() {
     let store = Store::new();
     let burst = store.lock("burst").open().unwrap();
     for k in 0..keys {
-        burst.hold(&k, |_| ()).unwrap();
+        burst.hold(k, |_| ()).unwrap();
     }
     let hot = store.lock("hot").open().unwrap();
     let mut worst = [Duration::ZERO; 5];

@@ -21,7 +21,7 @@ fn main() {
     let ms = *args.get(2).unwrap_or(&500);
     let store = Store::new();
     let lock = store.lock("many").open().unwrap();
-    let held: Vec<_> = (0..keys).map(|k| lock.acquire(&k).unwrap()).collect();
+    let held: Vec<_> = (0..keys).map(|k| lock.acquire(k).unwrap()).collect();
     let hot = store.lock("hot").open().unwrap();
     for run in 0..runs {
         for sweeping in [false, true] {

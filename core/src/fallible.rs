@@ -7,7 +7,7 @@
 //! `Result<Result<T, E>, Error>`.
 
 use crate::error::Error;
-use crate::key::Key;
+use crate::key::IntoKey;
 use crate::lease::Lease;
 use crate::lock::{KeyHold, Lock};
 
@@ -48,9 +48,9 @@ impl Lock {
     /// assert!(matches!(charge(500), Err(ChargeError::Declined)));
     /// # Ok::<(), holdline::Error>(())
     /// ```
-    pub fn hold_with<K: Key + ?Sized, T, E: From<Error>>(
+    pub fn hold_with<'k, K: IntoKey<'k>, T, E: From<Error>>(
         &self,
-        key: &K,
+        key: K,
         f: impl FnOnce(&Lease<'_>) -> Result<T, E>,
     ) -> Result<T, E> {
         self.hold(key, f)?
@@ -59,9 +59,9 @@ impl Lock {
     /// [`try_hold`](Lock::try_hold) for a closure that can fail: `Ok(None)`
     /// (and `f` not run) when the key is held. Fails (as `E::from`) as
     /// `try_hold` does (`closed`, `invalid`, `lost`), or with `f`'s error.
-    pub fn try_hold_with<K: Key + ?Sized, T, E: From<Error>>(
+    pub fn try_hold_with<'k, K: IntoKey<'k>, T, E: From<Error>>(
         &self,
-        key: &K,
+        key: K,
         f: impl FnOnce(&Lease<'_>) -> Result<T, E>,
     ) -> Result<Option<T>, E> {
         self.try_hold(key, f)?.transpose()
@@ -69,9 +69,9 @@ impl Lock {
 
     /// [`hold_async`](Lock::hold_async) for a future that can fail. Fails
     /// (as `E::from`) as `hold_async` does, or with the future's error.
-    pub async fn hold_async_with<K: Key + ?Sized, T, E: From<Error>>(
+    pub async fn hold_async_with<'k, K: IntoKey<'k>, T, E: From<Error>>(
         &self,
-        key: &K,
+        key: K,
         f: impl AsyncFnOnce(&Lease<'_>) -> Result<T, E>,
     ) -> Result<T, E> {
         self.hold_async(key, f).await?

@@ -30,7 +30,7 @@
 
 use crate::ctx::{self, Refusal};
 use crate::error::Error;
-use crate::key::{Key, KeyBuf, KeyRef};
+use crate::key::{IntoKey, KeyBuf, KeyRef};
 use crate::lease::{Lease, Signal};
 use crate::lock::{
     ms, take, thread_deadline, Fast, Grant, KeyHold, Lock, Mode, Want, DEFAULT_WAIT,
@@ -265,49 +265,49 @@ impl Lock {
     /// # Ok::<(), holdline::Error>(())
     /// ```
     #[inline(always)]
-    pub fn lock<'a, K: Key + ?Sized>(&'a self, key: &'a K) -> Result<Guard<'a>, Error> {
-        self.guard(key.key_ref(), Mode::Wait(DEFAULT_WAIT_MS), 1)
+    pub fn lock<'a, K: IntoKey<'a>>(&'a self, key: K) -> Result<Guard<'a>, Error> {
+        self.guard(key.into_key(), Mode::Wait(DEFAULT_WAIT_MS), 1)
             .map(|g| g.expect("a waiting lock grants"))
     }
 
     /// A guard of `key` only if it is free now: `None` when it is held
     /// (also by this thread). Fails `closed`, or `invalid` for a bad key.
     #[inline(always)]
-    pub fn try_lock<'a, K: Key + ?Sized>(&'a self, key: &'a K) -> Result<Option<Guard<'a>>, Error> {
-        self.guard(key.key_ref(), Mode::Try, 1)
+    pub fn try_lock<'a, K: IntoKey<'a>>(&'a self, key: K) -> Result<Option<Guard<'a>>, Error> {
+        self.guard(key.into_key(), Mode::Try, 1)
     }
 
     /// [`lock`](Lock::lock) without blocking the thread: waits in the same
     /// line as a task (up to 10 s). Fails as `lock` does. Dropping the
     /// future leaves the line, or lets the key go.
-    pub fn lock_async<'a, K: Key + ?Sized>(
+    pub fn lock_async<'a, K: IntoKey<'a>>(
         &'a self,
-        key: &'a K,
+        key: K,
     ) -> impl Future<Output = Result<Guard<'a>, Error>> + Send + 'a {
-        self.key(key).lock_async()
+        self.key(key.into_key()).lock_async()
     }
 
     /// An [`OwnedGuard`] of `key` (its text copied), waiting in line up
     /// to 10 s: [`lock`](Lock::lock) for a guard that must be `'static`
     /// (tokio's `lock_owned`). Fails as `lock` does.
-    pub fn lock_owned<K: Key + ?Sized>(self: Arc<Self>, key: &K) -> Result<OwnedGuard, Error> {
+    pub fn lock_owned<'k, K: IntoKey<'k>>(self: Arc<Self>, key: K) -> Result<OwnedGuard, Error> {
         self.owned_key(key).lock()
     }
 
     /// An [`OwnedGuard`] of `key` only if it is free now: `None` when it is
     /// held (also by this thread). Fails `closed`, or `invalid` for a bad key.
-    pub fn try_lock_owned<K: Key + ?Sized>(
+    pub fn try_lock_owned<'k, K: IntoKey<'k>>(
         self: Arc<Self>,
-        key: &K,
+        key: K,
     ) -> Result<Option<OwnedGuard>, Error> {
         self.owned_key(key).try_lock()
     }
 
     /// [`lock_owned`](Lock::lock_owned) without blocking the thread; the
     /// future is `Send + 'static`. Fails as `lock` does.
-    pub fn lock_owned_async<K: Key + ?Sized>(
+    pub fn lock_owned_async<'k, K: IntoKey<'k>>(
         self: Arc<Self>,
-        key: &K,
+        key: K,
     ) -> impl Future<Output = Result<OwnedGuard, Error>> + Send + 'static {
         self.owned_key(key).lock_async()
     }
@@ -315,8 +315,8 @@ impl Lock {
     /// An owned hold of `key` with options (`wait`, `permits`,
     /// `exclusive`), for an [`OwnedGuard`]. The key's text is copied
     /// (allocating only past 40 bytes).
-    pub fn owned_key<K: Key + ?Sized>(self: Arc<Self>, key: &K) -> OwnedKeyHold {
-        let key = OwnedKey::of(key.key_ref());
+    pub fn owned_key<'k, K: IntoKey<'k>>(self: Arc<Self>, key: K) -> OwnedKeyHold {
+        let key = OwnedKey::of(key.into_key());
         OwnedKeyHold {
             lock: self,
             key,

@@ -14,7 +14,7 @@
 
 use crate::ctx;
 use crate::error::Error;
-use crate::key::{Key, KeyBuf};
+use crate::key::{IntoKey, KeyBuf};
 use crate::lease::{HeldLease, Lease};
 use crate::line_wait::LineWait;
 use crate::lock::{ms, Grant, KeyHold, Lock, Mode, DEFAULT_WAIT_MS};
@@ -29,9 +29,9 @@ impl Lock {
     /// and `invalid` for a bad key or a hold of a key inside the future of
     /// a hold of that key.
     /// Dropping the returned future leaves the line, or lets the key go.
-    pub async fn hold_async<K: Key + ?Sized, R>(
+    pub async fn hold_async<'k, K: IntoKey<'k>, R>(
         &self,
-        key: &K,
+        key: K,
         f: impl AsyncFnOnce(&Lease<'_>) -> R,
     ) -> Result<R, Error> {
         self.hold_async_mode(key, DEFAULT_WAIT_MS, 1, f).await
@@ -46,15 +46,15 @@ impl Lock {
     /// future and read back with wider loads, which stalled every hold.
     ///
     /// [`take_fast`]: Lock::take_fast
-    async fn hold_async_mode<K: Key + ?Sized, R>(
+    async fn hold_async_mode<'k, K: IntoKey<'k>, R>(
         &self,
-        key: &K,
+        key: K,
         wait_ms: u64,
         want: u32,
         f: impl AsyncFnOnce(&Lease<'_>) -> R,
     ) -> Result<R, Error> {
         let mut buf = KeyBuf::new();
-        let text = key.key_ref().text(&mut buf);
+        let text = key.into_key().text(&mut buf);
         let hash = self.shared.table.hash(text);
         let grant = match self.take_fast(text, hash, want) {
             Some(taken) => Grant::of_taken(taken, want),
@@ -82,11 +82,11 @@ impl Lock {
     /// out `ttl` after its last renewal** (in process, use
     /// [`lock_async`](Lock::lock_async)). Fails as it does
     /// (`in use` past the wait, `limit`, `closed`, `invalid`).
-    pub fn acquire_async<'a, K: Key + ?Sized>(
+    pub fn acquire_async<'a, K: IntoKey<'a>>(
         &'a self,
-        key: &'a K,
+        key: K,
     ) -> impl Future<Output = Result<HeldLease, Error>> + Send + 'a {
-        self.key(key).acquire_async()
+        self.key(key.into_key()).acquire_async()
     }
 
     /// The grant of `want` permits of `text`, waited for as a task (`mode`

@@ -10,7 +10,7 @@
 //! clock either: its times come from its slot in the store's maxHold
 //! watch (`hold_watch`), counted from when the watch first saw it.
 
-use crate::key::{check_key, Key, KeyBuf};
+use crate::key::{check_key, IntoKey, KeyBuf};
 use crate::lock::Lock;
 use crate::record::Record;
 use crate::record_ref::grant_addr;
@@ -81,9 +81,9 @@ impl Lock {
     /// assert!(!jobs.inspect("job-1").unwrap().held);
     /// # Ok::<(), holdline::Error>(())
     /// ```
-    pub fn inspect<K: Key + ?Sized>(&self, key: &K) -> Option<KeyInfo> {
+    pub fn inspect<'k, K: IntoKey<'k>>(&self, key: K) -> Option<KeyInfo> {
         let mut buf = KeyBuf::new();
-        let text = key.key_ref().text(&mut buf);
+        let text = key.into_key().text(&mut buf);
         check_key(&self.shared.name, text).ok()?;
         let table = &self.shared.table;
         let hash = table.hash(text);

@@ -116,12 +116,41 @@ impl<T: Key + ?Sized> Key for &T {
     }
 }
 
+/// A key as an argument: a reference to anything that is a [`Key`]
+/// (`&id`, `"inv-9"`, `&9`), a [`KeyRef`], or an integer by value (`9`).
+/// What `hold`, `lock`, `key` and the rest take, so a number needs no `&`.
+pub trait IntoKey<'a> {
+    /// The key as text or number, borrowing for `'a`.
+    fn into_key(self) -> KeyRef<'a>;
+}
+
+impl<'a, T: Key + ?Sized> IntoKey<'a> for &'a T {
+    #[inline]
+    fn into_key(self) -> KeyRef<'a> {
+        self.key_ref()
+    }
+}
+
+impl<'a, 'b: 'a> IntoKey<'a> for KeyRef<'b> {
+    #[inline]
+    fn into_key(self) -> KeyRef<'a> {
+        self
+    }
+}
+
 macro_rules! unsigned_keys {
     ($($t:ty)*) => {$(
         impl Key for $t {
             #[inline]
             fn key_ref(&self) -> KeyRef<'_> {
                 KeyRef::Unsigned(*self as u128)
+            }
+        }
+
+        impl<'a> IntoKey<'a> for $t {
+            #[inline]
+            fn into_key(self) -> KeyRef<'a> {
+                KeyRef::Unsigned(self as u128)
             }
         }
     )*};
@@ -133,6 +162,14 @@ macro_rules! signed_keys {
             #[inline]
             fn key_ref(&self) -> KeyRef<'_> {
                 let n = *self as i128;
+                if n < 0 { KeyRef::Negative(n.unsigned_abs()) } else { KeyRef::Unsigned(n as u128) }
+            }
+        }
+
+        impl<'a> IntoKey<'a> for $t {
+            #[inline]
+            fn into_key(self) -> KeyRef<'a> {
+                let n = self as i128;
                 if n < 0 { KeyRef::Negative(n.unsigned_abs()) } else { KeyRef::Unsigned(n as u128) }
             }
         }

@@ -58,7 +58,7 @@
 //! assert_eq!(inner?, None);
 //!
 //! // Numbers are their decimal text: 9 and "9" are one key.
-//! invoices.hold(&9, |_| assert!(invoices.inspect("9").unwrap().held))?;
+//! invoices.hold(9, |_| assert!(invoices.inspect("9").unwrap().held))?;
 //!
 //! // Errors name the lock and the key, and end with their kind.
 //! let err = invoices.hold("inv-9", |_| invoices.hold("inv-9", |_| ()))?.unwrap_err();
@@ -213,7 +213,7 @@ pub use election::{Election, Leader, Leadership, Observer};
 pub use error::{Error, ErrorKind};
 pub use guard::{Guard, OwnedGuard, OwnedKeyHold};
 pub use inspect::KeyInfo;
-pub use key::{Key, KeyRef, MAX_KEY_BYTES, MAX_NAME_BYTES};
+pub use key::{IntoKey, Key, KeyRef, MAX_KEY_BYTES, MAX_NAME_BYTES};
 pub use lease::{Aborted, EndReason, HeldLease, Lease, Signal};
 pub use lock::{KeyHold, Lock, LockStats, DEFAULT_WAIT, MAX_WAITERS};
 pub use many::KeySet;

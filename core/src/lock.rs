@@ -15,7 +15,7 @@ use crate::driver::Driver;
 use crate::error::{Error, ErrorKind};
 use crate::heartbeat::HeartbeatState;
 use crate::hold_watch::HoldWatch;
-use crate::key::{check_key, Key, KeyBuf, KeyRef};
+use crate::key::{check_key, IntoKey, KeyBuf, KeyRef};
 use crate::lease::{watched_word, Core, HeldLease, Lease, LeaseState};
 use crate::lock_shared::LockShared;
 use crate::outcome::Outcome;
@@ -209,31 +209,31 @@ impl Lock {
     /// loss together. If `f` panics, the key is let go and the panic
     /// continues.
     #[inline]
-    pub fn hold<K: Key + ?Sized, R>(
+    pub fn hold<'k, K: IntoKey<'k>, R>(
         &self,
-        key: &K,
+        key: K,
         f: impl FnOnce(&Lease<'_>) -> R,
     ) -> Result<R, Error> {
-        self.hold_mode(key.key_ref(), Mode::Wait(DEFAULT_WAIT_MS), 1, f)
+        self.hold_mode(key.into_key(), Mode::Wait(DEFAULT_WAIT_MS), 1, f)
             .map(|r| r.expect("a waiting hold runs f"))
     }
 
     /// Runs `f` under `key` only if the key is free now; `None` (and `f` not
     /// run) when it is held, also by this thread.
     #[inline]
-    pub fn try_hold<K: Key + ?Sized, R>(
+    pub fn try_hold<'k, K: IntoKey<'k>, R>(
         &self,
-        key: &K,
+        key: K,
         f: impl FnOnce(&Lease<'_>) -> R,
     ) -> Result<Option<R>, Error> {
-        self.hold_mode(key.key_ref(), Mode::Try, 1, f)
+        self.hold_mode(key.into_key(), Mode::Try, 1, f)
     }
 
     /// A hold of `key` with options (`wait`).
-    pub fn key<'a, K: Key + ?Sized>(&'a self, key: &'a K) -> KeyHold<'a> {
+    pub fn key<'a, K: IntoKey<'a>>(&'a self, key: K) -> KeyHold<'a> {
         KeyHold {
             lock: self,
-            key: key.key_ref(),
+            key: key.into_key(),
             wait: DEFAULT_WAIT,
             want: Want::One,
         }
@@ -251,8 +251,8 @@ impl Lock {
     /// Fails `in use` past the wait, `limit` when the line is full,
     /// `closed`, or `invalid` (a bad key, a key this thread is holding in a
     /// closure, a wait inside a transaction).
-    pub fn acquire<K: Key + ?Sized>(&self, key: &K) -> Result<HeldLease, Error> {
-        self.key(key).acquire()
+    pub fn acquire<'k, K: IntoKey<'k>>(&self, key: K) -> Result<HeldLease, Error> {
+        self.key(key.into_key()).acquire()
     }
 
     /// Counts of this lock's keys and events. Walks the table: O(live keys).
@@ -1035,12 +1035,12 @@ impl Lock {
     /// );
     /// # Ok::<(), holdline::Error>(())
     /// ```
-    pub fn hold_outcome<K: Key + ?Sized, R>(
+    pub fn hold_outcome<'k, K: IntoKey<'k>, R>(
         &self,
-        key: &K,
+        key: K,
         f: impl FnOnce(&Lease<'_>) -> R,
     ) -> Result<Outcome<R>, Error> {
-        self.key(key).wait(DEFAULT_WAIT).hold_outcome(f)
+        self.key(key.into_key()).wait(DEFAULT_WAIT).hold_outcome(f)
     }
 }
 

@@ -13,7 +13,7 @@
 
 use crate::ctx;
 use crate::error::{shown_key, Error, ErrorKind};
-use crate::key::{check_key, Key, KeyBuf};
+use crate::key::{check_key, IntoKey, KeyBuf};
 use crate::lease::Core;
 use crate::lock::Lock;
 use crate::sync::{lock, Mutex, Ordering};
@@ -155,16 +155,16 @@ impl Tx<'_> {
     /// key, or when the row was written with a newer fence; fails
     /// `invalid` when another lock or key guards the row (its first fenced
     /// write bound it: fences of different keys are not comparable).
-    pub fn put_fenced<K: Key + ?Sized>(
+    pub fn put_fenced<'k, K: IntoKey<'k>>(
         &mut self,
         lock: &Lock,
-        lock_key: &K,
+        lock_key: K,
         fence: u64,
         key: &str,
         value: impl Into<Vec<u8>>,
     ) -> Result<(), Error> {
         let mut buf = KeyBuf::new();
-        let text = lock_key.key_ref().text(&mut buf);
+        let text = lock_key.into_key().text(&mut buf);
         check_key(lock.name(), text)?;
         if lock.store.id() != self.store_id {
             return Err(

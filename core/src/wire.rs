@@ -8,7 +8,7 @@
 //! may change with the protocol.
 
 use crate::error::{Error, ErrorKind};
-use crate::key::{Key, KeyBuf};
+use crate::key::{IntoKey, KeyBuf};
 use crate::lock::LockStats;
 use std::borrow::Cow;
 use std::time::Duration;
@@ -100,9 +100,9 @@ impl LockStats {
 }
 
 /// A key's text: text as it is, a number as its decimal text.
-pub fn key_text<K: Key + ?Sized>(key: &K) -> String {
+pub fn key_text<'k, K: IntoKey<'k>>(key: K) -> String {
     let mut buf = KeyBuf::new();
-    key.key_ref().text(&mut buf).to_owned()
+    key.into_key().text(&mut buf).to_owned()
 }
 
 /// A duration as the core's texts write it: `300ms`, `2s`, `1m`.
@@ -151,8 +151,8 @@ mod tests {
             format!("\"{}...\"", "é".repeat(64))
         );
         assert_eq!(duration_text(Duration::from_millis(2500)), "2500ms");
-        assert_eq!(key_text(&-17i64), "-17");
-        assert_eq!(key_text(&i128::MIN), i128::MIN.to_string());
+        assert_eq!(key_text(-17i64), "-17");
+        assert_eq!(key_text(i128::MIN), i128::MIN.to_string());
         assert_eq!(key_text("x"), "x");
         // Every name `fields` gives is one `set_field` takes back.
         let mut stats = LockStats::default();

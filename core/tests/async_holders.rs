@@ -149,7 +149,7 @@ fn a_task_waits_up_to_its_deadline_then_fails_in_use() {
     let started = Instant::now();
     let err = rt
         .block_on(
-            lock.key(&9)
+            lock.key(9)
                 .wait(Duration::from_millis(100))
                 .hold_async(async |_| ()),
         )
@@ -423,9 +423,9 @@ fn an_acquired_async_lease_renews_and_releases_like_a_blocking_one() {
         thread::sleep(Duration::from_millis(40));
         lease.renew().unwrap();
     }
-    assert!(lock.try_hold(&42, |_| ()).unwrap().is_none());
+    assert!(lock.try_hold(42, |_| ()).unwrap().is_none());
     lease.release().unwrap();
-    assert!(lock.try_hold(&42, |_| ()).unwrap().is_some());
+    assert!(lock.try_hold(42, |_| ()).unwrap().is_some());
 }
 
 /// Cancellation under load: thousands of tasks with random timeouts on a
@@ -491,7 +491,7 @@ fn dropped_futures_never_lose_or_keep_a_grant() {
     );
     // Every key is free now, for a thread too.
     for k in 0..KEYS {
-        assert!(lock.try_hold(&k, |_| ()).unwrap().is_some());
+        assert!(lock.try_hold(k, |_| ()).unwrap().is_some());
     }
 }
 

@@ -85,13 +85,13 @@ fn try_hold_takes_the_key_once_its_holder_lets_go() {
 #[test]
 fn numbers_are_their_decimal_text() {
     let (_store, lock) = store_with("l");
-    lock.hold(&9u64, |lease| {
+    lock.hold(9u64, |lease| {
         assert_eq!(lease.key(), "9");
         assert_eq!(lock.try_hold("9", |_| ()).unwrap(), None);
-        assert_eq!(lock.try_hold(&9i8, |_| ()).unwrap(), None);
+        assert_eq!(lock.try_hold(9i8, |_| ()).unwrap(), None);
         assert_eq!(lock.try_hold(&String::from("9"), |_| ()).unwrap(), None);
         assert_eq!(
-            lock.try_hold(&-9i32, |l| l.key().to_owned())
+            lock.try_hold(-9i32, |l| l.key().to_owned())
                 .unwrap()
                 .as_deref(),
             Some("-9")
@@ -177,7 +177,7 @@ fn a_waiter_gets_the_key_when_it_is_let_go() {
 fn hold_of_a_key_this_thread_holds_fails_at_once() {
     let (store, lock) = store_with("invoices");
     let again = store.lock("invoices").open().unwrap(); // same keys, another handle
-    lock.hold(&7, |_| {
+    lock.hold(7, |_| {
         let e = fails_within(Duration::from_secs(2), || again.hold("7", |_| ()));
         assert_error(
             &e,
@@ -192,7 +192,7 @@ fn hold_of_a_key_this_thread_holds_fails_at_once() {
 fn try_hold_of_a_key_this_thread_holds_answers_none() {
     let (store, lock) = store_with("invoices");
     let again = store.lock("invoices").open().unwrap();
-    lock.hold(&7, |_| {
+    lock.hold(7, |_| {
         assert_eq!(again.try_hold("7", |_| ()).unwrap(), None);
     })
     .unwrap();
@@ -201,7 +201,7 @@ fn try_hold_of_a_key_this_thread_holds_answers_none() {
 #[test]
 fn inside_a_hold_other_keys_and_other_locks_can_be_held() {
     let (store, lock) = store_with("invoices");
-    lock.hold(&7, |_| {
+    lock.hold(7, |_| {
         assert_eq!(lock.hold("8", |_| 1).unwrap(), 1);
         let other = store.lock("other").open().unwrap();
         assert_eq!(other.hold("7", |_| 2).unwrap(), 2);
@@ -213,7 +213,7 @@ fn inside_a_hold_other_keys_and_other_locks_can_be_held() {
 fn hold_inside_a_transaction_is_invalid() {
     let (store, lock) = store_with("invoices");
     let r = store.tx(|_tx| {
-        let e = lock.hold(&7, |_| ()).unwrap_err();
+        let e = lock.hold(7, |_| ()).unwrap_err();
         assert_eq!(e.to_string(), "lock invoices: key \"7\": hold inside a transaction: hold first, then begin it: invalid");
         assert_eq!(lock.acquire("y").unwrap_err().kind(), ErrorKind::Invalid);
         Ok(1)
@@ -224,7 +224,7 @@ fn hold_inside_a_transaction_is_invalid() {
 #[test]
 fn try_hold_inside_a_transaction_is_allowed() {
     let (store, lock) = store_with("invoices");
-    let r = store.tx(|_tx| Ok(lock.try_hold(&7, |_| 3).unwrap()));
+    let r = store.tx(|_tx| Ok(lock.try_hold(7, |_| 3).unwrap()));
     assert_eq!(r.unwrap(), Some(3));
 }
 
@@ -245,12 +245,12 @@ fn a_hold_is_allowed_again_after_the_transaction() {
     let (store, lock) = store_with("invoices");
     store
         .tx(|_tx| {
-            assert!(lock.hold(&7, |_| ()).is_err());
+            assert!(lock.hold(7, |_| ()).is_err());
             Ok(())
         })
         .unwrap();
     assert_eq!(
-        lock.hold(&7, |_| 4).unwrap(),
+        lock.hold(7, |_| 4).unwrap(),
         4,
         "allowed again after the transaction"
     );
@@ -347,7 +347,7 @@ fn keys_are_independent() {
             // Every thread holds its own key until all of them hold theirs:
             // if any key made another wait, this would hit the wait deadline.
             thread::spawn(move || {
-                lock.key(&i).wait(Duration::from_secs(30)).hold(|_| {
+                lock.key(i).wait(Duration::from_secs(30)).hold(|_| {
                     barrier.wait();
                 })
             })
@@ -543,7 +543,7 @@ fn the_same_key_rule_holds_at_any_nesting_depth() {
         if depth == 0 {
             at_bottom();
         } else {
-            lock.hold(&depth, |_| nest(lock, depth - 1, at_bottom))
+            lock.hold(depth, |_| nest(lock, depth - 1, at_bottom))
                 .unwrap();
         }
     }
@@ -551,14 +551,47 @@ fn the_same_key_rule_holds_at_any_nesting_depth() {
     // Nine nested holds: deeper than the inline list, so some spill.
     nest(&lock, 9, &|| {
         for k in 1..=9u32 {
-            let e = lock.hold(&k, |_| ()).unwrap_err();
+            let e = lock.hold(k, |_| ()).unwrap_err();
             assert_eq!(e.kind(), ErrorKind::Invalid, "key {k}");
-            assert_eq!(lock.try_hold(&k, |_| ()).unwrap(), None);
+            assert_eq!(lock.try_hold(k, |_| ()).unwrap(), None);
         }
-        assert_eq!(lock.hold(&10u32, |_| 1).unwrap(), 1);
+        assert_eq!(lock.hold(10u32, |_| 1).unwrap(), 1);
     });
     // All unlisted again afterwards.
     for k in 1..=9u32 {
-        assert_eq!(lock.hold(&k, |_| k).unwrap(), k);
+        assert_eq!(lock.hold(k, |_| k).unwrap(), k);
     }
+}
+
+#[test]
+fn numbers_are_keys_by_value_at_every_call() {
+    let (_store, lock) = store_with("jobs");
+    let lock = Arc::new(lock);
+    let by_text = lock.hold("9", |lease| lease.fence()).unwrap();
+    let by_value = lock.hold(9, |lease| (lease.key().to_owned(), lease.fence()));
+    assert_eq!(by_value.unwrap(), ("9".to_owned(), by_text + 1));
+    assert_eq!(
+        lock.try_hold(9u64, |l| l.fence()).unwrap(),
+        Some(by_text + 2)
+    );
+    let id = String::from("9");
+    assert_eq!(lock.hold(&id, |l| l.fence()).unwrap(), by_text + 3);
+    {
+        let guard = lock.lock(-9i8).unwrap();
+        assert_eq!(guard.key(), "-9");
+        assert!(lock.inspect(-9).unwrap().held);
+        assert!(lock.try_lock(-9).unwrap().is_none(), "one key, by any name");
+        assert!(lock.try_hold("-9", |_| ()).unwrap().is_none());
+    }
+    let owned = Arc::clone(&lock).lock_owned(9usize).unwrap();
+    assert_eq!(owned.key(), "9");
+    assert!(lock.try_hold(9, |_| ()).unwrap().is_none());
+    drop(owned);
+    let waited = lock.key(9).wait(Duration::ZERO).hold(|l| l.fence());
+    assert_eq!(waited.unwrap(), by_text + 5);
+    let tried: Result<u64, holdline::Error> = lock.hold_with(9, |l| Ok(l.fence()));
+    assert_eq!(tried.unwrap(), by_text + 6);
+    let lease = lock.acquire(u128::MAX).unwrap();
+    assert_eq!(lease.key(), u128::MAX.to_string());
+    lease.release().unwrap();
 }

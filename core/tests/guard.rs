@@ -68,11 +68,11 @@ fn a_panic_while_the_guard_is_held_lets_the_key_go() {
 #[test]
 fn release_lets_the_key_go_and_says_it_was_not_lost() {
     let (_store, lock) = store_with("released");
-    let guard = lock.lock(&9).unwrap();
+    let guard = lock.lock(9).unwrap();
     assert_eq!(guard.key(), "9"); // a number is its decimal text
     assert!(lock.try_lock("9").unwrap().is_none());
     guard.release().unwrap();
-    assert!(lock.try_lock(&9u8).unwrap().is_some());
+    assert!(lock.try_lock(9u8).unwrap().is_some());
 }
 
 #[test]
@@ -97,7 +97,7 @@ fn max_hold_revokes_a_guard_and_hands_its_key_on() {
 fn the_loss_signal_of_a_guard_wakes_its_waiter() {
     let store = Store::new();
     let lock = revoking_lock(&store, "signalled", 100);
-    let guard = lock.lock(&7).unwrap();
+    let guard = lock.lock(7).unwrap();
     let signal = guard.signal();
     let woken = thread::spawn(move || signal.wait_timeout(PATIENCE));
     assert!(woken.join().unwrap(), "aborted at maxHold");

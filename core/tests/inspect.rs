@@ -35,7 +35,7 @@ fn assert_free(info: Option<KeyInfo>) {
 fn a_key_never_used_has_no_state_and_inspect_makes_none() {
     let (_store, lock) = store_with("jobs");
     assert_eq!(lock.inspect("job-1"), None);
-    assert_eq!(lock.inspect(&7u32), None);
+    assert_eq!(lock.inspect(7u32), None);
     // An invalid key has no state either.
     assert_eq!(lock.inspect(""), None);
     assert_eq!(lock.inspect("a\nb"), None);
@@ -83,8 +83,8 @@ fn a_plain_hold_shows_held_with_its_fence_and_no_times() {
     );
     // Numbers are their text: 9 and "9" are one key.
     let (fence9, seen9) = lock
-        .hold(&9u8, |lease| {
-            assert_eq!(lock.inspect("9"), lock.inspect(&9i64));
+        .hold(9u8, |lease| {
+            assert_eq!(lock.inspect("9"), lock.inspect(9i64));
             (lease.fence(), lock.inspect("9").unwrap())
         })
         .unwrap();

@@ -581,7 +581,7 @@ fn a_heartbeat_renews_all_its_leases_at_once_and_they_run_out_when_it_stops() {
         .open()
         .unwrap();
     let plain = store.lock("plain").ttl(ttl).open().unwrap();
-    let leases: Vec<_> = (0..100).map(|i| lock.acquire(&i).unwrap()).collect();
+    let leases: Vec<_> = (0..100).map(|i| lock.acquire(i).unwrap()).collect();
     let alone = plain.acquire("x").unwrap();
     let started = Instant::now();
     // Read just before each beat: the beat's own clock reading is no
@@ -620,7 +620,7 @@ fn a_heartbeat_renews_all_its_leases_at_once_and_they_run_out_when_it_stops() {
     // A beat after the end revives nothing: the key is granted again.
     heartbeat.beat();
     assert!(leases[0].check().is_err());
-    assert!(lock.key(&0).try_acquire().unwrap().is_some());
+    assert!(lock.key(0).try_acquire().unwrap().is_some());
 }
 
 #[test]
@@ -641,20 +641,20 @@ fn a_store_opened_above_a_floor_fences_above_it() {
     let floor = 5_000_000_000_000_000_000;
     let store = Store::with_fences_above(floor);
     let lock = store.lock("floor").open().unwrap();
-    let first = lock.hold(&"a", |l| l.fence()).unwrap();
+    let first = lock.hold("a", |l| l.fence()).unwrap();
     assert_eq!(
         first,
         floor + 1,
         "the first fence is the one above the floor"
     );
-    let second = lock.hold(&"a", |l| l.fence()).unwrap();
+    let second = lock.hold("a", |l| l.fence()).unwrap();
     assert!(second > first);
-    assert!(lock.hold(&"b", |l| l.fence()).unwrap() > floor);
+    assert!(lock.hold("b", |l| l.fence()).unwrap() > floor);
     store.reclaim_idle();
-    assert!(lock.hold(&"a", |l| l.fence()).unwrap() > second);
+    assert!(lock.hold("a", |l| l.fence()).unwrap() > second);
     // A plain store's fences come from the clock, far below this floor.
     let plain = Store::new().lock("floor").open().unwrap();
-    assert!(plain.hold(&"a", |l| l.fence()).unwrap() < floor);
+    assert!(plain.hold("a", |l| l.fence()).unwrap() < floor);
 }
 
 /// Polls `lease.is_lost()` (which reads the maxHold watch's slot, and

@@ -114,7 +114,7 @@ fn the_ten_thousand_and_first_waiter_fails_limit() {
             thread::Builder::new()
                 .stack_size(64 * 1024)
                 .spawn(move || {
-                    l.key(&7).wait(Duration::from_secs(300)).hold(|_| {
+                    l.key(7).wait(Duration::from_secs(300)).hold(|_| {
                         granted.fetch_add(1, Ordering::Relaxed);
                     })
                 })
@@ -123,14 +123,14 @@ fn the_ten_thousand_and_first_waiter_fails_limit() {
         .collect();
     wait_for("10,000 waiters", || lock.stats().waiters == 10_000);
     let e = fails_within(Duration::from_secs(10), || {
-        lock.key(&7).wait(Duration::from_secs(60)).hold(|_| ())
+        lock.key(7).wait(Duration::from_secs(60)).hold(|_| ())
     });
     assert_error(
         &e,
         ErrorKind::Limit,
         "lock invoices: key \"7\": 10000 waiters already stand in line: limit",
     );
-    assert_eq!(lock.acquire(&7).unwrap_err().kind(), ErrorKind::Limit);
+    assert_eq!(lock.acquire(7).unwrap_err().kind(), ErrorKind::Limit);
     holder.release().unwrap();
     for w in waiters {
         w.join().unwrap().unwrap();

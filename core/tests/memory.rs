@@ -70,7 +70,7 @@ fn a_million_idle_keys_give_their_memory_back() {
     store.reclaim_idle();
     let base = live();
     for id in 0..n {
-        lock.hold(&id, |_| ()).unwrap();
+        lock.hold(id, |_| ()).unwrap();
     }
     let peak = live() - base;
     let started = Instant::now();
@@ -98,7 +98,7 @@ fn nest(lock: &holdline::Lock, depth: u32, at_bottom: &mut dyn FnMut()) {
     if depth == 0 {
         at_bottom();
     } else {
-        lock.hold(&depth, |_| nest(lock, depth - 1, at_bottom))
+        lock.hold(depth, |_| nest(lock, depth - 1, at_bottom))
             .unwrap();
     }
 }

@@ -82,14 +82,14 @@ fn never_two_holders_of_one_key() {
                         inside[k].fetch_sub(1, Ordering::SeqCst);
                     };
                     let done = match r % 16 {
-                        0 => lock.try_hold(&k, |l| body(l.fence())).unwrap().is_some(),
-                        1 => match lock.key(&k).wait(Duration::ZERO).hold(|l| body(l.fence())) {
+                        0 => lock.try_hold(k, |l| body(l.fence())).unwrap().is_some(),
+                        1 => match lock.key(k).wait(Duration::ZERO).hold(|l| body(l.fence())) {
                             Ok(()) => true,
                             Err(e) if e.kind() == ErrorKind::InUse => false,
                             Err(e) => panic!("{e}"),
                         },
                         2 => match lock
-                            .key(&k)
+                            .key(k)
                             .wait(Duration::from_millis(1))
                             .hold(|l| body(l.fence()))
                         {
@@ -98,17 +98,14 @@ fn never_two_holders_of_one_key() {
                             Err(e) => panic!("{e}"),
                         },
                         3 => {
-                            let lease = lock
-                                .key(&k)
-                                .wait(Duration::from_secs(60))
-                                .acquire()
-                                .unwrap();
+                            let lease =
+                                lock.key(k).wait(Duration::from_secs(60)).acquire().unwrap();
                             body(lease.fence());
                             lease.release().unwrap();
                             true
                         }
                         _ => {
-                            lock.key(&k)
+                            lock.key(k)
                                 .wait(Duration::from_secs(60))
                                 .hold(|l| body(l.fence()))
                                 .unwrap();

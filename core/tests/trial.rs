@@ -76,7 +76,7 @@ fn child_holds_keys_in_a_tls_destructor() {
                 if level == depth {
                     return level;
                 }
-                lock.hold(&level, |_| nest(lock, level + 1, depth)).unwrap()
+                lock.hold(level, |_| nest(lock, level + 1, depth)).unwrap()
             }
             let held = nest(&lock, 0, self.0);
             println!("held {held} nested");
@@ -94,7 +94,7 @@ fn child_holds_keys_in_a_tls_destructor() {
         let (_store, lock) = store_with("warm");
         fn nest(lock: &holdline::Lock, level: usize) {
             if level < 6 {
-                lock.hold(&level, |_| nest(lock, level + 1)).unwrap();
+                lock.hold(level, |_| nest(lock, level + 1)).unwrap();
             }
         }
         nest(&lock, 0);
