@@ -374,13 +374,17 @@ impl Lock {
         };
         // Unpinned before any wait: a waiter must not hold the epoch back.
         drop(guard);
-        match fast {
-            Fast::Granted(g) => Ok(Some(g)),
-            Fast::Held if matches!(mode, Mode::Try) => Ok(None),
+        let grant = match fast {
+            Fast::Granted(g) => g,
+            Fast::Held if matches!(mode, Mode::Try) => return Ok(None),
             Fast::Held | Fast::Slow => {
-                self.acquire_slow_until(text, hash, mode, want, thread_deadline(mode))
+                match self.acquire_slow_until(text, hash, mode, want, thread_deadline(mode))? {
+                    Some(g) => g,
+                    None => return Ok(None),
+                }
             }
-        }
+        };
+        Ok(Some(grant))
     }
 }
 
