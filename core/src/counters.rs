@@ -20,9 +20,9 @@ pub enum Event {
     HandoffToParked,
     /// A spin on the line's `QLOCK` bit gave up its slice (`yield_now`).
     LineLockYield,
-    /// A wait for the line's `QLOCK` bit slept (its owner was preempted
+    /// A wait for the line's `QLOCK` bit parked (its owner was preempted
     /// for longer than a few yields).
-    LineLockSleep,
+    LineLockPark,
     /// A task yielded before taking a free key, to a task that a release
     /// on its thread had just granted.
     YieldedToGranted,
@@ -54,7 +54,7 @@ pub fn snapshot() -> [(Event, u64); EVENTS] {
         HandoffToSpinner,
         HandoffToParked,
         LineLockYield,
-        LineLockSleep,
+        LineLockPark,
         YieldedToGranted,
     ];
     all.map(|e| {

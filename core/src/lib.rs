@@ -136,7 +136,8 @@
 // - `counters`: how waiters waited (only with the `wait-counters` feature).
 //   `sync`: the loom facade every atomic, lock, park and clock read goes
 //   through, and nothing else. `spin`: how long a waiter spins before it
-//   parks, and the line lock's backoff. `error`: the one error type. `ctx`:
+//   parks, and the line lock's backoff. `parking`: where a thread sleeps
+//   while a word's bit is held, a table of buckets by the word's address. `error`: the one error type. `ctx`:
 //   a thread's running holds, each listed by a drop guard. `timer`: the
 //   wheel, a plain data structure.
 // - `key`: key and lock-name text. `outcome`: a hold's value with its loss.
@@ -195,6 +196,7 @@ mod lock;
 mod lock_shared;
 mod many;
 mod outcome;
+mod parking;
 mod permits;
 mod record;
 mod record_ref;

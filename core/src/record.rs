@@ -10,6 +10,7 @@
 //! | `DEAD`   | the table retired this record; look the key up again           |
 //! | 4..18    | one permit: the line's length (written by the `QLOCK` owner)   |
 //! | 4..24    | `MULTI`: the permits held now                                  |
+//! | `QSLEEP` | a thread sleeps until `QLOCK` is let go (set only with `QLOCK`)  |
 //! | `MULTI`  | the key's lock has several permits (set at birth, never changed) |
 //!
 //! The word is a `u32`, so that with the 32-bit hash and an inline key the
@@ -18,10 +19,14 @@
 //! Invariants:
 //! - `QUEUED` implies `HELD`: a line only ever stands behind a holder, because
 //!   a release with waiters hands `HELD` straight to the first of them.
-//! - While `QLOCK` is set, only its owner changes the word: every other
-//!   transition is a CAS from a value without `QLOCK` (the uncontended ones
-//!   expect exactly `0` or exactly `HELD`). So the owner may unlock with a
-//!   plain store of the value it locked from, updated.
+//! - While `QLOCK` is set, only its owner changes the word, but for one
+//!   thing: a thread waiting for `QLOCK` that is about to sleep adds
+//!   `QSLEEP` (a CAS from a value with `QLOCK`). Every other transition is a
+//!   CAS from a value without `QLOCK` (the uncontended ones expect exactly
+//!   `0` or exactly `HELD`). So the owner unlocks with a swap to the value
+//!   it locked from, updated (which has neither bit), and wakes the
+//!   sleepers when the swap saw `QSLEEP` ([`crate::parking`] argues why no
+//!   wake is lost). `QSLEEP` implies `QLOCK`.
 //! - `DEAD` is set only from exactly `0` (free, no line, unlocked), or
 //!   exactly `MULTI`, by the table's sweeper, and is final.
 //! - `fence` is the fence of the latest grant while `HELD`, and the fence
@@ -130,6 +135,7 @@
 
 use crate::counters::{count, Event};
 use crate::ctx;
+use crate::parking;
 use crate::permits::{Overflow, Permits};
 use crate::spin::{first_in_line_spin_pauses, spin_learn, Backoff, SPIN_BEHIND, SPIN_ROUND};
 use crate::sync::{
@@ -146,6 +152,8 @@ const HELD: u32 = 1;
 const QLOCK: u32 = 1 << 1;
 const QUEUED: u32 = 1 << 2;
 const DEAD: u32 = 1 << 3;
+/// Someone sleeps until `QLOCK` is let go (above both counts' bits).
+const QSLEEP: u32 = 1 << 30;
 /// A lock of several permits: see the module doc's "Several permits".
 const MULTI: u32 = 1 << 31;
 /// The line's length lives in the state word above the flags, so a record
@@ -180,6 +188,9 @@ pub(crate) trait StateWord: Copy {
     fn dead(self) -> bool;
     /// `MULTI`: the key's lock has several permits.
     fn multi(self) -> bool;
+    /// `QSLEEP`: someone sleeps until `QLOCK` is let go.
+    fn has_sleepers(self) -> bool;
+    fn with_sleepers(self) -> Self;
     /// Held or with a line: a newcomer of one permit cannot take it.
     fn held_or_queued(self) -> bool;
     /// Nobody holds it, waits or changes the line: a CAS to `HELD` may take it.
@@ -226,6 +237,14 @@ impl StateWord for u32 {
     #[inline]
     fn dead(self) -> bool {
         self & DEAD != 0
+    }
+    #[inline]
+    fn has_sleepers(self) -> bool {
+        self & QSLEEP != 0
+    }
+    #[inline]
+    fn with_sleepers(self) -> u32 {
+        self | QSLEEP
     }
     #[inline]
     fn multi(self) -> bool {
@@ -404,6 +423,13 @@ impl Wake {
             Wake::Task(w) => Wake::Task(std::mem::replace(w, Waker::noop().clone())),
         }
     }
+}
+
+/// Whether an unlock that swapped out `was` wakes the line's sleepers.
+/// (Mutant for loom-tests/README.md: an unlock that never does.)
+#[inline(always)]
+fn wakes_sleepers(was: u32) -> bool {
+    was.has_sleepers() && !cfg!(holdline_mutant = "unlock_wakes_none")
 }
 
 /// The word a record whose word was `seen` must have to be retired:
@@ -797,8 +823,7 @@ impl Record {
             }
             if s.locked() {
                 // Only `close` locks the line of a free key; it is brief.
-                backoff.snooze();
-                s = self.state.load(Ordering::Relaxed);
+                s = self.wait_line_unlocked(s, &mut backoff);
                 continue;
             }
             // Acquire: as in `try_lock_fast`.
@@ -850,8 +875,7 @@ impl Record {
                 continue;
             }
             if s.locked() {
-                backoff.snooze();
-                s = self.state.load(Ordering::Relaxed);
+                s = self.wait_line_unlocked(s, &mut backoff);
                 continue;
             }
             // Acquire: to see the line as the previous QLOCK owner left it.
@@ -886,7 +910,7 @@ impl Record {
         let len = unsafe { self.line_len(s) };
         if let Err(e) = admit(len) {
             // Release: publish nothing new, but keep the unlock a release.
-            self.state.store(s, Ordering::Release);
+            self.unlock_line(s, Ordering::Release);
             return Err(e);
         }
         // Relaxed: published with the node by the unlock below.
@@ -914,7 +938,7 @@ impl Record {
         };
         // SAFETY: we own QLOCK.
         let s = unsafe { self.line_grew(s) };
-        self.state.store(s, unlock);
+        self.unlock_line(s, unlock);
         Ok(Enqueued::Waiting {
             first: len == 0,
             arm_line_ms,
@@ -1023,7 +1047,7 @@ impl Record {
         // `will_wake` compares the wakers' data and vtable: no foreign code.
         let current = end.is_some() || waiter.wake.with(|w| unsafe { &*w }.wakes(waker));
         // Release: publishes nothing new, lets the next QLOCK owner in.
-        self.state.store(s, Ordering::Release);
+        self.unlock_line(s, Ordering::Release);
         if current {
             return end;
         }
@@ -1043,7 +1067,7 @@ impl Record {
             });
         }
         // Release: publishes the new waker to the next QLOCK owner.
-        self.state.store(s, Ordering::Release);
+        self.unlock_line(s, Ordering::Release);
         // The old waker (or the unused new one), dropped unlocked.
         drop(swap);
         end
@@ -1068,7 +1092,7 @@ impl Record {
             status
         };
         if let Some(end) = end_of(status) {
-            self.state.store(s, Ordering::Release);
+            self.unlock_line(s, Ordering::Release);
             return end;
         }
         // SAFETY: we own QLOCK and `waiter` is linked (no final status).
@@ -1079,14 +1103,14 @@ impl Record {
         let s = unsafe { self.line_shrank(s, now_empty) };
         // Mutant for loom-tests/README.md: a departure that serves nobody.
         if !s.multi() || cfg!(holdline_mutant = "leave_serves_none") {
-            self.state.store(s, Ordering::Release);
+            self.unlock_line(s, Ordering::Release);
             return WaitEnd::TimedOut;
         }
         // Several permits: whoever stood behind it may fit now.
         let mut woken = Woken::default();
         // SAFETY: we own QLOCK.
         let s = unsafe { self.serve_line(s, &mut woken) };
-        self.state.store(s, Ordering::Release);
+        self.unlock_line(s, Ordering::Release);
         woken.wake();
         WaitEnd::TimedOut
     }
@@ -1119,8 +1143,7 @@ impl Record {
         let mut backoff = Backoff::new();
         loop {
             if s.locked() {
-                backoff.snooze();
-                s = self.state.load(Ordering::Relaxed);
+                s = self.wait_line_unlocked(s, &mut backoff);
                 continue;
             }
             if !s.queued() {
@@ -1155,7 +1178,7 @@ impl Record {
             // HELD stays set: it passed to `first`.
             let s = if now_empty { s.without_queued() } else { s };
             // Release: publishes the line and, to later lockers, the grant.
-            self.state.store(s, Ordering::Release);
+            self.unlock_line(s, Ordering::Release);
             if let Some(wake) = wake {
                 wake.wake_granted();
             }
@@ -1181,7 +1204,7 @@ impl Record {
                 wake.push(t);
             }
         }
-        self.state.store(s, Ordering::Release);
+        self.unlock_line(s, Ordering::Release);
     }
 
     /// The sweeper's step: retires the record if it is idle (exactly `0`,
@@ -1211,8 +1234,7 @@ impl Record {
         let mut backoff = Backoff::new();
         loop {
             if s.locked() {
-                backoff.snooze();
-                s = self.state.load(Ordering::Relaxed);
+                s = self.wait_line_unlocked(s, &mut backoff);
                 continue;
             }
             // Acquire: to see the line as the previous owner left it.
@@ -1226,6 +1248,53 @@ impl Record {
                 Err(now) => s = now,
             }
         }
+    }
+
+    /// Lets QLOCK go, leaving the word `s` (the value it was locked from,
+    /// updated: neither `QLOCK` nor `QSLEEP`), and wakes whoever sleeps
+    /// for it. A swap, not a store: a waiter may have added `QSLEEP` since
+    /// the lock was taken. `order`: Release, but for one mutant's.
+    #[inline]
+    fn unlock_line(&self, s: u32, order: Ordering) {
+        debug_assert!(!s.locked() && !s.has_sleepers(), "{s:#x}");
+        let was = self.state.swap(s, order);
+        if wakes_sleepers(was) {
+            self.wake_line_sleepers();
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn wake_line_sleepers(&self) {
+        parking::unpark_all(ptr::from_ref(self).addr());
+    }
+
+    /// `s` (just loaded) has QLOCK: spends one round of `backoff` and
+    /// answers the word loaded again, or, once the backoff says so, sleeps
+    /// until the owner lets QLOCK go (marking the word `QSLEEP` first, so
+    /// its unlock wakes us; see [`crate::parking`]).
+    #[cold]
+    fn wait_line_unlocked(&self, s: u32, backoff: &mut Backoff) -> u32 {
+        if backoff.snooze() {
+            return self.state.load(Ordering::Relaxed);
+        }
+        // Relaxed: the mark and the owner's swap are read-modify-writes of
+        // this word, so their order decides who sees whom; the parking
+        // bucket's mutex orders the rest (crate::parking).
+        let marked = s.has_sleepers()
+            || self
+                .state
+                .compare_exchange(s, s.with_sleepers(), Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok();
+        if marked {
+            count(Event::LineLockPark);
+            parking::park(ptr::from_ref(self).addr(), || {
+                // Relaxed: under the bucket's mutex (crate::parking).
+                let now = self.state.load(Ordering::Relaxed);
+                now.locked() && now.has_sleepers()
+            });
+        }
+        self.state.load(Ordering::Relaxed)
     }
 
     /// # Safety
@@ -1423,7 +1492,7 @@ impl Record {
         wakes.reserve(self.waiter_count() as usize);
         let s = self.lock_line();
         if s.dead() {
-            self.state.store(s, Ordering::Release);
+            self.unlock_line(s, Ordering::Release);
             return None;
         }
         let mut next_us: Option<u64> = None;
@@ -1462,7 +1531,7 @@ impl Record {
             })
         };
         // Release: publishes the line (rotated) to the next QLOCK owner.
-        self.state.store(s, Ordering::Release);
+        self.unlock_line(s, Ordering::Release);
         arm
     }
 
@@ -1556,7 +1625,7 @@ impl Record {
             // SAFETY: we own QLOCK.
             unsafe { self.with_locked(|l| l.overflow.book(fence)) };
             // Release: publishes the overflow to the next QLOCK owner.
-            self.state.store(s, Ordering::Release);
+            self.unlock_line(s, Ordering::Release);
         }
     }
 
@@ -1598,8 +1667,7 @@ impl Record {
                 return Tried::Held;
             }
             if s.locked() {
-                backoff.snooze();
-                s = self.state.load(Ordering::Relaxed);
+                s = self.wait_line_unlocked(s, &mut backoff);
                 continue;
             }
             // Mutant for loom-tests/README.md: a take that stores its count
@@ -1641,7 +1709,7 @@ impl Record {
         }
         let s = self.lock_line();
         if s.dead() {
-            self.state.store(s, Ordering::Release);
+            self.unlock_line(s, Ordering::Release);
             return Ok(Enqueued::Dead);
         }
         let permits = self.permits();
@@ -1678,8 +1746,7 @@ impl Record {
         let mut backoff = Backoff::new();
         loop {
             if s.locked() {
-                backoff.snooze();
-                s = self.state.load(Ordering::Relaxed);
+                s = self.wait_line_unlocked(s, &mut backoff);
                 continue;
             }
             // Someone waits and may fit now: serve the line under QLOCK.
@@ -1718,7 +1785,7 @@ impl Record {
         // SAFETY: the caller owns QLOCK of a MULTI record.
         let s = unsafe { self.serve_line(s.with_given_back(want), &mut woken) };
         // Release: the next QLOCK owner (and the next holder) sees our writes.
-        self.state.store(s, Ordering::Release);
+        self.unlock_line(s, Ordering::Release);
         woken.wake();
     }
 
@@ -1805,7 +1872,7 @@ impl Record {
                 })
             }
         };
-        self.state.store(s, Ordering::Release);
+        self.unlock_line(s, Ordering::Release);
         holders
     }
 }

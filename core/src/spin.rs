@@ -85,26 +85,31 @@ mod imp {
 pub(crate) use imp::*;
 
 use crate::counters::{count, Event};
-use crate::sync::{sleep, spin_loop, yield_now};
-use std::time::Duration;
+use crate::sync::{spin_loop, yield_now};
 
 /// Rounds of [`Backoff::snooze`] that spin before it yields.
+#[cfg(not(loom))]
 const SNOOZE_ROUNDS: u32 = 128;
-/// Yields after the spin, before the first sleep.
+/// Yields after the spin, before the waiter parks.
+#[cfg(not(loom))]
 const YIELD_ROUNDS: u32 = 4;
-/// The first sleep, doubled at each round up to [`SLEEP_MAX`].
-const SLEEP_MIN: Duration = Duration::from_micros(20);
-const SLEEP_MAX: Duration = Duration::from_micros(500);
+// Under loom no spin: loom runs a spinning (yielding) thread again only
+// once the others are blocked, by which time the bit's owner has let it
+// go, so a waiter that spun first would never park. It parks at once, so
+// every model that contends for a line's lock bit checks the park and its
+// wake.
+#[cfg(loom)]
+const SNOOZE_ROUNDS: u32 = 0;
+#[cfg(loom)]
+const YIELD_ROUNDS: u32 = 0;
 
-/// Waiting for the `QLOCK` bit: held for a few pointer writes, but its owner
-/// may be preempted on an oversubscribed machine, so spin, then yield a
-/// few times, then sleep, longer each round (to half a millisecond): with
-/// more threads than cores, a thread that yields for ever stays runnable
-/// and takes slices from the preempted owner it waits for; one that sleeps
-/// leaves them to it. The owner's unlock is a plain store (it stays one on
-/// every path that takes the line), so nobody wakes a sleeper: it looks
-/// again when its sleep ends, at most half a millisecond late, which only
-/// happens after the owner lost its core for far longer.
+/// Waiting for a line's `QLOCK` bit: held for a few pointer writes, but its
+/// owner may be preempted on an oversubscribed machine, so spin, then
+/// yield a few times, then park until the owner lets the bit go (the
+/// record's `QSLEEP` bit and [`crate::parking`]): with more threads than
+/// cores, a thread that yields or sleeps in a loop stays runnable and takes
+/// slices from the preempted owner it waits for, or oversleeps its unlock;
+/// a parked one is woken by it.
 pub(crate) struct Backoff(u32);
 
 impl Backoff {
@@ -112,7 +117,9 @@ impl Backoff {
         Backoff(0)
     }
 
-    pub(crate) fn snooze(&mut self) {
+    /// Spends one round of the wait: `true` when the caller should look at
+    /// the bit again now, `false` when it is time to park instead.
+    pub(crate) fn snooze(&mut self) -> bool {
         // 1 + 2 + 4 + 8 pauses, then rounds of 8 up to about 1,000 in all
         // (~21 us here) before the first yield: the bit is held for a few
         // pointer writes, so a wait longer than that means its owner was
@@ -128,10 +135,9 @@ impl Backoff {
             count(Event::LineLockYield);
             yield_now();
         } else {
-            count(Event::LineLockSleep);
-            let doublings = (self.0 - SNOOZE_ROUNDS - YIELD_ROUNDS).min(8);
-            sleep((SLEEP_MIN * (1 << doublings)).min(SLEEP_MAX));
+            return false;
         }
-        self.0 = self.0.saturating_add(1);
+        self.0 += 1;
+        true
     }
 }

@@ -342,3 +342,31 @@ fn a_claim_racing_the_timer_stopping() {
         .unwrap();
     });
 }
+
+/// 24. The line's lock bit, contended: a thread enqueues behind a holder
+/// (it owns `QLOCK` while it links its node) while the holder lets go, and
+/// the release finds `QLOCK` taken. Under loom a waiter for `QLOCK` looks
+/// once and then parks (it marks the word `QSLEEP` and sleeps in the
+/// parking table): the owner's unlock must wake it, or the release never
+/// grants the waiter and both sleep for ever (a loom deadlock). The holder
+/// is a handle lease, so its release runs on this thread while the other
+/// may be anywhere in its enqueue.
+#[test]
+fn a_release_sleeping_on_the_line_lock_is_woken() {
+    check_idle(3, |_store, lock| {
+        let count = Arc::new(AtomicUsize::new(0));
+        let held = lock.acquire("k").unwrap();
+        let t = {
+            let (lock, count) = (lock.clone(), count.clone());
+            thread::spawn(move || {
+                lock.key("k")
+                    .wait(FOREVER)
+                    .hold(|l| (inside(&count), l.fence()).1)
+                    .unwrap()
+            })
+        };
+        let mine = held.fence();
+        held.release().unwrap();
+        assert!(t.join().unwrap() > mine, "the waiter's grant comes later");
+    });
+}
