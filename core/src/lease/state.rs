@@ -92,8 +92,9 @@ pub(crate) struct LeaseState {
     heartbeat: Option<Arc<HeartbeatState<LeaseState>>>,
     /// The pending wheel entry, packed; read and written under the wheel lock.
     timer: AtomicU64,
-    /// Tasks awaiting [`Signal::aborted`]; `has_wakers` lets an ending
-    /// skip the mutex when there are none (see `wake_aborted`).
+    /// Tasks awaiting [`Signal::aborted`](super::Signal::aborted);
+    /// `has_wakers` lets an ending skip the mutex when there are none (see
+    /// `wake_aborted`).
     pub(super) wakers: Mutex<AbortWakers>,
     pub(super) has_wakers: AtomicBool,
     /// A closure hold's slot in the maxHold watch, which timed it until
