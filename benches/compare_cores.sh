@@ -80,7 +80,10 @@ for rev in "${revs[@]}"; do
     # The permits rows need `LockBuilder::permits` (since 02c3cd7).
     # (Read whole, then searched: `grep -q` quitting early would fail
     # the pipe under pipefail and hide the rows.)
-    lock_rs=$(git show "$rev:core/src/lock.rs")
+    # (`KeyHold::permits` is in core/src/lock/key_hold.rs since lock.rs
+    # was split by concept.)
+    lock_rs=$(git show "$rev:core/src/lock.rs" 2>/dev/null ||
+        git show "$rev:core/src/lock/key_hold.rs")
     # The guard row needs `Lock::lock` (core/src/guard.rs, since 9288050);
     # a revision without that file answers None for it.
     guard_rs=$(git show "$rev:core/src/guard.rs" 2>/dev/null || true)

@@ -3,7 +3,7 @@
 //! ends every lease at once without touching each, can wake those tasks.
 //!
 //! It knows a lease only as something it can tell to wake its tasks
-//! ([`Watched`]), so it sits below `lease.rs`.
+//! ([`Watched`]), so it sits below `lease`.
 
 use crate::sync::{
     downgrade, instant_now, lock, upgrade, Arc, AtomicUsize, Condvar, Mutex, Ordering, Weak,

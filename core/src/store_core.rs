@@ -2,7 +2,7 @@
 //! closed flag, the clock, the signal hub, the timer's [`Driver`], and the
 //! per-lock states by name (which sweeps and `close` walk).
 //!
-//! Generic over the lease type only so that it can sit below `lease.rs`;
+//! Generic over the lease type only so that it can sit below `lease`;
 //! `lease::Core` names the one instance.
 
 use crate::driver::{Driver, Due};
