@@ -110,13 +110,17 @@ pub enum Mode {
 /// The tour's rows: the scenario, thread count and busy level of each
 /// verdict question (every design, or both servers; the cluster question
 /// the plain node and three nodes).
-const TOUR: [(Scenario, usize, usize); 10] = [
+const TOUR: [(Scenario, usize, usize); 14] = [
     (Scenario::Uncontended, 1, 0),
     (Scenario::HotKey, 2, 0),
     (Scenario::HotKey, 2, 1),
+    (Scenario::HotKey, 4, 0),
+    (Scenario::HotKey, 8, 0),
     (Scenario::AsyncHotKey, 4, 0),
     (Scenario::AsyncSemaphore, 64, 0),
     (Scenario::ReadMostly, 2, 0),
+    (Scenario::ReadMostly, 4, 0),
+    (Scenario::ReadMostly, 8, 0),
     (Scenario::MillionKeys, 1, 0),
     (Scenario::ServerUncontended, 1, 0),
     (Scenario::ServerHotKey, 16, 0),

@@ -26,8 +26,9 @@ pub struct Cli {
 
 const AFTER_HELP: &str = "\
 Default run: the tour, about 2 to 3 minutes on 2 cores: the rows that
-answer the questions a user asks (uncontended holds, one hot key quiet
-and beside a busy CPU, async tasks, a million fresh keys, the server's
+answer the questions a user asks (uncontended holds, one hot key quiet,
+beside a busy CPU and at 4 and 8 threads with the worst wait, async
+tasks, a read-mostly key at 2, 4 and 8 threads, a million fresh keys, the server's
 round trip and hot key against Redis, memory per connection, the
 cluster's routing cost), each 3 times, ending with the verdict: one line
 per question, holdline against the best other design.

@@ -47,6 +47,9 @@ pub enum Measure {
     Rate,
     /// Median p99 latency: less is better.
     P99,
+    /// The longest single wait in any run: less is better. (With more
+    /// threads than cores, what strict FIFO buys: no thread waits long.)
+    Worst,
     /// Bytes left once the keys are idle: fewer is better.
     MemorySettled,
 }
@@ -54,7 +57,7 @@ pub enum Measure {
 /// The questions the rows answer, in the order the verdict prints them
 /// (memory per connection is measured on its own; the uncontended hold of
 /// one thread against the map pattern is criterion's: [`HOT_PATH`]).
-pub const QUESTIONS: [Question; 13] = [
+pub const QUESTIONS: [Question; 19] = [
     Question {
         words: "uncontended hold, 16 keys a thread, 1 thread",
         scenario: Scenario::Uncontended,
@@ -101,6 +104,42 @@ pub const QUESTIONS: [Question; 13] = [
         against: None,
     },
     Question {
+        words: "one hot key, 4 threads on 2 cores (FIFO)",
+        scenario: Scenario::HotKey,
+        threads: 4,
+        busy: 0,
+        measure: Measure::Rate,
+        design: None,
+        against: None,
+    },
+    Question {
+        words: "one hot key, 4 threads: worst wait",
+        scenario: Scenario::HotKey,
+        threads: 4,
+        busy: 0,
+        measure: Measure::Worst,
+        design: None,
+        against: None,
+    },
+    Question {
+        words: "one hot key, 8 threads on 2 cores (FIFO)",
+        scenario: Scenario::HotKey,
+        threads: 8,
+        busy: 0,
+        measure: Measure::Rate,
+        design: None,
+        against: None,
+    },
+    Question {
+        words: "one hot key, 8 threads: worst wait",
+        scenario: Scenario::HotKey,
+        threads: 8,
+        busy: 0,
+        measure: Measure::Worst,
+        design: None,
+        against: None,
+    },
+    Question {
         words: "async tasks, one hot key, 4 tasks",
         scenario: Scenario::AsyncHotKey,
         threads: 4,
@@ -122,6 +161,24 @@ pub const QUESTIONS: [Question; 13] = [
         words: "read-mostly key, 2 threads (1 in 10 exclusive)",
         scenario: Scenario::ReadMostly,
         threads: 2,
+        busy: 0,
+        measure: Measure::Rate,
+        design: None,
+        against: None,
+    },
+    Question {
+        words: "read-mostly key, 4 threads on 2 cores",
+        scenario: Scenario::ReadMostly,
+        threads: 4,
+        busy: 0,
+        measure: Measure::Rate,
+        design: None,
+        against: None,
+    },
+    Question {
+        words: "read-mostly key, 8 threads on 2 cores",
+        scenario: Scenario::ReadMostly,
+        threads: 8,
         busy: 0,
         measure: Measure::Rate,
         design: None,
@@ -238,6 +295,7 @@ fn best_other<'a>(rows: &'a [Row], q: &Question) -> Option<&'a Row> {
     match q.measure {
         Measure::Rate => others.max_by(|a, b| a.rate.median.total_cmp(&b.rate.median)),
         Measure::P99 => others.min_by_key(|r| r.p99.median),
+        Measure::Worst => others.min_by_key(|r| r.max),
         Measure::MemorySettled => others
             .filter(|r| r.mem_settled.is_some())
             .min_by_key(|r| r.mem_settled),
@@ -266,6 +324,7 @@ fn figure(r: &Row, measure: Measure) -> String {
             format!("{} {}/s", rate.trim_end_matches("/s"), r.unit)
         }
         Measure::P99 => fmt_ns(r.p99.median),
+        Measure::Worst => format!("worst {}", fmt_ns(r.max)),
         // Less than nothing: it gave back more than the run took.
         Measure::MemorySettled => fmt_bytes(r.mem_settled.unwrap_or(0).max(0)),
     }
@@ -310,6 +369,7 @@ pub fn answer(rows: &[Row], q: &Question) -> Line {
         }
         Measure::Rate => rate_edge(h, o),
         Measure::P99 => edge(o.p99.median as f64 / h.p99.median.max(1) as f64),
+        Measure::Worst => edge(o.max as f64 / h.max.max(1) as f64),
         Measure::MemorySettled => {
             let (hm, om) = (h.mem_settled.unwrap_or(0), o.mem_settled.unwrap_or(0));
             if hm.max(om) < NOISE_BYTES {
@@ -369,7 +429,7 @@ pub fn render(lines: &[Line], elapsed_s: f64) -> String {
     );
     format!(
         "\n== verdict ({elapsed_s:.0} s)\n{}\n\
-         edge: above 1, holdline is better by that factor (faster, fewer bytes, shorter p99); \
+         edge: above 1, holdline is better by that factor (faster, fewer bytes, shorter p99 or worst wait); \
          (min-max) over rounds run moments apart.\n\
          Every row and its note: the table above, and results.csv under the output folder.\n\
          The uncontended hold of one thread against dashmap+pl (one key, 10,000 keys): {HOT_PATH}\n",
@@ -514,5 +574,28 @@ mod tests {
         assert!(line.holdline.starts_with("cluster-3 "), "{line:?}");
         assert!(line.other.starts_with("plain "), "{line:?}");
         assert_eq!(line.edge, "costs 2.00x (2.00-3.00) the time");
+    }
+
+    /// The worst-wait lines pick the other design whose longest wait is the
+    /// shortest, and read its worst over holdline's (above 1: holdline's
+    /// worst wait is shorter).
+    #[test]
+    fn the_worst_wait_lines_read_the_longest_single_wait() {
+        let q = question(Scenario::HotKey, Measure::Worst);
+        assert_eq!(q.threads, 4);
+        let with_max = |design, max_ns: u64| {
+            let mut r = row(q, design, &[100.0], None);
+            r.max = max_ns;
+            r
+        };
+        let rows = [
+            with_max("holdline", 400_000),
+            with_max("dashmap+pl", 6_000_000),
+            with_max("tokio", 2_000_000),
+        ];
+        let line = answer(&rows, q);
+        assert_eq!(line.edge, "5.00x");
+        assert!(line.other.starts_with("tokio worst "), "{line:?}");
+        assert!(line.holdline.starts_with("worst "), "{line:?}");
     }
 }
