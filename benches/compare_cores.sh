@@ -17,9 +17,11 @@
 #
 # `--guard` runs the hot paths' guard instead (benches/src/guard.rs): the
 # uncontended hold (through a closure and through a guard; plain, and
-# with maxHold 120 s on 1 and 2 threads of keys of their own), a try of a held key, the async hot key at 4 and 64
+# with maxHold 120 s on 1 and 2 threads of keys of their own), a try of a held key, one hot key on 4
+# and 8 threads (more than the cores), the async hot key at 4 and 64
 # tasks, a semaphore of 2 permits under 8 tasks, a read-mostly key and
-# read-write tasks (16 on 4 keys, against tokio's RwLock),
+# read-write tasks (16 on 4 keys, against tokio's RwLock), the read-mostly
+# keys on 8 threads too,
 # each REV's core, the working tree's and the anchors alternating in one
 # process, printed as rates and as now's ratio to each with its spread
 # (GUARD_ROUNDS, default 5; GUARD_MS a row, default 300; GUARD_ROWS, a

@@ -12,13 +12,15 @@
 //!   `max_hold(120 s)`, as README's first example opens it;
 //! - `hold-2t`, `hold-max-2t`: two threads, each holding a key of its own,
 //!   through a plain lock and through a `max_hold(120 s)` one;
+//! - `hot-4t`, `hot-8t`: that many threads on one key, more threads than
+//!   this machine's cores, so the head of the line is often parked;
 //! - `async-hot-4`, `async-hot-64`: that many tasks on one key, on a
 //!   runtime of one worker per CPU, each yielding after [`BATCH`] holds;
 //! - `sem-2x8`: [`SEM_TASKS`] tasks on one key of [`SEM_PERMITS`] permits,
 //!   [`work`] inside each hold, so that grants side by side matter;
 //! - `read-mostly`: [`RW_THREADS`] threads on [`RW_KEYS`] keys of
 //!   [`RW_PERMITS`] permits, 1 hold in [`RW_WRITE_EVERY`] exclusive,
-//!   [`work`] inside each;
+//!   [`work`] inside each; `read-mostly-8t`: the same on 8 threads;
 //! - `rw-tasks`: [`RW_TASKS`] tasks on [`RW_TASK_KEYS`] keys of
 //!   [`RW_PERMITS`] permits, 1 hold in [`RW_TASK_WRITE_EVERY`] exclusive,
 //!   [`work`] inside each, against tokio's `RwLock`.
@@ -67,25 +69,31 @@ pub enum Row {
     HoldMax,
     Hold2,
     HoldMax2,
+    Hot4,
+    Hot8,
     AsyncHot4,
     AsyncHot64,
     Semaphore,
     ReadMostly,
+    ReadMostly8,
     RwTasks,
 }
 
 impl Row {
-    pub const ALL: [Row; 11] = [
+    pub const ALL: [Row; 14] = [
         Row::Hold,
         Row::Guard,
         Row::TryHeld,
         Row::HoldMax,
         Row::Hold2,
         Row::HoldMax2,
+        Row::Hot4,
+        Row::Hot8,
         Row::AsyncHot4,
         Row::AsyncHot64,
         Row::Semaphore,
         Row::ReadMostly,
+        Row::ReadMostly8,
         Row::RwTasks,
     ];
 
@@ -97,11 +105,30 @@ impl Row {
             Row::HoldMax => "hold-max",
             Row::Hold2 => "hold-2t",
             Row::HoldMax2 => "hold-max-2t",
+            Row::Hot4 => "hot-4t",
+            Row::Hot8 => "hot-8t",
             Row::AsyncHot4 => "async-hot-4",
             Row::AsyncHot64 => "async-hot-64",
             Row::Semaphore => "sem-2x8",
             Row::ReadMostly => "read-mostly",
+            Row::ReadMostly8 => "read-mostly-8t",
             Row::RwTasks => "rw-tasks",
+        }
+    }
+
+    /// Threads of a thread hot key row.
+    pub fn hot_threads(self) -> usize {
+        match self {
+            Row::Hot8 => 8,
+            _ => 4,
+        }
+    }
+
+    /// Threads of a read-mostly row.
+    pub fn rw_threads(self) -> usize {
+        match self {
+            Row::ReadMostly8 => 8,
+            _ => RW_THREADS,
         }
     }
 
@@ -331,10 +358,10 @@ macro_rules! guard_core {
                             }
                         }))
                     }
-                    Row::ReadMostly => {
+                    Row::ReadMostly | Row::ReadMostly8 => {
                         let lock = self.store.lock("guard-rw").permits($crate::guard::RW_PERMITS).open().expect("open");
                         let keys = rw_keys();
-                        Some($crate::guard::thread_rate($crate::guard::RW_THREADS, b.span, |t, stop| {
+                        Some($crate::guard::thread_rate(row.rw_threads(), b.span, |t, stop| {
                             let (mut i, mut n) = (0usize, 0u64);
                             while !stop.load(Relaxed) {
                                 for _ in 0..BATCH {
@@ -452,6 +479,16 @@ macro_rules! guard_core {
                             })
                         },
                     )),
+                    Row::Hot4 | Row::Hot8 => Some($crate::guard::thread_rate(row.hot_threads(), b.span, |_, stop| {
+                        let mut n = 0;
+                        while !stop.load(Relaxed) {
+                            for _ in 0..BATCH {
+                                lock.hold(::std::hint::black_box("hot"), |_| ()).expect("hold");
+                            }
+                            n += BATCH;
+                        }
+                        n
+                    })),
                     Row::AsyncHot4 | Row::AsyncHot64 => {
                         let lock = ::std::sync::Arc::new(lock);
                         Some($crate::guard::task_rate(b, row.hot_tasks(), |_, stop| {
@@ -539,6 +576,17 @@ impl GuardDesign for Anchors {
                     n
                 })
             }
+            Row::Hot4 | Row::Hot8 => thread_rate(row.hot_threads(), b.span, |_, stop| {
+                let mut n = 0;
+                while !stop.load(Relaxed) {
+                    for _ in 0..BATCH {
+                        let m = crate::dash_get(&self.mutexes, black_box("hot"));
+                        let _g = m.lock();
+                    }
+                    n += BATCH;
+                }
+                n
+            }),
             Row::TryHeld => beside_a_holder(
                 |held, done| {
                     let m = crate::dash_get(&self.mutexes, "held");
@@ -617,9 +665,9 @@ impl GuardDesign for Anchors {
                     n
                 }
             }),
-            Row::ReadMostly => {
+            Row::ReadMostly | Row::ReadMostly8 => {
                 let keys = rw_keys();
-                thread_rate(RW_THREADS, b.span, |t, stop| {
+                thread_rate(row.rw_threads(), b.span, |t, stop| {
                     let (mut i, mut n) = (0usize, 0u64);
                     while !stop.load(Relaxed) {
                         for _ in 0..BATCH {
@@ -646,12 +694,17 @@ impl GuardDesign for Anchors {
 /// The anchor's name for `row`, as the summary prints it.
 pub fn anchor_name(row: Row) -> &'static str {
     match row {
-        Row::Hold | Row::Guard | Row::TryHeld | Row::HoldMax | Row::Hold2 | Row::HoldMax2 => {
-            "dashmap+pl"
-        }
+        Row::Hold
+        | Row::Guard
+        | Row::TryHeld
+        | Row::HoldMax
+        | Row::Hold2
+        | Row::HoldMax2
+        | Row::Hot4
+        | Row::Hot8 => "dashmap+pl",
         Row::AsyncHot4 | Row::AsyncHot64 => "tokio-mutex",
         Row::Semaphore => "tokio-sem",
-        Row::ReadMostly => "pl-rwlock",
+        Row::ReadMostly | Row::ReadMostly8 => "pl-rwlock",
         Row::RwTasks => "tokio-rwlock",
     }
 }
