@@ -33,7 +33,7 @@ use crate::error::Error;
 use crate::key::{IntoKey, KeyBuf, KeyRef};
 use crate::lease::{Lease, Signal};
 use crate::lock::{
-    ms, take, thread_deadline, Fast, Grant, KeyHold, Lock, Mode, Want, DEFAULT_WAIT,
+    hold_options, ms, take, thread_deadline, Fast, Grant, KeyHold, Lock, Mode, Want, DEFAULT_WAIT,
     DEFAULT_WAIT_MS,
 };
 use crate::sync::Ordering;
@@ -435,23 +435,7 @@ pub struct OwnedKeyHold {
 }
 
 impl OwnedKeyHold {
-    /// How long to stand in line; see [`KeyHold::wait`].
-    pub fn wait(mut self, wait: Duration) -> Self {
-        self.wait = wait;
-        self
-    }
-
-    /// Takes `permits` of the key's permits; see [`KeyHold::permits`].
-    pub fn permits(mut self, permits: u32) -> Self {
-        self.want = Want::Permits(permits);
-        self
-    }
-
-    /// Takes all the key's permits; see [`KeyHold::exclusive`].
-    pub fn exclusive(mut self) -> Self {
-        self.want = Want::Exclusive;
-        self
-    }
+    hold_options!();
 
     /// The permits asked for, checked as a [`KeyHold`] checks them.
     fn asked(&self) -> Result<u32, Error> {

@@ -30,27 +30,36 @@ pub(crate) enum Want {
     Exclusive,
 }
 
+/// The options a key's builder sets, over its `wait` and `want` fields:
+/// one text for [`KeyHold`] and the owned guard's builder.
+macro_rules! hold_options {
+    () => {
+        /// How long to stand in line (default 10 s; zero: fail `in use` at
+        /// once if held; below 1 ms rounds up to 1 ms).
+        pub fn wait(mut self, wait: Duration) -> Self {
+            self.wait = wait;
+            self
+        }
+
+        /// Takes `permits` of the key's permits (default 1; 1 to the lock's
+        /// count, else the hold fails `invalid` at once).
+        pub fn permits(mut self, permits: u32) -> Self {
+            self.want = $crate::lock::Want::Permits(permits);
+            self
+        }
+
+        /// Takes all the key's permits: alone with the key (a writer of a
+        /// read-write lock).
+        pub fn exclusive(mut self) -> Self {
+            self.want = $crate::lock::Want::Exclusive;
+            self
+        }
+    };
+}
+pub(crate) use hold_options;
+
 impl KeyHold<'_> {
-    /// How long to stand in line (default 10 s; zero: fail `in use` at once
-    /// if held; below 1 ms rounds up to 1 ms).
-    pub fn wait(mut self, wait: Duration) -> Self {
-        self.wait = wait;
-        self
-    }
-
-    /// Takes `permits` of the key's permits (default 1; 1 to the lock's
-    /// count, else the hold fails `invalid` at once).
-    pub fn permits(mut self, permits: u32) -> Self {
-        self.want = Want::Permits(permits);
-        self
-    }
-
-    /// Takes all the key's permits: alone with the key (a writer of a
-    /// read-write lock).
-    pub fn exclusive(mut self) -> Self {
-        self.want = Want::Exclusive;
-        self
-    }
+    hold_options!();
 
     /// The permits asked for, checked against the lock's count.
     #[inline(always)]

@@ -27,7 +27,7 @@ mod slow;
 
 pub(crate) use fast::{take, Fast, Grant};
 pub use key_hold::KeyHold;
-pub(crate) use key_hold::{ms, Want};
+pub(crate) use key_hold::{hold_options, ms, Want};
 pub(crate) use slow::{thread_deadline, Entered};
 
 use crate::error::Error;
