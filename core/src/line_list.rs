@@ -30,6 +30,7 @@
 //! The pointer cells are [`crate::sync::UnsafeCell`]s, so under loom every
 //! read and write of a link is checked like any other shared access.
 
+use std::marker::PhantomPinned;
 use std::pin::Pin;
 use std::ptr;
 
@@ -37,9 +38,16 @@ use crate::sync::UnsafeCell;
 
 /// The links a node embeds to stand in a [`List`]: written only by the
 /// list the node is linked into (see the module's invariants).
+///
+/// It is `!Unpin`, and so is every node that embeds it: a linked node's
+/// owner may still hold a `&mut` to what encloses it (a task's future in
+/// its `poll`) while the list's user writes its links from another
+/// thread, and a `&mut` to a `!Unpin` value does not promise the compiler
+/// that nobody else reads or writes through it.
 pub(crate) struct Pointers<T> {
     prev: UnsafeCell<*const T>,
     next: UnsafeCell<*const T>,
+    _pinned: PhantomPinned,
 }
 
 impl<T> Pointers<T> {
@@ -48,6 +56,7 @@ impl<T> Pointers<T> {
         Self {
             prev: UnsafeCell::new(ptr::null()),
             next: UnsafeCell::new(ptr::null()),
+            _pinned: PhantomPinned,
         }
     }
 
@@ -100,12 +109,21 @@ impl<T> Drop for Pointers<T> {
 /// A node that can stand in a [`List`]: it embeds a [`Pointers`] and says
 /// where.
 ///
+/// The list finds a node's links from a raw pointer, never a reference to
+/// the whole node, so it claims nothing about the node's other fields
+/// (which its owner may be using).
+///
 /// # Safety
-/// `pointers` answers the same [`Pointers`], embedded in `self`, on every
-/// call, and no other node's; nothing else reads or writes it.
+/// `pointers(node)` answers a pointer to the [`Pointers`] embedded in
+/// `*node`: the same one on every call, and no other node's. Nothing but
+/// the list reads or writes them.
 pub(crate) unsafe trait Link: Sized {
-    /// The links this node embeds.
-    fn pointers(&self) -> &Pointers<Self>;
+    /// Where `node`'s links are, without forming a reference to `*node`
+    /// (`&raw const (*node).field`).
+    ///
+    /// # Safety
+    /// `node` points to a live `Self`.
+    unsafe fn pointers(node: *const Self) -> *const Pointers<Self>;
 }
 
 /// A circular doubly-linked list of `T`s, known by its tail (the head is
@@ -114,15 +132,15 @@ pub(crate) struct List<T: Link> {
     tail: *const T,
 }
 
-/// The links of a linked node.
+/// The links of a node (a reference to them alone, not to the node).
 ///
 /// # Safety
-/// `node` is linked into a list (so alive, by the list's invariants), and
-/// stays alive for `'a`.
+/// `node` is alive for `'a` (a linked node is, by the list's invariants).
 #[inline(always)]
 unsafe fn links<'a, T: Link>(node: *const T) -> &'a Pointers<T> {
-    // SAFETY: the node is alive for 'a, by the caller's contract.
-    unsafe { (*node).pointers() }
+    // SAFETY: the node is alive for 'a, by the caller's contract, and
+    // `Link` answers a pointer into it.
+    unsafe { &*T::pointers(node) }
 }
 
 impl<T: Link> List<T> {
@@ -161,7 +179,8 @@ impl<T: Link> List<T> {
     #[inline]
     pub(crate) unsafe fn push_back(&mut self, node: Pin<&T>) {
         let np: *const T = node.get_ref();
-        let own = node.get_ref().pointers();
+        // SAFETY: `node` is borrowed, so alive, while we use its links.
+        let own = unsafe { links(np) };
         let tail = self.tail;
         // SAFETY: `&mut self` gives exclusive access to the list's links,
         // and `node`'s are ours once the caller says it is in no list; a
@@ -205,7 +224,8 @@ impl<T: Link> List<T> {
     pub(crate) unsafe fn unlink(&mut self, node: &T) -> bool {
         debug_assert!(!self.is_empty(), "an unlink from an empty list");
         let np: *const T = node;
-        let own = node.pointers();
+        // SAFETY: `node` is borrowed, so alive, while we use its links.
+        let own = unsafe { links(np) };
         // SAFETY: `&mut self` gives exclusive access to the list's links;
         // `node` is linked here (the caller's contract), so its neighbours
         // are linked here too, and alive.
@@ -254,8 +274,10 @@ mod tests {
 
     // SAFETY: `links` is the node's own, answered on every call.
     unsafe impl Link for Node {
-        fn pointers(&self) -> &Pointers<Self> {
-            &self.links
+        unsafe fn pointers(node: *const Self) -> *const Pointers<Self> {
+            // SAFETY: `node` is live (the caller's contract); no reference
+            // is formed.
+            unsafe { &raw const (*node).links }
         }
     }
 
