@@ -52,6 +52,7 @@ pub(crate) struct Pointers<T> {
 
 impl<T> Pointers<T> {
     /// Links for a node not yet in any list.
+    #[inline]
     pub(crate) fn new() -> Self {
         Self {
             prev: UnsafeCell::new(ptr::null()),
@@ -145,6 +146,7 @@ unsafe fn links<'a, T: Link>(node: *const T) -> &'a Pointers<T> {
 
 impl<T: Link> List<T> {
     /// An empty list.
+    #[inline]
     pub(crate) const fn new() -> Self {
         Self { tail: ptr::null() }
     }
