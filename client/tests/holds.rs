@@ -652,3 +652,25 @@ async fn inspect_shows_the_holder_the_fence_and_the_line() {
         assert_eq!((free.holder, free.waiters), (None, 0));
     }
 }
+
+/// The longest wait the client takes (`Duration::MAX`, sent as the core's
+/// largest) waits as long as it takes: not ended while the key is held,
+/// granted once it is let go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_longest_wait_waits_until_the_key_is_let_go() {
+    let server = Server::start();
+    let (_s, lock) = server.lock("longest", None, None).await;
+    let (_t, other) = server.lock("longest", None, None).await;
+    let held = other.acquire("l").await.unwrap();
+    let waiting = tokio::spawn(async move {
+        lock.key("l")
+            .wait(Duration::MAX)
+            .hold(async |lease| lease.fence())
+            .await
+    });
+    sleep(Duration::from_millis(300)).await;
+    assert!(!waiting.is_finished(), "the wait has not ended");
+    held.release().await.unwrap();
+    let fence = timeout(PATIENCE, waiting).await.unwrap().unwrap().unwrap();
+    assert!(fence > 0);
+}

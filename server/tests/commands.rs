@@ -230,3 +230,30 @@ fn waiters_are_granted_in_arrival_order() {
         w.call(&["RELEASE", &pair[0].as_integer().unwrap().to_string()]);
     }
 }
+
+/// The longest WAIT the server takes (an i64 of milliseconds) waits as long
+/// as it takes: no answer while the key is held, the grant once it is let
+/// go; one past it is refused as Redis refuses a number out of range.
+#[test]
+fn the_longest_wait_waits_until_the_key_is_let_go() {
+    let server = Server::start(&[]);
+    let mut holder = server.connect();
+    let (lease, _) = holder.grant(&["HOLD", "longest", "k"]);
+    let mut waiter = server.connect();
+    waiter.send(&["HOLD", "longest", "k", "WAIT", &i64::MAX.to_string()]);
+    assert_eq!(
+        waiter.read_within(Duration::from_millis(300)),
+        None,
+        "still waiting"
+    );
+    assert_eq!(holder.call(&["RELEASE", &lease.to_string()]), Value::ok());
+    let granted = waiter
+        .read_within(Duration::from_secs(10))
+        .expect("granted");
+    assert!(matches!(granted, Value::Array(_)), "{granted:?}");
+    let past = (i64::MAX as u64 + 1).to_string();
+    assert_eq!(
+        error_text(holder.call(&["HOLD", "longest", "j", "WAIT", &past])),
+        "ERR value is not an integer or out of range: WAIT takes whole milliseconds (WAIT 10000 is 10 s)"
+    );
+}

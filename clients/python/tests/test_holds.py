@@ -378,3 +378,17 @@ async def test_connect_fails_closed_when_nothing_listens() -> None:
     with refused_address() as dead, pytest.raises(holdline_client.Closed) as caught:
         await holdline_client.connect(dead, connect_timeout="2s")
     assert_text(caught.value, "cannot_connect", hostport=dead)
+
+
+async def test_the_longest_wait_a_client_takes_waits_until_the_key_is_let_go(
+    store: holdline_client.Store,
+) -> None:
+    lock = store.lock("longest")
+    held = await hold_in_background(lock, "l")
+    longest = f"{(1 << 62) - 1}ms"  # the largest wait the client accepts
+    waiting = asyncio.create_task(hold_once(lock, "l", wait=longest))
+    await until_waiters(store, "longest", 1)
+    await asyncio.sleep(0.3)
+    assert not waiting.done(), "the wait has not ended"
+    await held.release()
+    assert await waiting > 0

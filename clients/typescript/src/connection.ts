@@ -8,7 +8,7 @@
 import * as net from 'node:net'
 import * as tls from 'node:tls'
 import { showAddress, type Address, type Auth } from './address.js'
-import { now } from './duration.js'
+import { now, timerMs } from './duration.js'
 import type { HoldlineError } from './errors.js'
 import { Decoder, encodeCommand, MAX_REPLY_BYTES, RespError, RespNotResp, RespPush, RespProtocolError, RespTooLarge, type Arg, type Reply } from './resp.js'
 import { cannotConnect, connectionClosed, connectRefused, connectSilent, notHoldline, notResp, replyTooLarge, tlsFailed, tokenMissing, tokenRefused } from './texts.js'
@@ -197,7 +197,7 @@ export class Connection {
 	busy(periodMs: number, renew: () => void = () => this.#ping()): void {
 		this.#socket.ref()
 		clearInterval(this.#renewal)
-		this.#renewal = setInterval(renew, periodMs)
+		this.#renewal = setInterval(renew, timerMs(periodMs))
 		this.#renewal.unref()
 	}
 

@@ -7,13 +7,13 @@
  * stretch a hold past it. Each awaited step takes the deadline's signal.
  */
 
-import { now } from './duration.js'
+import { now, timerMs } from './duration.js'
 
 export class HoldDeadline {
 	readonly #controller = new AbortController()
 	/** When the wait ends: the call + the wait. */
 	readonly #waitEnd: number
-	readonly #timer: NodeJS.Timeout
+	#timer: NodeJS.Timeout | undefined
 	readonly #caller: AbortSignal | undefined
 	readonly #onCallerAbort = () => this.#controller.abort(this.#caller?.reason)
 	#silent = false
@@ -26,15 +26,26 @@ export class HoldDeadline {
 	constructor(waitMs: number, graceMs: number, giveUp: () => unknown, caller: AbortSignal | undefined) {
 		this.#waitEnd = now() + waitMs
 		this.#caller = caller
-		this.#timer = setTimeout(() => {
-			if (this.#controller.signal.aborted) return
-			this.#silent = true
-			this.#controller.abort(giveUp())
-		}, waitMs + graceMs)
-		// What the hold waits on keeps the process alive, not this timer.
-		this.#timer.unref()
+		this.#giveUpAfter(waitMs + graceMs, giveUp)
 		if (caller?.aborted) this.#onCallerAbort()
 		else caller?.addEventListener('abort', this.#onCallerAbort, { once: true })
+	}
+
+	/**
+	 * Gives the hold up once `ms` have passed, in steps a timer keeps: a
+	 * wait longer than `setTimeout`'s range (about 24.8 days) would
+	 * otherwise be given up at once.
+	 */
+	#giveUpAfter(ms: number, giveUp: () => unknown): void {
+		const step = timerMs(ms)
+		this.#timer = setTimeout(() => {
+			if (this.#controller.signal.aborted) return
+			if (ms > step) return this.#giveUpAfter(ms - step, giveUp)
+			this.#silent = true
+			this.#controller.abort(giveUp())
+		}, step)
+		// What the hold waits on keeps the process alive, not this timer.
+		this.#timer.unref()
 	}
 
 	/** Aborted when the hold is given up: by its bound (reason: the `wait_silent` error) or by the caller (the caller's reason). */

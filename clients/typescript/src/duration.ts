@@ -21,6 +21,17 @@ const PART = /(\d+(?:\.\d+)?|\.\d+)(ms|s|m|h)/y
 const MAX_MS = Number.MAX_SAFE_INTEGER
 
 /**
+ * The longest delay `setTimeout` and `setInterval` keep (about 24.8 days):
+ * past it Node fires after 1 ms instead. A timer for longer runs in steps.
+ */
+export const MAX_TIMER_MS = 2 ** 31 - 1
+
+/** `ms` as a timer's delay: at most [`MAX_TIMER_MS`], for a timer that looks again when it fires. */
+export function timerMs(ms: number): number {
+	return Math.min(ms, MAX_TIMER_MS)
+}
+
+/**
  * Whole milliseconds of a duration, rounded up so that `'0.5ms'` is not
  * zero. `what` names the option in the error (`ttl`, `maxHold`, `wait`).
  */

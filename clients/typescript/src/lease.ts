@@ -16,7 +16,7 @@
  * the first look after a stall already answers lost.
  */
 
-import { now } from './duration.js'
+import { now, timerMs } from './duration.js'
 import type { HoldlineError } from './errors.js'
 import type { Arg, Reply } from './resp.js'
 
@@ -150,7 +150,7 @@ export class Lease {
 		this.#look()
 		if (this.#settled || this.#controller.signal.aborted) return
 		// A timer can fire a little early: `#look` compares with the clock.
-		this.#timer = setTimeout(() => this.#arm(), Math.max(1, Math.ceil(this.#deadline - now())))
+		this.#timer = setTimeout(() => this.#arm(), timerMs(Math.max(1, Math.ceil(this.#deadline - now()))))
 		// The hold's connection keeps the process alive while the lease lives.
 		this.#timer.unref()
 	}

@@ -133,3 +133,20 @@ test('the lease knows whether it was lost', async () => {
 		assert.ok(!(lease.signal.reason instanceof HoldlineError))
 	})
 })
+
+test('the longest wait a client takes waits as long as it takes, then is granted', async () => {
+	const lock = shared.store.lock('longest')
+	const letGo = await holdOpen(lock, 'l')
+	let ended = false
+	const waiting = lock
+		.hold('l', () => 'granted', { wait: Number.MAX_SAFE_INTEGER })
+		.finally(() => {
+			ended = true
+		})
+	await until('the waiter stands in line', async () => (await shared.store.stats('longest')).waiters === 1)
+	// A wait past setTimeout's range (about 24.8 days) was given up after 1 ms.
+	await sleep(300)
+	assert.equal(ended, false, 'the wait has not ended')
+	await letGo()
+	assert.equal(await waiting, 'granted')
+})
