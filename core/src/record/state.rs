@@ -34,6 +34,49 @@
 //!   the next grant will carry while free: a release stores `fence + 1`
 //!   before it gives the key up, so a stale fence is refused from the moment
 //!   its holder lets go or is revoked.
+//!
+//! # Two kinds of word, one type
+//!
+//! Bits 4..24 mean one thing or the other by the word's kind: the line's
+//! length for a lock of one permit, the permits held for a lock of several
+//! (`MULTI`, whose line's length lives in its [`Permits`]). So each bit
+//! does have one meaning *for a given record*, and the kinds are not
+//! given two types, on purpose:
+//!
+//! - Every transition is one CAS (or one swap) on one `AtomicU32`. Two
+//!   types would be two views of that one atomic, since a record's kind
+//!   is only known by loading its word: the uncontended hold tries
+//!   `0 -> HELD` before it knows the kind (a `MULTI` word is never `0`),
+//!   and `try_retire`, `lock_line` and the stats peek at any record.
+//!   Splitting the atomic would break the single CAS that keeps the
+//!   invariants above; wrapping it in two newtypes would add a branch or a
+//!   conversion at each of those shared sites and leave the bits as they
+//!   are (the representation is what loom checks, and what keeps a record
+//!   one cache line).
+//! - A word's kind never changes: `MULTI` is set at birth
+//!   (`Record::new_held`) and no transition clears it, not even `DEAD`
+//!   (`try_retire` keeps it). So a word loaded once and seen `multi()`
+//!   stays of that kind through every CAS on the record, and each path
+//!   branches on the kind once, at its top (`acquire_or_enqueue`,
+//!   `try_acquire`, `release`, `holders`), then stays in its kind's code.
+//! - The methods say which kind they serve. The flags (`held`, `locked`,
+//!   `queued`, `dead`, `has_sleepers`, `takeable`, `held_alone`, ...) mean
+//!   the same for both. Only for one permit: [`waiters`],
+//!   [`with_one_more_waiter`], [`with_one_fewer_waiter`]. Only for `MULTI`:
+//!   [`held_permits`], [`with_taken`], [`with_given_back`]. Each of these
+//!   six checks its word's kind with a `debug_assert!`, compiled out of
+//!   a release build: the uncontended hold of one permit calls none of
+//!   them (it tests `takeable`, `held_alone` and `multi`), and the line's
+//!   code reaches the counts through `line_len`, `line_grew` and
+//!   `line_shrank`, which branch on the kind.
+//!
+//! [`Permits`]: crate::permits::Permits
+//! [`waiters`]: StateWord::waiters
+//! [`with_one_more_waiter`]: StateWord::with_one_more_waiter
+//! [`with_one_fewer_waiter`]: StateWord::with_one_fewer_waiter
+//! [`held_permits`]: StateWord::held_permits
+//! [`with_taken`]: StateWord::with_taken
+//! [`with_given_back`]: StateWord::with_given_back
 
 pub(super) const HELD: u32 = 1;
 const QLOCK: u32 = 1 << 1;
@@ -183,26 +226,32 @@ impl StateWord for u32 {
     }
     #[inline]
     fn waiters(self) -> u32 {
+        debug_assert!(!self.multi(), "{self:#x}: a word of one permit");
         (self & WAITER_MASK) >> WAITER_SHIFT
     }
     #[inline]
     fn with_one_more_waiter(self) -> u32 {
+        debug_assert!(!self.multi(), "{self:#x}: a word of one permit");
         (self | QUEUED) + WAITER_ONE
     }
     #[inline]
     fn with_one_fewer_waiter(self) -> u32 {
+        debug_assert!(!self.multi(), "{self:#x}: a word of one permit");
         self - WAITER_ONE
     }
     #[inline]
     fn held_permits(self) -> u32 {
+        debug_assert!(self.multi(), "{self:#x}: a MULTI word");
         (self & HELD_MASK) >> WAITER_SHIFT
     }
     #[inline]
     fn with_taken(self, want: u32) -> u32 {
+        debug_assert!(self.multi(), "{self:#x}: a MULTI word");
         (self + want * HELD_ONE) | HELD
     }
     #[inline]
     fn with_given_back(self, want: u32) -> u32 {
+        debug_assert!(self.multi(), "{self:#x}: a MULTI word");
         let s = self - want * HELD_ONE;
         if s.held_permits() == 0 {
             s.without_held()
