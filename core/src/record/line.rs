@@ -77,6 +77,36 @@ fn retirable(seen: u32) -> u32 {
     seen.idle()
 }
 
+/// The ordering an enqueuer lets QLOCK go with: Release.
+/// (Mutant for loom-tests/README.md: a Relaxed unlock.)
+#[inline(always)]
+fn enqueue_unlock_order() -> Ordering {
+    if cfg!(holdline_mutant = "relaxed_unlock") {
+        Ordering::Relaxed
+    } else {
+        Ordering::Release
+    }
+}
+
+/// The status a waiter leaving the line read under QLOCK, as it acts on it.
+/// (Mutant for loom-tests/README.md: leave the line even when granted.)
+#[inline(always)]
+fn as_read(status: u32) -> u32 {
+    if cfg!(holdline_mutant = "cancel_ignores_grant") {
+        PARKED
+    } else {
+        status
+    }
+}
+
+/// Whether a departure that leaves the word `s` serves whoever stood
+/// behind it: only a lock of several permits has waiters that may fit now.
+/// (Mutant for loom-tests/README.md: a departure that serves nobody.)
+#[inline(always)]
+fn departure_serves(s: u32) -> bool {
+    s.multi() && !cfg!(holdline_mutant = "leave_serves_none")
+}
+
 impl Record {
     /// Never waits: takes `want` permits of the key if they fit and nobody
     /// waits.
@@ -202,12 +232,7 @@ impl Record {
         // SAFETY: we own QLOCK; the node is ours until the unlock below.
         let arm_line_ms = unsafe { self.cover_deadline(&waiter) };
         // Release: the next QLOCK owner must see the node linked.
-        // (Mutant for loom-tests/README.md: a Relaxed unlock.)
-        let unlock = if cfg!(holdline_mutant = "relaxed_unlock") {
-            Ordering::Relaxed
-        } else {
-            Ordering::Release
-        };
+        let unlock = enqueue_unlock_order();
         // SAFETY: we own QLOCK.
         let s = unsafe { self.line_grew(s) };
         self.unlock_line(s, unlock);
@@ -356,13 +381,7 @@ impl Record {
         let s = self.lock_line();
         // Under QLOCK no one else can change the status (only QLOCK owners
         // publish final statuses). Acquire: to see a granter's fence store.
-        let status = waiter.status.load(Ordering::Acquire);
-        // Mutant for loom-tests/README.md: leave the line even when granted.
-        let status = if cfg!(holdline_mutant = "cancel_ignores_grant") {
-            PARKED
-        } else {
-            status
-        };
+        let status = as_read(waiter.status.load(Ordering::Acquire));
         if let Some(end) = end_of(status) {
             self.unlock_line(s, Ordering::Release);
             return end;
@@ -373,8 +392,7 @@ impl Record {
         waiter.status.store(LEFT, Ordering::Relaxed);
         // SAFETY: we own QLOCK.
         let s = unsafe { self.line_shrank(s, now_empty) };
-        // Mutant for loom-tests/README.md: a departure that serves nobody.
-        if !s.multi() || cfg!(holdline_mutant = "leave_serves_none") {
+        if !departure_serves(s) {
             self.unlock_line(s, Ordering::Release);
             return WaitEnd::TimedOut;
         }

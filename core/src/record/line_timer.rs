@@ -86,10 +86,7 @@ impl Record {
         // SAFETY: the caller owns QLOCK.
         unsafe {
             self.with_locked(|extra| {
-                // Mutant for loom-tests/README.md: a deadline left uncovered.
-                if extra.line_timer_ms.is_some_and(|at| at <= due_ms)
-                    || cfg!(holdline_mutant = "uncovered_deadline")
-                {
+                if covered(extra.line_timer_ms, due_ms) {
                     return None;
                 }
                 extra.line_timer_ms = Some(due_ms);
@@ -154,4 +151,12 @@ impl Record {
         self.unlock_line(s, Ordering::Release);
         arm
     }
+}
+
+/// Whether a line-timer entry pending at `pending` (ms) covers a
+/// deadline due at `due_ms`: it comes at or before it.
+/// (Mutant for loom-tests/README.md: a deadline left uncovered.)
+#[inline(always)]
+fn covered(pending: Option<u64>, due_ms: u64) -> bool {
+    pending.is_some_and(|at| at <= due_ms) || cfg!(holdline_mutant = "uncovered_deadline")
 }

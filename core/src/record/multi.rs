@@ -32,7 +32,7 @@ use super::waiter::{finish_waiter, GRANTED};
 use super::{Enqueued, Record, StateWord, Tried, Waiter, Wake};
 use crate::permits::Permits;
 use crate::spin::Backoff;
-use crate::sync::Ordering;
+use crate::sync::{AtomicU32, Ordering};
 use std::pin::Pin;
 
 /// Who holds a key now: from the state word for a lock of one permit; for
@@ -136,29 +136,14 @@ impl Record {
             if s.dead() {
                 return Tried::Dead;
             }
-            // Mutant for loom-tests/README.md: a newcomer overtakes the line.
-            let waits = s.queued() && !cfg!(holdline_mutant = "fast_overtakes");
-            if waits || !permits.fits(s.held_permits(), want) {
+            if line_waits(s) || !permits.fits(s.held_permits(), want) {
                 return Tried::Held;
             }
             if s.locked() {
                 s = self.wait_line_unlocked(s, &mut backoff);
                 continue;
             }
-            // Mutant for loom-tests/README.md: a take that stores its count
-            // over whatever changed since its load.
-            if cfg!(holdline_mutant = "take_stores") {
-                self.state.store(s.with_taken(want), Ordering::Release);
-                return Tried::Granted(self.book_grant(permits));
-            }
-            // Acquire: pairs with the Release of the releases before, as
-            // for a lock of one permit.
-            match self.state.compare_exchange_weak(
-                s,
-                s.with_taken(want),
-                Ordering::Acquire,
-                Ordering::Relaxed,
-            ) {
+            match cas_taken(&self.state, s, s.with_taken(want)) {
                 Ok(_) => return Tried::Granted(self.book_grant(permits)),
                 Err(now) => s = now,
             }
@@ -188,9 +173,7 @@ impl Record {
             return Ok(Enqueued::Dead);
         }
         let permits = self.permits();
-        // Mutant for loom-tests/README.md: no second look under QLOCK.
-        let look = !cfg!(holdline_mutant = "enqueue_without_recheck");
-        if look && !s.queued() && permits.fits(s.held_permits(), waiter.want) {
+        if fit_under_lock(s, permits, waiter.want) {
             // Given back since the CAS failed: counted under QLOCK, then
             // booked by this taker after the unlock, as every grant is.
             // Release: the unlock, as for any QLOCK owner.
@@ -225,8 +208,7 @@ impl Record {
                 continue;
             }
             // Someone waits and may fit now: serve the line under QLOCK.
-            // (Mutant for loom-tests/README.md: give back past the line.)
-            if s.queued() && !cfg!(holdline_mutant = "release_skips_line") {
+            if release_serves_line(s) {
                 // Acquire: to see the line as the previous owner left it.
                 match self.state.compare_exchange_weak(
                     s,
@@ -289,8 +271,7 @@ impl Record {
             if let Some(wake) = unsafe { finish_waiter(head, GRANTED, fence) } {
                 woken.push(wake);
             }
-            // Mutant for loom-tests/README.md: serve one waiter per release.
-            if cfg!(holdline_mutant = "serve_one") {
+            if stops_after_one() {
                 break;
             }
         }
@@ -339,6 +320,53 @@ impl Record {
         self.unlock_line(s, Ordering::Release);
         holders
     }
+}
+
+/// Whether a newcomer that sees the word `s` must leave the permits to
+/// the line: someone waits.
+/// (Mutant for loom-tests/README.md: a newcomer overtakes the line.)
+#[inline(always)]
+fn line_waits(s: u32) -> bool {
+    s.queued() && !cfg!(holdline_mutant = "fast_overtakes")
+}
+
+/// A take's CAS of the word from `s` to `taken`.
+/// (Mutant for loom-tests/README.md: a take that stores its count over
+/// whatever changed since its load.)
+#[inline(always)]
+fn cas_taken(state: &AtomicU32, s: u32, taken: u32) -> Result<u32, u32> {
+    if cfg!(holdline_mutant = "take_stores") {
+        state.store(taken, Ordering::Release);
+        return Ok(s);
+    }
+    // Acquire: pairs with the Release of the releases before, as
+    // for a lock of one permit.
+    state.compare_exchange_weak(s, taken, Ordering::Acquire, Ordering::Relaxed)
+}
+
+/// Whether `want` permits, refused by a take's CAS, fit after all when
+/// looked at again under QLOCK (the word `s`): nobody waits and they fit.
+/// (Mutant for loom-tests/README.md: no second look under QLOCK.)
+#[inline(always)]
+fn fit_under_lock(s: u32, permits: &Permits, want: u32) -> bool {
+    let look = !cfg!(holdline_mutant = "enqueue_without_recheck");
+    look && !s.queued() && permits.fits(s.held_permits(), want)
+}
+
+/// Whether a release that sees the word `s` gives its permits back under
+/// QLOCK, serving the line: someone waits and may fit now.
+/// (Mutant for loom-tests/README.md: give back past the line.)
+#[inline(always)]
+fn release_serves_line(s: u32) -> bool {
+    s.queued() && !cfg!(holdline_mutant = "release_skips_line")
+}
+
+/// Whether serving the line stops after one grant: never, it grants
+/// every head that fits.
+/// (Mutant for loom-tests/README.md: serve one waiter per release.)
+#[inline(always)]
+fn stops_after_one() -> bool {
+    cfg!(holdline_mutant = "serve_one")
 }
 
 /// Who holds a key of several permits, from its book's `fences`.

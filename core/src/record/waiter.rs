@@ -238,24 +238,41 @@ pub(super) unsafe fn finish_waiter(w: *const Waiter, to: u32, fence: u64) -> Opt
         }
         Err(_parked) => {
             count(Event::HandoffToParked);
-            // Mutant for loom-tests/README.md: publish the final status
-            // before copying the wake handle (the node may be gone by then).
-            if cfg!(holdline_mutant = "status_before_wake") {
-                w.status.store(to, Ordering::Release);
-            }
             // PARKED: it sleeps (or is about to), or it is a task. Take the
             // handle first: once the status is final the node may vanish.
             // Nobody reads a node's waker after its final status.
             // SAFETY: we own QLOCK, which guards `wake` of a linked node.
-            let wake = w.wake.with_mut(|k| unsafe { (*k).take() });
+            let wake = unsafe { take_wake(w, to) };
             w.status.store(to, Ordering::Release);
-            // Mutant for loom-tests/README.md: forget the wake.
-            if cfg!(holdline_mutant = "missed_wake") {
-                return None;
-            }
-            Some(wake)
+            handed(wake)
         }
     }
+}
+
+/// Moves the wake handle out of `w`, a node about to get the final
+/// status `to`.
+/// (Mutant for loom-tests/README.md: publish the final status before
+/// copying the wake handle (the node may be gone by then).)
+///
+/// # Safety
+/// The caller owns QLOCK, and `w` was just unlinked with no final status.
+#[inline(always)]
+unsafe fn take_wake(w: &Waiter, to: u32) -> Wake {
+    if cfg!(holdline_mutant = "status_before_wake") {
+        w.status.store(to, Ordering::Release);
+    }
+    // SAFETY: we own QLOCK, which guards `wake` of a linked node.
+    w.wake.with_mut(|k| unsafe { (*k).take() })
+}
+
+/// The wake a granter or closer fires once it lets QLOCK go.
+/// (Mutant for loom-tests/README.md: forget the wake.)
+#[inline(always)]
+fn handed(wake: Wake) -> Option<Wake> {
+    if cfg!(holdline_mutant = "missed_wake") {
+        return None;
+    }
+    Some(wake)
 }
 
 pub(super) fn end_of(status: u32) -> Option<WaitEnd> {
