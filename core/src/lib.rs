@@ -139,7 +139,9 @@
 //   parks, and the line lock's backoff. `parking`: where a thread sleeps
 //   while a word's bit is held, a table of buckets by the word's address. `error`: the one error type. `ctx`:
 //   a thread's running holds, each listed by a drop guard. `timer`: the
-//   wheel, a plain data structure.
+//   wheel, a plain data structure. `line_list`: the intrusive circular
+//   list, known by its tail, that a key's waiters stand in (uses only
+//   `sync`).
 // - `key`: key and lock-name text. `outcome`: a hold's value with its loss.
 // - `permits`: the book of a key of several permits, which grants hold
 //   it (a lock of one permit needs none).
@@ -191,6 +193,9 @@ mod hold_watch;
 mod inspect;
 mod key;
 mod lease;
+// record.rs will keep its line of waiters in it; unused until then.
+#[allow(dead_code)]
+mod line_list;
 mod line_wait;
 mod lock;
 mod lock_shared;
