@@ -66,7 +66,6 @@ use waiter::Wake;
 use crate::permits::{Overflow, Permits};
 use crate::sync::{AtomicU32, AtomicU64, Ordering, UnsafeCell};
 use crossbeam_epoch as epoch;
-use std::ptr;
 
 /// One key of one lock: exactly one cache line, so the state word a holder
 /// writes never shares a line with another key's record.
@@ -152,7 +151,7 @@ impl Record {
             key: KeyText::new(key),
             state: AtomicU32::new(state),
             fence: AtomicU64::new(fence),
-            line: UnsafeCell::new(Line { tail: ptr::null() }),
+            line: UnsafeCell::new(Line::new()),
             extra: UnsafeCell::new(extra),
         }
     }

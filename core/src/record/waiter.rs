@@ -23,9 +23,9 @@
 
 use crate::counters::{count, Event};
 use crate::ctx;
+use crate::line_list::Pointers;
 use crate::sync::{AtomicU32, Ordering, Thread, UnsafeCell};
 use std::marker::PhantomPinned;
-use std::ptr;
 use std::task::Waker;
 
 // Waiter statuses. See the table in the module doc.
@@ -116,8 +116,8 @@ pub(crate) fn wake_all(wakes: Wakes) {
 /// It must not move while linked ([`PhantomPinned`]; the linking functions
 /// are `unsafe fn`s that say so), and its `Drop` checks it is not linked.
 pub(crate) struct Waiter {
-    pub(super) prev: UnsafeCell<*const Waiter>,
-    pub(super) next: UnsafeCell<*const Waiter>,
+    /// Its links in the line (`line_links`), written only under `QLOCK`.
+    pub(super) links: Pointers<Waiter>,
     pub(super) status: AtomicU32,
     /// How many permits it asks for (1 for a lock of one permit).
     pub(super) want: u32,
@@ -153,8 +153,7 @@ impl Waiter {
 
     fn new(wake: Wake, want: u32, deadline_us: u64) -> Self {
         Waiter {
-            prev: UnsafeCell::new(ptr::null()),
-            next: UnsafeCell::new(ptr::null()),
+            links: Pointers::new(),
             status: AtomicU32::new(IDLE),
             want,
             fence: UnsafeCell::new(deadline_us),
@@ -203,8 +202,7 @@ impl Drop for Waiter {
         // causality violation, not missed.
         #[cfg(loom)]
         {
-            self.prev.with_mut(|_| ());
-            self.next.with_mut(|_| ());
+            // (The links' own drop writes them, under loom.)
             self.wake.with_mut(|_| ());
             self.fence.with_mut(|_| ());
         }
