@@ -193,8 +193,6 @@ mod hold_watch;
 mod inspect;
 mod key;
 mod lease;
-// record.rs will keep its line of waiters in it; unused until then.
-#[allow(dead_code)]
 mod line_list;
 mod line_wait;
 mod lock;

@@ -1,6 +1,6 @@
 //! An intrusive circular doubly-linked list, known by its tail alone: the
-//! shape of a key's line of waiters (`record.rs`), kept here so that it is
-//! generic and tested on its own.
+//! shape of a key's line of waiters (`record/line_links.rs`), kept here so
+//! that it is generic and tested on its own.
 //!
 //! What it owns: a [`List`] owns one pointer, its tail (null when empty),
 //! and, while a node is linked, that node's [`Pointers`] (its `prev` and

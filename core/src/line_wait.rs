@@ -172,7 +172,7 @@ impl<'a> LineWait<'a> {
         }
         // SAFETY: pinned, and the node's status read not final while
         // pinned: it was linked then, so the record is not freed while the
-        // pin lasts (record.rs).
+        // pin lasts (record/mod.rs: the record's lifetime).
         let linked = unsafe { record.get() };
         if self.deadline_us != 0 && self.lock.store.clock.now_us() >= self.deadline_us {
             // SAFETY: pinned, and the status read not final while pinned.
@@ -231,7 +231,7 @@ impl Drop for LineWait<'_> {
         };
         let node = self.node();
         // SAFETY: the state is `Waiting`: the node was linked, so the record
-        // lives until the node has an end (record.rs).
+        // lives until the node has an end (record/mod.rs: its lifetime).
         let record = unsafe { record.get() };
         let end = match node.end() {
             Some(end) => end,
