@@ -148,3 +148,39 @@ fn a_task_s_deadline_fires_through_its_line() {
         assert_eq!(store.pending_timers(), 0, "nothing left on the wheel");
     });
 }
+
+/// 25. A task at the head of a line and a thread behind it, both behind a
+/// holder: the release that grants the task rouses the thread (it was
+/// asleep; its status goes back from `PARKED` to `WAITING` and it spins as
+/// the next in line), and the task's release grants the thread. A rouse
+/// that flips the status without unparking leaves the thread asleep with a
+/// status a grant takes for a spinner's, so it is never woken (a loom
+/// deadlock). The main thread plays the holder and the task.
+#[test]
+fn a_rouse_racing_the_next_grant() {
+    check_idle(2, |_store, lock| {
+        let count = Arc::new(AtomicUsize::new(0));
+        let held = lock.acquire("k").unwrap();
+        let mut task = std::pin::pin!(lock.key("k").wait(FOREVER).acquire_async());
+        let mut cx = Context::from_waker(Waker::noop());
+        assert!(task.as_mut().poll(&mut cx).is_pending(), "in line");
+        let thread_waiter = {
+            let (lock, count) = (lock.clone(), count.clone());
+            thread::spawn(move || {
+                lock.key("k")
+                    .wait(FOREVER)
+                    .hold(|l| (inside(&count), l.fence()).1)
+                    .unwrap()
+            })
+        };
+        while lock.waiters_of("k") != 2 {
+            thread::yield_now();
+        }
+        held.release().unwrap();
+        let lease = loom::future::block_on(task).unwrap();
+        inside(&count);
+        let task_fence = lease.fence();
+        lease.release().unwrap();
+        assert!(thread_waiter.join().unwrap() > task_fence, "in line order");
+    });
+}

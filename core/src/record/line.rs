@@ -21,11 +21,11 @@
 //! stays set), so nobody can barge; the waiter's status machine is tabled
 //! in `waiter`.
 
-use super::waiter::{end_of, finish_waiter, CLOSED, GRANTED, LEFT, PARKED, WAITING};
+use super::waiter::{end_of, finish_waiter, rouse, CLOSED, GRANTED, LEFT, PARKED, WAITING};
 use super::{Record, StateWord, WaitEnd, Waiter, Wake, Wakes, Woken, HELD};
 use crate::counters::{count, Event};
 use crate::spin::{first_in_line_spin_pauses, spin_learn, Backoff, SPIN_BEHIND, SPIN_ROUND};
-use crate::sync::{park_timeout, spin_loop, Clock, Ordering};
+use crate::sync::{park_timeout, spin_loop, Clock, Ordering, Thread};
 use std::pin::Pin;
 use std::task::Waker;
 use std::time::Duration;
@@ -243,8 +243,10 @@ impl Record {
     }
 
     /// Waits until `waiter` is granted the key, the store closes, or
-    /// `deadline` passes. Spins first when `first` in line, so
-    /// a handoff finds it awake; parks after.
+    /// `deadline` passes. Spins first when `first` in line, so a handoff
+    /// finds it awake; parks after. A release that grants the waiter ahead
+    /// rouses it (`PARKED` back to `WAITING`): it spins again, as the head
+    /// it now is, then parks again.
     pub(crate) fn wait(
         &self,
         waiter: Pin<&Waiter>,
@@ -252,56 +254,51 @@ impl Record {
         clock: &Clock,
         deadline: Deadline,
     ) -> WaitEnd {
-        let budget = if first {
-            first_in_line_spin_pauses()
-        } else {
-            SPIN_BEHIND
-        };
-        let (mut spent, mut round) = (0, 0);
-        while spent < budget {
-            if let Some(end) = end_of(waiter.status.load(Ordering::Acquire)) {
-                count(Event::GrantedSpinning);
-                return end;
+        let mut first = first;
+        let mut deadline_us = None;
+        loop {
+            let spent = match spin_for_end(waiter, first) {
+                Ok(end) => return end,
+                Err(spent) => spent,
+            };
+            // The clock's first read: when the (first) spin ended.
+            let parked_at = clock.now_us();
+            let deadline_us = *deadline_us.get_or_insert(match deadline {
+                Deadline::At(at) => at,
+                // +1 so the rounded-down clock never ends a wait early.
+                // Saturating throughout: a wait past the clock's range is no deadline.
+                Deadline::AfterSpin(ms) => parked_at
+                    .saturating_add(ms.saturating_mul(1000))
+                    .saturating_add(1),
+            });
+            // Acquire on failure: a final status was published with Release.
+            if let Err(now) = waiter.status.compare_exchange(
+                WAITING,
+                PARKED,
+                Ordering::Acquire,
+                Ordering::Acquire,
+            ) {
+                return end_of(now).unwrap_or(WaitEnd::TimedOut);
             }
-            // Short rounds first, so a quick handoff is seen at once.
-            let pauses = (1u32 << (round / 16).min(3)).min(SPIN_ROUND);
-            for _ in 0..pauses {
-                spin_loop();
+            let Some(end) = self.park_until(waiter, clock, deadline_us) else {
+                // Roused: the waiter ahead was granted; this one is next.
+                first = true;
+                continue;
+            };
+            if first {
+                // The first in line learns from how long its parked waits
+                // took how long to spin.
+                let parked = (end == WaitEnd::Granted).then(|| clock.now_us() - parked_at);
+                spin_learn(parked, spent);
             }
-            spent += pauses;
-            round += 1;
+            return end;
         }
-        // The clock's first read: when the spin ended.
-        let parked_at = clock.now_us();
-        let deadline_us = match deadline {
-            Deadline::At(at) => at,
-            // +1 so the rounded-down clock never ends a wait early.
-            // Saturating throughout: a wait past the clock's range is no deadline.
-            Deadline::AfterSpin(ms) => parked_at
-                .saturating_add(ms.saturating_mul(1000))
-                .saturating_add(1),
-        };
-        // Acquire on failure: a final status was published with Release.
-        if let Err(now) =
-            waiter
-                .status
-                .compare_exchange(WAITING, PARKED, Ordering::Acquire, Ordering::Acquire)
-        {
-            return end_of(now).unwrap_or(WaitEnd::TimedOut);
-        }
-        let end = self.park_until(waiter, clock, deadline_us);
-        if first {
-            // The first in line learns from how long its parked waits took
-            // how long to spin.
-            let parked = (end == WaitEnd::Granted).then(|| clock.now_us() - parked_at);
-            spin_learn(parked, spent);
-        }
-        end
     }
 
     /// The parked part of [`wait`](Record::wait): sleeps until a final
-    /// status arrives or the deadline passes (then leaves the line).
-    fn park_until(&self, waiter: Pin<&Waiter>, clock: &Clock, deadline_us: u64) -> WaitEnd {
+    /// status arrives or the deadline passes (then leaves the line);
+    /// `None` when a release roused it to spin as the next in line.
+    fn park_until(&self, waiter: Pin<&Waiter>, clock: &Clock, deadline_us: u64) -> Option<WaitEnd> {
         loop {
             let now = clock.now_us();
             if now >= deadline_us {
@@ -312,19 +309,24 @@ impl Record {
                 // proves nothing: a closed line's record may be retired.)
                 let _pin = crossbeam_epoch::pin();
                 if let Some(end) = end_of(waiter.status.load(Ordering::Acquire)) {
-                    return end;
+                    return Some(end);
                 }
                 // SAFETY: pinned, status read not final while pinned.
-                return unsafe { self.leave(waiter) };
+                return Some(unsafe { self.leave(waiter) });
             }
             // Cap one park at a day so huge deadlines cannot overflow the call.
             count(Event::Park);
             park_timeout(Duration::from_micros(
                 (deadline_us - now).min(86_400_000_000),
             ));
-            if let Some(end) = end_of(waiter.status.load(Ordering::Acquire)) {
-                count(Event::GrantedParked);
-                return end;
+            match waiter.status.load(Ordering::Acquire) {
+                WAITING => return None,
+                status => {
+                    if let Some(end) = end_of(status) {
+                        count(Event::GrantedParked);
+                        return Some(end);
+                    }
+                }
             }
         }
     }
@@ -465,12 +467,21 @@ impl Record {
             // SAFETY: `first` was linked until just now and has no final
             // status, so its thread is still waiting for one: alive.
             let wake = unsafe { finish_waiter(first, GRANTED, fence) };
+            // The next in line wakes to spin, so that it is awake when
+            // `first` lets go (a core to spare runs it meanwhile).
+            // SAFETY: we own QLOCK; the head of a non-empty line is linked.
+            let roused = (!now_empty)
+                .then(|| unsafe { rouse(self.head()) })
+                .flatten();
             // HELD stays set: it passed to `first`.
             let s = if now_empty { s.without_queued() } else { s };
             // Release: publishes the line and, to later lockers, the grant.
             self.unlock_line(s, Ordering::Release);
             if let Some(wake) = wake {
                 wake.wake_granted();
+            }
+            if let Some(thread) = roused {
+                wake_roused(thread);
             }
             return;
         }
@@ -513,5 +524,39 @@ impl Record {
         self.state
             .compare_exchange(idle, idle.with_dead(), Ordering::Acquire, Ordering::Relaxed)
             .is_ok()
+    }
+}
+
+/// A waiter's spin before it parks (the first in line's learned budget,
+/// else a short one): its end if one came, else the pauses it spent.
+fn spin_for_end(waiter: Pin<&Waiter>, first: bool) -> Result<WaitEnd, u32> {
+    let budget = if first {
+        first_in_line_spin_pauses()
+    } else {
+        SPIN_BEHIND
+    };
+    let (mut spent, mut round) = (0, 0);
+    while spent < budget {
+        if let Some(end) = end_of(waiter.status.load(Ordering::Acquire)) {
+            count(Event::GrantedSpinning);
+            return Ok(end);
+        }
+        // Short rounds first, so a quick handoff is seen at once.
+        let pauses = (1u32 << (round / 16).min(3)).min(SPIN_ROUND);
+        for _ in 0..pauses {
+            spin_loop();
+        }
+        spent += pauses;
+        round += 1;
+    }
+    Err(spent)
+}
+
+/// Unparks a thread roused to spin as the next in line.
+/// (Mutant for loom-tests/README.md: a rouse that never unparks.)
+#[inline(always)]
+fn wake_roused(thread: Thread) {
+    if !cfg!(holdline_mutant = "rouse_forgets_unpark") {
+        thread.unpark();
     }
 }

@@ -7,11 +7,14 @@
 //! | `IDLE`             | `WAITING`           | a thread's node, as it is linked    |
 //! | `IDLE`             | `PARKED`            | a task's node, as it is linked      |
 //! | `WAITING`          | `PARKED`            | the thread, before it sleeps        |
+//! | `PARKED` (thread)  | `WAITING`           | a releaser, under `QLOCK`: [`rouse`] |
 //! | `WAITING`/`PARKED` | `GRANTED`/`CLOSED`  | a releaser/closer, under `QLOCK`    |
 //! | `WAITING`/`PARKED` | `LEFT`              | the waiter itself, under `QLOCK`    |
 //!
 //! `PARKED` means "wake me": a task's node is `PARKED` from the start, as it
-//! always needs its waker called. A waiter that finds no final status when
+//! always needs its waker called. A release that grants the head rouses a
+//! sleeping thread behind it back to `WAITING` (and unparks it), so that it
+//! spins as the next in line. A waiter that finds no final status when
 //! its deadline passes (or its future is dropped) takes `QLOCK` and, if none
 //! arrived meanwhile, unlinks itself (`LEFT`): a grant and a departure can
 //! never both happen, and a grant is never lost (a future dropped after its
@@ -245,6 +248,31 @@ pub(super) unsafe fn finish_waiter(w: *const Waiter, to: u32, fence: u64) -> Opt
             handed(wake)
         }
     }
+}
+
+/// Rouses `w`, the new head of a line whose head was just granted, if it
+/// is a thread that sleeps: its status goes from `PARKED` back to
+/// `WAITING`, and the caller unparks the handle answered once QLOCK is let
+/// go, so the thread spins as the next in line and is awake when the key
+/// comes. A task is left alone (its runtime runs it once it is granted).
+///
+/// Relaxed: the status carries nothing here (the grant, later, is stored
+/// Release as ever); a thread that finds `WAITING` after a wake spins.
+///
+/// # Safety
+/// The caller owns the QLOCK of `w`'s line, and `w` is linked in it.
+pub(super) unsafe fn rouse(w: *const Waiter) -> Option<Thread> {
+    // SAFETY: linked, so alive while we own QLOCK (the caller's).
+    let w = unsafe { &*w };
+    // SAFETY: QLOCK guards `wake` of a linked node.
+    let thread = w.wake.with(|wake| match unsafe { &*wake } {
+        Wake::Thread(t) => Some(t.clone()),
+        Wake::Task(_) => None,
+    })?;
+    w.status
+        .compare_exchange(PARKED, WAITING, Ordering::Relaxed, Ordering::Relaxed)
+        .ok()
+        .map(|_| thread)
 }
 
 /// Moves the wake handle out of `w`, a node about to get the final
