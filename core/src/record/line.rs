@@ -555,7 +555,7 @@ fn spin_for_end(waiter: Pin<&Waiter>, first: bool) -> Result<WaitEnd, u32> {
 /// Unparks a thread roused to spin as the next in line.
 /// (Mutant for loom-tests/README.md: a rouse that never unparks.)
 #[inline(always)]
-fn wake_roused(thread: Thread) {
+pub(super) fn wake_roused(thread: Thread) {
     if !cfg!(holdline_mutant = "rouse_forgets_unpark") {
         thread.unpark();
     }

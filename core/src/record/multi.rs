@@ -28,11 +28,12 @@
 //! its grant ([`Record::take_served`]), in its own slot rather than the
 //! granter's.
 
-use super::waiter::{finish_waiter, GRANTED};
+use super::line::wake_roused;
+use super::waiter::{finish_waiter, rouse, GRANTED};
 use super::{Enqueued, Record, StateWord, Tried, Waiter, Wake};
 use crate::permits::Permits;
 use crate::spin::Backoff;
-use crate::sync::{AtomicU32, Ordering};
+use crate::sync::{AtomicU32, Ordering, Thread};
 use std::pin::Pin;
 
 /// Who holds a key now: from the state word for a lock of one permit; for
@@ -58,6 +59,9 @@ pub(crate) struct Holders {
 pub(super) struct Woken {
     first: Option<Wake>,
     more: Vec<Wake>,
+    /// The sleeping thread at the head of the line left behind the grants,
+    /// roused to spin as the next in line ([`rouse`]).
+    roused: Option<Thread>,
 }
 
 impl Woken {
@@ -68,13 +72,17 @@ impl Woken {
         }
     }
 
-    /// Fires the wakes of the waiters granted the key.
+    /// Fires the wakes of the waiters granted the key, then unparks the
+    /// thread roused behind them.
     pub(super) fn wake(self) {
         if let Some(w) = self.first {
             w.wake_granted();
         }
         for w in self.more {
             w.wake_granted();
+        }
+        if let Some(thread) = self.roused {
+            wake_roused(thread);
         }
     }
 }
@@ -254,6 +262,7 @@ impl Record {
     /// The caller owns QLOCK of a `MULTI` record; `s` is the word without it.
     pub(super) unsafe fn serve_line(&self, mut s: u32, woken: &mut Woken) -> u32 {
         let permits = self.permits();
+        let mut granted = false;
         while s.queued() {
             // SAFETY: QLOCK; QUEUED says the line is not empty, and linked
             // nodes are alive.
@@ -271,9 +280,14 @@ impl Record {
             if let Some(wake) = unsafe { finish_waiter(head, GRANTED, fence) } {
                 woken.push(wake);
             }
+            granted = true;
             if stops_after_one() {
                 break;
             }
+        }
+        if granted && s.queued() {
+            // SAFETY: QLOCK; QUEUED says the head is linked.
+            woken.roused = unsafe { rouse(self.head()) };
         }
         s
     }
