@@ -10,7 +10,7 @@ use std::future::Future;
 use std::task::{Context, Poll, Waker};
 
 mod common;
-use common::{check_idle, inside, FOREVER};
+use common::{check_idle, inside, spawn_waiting_holder, FOREVER};
 
 /// 9. A task's future is dropped while the holder lets go: either it left
 /// the line first (the key goes free) or the grant reached it first and
@@ -164,15 +164,7 @@ fn a_rouse_racing_the_next_grant() {
         let mut task = std::pin::pin!(lock.key("k").wait(FOREVER).acquire_async());
         let mut cx = Context::from_waker(Waker::noop());
         assert!(task.as_mut().poll(&mut cx).is_pending(), "in line");
-        let thread_waiter = {
-            let (lock, count) = (lock.clone(), count.clone());
-            thread::spawn(move || {
-                lock.key("k")
-                    .wait(FOREVER)
-                    .hold(|l| (inside(&count), l.fence()).1)
-                    .unwrap()
-            })
-        };
+        let thread_waiter = spawn_waiting_holder(lock, "k", &count);
         while lock.waiters_of("k") != 2 {
             thread::yield_now();
         }

@@ -18,7 +18,7 @@ use loom::thread;
 use std::time::Duration;
 
 mod common;
-use common::{check, check_idle, check_idle_with, inside, FOREVER};
+use common::{check, check_idle, check_idle_with, inside, spawn_waiting_holder, FOREVER};
 
 /// maxHold (60 s) before the ttl (120 s): the timer revokes, never expires.
 fn revoked_before_expiry(lock: LockBuilder<'_>) -> LockBuilder<'_> {
@@ -37,15 +37,7 @@ fn a_minute_ttl(lock: LockBuilder<'_>) -> LockBuilder<'_> {
 fn two_holders_of_one_key() {
     check_idle(2, |_store, lock| {
         let count = Arc::new(AtomicUsize::new(0));
-        let t = {
-            let (lock, count) = (lock.clone(), count.clone());
-            thread::spawn(move || {
-                lock.key("k")
-                    .wait(FOREVER)
-                    .hold(|l| (inside(&count), l.fence()).1)
-                    .unwrap()
-            })
-        };
+        let t = spawn_waiting_holder(lock, "k", &count);
         let mine = lock
             .key("k")
             .wait(FOREVER)
@@ -356,15 +348,7 @@ fn a_release_sleeping_on_the_line_lock_is_woken() {
     check_idle(3, |_store, lock| {
         let count = Arc::new(AtomicUsize::new(0));
         let held = lock.acquire("k").unwrap();
-        let t = {
-            let (lock, count) = (lock.clone(), count.clone());
-            thread::spawn(move || {
-                lock.key("k")
-                    .wait(FOREVER)
-                    .hold(|l| (inside(&count), l.fence()).1)
-                    .unwrap()
-            })
-        };
+        let t = spawn_waiting_holder(lock, "k", &count);
         let mine = held.fence();
         held.release().unwrap();
         assert!(t.join().unwrap() > mine, "the waiter's grant comes later");

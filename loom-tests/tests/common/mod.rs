@@ -82,3 +82,19 @@ pub fn check_idle_with(
         assert_idle_and_reclaimed(&store, &lock, "k");
     });
 }
+
+/// A thread that waits in line for `key` as long as it takes, holds it
+/// through [`inside`], and answers its grant's fence.
+pub fn spawn_waiting_holder(
+    lock: &Lock,
+    key: &'static str,
+    count: &loom::sync::Arc<AtomicUsize>,
+) -> loom::thread::JoinHandle<u64> {
+    let (lock, count) = (lock.clone(), count.clone());
+    loom::thread::spawn(move || {
+        lock.key(key)
+            .wait(FOREVER)
+            .hold(|l| (inside(&count), l.fence()).1)
+            .unwrap()
+    })
+}
