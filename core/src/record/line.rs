@@ -180,13 +180,7 @@ impl Record {
                 s = self.wait_line_unlocked(s, &mut backoff);
                 continue;
             }
-            // Acquire: to see the line as the previous QLOCK owner left it.
-            if let Err(now) = self.state.compare_exchange_weak(
-                s,
-                s.with_locked(),
-                Ordering::Acquire,
-                Ordering::Relaxed,
-            ) {
+            if let Err(now) = self.try_lock_line_from(s) {
                 s = now;
                 continue;
             }
@@ -450,12 +444,7 @@ impl Record {
                 }
                 continue;
             }
-            if let Err(now) = self.state.compare_exchange_weak(
-                s,
-                s.with_locked(),
-                Ordering::Acquire,
-                Ordering::Relaxed,
-            ) {
+            if let Err(now) = self.try_lock_line_from(s) {
                 s = now;
                 continue;
             }

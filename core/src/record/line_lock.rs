@@ -24,6 +24,16 @@ fn wakes_sleepers(was: u32) -> bool {
 }
 
 impl Record {
+    /// Takes QLOCK if the word is still `s` (without QLOCK); `Err`: the
+    /// word now. Acquire: to see the line as the previous owner left it.
+    /// Weak: every caller loops.
+    #[inline(always)]
+    pub(super) fn try_lock_line_from(&self, s: u32) -> Result<(), u32> {
+        self.state
+            .compare_exchange_weak(s, s.with_locked(), Ordering::Acquire, Ordering::Relaxed)
+            .map(drop)
+    }
+
     /// Spins until it owns QLOCK; answers the word's value without QLOCK.
     /// The caller must know the record is alive; if it may be DEAD (a
     /// caller that is only pinned), it lets the lock go unchanged when the
@@ -36,14 +46,8 @@ impl Record {
                 s = self.wait_line_unlocked(s, &mut backoff);
                 continue;
             }
-            // Acquire: to see the line as the previous owner left it.
-            match self.state.compare_exchange_weak(
-                s,
-                s.with_locked(),
-                Ordering::Acquire,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => return s,
+            match self.try_lock_line_from(s) {
+                Ok(()) => return s,
                 Err(now) => s = now,
             }
         }

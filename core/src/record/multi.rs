@@ -217,14 +217,8 @@ impl Record {
             }
             // Someone waits and may fit now: serve the line under QLOCK.
             if release_serves_line(s) {
-                // Acquire: to see the line as the previous owner left it.
-                match self.state.compare_exchange_weak(
-                    s,
-                    s.with_locked(),
-                    Ordering::Acquire,
-                    Ordering::Relaxed,
-                ) {
-                    Ok(_) => return self.give_back_locked(s, want),
+                match self.try_lock_line_from(s) {
+                    Ok(()) => return self.give_back_locked(s, want),
                     Err(now) => s = now,
                 }
                 continue;
