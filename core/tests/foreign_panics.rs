@@ -68,14 +68,7 @@ fn a_waker_that_panics_on_wake_leaves_the_timer_running() {
     });
     assert_eq!(timed_out.unwrap_err().kind(), ErrorKind::InUse);
 
-    let l = lock.clone();
-    let next = thread::spawn(move || {
-        l.key("k")
-            .wait(Duration::from_secs(20))
-            .hold(|lease| lease.fence())
-    });
-    holder.release().unwrap();
-    assert!(next.join().unwrap().is_ok());
+    the_key_passes_on(&lock, holder);
 }
 
 /// Wakers whose clone panics, or whose clones panic when dropped; every
@@ -154,14 +147,7 @@ fn a_panicking_poll_leaves_the_line_usable(first: Waker, second: Waker) {
         .recv_timeout(Duration::from_secs(20))
         .expect("the task's future dropped");
     assert_eq!(lock.stats().waiters, 0, "it left the line");
-    let l = lock.clone();
-    let next = thread::spawn(move || {
-        l.key("k")
-            .wait(Duration::from_secs(20))
-            .hold(|lease| lease.fence())
-    });
-    holder.release().unwrap();
-    assert!(next.join().unwrap().is_ok());
+    the_key_passes_on(&lock, holder);
     store.close();
 }
 
@@ -176,4 +162,17 @@ fn a_waker_that_panics_on_drop_reaches_only_its_task() {
         odd_wakers::clones_panic_on_drop(),
         Waker::noop().clone(),
     );
+}
+
+/// The key is still usable: a thread waiting for it is granted once
+/// `holder` lets go.
+fn the_key_passes_on(lock: &holdline::Lock, holder: Holder) {
+    let l = lock.clone();
+    let next = thread::spawn(move || {
+        l.key("k")
+            .wait(Duration::from_secs(20))
+            .hold(|lease| lease.fence())
+    });
+    holder.release().unwrap();
+    assert!(next.join().unwrap().is_ok());
 }
