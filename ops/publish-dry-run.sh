@@ -19,6 +19,15 @@
 #   bash ops/publish-dry-run.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The tarballs made in this run are served to the verify builds from a
+# local registry whose extracted sources cargo keeps under
+# $CARGO_HOME/registry/src/-<hash of the registry's path>/ and never
+# re-extracts: a second run from the same checkout path builds the first
+# run's sources. Those folders hold only this workspace's crates; clear
+# them so every run verifies the code it just packaged.
+for stale in "${CARGO_HOME:-$HOME/.cargo}"/registry/src/-*/holdline*; do
+    [ -e "$stale" ] && rm -rf "$stale"
+done
 cargo publish --dry-run --allow-dirty --locked -p holdline -p holdline-resp -p holdline-client
 cargo publish --dry-run --allow-dirty --locked --no-verify \
     -p holdline -p holdline-resp -p holdline-client -p holdline-server
