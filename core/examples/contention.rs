@@ -6,9 +6,10 @@
 //! cargo run --release -p holdline --features wait-counters --example contention -- 2 1
 //! ```
 //! Arguments: threads (default 2), busy threads (default 0), runs (3),
-//! milliseconds per run (1000).
+//! milliseconds per run (1000), holdline's bypass bound in µs (0, the
+//! default: FIFO; else `Fairness::BoundedBypass`).
 use holdline::counters;
-use holdline::Store;
+use holdline::{Fairness, Store};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread;
@@ -23,6 +24,10 @@ fn main() {
     let busy = *args.get(1).unwrap_or(&0) as usize;
     let runs = *args.get(2).unwrap_or(&3) as usize;
     let ms = *args.get(3).unwrap_or(&1000);
+    let fairness = match *args.get(4).unwrap_or(&0) {
+        0 => Fairness::Fifo,
+        us => Fairness::BoundedBypass(Duration::from_micros(us)),
+    };
 
     let stop_busy = Arc::new(AtomicBool::new(false));
     let hogs: Vec<_> = (0..busy)
@@ -40,10 +45,12 @@ fn main() {
         })
         .collect();
 
-    println!("hot key: {threads} threads, {busy} busy threads, {runs} runs of {ms} ms");
+    println!(
+        "hot key: {threads} threads, {busy} busy threads, {runs} runs of {ms} ms, holdline {fairness:?}"
+    );
     for run in 0..runs {
         let before = counters::snapshot();
-        let (rate, p99) = holdline_row(threads, ms);
+        let (rate, p99) = holdline_row(threads, ms, fairness);
         let after = counters::snapshot();
         let waits_before = TOKIO_WAITS.load(Ordering::Relaxed);
         let (trate, tp99) = tokio_row(threads, ms);
@@ -104,9 +111,9 @@ fn row(threads: usize, ms: u64, hold: impl Fn() + Sync) -> (f64, f64) {
     (total.load(Ordering::Relaxed) as f64 / secs, p99)
 }
 
-fn holdline_row(threads: usize, ms: u64) -> (f64, f64) {
+fn holdline_row(threads: usize, ms: u64, fairness: Fairness) -> (f64, f64) {
     let store = Store::new();
-    let lock = store.lock("hot").open().unwrap();
+    let lock = store.lock("hot").fairness(fairness).open().unwrap();
     row(threads, ms, || {
         lock.key("k")
             .wait(Duration::from_secs(60))

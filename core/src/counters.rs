@@ -26,9 +26,14 @@ pub enum Event {
     /// A task yielded before taking a free key, to a task that a release
     /// on its thread had just granted.
     YieldedToGranted,
+    /// A release left the key free for its first waiter, who may be
+    /// bypassed (bounded bypass).
+    Offered,
+    /// A waiter offered the key found it taken ahead of it.
+    Bypassed,
 }
 
-const EVENTS: usize = 8;
+const EVENTS: usize = 10;
 
 #[cfg(feature = "wait-counters")]
 static COUNTS: [std::sync::atomic::AtomicU64; EVENTS] =
@@ -56,6 +61,8 @@ pub fn snapshot() -> [(Event, u64); EVENTS] {
         LineLockYield,
         LineLockPark,
         YieldedToGranted,
+        Offered,
+        Bypassed,
     ];
     all.map(|e| {
         #[cfg(feature = "wait-counters")]

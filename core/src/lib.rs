@@ -220,7 +220,9 @@ pub use guard::{Guard, OwnedGuard, OwnedKeyHold};
 pub use inspect::KeyInfo;
 pub use key::{IntoKey, Key, KeyRef, MAX_KEY_BYTES, MAX_NAME_BYTES};
 pub use lease::{Aborted, EndReason, HeldLease, Lease, Signal};
-pub use lock::{KeyHold, Lock, LockStats, DEFAULT_WAIT, MAX_WAITERS};
+pub use lock::{
+    Fairness, KeyHold, Lock, LockStats, DEFAULT_BYPASS_BOUND, DEFAULT_WAIT, MAX_WAITERS,
+};
 pub use many::KeySet;
 pub use outcome::Outcome;
 pub use store::{Heartbeat, LockBuilder, Store, DEFAULT_TTL, MAX_PERMITS};

@@ -171,6 +171,12 @@ impl<T: Link> List<T> {
         unsafe { links(self.tail).next() }
     }
 
+    /// The last node, left linked.
+    #[inline]
+    pub(crate) fn tail(&self) -> *const T {
+        self.tail
+    }
+
     /// Links `node` at the back: it becomes the tail, after every node
     /// linked before it.
     ///

@@ -122,9 +122,12 @@ impl<'a> LineWait<'a> {
     /// The first poll: links the node, or answers at once.
     fn start(&mut self, waker: &Waker) -> Poll<Result<Option<Grant>, Error>> {
         self.deadline_us = self.lock.deadline_us(self.mode);
-        let node = self
-            .node
-            .insert(Waiter::for_task(waker.clone(), self.want, self.deadline_us));
+        let node = self.node.insert(Waiter::for_task(
+            waker.clone(),
+            self.want,
+            self.deadline_us,
+            self.lock.bypass(),
+        ));
         // SAFETY: the node lives in this pinned future; `Drop` leaves the
         // line before the node is dropped, and nothing replaces it while
         // the state is `Waiting`.

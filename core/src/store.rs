@@ -8,7 +8,7 @@ use crate::heartbeat::HeartbeatState;
 use crate::key::check_name;
 use crate::lease::Core;
 use crate::lease::LeaseState;
-use crate::lock::{Lock, LockStats};
+use crate::lock::{Fairness, Lock, LockStats};
 use crate::sync::{Arc, Mutex, Ordering};
 use crate::tx::{Rows, Tx};
 use std::fmt;
@@ -102,6 +102,7 @@ impl Store {
             max_hold: None,
             heartbeat: None,
             permits: None,
+            fairness: Fairness::Fifo,
         }
     }
 
@@ -322,6 +323,7 @@ pub struct LockBuilder<'s> {
     max_hold: Option<Duration>,
     heartbeat: Option<Heartbeat>,
     permits: Option<u32>,
+    fairness: Fairness,
 }
 
 /// Most permits a key of a lock may have.
@@ -362,6 +364,16 @@ impl LockBuilder<'_> {
     /// however it is renewed (default: off; at least 1 ms).
     pub fn max_hold(mut self, max_hold: Duration) -> Self {
         self.max_hold = Some(max_hold);
+        self
+    }
+
+    /// How this handle's lines are served: [`Fairness::Fifo`] (the default)
+    /// or [`Fairness::BoundedBypass`]. It belongs to the handle, as its ttl
+    /// does: the bound is its waiters'. A waiter that came through a
+    /// bounded handle may be bypassed by anyone for up to its bound; one
+    /// that came through a FIFO handle is always handed the key in turn.
+    pub fn fairness(mut self, fairness: Fairness) -> Self {
+        self.fairness = fairness;
         self
     }
 
@@ -429,13 +441,10 @@ impl LockBuilder<'_> {
             };
             known
         };
-        Ok(Some(Lock::new(
-            core.clone(),
-            lock_shared,
-            ttl_ms,
-            max_hold_ms,
-            heartbeat,
-        )))
+        Ok(Some(
+            Lock::new(core.clone(), lock_shared, ttl_ms, max_hold_ms, heartbeat)
+                .with_fairness(self.fairness),
+        ))
     }
 }
 

@@ -106,6 +106,17 @@ mod imp {
     pub(crate) fn instant_now() -> std::time::Instant {
         std::time::Instant::now()
     }
+
+    /// Whole microseconds on a process-wide monotonic clock: for bypass
+    /// bounds, which a releaser compares without its store at hand.
+    #[inline]
+    pub(crate) fn process_us() -> u64 {
+        static ORIGIN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+        ORIGIN
+            .get_or_init(std::time::Instant::now)
+            .elapsed()
+            .as_micros() as u64
+    }
 }
 
 #[cfg(loom)]
@@ -180,6 +191,16 @@ mod imp {
     /// time out.
     pub(crate) fn instant_now() -> std::time::Instant {
         std::time::Instant::now()
+    }
+
+    loom::lazy_static! {
+        static ref PROCESS_TICKS: AtomicU64 = AtomicU64::new(0);
+    }
+
+    /// The process-wide clock, logical as [`Clock`] is: a millisecond a read.
+    pub(crate) fn process_us() -> u64 {
+        // Relaxed: a logical clock only needs to be monotonic per reader.
+        PROCESS_TICKS.fetch_add(1000, Ordering::Relaxed) + 1000
     }
 }
 

@@ -10,6 +10,7 @@
 //!   maxHold or ttl timed.
 //! - `errors`: the errors a lock's holds answer, naming the lock and key.
 //! - `key_hold`: the per-call builder [`KeyHold`] and its options.
+//! - `fairness`: [`Fairness`], strict FIFO or bounded bypass.
 //!
 //! The uncontended path: hash the key, look at the closed flag, check and
 //! list the hold in the thread's context, pin the epoch, find the record,
@@ -20,11 +21,13 @@
 //! timers, every error) is out of line.
 
 mod errors;
+mod fairness;
 mod fast;
 mod key_hold;
 mod leases;
 mod slow;
 
+pub use fairness::{Fairness, DEFAULT_BYPASS_BOUND};
 pub(crate) use fast::{take, Fast, Grant};
 pub use key_hold::KeyHold;
 pub(crate) use key_hold::{hold_options, ms, Want};
@@ -56,6 +59,8 @@ pub struct Lock {
     pub(crate) shared: Arc<LockShared>,
     pub(crate) ttl_ms: u64,
     pub(crate) max_hold_ms: u64,
+    /// How long its waiters may be bypassed (µs; 0: strict FIFO).
+    pub(crate) bypass_us: u64,
     /// Renews every lease taken through this handle at once.
     pub(crate) heartbeat: Option<Arc<HeartbeatState<LeaseState>>>,
 }
@@ -101,8 +106,20 @@ impl Lock {
             shared,
             ttl_ms,
             max_hold_ms,
+            bypass_us: 0,
             heartbeat,
         }
+    }
+
+    /// The handle with its lines served as `fairness` says.
+    pub(crate) fn with_fairness(mut self, fairness: Fairness) -> Lock {
+        self.bypass_us = fairness.bound_us();
+        self
+    }
+
+    /// How a node of this handle's waiter may be bypassed.
+    pub(crate) fn bypass(&self) -> crate::record::Bypass {
+        crate::record::Bypass::for_bound(self.bypass_us)
     }
 
     /// The lock's name.

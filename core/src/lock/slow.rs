@@ -53,7 +53,7 @@ impl Lock {
         want: u32,
         deadline: Deadline,
     ) -> Result<Option<Grant>, Error> {
-        let waiter = Waiter::for_thread(want);
+        let waiter = Waiter::for_thread(want, self.bypass());
         // The node lives in this frame, which does not return until it has
         // left every line: pin it here.
         let waiter = std::pin::pin!(waiter);

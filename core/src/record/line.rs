@@ -18,10 +18,14 @@
 //!   it publishes that status, and never touches the node after.
 //!
 //! A release with waiters hands `HELD` straight to the first of them (it
-//! stays set), so nobody can barge; the waiter's status machine is tabled
-//! in `waiter`.
+//! stays set), so nobody can barge, unless that waiter may be bypassed
+//! (bounded bypass, `waiter`'s module doc): then the key is left free for
+//! it and whoever comes first takes it ([`hand_on`](Record::hand_on)).
+//! The waiter's status machine is tabled in `waiter`.
 
-use super::waiter::{end_of, finish_waiter, rouse, CLOSED, GRANTED, LEFT, PARKED, WAITING};
+use super::waiter::{
+    end_of, finish_waiter, offer, rouse, CLOSED, GRANTED, LEFT, OFFERED, PARKED, WAITING,
+};
 use super::{Record, StateWord, WaitEnd, Waiter, Wake, Wakes, Woken, HELD};
 use crate::counters::{count, Event};
 use crate::spin::{first_in_line_spin_pauses, spin_learn, Backoff, SPIN_BEHIND, SPIN_ROUND};
@@ -99,6 +103,21 @@ fn as_read(status: u32) -> u32 {
     }
 }
 
+/// Whether an offered waiter finds the key still free under QLOCK.
+/// (Mutant for loom-tests/README.md: take it even when a bypass holds it.)
+#[inline(always)]
+fn offered_key_free(s: u32) -> bool {
+    !s.held() || cfg!(holdline_mutant = "offer_taken_twice")
+}
+
+/// Whether a release may leave the key free for a first waiter that may
+/// be bypassed, the line not being served in order.
+/// (Mutant for loom-tests/README.md: bypass a line served in order.)
+#[inline(always)]
+fn may_offer(s: u32) -> bool {
+    !s.in_order() || cfg!(holdline_mutant = "bypass_in_order")
+}
+
 /// Whether a departure that leaves the word `s` serves whoever stood
 /// behind it: only a lock of several permits has waiters that may fit now.
 /// (Mutant for loom-tests/README.md: a departure that serves nobody.)
@@ -120,14 +139,16 @@ impl Record {
             if s.dead() {
                 return Tried::Dead;
             }
-            if s.held_or_queued() {
+            if s.held() {
                 return Tried::Held;
             }
             if s.locked() {
-                // Only `close` locks the line of a free key; it is brief.
+                // The line of a free key is locked briefly: by `close`, or
+                // while its first waiter is offered it (bounded bypass).
                 s = self.wait_line_unlocked(s, &mut backoff);
                 continue;
             }
+            // Free: no line, or one left to be bypassed (`hand_on`).
             // Acquire: as in `try_lock_fast`.
             match self.state.compare_exchange_weak(
                 s,
@@ -164,10 +185,11 @@ impl Record {
             if s.dead() {
                 return Ok(Enqueued::Dead);
             }
-            if s.takeable() {
+            if s.free() {
+                // No line, or one left to be bypassed (`hand_on`).
                 match self.state.compare_exchange_weak(
                     s,
-                    HELD,
+                    s.with_held(),
                     Ordering::Acquire,
                     Ordering::Relaxed,
                 ) {
@@ -252,8 +274,16 @@ impl Record {
         let mut deadline_us = None;
         loop {
             let spent = match spin_for_end(waiter, first) {
-                Ok(end) => return end,
-                Err(spent) => spent,
+                Spun::Ended(end) => return end,
+                Spun::Offered => {
+                    if let Some(end) = self.take_offered(waiter) {
+                        return end;
+                    }
+                    // Bypassed: the first in line, spinning for the next offer.
+                    first = true;
+                    continue;
+                }
+                Spun::Spent(spent) => spent,
             };
             // The clock's first read: when the (first) spin ended.
             let parked_at = clock.now_us();
@@ -272,10 +302,17 @@ impl Record {
                 Ordering::Acquire,
                 Ordering::Acquire,
             ) {
+                if now == OFFERED {
+                    // Offered as it was about to sleep: the loop's spin
+                    // sees the offer at once.
+                    first = true;
+                    continue;
+                }
                 return end_of(now).unwrap_or(WaitEnd::TimedOut);
             }
             let Some(end) = self.park_until(waiter, clock, deadline_us) else {
-                // Roused: the waiter ahead was granted; this one is next.
+                // Roused (the waiter ahead was granted; this one is next),
+                // or offered the free key.
                 first = true;
                 continue;
             };
@@ -289,9 +326,70 @@ impl Record {
         }
     }
 
+    /// A thread offered the free key (bounded bypass) comes to take it:
+    /// answers its wait's end (`Granted`, or an end that came first), or
+    /// `None` when a bypass took the key first (it waits for the next offer).
+    fn take_offered(&self, waiter: Pin<&Waiter>) -> Option<WaitEnd> {
+        // Pin, then re-read the status, as `park_until` does before it
+        // leaves: not final while pinned, so the record stays alive.
+        let _pin = crossbeam_epoch::pin();
+        if let Some(end) = end_of(waiter.status.load(Ordering::Acquire)) {
+            return Some(end);
+        }
+        let s = self.lock_line();
+        // SAFETY: pinned with the status read not final; we own QLOCK.
+        let (s, end) = unsafe { self.take_offered_locked(s, waiter, WAITING) };
+        self.unlock_line(s, Ordering::Release);
+        end
+    }
+
+    /// Under QLOCK (`s`: the word without it), `waiter` acts on an offer:
+    /// it takes the key if it is still free, or goes back to waiting
+    /// (`back_to`: `WAITING` for a thread, `PARKED` for a task) if a bypass
+    /// took it. Answers the word to unlock with and the wait's end, if any.
+    ///
+    /// # Safety
+    /// The caller owns QLOCK, and `waiter`'s status was read not final
+    /// while pinned (so it is linked, or its end is already final).
+    unsafe fn take_offered_locked(
+        &self,
+        s: u32,
+        waiter: Pin<&Waiter>,
+        back_to: u32,
+    ) -> (u32, Option<WaitEnd>) {
+        // Under QLOCK only the waiter itself moves it out of OFFERED.
+        // Acquire: to see a granter's fence store if it is final.
+        let status = waiter.status.load(Ordering::Acquire);
+        if status != OFFERED {
+            return (s, end_of(status));
+        }
+        if !offered_key_free(s) {
+            count(Event::Bypassed);
+            // Relaxed: only its owner, and later QLOCK owners, read it.
+            waiter.status.store(back_to, Ordering::Relaxed);
+            return (s, None);
+        }
+        // Only the first in line is offered, and it is still linked.
+        // SAFETY: we own QLOCK, and the line is not empty.
+        let (first, now_empty) = unsafe { self.pop_front() };
+        debug_assert!(std::ptr::eq(first, &*waiter));
+        // SAFETY: we own QLOCK.
+        let s = unsafe { self.line_shrank(s, now_empty) }.with_held();
+        // Relaxed: the release that left the key free stored it, and its
+        // Release unlock of QLOCK, which we took (Acquire), published it.
+        let fence = self.fence.load(Ordering::Relaxed);
+        // SAFETY: the node is ours, and its fence cell is written only by
+        // QLOCK owners while linked (we are one; it is unlinked now).
+        waiter.fence.with_mut(|f| unsafe { *f = fence });
+        // Release, as a granter's: the owner (us) reads the fence after it.
+        waiter.status.store(GRANTED, Ordering::Release);
+        (s, Some(WaitEnd::Granted))
+    }
+
     /// The parked part of [`wait`](Record::wait): sleeps until a final
     /// status arrives or the deadline passes (then leaves the line);
-    /// `None` when a release roused it to spin as the next in line.
+    /// `None` when a release roused it to spin as the next in line, or
+    /// offered it the free key.
     fn park_until(&self, waiter: Pin<&Waiter>, clock: &Clock, deadline_us: u64) -> Option<WaitEnd> {
         loop {
             let now = clock.now_us();
@@ -314,7 +412,7 @@ impl Record {
                 (deadline_us - now).min(86_400_000_000),
             ));
             match waiter.status.load(Ordering::Acquire) {
-                WAITING => return None,
+                WAITING | OFFERED => return None,
                 status => {
                     if let Some(end) = end_of(status) {
                         count(Event::GrantedParked);
@@ -334,8 +432,10 @@ impl Record {
     /// linked into this record's line.
     pub(crate) unsafe fn poll_wait(&self, waiter: Pin<&Waiter>, waker: &Waker) -> Option<WaitEnd> {
         let s = self.lock_line();
-        // Under QLOCK only we can change the status or the waker now.
-        let end = waiter.end();
+        // Under QLOCK only we can change the status or the waker now. An
+        // offer of the free key (bounded bypass) is taken here.
+        // SAFETY: the caller's contract; we own QLOCK.
+        let (s, end) = unsafe { self.take_offered_locked(s, waiter, PARKED) };
         // SAFETY: the node is linked and we own QLOCK, which guards `wake`.
         // `will_wake` compares the wakers' data and vtable: no foreign code.
         let current = end.is_some() || waiter.wake.with(|w| unsafe { &*w }.wakes(waker));
@@ -383,11 +483,24 @@ impl Record {
             return end;
         }
         // SAFETY: we own QLOCK and `waiter` is linked (no final status).
+        let (_, ends_run) = unsafe { waiter.bypass_marks() };
+        // SAFETY: as above.
         let now_empty = unsafe { self.unlink(&waiter) };
         // Relaxed: only the owner reads LEFT, in program order.
         waiter.status.store(LEFT, Ordering::Relaxed);
         // SAFETY: we own QLOCK.
         let s = unsafe { self.line_shrank(s, now_empty) };
+        // The last of a run served in order left: the run is over.
+        let s = if ends_run { s.without_in_order() } else { s };
+        if !s.multi() && !s.held() && s.queued() {
+            // It was offered the free key (bounded bypass) and leaves
+            // instead: the key goes on to the next in line, as at a release.
+            // SAFETY: we own QLOCK; the line is not empty.
+            let (s, handed) = unsafe { self.hand_on(s) };
+            self.unlock_line(s, Ordering::Release);
+            handed.wake();
+            return WaitEnd::TimedOut;
+        }
         if !departure_serves(s) {
             self.unlock_line(s, Ordering::Release);
             return WaitEnd::TimedOut;
@@ -402,7 +515,8 @@ impl Record {
     }
 
     /// Lets the key go: straight to the first waiter when there is one
-    /// (no barging), otherwise free. Called once per grant, by its holder or
+    /// (no barging) unless it may be bypassed (then free, offered to it),
+    /// otherwise free. Called once per grant, by its holder or
     /// by whoever took its lease away. `fence` is that grant's fence.
     /// `permits`: the grant's (1 for a lock of one permit).
     #[inline]
@@ -449,31 +563,68 @@ impl Record {
                 continue;
             }
             // SAFETY: we own QLOCK; QUEUED says the line is not empty.
-            let (first, now_empty) = unsafe { self.pop_front() };
-            let s = s.with_one_fewer_waiter();
-            // Relaxed: our own store in `release`.
-            let fence = self.fence.load(Ordering::Relaxed);
-            // SAFETY: `first` was linked until just now and has no final
-            // status, so its thread is still waiting for one: alive.
-            let wake = unsafe { finish_waiter(first, GRANTED, fence) };
-            // The next in line wakes to spin, so that it is awake when
-            // `first` lets go (a core to spare runs it meanwhile).
-            // SAFETY: we own QLOCK; the head of a non-empty line is linked.
-            let roused = (!now_empty)
-                .then(|| unsafe { rouse(self.head()) })
-                .flatten();
-            // HELD stays set: it passed to `first`.
-            let s = if now_empty { s.without_queued() } else { s };
-            // Release: publishes the line and, to later lockers, the grant.
+            let (s, handed) = unsafe { self.hand_on(s) };
+            // Release: publishes the line and, to later lockers, the grant
+            // (or the free key, with our writes, to whoever takes it).
             self.unlock_line(s, Ordering::Release);
-            if let Some(wake) = wake {
-                wake.wake_granted();
-            }
-            if let Some(thread) = roused {
-                wake_roused(thread);
-            }
+            handed.wake();
             return;
         }
+    }
+
+    /// Lets the key go on to a non-empty line: grants it to the first in
+    /// line (`HELD` stays set, or is set), rousing the one behind; or, when
+    /// that waiter may be bypassed and the line is not served in order,
+    /// leaves it free (`QUEUED` without `HELD`) and offers it to that
+    /// waiter. A grant to a waiter that had a bound (it passed) sets
+    /// `INORDER` and marks the last in line: every release hands over until
+    /// that one's turn (`state`'s module doc).
+    /// Answers the word to unlock with and the wakes to fire after.
+    ///
+    /// # Safety
+    /// The caller owns QLOCK (`s`: the word without it, one permit,
+    /// `QUEUED`), and the key's fence is the next grant's.
+    unsafe fn hand_on(&self, s: u32) -> (u32, Handed) {
+        // SAFETY: we own QLOCK; the head of a non-empty line is linked.
+        let head = unsafe { self.head() };
+        // SAFETY: as above: alive while linked and we own QLOCK.
+        let head_ref = unsafe { &*head };
+        // SAFETY: we own QLOCK; `head` is linked.
+        if may_offer(s) && unsafe { head_ref.may_be_bypassed() } {
+            // SAFETY: as above.
+            let offered = unsafe { offer(head) };
+            return (s.without_held(), Handed::offered(offered));
+        }
+        // Read before its final status: then the node may vanish.
+        // SAFETY: as above.
+        let (bounded, ends_run) = unsafe { head_ref.bypass_marks() };
+        // SAFETY: we own QLOCK; QUEUED says the line is not empty.
+        let (first, now_empty) = unsafe { self.pop_front() };
+        let s = s.with_one_fewer_waiter().with_held();
+        // Relaxed: stored by the release that let it go (ours, or one
+        // published to us by QLOCK's Acquire).
+        let fence = self.fence.load(Ordering::Relaxed);
+        // SAFETY: `first` was linked until just now and has no final
+        // status, so its owner is still waiting for one: alive.
+        let granted = unsafe { finish_waiter(first, GRANTED, fence) };
+        if now_empty {
+            return (s.without_queued(), Handed::granted(granted, None));
+        }
+        // The next in line wakes to spin, so that it is awake when
+        // `first` lets go (a core to spare runs it meanwhile).
+        // SAFETY: we own QLOCK; the head of a non-empty line is linked.
+        let roused = unsafe { rouse(self.head()) };
+        let s = if ends_run {
+            s.without_in_order()
+        } else if bounded && !s.in_order() {
+            // Its bound passed: the line as it stands is served in order.
+            // SAFETY: we own QLOCK; the line is not empty.
+            unsafe { (*self.tail()).mark_ends_run() };
+            s.with_in_order()
+        } else {
+            s
+        };
+        (s, Handed::granted(granted, roused))
     }
 
     /// Fails every waiter with `closed` (the store closed). The holder keeps
@@ -516,9 +667,58 @@ impl Record {
     }
 }
 
+/// What a key's release left to wake once its line is unlocked.
+pub(super) struct Handed {
+    /// The grant's wake (a sleeping thread, or a task), or the offer's.
+    wake: Option<Wake>,
+    /// A grant's: the thread behind, roused to spin as the next in line.
+    roused: Option<Thread>,
+    granted: bool,
+}
+
+impl Handed {
+    fn granted(wake: Option<Wake>, roused: Option<Thread>) -> Handed {
+        Handed {
+            wake,
+            roused,
+            granted: true,
+        }
+    }
+
+    fn offered(wake: Option<Wake>) -> Handed {
+        Handed {
+            wake,
+            roused: None,
+            granted: false,
+        }
+    }
+
+    /// Fires the wakes; the caller has let QLOCK go.
+    fn wake(self) {
+        match self.wake {
+            Some(wake) if self.granted => wake.wake_granted(),
+            Some(wake) => wake.wake(),
+            None => {}
+        }
+        if let Some(thread) = self.roused {
+            wake_roused(thread);
+        }
+    }
+}
+
+/// How a waiter's spin ended.
+enum Spun {
+    /// With the wait's end.
+    Ended(WaitEnd),
+    /// With an offer of the free key (bounded bypass): come take it.
+    Offered,
+    /// In vain, after this many pauses.
+    Spent(u32),
+}
+
 /// A waiter's spin before it parks (the first in line's learned budget,
-/// else a short one): its end if one came, else the pauses it spent.
-fn spin_for_end(waiter: Pin<&Waiter>, first: bool) -> Result<WaitEnd, u32> {
+/// else a short one).
+fn spin_for_end(waiter: Pin<&Waiter>, first: bool) -> Spun {
     let budget = if first {
         first_in_line_spin_pauses()
     } else {
@@ -526,9 +726,14 @@ fn spin_for_end(waiter: Pin<&Waiter>, first: bool) -> Result<WaitEnd, u32> {
     };
     let (mut spent, mut round) = (0, 0);
     while spent < budget {
-        if let Some(end) = end_of(waiter.status.load(Ordering::Acquire)) {
-            count(Event::GrantedSpinning);
-            return Ok(end);
+        match waiter.status.load(Ordering::Acquire) {
+            OFFERED => return Spun::Offered,
+            status => {
+                if let Some(end) = end_of(status) {
+                    count(Event::GrantedSpinning);
+                    return Spun::Ended(end);
+                }
+            }
         }
         // Short rounds first, so a quick handoff is seen at once.
         let pauses = (1u32 << (round / 16).min(3)).min(SPIN_ROUND);
@@ -538,7 +743,7 @@ fn spin_for_end(waiter: Pin<&Waiter>, first: bool) -> Result<WaitEnd, u32> {
         spent += pauses;
         round += 1;
     }
-    Err(spent)
+    Spun::Spent(spent)
 }
 
 /// Unparks a thread roused to spin as the next in line.

@@ -65,6 +65,15 @@ impl Record {
         self.line.with(|line| unsafe { (*line).head() })
     }
 
+    /// The line's last node.
+    ///
+    /// # Safety
+    /// The caller owns QLOCK and the line is not empty.
+    pub(super) unsafe fn tail(&self) -> *const Waiter {
+        // SAFETY: QLOCK gives exclusive access.
+        self.line.with(|line| unsafe { (*line).tail() })
+    }
+
     /// Moves the line's head to its tail (the order is a circle: the next
     /// head is the old second); answers the node moved.
     ///

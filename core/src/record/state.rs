@@ -11,6 +11,7 @@
 //! | `DEAD`   | the table retired this record; look the key up again           |
 //! | 4..18    | one permit: the line's length (written by the `QLOCK` owner)   |
 //! | 4..24    | `MULTI`: the permits held now                                  |
+//! | `INORDER`| one permit: the line is served in order for now (bounded bypass) |
 //! | `QSLEEP` | a thread sleeps until `QLOCK` is let go (set only with `QLOCK`)  |
 //! | `MULTI`  | the key's lock has several permits (set at birth, never changed) |
 //!
@@ -18,8 +19,16 @@
 //! record stays one cache line.
 //!
 //! Invariants:
-//! - `QUEUED` implies `HELD`: a line only ever stands behind a holder, because
-//!   a release with waiters hands `HELD` straight to the first of them.
+//! - `QUEUED` implies `HELD`, but for one state: a release whose first
+//!   waiter may be bypassed (`Waiter`'s bound, not passed yet) leaves the
+//!   key free with its line (`QUEUED` without `HELD`) and offers it to that
+//!   waiter; whoever comes first takes it (`free`). Otherwise a release
+//!   with waiters hands `HELD` straight to the first of them.
+//! - `INORDER` implies `QUEUED`: a release that found its first waiter past
+//!   its bound handed the key over, set it and marked the last in line then;
+//!   every release hands over until that waiter is granted or leaves, or
+//!   the line empties (`without_queued` clears both): the line as it stood
+//!   when the bound passed is served in order.
 //! - While `QLOCK` is set, only its owner changes the word, but for one
 //!   thing: a thread waiting for `QLOCK` that is about to sleep adds
 //!   `QSLEEP` (a CAS from a value with `QLOCK`). Every other transition is a
@@ -60,13 +69,13 @@
 //!   branches on the kind once, at its top (`acquire_or_enqueue`,
 //!   `try_acquire`, `release`, `holders`), then stays in its kind's code.
 //! - The methods say which kind they serve. The flags (`held`, `locked`,
-//!   `queued`, `dead`, `has_sleepers`, `takeable`, `held_alone`, ...) mean
+//!   `queued`, `dead`, `has_sleepers`, `free`, `held_alone`, ...) mean
 //!   the same for both. Only for one permit: [`waiters`],
 //!   [`with_one_more_waiter`], [`with_one_fewer_waiter`]. Only for `MULTI`:
 //!   [`held_permits`], [`with_taken`], [`with_given_back`]. Each of these
 //!   six checks its word's kind with a `debug_assert!`, compiled out of
 //!   a release build: the uncontended hold of one permit calls none of
-//!   them (it tests `takeable`, `held_alone` and `multi`), and the line's
+//!   them (it tests `free`, `held_alone` and `multi`), and the line's
 //!   code reaches the counts through `line_len`, `line_grew` and
 //!   `line_shrank`, which branch on the kind.
 //!
@@ -82,6 +91,8 @@ pub(super) const HELD: u32 = 1;
 const QLOCK: u32 = 1 << 1;
 const QUEUED: u32 = 1 << 2;
 const DEAD: u32 = 1 << 3;
+/// The line is served in order for now (above both counts' bits).
+const INORDER: u32 = 1 << 29;
 /// Someone sleeps until `QLOCK` is let go (above both counts' bits).
 const QSLEEP: u32 = 1 << 30;
 /// A lock of several permits: see `multi`'s module doc.
@@ -121,10 +132,13 @@ pub(crate) trait StateWord: Copy {
     /// `QSLEEP`: someone sleeps until `QLOCK` is let go.
     fn has_sleepers(self) -> bool;
     fn with_sleepers(self) -> Self;
-    /// Held or with a line: a newcomer of one permit cannot take it.
-    fn held_or_queued(self) -> bool;
-    /// Nobody holds it, waits or changes the line: a CAS to `HELD` may take it.
-    fn takeable(self) -> bool;
+    /// Nobody holds it or changes the line, and it is not retired: a CAS
+    /// adding `HELD` may take it, ahead of a line left to be bypassed.
+    fn free(self) -> bool;
+    /// `INORDER`: releases hand the key over until the line empties.
+    fn in_order(self) -> bool;
+    fn with_in_order(self) -> Self;
+    fn without_in_order(self) -> Self;
     /// Held, by the one holder of a lock of one permit.
     fn held_alone(self) -> bool;
     /// Held, or of several permits (whose `fence` is always the latest grant's).
@@ -181,12 +195,20 @@ impl StateWord for u32 {
         self & MULTI != 0
     }
     #[inline]
-    fn held_or_queued(self) -> bool {
-        self & (HELD | QUEUED) != 0
+    fn free(self) -> bool {
+        self & (HELD | QLOCK | DEAD) == 0
     }
     #[inline]
-    fn takeable(self) -> bool {
-        self & (HELD | QUEUED | QLOCK) == 0
+    fn in_order(self) -> bool {
+        self & INORDER != 0
+    }
+    #[inline]
+    fn with_in_order(self) -> u32 {
+        self | INORDER
+    }
+    #[inline]
+    fn without_in_order(self) -> u32 {
+        self & !INORDER
     }
     #[inline]
     fn held_alone(self) -> bool {
@@ -218,7 +240,7 @@ impl StateWord for u32 {
     }
     #[inline]
     fn without_queued(self) -> u32 {
-        self & !QUEUED
+        self & !(QUEUED | INORDER)
     }
     #[inline]
     fn with_dead(self) -> u32 {

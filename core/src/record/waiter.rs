@@ -8,8 +8,11 @@
 //! | `IDLE`             | `PARKED`            | a task's node, as it is linked      |
 //! | `WAITING`          | `PARKED`            | the thread, before it sleeps        |
 //! | `PARKED` (thread)  | `WAITING`           | a releaser, under `QLOCK`: [`rouse`] |
-//! | `WAITING`/`PARKED` | `GRANTED`/`CLOSED`  | a releaser/closer, under `QLOCK`    |
-//! | `WAITING`/`PARKED` | `LEFT`              | the waiter itself, under `QLOCK`    |
+//! | `WAITING`/`PARKED` | `OFFERED`           | a releaser, under `QLOCK`: [`offer`] |
+//! | `OFFERED`          | `GRANTED`           | the waiter itself, under `QLOCK`, taking the free key |
+//! | `OFFERED`          | `WAITING`/`PARKED`  | the waiter itself, under `QLOCK`, finding it taken |
+//! | `WAITING`/`PARKED`/`OFFERED` | `GRANTED`/`CLOSED` | a releaser/closer, under `QLOCK` |
+//! | `WAITING`/`PARKED`/`OFFERED` | `LEFT`    | the waiter itself, under `QLOCK`    |
 //!
 //! `PARKED` means "wake me": a task's node is `PARKED` from the start, as it
 //! always needs its waker called. A release that grants the head rouses a
@@ -20,14 +23,22 @@
 //! never both happen, and a grant is never lost (a future dropped after its
 //! grant lets the key go to the next in line).
 //!
-//! A final status (`GRANTED`, `CLOSED`) is given by [`finish_waiter`] only,
+//! `OFFERED` is bounded bypass: a waiter made with a [`Bypass`] bound
+//! that stands first in line when the key is let go, before its bound has
+//! passed, is not handed the key: the key is left free, with its line, and
+//! the waiter is told so. It comes to take it under `QLOCK`; a running
+//! thread or task that came first with a CAS has bypassed it, and it
+//! waits for the next offer. Only the first in line is ever offered.
+//!
+//! A final status (`GRANTED`, `CLOSED`) is given by [`finish_waiter`] only
+//! (or, for `GRANTED`, by the offered waiter to itself),
 //! which copies the node's wake handle *before* it publishes the status:
 //! once the status is final the node's owner may return and free it.
 
 use crate::counters::{count, Event};
 use crate::ctx;
 use crate::line_list::Pointers;
-use crate::sync::{AtomicU32, Ordering, Thread, UnsafeCell};
+use crate::sync::{process_us, AtomicU32, Ordering, Thread, UnsafeCell};
 use std::marker::PhantomPinned;
 use std::task::Waker;
 
@@ -38,6 +49,52 @@ pub(super) const PARKED: u32 = 2;
 pub(super) const GRANTED: u32 = 3;
 pub(super) const CLOSED: u32 = 4;
 pub(super) const LEFT: u32 = 5;
+pub(super) const OFFERED: u32 = 6;
+
+/// How long a waiter may be bypassed (bounded bypass), and its part in
+/// a run of the line served in order. Read and written under `QLOCK` once
+/// the node is linked.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Bypass {
+    /// 0: never (strict FIFO, every lock's default).
+    bound_us: u32,
+    /// It was the last in line when a bound passed: the line is served in
+    /// order until its turn (`INORDER`).
+    ends_run: bool,
+    /// When its bound passes (µs on [`process_us`]), counted from the
+    /// first release that found it first in line; 0: not yet.
+    until_us: u64,
+}
+
+impl Bypass {
+    /// A waiter that may be bypassed for `bound_us` once it is first in line
+    /// (0: never; a bound past `u32::MAX` µs, 71 minutes, counts as that).
+    pub(crate) const fn for_bound(bound_us: u64) -> Bypass {
+        Bypass {
+            bound_us: if bound_us > u32::MAX as u64 {
+                u32::MAX
+            } else {
+                bound_us as u32
+            },
+            ends_run: false,
+            until_us: 0,
+        }
+    }
+
+    /// Whether the first in line, with this bound, may still be bypassed;
+    /// the first look starts its bound.
+    /// (Mutant for loom-tests/README.md: a bound that never passes.)
+    fn allows_now(&mut self) -> bool {
+        if self.bound_us == 0 {
+            return false;
+        }
+        let now = process_us();
+        if self.until_us == 0 {
+            self.until_us = now.saturating_add(u64::from(self.bound_us));
+        }
+        now < self.until_us || cfg!(holdline_mutant = "bypass_past_bound")
+    }
+}
 
 /// How a wait in line ended.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -132,37 +189,72 @@ pub(crate) struct Waiter {
     pub(super) fence: UnsafeCell<u64>,
     /// Written by its owner before it is linked, and then only under `QLOCK`.
     pub(super) wake: UnsafeCell<Wake>,
+    /// How long it may be bypassed: written by its owner before it is
+    /// linked, and then only under `QLOCK`.
+    bypass: UnsafeCell<Bypass>,
     _pinned: PhantomPinned,
 }
 
 // SAFETY: the links and `wake` are read and written only under the line's
 // `QLOCK` once the node is linked (and only by its owner before), `status`
-// is atomic, and `Thread` and `Waker` are Send + Sync.
+// is atomic, `Thread` and `Waker` are Send + Sync, and `bypass` is guarded
+// as the links are.
 unsafe impl Send for Waiter {}
 // SAFETY: as for `Send`.
 unsafe impl Sync for Waiter {}
 
 impl Waiter {
     /// A node for the calling thread, asking for `want` permits.
-    pub(crate) fn for_thread(want: u32) -> Self {
-        Self::new(Wake::Thread(crate::sync::current_thread()), want, 0)
+    pub(crate) fn for_thread(want: u32, bypass: Bypass) -> Self {
+        Self::new(Wake::Thread(crate::sync::current_thread()), want, 0, bypass)
     }
 
     /// A node for a task, woken through `waker`, asking for `want` permits,
     /// its wait ending at `deadline_us` on the store's clock (0: never).
-    pub(crate) fn for_task(waker: Waker, want: u32, deadline_us: u64) -> Self {
-        Self::new(Wake::Task(waker), want, deadline_us)
+    pub(crate) fn for_task(waker: Waker, want: u32, deadline_us: u64, bypass: Bypass) -> Self {
+        Self::new(Wake::Task(waker), want, deadline_us, bypass)
     }
 
-    fn new(wake: Wake, want: u32, deadline_us: u64) -> Self {
+    fn new(wake: Wake, want: u32, deadline_us: u64, bypass: Bypass) -> Self {
         Waiter {
             links: Pointers::new(),
             status: AtomicU32::new(IDLE),
             want,
             fence: UnsafeCell::new(deadline_us),
             wake: UnsafeCell::new(wake),
+            bypass: UnsafeCell::new(bypass),
             _pinned: PhantomPinned,
         }
+    }
+
+    /// Whether, first in line, it may be bypassed now (bounded bypass, its
+    /// bound not passed); the first look starts its bound.
+    ///
+    /// # Safety
+    /// The caller owns the QLOCK of the line it is linked in.
+    pub(super) unsafe fn may_be_bypassed(&self) -> bool {
+        // SAFETY: QLOCK guards a linked node's bypass.
+        self.bypass.with_mut(|b| unsafe { (*b).allows_now() })
+    }
+
+    /// Whether it was made with a bound, and whether it ends a run of the
+    /// line served in order.
+    ///
+    /// # Safety
+    /// As for [`may_be_bypassed`](Waiter::may_be_bypassed).
+    pub(super) unsafe fn bypass_marks(&self) -> (bool, bool) {
+        // SAFETY: QLOCK guards a linked node's bypass.
+        self.bypass
+            .with(|b| unsafe { ((*b).bound_us != 0, (*b).ends_run) })
+    }
+
+    /// Marks it as the last of a run of the line served in order.
+    ///
+    /// # Safety
+    /// As for [`may_be_bypassed`](Waiter::may_be_bypassed).
+    pub(super) unsafe fn mark_ends_run(&self) {
+        // SAFETY: QLOCK guards a linked node's bypass.
+        self.bypass.with_mut(|b| unsafe { (*b).ends_run = true });
     }
 
     /// How many permits it asks for.
@@ -191,7 +283,10 @@ impl Waiter {
     /// Whether the node is in a line now (only its owner may ask; see the
     /// status table).
     pub(crate) fn is_linked(&self) -> bool {
-        matches!(self.status.load(Ordering::Acquire), WAITING | PARKED)
+        matches!(
+            self.status.load(Ordering::Acquire),
+            WAITING | PARKED | OFFERED
+        )
     }
 }
 
@@ -208,6 +303,7 @@ impl Drop for Waiter {
             // (The links' own drop writes them, under loom.)
             self.wake.with_mut(|_| ());
             self.fence.with_mut(|_| ());
+            self.bypass.with_mut(|_| ());
         }
     }
 }
@@ -273,6 +369,45 @@ pub(super) unsafe fn rouse(w: *const Waiter) -> Option<Thread> {
         .compare_exchange(PARKED, WAITING, Ordering::Relaxed, Ordering::Relaxed)
         .ok()
         .map(|_| thread)
+}
+
+/// Offers the free key to `w`, the first in line, whose bound has not
+/// passed: its status becomes `OFFERED`, and the caller fires the wake
+/// answered (a sleeping thread's, or a task's) once QLOCK is let go. A
+/// spinning thread, or one already offered, needs none.
+///
+/// Relaxed: the offer carries nothing; the waiter acts on it under QLOCK,
+/// whose Acquire shows it the word and the fence.
+///
+/// # Safety
+/// The caller owns the QLOCK of `w`'s line, and `w` is linked in it.
+pub(super) unsafe fn offer(w: *const Waiter) -> Option<Wake> {
+    count(Event::Offered);
+    // SAFETY: linked, so alive while we own QLOCK (the caller's).
+    let w = unsafe { &*w };
+    match w
+        .status
+        .compare_exchange(WAITING, OFFERED, Ordering::Relaxed, Ordering::Relaxed)
+    {
+        Ok(_) | Err(OFFERED) => None,
+        Err(_parked) => {
+            // SAFETY: we own QLOCK, which guards `wake` of a linked node; a
+            // task's waker is moved out (its next poll puts one back).
+            let wake = w.wake.with_mut(|k| unsafe { (*k).take() });
+            w.status.store(OFFERED, Ordering::Relaxed);
+            offered_wake(wake)
+        }
+    }
+}
+
+/// The wake an offer fires once QLOCK is let go.
+/// (Mutant for loom-tests/README.md: an offer that wakes nobody.)
+#[inline(always)]
+fn offered_wake(wake: Wake) -> Option<Wake> {
+    if cfg!(holdline_mutant = "offer_forgets_wake") {
+        return None;
+    }
+    Some(wake)
 }
 
 /// Moves the wake handle out of `w`, a node about to get the final
