@@ -149,6 +149,42 @@ impl KeyedLock for HoldlineMaxHold {
     }
 }
 
+/// holdline through a lock opened with bounded bypass
+/// (`Fairness::BOUNDED`, 1 ms): a running thread may take a free key
+/// ahead of the line while its first waiter is within its bound.
+pub struct HoldlineBounded(Holdline);
+
+impl Default for HoldlineBounded {
+    fn default() -> Self {
+        let store = holdline::Store::new();
+        let lock = store
+            .lock("bench")
+            .fairness(holdline::Fairness::BOUNDED)
+            .open()
+            .expect("open lock");
+        HoldlineBounded(Holdline { store, lock })
+    }
+}
+
+impl KeyedLock for HoldlineBounded {
+    const NAME: &'static str = "holdline-bounded";
+    const FIFO: bool = false;
+    const DEADLINE: Deadline = Deadline::Native("key().wait(d).hold()");
+    const IDLE: &'static str = "reclaimed (reclaim_idle)";
+
+    #[inline]
+    fn hold<R>(&self, key: &str, f: impl FnOnce() -> R) -> R {
+        self.0.hold(key, f)
+    }
+    #[inline]
+    fn hold_within<R>(&self, key: &str, wait: Duration, f: impl FnOnce() -> R) -> Option<R> {
+        self.0.hold_within(key, wait, f)
+    }
+    fn reclaim(&self) {
+        self.0.reclaim();
+    }
+}
+
 impl AsyncKeyedLock for Holdline {
     const ASYNC_API: &'static str = "hold_async / key().wait(d).hold_async()";
 
@@ -425,6 +461,8 @@ pub enum Design {
     Holdline,
     #[value(name = "holdline-maxhold")]
     HoldlineMaxHold,
+    #[value(name = "holdline-bounded")]
+    HoldlineBounded,
     #[value(name = "std-map+std")]
     NaiveStd,
     #[value(name = "dashmap+pl")]
@@ -441,9 +479,10 @@ pub enum Design {
 
 impl Design {
     /// Every design, in table order.
-    pub const ALL: [Design; 8] = [
+    pub const ALL: [Design; 9] = [
         Design::Holdline,
         Design::HoldlineMaxHold,
+        Design::HoldlineBounded,
         Design::NaiveStd,
         Design::DashPl,
         Design::DashTokio,
@@ -490,7 +529,8 @@ macro_rules! for_async_design {
 macro_rules! for_design {
     ($design:expr, $d:ident => $body:expr) => {
         $crate::match_design!($design, $d => $body;
-            Holdline, HoldlineMaxHold, NaiveStd, DashPl, DashTokio, Lockable, StdSingle, PlSingle)
+            Holdline, HoldlineMaxHold, HoldlineBounded, NaiveStd, DashPl, DashTokio, Lockable,
+            StdSingle, PlSingle)
     };
 }
 

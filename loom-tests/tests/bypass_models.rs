@@ -1,0 +1,120 @@
+//! Loom models of bounded bypass (`Fairness::BoundedBypass`): a release
+//! that leaves the key free for the first in line (an offer), the running
+//! caller that takes it first, and the bound past which the key is handed
+//! over. Same conventions as `models.rs` (run with the same command).
+//!
+//! Under loom the bypass clock is logical and advances 1 ms a read
+//! (`core/src/sync.rs`), so a bound of 1 µs is "within it at the first
+//! look, past it at the next", and one of an hour never passes.
+#![cfg(loom)]
+
+use holdline::{Fairness, LockBuilder};
+use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use loom::sync::Arc;
+use loom::thread;
+use std::future::Future;
+use std::task::{Context, Waker};
+use std::time::Duration;
+
+mod common;
+use common::{check_idle_with, inside, spawn_waiting_holder, FOREVER};
+
+fn bounded_for_an_hour(lock: LockBuilder<'_>) -> LockBuilder<'_> {
+    lock.fairness(Fairness::BoundedBypass(Duration::from_secs(3600)))
+}
+
+fn bounded_for_a_microsecond(lock: LockBuilder<'_>) -> LockBuilder<'_> {
+    lock.fairness(Fairness::BoundedBypass(Duration::from_micros(1)))
+}
+
+fn fifo(lock: LockBuilder<'_>) -> LockBuilder<'_> {
+    lock.fairness(Fairness::Fifo)
+}
+
+/// 26. The holder lets go with a thread first in line, within its bound:
+/// the key is left free and offered to it, and the main thread, running,
+/// tries to take it at once. One of the two gets it; never both (the
+/// offered waiter takes it only under the line lock, seeing it free), and
+/// the waiter is always granted in the end (the offer wakes it, and the
+/// bypass's release offers it again).
+#[test]
+fn a_bypassing_take_racing_the_offer() {
+    check_idle_with(2, bounded_for_an_hour, |_store, lock| {
+        let count = Arc::new(AtomicUsize::new(0));
+        let held = lock.acquire("k").unwrap();
+        let waiter = spawn_waiting_holder(lock, "k", &count);
+        while lock.waiters_of("k") != 1 {
+            thread::yield_now();
+        }
+        held.release().unwrap();
+        let bypass = lock.try_hold("k", |l| (inside(&count), l.fence()).1);
+        let granted = waiter.join().unwrap();
+        if let Some(fence) = bypass.unwrap() {
+            // Before the waiter's grant (a bypass) or after its hold.
+            assert_ne!(granted, fence, "one grant, one fence");
+        }
+    });
+}
+
+/// 27. A thread is first in line; the holder's release finds it within
+/// its bound and offers the key; the main thread bypasses it and lets go
+/// again, when its bound has passed: that release hands the key to it.
+/// The main thread, trying once more, gets in only after the waiter's
+/// hold ended: a head past its bound is never bypassed.
+#[test]
+fn a_head_past_its_bound_is_handed_the_key() {
+    check_idle_with(2, bounded_for_a_microsecond, |_store, lock| {
+        let count = Arc::new(AtomicUsize::new(0));
+        let done = Arc::new(AtomicBool::new(false));
+        let held = lock.acquire("k").unwrap();
+        let waiter = {
+            let (lock, count, done) = (lock.clone(), count.clone(), done.clone());
+            thread::spawn(move || {
+                lock.key("k")
+                    .wait(FOREVER)
+                    .hold(|_| {
+                        inside(&count);
+                        done.store(true, Ordering::SeqCst);
+                    })
+                    .unwrap()
+            })
+        };
+        while lock.waiters_of("k") != 1 {
+            thread::yield_now();
+        }
+        held.release().unwrap();
+        if let Some(bypass) = lock.key("k").try_acquire().unwrap() {
+            bypass.release().unwrap();
+            let again = lock.try_hold("k", |_| done.load(Ordering::SeqCst));
+            if let Some(waiter_done) = again.unwrap() {
+                assert!(waiter_done, "a head past its bound was bypassed");
+            }
+        }
+        waiter.join().unwrap();
+    });
+}
+
+/// 28. A task stands first in line (the main thread polls it) while a
+/// thread arrives and the holder lets go, FIFO and bounded: in FIFO the
+/// release hands the task the key and the thread waits behind it; bounded,
+/// the release offers it, and the thread may take it first, whose release
+/// offers it again. Either way both hold it, one at a time, and the task
+/// is woken to take it (a lost offer is a loom deadlock in `block_on`).
+#[test]
+fn a_release_racing_an_arriving_thread_in_each_mode() {
+    for open in [fifo, bounded_for_an_hour] {
+        check_idle_with(2, open, |_store, lock| {
+            let count = Arc::new(AtomicUsize::new(0));
+            let held = lock.acquire("k").unwrap();
+            let mut task = std::pin::pin!(lock.key("k").wait(FOREVER).acquire_async());
+            let mut cx = Context::from_waker(Waker::noop());
+            assert!(task.as_mut().poll(&mut cx).is_pending(), "in line");
+            let arriving = spawn_waiting_holder(lock, "k", &count);
+            held.release().unwrap();
+            let lease = loom::future::block_on(task).unwrap();
+            inside(&count);
+            lease.release().unwrap();
+            arriving.join().unwrap();
+        });
+    }
+}
