@@ -138,6 +138,9 @@ fn past_its_bound_the_waiter_is_handed_the_key_and_the_line_is_served_in_order()
     // The first release to find `first` first in line starts its bound.
     holder.release().unwrap();
     let bypass = lock.acquire("chat-1").expect("within the bound: bypassed");
+    // The first acts on its offer and finds the key taken: the release
+    // after that looks at its bound again.
+    assert!(first.poll().is_none(), "bypassed");
     thread::sleep(Duration::from_millis(60));
     bypass.release().unwrap();
     assert!(
@@ -209,4 +212,55 @@ fn threads_on_a_hot_key_exclude_each_other_with_fences_rising() {
     assert_eq!(lock.stats().grants, 6 * 3000);
     assert_eq!(lock.stats().waiters, 0);
     assert_eq!(lock.inspect("hot").map(|i| i.held), Some(false));
+}
+
+/// A read-write key (2 permits: readers take one, writers both) with a
+/// writer task waiting behind two readers, one of which lets go.
+fn readers_and_a_waiting_writer(lock: &Lock) -> (HeldLease, Task<'_>) {
+    let a = lock.key("doc").try_acquire().unwrap().expect("reader a");
+    let b = lock.key("doc").try_acquire().unwrap().expect("reader b");
+    let writer = Task::of(Box::pin(lock.key("doc").exclusive().acquire_async()));
+    b.release().unwrap();
+    (a, writer)
+}
+
+fn rw_lock(store: &Store, fairness: Fairness) -> Lock {
+    store
+        .lock("docs")
+        .permits(2)
+        .fairness(fairness)
+        .open()
+        .unwrap()
+}
+
+#[test]
+fn fifo_readers_never_join_ahead_of_a_waiting_writer() {
+    let store = Store::new();
+    let lock = rw_lock(&store, Fairness::Fifo);
+    let (a, mut writer) = readers_and_a_waiting_writer(&lock);
+    assert!(lock.key("doc").try_acquire().unwrap().is_none());
+    a.release().unwrap();
+    writer.poll().expect("granted").unwrap().release().unwrap();
+}
+
+#[test]
+fn a_reader_joins_readers_ahead_of_a_waiting_writer_only_within_its_bound() {
+    let store = Store::new();
+    let lock = rw_lock(&store, Fairness::BoundedBypass(Duration::from_millis(20)));
+    let (a, mut writer) = readers_and_a_waiting_writer(&lock);
+    let c = lock.key("doc").try_acquire().unwrap();
+    let c = c.expect("within the writer's bound: a reader joins");
+    assert!(writer.poll().is_none(), "the writer waits on, in place");
+    thread::sleep(Duration::from_millis(60));
+    c.release().unwrap();
+    assert!(
+        lock.key("doc").try_acquire().unwrap().is_none(),
+        "past the writer's bound: no reader joins"
+    );
+    a.release().unwrap();
+    let w = writer.poll().expect("the writer is granted").unwrap();
+    assert!(lock.key("doc").try_acquire().unwrap().is_none());
+    w.release().unwrap();
+    let info = lock.inspect("doc").unwrap();
+    assert_eq!((info.holders, info.waiters), (0, 0));
 }

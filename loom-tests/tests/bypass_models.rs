@@ -9,11 +9,11 @@
 #![cfg(loom)]
 
 use holdline::{Fairness, LockBuilder};
-use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use loom::sync::atomic::AtomicUsize;
 use loom::sync::Arc;
 use loom::thread;
 use std::future::Future;
-use std::task::{Context, Waker};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 mod common;
@@ -56,41 +56,39 @@ fn a_bypassing_take_racing_the_offer() {
     });
 }
 
-/// 27. A thread is first in line; the holder's release finds it within
-/// its bound and offers the key; the main thread bypasses it and lets go
-/// again, when its bound has passed: that release hands the key to it.
-/// The main thread, trying once more, gets in only after the waiter's
-/// hold ended: a head past its bound is never bypassed.
+/// 27. A task is first in line (the main thread polls it) and a thread
+/// tries to take the key once. The holder's release offers the key to the
+/// task within its bound. When the task finds it taken (the thread
+/// bypassed it), the thread's release comes after the bound has passed
+/// and hands the key over: the main thread's own try, racing that
+/// release, never gets in, since either the thread or the task holds it.
 #[test]
 fn a_head_past_its_bound_is_handed_the_key() {
     check_idle_with(2, bounded_for_a_microsecond, |_store, lock| {
         let count = Arc::new(AtomicUsize::new(0));
-        let done = Arc::new(AtomicBool::new(false));
         let held = lock.acquire("k").unwrap();
-        let waiter = {
-            let (lock, count, done) = (lock.clone(), count.clone(), done.clone());
-            thread::spawn(move || {
-                lock.key("k")
-                    .wait(FOREVER)
-                    .hold(|_| {
-                        inside(&count);
-                        done.store(true, Ordering::SeqCst);
-                    })
-                    .unwrap()
-            })
+        let mut task = std::pin::pin!(lock.key("k").wait(FOREVER).acquire_async());
+        let mut cx = Context::from_waker(Waker::noop());
+        assert!(task.as_mut().poll(&mut cx).is_pending(), "in line");
+        let bypass = {
+            let (lock, count) = (lock.clone(), count.clone());
+            thread::spawn(move || lock.try_hold("k", |_| inside(&count)).unwrap())
         };
-        while lock.waiters_of("k") != 1 {
-            thread::yield_now();
-        }
         held.release().unwrap();
-        if let Some(bypass) = lock.key("k").try_acquire().unwrap() {
-            bypass.release().unwrap();
-            let again = lock.try_hold("k", |_| done.load(Ordering::SeqCst));
-            if let Some(waiter_done) = again.unwrap() {
-                assert!(waiter_done, "a head past its bound was bypassed");
-            }
+        if let Poll::Ready(lease) = task.as_mut().poll(&mut cx) {
+            // The task took its offer first.
+            inside(&count);
+            lease.unwrap().release().unwrap();
+            bypass.join().unwrap();
+            return;
         }
-        waiter.join().unwrap();
+        // Bypassed: the thread holds the key, then hands it to the task.
+        let late = lock.try_hold("k", |_| ()).unwrap();
+        assert!(late.is_none(), "a head past its bound was bypassed");
+        assert!(bypass.join().unwrap().is_some(), "the thread bypassed");
+        let lease = loom::future::block_on(task).unwrap();
+        inside(&count);
+        lease.release().unwrap();
     });
 }
 
@@ -117,4 +115,40 @@ fn a_release_racing_an_arriving_thread_in_each_mode() {
             arriving.join().unwrap();
         });
     }
+}
+
+/// 29. A read-write key (2 permits) with a writer waiting behind two
+/// readers: one reader lets go within the writer's bound, and a new reader
+/// joins the one left (the line is open); it lets go past the bound, and
+/// from then on no reader joins ahead of the writer, which is granted once
+/// the last reader lets go.
+#[test]
+fn a_reader_joins_ahead_of_a_writer_only_within_its_bound() {
+    fn open(lock: LockBuilder<'_>) -> LockBuilder<'_> {
+        bounded_for_a_microsecond(lock.permits(2))
+    }
+    check_idle_with(2, open, |_store, lock| {
+        let a = lock.key("k").try_acquire().unwrap().unwrap();
+        let b = lock.key("k").try_acquire().unwrap().unwrap();
+        let writer = {
+            let lock = lock.clone();
+            thread::spawn(move || {
+                let w = lock.key("k").exclusive().wait(FOREVER).acquire().unwrap();
+                let fence = w.fence();
+                w.release().unwrap();
+                fence
+            })
+        };
+        while lock.waiters_of("k") != 1 {
+            thread::yield_now();
+        }
+        b.release().unwrap();
+        let joined = lock.key("k").try_acquire().unwrap();
+        let joined = joined.expect("within the writer's bound, a reader joins");
+        joined.release().unwrap();
+        let late = lock.key("k").try_acquire().unwrap();
+        assert!(late.is_none(), "a reader joined past the writer's bound");
+        a.release().unwrap();
+        writer.join().unwrap();
+    });
 }

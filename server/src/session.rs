@@ -245,6 +245,9 @@ pub struct LockOptions {
     /// Each key's permits: `PERMITS` (default 1) on a HOLD or TRYHOLD;
     /// `None` for a command that names no count and takes the lock's own.
     pub permits: Option<u32>,
+    /// `BYPASS ms` on a HOLD or TRYHOLD: the waiter's bounded bypass
+    /// (`Fairness::BoundedBypass`); `None`: FIFO.
+    pub bypass: Option<Duration>,
 }
 
 impl Default for LockOptions {
@@ -253,6 +256,7 @@ impl Default for LockOptions {
             ttl: wire::DEFAULT_TTL,
             max_hold: None,
             permits: None,
+            bypass: None,
         }
     }
 }
@@ -367,6 +371,9 @@ impl LockOpener {
         }
         if let Some(permits) = options.permits {
             builder = builder.permits(permits);
+        }
+        if let Some(bound) = options.bypass {
+            builder = builder.fairness(holdline::Fairness::BoundedBypass(bound));
         }
         if known_only {
             return Ok(builder.open_if_known()?);

@@ -21,9 +21,11 @@ pub enum Fairness {
     /// than cores the key does not sit idle while one wakes up.
     ///
     /// What it gives up: a waiter still within its bound may see the key
-    /// taken by callers that came after it, any number of times. The worst a
-    /// waiter first in line is kept waiting past its turn is the bound plus
-    /// one hold (the hold that began just before the bound passed).
+    /// taken by callers that came after it, any number of times. The bound
+    /// is looked at by the release after the waiter has acted on its last
+    /// offer, so the worst a waiter first in line is kept waiting past its
+    /// turn is the bound, plus the time it takes to run once offered the
+    /// key (a thread's wake-up, a task's next poll), plus one hold.
     BoundedBypass(Duration),
 }
 

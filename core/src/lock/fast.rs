@@ -177,7 +177,7 @@ impl Lock {
                 record: HeldRecord::of(r),
                 fence: r.fence(),
             }),
-            Err(s) if s.multi() => take_permits_fast(r, want),
+            Err(s) if s.multi() || s.free() => take_permits_fast(r, want),
             Err(_) => None,
         }
     }
@@ -256,7 +256,8 @@ pub(crate) fn take(r: &Record, want: u32) -> Fast {
     match r.try_lock_fast() {
         Ok(()) => Fast::Granted(Grant::of(r)),
         Err(s) if s.held_alone() => Fast::Held,
-        Err(s) if s.multi() => take_permits(r, want),
+        // Several permits; or a key left free for its line (bounded bypass).
+        Err(s) if s.multi() || s.free() => take_permits(r, want),
         Err(_) => Fast::Slow,
     }
 }

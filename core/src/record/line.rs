@@ -114,8 +114,20 @@ fn offered_key_free(s: u32) -> bool {
 /// be bypassed, the line not being served in order.
 /// (Mutant for loom-tests/README.md: bypass a line served in order.)
 #[inline(always)]
-fn may_offer(s: u32) -> bool {
+pub(super) fn may_offer(s: u32) -> bool {
     !s.in_order() || cfg!(holdline_mutant = "bypass_in_order")
+}
+
+/// Whether a release that sees the word `s` (with a line) lets the key go
+/// with one CAS, leaving it to the first in line's pending offer.
+/// (Mutant for loom-tests/README.md: a release that never takes QLOCK
+/// while a line may be bypassed, so the bound is never checked again.)
+#[inline(always)]
+fn lets_go_to_offer(s: u32) -> bool {
+    if cfg!(holdline_mutant = "offer_never_rechecked") {
+        return !s.in_order() && (s.woken() || s.queued());
+    }
+    s.woken()
 }
 
 /// Whether a departure that leaves the word `s` serves whoever stood
@@ -363,6 +375,8 @@ impl Record {
         if status != OFFERED {
             return (s, end_of(status));
         }
+        // It acts on its offer: the next release takes QLOCK again.
+        let s = s.without_woken();
         if !offered_key_free(s) {
             count(Event::Bypassed);
             // Relaxed: only its owner, and later QLOCK owners, read it.
@@ -482,6 +496,13 @@ impl Record {
             self.unlock_line(s, Ordering::Release);
             return end;
         }
+        // An offer it leaves without acting on: the next release offers
+        // the key to the next in line.
+        let s = if status == OFFERED {
+            s.without_woken()
+        } else {
+            s
+        };
         // SAFETY: we own QLOCK and `waiter` is linked (no final status).
         let (_, ends_run) = unsafe { waiter.bypass_marks() };
         // SAFETY: as above.
@@ -546,7 +567,9 @@ impl Record {
                 s = self.wait_line_unlocked(s, &mut backoff);
                 continue;
             }
-            if !s.queued() {
+            if !s.queued() || lets_go_to_offer(s) {
+                // No line; or its first was offered the key already and
+                // has not looked yet: it will, and find the key free.
                 match self.state.compare_exchange_weak(
                     s,
                     s.without_held(),
@@ -593,14 +616,14 @@ impl Record {
         if may_offer(s) && unsafe { head_ref.may_be_bypassed() } {
             // SAFETY: as above.
             let offered = unsafe { offer(head) };
-            return (s.without_held(), Handed::offered(offered));
+            return (s.without_held().with_woken(), Handed::offered(offered));
         }
         // Read before its final status: then the node may vanish.
         // SAFETY: as above.
         let (bounded, ends_run) = unsafe { head_ref.bypass_marks() };
         // SAFETY: we own QLOCK; QUEUED says the line is not empty.
         let (first, now_empty) = unsafe { self.pop_front() };
-        let s = s.with_one_fewer_waiter().with_held();
+        let s = s.with_one_fewer_waiter().with_held().without_woken();
         // Relaxed: stored by the release that let it go (ours, or one
         // published to us by QLOCK's Acquire).
         let fence = self.fence.load(Ordering::Relaxed);

@@ -17,7 +17,13 @@
 //! release that finds a line, or a waiter leaving the head of the line,
 //! takes `QLOCK` and grants in order every head waiter that now fits, and
 //! none behind one that does not (no overtaking); a newcomer's CAS fails
-//! while anyone waits, so it cannot overtake either.
+//! while anyone waits, so it cannot overtake either, unless the line is
+//! `OPEN`: its first waiter, which does not fit yet, was made with a
+//! bypass bound that has not passed (bounded bypass; a reader may join
+//! readers ahead of a waiting writer only within the writer's bound). The
+//! serving of the line sets `OPEN`, or clears it once the bound passed
+//! and then serves the line as it stands in order (`INORDER`), as a lock
+//! of one permit does (`line`'s `hand_on`).
 //!
 //! Every grant draws its fence with one `fetch_add` on `fence`, which for
 //! such a record is always the latest grant's (held or not), and puts it in
@@ -28,7 +34,7 @@
 //! its grant ([`Record::take_served`]), in its own slot rather than the
 //! granter's.
 
-use super::line::wake_roused;
+use super::line::{may_offer, wake_roused};
 use super::waiter::{finish_waiter, rouse, GRANTED};
 use super::{Enqueued, Record, StateWord, Tried, Waiter, Wake};
 use crate::permits::Permits;
@@ -265,6 +271,11 @@ impl Record {
                 break;
             }
             // SAFETY: as above.
+            let (_, ends_run) = unsafe { (*self.head()).bypass_marks() };
+            if ends_run {
+                s = s.without_in_order();
+            }
+            // SAFETY: as above.
             let (head, now_empty) = unsafe { self.pop_front() };
             // Drawn here, booked by its taker (`take_served`).
             let fence = self.draw_fence();
@@ -282,6 +293,36 @@ impl Record {
         if granted && s.queued() {
             // SAFETY: QLOCK; QUEUED says the head is linked.
             woken.roused = unsafe { rouse(self.head()) };
+        }
+        if !s.queued() {
+            return s;
+        }
+        // SAFETY: QLOCK; QUEUED says the line is not empty.
+        unsafe { self.settle_open(s) }
+    }
+
+    /// After the line was served, its first waiter still does not fit:
+    /// opens the line to newcomers whose permits fit (`OPEN`) while that
+    /// waiter is within its bound and the line is not served in order;
+    /// else closes it, and a bound that passed starts a run served in
+    /// order (`INORDER`, the last in line marked).
+    ///
+    /// # Safety
+    /// The caller owns QLOCK of a `MULTI` record whose line is not empty.
+    unsafe fn settle_open(&self, s: u32) -> u32 {
+        // SAFETY: QLOCK; the head of a non-empty line is linked.
+        let head = unsafe { &*self.head() };
+        // SAFETY: as above.
+        if may_offer(s) && unsafe { head.may_be_bypassed() } {
+            return s.with_open();
+        }
+        let s = s.without_open();
+        // SAFETY: as above.
+        let (bounded, _) = unsafe { head.bypass_marks() };
+        if bounded && !s.in_order() {
+            // SAFETY: QLOCK; the line is not empty.
+            unsafe { (*self.tail()).mark_ends_run() };
+            return s.with_in_order();
         }
         s
     }
@@ -331,11 +372,11 @@ impl Record {
 }
 
 /// Whether a newcomer that sees the word `s` must leave the permits to
-/// the line: someone waits.
+/// the line: someone waits, and the line is not open to bypass.
 /// (Mutant for loom-tests/README.md: a newcomer overtakes the line.)
 #[inline(always)]
 fn line_waits(s: u32) -> bool {
-    s.queued() && !cfg!(holdline_mutant = "fast_overtakes")
+    s.queued() && !s.open() && !cfg!(holdline_mutant = "fast_overtakes")
 }
 
 /// A take's CAS of the word from `s` to `taken`.
@@ -358,7 +399,7 @@ fn cas_taken(state: &AtomicU32, s: u32, taken: u32) -> Result<u32, u32> {
 #[inline(always)]
 fn fit_under_lock(s: u32, permits: &Permits, want: u32) -> bool {
     let look = !cfg!(holdline_mutant = "enqueue_without_recheck");
-    look && !s.queued() && permits.fits(s.held_permits(), want)
+    look && (!s.queued() || s.open()) && permits.fits(s.held_permits(), want)
 }
 
 /// Whether a release that sees the word `s` gives its permits back under

@@ -11,7 +11,9 @@
 //! | `DEAD`   | the table retired this record; look the key up again           |
 //! | 4..18    | one permit: the line's length (written by the `QLOCK` owner)   |
 //! | 4..24    | `MULTI`: the permits held now                                  |
-//! | `INORDER`| one permit: the line is served in order for now (bounded bypass) |
+//! | `WOKEN`  | one permit: the first in line was offered the free key and has not acted yet |
+//! | `OPEN`   | `MULTI`: a newcomer whose permits fit may take them ahead of the line |
+//! | `INORDER`| the line is served in order for now (bounded bypass)          |
 //! | `QSLEEP` | a thread sleeps until `QLOCK` is let go (set only with `QLOCK`)  |
 //! | `MULTI`  | the key's lock has several permits (set at birth, never changed) |
 //!
@@ -24,6 +26,18 @@
 //!   key free with its line (`QUEUED` without `HELD`) and offers it to that
 //!   waiter; whoever comes first takes it (`free`). Otherwise a release
 //!   with waiters hands `HELD` straight to the first of them.
+//! - `WOKEN` (one permit only) implies `QUEUED` and not `INORDER`: a
+//!   release offered the free key to the first in line (under `QLOCK`),
+//!   which has not yet looked (under `QLOCK`) whether it is still free. A
+//!   release that finds it set lets the key go with one CAS (`HELD`
+//!   cleared, `QLOCK` not taken): the first in line has its offer and
+//!   will look. Its look clears `WOKEN`, so the release after it takes
+//!   `QLOCK` again and checks the bound.
+//! - `OPEN` (`MULTI` only) implies `QUEUED`: the last serving of the line
+//!   (under `QLOCK`) found its first waiter still unable to fit and within
+//!   its bound, so a newcomer's CAS may take permits that fit past it
+//!   (bounded bypass); every release with a line serves it again, under
+//!   `QLOCK`, and sets or clears `OPEN` anew.
 //! - `INORDER` implies `QUEUED`: a release that found its first waiter past
 //!   its bound handed the key over, set it and marked the last in line then;
 //!   every release hands over until that waiter is granted or leaves, or
@@ -93,6 +107,10 @@ const QUEUED: u32 = 1 << 2;
 const DEAD: u32 = 1 << 3;
 /// The line is served in order for now (above both counts' bits).
 const INORDER: u32 = 1 << 29;
+/// `MULTI`: a newcomer may take permits that fit ahead of the line.
+const OPEN: u32 = 1 << 28;
+/// One permit: the first in line was offered the key and has not acted.
+const WOKEN: u32 = 1 << 27;
 /// Someone sleeps until `QLOCK` is let go (above both counts' bits).
 const QSLEEP: u32 = 1 << 30;
 /// A lock of several permits: see `multi`'s module doc.
@@ -139,6 +157,14 @@ pub(crate) trait StateWord: Copy {
     fn in_order(self) -> bool;
     fn with_in_order(self) -> Self;
     fn without_in_order(self) -> Self;
+    /// `WOKEN`: the first in line was offered the key and has not acted.
+    fn woken(self) -> bool;
+    fn with_woken(self) -> Self;
+    fn without_woken(self) -> Self;
+    /// `OPEN`: a newcomer may take permits that fit ahead of the line.
+    fn open(self) -> bool;
+    fn with_open(self) -> Self;
+    fn without_open(self) -> Self;
     /// Held, by the one holder of a lock of one permit.
     fn held_alone(self) -> bool;
     /// Held, or of several permits (whose `fence` is always the latest grant's).
@@ -211,6 +237,30 @@ impl StateWord for u32 {
         self & !INORDER
     }
     #[inline]
+    fn woken(self) -> bool {
+        self & WOKEN != 0
+    }
+    #[inline]
+    fn with_woken(self) -> u32 {
+        self | WOKEN
+    }
+    #[inline]
+    fn without_woken(self) -> u32 {
+        self & !WOKEN
+    }
+    #[inline]
+    fn open(self) -> bool {
+        self & OPEN != 0
+    }
+    #[inline]
+    fn with_open(self) -> u32 {
+        self | OPEN
+    }
+    #[inline]
+    fn without_open(self) -> u32 {
+        self & !OPEN
+    }
+    #[inline]
     fn held_alone(self) -> bool {
         self & (HELD | MULTI) == HELD
     }
@@ -240,7 +290,7 @@ impl StateWord for u32 {
     }
     #[inline]
     fn without_queued(self) -> u32 {
-        self & !(QUEUED | INORDER)
+        self & !(QUEUED | INORDER | OPEN | WOKEN)
     }
     #[inline]
     fn with_dead(self) -> u32 {

@@ -10,7 +10,7 @@ use holdline_resp::Value;
 use std::time::{Duration, Instant};
 
 /// `HOLD lock key [WAIT ms] [TTL ms] [MAXHOLD ms] [PERMITS n] [TAKE m|ALL]
-/// [NOTE text]` (the options the command table lists for it).
+/// [NOTE text] [BYPASS ms]` (the options the command table lists for it).
 #[derive(Debug, PartialEq)]
 pub struct Hold {
     lock: Vec<u8>,
@@ -249,6 +249,7 @@ impl Options {
             max_hold: given.millis("MAXHOLD"),
             // A HOLD names the count, 1 when it says none.
             permits: Some(given.count("PERMITS").unwrap_or(1)),
+            bypass: given.millis("BYPASS"),
         };
         let take = match given.take("TAKE") {
             Some(OptValue::All) => Take::All,

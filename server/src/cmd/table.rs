@@ -83,6 +83,7 @@ macro_rules! hold_options {
             option("PERMITS", &("n", "integer"), parse::opt_count),
             option("TAKE", &("m", "integer"), parse::opt_count_or_all),
             option("NOTE", &("text", "string"), parse::opt_bytes),
+            option("BYPASS", MS, parse::opt_millis),
         ]
     };
 }

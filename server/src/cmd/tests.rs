@@ -457,3 +457,13 @@ fn an_option_takes_as_many_values_as_its_table_entry_says() {
     );
     assert!(cmd(&["HISTORY", "COUNT", "5"]).is_ok());
 }
+
+#[test]
+fn hold_takes_a_bypass_bound_and_is_fifo_without_one() {
+    let bounded = format!("{:?}", hold(&["inv", "9", "BYPASS", "5"]).unwrap());
+    assert!(bounded.contains("bypass: Some(5ms)"), "{bounded}");
+    let fifo = format!("{:?}", hold(&["inv", "9"]).unwrap());
+    assert!(fifo.contains("bypass: None"), "{fifo}");
+    let bad = hold(&["inv", "9", "BYPASS", "soon"]).unwrap_err();
+    assert!(bad.contains("BYPASS takes whole milliseconds"), "{bad}");
+}
