@@ -827,8 +827,9 @@ mod tests {
                 ("read-mostly", 8, "holdline"),
             ]
         );
-        // Two designs a semaphore row, three a read-mostly row.
-        assert_eq!(p.jobs.len(), 3 * 2 + 2 + 3 * 3);
+        // Two designs a semaphore row; four a read-mostly row (holdline
+        // FIFO and bounded, and two peers).
+        assert_eq!(p.jobs.len(), 3 * 2 + 2 + 3 * 4);
         // --quick keeps them, at the same counts (about 3 s on 2 cores).
         let quick = plan(&["--quick"]);
         let permits = quick

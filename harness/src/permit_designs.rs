@@ -87,6 +87,35 @@ impl PermitLock for HoldlinePermits {
     }
 }
 
+/// [`HoldlinePermits`] opened with bounded bypass (`Fairness::BOUNDED`,
+/// 1 ms): a reader may join readers ahead of a waiting writer while the
+/// writer is within its bound.
+pub struct HoldlinePermitsBounded(HoldlinePermits);
+
+impl PermitLock for HoldlinePermitsBounded {
+    const NAME: &'static str = "holdline-bounded";
+    const FIFO: bool = false;
+    const API: [&'static str; 2] = HoldlinePermits::API;
+
+    fn new(permits: u32) -> Self {
+        let store = holdline::Store::new();
+        let lock = store
+            .lock("bench")
+            .permits(permits)
+            .fairness(holdline::Fairness::BOUNDED)
+            .open();
+        HoldlinePermitsBounded(HoldlinePermits {
+            lock: lock.expect("open lock"),
+            _store: store,
+        })
+    }
+
+    #[inline]
+    fn hold<R>(&self, key: &str, take: Take, f: impl FnOnce() -> R) -> R {
+        self.0.hold(key, take, f)
+    }
+}
+
 impl AsyncPermitLock for HoldlinePermits {
     const ASYNC_API: &'static str = "hold_async";
 
@@ -300,6 +329,7 @@ impl PermitLock for TokioRw {
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum PermitDesign {
     Holdline,
+    HoldlineBounded,
     TokioSem,
     PlRw,
     TokioRw,
@@ -310,6 +340,7 @@ impl PermitDesign {
     pub fn name(self) -> &'static str {
         match self {
             PermitDesign::Holdline => HoldlinePermits::NAME,
+            PermitDesign::HoldlineBounded => HoldlinePermitsBounded::NAME,
             PermitDesign::TokioSem => TokioSem::NAME,
             PermitDesign::PlRw => PlRw::NAME,
             PermitDesign::TokioRw => TokioRw::NAME,
@@ -319,6 +350,7 @@ impl PermitDesign {
     pub fn fifo(self) -> bool {
         match self {
             PermitDesign::Holdline => HoldlinePermits::FIFO,
+            PermitDesign::HoldlineBounded => HoldlinePermitsBounded::FIFO,
             PermitDesign::TokioSem => TokioSem::FIFO,
             PermitDesign::PlRw => PlRw::FIFO,
             PermitDesign::TokioRw => TokioRw::FIFO,
@@ -330,6 +362,7 @@ impl PermitDesign {
     pub fn family(self) -> Design {
         match self {
             PermitDesign::Holdline => Design::Holdline,
+            PermitDesign::HoldlineBounded => Design::HoldlineBounded,
             PermitDesign::TokioSem | PermitDesign::TokioRw => Design::DashTokio,
             PermitDesign::PlRw => Design::DashPl,
         }

@@ -14,7 +14,8 @@ use hdrhistogram::Histogram;
 use crate::async_scenarios::runtime;
 use crate::measure::{fill_lat, hist, merged, run_for, run_tasks, GrantOrder};
 use crate::permit_designs::{
-    AsyncPermitLock, HoldlinePermits, PermitDesign, PermitLock, PlRw, Take, TokioRw, TokioSem,
+    AsyncPermitLock, HoldlinePermits, HoldlinePermitsBounded, PermitDesign, PermitLock, PlRw, Take,
+    TokioRw, TokioSem,
 };
 use crate::row::Run;
 use crate::scenario::{
@@ -30,6 +31,7 @@ pub fn subjects(s: Scenario) -> &'static [PermitDesign] {
     match s {
         Scenario::ReadMostly => &[
             PermitDesign::Holdline,
+            PermitDesign::HoldlineBounded,
             PermitDesign::PlRw,
             PermitDesign::TokioRw,
         ],
@@ -48,6 +50,9 @@ pub fn run(s: Scenario, d: PermitDesign, cfg: &Cfg, threads: usize) -> Run {
         (Scenario::AsyncSemaphore, P::Holdline) => async_semaphore::<HoldlinePermits>(cfg, threads),
         (Scenario::AsyncSemaphore, P::TokioSem) => async_semaphore::<TokioSem>(cfg, threads),
         (Scenario::ReadMostly, P::Holdline) => read_mostly::<HoldlinePermits>(cfg, threads),
+        (Scenario::ReadMostly, P::HoldlineBounded) => {
+            read_mostly::<HoldlinePermitsBounded>(cfg, threads)
+        }
         (Scenario::ReadMostly, P::PlRw) => read_mostly::<PlRw>(cfg, threads),
         (Scenario::ReadMostly, P::TokioRw) => read_mostly::<TokioRw>(cfg, threads),
         _ => {

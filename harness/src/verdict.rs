@@ -57,7 +57,7 @@ pub enum Measure {
 /// The questions the rows answer, in the order the verdict prints them
 /// (memory per connection is measured on its own; the uncontended hold of
 /// one thread against the map pattern is criterion's: [`HOT_PATH`]).
-pub const QUESTIONS: [Question; 23] = [
+pub const QUESTIONS: [Question; 25] = [
     Question {
         words: "uncontended hold, 16 keys a thread, 1 thread",
         scenario: Scenario::Uncontended,
@@ -218,6 +218,24 @@ pub const QUESTIONS: [Question; 23] = [
         busy: 0,
         measure: Measure::Rate,
         design: None,
+        against: None,
+    },
+    Question {
+        words: "read-mostly key, 4 threads, bounded bypass (1 ms)",
+        scenario: Scenario::ReadMostly,
+        threads: 4,
+        busy: 0,
+        measure: Measure::Rate,
+        design: Some("holdline-bounded"),
+        against: None,
+    },
+    Question {
+        words: "read-mostly key, 8 threads, bounded bypass (1 ms)",
+        scenario: Scenario::ReadMostly,
+        threads: 8,
+        busy: 0,
+        measure: Measure::Rate,
+        design: Some("holdline-bounded"),
         against: None,
     },
     Question {
