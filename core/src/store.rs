@@ -471,6 +471,12 @@ mod tests {
         // A plain hold without maxHold never touches it.
         let plain = store.lock("plain").open().unwrap();
         assert_eq!(plain.hold("a", |_| timed(&store)).unwrap(), 0);
+        // A lease made on another thread (another shard of the timer)
+        // and released here leaves its shard's registry.
+        let theirs = std::thread::scope(|s| s.spawn(|| jobs.acquire("c").unwrap()).join());
+        assert_eq!(timed(&store), 1);
+        theirs.unwrap().release().unwrap();
+        assert_eq!(timed(&store), 0);
     }
 
     /// A thread's page of the maxHold watch is given up when the thread
