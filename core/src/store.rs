@@ -257,6 +257,14 @@ impl Store {
     pub fn pending_timers(&self) -> usize {
         self.shared.core.timer.pending()
     }
+
+    /// Under loom: how many leases the timer's registry of timed leases
+    /// lists, over all its shards.
+    #[cfg(loom)]
+    #[doc(hidden)]
+    pub fn timed_leases(&self) -> usize {
+        self.shared.core.timer.timed_len()
+    }
 }
 
 impl fmt::Debug for Store {
