@@ -216,6 +216,15 @@ fn shard_number_of_cancel<L: Due>(lease: &L) -> usize {
     lease.home()
 }
 
+/// Whether the thread publishes its planned sleep before it looks at
+/// each shard (the module doc's "No lost wake"). (Mutant
+/// `plan_publishes_late`: only once it has looked at every shard, so an
+/// arm between its look and its publishing reads "awake" and wakes
+/// nobody.)
+fn publishes_before_looking() -> bool {
+    !cfg!(holdline_mutant = "plan_publishes_late")
+}
+
 /// One lease shard: its wheel and registry behind its own mutex, on a
 /// cache line of its own so that shards of different threads share none.
 #[repr(align(128))]
@@ -261,6 +270,10 @@ pub(crate) struct Driver<L> {
     sleeping_until: AtomicU64,
     /// The thread was started. Written only under `control`.
     started: AtomicBool,
+    /// Under loom: how many times the thread was woken (models check
+    /// that an arm its sleep missed woke it).
+    #[cfg(loom)]
+    wakes: AtomicUsize,
     clock: Arc<Clock>,
     /// A key was created since the last sweep began. A hint: see
     /// [`want_sweep`](Driver::want_sweep).
@@ -317,6 +330,8 @@ impl<L> Driver<L> {
             shards: (0..shard_count()).map(|_| Shard::new()).collect(),
             sleeping_until: AtomicU64::new(0),
             started: AtomicBool::new(false),
+            #[cfg(loom)]
+            wakes: AtomicUsize::new(0),
             clock,
             sweep_wanted: AtomicBool::new(false),
             #[cfg(not(loom))]
@@ -330,6 +345,52 @@ impl<L> Driver<L> {
     fn shard(&self, n: usize) -> &Mutex<Leases<L>> {
         // The count is a power of two.
         &self.shards[n & (self.shards.len() - 1)].leases
+    }
+
+    /// Under the control lock, before the thread waits: publishes when it
+    /// will wake, `own` (the control's earliest deadline) first, then
+    /// lowered to each shard's next deadline, shard by shard (see the
+    /// module doc's "No lost wake"). Answers the earliest of all.
+    fn plan_sleep(&self, own: Option<u64>) -> Option<u64> {
+        let mut next = own;
+        // Relaxed: each store comes before the thread takes the next
+        // shard's lock, and an arm of that shard takes it after, so the
+        // lock's release and acquire order the store before the arm's
+        // load.
+        if publishes_before_looking() {
+            self.sleeping_until
+                .store(next.unwrap_or(u64::MAX), Ordering::Relaxed);
+        }
+        for shard in self.shards.iter() {
+            let shard_next = lock(&shard.leases).wheel.next_deadline();
+            if let Some(at) = shard_next.filter(|&at| next.is_none_or(|n| at < n)) {
+                next = Some(at);
+                if publishes_before_looking() {
+                    self.sleeping_until.store(at, Ordering::Relaxed);
+                }
+            }
+        }
+        if !publishes_before_looking() {
+            self.sleeping_until
+                .store(next.unwrap_or(u64::MAX), Ordering::Relaxed);
+        }
+        next
+    }
+
+    /// Under loom: the thread's plan of its sleep with nothing of its own
+    /// pending (only the shards' deadlines), as it makes it before it
+    /// waits; the plan stays published, as while the thread waits.
+    #[cfg(loom)]
+    pub(crate) fn plan_sleep_on_leases(&self) -> Option<u64> {
+        let _control = lock(&self.control);
+        self.plan_sleep(None)
+    }
+
+    /// Under loom: how many times an arm (or any caller) woke the thread.
+    #[cfg(loom)]
+    pub(crate) fn wakes(&self) -> usize {
+        // Relaxed: read after the model joined every thread.
+        self.wakes.load(Ordering::Relaxed)
     }
 
     /// Installs the maxHold watch the thread ticks; once, before any hold.
@@ -576,6 +637,9 @@ impl<L: Due> Driver<L> {
             }
         } else if at < this.sleeping_until.load(Ordering::Relaxed) {
             this.cv.notify_one();
+            // Relaxed: a count the model reads after joining.
+            #[cfg(loom)]
+            this.wakes.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -788,28 +852,6 @@ impl<L: Due> Driver<L> {
         self.sleeping_until.store(0, Ordering::Relaxed);
         drop(control);
         true
-    }
-
-    /// Under the control lock, before the thread waits: publishes when it
-    /// will wake, `own` (the control's earliest deadline) first, then
-    /// lowered to each shard's next deadline, shard by shard (see the
-    /// module doc's "No lost wake"). Answers the earliest of all.
-    fn plan_sleep(&self, own: Option<u64>) -> Option<u64> {
-        let mut next = own;
-        // Relaxed: each store comes before the thread takes the next
-        // shard's lock, and an arm of that shard takes it after, so the
-        // lock's release and acquire order the store before the arm's
-        // load.
-        self.sleeping_until
-            .store(next.unwrap_or(u64::MAX), Ordering::Relaxed);
-        for shard in self.shards.iter() {
-            let shard_next = lock(&shard.leases).wheel.next_deadline();
-            if let Some(at) = shard_next.filter(|&at| next.is_none_or(|n| at < n)) {
-                next = Some(at);
-                self.sleeping_until.store(at, Ordering::Relaxed);
-            }
-        }
-        next
     }
 
     /// Waits on the condition variable, `ms` at most (`None`: untimed).

@@ -258,6 +258,22 @@ impl Store {
         self.shared.core.timer.pending()
     }
 
+    /// Under loom: the timer thread's plan of its sleep (when it would
+    /// wake; `None`: never), made as the thread makes it before it waits,
+    /// with only the leases' deadlines pending.
+    #[cfg(loom)]
+    #[doc(hidden)]
+    pub fn plan_timer_sleep(&self) -> Option<u64> {
+        self.shared.core.timer.plan_sleep_on_leases()
+    }
+
+    /// Under loom: how many times the timer thread was woken.
+    #[cfg(loom)]
+    #[doc(hidden)]
+    pub fn timer_wakes(&self) -> usize {
+        self.shared.core.timer.wakes()
+    }
+
     /// Under loom: how many leases the timer's registry of timed leases
     /// lists, over all its shards.
     #[cfg(loom)]

@@ -394,3 +394,29 @@ fn a_lease_armed_on_its_shard_racing_release_and_the_timer() {
         assert!(next > fence, "fences rise past the lease's grant");
     });
 }
+
+/// 27. The timer thread plans its sleep (it publishes when it will wake,
+/// then looks at each shard's next deadline) while a thread arms a lease
+/// on its shard: either the plan saw the lease, or the arm woke the
+/// thread; never a thread asleep past a lease nobody told it of. (The key
+/// exists before, so its sweep, which would wake the thread too, was
+/// asked for before the race. Mutant `plan_publishes_late`: the plan is
+/// published only after every shard was looked at, so the arm reads the
+/// thread as awake and wakes nobody.)
+#[test]
+fn a_timer_planning_its_sleep_racing_an_arm() {
+    check_idle_with(3, a_minute_ttl, |store, lock| {
+        lock.hold("k", |_| ()).unwrap();
+        let holder = {
+            let l = lock.clone();
+            thread::spawn(move || l.acquire("k").unwrap())
+        };
+        let planned = store.plan_timer_sleep();
+        let lease = holder.join().unwrap();
+        assert!(
+            planned.is_some() || store.timer_wakes() > 0,
+            "the timer sleeps past a lease armed while it planned, and nobody woke it"
+        );
+        lease.release().unwrap();
+    });
+}
