@@ -17,7 +17,9 @@
 #
 # `--guard` runs the hot paths' guard instead (benches/src/guard.rs): the
 # uncontended hold (through a closure and through a guard; plain, and
-# with maxHold 120 s on 1 and 2 threads of keys of their own), a try of a held key, one hot key on 4
+# with maxHold 120 s on 1 and 2 threads of keys of their own; a handle
+# lease with ttl 10 s, acquired and released, on 1 and 2 threads of keys
+# of their own), a try of a held key, one hot key on 4
 # and 8 threads (more than the cores), the async hot key at 4 and 64
 # tasks, a semaphore of 2 permits under 8 tasks, a read-mostly key and
 # read-write tasks (16 on 4 keys, against tokio's RwLock), the read-mostly

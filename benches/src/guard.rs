@@ -12,6 +12,13 @@
 //!   `max_hold(120 s)`, as README's first example opens it;
 //! - `hold-2t`, `hold-max-2t`: two threads, each holding a key of its own,
 //!   through a plain lock and through a `max_hold(120 s)` one;
+//! - `lease-ttl`, `lease-ttl-2t`: one and two threads, each on a key of
+//!   its own, taking a handle lease (`acquire`, then `release`) through a
+//!   lock opened with `ttl(10 s)`, as every server HOLD does: the lease is
+//!   armed on the store's timer and disarmed at its release. Besides the
+//!   timer (a shard per thread since 4e17495), each lease clones and drops
+//!   the store's and the lock's `Arc`s, which both threads share: with two
+//!   free cores that is what keeps `lease-ttl-2t` below `lease-ttl`;
 //! - `hot-4t`, `hot-8t`: that many threads on one key, more threads than
 //!   this machine's cores, so the head of the line is often parked;
 //! - `async-hot-4`, `async-hot-64`: that many tasks on one key, on a
@@ -69,6 +76,8 @@ pub enum Row {
     HoldMax,
     Hold2,
     HoldMax2,
+    LeaseTtl,
+    LeaseTtl2,
     Hot4,
     Hot8,
     AsyncHot4,
@@ -80,13 +89,15 @@ pub enum Row {
 }
 
 impl Row {
-    pub const ALL: [Row; 14] = [
+    pub const ALL: [Row; 16] = [
         Row::Hold,
         Row::Guard,
         Row::TryHeld,
         Row::HoldMax,
         Row::Hold2,
         Row::HoldMax2,
+        Row::LeaseTtl,
+        Row::LeaseTtl2,
         Row::Hot4,
         Row::Hot8,
         Row::AsyncHot4,
@@ -105,6 +116,8 @@ impl Row {
             Row::HoldMax => "hold-max",
             Row::Hold2 => "hold-2t",
             Row::HoldMax2 => "hold-max-2t",
+            Row::LeaseTtl => "lease-ttl",
+            Row::LeaseTtl2 => "lease-ttl-2t",
             Row::Hot4 => "hot-4t",
             Row::Hot8 => "hot-8t",
             Row::AsyncHot4 => "async-hot-4",
@@ -139,6 +152,7 @@ impl Row {
             Row::HoldMax => (1, true),
             Row::Hold2 => (2, false),
             Row::HoldMax2 => (2, true),
+            Row::LeaseTtl2 => (2, false),
             _ => (1, false),
         }
     }
@@ -267,6 +281,8 @@ where
 
 /// The maxHold of the rows that have one: README's.
 pub const MAX_HOLD: Duration = Duration::from_secs(120);
+/// The ttl of the handle lease rows (the server's default).
+pub const TTL: Duration = Duration::from_secs(10);
 
 /// Each thread's key in the rows of keys of their own.
 pub const OWN_KEYS: [&str; 2] = ["own-0", "own-1"];
@@ -457,6 +473,24 @@ macro_rules! guard_core {
                             n
                         }))
                     }
+                    Row::LeaseTtl | Row::LeaseTtl2 => {
+                        let (threads, _) = row.own_keys();
+                        let lock = self.store.lock("guard-ttl").ttl($crate::guard::TTL).open().expect("open");
+                        Some($crate::guard::thread_rate(threads, b.span, |t, stop| {
+                            let key = $crate::guard::OWN_KEYS[t];
+                            let mut n = 0;
+                            while !stop.load(Relaxed) {
+                                for _ in 0..BATCH {
+                                    lock.acquire(::std::hint::black_box(key))
+                                        .expect("acquire")
+                                        .release()
+                                        .expect("release");
+                                }
+                                n += BATCH;
+                            }
+                            n
+                        }))
+                    }
                     Row::TryHeld => Some($crate::guard::beside_a_holder(
                         |held, done| {
                             lock.hold("held", |_| {
@@ -563,7 +597,7 @@ impl GuardDesign for Anchors {
                 }
                 n
             }),
-            Row::HoldMax | Row::Hold2 | Row::HoldMax2 => {
+            Row::HoldMax | Row::Hold2 | Row::HoldMax2 | Row::LeaseTtl | Row::LeaseTtl2 => {
                 thread_rate(row.own_keys().0, b.span, |t, stop| {
                     let mut n = 0;
                     while !stop.load(Relaxed) {
@@ -700,6 +734,8 @@ pub fn anchor_name(row: Row) -> &'static str {
         | Row::HoldMax
         | Row::Hold2
         | Row::HoldMax2
+        | Row::LeaseTtl
+        | Row::LeaseTtl2
         | Row::Hot4
         | Row::Hot8 => "dashmap+pl",
         Row::AsyncHot4 | Row::AsyncHot64 => "tokio-mutex",

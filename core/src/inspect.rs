@@ -3,7 +3,7 @@
 //! It reads the key's record (state word, fence, line length) without
 //! taking the key or its line lock, so it never changes who holds the key
 //! or the order of its line. Times come from the store's registry of timed
-//! leases (see `State::timed` in `driver.rs`): a lease with a maxHold
+//! leases (see `Leases::timed` in `driver.rs`, one per shard): a lease with a maxHold
 //! or a ttl read the clock at its grant anyway, so only those leases are
 //! listed there, and a plain closure hold (no maxHold) pays nothing for
 //! this: its `held_for` is `None`. A closure hold with a maxHold reads no

@@ -258,6 +258,30 @@ impl Store {
     pub fn pending_timers(&self) -> usize {
         self.shared.core.timer.pending()
     }
+
+    /// Under loom: the timer thread's plan of its sleep (when it would
+    /// wake; `None`: never), made as the thread makes it before it waits,
+    /// with only the leases' deadlines pending.
+    #[cfg(loom)]
+    #[doc(hidden)]
+    pub fn plan_timer_sleep(&self) -> Option<u64> {
+        self.shared.core.timer.plan_sleep_on_leases()
+    }
+
+    /// Under loom: how many times the timer thread was woken.
+    #[cfg(loom)]
+    #[doc(hidden)]
+    pub fn timer_wakes(&self) -> usize {
+        self.shared.core.timer.wakes()
+    }
+
+    /// Under loom: how many leases the timer's registry of timed leases
+    /// lists, over all its shards.
+    #[cfg(loom)]
+    #[doc(hidden)]
+    pub fn timed_leases(&self) -> usize {
+        self.shared.core.timer.timed_len()
+    }
 }
 
 impl fmt::Debug for Store {
@@ -480,6 +504,12 @@ mod tests {
         // A plain hold without maxHold never touches it.
         let plain = store.lock("plain").open().unwrap();
         assert_eq!(plain.hold("a", |_| timed(&store)).unwrap(), 0);
+        // A lease made on another thread (another shard of the timer)
+        // and released here leaves its shard's registry.
+        let theirs = std::thread::scope(|s| s.spawn(|| jobs.acquire("c").unwrap()).join());
+        assert_eq!(timed(&store), 1);
+        theirs.unwrap().release().unwrap();
+        assert_eq!(timed(&store), 0);
     }
 
     /// A thread's page of the maxHold watch is given up when the thread

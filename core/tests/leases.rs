@@ -768,3 +768,57 @@ fn holds_past_a_threads_slots_are_revoked_too() {
     assert_eq!(lost, vec![true; 12]);
     assert_eq!(held_and_revoked(&lock), (0, 12));
 }
+
+/// Handle leases made on many threads (more than the timer has shards)
+/// each run out at their ttl, though the timer went to sleep for a lease
+/// of a minute first, whichever shard each lands on. (Here the sweeps the
+/// new keys ask for wake the timer too; the driver's unit test
+/// `an_earlier_lease_on_any_shard_wakes_the_sleeping_thread` checks the
+/// wake alone.)
+#[test]
+fn short_leases_armed_on_every_thread_wake_a_timer_asleep_for_a_long_one() {
+    let store = Store::new();
+    let long = ttl_lock(&store, "long", 60_000, None);
+    let short = ttl_lock(&store, "short", 150, None);
+    let kept = long.acquire("m").unwrap();
+    // Let the timer plan its sleep for the minute.
+    thread::sleep(Duration::from_millis(50));
+    let threads: Vec<_> = (0..40)
+        .map(|t| {
+            let short = short.clone();
+            thread::spawn(move || {
+                let lease = short.acquire(format!("k{t}").as_str()).unwrap();
+                let started = Instant::now();
+                assert!(lease.signal().wait_timeout(Duration::from_secs(20)));
+                assert!(started.elapsed() < Duration::from_secs(20));
+                assert_eq!(lease.signal().reason(), Some(EndReason::Expired));
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(short.stats().expirations, 40);
+    assert!(!kept.is_lost());
+    kept.release().unwrap();
+}
+
+/// A handle lease made on one thread and released on another lets its key
+/// go once, is never run out after, and `inspect` finds its times from
+/// any thread.
+#[test]
+fn a_lease_released_on_another_thread_leaves_its_timer_behind() {
+    let store = Store::new();
+    let lock = ttl_lock(&store, "invoices", 300, None);
+    let l = lock.clone();
+    let lease = thread::spawn(move || l.acquire("m").unwrap())
+        .join()
+        .unwrap();
+    let info = lock.inspect("m").unwrap();
+    assert!(info.held && info.held_for.is_some() && info.lease_left.is_some());
+    lease.release().unwrap();
+    assert_eq!(lock.try_hold("m", |_| ()).unwrap(), Some(()));
+    thread::sleep(Duration::from_millis(500));
+    let s = lock.stats();
+    assert_eq!((s.held_keys, s.expirations), (0, 0));
+}

@@ -354,3 +354,69 @@ fn a_release_sleeping_on_the_line_lock_is_woken() {
         assert!(t.join().unwrap() > mine, "the waiter's grant comes later");
     });
 }
+
+/// 30. A handle lease with a ttl is armed on its thread's shard of the
+/// timer and released by its holder while the timer fires on another
+/// thread (whose own shard is the other one): the firing finds nothing
+/// (not yet armed), ends it (the holder's release answers `lost`), or
+/// finds it gone (released). The key is let go once, a released lease is
+/// never ended by the timer after, a revocation is counted once, and
+/// nothing of the lease is left on any shard: neither its wheel entry nor
+/// its registry entry. (Mutant `cancel_on_own_shard`: the end looks for
+/// the lease on the ending thread's shard, so the timer's end leaves it
+/// listed on its home shard.)
+#[test]
+fn a_lease_armed_on_its_shard_racing_release_and_the_timer() {
+    check_idle_with(3, a_minute_ttl, |store, lock| {
+        let holder = {
+            let l = lock.clone();
+            thread::spawn(move || {
+                let lease = l.acquire("k").unwrap();
+                (lease.fence(), lease.release())
+            })
+        };
+        store.fire_all_timers();
+        let (fence, released) = holder.join().unwrap();
+        let expired = lock.stats().expirations;
+        match released {
+            Ok(()) => assert_eq!(expired, 0, "a released lease was ended by the timer"),
+            Err(e) => {
+                assert_eq!(e.kind(), ErrorKind::Lost);
+                assert_eq!(expired, 1, "a revocation was lost or counted twice");
+            }
+        }
+        assert_eq!(store.pending_timers(), 0, "a lease left on a wheel");
+        assert_eq!(store.timed_leases(), 0, "a lease left in a registry");
+        // A later firing finds nothing to end.
+        store.fire_all_timers();
+        assert_eq!(lock.stats().expirations, expired);
+        let next = lock.hold("k", |l| l.fence()).unwrap();
+        assert!(next > fence, "fences rise past the lease's grant");
+    });
+}
+
+/// 31. The timer thread plans its sleep (it publishes when it will wake,
+/// then looks at each shard's next deadline) while a thread arms a lease
+/// on its shard: either the plan saw the lease, or the arm woke the
+/// thread; never a thread asleep past a lease nobody told it of. (The key
+/// exists before, so its sweep, which would wake the thread too, was
+/// asked for before the race. Mutant `plan_publishes_late`: the plan is
+/// published only after every shard was looked at, so the arm reads the
+/// thread as awake and wakes nobody.)
+#[test]
+fn a_timer_planning_its_sleep_racing_an_arm() {
+    check_idle_with(3, a_minute_ttl, |store, lock| {
+        lock.hold("k", |_| ()).unwrap();
+        let holder = {
+            let l = lock.clone();
+            thread::spawn(move || l.acquire("k").unwrap())
+        };
+        let planned = store.plan_timer_sleep();
+        let lease = holder.join().unwrap();
+        assert!(
+            planned.is_some() || store.timer_wakes() > 0,
+            "the timer sleeps past a lease armed while it planned, and nobody woke it"
+        );
+        lease.release().unwrap();
+    });
+}

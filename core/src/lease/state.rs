@@ -32,7 +32,7 @@
 
 use super::signal::AbortWakers;
 use super::{Core, EndReason, Loss};
-use crate::driver::Due;
+use crate::driver::{this_thread_number, Due};
 use crate::heartbeat::HeartbeatState;
 use crate::hold_watch::{Ended, WatchedHold};
 use crate::lock_shared::LockShared;
@@ -90,7 +90,11 @@ pub(crate) struct LeaseState {
     renewed_ms: AtomicU64,
     /// Renews it too, for every lease of its group at once (`heartbeat`).
     heartbeat: Option<Arc<HeartbeatState<LeaseState>>>,
-    /// The pending wheel entry, packed; read and written under the wheel lock.
+    /// Picks its shard of the store's timer: the number of the thread
+    /// that made it (see `driver`'s module doc).
+    home: usize,
+    /// The pending wheel entry, packed; read and written under its shard's
+    /// lock.
     timer: AtomicU64,
     /// Tasks awaiting [`Signal::aborted`](super::Signal::aborted);
     /// `has_wakers` lets an ending skip the mutex when there are none (see
@@ -144,6 +148,7 @@ impl LeaseState {
             ttl_ms: 0,
             renewed_ms: AtomicU64::new(now),
             heartbeat: None,
+            home: this_thread_number(),
             timer: AtomicU64::new(NO_TIMER),
             wakers: Mutex::new(AbortWakers::default()),
             has_wakers: AtomicBool::new(false),
@@ -377,12 +382,16 @@ impl Due for LeaseState {
         (self.record.addr(), self.fence)
     }
 
-    /// Only under the wheel lock (which orders this Relaxed load).
+    fn home(&self) -> usize {
+        self.home
+    }
+
+    /// Only under its shard's lock (which orders this Relaxed load).
     fn timer_key(&self) -> Option<TimerKey> {
         TimerKey::unpack(self.timer.load(Ordering::Relaxed))
     }
 
-    /// Only under the wheel lock (which orders this Relaxed store).
+    /// Only under its shard's lock (which orders this Relaxed store).
     fn set_timer_key(&self, key: Option<TimerKey>) {
         self.timer
             .store(key.map_or(NO_TIMER, TimerKey::pack), Ordering::Relaxed);
