@@ -154,3 +154,38 @@ fn a_reader_joins_ahead_of_a_writer_only_within_its_bound() {
         writer.join().unwrap();
     });
 }
+
+/// 32. A read-write key (2 permits), bounded: a writer sleeps in line
+/// behind one reader, which lets go while a new reader arrives. The
+/// release offers the sleeping writer its permits (instead of granting
+/// them to a thread that must first wake), and the new reader may take
+/// one first: the writer and a reader are never in together, and the
+/// writer is granted in the end (woken by the offer, or offered again by
+/// the reader's release).
+#[test]
+fn an_offer_to_a_sleeping_writer_racing_a_reader() {
+    fn open(lock: LockBuilder<'_>) -> LockBuilder<'_> {
+        bounded_for_an_hour(lock.permits(2))
+    }
+    check_idle_with(2, open, |_store, lock| {
+        let count = Arc::new(AtomicUsize::new(0));
+        let reader = lock.key("k").try_acquire().unwrap().unwrap();
+        let writer = {
+            let (lock, count) = (lock.clone(), count.clone());
+            thread::spawn(move || {
+                let w = lock.key("k").exclusive().wait(FOREVER).acquire().unwrap();
+                inside(&count);
+                w.release().unwrap();
+            })
+        };
+        while lock.waiters_of("k") != 1 {
+            thread::yield_now();
+        }
+        reader.release().unwrap();
+        if let Some(late) = lock.key("k").try_acquire().unwrap() {
+            inside(&count);
+            late.release().unwrap();
+        }
+        writer.join().unwrap();
+    });
+}

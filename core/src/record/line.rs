@@ -123,7 +123,7 @@ pub(super) fn may_offer(s: u32) -> bool {
 /// (Mutant for loom-tests/README.md: a release that never takes QLOCK
 /// while a line may be bypassed, so the bound is never checked again.)
 #[inline(always)]
-fn lets_go_to_offer(s: u32) -> bool {
+pub(super) fn lets_go_to_offer(s: u32) -> bool {
     if cfg!(holdline_mutant = "offer_never_rechecked") {
         return !s.in_order() && (s.woken() || s.queued());
     }
@@ -349,16 +349,20 @@ impl Record {
             return Some(end);
         }
         let s = self.lock_line();
+        let mut woken = Woken::default();
         // SAFETY: pinned with the status read not final; we own QLOCK.
-        let (s, end) = unsafe { self.take_offered_locked(s, waiter, WAITING) };
+        let (s, end) = unsafe { self.take_offered_locked(s, waiter, WAITING, &mut woken) };
         self.unlock_line(s, Ordering::Release);
+        woken.wake();
         end
     }
 
     /// Under QLOCK (`s`: the word without it), `waiter` acts on an offer:
     /// it takes the key if it is still free, or goes back to waiting
     /// (`back_to`: `WAITING` for a thread, `PARKED` for a task) if a bypass
-    /// took it. Answers the word to unlock with and the wait's end, if any.
+    /// took it. Answers the word to unlock with and the wait's end, if any;
+    /// `woken`: whom its take granted or offered the key to behind it
+    /// (several permits), to wake once QLOCK is let go.
     ///
     /// # Safety
     /// The caller owns QLOCK, and `waiter`'s status was read not final
@@ -368,6 +372,7 @@ impl Record {
         s: u32,
         waiter: Pin<&Waiter>,
         back_to: u32,
+        woken: &mut Woken,
     ) -> (u32, Option<WaitEnd>) {
         // Under QLOCK only the waiter itself moves it out of OFFERED.
         // Acquire: to see a granter's fence store if it is final.
@@ -377,6 +382,10 @@ impl Record {
         }
         // It acts on its offer: the next release takes QLOCK again.
         let s = s.without_woken();
+        if s.multi() {
+            // SAFETY: the caller's contract; OFFERED, so linked.
+            return unsafe { self.take_offered_permits(s, waiter, back_to, woken) };
+        }
         if !offered_key_free(s) {
             count(Event::Bypassed);
             // Relaxed: only its owner, and later QLOCK owners, read it.
@@ -448,13 +457,15 @@ impl Record {
         let s = self.lock_line();
         // Under QLOCK only we can change the status or the waker now. An
         // offer of the free key (bounded bypass) is taken here.
+        let mut woken = Woken::default();
         // SAFETY: the caller's contract; we own QLOCK.
-        let (s, end) = unsafe { self.take_offered_locked(s, waiter, PARKED) };
+        let (s, end) = unsafe { self.take_offered_locked(s, waiter, PARKED, &mut woken) };
         // SAFETY: the node is linked and we own QLOCK, which guards `wake`.
         // `will_wake` compares the wakers' data and vtable: no foreign code.
         let current = end.is_some() || waiter.wake.with(|w| unsafe { &*w }.wakes(waker));
         // Release: publishes nothing new, lets the next QLOCK owner in.
         self.unlock_line(s, Ordering::Release);
+        woken.wake();
         if current {
             return end;
         }

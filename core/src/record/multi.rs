@@ -34,9 +34,10 @@
 //! its grant ([`Record::take_served`]), in its own slot rather than the
 //! granter's.
 
-use super::line::{may_offer, wake_roused};
-use super::waiter::{finish_waiter, rouse, GRANTED};
-use super::{Enqueued, Record, StateWord, Tried, Waiter, Wake};
+use super::line::{lets_go_to_offer, may_offer, wake_roused};
+use super::waiter::{finish_waiter, offer, rouse, GRANTED, PARKED};
+use super::{Enqueued, Record, StateWord, Tried, WaitEnd, Waiter, Wake};
+use crate::counters::{count, Event};
 use crate::permits::Permits;
 use crate::spin::Backoff;
 use crate::sync::{AtomicU32, Ordering, Thread};
@@ -68,6 +69,8 @@ pub(super) struct Woken {
     /// The sleeping thread at the head of the line left behind the grants,
     /// roused to spin as the next in line ([`rouse`]).
     roused: Option<Thread>,
+    /// A sleeping waiter offered the permits that fit it (bounded bypass).
+    offered: Option<Wake>,
 }
 
 impl Woken {
@@ -89,6 +92,9 @@ impl Woken {
         }
         if let Some(thread) = self.roused {
             wake_roused(thread);
+        }
+        if let Some(w) = self.offered {
+            w.wake();
         }
     }
 }
@@ -221,8 +227,10 @@ impl Record {
                 s = self.wait_line_unlocked(s, &mut backoff);
                 continue;
             }
-            // Someone waits and may fit now: serve the line under QLOCK.
-            if release_serves_line(s) {
+            // Someone waits and may fit now: serve the line under QLOCK;
+            // unless its first was offered its permits and has not looked
+            // yet (it serves the line when it does).
+            if release_serves_line(s) && !lets_go_to_offer(s) {
                 match self.try_lock_line_from(s) {
                     Ok(()) => return self.give_back_locked(s, want),
                     Err(now) => s = now,
@@ -271,6 +279,12 @@ impl Record {
                 break;
             }
             // SAFETY: as above.
+            if !granted && unsafe { self.offers_head(s) } {
+                // SAFETY: as above.
+                woken.offered = unsafe { offer(self.head()) };
+                return s.with_woken().with_open();
+            }
+            // SAFETY: as above.
             let (_, ends_run) = unsafe { (*self.head()).bypass_marks() };
             if ends_run {
                 s = s.without_in_order();
@@ -280,7 +294,8 @@ impl Record {
             // Drawn here, booked by its taker (`take_served`).
             let fence = self.draw_fence();
             // SAFETY: as above.
-            s = unsafe { self.line_shrank(s.with_taken(want), now_empty) };
+            // (An offered head granted here has its offer settled too.)
+            s = unsafe { self.line_shrank(s.with_taken(want).without_woken(), now_empty) };
             // SAFETY: `head` was linked until just now, with no final status.
             if let Some(wake) = unsafe { finish_waiter(head, GRANTED, fence) } {
                 woken.push(wake);
@@ -299,6 +314,57 @@ impl Record {
         }
         // SAFETY: QLOCK; QUEUED says the line is not empty.
         unsafe { self.settle_open(s) }
+    }
+
+    /// Whether the first in line, whose permits fit now, is offered them
+    /// instead of granted: it sleeps (a grant would leave them idle until
+    /// it wakes), may be bypassed, and the line is not served in order.
+    ///
+    /// # Safety
+    /// The caller owns QLOCK of a `MULTI` record whose line is not empty.
+    unsafe fn offers_head(&self, s: u32) -> bool {
+        // SAFETY: QLOCK; the head of a non-empty line is linked.
+        let head = unsafe { &*self.head() };
+        // Relaxed: a hint; `offer` and `finish_waiter` handle either status.
+        may_offer(s)
+            && head.status.load(Ordering::Relaxed) == PARKED
+            // SAFETY: as above.
+            && unsafe { head.may_be_bypassed() }
+    }
+
+    /// An offered first waiter (`waiter`, status `OFFERED`) looks under
+    /// QLOCK (`s`: the word without it nor `WOKEN`): takes its permits if
+    /// they fit, serving the line behind it, or goes back to waiting
+    /// (`back_to`) when newcomers took them first.
+    ///
+    /// # Safety
+    /// The caller owns QLOCK of a `MULTI` record; `waiter` is linked, first.
+    pub(super) unsafe fn take_offered_permits(
+        &self,
+        s: u32,
+        waiter: std::pin::Pin<&Waiter>,
+        back_to: u32,
+        woken: &mut Woken,
+    ) -> (u32, Option<WaitEnd>) {
+        if !self.permits().fits(s.held_permits(), waiter.want) {
+            count(Event::Bypassed);
+            // Relaxed: only its owner, and later QLOCK owners, read it.
+            waiter.status.store(back_to, Ordering::Relaxed);
+            return (s, None);
+        }
+        // SAFETY: QLOCK; the line is not empty (the waiter is in it).
+        let (first, now_empty) = unsafe { self.pop_front() };
+        debug_assert!(std::ptr::eq(first, &*waiter));
+        let fence = self.draw_fence();
+        // SAFETY: QLOCK.
+        let s = unsafe { self.line_shrank(s.with_taken(waiter.want), now_empty) };
+        // SAFETY: the node is ours; QLOCK owners write a linked node's fence.
+        waiter.fence.with_mut(|f| unsafe { *f = fence });
+        // Release, as a granter's: the owner (us) reads the fence after it.
+        waiter.status.store(GRANTED, Ordering::Release);
+        // SAFETY: QLOCK of a MULTI record.
+        let s = unsafe { self.serve_line(s, woken) };
+        (s, Some(WaitEnd::Granted))
     }
 
     /// After the line was served, its first waiter still does not fit:
