@@ -91,7 +91,12 @@ for rev in "${revs[@]}"; do
     # The guard row needs `Lock::lock` (core/src/guard.rs, since 9288050);
     # a revision without that file answers None for it.
     guard_rs=$(git show "$rev:core/src/guard.rs" 2>/dev/null || true)
-    if grep -q 'pub fn lock<' <<<"$guard_rs"; then
+    # The bypass rows need `LockBuilder::fairness` (core/src/store.rs,
+    # since d4f847b).
+    store_rs=$(git show "$rev:core/src/store.rs" 2>/dev/null || true)
+    if grep -q 'pub fn fairness' <<<"$store_rs"; then
+        guards+="holdline_benches::guard_core!(G_$name, $name, permits, guard, bypass);"$'\n'
+    elif grep -q 'pub fn lock<' <<<"$guard_rs"; then
         guards+="holdline_benches::guard_core!(G_$name, $name, permits, guard);"$'\n'
     elif grep -q 'pub fn permits' <<<"$lock_rs"; then
         guards+="holdline_benches::guard_core!(G_$name, $name, permits);"$'\n'

@@ -21,13 +21,16 @@
 //!   free cores that is what keeps `lease-ttl-2t` below `lease-ttl`;
 //! - `hot-4t`, `hot-8t`: that many threads on one key, more threads than
 //!   this machine's cores, so the head of the line is often parked;
+//!   `hot-4t-bypass`, `hot-8t-bypass`: the same through a lock opened with
+//!   bounded bypass (`Fairness::BOUNDED`);
 //! - `async-hot-4`, `async-hot-64`: that many tasks on one key, on a
 //!   runtime of one worker per CPU, each yielding after [`BATCH`] holds;
 //! - `sem-2x8`: [`SEM_TASKS`] tasks on one key of [`SEM_PERMITS`] permits,
 //!   [`work`] inside each hold, so that grants side by side matter;
 //! - `read-mostly`: [`RW_THREADS`] threads on [`RW_KEYS`] keys of
 //!   [`RW_PERMITS`] permits, 1 hold in [`RW_WRITE_EVERY`] exclusive,
-//!   [`work`] inside each; `read-mostly-8t`: the same on 8 threads;
+//!   [`work`] inside each; `read-mostly-8t`: the same on 8 threads,
+//!   and `read-mostly-8t-bypass` through a lock with bounded bypass;
 //! - `rw-tasks`: [`RW_TASKS`] tasks on [`RW_TASK_KEYS`] keys of
 //!   [`RW_PERMITS`] permits, 1 hold in [`RW_TASK_WRITE_EVERY`] exclusive,
 //!   [`work`] inside each, against tokio's `RwLock`.
@@ -80,16 +83,19 @@ pub enum Row {
     LeaseTtl2,
     Hot4,
     Hot8,
+    Hot4Bypass,
+    Hot8Bypass,
     AsyncHot4,
     AsyncHot64,
     Semaphore,
     ReadMostly,
     ReadMostly8,
+    ReadMostly8Bypass,
     RwTasks,
 }
 
 impl Row {
-    pub const ALL: [Row; 16] = [
+    pub const ALL: [Row; 19] = [
         Row::Hold,
         Row::Guard,
         Row::TryHeld,
@@ -100,11 +106,14 @@ impl Row {
         Row::LeaseTtl2,
         Row::Hot4,
         Row::Hot8,
+        Row::Hot4Bypass,
+        Row::Hot8Bypass,
         Row::AsyncHot4,
         Row::AsyncHot64,
         Row::Semaphore,
         Row::ReadMostly,
         Row::ReadMostly8,
+        Row::ReadMostly8Bypass,
         Row::RwTasks,
     ];
 
@@ -120,11 +129,14 @@ impl Row {
             Row::LeaseTtl2 => "lease-ttl-2t",
             Row::Hot4 => "hot-4t",
             Row::Hot8 => "hot-8t",
+            Row::Hot4Bypass => "hot-4t-bypass",
+            Row::Hot8Bypass => "hot-8t-bypass",
             Row::AsyncHot4 => "async-hot-4",
             Row::AsyncHot64 => "async-hot-64",
             Row::Semaphore => "sem-2x8",
             Row::ReadMostly => "read-mostly",
             Row::ReadMostly8 => "read-mostly-8t",
+            Row::ReadMostly8Bypass => "read-mostly-8t-bypass",
             Row::RwTasks => "rw-tasks",
         }
     }
@@ -132,7 +144,7 @@ impl Row {
     /// Threads of a thread hot key row.
     pub fn hot_threads(self) -> usize {
         match self {
-            Row::Hot8 => 8,
+            Row::Hot8 | Row::Hot8Bypass => 8,
             _ => 4,
         }
     }
@@ -140,7 +152,7 @@ impl Row {
     /// Threads of a read-mostly row.
     pub fn rw_threads(self) -> usize {
         match self {
-            Row::ReadMostly8 => 8,
+            Row::ReadMostly8 | Row::ReadMostly8Bypass => 8,
             _ => RW_THREADS,
         }
     }
@@ -305,12 +317,15 @@ pub fn beside_a_holder<R>(
 
 /// Defines `$name`, a [`GuardDesign`] over the core crate `$krate`; with
 /// `permits`, the semaphore and read-write rows too (cores since permits);
-/// with `permits, guard`, the guard row too (cores since guards).
+/// with `permits, guard`, the guard row too (cores since guards); with
+/// `permits, guard, bypass`, the bounded bypass rows too (cores since
+/// `Fairness`).
 #[macro_export]
 macro_rules! guard_core {
     ($name:ident, $krate:ident) => {
         $crate::guard_core!(@define $name, $krate);
         $crate::guard_core!(@no_guard $name);
+        $crate::guard_core!(@no_bypass $name);
         impl $name {
             fn permit_rate(&self, _row: $crate::guard::Row, _b: &$crate::guard::Bench) -> Option<f64> {
                 None
@@ -320,9 +335,69 @@ macro_rules! guard_core {
     ($name:ident, $krate:ident, permits) => {
         $crate::guard_core!(@permits $name, $krate);
         $crate::guard_core!(@no_guard $name);
+        $crate::guard_core!(@no_bypass $name);
     };
     ($name:ident, $krate:ident, permits, guard) => {
         $crate::guard_core!(@permits $name, $krate);
+        $crate::guard_core!(@guard $name);
+        $crate::guard_core!(@no_bypass $name);
+    };
+    ($name:ident, $krate:ident, permits, guard, bypass) => {
+        $crate::guard_core!(@permits $name, $krate);
+        $crate::guard_core!(@guard $name);
+        $crate::guard_core!(@bypass $name, $krate);
+    };
+    (@no_bypass $name:ident) => {
+        impl $name {
+            fn bypass_rate(&self, _row: $crate::guard::Row, _b: &$crate::guard::Bench) -> Option<f64> {
+                None
+            }
+        }
+    };
+    (@bypass $name:ident, $krate:ident) => {
+        impl $name {
+            /// The hot key and read-mostly rows through a lock opened with
+            /// bounded bypass (`Fairness::BOUNDED`).
+            fn bypass_rate(&self, row: $crate::guard::Row, b: &$crate::guard::Bench) -> Option<f64> {
+                use $crate::guard::{rw_exclusive, rw_keys, work, Row, BATCH};
+                use ::std::sync::atomic::Ordering::Relaxed;
+                let bounded = ::$krate::Fairness::BOUNDED;
+                if row == Row::ReadMostly8Bypass {
+                    let lock = self.store.lock("guard-rw-bypass").permits($crate::guard::RW_PERMITS)
+                        .fairness(bounded).open().expect("open");
+                    let keys = rw_keys();
+                    return Some($crate::guard::thread_rate(row.rw_threads(), b.span, |t, stop| {
+                        let (mut i, mut n) = (0usize, 0u64);
+                        while !stop.load(Relaxed) {
+                            for _ in 0..BATCH {
+                                let key = keys[(i + t) % keys.len()].as_str();
+                                if rw_exclusive(t, i) {
+                                    lock.key(key).exclusive().hold(|_| work()).expect("hold");
+                                } else {
+                                    lock.hold(key, |_| work()).expect("hold");
+                                }
+                                i = i.wrapping_add(1);
+                            }
+                            n += BATCH;
+                        }
+                        n
+                    }));
+                }
+                let lock = self.store.lock("guard-bypass").fairness(bounded).open().expect("open");
+                Some($crate::guard::thread_rate(row.hot_threads(), b.span, |_, stop| {
+                    let mut n = 0;
+                    while !stop.load(Relaxed) {
+                        for _ in 0..BATCH {
+                            lock.hold(::std::hint::black_box("hot"), |_| ()).expect("hold");
+                        }
+                        n += BATCH;
+                    }
+                    n
+                }))
+            }
+        }
+    };
+    (@guard $name:ident) => {
         impl $name {
             /// The `hold` row through a guard held until dropped.
             fn guard_rate(&self, b: &$crate::guard::Bench) -> Option<f64> {
@@ -543,6 +618,9 @@ macro_rules! guard_core {
                         }))
                     }
                     Row::Guard => self.guard_rate(b),
+                    Row::Hot4Bypass | Row::Hot8Bypass | Row::ReadMostly8Bypass => {
+                        self.bypass_rate(row, b)
+                    }
                     _ => self.permit_rate(row, b),
                 }
             }
@@ -550,7 +628,7 @@ macro_rules! guard_core {
     };
 }
 
-guard_core!(HoldlineGuard, holdline, permits, guard);
+guard_core!(HoldlineGuard, holdline, permits, guard, bypass);
 
 /// The anchors: the dashmap + parking_lot pattern for the thread rows,
 /// tokio's mutex per key for the async hot key, tokio's `Semaphore` for
@@ -610,17 +688,19 @@ impl GuardDesign for Anchors {
                     n
                 })
             }
-            Row::Hot4 | Row::Hot8 => thread_rate(row.hot_threads(), b.span, |_, stop| {
-                let mut n = 0;
-                while !stop.load(Relaxed) {
-                    for _ in 0..BATCH {
-                        let m = crate::dash_get(&self.mutexes, black_box("hot"));
-                        let _g = m.lock();
+            Row::Hot4 | Row::Hot8 | Row::Hot4Bypass | Row::Hot8Bypass => {
+                thread_rate(row.hot_threads(), b.span, |_, stop| {
+                    let mut n = 0;
+                    while !stop.load(Relaxed) {
+                        for _ in 0..BATCH {
+                            let m = crate::dash_get(&self.mutexes, black_box("hot"));
+                            let _g = m.lock();
+                        }
+                        n += BATCH;
                     }
-                    n += BATCH;
-                }
-                n
-            }),
+                    n
+                })
+            }
             Row::TryHeld => beside_a_holder(
                 |held, done| {
                     let m = crate::dash_get(&self.mutexes, "held");
@@ -699,7 +779,7 @@ impl GuardDesign for Anchors {
                     n
                 }
             }),
-            Row::ReadMostly | Row::ReadMostly8 => {
+            Row::ReadMostly | Row::ReadMostly8 | Row::ReadMostly8Bypass => {
                 let keys = rw_keys();
                 thread_rate(row.rw_threads(), b.span, |t, stop| {
                     let (mut i, mut n) = (0usize, 0u64);
@@ -737,10 +817,12 @@ pub fn anchor_name(row: Row) -> &'static str {
         | Row::LeaseTtl
         | Row::LeaseTtl2
         | Row::Hot4
-        | Row::Hot8 => "dashmap+pl",
+        | Row::Hot8
+        | Row::Hot4Bypass
+        | Row::Hot8Bypass => "dashmap+pl",
         Row::AsyncHot4 | Row::AsyncHot64 => "tokio-mutex",
         Row::Semaphore => "tokio-sem",
-        Row::ReadMostly | Row::ReadMostly8 => "pl-rwlock",
+        Row::ReadMostly | Row::ReadMostly8 | Row::ReadMostly8Bypass => "pl-rwlock",
         Row::RwTasks => "tokio-rwlock",
     }
 }
