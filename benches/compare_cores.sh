@@ -23,7 +23,8 @@
 # and 8 threads (more than the cores), the async hot key at 4 and 64
 # tasks, a semaphore of 2 permits under 8 tasks, a read-mostly key and
 # read-write tasks (16 on 4 keys, against tokio's RwLock), the read-mostly
-# keys on 8 threads too,
+# keys on 8 threads too, and the hot key (4, 8 threads) and the
+# read-mostly keys (8 threads) through a lock with bounded bypass,
 # each REV's core, the working tree's and the anchors alternating in one
 # process, printed as rates and as now's ratio to each with its spread
 # (GUARD_ROUNDS, default 5; GUARD_MS a row, default 300; GUARD_ROWS, a
