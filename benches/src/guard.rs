@@ -347,6 +347,40 @@ macro_rules! guard_core {
         $crate::guard_core!(@guard $name);
         $crate::guard_core!(@bypass $name, $krate);
     };
+    (@hot $lock:ident, $row:ident, $b:ident) => {{
+        use ::std::sync::atomic::Ordering::Relaxed;
+        Some($crate::guard::thread_rate($row.hot_threads(), $b.span, |_, stop| {
+            let mut n = 0;
+            while !stop.load(Relaxed) {
+                for _ in 0..$crate::guard::BATCH {
+                    $lock.hold(::std::hint::black_box("hot"), |_| ()).expect("hold");
+                }
+                n += $crate::guard::BATCH;
+            }
+            n
+        }))
+    }};
+    (@read_mostly $lock:ident, $row:ident, $b:ident) => {{
+        use $crate::guard::{rw_exclusive, rw_keys, work, BATCH};
+        use ::std::sync::atomic::Ordering::Relaxed;
+        let keys = rw_keys();
+        Some($crate::guard::thread_rate($row.rw_threads(), $b.span, |t, stop| {
+            let (mut i, mut n) = (0usize, 0u64);
+            while !stop.load(Relaxed) {
+                for _ in 0..BATCH {
+                    let key = keys[(i + t) % keys.len()].as_str();
+                    if rw_exclusive(t, i) {
+                        $lock.key(key).exclusive().hold(|_| work()).expect("hold");
+                    } else {
+                        $lock.hold(key, |_| work()).expect("hold");
+                    }
+                    i = i.wrapping_add(1);
+                }
+                n += BATCH;
+            }
+            n
+        }))
+    }};
     (@no_bypass $name:ident) => {
         impl $name {
             fn bypass_rate(&self, _row: $crate::guard::Row, _b: &$crate::guard::Bench) -> Option<f64> {
@@ -359,41 +393,15 @@ macro_rules! guard_core {
             /// The hot key and read-mostly rows through a lock opened with
             /// bounded bypass (`Fairness::BOUNDED`).
             fn bypass_rate(&self, row: $crate::guard::Row, b: &$crate::guard::Bench) -> Option<f64> {
-                use $crate::guard::{rw_exclusive, rw_keys, work, Row, BATCH};
-                use ::std::sync::atomic::Ordering::Relaxed;
+                use $crate::guard::Row;
                 let bounded = ::$krate::Fairness::BOUNDED;
                 if row == Row::ReadMostly8Bypass {
                     let lock = self.store.lock("guard-rw-bypass").permits($crate::guard::RW_PERMITS)
                         .fairness(bounded).open().expect("open");
-                    let keys = rw_keys();
-                    return Some($crate::guard::thread_rate(row.rw_threads(), b.span, |t, stop| {
-                        let (mut i, mut n) = (0usize, 0u64);
-                        while !stop.load(Relaxed) {
-                            for _ in 0..BATCH {
-                                let key = keys[(i + t) % keys.len()].as_str();
-                                if rw_exclusive(t, i) {
-                                    lock.key(key).exclusive().hold(|_| work()).expect("hold");
-                                } else {
-                                    lock.hold(key, |_| work()).expect("hold");
-                                }
-                                i = i.wrapping_add(1);
-                            }
-                            n += BATCH;
-                        }
-                        n
-                    }));
+                    return $crate::guard_core!(@read_mostly lock, row, b);
                 }
                 let lock = self.store.lock("guard-bypass").fairness(bounded).open().expect("open");
-                Some($crate::guard::thread_rate(row.hot_threads(), b.span, |_, stop| {
-                    let mut n = 0;
-                    while !stop.load(Relaxed) {
-                        for _ in 0..BATCH {
-                            lock.hold(::std::hint::black_box("hot"), |_| ()).expect("hold");
-                        }
-                        n += BATCH;
-                    }
-                    n
-                }))
+                $crate::guard_core!(@hot lock, row, b)
             }
         }
     };
@@ -427,7 +435,7 @@ macro_rules! guard_core {
         $crate::guard_core!(@define $name, $krate);
         impl $name {
             fn permit_rate(&self, row: $crate::guard::Row, b: &$crate::guard::Bench) -> Option<f64> {
-                use $crate::guard::{rw_exclusive, rw_keys, work, Row, BATCH};
+                use $crate::guard::{work, Row, BATCH};
                 use ::std::sync::atomic::Ordering::Relaxed;
                 match row {
                     Row::Semaphore => {
@@ -451,23 +459,7 @@ macro_rules! guard_core {
                     }
                     Row::ReadMostly | Row::ReadMostly8 => {
                         let lock = self.store.lock("guard-rw").permits($crate::guard::RW_PERMITS).open().expect("open");
-                        let keys = rw_keys();
-                        Some($crate::guard::thread_rate(row.rw_threads(), b.span, |t, stop| {
-                            let (mut i, mut n) = (0usize, 0u64);
-                            while !stop.load(Relaxed) {
-                                for _ in 0..BATCH {
-                                    let key = keys[(i + t) % keys.len()].as_str();
-                                    if rw_exclusive(t, i) {
-                                        lock.key(key).exclusive().hold(|_| work()).expect("hold");
-                                    } else {
-                                        lock.hold(key, |_| work()).expect("hold");
-                                    }
-                                    i = i.wrapping_add(1);
-                                }
-                                n += BATCH;
-                            }
-                            n
-                        }))
+                        $crate::guard_core!(@read_mostly lock, row, b)
                     }
                     Row::RwTasks => {
                         let lock = ::std::sync::Arc::new(
@@ -588,16 +580,7 @@ macro_rules! guard_core {
                             })
                         },
                     )),
-                    Row::Hot4 | Row::Hot8 => Some($crate::guard::thread_rate(row.hot_threads(), b.span, |_, stop| {
-                        let mut n = 0;
-                        while !stop.load(Relaxed) {
-                            for _ in 0..BATCH {
-                                lock.hold(::std::hint::black_box("hot"), |_| ()).expect("hold");
-                            }
-                            n += BATCH;
-                        }
-                        n
-                    })),
+                    Row::Hot4 | Row::Hot8 => $crate::guard_core!(@hot lock, row, b),
                     Row::AsyncHot4 | Row::AsyncHot64 => {
                         let lock = ::std::sync::Arc::new(lock);
                         Some($crate::guard::task_rate(b, row.hot_tasks(), |_, stop| {

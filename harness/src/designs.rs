@@ -111,79 +111,59 @@ impl KeyedLock for Holdline {
     }
 }
 
-/// holdline through a lock opened as README's first example opens it,
-/// with `max_hold(120 s)`: what a maxHold costs beside the plain hold.
-pub struct HoldlineMaxHold(Holdline);
+/// A holdline design through a lock opened with one more option: `$name`
+/// wraps [`Holdline`], opening its lock through `$open`.
+macro_rules! holdline_opened {
+    ($(#[$doc:meta])* $name:ident, $shown:literal, fifo: $fifo:literal, $open:expr) => {
+        $(#[$doc])*
+        pub struct $name(Holdline);
+
+        impl Default for $name {
+            fn default() -> Self {
+                let store = holdline::Store::new();
+                let open: fn(holdline::LockBuilder<'_>) -> holdline::LockBuilder<'_> = $open;
+                let lock = open(store.lock("bench")).open().expect("open lock");
+                $name(Holdline { store, lock })
+            }
+        }
+
+        impl KeyedLock for $name {
+            const NAME: &'static str = $shown;
+            const FIFO: bool = $fifo;
+            const DEADLINE: Deadline = Deadline::Native("key().wait(d).hold()");
+            const IDLE: &'static str = "reclaimed (reclaim_idle)";
+
+            #[inline]
+            fn hold<R>(&self, key: &str, f: impl FnOnce() -> R) -> R {
+                self.0.hold(key, f)
+            }
+            #[inline]
+            fn hold_within<R>(&self, key: &str, wait: Duration, f: impl FnOnce() -> R) -> Option<R> {
+                self.0.hold_within(key, wait, f)
+            }
+            fn reclaim(&self) {
+                self.0.reclaim();
+            }
+        }
+    };
+}
 
 /// The maxHold of [`HoldlineMaxHold`]'s lock.
 pub const README_MAX_HOLD: Duration = Duration::from_secs(120);
 
-impl Default for HoldlineMaxHold {
-    fn default() -> Self {
-        let store = holdline::Store::new();
-        let lock = store
-            .lock("bench")
-            .max_hold(README_MAX_HOLD)
-            .open()
-            .expect("open lock");
-        HoldlineMaxHold(Holdline { store, lock })
-    }
-}
+holdline_opened!(
+    /// holdline through a lock opened as README's first example opens it,
+    /// with `max_hold(120 s)`: what a maxHold costs beside the plain hold.
+    HoldlineMaxHold, "holdline-maxhold", fifo: true, |lock| lock.max_hold(README_MAX_HOLD)
+);
 
-impl KeyedLock for HoldlineMaxHold {
-    const NAME: &'static str = "holdline-maxhold";
-    const FIFO: bool = true;
-    const DEADLINE: Deadline = Deadline::Native("key().wait(d).hold()");
-    const IDLE: &'static str = "reclaimed (reclaim_idle)";
-
-    #[inline]
-    fn hold<R>(&self, key: &str, f: impl FnOnce() -> R) -> R {
-        self.0.hold(key, f)
-    }
-    #[inline]
-    fn hold_within<R>(&self, key: &str, wait: Duration, f: impl FnOnce() -> R) -> Option<R> {
-        self.0.hold_within(key, wait, f)
-    }
-    fn reclaim(&self) {
-        self.0.reclaim();
-    }
-}
-
-/// holdline through a lock opened with bounded bypass
-/// (`Fairness::BOUNDED`, 1 ms): a running thread may take a free key
-/// ahead of the line while its first waiter is within its bound.
-pub struct HoldlineBounded(Holdline);
-
-impl Default for HoldlineBounded {
-    fn default() -> Self {
-        let store = holdline::Store::new();
-        let lock = store
-            .lock("bench")
-            .fairness(holdline::Fairness::BOUNDED)
-            .open()
-            .expect("open lock");
-        HoldlineBounded(Holdline { store, lock })
-    }
-}
-
-impl KeyedLock for HoldlineBounded {
-    const NAME: &'static str = "holdline-bounded";
-    const FIFO: bool = false;
-    const DEADLINE: Deadline = Deadline::Native("key().wait(d).hold()");
-    const IDLE: &'static str = "reclaimed (reclaim_idle)";
-
-    #[inline]
-    fn hold<R>(&self, key: &str, f: impl FnOnce() -> R) -> R {
-        self.0.hold(key, f)
-    }
-    #[inline]
-    fn hold_within<R>(&self, key: &str, wait: Duration, f: impl FnOnce() -> R) -> Option<R> {
-        self.0.hold_within(key, wait, f)
-    }
-    fn reclaim(&self) {
-        self.0.reclaim();
-    }
-}
+holdline_opened!(
+    /// holdline through a lock opened with bounded bypass
+    /// (`Fairness::BOUNDED`, 1 ms): a running thread may take a free key
+    /// ahead of the line while its first waiter is within its bound.
+    HoldlineBounded, "holdline-bounded", fifo: false,
+    |lock| lock.fairness(holdline::Fairness::BOUNDED)
+);
 
 impl AsyncKeyedLock for Holdline {
     const ASYNC_API: &'static str = "hold_async / key().wait(d).hold_async()";

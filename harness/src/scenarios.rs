@@ -96,7 +96,12 @@ mod tests {
                 let run = crate::for_design!(d, D => s.run::<D>(&cfg, 2));
                 assert_eq!((run.design, run.scenario), (d.name(), s));
                 if run.na.is_none() {
-                    assert!(run.secs > 0.0 && run.ops > 0, "{s:?} {d:?}");
+                    assert!(run.secs > 0.0, "{s:?} {d:?}");
+                    // A deadline row's holds may all miss their 2 ms
+                    // deadline in its 5 ms on a loaded machine: it ran,
+                    // which is what this test asks; every other row
+                    // completes holds whatever the load.
+                    assert!(run.ops > 0 || s == Scenario::Deadline, "{s:?} {d:?}");
                 }
             }
         }
