@@ -618,6 +618,7 @@ impl Record {
     /// # Safety
     /// The caller owns QLOCK (`s`: the word without it, one permit,
     /// `QUEUED`), and the key's fence is the next grant's.
+    #[inline(always)]
     unsafe fn hand_on(&self, s: u32) -> (u32, Handed) {
         // SAFETY: we own QLOCK; the head of a non-empty line is linked.
         let head = unsafe { self.head() };
