@@ -26,10 +26,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// A `HOLD` or `TRYHOLD`'s arguments, borrowed, on the stack: at most
-/// `HOLD lock key WAIT ms TTL ms MAXHOLD ms PERMITS n TAKE m NOTE text`.
+/// `HOLD lock key WAIT ms TTL ms MAXHOLD ms PERMITS n TAKE m NOTE text
+/// BYPASS ms`.
 #[derive(Default)]
 struct Args<'a> {
-    items: [&'a [u8]; 15],
+    items: [&'a [u8]; 17],
     len: usize,
 }
 
@@ -343,7 +344,7 @@ impl Lock {
     }
 
     /// `HOLD lock key WAIT ms TTL ms [MAXHOLD ms] [PERMITS n] [TAKE m|ALL]
-    /// [NOTE text]`, or `TRYHOLD` without the wait.
+    /// [NOTE text] [BYPASS ms]`, or `TRYHOLD` without the wait.
     fn hold_args<'a>(
         &'a self,
         key: &'a str,
@@ -375,6 +376,9 @@ impl Lock {
         }
         if let Some(note) = note {
             args.push(b"NOTE").push(note.as_bytes());
+        }
+        if let Some(bound) = &self.bypass_arg {
+            args.push(b"BYPASS").push(bound.as_bytes());
         }
         args
     }

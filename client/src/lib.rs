@@ -89,7 +89,7 @@ pub use election::{Election, Leadership};
 pub use error::Error;
 pub use hold::{HeldLease, KeyHold};
 pub use holdline::wire::DEFAULT_TTL;
-pub use holdline::{ErrorKind, Key, LockStats};
+pub use holdline::{ErrorKind, Fairness, Key, LockStats};
 pub use holdline_resp::Value;
 pub use inspect::{Holder, KeyInfo};
 pub use lease::{Lease, Signal};

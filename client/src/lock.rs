@@ -6,7 +6,7 @@
 use crate::error::Error;
 use crate::store::{clamp_ms, Store};
 use holdline::wire::{self, Scope};
-use holdline::{ErrorKind, LockStats, MAX_PERMITS};
+use holdline::{ErrorKind, Fairness, LockStats, MAX_PERMITS};
 use holdline_resp::Value;
 use std::fmt;
 use std::io;
@@ -29,6 +29,8 @@ pub struct Lock {
     /// `PERMITS`'s argument; `None` for 1, which is never sent (servers
     /// without permits keep working for plain locks).
     pub(crate) permits_arg: Option<Arc<str>>,
+    /// `BYPASS`'s argument (ms); `None`: FIFO, never sent.
+    pub(crate) bypass_arg: Option<Arc<str>>,
 }
 
 impl Lock {
@@ -47,7 +49,18 @@ impl Lock {
             max_hold_arg: (max_hold_ms > 0).then(|| max_hold_ms.to_string().into()),
             permits,
             permits_arg: (permits != 1).then(|| permits.to_string().into()),
+            bypass_arg: None,
         }
+    }
+
+    /// The handle with its holds' waits served as `fairness` says: a
+    /// bounded bypass is sent as `BYPASS ms` (whole ms, at least 1).
+    fn with_fairness(mut self, fairness: Fairness) -> Lock {
+        self.bypass_arg = match fairness {
+            Fairness::Fifo => None,
+            Fairness::BoundedBypass(d) => Some(clamp_ms(d).max(1).to_string().into()),
+        };
+        self
     }
 
     /// The lock's name.
@@ -117,6 +130,7 @@ impl Store {
             ttl: wire::DEFAULT_TTL,
             max_hold: None,
             permits: 1,
+            fairness: Fairness::Fifo,
         }
     }
 
@@ -155,6 +169,7 @@ pub struct LockBuilder<'s> {
     ttl: Duration,
     max_hold: Option<Duration>,
     permits: u32,
+    fairness: Fairness,
 }
 
 impl LockBuilder<'_> {
@@ -186,6 +201,16 @@ impl LockBuilder<'_> {
         self
     }
 
+    /// How this handle's waiters are served: [`Fairness::Fifo`] (the
+    /// default) or [`Fairness::BoundedBypass`], sent with each hold as
+    /// `BYPASS ms`: while such a waiter is first in line and within its
+    /// bound, a caller that comes later may take the key ahead of it (the
+    /// guide's *Fairness*). A server without the option refuses it.
+    pub fn fairness(mut self, fairness: Fairness) -> Self {
+        self.fairness = fairness;
+        self
+    }
+
     /// Opens the lock (checked locally, with the core's texts): fails
     /// `closed` once the store is closed, and `invalid` for a bad name, a
     /// `ttl` or `max_hold` below 1 ms, or a count of permits outside 1 to
@@ -205,7 +230,8 @@ impl LockBuilder<'_> {
             ttl_ms,
             max_hold_ms,
             self.permits,
-        ))
+        )
+        .with_fairness(self.fairness))
     }
 }
 
@@ -253,6 +279,7 @@ impl fmt::Debug for Lock {
             .field("ttl_ms", &self.ttl_ms)
             .field("max_hold", &self.max_hold_arg)
             .field("permits", &self.permits)
+            .field("bypass_ms", &self.bypass_arg)
             .finish()
     }
 }

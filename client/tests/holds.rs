@@ -674,3 +674,35 @@ async fn the_longest_wait_waits_until_the_key_is_let_go() {
     let fence = timeout(PATIENCE, waiting).await.unwrap().unwrap().unwrap();
     assert!(fence > 0);
 }
+
+/// A handle opened with bounded bypass sends `BYPASS ms` with its holds:
+/// the server takes it, and its waiter is granted in turn as ever (a
+/// second client holds, a bounded waiter waits, the holder lets go).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bounded_handle_holds_and_waits_through_the_server() {
+    let server = Server::start();
+    let (_a, plain) = server.lock("chats", None, None).await;
+    let store = server.store().await;
+    let bounded = store
+        .lock("chats")
+        .fairness(holdline_client::Fairness::BOUNDED)
+        .open()
+        .unwrap();
+    assert!(format!("{bounded:?}").contains("bypass_ms: Some(\"1\")"));
+    let held = plain.acquire("chat-1").await.unwrap();
+    let waiter = tokio::spawn(async move {
+        bounded
+            .key("chat-1")
+            .wait(PATIENCE)
+            .hold(async |lease| lease.fence())
+            .await
+    });
+    sleep(Duration::from_millis(50)).await;
+    let first = held.fence();
+    held.release().await.unwrap();
+    let fence = timeout(PATIENCE, waiter).await.unwrap().unwrap().unwrap();
+    assert!(
+        fence > first,
+        "granted after the holder, with a greater fence"
+    );
+}
