@@ -395,7 +395,9 @@ impl LockBuilder<'_> {
     /// or [`Fairness::BoundedBypass`]. It belongs to the handle, as its ttl
     /// does: the bound is its waiters'. A waiter that came through a
     /// bounded handle may be bypassed by anyone for up to its bound; one
-    /// that came through a FIFO handle is always handed the key in turn.
+    /// that came through a FIFO handle is handed the key when it is first
+    /// in line, never bypassed there (behind a bounded waiter, it waits as
+    /// long as that waiter does, bypasses included).
     pub fn fairness(mut self, fairness: Fairness) -> Self {
         self.fairness = fairness;
         self
