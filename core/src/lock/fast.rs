@@ -177,7 +177,7 @@ impl Lock {
                 record: HeldRecord::of(r),
                 fence: r.fence(),
             }),
-            Err(s) if s.multi() || s.free() => take_permits_fast(r, want),
+            Err(s) if s.multi() || s.free() => take_by_try_fast(r, want),
             Err(_) => None,
         }
     }
@@ -257,17 +257,19 @@ pub(crate) fn take(r: &Record, want: u32) -> Fast {
         Ok(()) => Fast::Granted(Grant::of(r)),
         Err(s) if s.held_alone() => Fast::Held,
         // Several permits; or a key left free for its line (bounded bypass).
-        Err(s) if s.multi() || s.free() => take_permits(r, want),
+        Err(s) if s.multi() || s.free() => take_by_try(r, want),
         Err(_) => Fast::Slow,
     }
 }
 
-/// A lock of several permits: `want` of them taken at once if they fit
-/// and nobody waits (one short turn of the line lock; no waiter node, no
-/// clock read). `Held`: they do not fit now, or a line stands.
+/// A take the uncontended CAS cannot make, through `try_acquire`: `want`
+/// permits of a lock of several, taken at once if they fit and nobody
+/// waits (or the line is open to bypass), or a key of one permit left
+/// free for its line (bounded bypass); no waiter node, no clock read.
+/// `Held`: they do not fit now, or a line stands.
 #[cold]
 #[inline(never)]
-fn take_permits(r: &Record, want: u32) -> Fast {
+fn take_by_try(r: &Record, want: u32) -> Fast {
     match r.try_acquire(want) {
         Tried::Granted(fence) => Fast::Granted(Grant::new(r, fence, want)),
         Tried::Held => Fast::Held,
@@ -304,10 +306,10 @@ pub(crate) struct Taken {
     fence: u64,
 }
 
-/// [`take_permits`] for [`Lock::take_fast`]: `None` where it would not grant.
+/// [`take_by_try`] for [`Lock::take_fast`]: `None` where it would not grant.
 #[cold]
 #[inline(never)]
-fn take_permits_fast(r: &Record, want: u32) -> Option<Taken> {
+fn take_by_try_fast(r: &Record, want: u32) -> Option<Taken> {
     match r.try_acquire(want) {
         Tried::Granted(fence) => Some(Taken {
             record: HeldRecord::of(r),
