@@ -286,6 +286,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Handler<S> {
                 return;
             }
             let Some(item) = self.queue.pop() else { break };
+            // In a cluster, a lease that moved with its partition is told
+            // so before anything else is answered: its client counts no
+            // later answer of this connection for it.
+            if self.session.shared.cluster.is_some() {
+                while let Some(id) = self.session.losses.lost_now() {
+                    self.push_loss(id);
+                }
+            }
             match item {
                 Queued::Command(args) => match cmd::execute(&mut self.session, args) {
                     Step::Reply(reply) => self.answer(reply),
@@ -340,6 +348,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Handler<S> {
                 self.answer(reply);
             }
             Poll::Pending => {
+                hold.file_wait();
                 self.session.client.set_waiting(Some(hold.held_key.clone()));
                 self.state = State::Waiting(hold);
             }

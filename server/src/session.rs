@@ -9,7 +9,7 @@
 //! goes on reading; [`Session::granted`] then answers it.
 
 use crate::clients::{ClientState, Clients};
-use crate::cluster::{slots, Node, Partition, Route};
+use crate::cluster::{handover, slots, Node, Partition, Route};
 use crate::config::Limits;
 use crate::events::{self, Event, History, Kind};
 use crate::loss_watch::LossWatches;
@@ -21,9 +21,7 @@ use crate::users::{Directory, User};
 use holdline::{wire, Error, ErrorKind, Heartbeat, HeldLease, Lock, LockStats, Store};
 use holdline_resp::{Proto, Value};
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -262,7 +260,7 @@ impl Default for LockOptions {
 }
 
 /// A HOLD waiting in its key's line. Dropping it leaves the line.
-pub type HoldFuture = Pin<Box<dyn Future<Output = Result<HeldLease, Error>> + Send>>;
+pub use crate::cluster::handover::HoldFuture;
 
 /// A HOLD whose answer is still to come.
 pub struct PendingHold {
@@ -271,10 +269,66 @@ pub struct PendingHold {
     pub held_key: HeldKey,
     /// When the HOLD was read (its wait, for the metrics).
     pub started: Instant,
+    /// How long it waits from then.
+    pub wait: Duration,
     /// The partition it waits in, in a cluster.
     pub partition: Option<Arc<Partition>>,
     /// The note the lease will carry (`NOTE text`).
     pub note: Box<str>,
+    /// What a hand-over carries of it and of its lease.
+    pub handed: Handing,
+    /// Its place in its partition's registry while it waits with a
+    /// secret (filed by the connection once it waits).
+    pub filed: Option<WaitFiled>,
+}
+
+/// What a hand-over carries of a hold besides its key: how it opened its
+/// lock, its maxHold, its secret; and for one that re-attached, the
+/// heartbeat its lease renews by and the fence its holder knows.
+#[derive(Default)]
+pub struct Handing {
+    pub opened: Option<handover::Opened>,
+    pub max_hold: Option<Duration>,
+    pub secret: Option<Box<str>>,
+    pub heartbeat: Option<Heartbeat>,
+    pub fence: Option<u64>,
+}
+
+/// A waiting HOLD's number in its partition's registry: out of it when
+/// the wait ends, however it ends.
+pub struct WaitFiled {
+    pub partition: Arc<Partition>,
+    pub number: u64,
+}
+
+impl Drop for WaitFiled {
+    fn drop(&mut self) {
+        self.partition.registry.wait_ended(self.number);
+    }
+}
+
+impl PendingHold {
+    /// Files the HOLD in its partition's registry now that it waits, if
+    /// it has a secret (only then can its holder follow it).
+    pub fn file_wait(&mut self) {
+        let (Some(part), Some(opened), Some(secret)) = (
+            &self.partition,
+            &self.handed.opened,
+            &self.handed.secret,
+        ) else {
+            return;
+        };
+        let filed = handover::FiledWait {
+            opened: opened.clone(),
+            max_hold: self.handed.max_hold,
+            until: self.started + self.wait,
+            secret: secret.to_string(),
+        };
+        self.filed = part.registry.wait(filed).map(|number| WaitFiled {
+            partition: part.clone(),
+            number,
+        });
+    }
 }
 
 /// What carrying out one command leads to.
@@ -297,6 +351,23 @@ pub struct Held {
     pub partition: Option<Arc<Partition>>,
     /// Whether its end was recorded (a loss is seen before its RELEASE).
     pub ended: bool,
+    /// Its holder's secret: it follows its partition when handed over.
+    pub secret: Option<Box<str>>,
+    /// Its entry in its partition's registry, if filed.
+    pub filed: Option<LeaseFiled>,
+}
+
+/// A lease's entry in its partition's registry: out of it when the lease
+/// leaves its connection, however it leaves.
+pub struct LeaseFiled {
+    partition: Arc<Partition>,
+    id: u64,
+}
+
+impl Drop for LeaseFiled {
+    fn drop(&mut self) {
+        self.partition.registry.forget(self.id);
+    }
 }
 
 impl Held {
@@ -325,6 +396,9 @@ struct LockOpener {
     /// node; a partition's each in a cluster), by store id. Never dropped
     /// while its store is open: its leases read it.
     heartbeats: Vec<(u64, Heartbeat)>,
+    /// Heartbeats of leases handed over and re-attached here, each its
+    /// own, by lease id: beaten with the rest.
+    adopted: Vec<(u64, Heartbeat)>,
 }
 
 impl LockOpener {
@@ -344,7 +418,7 @@ impl LockOpener {
     /// The connection was heard from: every lease of it counts its ttl
     /// from now. O(stores), whatever the number of leases.
     fn beat(&self) {
-        for (_, heartbeat) in &self.heartbeats {
+        for (_, heartbeat) in self.heartbeats.iter().chain(&self.adopted) {
             heartbeat.beat();
         }
     }
@@ -537,16 +611,41 @@ impl Session {
     }
 
     /// The answer to a HOLD that waited.
-    pub fn granted(&mut self, result: Result<HeldLease, Error>, pending: PendingHold) -> Reply {
+    pub fn granted(&mut self, result: Result<HeldLease, Error>, mut pending: PendingHold) -> Reply {
         match result {
             Ok(lease) => {
                 if let Some(m) = &self.shared.metrics {
                     m.waited(pending.held_key.lock(), pending.started.elapsed());
                 }
-                self.keep(lease, pending.held_key, pending.partition, pending.note)
+                drop(pending.filed.take());
+                let handed = std::mem::take(&mut pending.handed);
+                self.keep(lease, pending.held_key, pending.partition, pending.note, handed)
+            }
+            // A wait handed over with its partition: told where to follow.
+            Err(e) if e.kind() == ErrorKind::Closed => {
+                let moved = pending.filed.as_ref().and_then(|f| {
+                    let to = f.partition.registry.sealed()?;
+                    f.partition.registry.exported_wait(f.number).then_some(to)
+                });
+                match moved {
+                    Some(to) => Err(reply::moved(slots::key_slot(pending.held_key.key().as_bytes()), &to)),
+                    None => Err(e.into()),
+                }
             }
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// Where lease `held` went, if its partition was handed over with it:
+    /// the `MOVED` its RENEW and RELEASE answer.
+    pub fn moved(held: &Held) -> Option<ErrorReply> {
+        let part = held.partition.as_ref()?;
+        held.secret.as_ref()?;
+        if held.lease.signal().reason() != Some(holdline::EndReason::StoreClosed) {
+            return None;
+        }
+        let to = part.registry.sealed()?;
+        Some(reply::moved(slots::key_slot(held.record.key().as_bytes()), &to))
     }
 
     /// Files a granted lease under a fresh id: `[lease, fence]`. In a
@@ -560,6 +659,7 @@ impl Session {
         held_key: HeldKey,
         partition: Option<Arc<Partition>>,
         note: Box<str>,
+        handed: Handing,
     ) -> Reply {
         if let (Some(part), Some(node)) = (&partition, &self.shared.cluster) {
             let served = node.serves(part);
@@ -577,8 +677,40 @@ impl Session {
         // have been read: its ttl counts from now. (A lost lease stays
         // lost; the watch tells.)
         let _ = lease.renew();
-        let held = self.record(lease, held_key, partition, note);
+        let Handing {
+            opened,
+            max_hold,
+            secret,
+            heartbeat,
+            fence,
+        } = handed;
+        let mut held = self.record(lease, held_key, partition, note, fence);
+        held.secret = secret;
         let (id, fence) = (held.record.id, held.record.fence);
+        // Filed before it is answered: a partition sealed meanwhile (its
+        // hand-over under way) must not answer a grant it did not export.
+        if let (Some(part), Some(opened)) = (&held.partition, opened) {
+            let filed = handover::Filed {
+                opened,
+                fence,
+                secret: held.secret.as_ref().map(|s| s.to_string()),
+                granted: held.granted,
+                max_hold,
+                signal: held.lease.signal(),
+            };
+            if !part.registry.admit(id, filed) {
+                let scope = wire::Scope::Key(held.record.lock(), held.record.key());
+                let closed = wire::error(ErrorKind::Closed, scope, "the store is closed");
+                return Err(ErrorReply::core(&closed));
+            }
+            held.filed = Some(LeaseFiled {
+                partition: part.clone(),
+                id,
+            });
+        }
+        if let Some(heartbeat) = heartbeat {
+            self.locks.adopted.push((id, heartbeat));
+        }
         self.losses.watch(id, held.lease.signal().aborted());
         self.client.held(held.record.clone());
         if let Some(event) = self.event(&held, Kind::Granted, None) {
@@ -604,6 +736,7 @@ impl Session {
         held_key: HeldKey,
         partition: Option<Arc<Partition>>,
         note: Box<str>,
+        fence: Option<u64>,
     ) -> Held {
         // Relaxed: a counter handing out ids; nothing is published by it.
         let id = self.shared.next_lease.fetch_add(1, Ordering::Relaxed);
@@ -612,7 +745,8 @@ impl Session {
             id,
             held_key,
             store,
-            lease.fence(),
+            // A lease handed over keeps the fence its holder knows.
+            fence.unwrap_or(lease.fence()),
             lease.permits(),
             self.holder(),
             lease.signal(),
@@ -624,6 +758,8 @@ impl Session {
             granted: Instant::now(),
             partition,
             ended: false,
+            secret: None,
+            filed: None,
         }
     }
 
@@ -632,7 +768,19 @@ impl Session {
         if self.proto != Proto::Resp3 {
             return None;
         }
-        let error = self.leases.get(&id)?.lease.check().err()?;
+        let held = self.leases.get(&id)?;
+        if let (Some(part), Some(_)) = (&held.partition, Self::moved(held)) {
+            // ["moved", lease, slot, host:port]: it follows its partition.
+            let to = part.registry.sealed()?;
+            let slot = slots::key_slot(held.record.key().as_bytes());
+            return Some(Value::Push(vec![
+                Value::bulk("moved"),
+                Value::Integer(id as i64),
+                Value::Integer(i64::from(slot)),
+                Value::bulk(to.to_string()),
+            ]));
+        }
+        let error = held.lease.check().err()?;
         Some(Value::Push(vec![
             Value::bulk("lost"),
             Value::Integer(id as i64),
@@ -644,7 +792,8 @@ impl Session {
 impl Session {
     /// A lease leaves the connection (released, forgotten, or closed with
     /// it): its hold time goes to the metrics.
-    pub fn let_go(&self, held: &Held) {
+    pub fn let_go(&mut self, held: &Held) {
+        self.locks.adopted.retain(|(id, _)| *id != held.record.id);
         self.client.let_go(&held.record.held_key);
         self.held_for_metrics(held);
     }

@@ -887,3 +887,105 @@ fn enable_etcd_auth(etcd: &Etcd, ca: &str, (cert, key): (&str, &str), password: 
         client.auth_enable().await.unwrap();
     });
 }
+
+/// `REATTACH lock key secret` at `owner` until it answers something
+/// other than a redirection (the partition is between owners a moment).
+fn reattach(owner: &str, lock: &str, key: &str, secret: &str, within: Duration) -> (Client, Value) {
+    let deadline = Instant::now() + within;
+    let mut at = owner.to_owned();
+    loop {
+        let mut c = Client::connect(at.parse().unwrap());
+        c.call(&["HELLO", "3"]);
+        c.send(&["REATTACH", lock, key, secret]);
+        let answer = c.read_within(Duration::from_secs(30)).expect("an answer");
+        match &answer {
+            Value::Error(e) if e.starts_with("MOVED ") => {
+                at = e.split(' ').nth(2).unwrap().to_owned();
+            }
+            Value::Error(e) if e.starts_with("CLUSTERDOWN") => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            _ => return (c, answer),
+        }
+        assert!(Instant::now() < deadline, "no answer but redirections from {owner}");
+    }
+}
+
+#[test]
+fn a_node_shut_down_hands_its_leases_and_lines_over_and_holders_reattach() {
+    // A long --max-ttl: without the hand-over, the held key would be
+    // granted to nobody for its ttl; with it, its holder keeps it.
+    let Some(mut three) = Three::start("follow", "20s") else {
+        return;
+    };
+    let (leaving, mut c, keys) = three.keys_of(2, 1);
+    let key = keys[0].clone();
+    let slot = key_slot(&mut c, &key);
+    let (holder_secret, waiter_secret) = ("0123456789abcdef0123456789abcdef", "fedcba9876543210fedcba9876543210");
+    let mut holder = Client::connect(leaving.parse().unwrap());
+    let hello = holder.call(&["HELLO", "3"]);
+    let Value::Map(hello) = hello else { panic!("{hello:?}") };
+    assert_eq!(common::map_field(&hello, "handover"), Some(Value::Integer(1)));
+    let bad = holder.call(&["HOLD", "follow", &key, "SECRET", "short"]);
+    assert_eq!(
+        error_text(bad),
+        format!("INVALID lock follow: key \"{key}\": a secret is 16 to 64 letters, digits, '-' or '_': invalid")
+    );
+    let (lease, fence) = granted(holder.call(&[
+        "HOLD", "follow", &key, "WAIT", "0", "TTL", "8000", "SECRET", holder_secret,
+    ]));
+    let mut waiter = Client::connect(leaving.parse().unwrap());
+    waiter.call(&["HELLO", "3"]);
+    waiter.send(&["HOLD", "follow", &key, "WAIT", "30000", "SECRET", waiter_secret]);
+    assert_eq!(waiter.read_within(Duration::from_millis(200)), None, "it waits");
+
+    three.nodes[2].signal(libc::SIGTERM);
+    let asked = Instant::now();
+    // The holder is told where its lease went, the waiter where its place.
+    let pushed = holder.read_within(Duration::from_secs(10)).expect("a push");
+    let Value::Push(push) = pushed else { panic!("{pushed:?}") };
+    assert_eq!(push[0], Value::bulk("moved"));
+    assert_eq!(push[1], Value::Integer(lease));
+    assert_eq!(push[2], Value::Integer(i64::from(slot)));
+    let Value::Bulk(to) = &push[3] else { panic!("{push:?}") };
+    let to = String::from_utf8(to.clone()).unwrap();
+    let moved = error_text(waiter.read_within(Duration::from_secs(10)).expect("an answer"));
+    assert_eq!(moved, format!("MOVED {slot} {to}"));
+    assert!(three.nodes[2].wait_exit(Duration::from_secs(10)).success());
+
+    let (mut holder, answer) = reattach(&to, "follow", &key, holder_secret, Duration::from_secs(10));
+    let (new_lease, kept_fence) = granted(answer);
+    assert_eq!(kept_fence, fence, "the fence its holder knows");
+    assert!(
+        asked.elapsed() < Duration::from_secs(6),
+        "re-attached {:?} after SIGTERM",
+        asked.elapsed()
+    );
+    let owner = await_new_owner(three.nodes[0].addr, slot, &leaving, Duration::from_secs(5));
+    let mut other = Client::connect(owner.parse().unwrap());
+    assert_eq!(other.call(&["TRYHOLD", "follow", &key]), Value::Null, "still held");
+    // Its place: before a HOLD that came after the hand-over.
+    let (mut waiter, _) = (Client::connect(owner.parse().unwrap()), ());
+    waiter.call(&["HELLO", "3"]);
+    waiter.send(&["REATTACH", "follow", &key, waiter_secret]);
+    assert_eq!(waiter.read_within(Duration::from_millis(200)), None, "it waits");
+    other.send(&["HOLD", "follow", &key, "WAIT", "30000"]);
+    assert_eq!(other.read_within(Duration::from_millis(200)), None, "it waits too");
+    // Taken once: neither the secret again nor another one.
+    let (_, again) = reattach(&owner, "follow", &key, holder_secret, Duration::from_secs(5));
+    let nothing = format!(
+        "LOST lock follow: key \"{key}\": the lease was lost: nothing was handed over under its secret"
+    );
+    assert_eq!(error_text(again), nothing);
+    // Renewed on its new connection past the ttl it had at the hand-over.
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(holder.call(&["RENEW", &new_lease.to_string()]), Value::ok());
+    assert_eq!(holder.call(&["RELEASE", &new_lease.to_string()]), Value::ok());
+    let (waiter_lease, next) = granted(waiter.read_within(Duration::from_secs(5)).expect("granted"));
+    assert!(next > fence, "fences rise across the hand-over");
+    assert_eq!(other.read_within(Duration::from_millis(200)), None, "behind the waiter");
+    assert_eq!(waiter.call(&["RELEASE", &waiter_lease.to_string()]), Value::ok());
+    let (_, last) = granted(other.read_within(Duration::from_secs(5)).expect("granted"));
+    assert!(last > next);
+    drop(three.nodes.remove(2));
+}

@@ -7,12 +7,12 @@
 //! module doc of `cluster`.
 
 use super::etcd::{timed, EtcdError, Keys};
-use super::facts::{Facts, Handed};
-use super::{Node, Stopped};
-use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp};
+use super::facts::{Facts, Handed, ImportMark};
+use super::{handover, Node, Stopped};
+use etcd_client::{Client, Compare, CompareOp, DeleteOptions, PutOptions, Txn, TxnOp};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 /// The node's claims: what it writes to etcd about partitions.
 pub struct Claims {
@@ -62,13 +62,23 @@ impl Claims {
     /// transaction is sent after, and the next claim comes after it). Every
     /// other holder was told it lost its lease, so the next owner waits
     /// that long only, not the cluster's max ttl.
+    ///
+    /// With an export, its chunks are written first (under no lease: the
+    /// next owner reads them after this node is gone) and the same
+    /// transaction marks where they lie (`import/<p>`). Chunks that could
+    /// not all be written are named by no mark: the hand-over is today's.
     pub async fn hand_over(&mut self, stopped: Stopped) -> Result<(), EtcdError> {
         let Stopped {
             index: p,
             claim: rev,
             fence_end: end,
             believed_until,
+            export,
         } = stopped;
+        let import = match export.filter(|e| !e.is_empty()) {
+            Some(export) => self.write_export(p, end, &export).await,
+            None => None,
+        };
         let owner = self.keys.owner(p);
         let fences = self.keys.fences(p);
         let left = believed_until.saturating_duration_since(Instant::now());
@@ -83,14 +93,70 @@ impl Claims {
                 Compare::create_revision(owner.clone(), CompareOp::Equal, rev),
                 Compare::value(fences, CompareOp::Equal, end.to_string()),
             ])
-            .and_then([
-                TxnOp::delete(owner, None),
-                TxnOp::put(self.keys.handed(p), mark.text(), None),
-            ]);
+            .and_then(
+                [
+                    TxnOp::delete(owner, None),
+                    TxnOp::put(self.keys.handed(p), mark.text(), None),
+                ]
+                .into_iter()
+                .chain(import.as_ref().map(|m| TxnOp::put(self.keys.import(p), m.text(), None)))
+                .collect::<Vec<_>>(),
+            );
         if timed("txn", self.client.txn(txn)).await?.succeeded() {
+            if let Some(m) = import {
+                info!(partition = p, chunks = m.chunks, "handed the partition over with its leases");
+            }
             return Ok(());
         }
         self.delete_claim(p, rev).await
+    }
+
+    /// Writes `export` in chunks under a new id; the mark naming them, or
+    /// `None` when a write failed.
+    async fn write_export(
+        &mut self,
+        p: u16,
+        end: u64,
+        export: &handover::Export,
+    ) -> Option<ImportMark> {
+        let id = super::new_node_id();
+        let base = format!("{}{id}/", self.keys.transfers(p));
+        let chunks = export.chunks();
+        for (n, chunk) in chunks.iter().enumerate() {
+            let put = self.client.put(format!("{base}{n}"), chunk.as_str(), None);
+            if let Err(why) = timed("put", put).await {
+                warn!(partition = p, %why, "could not write the hand-over's leases: they end");
+                return None;
+            }
+        }
+        Some(ImportMark {
+            end,
+            id,
+            chunks: u32::try_from(chunks.len()).ok()?,
+        })
+    }
+
+    /// The export `mark` names, read whole; `None` when a chunk is missing
+    /// or unreadable (the claim then falls back to waiting). Every export
+    /// of `p` is deleted after, used or not.
+    async fn read_export(&mut self, p: u16, mark: &ImportMark) -> Option<handover::Export> {
+        let base = format!("{}{}/", self.keys.transfers(p), mark.id);
+        let mut texts = Vec::new();
+        for n in 0..mark.chunks {
+            let got = timed("get", self.client.get(format!("{base}{n}"), None)).await;
+            let text = got.ok()?.kvs().first()?.value_str().ok()?.to_owned();
+            texts.push(text);
+        }
+        handover::Export::from_chunks(texts.iter().map(String::as_str))
+    }
+
+    /// Deletes every export left for `p`.
+    async fn delete_exports(&mut self, p: u16) {
+        let all = DeleteOptions::new().with_prefix();
+        let deleted = self.client.delete(self.keys.transfers(p), Some(all));
+        if let Err(why) = timed("delete", deleted).await {
+            debug!(partition = p, %why, "could not delete old hand-over leases");
+        }
     }
 
     pub async fn delete_claim(&mut self, p: u16, rev: i64) -> Result<(), EtcdError> {
@@ -125,10 +191,15 @@ impl Claims {
         // No lease of this cluster outlives its max ttl: nor need the wait.
         let max_ttl = self.node.max_ttl;
         let quiet = facts.handed_over(p).map_or(max_ttl, |q| q.min(max_ttl));
+        let (import, import_rev) = facts.import(p);
+        let import = import.filter(|_| !ignores_imports());
+        // The claim takes the import mark with it: an export is used by
+        // the claim right after its hand-over, never by a later one.
         let txn = Txn::new()
             .when([
                 Compare::create_revision(owner.clone(), CompareOp::Equal, 0),
                 Compare::mod_revision(fences.clone(), CompareOp::Equal, fences_rev),
+                Compare::mod_revision(self.keys.import(p), CompareOp::Equal, import_rev),
             ])
             .and_then([
                 TxnOp::put(
@@ -137,11 +208,25 @@ impl Claims {
                     Some(PutOptions::new().with_lease(lease)),
                 ),
                 TxnOp::put(fences, end.to_string(), None),
+                TxnOp::delete(self.keys.import(p), None),
             ]);
         let resp = timed("claim", self.client.txn(txn)).await?;
         let revision = resp.header().map(|h| h.revision()).unwrap_or(0);
-        if resp.succeeded() && self.node.check_deadline() {
-            self.node.serve(p, floor, revision, quiet);
+        if !resp.succeeded() {
+            return Ok(());
+        }
+        let export = match &import {
+            Some(mark) => self.read_export(p, mark).await,
+            None => None,
+        };
+        if import.is_some() && export.is_none() {
+            warn!(partition = p, "could not read the hand-over's leases: waiting them out");
+        }
+        if import_rev != 0 || import.is_some() {
+            self.delete_exports(p).await;
+        }
+        if self.node.check_deadline() {
+            self.node.serve(p, floor, revision, quiet, export);
             if quiet.is_zero() {
                 info!(partition = p, "serving the partition");
             } else {
@@ -175,6 +260,13 @@ impl Claims {
         }
         Ok(())
     }
+}
+
+/// Whether this node takes no hand-over's leases, as a node of the
+/// release before hand-overs carried them: `HOLDLINE_TEST_IGNORE_IMPORTS`
+/// set (the version-skew test's stand-in for that release).
+fn ignores_imports() -> bool {
+    std::env::var_os("HOLDLINE_TEST_IGNORE_IMPORTS").is_some()
 }
 
 /// Nanoseconds since the Unix epoch: a new partition's first window starts

@@ -132,6 +132,18 @@ impl Keys {
     pub fn handed(&self, p: u16) -> String {
         format!("{}handed/{p}", self.prefix)
     }
+
+    /// `import/<p>`: the export its last hand-over left (see `ImportMark`).
+    pub fn import(&self, p: u16) -> String {
+        format!("{}import/{p}", self.prefix)
+    }
+
+    /// Where partition `p`'s exports lie, outside the prefix every node
+    /// reads and watches (an export may be megabytes): one key per chunk,
+    /// `<transfers of p><id>/<n>`.
+    pub fn transfers(&self, p: u16) -> String {
+        format!("{}.transfer/{p}/", self.prefix.trim_end_matches('/'))
+    }
 }
 
 #[cfg(test)]
@@ -144,6 +156,8 @@ mod tests {
         assert_eq!(keys.owner(3), "/holdline/prod/owners/3");
         assert_eq!(keys.fences(0), "/holdline/prod/fences/0");
         assert_eq!(keys.handed(7), "/holdline/prod/handed/7");
+        assert_eq!(keys.import(7), "/holdline/prod/import/7");
+        assert_eq!(keys.transfers(7), "/holdline/prod.transfer/7/");
         assert_eq!(keys.node("ab"), "/holdline/prod/nodes/ab");
         assert_eq!(keys.setting("partitions"), "/holdline/prod/partitions");
     }

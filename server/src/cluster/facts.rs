@@ -30,6 +30,8 @@ pub struct Facts {
     /// Each partition's last hand-over: the window end it was at, and how
     /// long its holders might still believe (see [`Handed`]).
     pub handed: Vec<Option<Handed>>,
+    /// Each partition's import mark, with the revision it was written at.
+    pub imports: Vec<Option<(ImportMark, i64)>>,
     /// The etcd revision it was read at.
     pub revision: i64,
 }
@@ -44,6 +46,35 @@ pub struct Facts {
 pub struct Handed {
     pub end: u64,
     pub believed: Duration,
+}
+
+/// An import mark, `import/<p>`: `END ID CHUNKS`. Written in the
+/// transaction that hands `p` over (beside `handed/<p>`, which a node of
+/// an earlier release reads alone): the export of the tenure whose window
+/// ends at `END` lies in `CHUNKS` keys under the transfers of `p`, `ID/`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ImportMark {
+    pub end: u64,
+    pub id: String,
+    pub chunks: u32,
+}
+
+impl ImportMark {
+    pub fn text(&self) -> String {
+        format!("{} {} {}", self.end, self.id, self.chunks)
+    }
+
+    pub fn parse(text: &str) -> Option<ImportMark> {
+        let mut words = text.split(' ');
+        let end = words.next()?.parse().ok()?;
+        let id = words.next().filter(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_hexdigit()))?;
+        let chunks = words.next()?.parse().ok()?;
+        words.next().is_none().then(|| ImportMark {
+            end,
+            id: id.to_owned(),
+            chunks,
+        })
+    }
 }
 
 impl Handed {
@@ -104,6 +135,7 @@ impl Facts {
             owners: vec![None; n],
             fences: vec![None; n],
             handed: vec![None; n],
+            imports: vec![None; n],
             ..Facts::default()
         };
         for e in entries {
@@ -123,6 +155,9 @@ impl Facts {
                     facts.fences[p] = Some((end, e.mod_revision));
                 }
                 ("handed", Some(p)) => facts.handed[p] = Handed::parse(e.value),
+                ("import", Some(p)) => {
+                    facts.imports[p] = ImportMark::parse(e.value).map(|m| (m, e.mod_revision))
+                }
                 _ => {}
             }
         }
@@ -139,6 +174,21 @@ impl Facts {
             (Some((end, _)), Some(handed)) if handed.end == end => Some(handed.believed),
             _ => None,
         }
+    }
+
+    /// The export the last hand-over of `p` left for its next owner, if
+    /// its mark names the window still current (so the hand-over, not a
+    /// later tenure, wrote it); and the revision of the import mark (0:
+    /// none), which a claim checks is unchanged.
+    pub fn import(&self, p: u16) -> (Option<ImportMark>, i64) {
+        let Some((mark, rev)) = self.imports[usize::from(p)].clone() else {
+            return (None, 0);
+        };
+        let current = match (self.fences[usize::from(p)], self.handed[usize::from(p)]) {
+            (Some((end, _)), Some(handed)) => handed.end == end && mark.end == end,
+            _ => false,
+        };
+        (current.then_some(mark), rev)
     }
 
     pub fn live(&self) -> Vec<String> {

@@ -153,6 +153,7 @@ pub mod agent;
 mod claims;
 mod etcd;
 mod facts;
+pub mod handover;
 mod lease_session;
 pub mod shares;
 pub mod slots;
@@ -162,7 +163,7 @@ use holdline::Store;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::{Duration, Instant};
-use tracing::warn;
+use tracing::{info, warn};
 
 /// What the node knows of the cluster it is in.
 pub struct Node {
@@ -220,6 +221,10 @@ pub struct Partition {
     pub wants_window: AtomicBool,
     /// Before this, the partition grants nothing (see "Taking over").
     pub opens: Instant,
+    /// What its clients may believe, sealed when it is handed over.
+    pub registry: handover::Registry,
+    /// What its last owner handed over, until re-attached or run out.
+    pub orphans: handover::Orphans,
 }
 
 impl Partition {
@@ -235,7 +240,7 @@ impl Partition {
 }
 
 /// A partition stopped on purpose, to hand over in etcd.
-#[derive(Clone, Copy, Debug)]
+#[derive(Debug)]
 pub struct Stopped {
     pub index: u16,
     /// The etcd revision of the claim it was served under.
@@ -245,6 +250,9 @@ pub struct Stopped {
     /// Until when a holder its close could not tell (a cut link) might
     /// still think it holds: the latest end of the leases it ended.
     pub believed_until: Instant,
+    /// What it hands over (sealed before its store closed), when another
+    /// live node was there to take it.
+    pub export: Option<handover::Export>,
 }
 
 /// Owners as etcd last showed them.
@@ -302,14 +310,62 @@ impl Node {
     /// its observers, who observe again where the slot went. Answers what
     /// a hand-over of it needs.
     fn close(&self, part: &Partition) -> Stopped {
-        let believed = part.store.close_reporting_last_expiry();
+        self.close_handing_to(part, None)
+    }
+
+    /// As [`Node::close`]; with `to` (the node expected to take the
+    /// partition), the registry is sealed first and its export kept.
+    fn close_handing_to(&self, part: &Partition, to: Option<&str>) -> Stopped {
+        let close = || part.store.close_reporting_last_expiry();
+        let (export, believed) = match to {
+            Some(to) => {
+                let (export, believed) = part.registry.seal(to, close);
+                (Some(export), believed)
+            }
+            None => (None, close()),
+        };
         self.observers.store_closed(part.store_id);
         Stopped {
             index: part.index,
             claim: part.claim,
             fence_end: part.fence_end(),
             believed_until: Instant::now() + believed,
+            export,
         }
+    }
+
+    /// The live node other than this one that would claim `p` once this
+    /// one gives it up (`leaving`: once this one is gone), as every node
+    /// plans its share; its address.
+    fn next_owner(&self, p: u16, leaving: bool) -> Option<String> {
+        let view = self.view.read().unwrap_or_else(PoisonError::into_inner);
+        let live: Vec<String> = view
+            .nodes
+            .iter()
+            .map(|(id, _)| id.clone())
+            .filter(|id| !leaving || *id != self.id)
+            .collect();
+        let mut owners: Vec<Option<String>> = view
+            .owners
+            .iter()
+            .map(|o| o.as_ref().map(|(id, _)| id.clone()))
+            .collect();
+        owners[usize::from(p)] = None;
+        if leaving {
+            for o in owners.iter_mut() {
+                if o.as_deref() == Some(self.id.as_str()) {
+                    *o = None;
+                }
+            }
+        }
+        let id = live
+            .iter()
+            .filter(|id| **id != self.id)
+            .find(|id| shares::plan(id, &live, &owners).claim.contains(&p))?;
+        view.nodes
+            .iter()
+            .find(|(n, _)| n == id)
+            .map(|(_, addr)| addr.clone())
     }
 
     /// The margin the deadline keeps before etcd's expiry.
@@ -417,7 +473,8 @@ impl Node {
         let mut serving = self.serving.write().unwrap_or_else(PoisonError::into_inner);
         let mut left = lock_left(&self.left);
         for part in serving.iter_mut().filter_map(Option::take) {
-            left.push(self.close(&part));
+            let to = self.next_owner(part.index, true);
+            left.push(self.close_handing_to(&part, to.as_deref()));
             self.live.fetch_sub(1, Ordering::SeqCst);
         }
     }
@@ -472,19 +529,52 @@ impl Node {
     /// the claim at revision `claim` and reserved up to `floor + window`);
     /// it grants nothing for `quiet` (what its last owner's hand-over
     /// said, at most `max_ttl`; `max_ttl` after a take-over without one).
-    pub fn serve(&self, p: u16, floor: u64, claim: i64, quiet: Duration) {
-        let opens = Instant::now() + quiet;
+    ///
+    /// With `import` (its last owner's hand-over, read from etcd), each
+    /// lease it carries is held again and each wait is back in its line
+    /// before anything else can reach the store; their holders re-attach
+    /// ([`handover::Orphans`]).
+    pub fn serve(
+        &self,
+        p: u16,
+        floor: u64,
+        claim: i64,
+        quiet: Duration,
+        import: Option<handover::Export>,
+    ) {
+        let mut opens = Instant::now() + quiet;
+        let store = Store::with_fences_above(floor);
+        let orphans = handover::Orphans::default();
+        let imported = import.is_some();
+        if let Some(export) = import {
+            let (leases, waits) = (export.leases.len(), export.waits.len());
+            let failed = orphans.import(&store, export);
+            for why in &failed {
+                warn!(partition = p, %why, "a handed-over lease could not be imported");
+            }
+            // Every lease a holder may believe in is held again: nothing
+            // else to wait for. A lease left out is waited out as today.
+            if failed.is_empty() {
+                opens = Instant::now();
+            }
+            info!(partition = p, leases, waits, "imported the partition's leases and lines");
+        }
         // Relaxed: hands out ids; nothing is published through it.
         let store_id = self.next_store.fetch_add(1, Ordering::Relaxed);
         let part = Arc::new(Partition {
             index: p,
-            store: Store::with_fences_above(floor),
+            store,
             store_id,
             claim,
             fence_end: AtomicU64::new(floor + self.window),
             wants_window: AtomicBool::new(false),
             opens,
+            registry: handover::Registry::default(),
+            orphans,
         });
+        if imported {
+            tokio::spawn(reap_orphans(Arc::downgrade(&part)));
+        }
         let mut serving = self.serving.write().unwrap_or_else(PoisonError::into_inner);
         match serving[usize::from(p)].replace(part) {
             Some(old) => {
@@ -514,7 +604,8 @@ impl Node {
     pub fn stop(&self, p: u16) {
         let mut serving = self.serving.write().unwrap_or_else(PoisonError::into_inner);
         if let Some(part) = serving[usize::from(p)].take() {
-            let stopped = self.close(&part);
+            let to = self.next_owner(p, false);
+            let stopped = self.close_handing_to(&part, to.as_deref());
             self.live.fetch_sub(1, Ordering::SeqCst);
             lock_left(&self.left).push(stopped);
         }
@@ -599,6 +690,21 @@ impl Node {
 
     pub fn set_view(&self, view: View) {
         *self.view.write().unwrap_or_else(PoisonError::into_inner) = view;
+    }
+}
+
+/// Lets go of what was handed over and not re-attached in time, until
+/// the partition's store closes or nothing is left.
+async fn reap_orphans(part: std::sync::Weak<Partition>) {
+    loop {
+        let next = match part.upgrade() {
+            Some(part) if !part.store.is_closed() => part.orphans.reap(Instant::now()),
+            _ => return,
+        };
+        let Some(next) = next else { return };
+        // At most a second: a closed store is noticed soon.
+        let wake = next.min(Instant::now() + Duration::from_secs(1));
+        tokio::time::sleep_until(wake.into()).await;
     }
 }
 

@@ -75,7 +75,7 @@ fn hello_map(s: &Session, proto: Proto) -> Value {
         Proto::Resp2 => 2,
         Proto::Resp3 => 3,
     };
-    Value::Map(vec![
+    let mut map = vec![
         (Value::bulk("server"), Value::bulk("holdline")),
         (
             Value::bulk("version"),
@@ -86,7 +86,12 @@ fn hello_map(s: &Session, proto: Proto) -> Value {
         (Value::bulk("mode"), Value::bulk("standalone")),
         (Value::bulk("role"), Value::bulk("master")),
         (Value::bulk("modules"), Value::Array(vec![])),
-    ])
+    ];
+    // A node that hands leases over, and takes them (`SECRET`, REATTACH).
+    if s.shared.cluster.is_some() {
+        map.push((Value::bulk("handover"), Value::Integer(1)));
+    }
+    Value::Map(map)
 }
 
 /// `AUTH [user] token`.

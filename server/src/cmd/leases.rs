@@ -4,7 +4,8 @@ use crate::events::Kind;
 use crate::parse::{Given, OptValue, Parse};
 use crate::record::HeldKey;
 use crate::reply::{invalid_key, invalid_store, key_not_utf8, ErrorReply, Reply};
-use crate::session::{LockOptions, PendingHold, Place, Session, Step};
+use crate::cluster::handover::{self, Orphan};
+use crate::session::{Handing, LockOptions, PendingHold, Place, Session, Step};
 use holdline::{wire, ErrorKind, KeyHold, Lock};
 use holdline_resp::Value;
 use std::time::{Duration, Instant};
@@ -18,6 +19,7 @@ pub struct Hold {
     wait: Duration,
     options: Options,
     note: Option<Vec<u8>>,
+    secret: Option<Vec<u8>>,
 }
 
 impl Hold {
@@ -29,6 +31,7 @@ impl Hold {
             key,
             wait: given.millis("WAIT").unwrap_or(wire::DEFAULT_WAIT),
             note: given.bytes("NOTE"),
+            secret: given.bytes("SECRET"),
             options: Options::from(&mut given),
         })
     }
@@ -48,6 +51,7 @@ impl Hold {
         let options = self.options.for_session(s);
         let (lock, key) = lock_and_key(s, &place, &self.lock, self.key, options)?;
         let note = note_text(lock.name(), &key, self.note)?;
+        let handed = handing(&lock, &key, options, self.options.take, &note, self.secret)?;
         let held_key = HeldKey::new(lock.name(), &key);
         if s.client.holds(&held_key) {
             let what = "hold inside a hold of the same key";
@@ -88,8 +92,11 @@ impl Hold {
             future,
             held_key,
             started: std::time::Instant::now(),
+            wait: self.wait,
             partition: place.partition().cloned(),
             note,
+            handed,
+            filed: None,
         })
     }
 }
@@ -102,6 +109,7 @@ pub struct TryHold {
     key: Vec<u8>,
     options: Options,
     note: Option<Vec<u8>>,
+    secret: Option<Vec<u8>>,
 }
 
 impl TryHold {
@@ -112,6 +120,7 @@ impl TryHold {
             lock,
             key,
             note: given.bytes("NOTE"),
+            secret: given.bytes("SECRET"),
             options: Options::from(&mut given),
         })
     }
@@ -123,6 +132,7 @@ impl TryHold {
         let (lock, key) = lock_and_key(s, &place, &self.lock, self.key, options)?;
         within_max_ttl(s, &place, &lock, &key, options)?;
         let note = note_text(lock.name(), &key, self.note)?;
+        let handed = handing(&lock, &key, options, self.options.take, &note, self.secret)?;
         let held_key = HeldKey::new(lock.name(), &key);
         // As in process: a try of a key its caller holds answers None; so
         // does any key of a partition just taken over, until it opens (a
@@ -131,7 +141,7 @@ impl TryHold {
             return Ok(Value::Null);
         }
         match self.options.take.of(lock.key(key.as_str())).try_acquire()? {
-            Some(lease) => s.keep(lease, held_key, place.partition().cloned(), note),
+            Some(lease) => s.keep(lease, held_key, place.partition().cloned(), note, handed),
             None => Ok(Value::Null),
         }
     }
@@ -148,6 +158,11 @@ pub fn release(s: &mut Session, id: i64) -> Reply {
     // In a cluster: past the node's deadline the lease is lost first.
     s.still_served(held.partition.as_ref());
     s.let_go(&held);
+    if let Some(moved) = Session::moved(&held) {
+        s.losses.forget(lease_id);
+        held.record.forget_signal();
+        return Err(moved);
+    }
     s.losses.forget(lease_id);
     if !held.ended {
         // Before the core lets the key go: see `tell_observers_end`.
@@ -177,6 +192,9 @@ pub fn release(s: &mut Session, id: i64) -> Reply {
 pub fn renew(s: &mut Session, id: i64) -> Reply {
     match u64::try_from(id).ok().and_then(|id| s.leases.get(&id)) {
         None => return Err(not_ours(id)),
+        Some(held) if Session::moved(held).is_some() => {
+            return Err(Session::moved(held).expect("just seen"))
+        }
         Some(held) if !s.still_served(held.partition.as_ref()) => held.lease.check()?,
         Some(held) => held.lease.renew()?,
     }
@@ -231,6 +249,127 @@ fn until_open(opens: Instant, wait: Duration) -> Result<(Duration, Duration), Du
         Err(wait)
     } else {
         Ok((gap, wait - gap))
+    }
+}
+
+/// What a hand-over carries of a HOLD or TRYHOLD; its secret checked.
+fn handing(
+    lock: &Lock,
+    key: &str,
+    options: LockOptions,
+    take: Take,
+    note: &str,
+    secret: Option<Vec<u8>>,
+) -> Result<Handing, ErrorReply> {
+    let secret = match secret {
+        Some(s) if handover::secret_ok(&s) => Some(String::from_utf8_lossy(&s).into()),
+        Some(_) => {
+            let what = "a secret is 16 to 64 letters, digits, '-' or '_'";
+            return Err(invalid_key(lock.name(), key, what));
+        }
+        None => None,
+    };
+    let opened = handover::Opened {
+        lock: lock.name().to_owned(),
+        key: key.to_owned(),
+        lock_permits: options.permits.unwrap_or(1),
+        take: match take {
+            Take::All => 0,
+            Take::Permits(m) => m,
+        },
+        ttl_ms: options.ttl.as_millis() as u64,
+        bypass_ms: options.bypass.map(|b| b.as_millis() as u64),
+        note: note.to_owned(),
+    };
+    Ok(Handing {
+        opened: Some(opened),
+        max_hold: options.max_hold,
+        secret,
+        heartbeat: None,
+        fence: None,
+    })
+}
+
+/// `REATTACH lock key secret`: a lease handed over from another node,
+/// taken by its holder's secret (`[lease, fence]`, the fence it had), or
+/// its place in line (waits as HOLD does).
+#[derive(Debug, PartialEq)]
+pub struct Reattach {
+    lock: Vec<u8>,
+    key: Vec<u8>,
+    secret: Vec<u8>,
+}
+
+impl Reattach {
+    pub fn parse(p: &mut Parse) -> Result<Reattach, ErrorReply> {
+        Ok(Reattach {
+            lock: p.next_bytes()?,
+            key: p.next_bytes()?,
+            secret: p.next_bytes()?,
+        })
+    }
+
+    pub fn apply(self, s: &mut Session) -> Step {
+        match self.take(s) {
+            Ok(step) => step,
+            Err(refusal) => Step::Reply(Err(refusal)),
+        }
+    }
+
+    fn take(self, s: &mut Session) -> Result<Step, ErrorReply> {
+        let place = s.place(&self.key)?;
+        s.may_use(&self.lock)?;
+        let lock = String::from_utf8_lossy(&self.lock).into_owned();
+        let key = String::from_utf8(self.key).map_err(|e| key_not_utf8(&lock, e.as_bytes()))?;
+        let secret = String::from_utf8_lossy(&self.secret);
+        let orphan = place
+            .partition()
+            .and_then(|p| p.orphans.take(&secret, &lock, &key));
+        let Some(orphan) = orphan else {
+            let scope = wire::Scope::Key(&lock, &key);
+            let what = "nothing was handed over under its secret";
+            return Err(ErrorReply::core(&wire::error(ErrorKind::Lost, scope, what)));
+        };
+        let held_key = HeldKey::new(&lock, &key);
+        let partition = place.partition().cloned();
+        let secret: Box<str> = secret.into();
+        Ok(match orphan {
+            Orphan::Lease {
+                lease,
+                heartbeat,
+                out,
+            } => {
+                let handed = Handing {
+                    max_hold: out.max_hold_left_ms.map(Duration::from_millis),
+                    secret: Some(secret),
+                    heartbeat: Some(heartbeat),
+                    fence: Some(out.fence),
+                    opened: Some(out.opened.clone()),
+                };
+                let note = out.opened.note.clone().into_boxed_str();
+                Step::Reply(s.keep(lease, held_key, partition, note, handed))
+            }
+            Orphan::Wait {
+                future,
+                heartbeat,
+                out,
+            } => Step::Wait(PendingHold {
+                future,
+                held_key,
+                started: Instant::now(),
+                wait: Duration::from_millis(out.wait_left_ms),
+                partition,
+                note: out.opened.note.clone().into_boxed_str(),
+                handed: Handing {
+                    max_hold: out.max_hold_ms.map(Duration::from_millis),
+                    secret: Some(secret),
+                    heartbeat: Some(heartbeat),
+                    fence: None,
+                    opened: Some(out.opened),
+                },
+                filed: None,
+            }),
+        })
     }
 }
 

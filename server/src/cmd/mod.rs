@@ -30,6 +30,7 @@ fn apply(command: Command, session: &mut Session) -> Step {
     let reply = match command {
         Command::Hold(hold) => return hold.apply(session),
         Command::TryHold(try_hold) => try_hold.apply(session),
+        Command::Reattach(reattach) => return reattach.apply(session),
         Command::Release(id) => leases::release(session, id),
         Command::Renew(id) => leases::renew(session, id),
         Command::Note(id, text) => leases::note(session, id, text),

@@ -16,6 +16,7 @@ use holdline_resp::Value;
 pub enum Command {
     Hold(leases::Hold),
     TryHold(leases::TryHold),
+    Reattach(leases::Reattach),
     Release(i64),
     Renew(i64),
     Note(i64, Vec<u8>),
@@ -84,6 +85,7 @@ macro_rules! hold_options {
             option("TAKE", &("m", "integer"), parse::opt_count_or_all),
             option("NOTE", &("text", "string"), parse::opt_bytes),
             option("BYPASS", MS, parse::opt_millis),
+            option("SECRET", &("secret", "string"), parse::opt_bytes),
         ]
     };
 }
@@ -151,6 +153,15 @@ pub const COMMANDS: &[Spec] = &[
         args: &[arg("lock", "string"), arg("key", "string")],
         options: hold_options!(),
         parse: |p| Ok(Command::TryHold(leases::TryHold::parse(p)?)),
+    },
+    Spec {
+        name: "reattach",
+        arity: 4,
+        flags: &["write", "blocking"],
+        summary: "Takes a lease (or a place in line) handed over from another node, by its holder's secret: [lease, fence], as HOLD answers.",
+        args: &[arg("lock", "string"), arg("key", "string"), arg("secret", "string")],
+        options: &[],
+        parse: |p| Ok(Command::Reattach(leases::Reattach::parse(p)?)),
     },
     Spec {
         name: "release",

@@ -1,0 +1,605 @@
+//! A planned hand-over's two halves (the argument is in the module doc of
+//! `cluster`).
+//!
+//! On the old owner, each partition keeps a [`Registry`] of what its
+//! clients may believe: every lease answered to a client, and every HOLD
+//! waiting with a secret. Sessions file into it before they answer a grant,
+//! and it is [sealed](Registry::seal) once, under its lock, just before the
+//! partition's store closes: from then on nothing is filed, so every grant
+//! a client was told of is in the [`Export`] or was refused.
+//!
+//! On the new owner, an imported export becomes [`Orphans`]: each lease
+//! held again in the new store (its fence as the client knows it kept
+//! beside the new store's own), each wait back in its key's line in the
+//! order it had, until its holder re-attaches with its secret or its time
+//! runs out.
+//!
+//! The export travels through etcd in chunks of at most [`CHUNK`] bytes
+//! (etcd refuses requests above 1.5 MiB by default), one JSON line per
+//! lease or wait.
+
+use holdline::{Error, Heartbeat, HeldLease, Signal, Store};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+/// Most bytes of one chunk of an export in etcd.
+pub const CHUNK: usize = 1 << 20;
+
+/// A secret's shortest and longest length.
+pub const SECRET_LEN: std::ops::RangeInclusive<usize> = 16..=64;
+
+/// Whether `secret` is 16 to 64 letters, digits, `-` or `_`.
+pub fn secret_ok(secret: &[u8]) -> bool {
+    SECRET_LEN.contains(&secret.len())
+        && secret
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || *b == b'-' || *b == b'_')
+}
+
+/// A HOLD waiting in a key's line (the server's async acquire).
+pub type HoldFuture = Pin<Box<dyn Future<Output = Result<HeldLease, Error>> + Send>>;
+
+/// How a lease or a wait opens its lock: what its HOLD said.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Opened {
+    pub lock: String,
+    pub key: String,
+    /// The lock's permits per key.
+    pub lock_permits: u32,
+    /// Permits taken (0: all of them, `TAKE ALL`).
+    pub take: u32,
+    pub ttl_ms: u64,
+    pub bypass_ms: Option<u64>,
+    pub note: String,
+}
+
+/// One lease, as exported.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseOut {
+    pub opened: Opened,
+    /// The fence its holder knows.
+    pub fence: u64,
+    /// Its maxHold left when the partition was sealed.
+    pub max_hold_left_ms: Option<u64>,
+    /// Without one, nobody can re-attach: the lease is held for its ttl
+    /// (its holder may believe that long), then let go.
+    pub secret: Option<String>,
+}
+
+/// One waiting HOLD, as exported (only those with a secret).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WaitOut {
+    pub opened: Opened,
+    pub max_hold_ms: Option<u64>,
+    /// Its wait left when the partition was sealed.
+    pub wait_left_ms: u64,
+    pub secret: String,
+}
+
+/// One line of an export.
+#[derive(Debug, PartialEq, Eq, Serialize, Deserialize)]
+enum Line {
+    #[serde(rename = "l")]
+    Lease(LeaseOut),
+    #[serde(rename = "w")]
+    Wait(WaitOut),
+}
+
+/// A sealed partition's leases, and its waits in line order.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Export {
+    pub leases: Vec<LeaseOut>,
+    pub waits: Vec<WaitOut>,
+}
+
+impl Export {
+    pub fn is_empty(&self) -> bool {
+        self.leases.is_empty() && self.waits.is_empty()
+    }
+
+    /// The export as chunks of whole lines, each at most [`CHUNK`] bytes
+    /// (a line is far shorter: a key, a lock name and a note are bounded).
+    pub fn chunks(&self) -> Vec<String> {
+        let lines = self
+            .leases
+            .iter()
+            .cloned()
+            .map(Line::Lease)
+            .chain(self.waits.iter().cloned().map(Line::Wait));
+        let mut chunks = vec![String::new()];
+        for line in lines {
+            let text = serde_json::to_string(&line).expect("plain data serializes");
+            let last = chunks.last_mut().expect("never empty");
+            if !last.is_empty() && last.len() + text.len() + 1 > CHUNK {
+                chunks.push(String::new());
+            }
+            let last = chunks.last_mut().expect("never empty");
+            last.push_str(&text);
+            last.push('\n');
+        }
+        chunks
+    }
+
+    /// The export the chunks hold, in order; `None` if one is unreadable.
+    pub fn from_chunks<'a>(chunks: impl IntoIterator<Item = &'a str>) -> Option<Export> {
+        let mut export = Export::default();
+        for line in chunks.into_iter().flat_map(str::lines) {
+            match serde_json::from_str(line).ok()? {
+                Line::Lease(l) => export.leases.push(l),
+                Line::Wait(w) => export.waits.push(w),
+            }
+        }
+        Some(export)
+    }
+}
+
+/// A lease filed in the registry.
+pub struct Filed {
+    pub opened: Opened,
+    pub fence: u64,
+    pub secret: Option<String>,
+    pub granted: Instant,
+    pub max_hold: Option<Duration>,
+    /// Read at the seal: a lease lost before it is not exported.
+    pub signal: Signal,
+}
+
+/// A waiting HOLD filed in the registry.
+pub struct FiledWait {
+    pub opened: Opened,
+    pub max_hold: Option<Duration>,
+    /// When its wait ends.
+    pub until: Instant,
+    pub secret: String,
+}
+
+#[derive(Default)]
+struct RegistryState {
+    /// The node the partition was handed to, once sealed.
+    sealed: Option<Arc<str>>,
+    leases: HashMap<u64, Filed>,
+    waits: BTreeMap<u64, FiledWait>,
+    next_wait: u64,
+    /// The waits the seal exported (by their number).
+    exported: Vec<u64>,
+}
+
+/// What the clients of one partition may believe, on its owner.
+#[derive(Default)]
+pub struct Registry {
+    state: Mutex<RegistryState>,
+}
+
+impl Registry {
+    fn lock(&self) -> MutexGuard<'_, RegistryState> {
+        // Nothing panics under it; a poisoned registry is still whole.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Files lease `id` before its grant is answered; `false` once sealed
+    /// (the grant must then not be answered).
+    pub fn admit(&self, id: u64, filed: Filed) -> bool {
+        let mut state = self.lock();
+        if state.sealed.is_some() {
+            return false;
+        }
+        state.leases.insert(id, filed);
+        true
+    }
+
+    /// Lease `id` ended (released, lost, or its connection closed).
+    pub fn forget(&self, id: u64) {
+        self.lock().leases.remove(&id);
+    }
+
+    /// Files a HOLD that waits with a secret; its number, `None` once sealed.
+    pub fn wait(&self, filed: FiledWait) -> Option<u64> {
+        let mut state = self.lock();
+        if state.sealed.is_some() {
+            return None;
+        }
+        let n = state.next_wait;
+        state.next_wait += 1;
+        state.waits.insert(n, filed);
+        Some(n)
+    }
+
+    /// Wait `n` ended (granted, failed, or its connection closed).
+    pub fn wait_ended(&self, n: u64) {
+        self.lock().waits.remove(&n);
+    }
+
+    /// Where the partition went, once sealed.
+    pub fn sealed(&self) -> Option<Arc<str>> {
+        self.lock().sealed.clone()
+    }
+
+    /// Whether the seal exported wait `n`.
+    pub fn exported_wait(&self, n: u64) -> bool {
+        self.lock().exported.contains(&n)
+    }
+
+    /// Seals the registry (nothing is filed after) and answers what it
+    /// holds: the leases not lost, and the waits in the order they came,
+    /// with what each has left now. `run` (the store's close) runs under
+    /// the registry's lock, so no grant is filed between the two.
+    pub fn seal<R>(&self, to: &str, run: impl FnOnce() -> R) -> (Export, R) {
+        let mut state = self.lock();
+        state.sealed = Some(Arc::from(to));
+        let now = Instant::now();
+        let leases = state
+            .leases
+            .values()
+            .filter(|f| !f.signal.is_aborted())
+            .map(|f| LeaseOut {
+                opened: f.opened.clone(),
+                fence: f.fence,
+                max_hold_left_ms: f
+                    .max_hold
+                    .map(|m| millis((f.granted + m).saturating_duration_since(now))),
+                secret: f.secret.clone(),
+            })
+            .collect();
+        let exported: Vec<(u64, WaitOut)> = state
+            .waits
+            .iter()
+            .filter(|(_, w)| w.until > now)
+            .map(|(&n, w)| {
+                let out = WaitOut {
+                    opened: w.opened.clone(),
+                    max_hold_ms: w.max_hold.map(millis),
+                    wait_left_ms: millis(w.until - now),
+                    secret: w.secret.clone(),
+                };
+                (n, out)
+            })
+            .collect();
+        state.exported = exported.iter().map(|(n, _)| *n).collect();
+        let waits = exported.into_iter().map(|(_, w)| w).collect();
+        let ran = run();
+        (Export { leases, waits }, ran)
+    }
+}
+
+/// Whole milliseconds, rounded down (a time left is never overstated).
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// An imported lease or wait, until its holder re-attaches.
+pub enum Orphan {
+    Lease {
+        lease: HeldLease,
+        /// Beaten by nobody until a connection adopts it.
+        heartbeat: Heartbeat,
+        out: LeaseOut,
+    },
+    Wait {
+        future: HoldFuture,
+        heartbeat: Heartbeat,
+        out: WaitOut,
+    },
+}
+
+impl Orphan {
+    pub fn opened(&self) -> &Opened {
+        match self {
+            Orphan::Lease { out, .. } => &out.opened,
+            Orphan::Wait { out, .. } => &out.opened,
+        }
+    }
+}
+
+struct Kept {
+    orphan: Orphan,
+    /// When it is let go if nobody re-attached.
+    until: Instant,
+}
+
+/// A partition's imported leases and waits, by secret.
+#[derive(Default)]
+pub struct Orphans {
+    state: Mutex<HashMap<String, Kept>>,
+    /// Leases imported without a secret: held until their time, then let go.
+    anonymous: Mutex<Vec<(Instant, HeldLease)>>,
+}
+
+impl Orphans {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Kept>> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The orphan under `secret` for `lock`'s `key`, taken (once).
+    pub fn take(&self, secret: &str, lock: &str, key: &str) -> Option<Orphan> {
+        let mut state = self.lock();
+        let kept = state.get(secret)?;
+        let opened = kept.orphan.opened();
+        if opened.lock != lock || opened.key != key {
+            return None;
+        }
+        state.remove(secret).map(|k| k.orphan)
+    }
+
+    /// How many wait for their holders.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+            + self
+                .anonymous
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .len()
+    }
+
+    /// Lets go of what ran out by `now` (dropped outside the lock: a
+    /// release hands keys on); answers when the next one runs out.
+    pub fn reap(&self, now: Instant) -> Option<Instant> {
+        let mut gone = Vec::new();
+        let next_named = {
+            let mut state = self.lock();
+            let ended: Vec<String> = state
+                .iter()
+                .filter(|(_, k)| k.until <= now)
+                .map(|(s, _)| s.clone())
+                .collect();
+            for secret in ended {
+                gone.extend(state.remove(&secret));
+            }
+            state.values().map(|k| k.until).min()
+        };
+        let mut anonymous = self
+            .anonymous
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let (ended, kept): (Vec<_>, Vec<_>) = anonymous.drain(..).partition(|(t, _)| *t <= now);
+        *anonymous = kept;
+        let next_anonymous = anonymous.iter().map(|(t, _)| *t).min();
+        drop(anonymous);
+        drop(gone);
+        drop(ended);
+        next_named.into_iter().chain(next_anonymous).min()
+    }
+
+    /// Imports `export` into `store` (which serves nothing yet): each lease
+    /// held again, each wait back in line in order. Answers what could not
+    /// be imported (a lease whose key is taken: never in a fresh store).
+    pub fn import(&self, store: &Store, export: Export) -> Vec<String> {
+        let now = Instant::now();
+        let mut failed = Vec::new();
+        for out in export.leases {
+            match import_lease(store, &out) {
+                Ok((lease, heartbeat)) => {
+                    let until = now + Duration::from_millis(out.opened.ttl_ms);
+                    match out.secret.clone() {
+                        Some(secret) => {
+                            let orphan = Orphan::Lease {
+                                lease,
+                                heartbeat,
+                                out,
+                            };
+                            self.lock().insert(secret, Kept { orphan, until });
+                        }
+                        None => self
+                            .anonymous
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .push((until, lease)),
+                    }
+                }
+                Err(why) => failed.push(why),
+            }
+        }
+        for out in export.waits {
+            match import_wait(store, &out) {
+                Ok((future, heartbeat)) => {
+                    let left = out.wait_left_ms.min(out.opened.ttl_ms);
+                    let until = now + Duration::from_millis(left);
+                    let secret = out.secret.clone();
+                    let orphan = Orphan::Wait {
+                        future,
+                        heartbeat,
+                        out,
+                    };
+                    self.lock().insert(secret, Kept { orphan, until });
+                }
+                Err(why) => failed.push(why),
+            }
+        }
+        failed
+    }
+}
+
+/// The lock handle an imported lease or wait opens, with a heartbeat of
+/// its own: nobody renews it until a connection adopts it.
+fn open(
+    store: &Store,
+    o: &Opened,
+    max_hold: Option<u64>,
+) -> Result<(holdline::Lock, Heartbeat), Error> {
+    let heartbeat = store.heartbeat();
+    let mut builder = store
+        .lock(&o.lock)
+        .ttl(Duration::from_millis(o.ttl_ms))
+        .permits(o.lock_permits)
+        .heartbeat(&heartbeat);
+    if let Some(ms) = max_hold {
+        builder = builder.max_hold(Duration::from_millis(ms.max(1)));
+    }
+    if let Some(ms) = o.bypass_ms {
+        builder = builder.fairness(holdline::Fairness::BoundedBypass(Duration::from_millis(ms)));
+    }
+    Ok((builder.open()?, heartbeat))
+}
+
+fn take<'a>(o: &Opened, hold: holdline::KeyHold<'a>) -> holdline::KeyHold<'a> {
+    match o.take {
+        0 => hold.exclusive(),
+        1 => hold,
+        m => hold.permits(m),
+    }
+}
+
+fn import_lease(store: &Store, out: &LeaseOut) -> Result<(HeldLease, Heartbeat), String> {
+    let o = &out.opened;
+    let (lock, heartbeat) = open(store, o, out.max_hold_left_ms).map_err(|e| e.to_string())?;
+    match take(o, lock.key(o.key.as_str())).try_acquire() {
+        Ok(Some(lease)) => Ok((lease, heartbeat)),
+        Ok(None) => Err(format!("lock {}: key {:?}: held already", o.lock, o.key)),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+fn import_wait(store: &Store, out: &WaitOut) -> Result<(HoldFuture, Heartbeat), String> {
+    let o = out.opened.clone();
+    let (lock, heartbeat) = open(store, &o, out.max_hold_ms).map_err(|e| e.to_string())?;
+    let wait = Duration::from_millis(out.wait_left_ms);
+    let mut future: HoldFuture = Box::pin(async move {
+        take(&o, lock.key(o.key.as_str()).wait(wait))
+            .acquire_async()
+            .await
+    });
+    // One poll joins the line now, in the export's order.
+    let waker = std::task::Waker::noop();
+    let mut cx = std::task::Context::from_waker(waker);
+    if let std::task::Poll::Ready(result) = future.as_mut().poll(&mut cx) {
+        let lease = result.map_err(|e| e.to_string())?;
+        future = Box::pin(std::future::ready(Ok(lease)));
+    }
+    Ok((future, heartbeat))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opened(key: &str) -> Opened {
+        Opened {
+            lock: "invoices".into(),
+            key: key.into(),
+            lock_permits: 1,
+            take: 1,
+            ttl_ms: 2000,
+            bypass_ms: None,
+            note: String::new(),
+        }
+    }
+
+    #[test]
+    fn an_export_reads_back_from_its_chunks_in_order() {
+        let export = Export {
+            leases: (0..3000)
+                .map(|i| LeaseOut {
+                    opened: opened(&format!("{i:0>400}")),
+                    fence: i,
+                    max_hold_left_ms: Some(i),
+                    secret: Some(format!("{i:0>32}")),
+                })
+                .collect(),
+            waits: vec![WaitOut {
+                opened: opened("w"),
+                max_hold_ms: None,
+                wait_left_ms: 5,
+                secret: "s".repeat(32),
+            }],
+        };
+        let chunks = export.chunks();
+        assert!(chunks.len() > 1, "1.3 MB must not fit one chunk");
+        assert!(chunks.iter().all(|c| c.len() <= CHUNK));
+        let back = Export::from_chunks(chunks.iter().map(String::as_str));
+        assert_eq!(back, Some(export));
+        assert_eq!(Export::from_chunks(["{\"l\":1}\n"]), None);
+    }
+
+    #[test]
+    fn secrets_are_letters_digits_dashes_and_underscores() {
+        assert!(secret_ok(b"0123456789abcdef"));
+        assert!(secret_ok(&[b'a'; 64]));
+        assert!(!secret_ok(&[b'a'; 65]));
+        assert!(!secret_ok(b"0123456789abcde"));
+        assert!(!secret_ok(b"0123456789abcdef "));
+    }
+
+    #[test]
+    fn a_sealed_registry_files_nothing_and_exports_live_leases_and_waits() {
+        let store = Store::new();
+        let lock = store.lock("invoices").open().unwrap();
+        let held = lock.acquire("a").unwrap();
+        let registry = Registry::default();
+        let filed = Filed {
+            opened: opened("a"),
+            fence: held.fence(),
+            secret: Some("x".repeat(32)),
+            granted: Instant::now(),
+            max_hold: Some(Duration::from_secs(60)),
+            signal: held.signal(),
+        };
+        assert!(registry.admit(7, filed));
+        let wait = FiledWait {
+            opened: opened("a"),
+            max_hold: None,
+            until: Instant::now() + Duration::from_secs(5),
+            secret: "y".repeat(32),
+        };
+        let n = registry.wait(wait).unwrap();
+        let (export, ()) = registry.seal("127.0.0.1:1", || store.close());
+        assert_eq!(export.leases.len(), 1);
+        assert_eq!(export.leases[0].fence, held.fence());
+        assert!(export.leases[0].max_hold_left_ms.unwrap() <= 60_000);
+        assert_eq!(export.waits.len(), 1);
+        assert!(registry.exported_wait(n));
+        assert_eq!(registry.sealed().as_deref(), Some("127.0.0.1:1"));
+        let late = FiledWait {
+            opened: opened("b"),
+            max_hold: None,
+            until: Instant::now(),
+            secret: "z".repeat(32),
+        };
+        assert_eq!(registry.wait(late), None);
+    }
+
+    #[test]
+    fn an_import_holds_leases_and_lines_waits_until_taken_by_secret() {
+        let store = Store::new();
+        let lease = LeaseOut {
+            opened: opened("a"),
+            fence: 5,
+            max_hold_left_ms: None,
+            secret: Some("s".repeat(32)),
+        };
+        let wait = WaitOut {
+            opened: opened("a"),
+            max_hold_ms: None,
+            wait_left_ms: 10_000,
+            secret: "w".repeat(32),
+        };
+        let orphans = Orphans::default();
+        let export = Export {
+            leases: vec![lease],
+            waits: vec![wait],
+        };
+        assert!(orphans.import(&store, export).is_empty());
+        let lock = store.lock("invoices").open().unwrap();
+        assert_eq!(lock.waiters_of("a"), 1);
+        assert!(lock.key("a").try_acquire().unwrap().is_none(), "held for its holder");
+        assert!(orphans.take(&"s".repeat(32), "invoices", "b").is_none());
+        let Some(Orphan::Lease { lease, .. }) = orphans.take(&"s".repeat(32), "invoices", "a")
+        else {
+            panic!("the lease is there under its secret");
+        };
+        assert!(orphans.take(&"s".repeat(32), "invoices", "a").is_none(), "once");
+        lease.release().unwrap();
+        let Some(Orphan::Wait { future, .. }) = orphans.take(&"w".repeat(32), "invoices", "a")
+        else {
+            panic!("the wait is there under its secret");
+        };
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let granted = rt.block_on(future).unwrap();
+        assert!(granted.fence() > 0);
+    }
+}
