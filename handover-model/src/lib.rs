@@ -1,7 +1,22 @@
 //! A model of the cluster's **planned hand-over** of a partition, checked
-//! exhaustively with [stateright]. This is the design the model checks;
-//! the server does not implement it yet (today a partition given up on
-//! purpose closes its store: every holder is told `lost`).
+//! exhaustively with [stateright]. The server implements it
+//! (`server/src/cluster/handover.rs`; the argument with its timing
+//! assumptions is the module doc of `server/src/cluster`), carrying the
+//! export through etcd rather than node to node:
+//!
+//! - *Freeze* and *Export* are the seal: the partition's registry of what
+//!   its clients may believe is read and its store closed under one lock,
+//!   so nothing changes after the export was taken.
+//! - *Export*, *Import* and *Give up*: the old owner writes the export to
+//!   etcd, then gives up its claim in the transaction that marks the
+//!   export and its tenure (`import/<p>`); the next owner reads and
+//!   imports it after its claim and before it serves. The model's lossy,
+//!   reordering channel with an acknowledgement is the more general case:
+//!   an etcd write that fails is a lost message, a mark never written is a
+//!   give-up after the timeout.
+//! - *Claim*'s tenure check is the claim transaction's compare of
+//!   `import/<p>` (and of the window the mark names), which also deletes
+//!   it: an export serves one claim.
 //!
 //! # The protocol
 //!

@@ -319,6 +319,7 @@ mod tests {
         let a = Some(("a".to_owned(), "h:1".to_owned()));
         let b = Some(("b".to_owned(), "h:2".to_owned()));
         let view = View {
+            takers: Vec::new(),
             owners: vec![a.clone(), a, None, b],
             nodes: Vec::new(),
         };

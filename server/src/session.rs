@@ -275,8 +275,8 @@ pub struct PendingHold {
     pub partition: Option<Arc<Partition>>,
     /// The note the lease will carry (`NOTE text`).
     pub note: Box<str>,
-    /// What a hand-over carries of it and of its lease.
-    pub handed: Handing,
+    /// What a hand-over carries of it and of its lease (in a cluster).
+    pub handed: Option<Box<Handing>>,
     /// Its place in its partition's registry while it waits with a
     /// secret (filed by the connection once it waits).
     pub filed: Option<WaitFiled>,
@@ -285,9 +285,8 @@ pub struct PendingHold {
 /// What a hand-over carries of a hold besides its key: how it opened its
 /// lock, its maxHold, its secret; and for one that re-attached, the
 /// heartbeat its lease renews by and the fence its holder knows.
-#[derive(Default)]
 pub struct Handing {
-    pub opened: Option<handover::Opened>,
+    pub opened: handover::Opened,
     pub max_hold: Option<Duration>,
     pub secret: Option<Box<str>>,
     pub heartbeat: Option<Heartbeat>,
@@ -311,16 +310,15 @@ impl PendingHold {
     /// Files the HOLD in its partition's registry now that it waits, if
     /// it has a secret (only then can its holder follow it).
     pub fn file_wait(&mut self) {
-        let (Some(part), Some(opened), Some(secret)) = (
-            &self.partition,
-            &self.handed.opened,
-            &self.handed.secret,
-        ) else {
+        let (Some(part), Some(handed)) = (&self.partition, &self.handed) else {
+            return;
+        };
+        let Some(secret) = &handed.secret else {
             return;
         };
         let filed = handover::FiledWait {
-            opened: opened.clone(),
-            max_hold: self.handed.max_hold,
+            opened: handed.opened.clone(),
+            max_hold: handed.max_hold,
             until: self.started + self.wait,
             secret: secret.to_string(),
         };
@@ -618,7 +616,7 @@ impl Session {
                     m.waited(pending.held_key.lock(), pending.started.elapsed());
                 }
                 drop(pending.filed.take());
-                let handed = std::mem::take(&mut pending.handed);
+                let handed = pending.handed.take();
                 self.keep(lease, pending.held_key, pending.partition, pending.note, handed)
             }
             // A wait handed over with its partition: told where to follow.
@@ -659,7 +657,7 @@ impl Session {
         held_key: HeldKey,
         partition: Option<Arc<Partition>>,
         note: Box<str>,
-        handed: Handing,
+        handed: Option<Box<Handing>>,
     ) -> Reply {
         if let (Some(part), Some(node)) = (&partition, &self.shared.cluster) {
             let served = node.serves(part);
@@ -677,19 +675,23 @@ impl Session {
         // have been read: its ttl counts from now. (A lost lease stays
         // lost; the watch tells.)
         let _ = lease.renew();
-        let Handing {
-            opened,
-            max_hold,
-            secret,
-            heartbeat,
-            fence,
-        } = handed;
+        let fence = handed.as_ref().and_then(|h| h.fence);
         let mut held = self.record(lease, held_key, partition, note, fence);
-        held.secret = secret;
         let (id, fence) = (held.record.id, held.record.fence);
         // Filed before it is answered: a partition sealed meanwhile (its
         // hand-over under way) must not answer a grant it did not export.
-        if let (Some(part), Some(opened)) = (&held.partition, opened) {
+        if let (Some(part), Some(handed)) = (held.partition.clone(), handed) {
+            let Handing {
+                opened,
+                max_hold,
+                secret,
+                heartbeat,
+                fence: _,
+            } = *handed;
+            held.secret = secret;
+            if let Some(heartbeat) = heartbeat {
+                self.locks.adopted.push((id, heartbeat));
+            }
             let filed = handover::Filed {
                 opened,
                 fence,
@@ -707,9 +709,6 @@ impl Session {
                 partition: part.clone(),
                 id,
             });
-        }
-        if let Some(heartbeat) = heartbeat {
-            self.locks.adopted.push((id, heartbeat));
         }
         self.losses.watch(id, held.lease.signal().aborted());
         self.client.held(held.record.clone());

@@ -989,3 +989,70 @@ fn a_node_shut_down_hands_its_leases_and_lines_over_and_holders_reattach() {
     assert!(last > next);
     drop(three.nodes.remove(2));
 }
+
+/// A program that runs the server as a node of the release before
+/// hand-overs carried leases: it neither takes nor gives them.
+fn earlier_release() -> (common::TempFile, std::path::PathBuf) {
+    let bin = env!("CARGO_BIN_EXE_holdline");
+    let script = common::TempFile::new(
+        "earlier-release",
+        &format!("#!/bin/sh\nHOLDLINE_TEST_IGNORE_IMPORTS=1 exec {bin} \"$@\"\n"),
+    );
+    let path = std::path::PathBuf::from(&script.path);
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    (script, path)
+}
+
+#[test]
+fn a_node_hands_an_earlier_release_no_leases_and_its_holders_are_told_lost() {
+    if !etcd_available() {
+        return;
+    }
+    let etcd = start_etcd();
+    let (_script, older) = earlier_release();
+    let new = start_node_with(&etcd, "skew", PARTITIONS, TTL, &["--max-ttl", "20s"]);
+    let start_older = || {
+        let node = holdline_testing::cluster::start_node(
+            &older,
+            &etcd,
+            "skew",
+            PARTITIONS,
+            &format!("{TTL}s"),
+            &["--max-ttl", "20s"],
+        );
+        Server(node.unwrap_or_else(|why| panic!("{why}")))
+    };
+    let mut nodes = vec![new, start_older(), start_older()];
+    let addrs: Vec<SocketAddr> = nodes.iter().map(|n| n.addr).collect();
+    await_settled(&addrs, PARTITIONS, Duration::from_secs(20));
+    let mut at_older = nodes[1].connect();
+    let Value::Map(hello) = at_older.call(&["HELLO", "3"]) else { panic!() };
+    assert_eq!(common::map_field(&hello, "handover"), None);
+    let map = slot_map(nodes[1].addr);
+    let newer = nodes[0].addr.to_string();
+    let key = keys_owned_by(&mut at_older, &map, &newer, 1).remove(0);
+    let mut holder = nodes[0].connect();
+    holder.call(&["HELLO", "3"]);
+    let sent = Instant::now();
+    let (lease, fence) = granted(holder.call(&[
+        "HOLD", "skew", &key, "WAIT", "0", "TTL", "4000", "SECRET", "0123456789abcdef0123456789abcdef",
+    ]));
+    let believed_until = sent + Duration::from_millis(4000 - 400);
+    nodes[0].signal(libc::SIGTERM);
+    // Its next owner cannot take the lease: it ends as before.
+    let pushed = holder.read_within(Duration::from_secs(10)).expect("a push");
+    let Value::Push(push) = pushed else { panic!("{pushed:?}") };
+    assert_eq!(push[0], Value::bulk("lost"));
+    assert_eq!(push[1], Value::Integer(lease));
+    assert!(nodes[0].wait_exit(Duration::from_secs(10)).success());
+    let slot = key_slot(&mut at_older, &key);
+    let owner = await_new_owner(nodes[1].addr, slot, &newer, Duration::from_secs(5));
+    let (_, next) = hold_when_served(&owner, "skew", &key, Duration::from_secs(15));
+    assert!(next > fence);
+    assert!(
+        Instant::now() >= believed_until,
+        "granted while its holder could believe"
+    );
+    drop(nodes.remove(0));
+}

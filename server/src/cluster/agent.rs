@@ -199,7 +199,11 @@ impl Agent {
         let register = PutOptions::new().with_lease(lease);
         let key = self.claims.keys.node(&node.id);
         let advertise = node.advertise.clone();
-        timed("register", client.put(key, advertise, Some(register))).await?;
+        timed("register", client.put(key, advertise, Some(register.clone()))).await?;
+        if !super::claims::ignores_imports() {
+            let taker = self.claims.keys.taker(&node.id);
+            timed("register", client.put(taker, "1", Some(register))).await?;
+        }
         info!(lease, node = node.id, "joined the cluster");
         self.quiet = false;
         let keeper = keep_alive(client.clone(), node.clone(), lease);

@@ -263,9 +263,10 @@ impl Claims {
 }
 
 /// Whether this node takes no hand-over's leases, as a node of the
-/// release before hand-overs carried them: `HOLDLINE_TEST_IGNORE_IMPORTS`
-/// set (the version-skew test's stand-in for that release).
-fn ignores_imports() -> bool {
+/// release before hand-overs carried them (it neither says it takes them
+/// nor reads an import mark): `HOLDLINE_TEST_IGNORE_IMPORTS` set, the
+/// version-skew test's stand-in for that release.
+pub fn ignores_imports() -> bool {
     std::env::var_os("HOLDLINE_TEST_IGNORE_IMPORTS").is_some()
 }
 

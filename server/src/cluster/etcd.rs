@@ -133,6 +133,13 @@ impl Keys {
         format!("{}handed/{p}", self.prefix)
     }
 
+    /// `handover/<id>`: node `id` takes a hand-over's leases (written
+    /// with its registration, under its lease; a node of an earlier
+    /// release writes none).
+    pub fn taker(&self, id: &str) -> String {
+        format!("{}handover/{id}", self.prefix)
+    }
+
     /// `import/<p>`: the export its last hand-over left (see `ImportMark`).
     pub fn import(&self, p: u16) -> String {
         format!("{}import/{p}", self.prefix)

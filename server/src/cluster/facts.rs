@@ -23,6 +23,8 @@ pub struct Entry<'a> {
 pub struct Facts {
     /// Live nodes: id and address.
     pub nodes: Vec<(String, String)>,
+    /// Live nodes that take a hand-over's leases (`handover/<id>`).
+    pub takers: Vec<String>,
     /// Each partition's owner id and its claim's revision.
     pub owners: Vec<Option<(String, i64)>>,
     /// Each partition's reserved window end and its key's revision.
@@ -146,6 +148,7 @@ impl Facts {
             let index = name.parse::<usize>().ok().filter(|&p| p < n);
             match (kind, index) {
                 ("nodes", _) => facts.nodes.push((name.to_owned(), e.value.to_owned())),
+                ("handover", _) => facts.takers.push(name.to_owned()),
                 ("owners", Some(p)) => {
                     facts.owners[p] = Some((e.value.to_owned(), e.create_revision))
                 }
@@ -215,6 +218,7 @@ impl Facts {
         nodes.sort();
         View {
             nodes,
+            takers: self.takers.clone(),
             owners: self
                 .owners
                 .iter()

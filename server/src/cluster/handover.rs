@@ -324,16 +324,6 @@ impl Orphans {
         state.remove(secret).map(|k| k.orphan)
     }
 
-    /// How many wait for their holders.
-    pub fn len(&self) -> usize {
-        self.lock().len()
-            + self
-                .anonymous
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .len()
-    }
-
     /// Lets go of what ran out by `now` (dropped outside the lock: a
     /// release hands keys on); answers when the next one runs out.
     pub fn reap(&self, now: Instant) -> Option<Instant> {
@@ -582,7 +572,7 @@ mod tests {
         };
         assert!(orphans.import(&store, export).is_empty());
         let lock = store.lock("invoices").open().unwrap();
-        assert_eq!(lock.waiters_of("a"), 1);
+        assert_eq!(lock.stats().waiters, 1);
         assert!(lock.key("a").try_acquire().unwrap().is_none(), "held for its holder");
         assert!(orphans.take(&"s".repeat(32), "invoices", "b").is_none());
         let Some(Orphan::Lease { lease, .. }) = orphans.take(&"s".repeat(32), "invoices", "a")

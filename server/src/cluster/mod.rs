@@ -98,56 +98,66 @@
 //! history kept (a restored or fresh etcd starts fences again at the
 //! clock), and stops claiming, saying so, when a window would pass 2^63.
 //!
-//! # A planned hand-over that moves leases (designed, not implemented)
+//! # A planned hand-over that moves leases
 //!
-//! **The server does not implement this yet**: today a partition given up
-//! on purpose closes its store, as above. This is the design that
-//! `handover-model/` checks exhaustively (stateright; its doc has the
-//! protocol step by step, its README the mutants each property catches).
+//! A partition given up on purpose (SIGTERM, a rebalance, a spent window)
+//! to a live node that takes leases (`handover/<id>` in etcd, written by
+//! nodes of this release) carries its leases and lines; `handover` has the
+//! two halves, `handover-model/` checks the protocol exhaustively
+//! (stateright; its README lists the mutants each property catches).
 //!
-//! 1. The old owner **freezes** the partition: it grants, renews and
-//!    releases nothing more for it (those commands wait, then are told
-//!    where the partition went). Its store no longer changes.
-//! 2. It **exports** the frozen store to the next owner, node to node
-//!    (etcd's 1.5 MiB request limit would split a partition of 100,000
-//!    leases; etcd only decides who serves): each lease with its fence,
-//!    ttl left and maxHold left, each line in order with each wait left,
-//!    and its tenure (its fence window's end).
-//! 3. The next owner, not yet serving the partition, **imports** it and
-//!    acknowledges. It never replaces a store it serves.
-//! 4. The old owner **gives up** its claim in the transaction that writes
-//!    the hand-over mark: with the import's id after the acknowledgement
-//!    came within the bound `δ` of the export's send, else without (the
-//!    transfer failed, and the mark is today's).
-//! 5. The next owner **claims**, as today above the last window, and uses
-//!    the import only if the mark names that import and that tenure (a
-//!    compare in the claim's transaction). Otherwise it drops the import
-//!    and takes today's path: nothing granted for the mark's time. A new
-//!    owner that served, crashed and came back must not use an export of
-//!    an older tenure still in flight: the model found that case.
+//! 1. The old owner takes the partition out of its table (new commands are
+//!    redirected), then **seals** its registry and closes its store under
+//!    the registry's lock. Sessions file each grant in the registry before
+//!    they answer it and answer nothing the registry refused, so the seal's
+//!    export holds every lease a client was told of (lost ones left out),
+//!    and every HOLD waiting with a secret, in the order they joined.
+//! 2. Each holder with a secret is pushed `moved` before any later answer
+//!    on its connection (a connection drains its lost leases before each
+//!    command in a cluster): its client counts no answer after that for
+//!    the lease. A waiter with a secret is answered `MOVED`.
+//! 3. It writes the export to etcd in chunks (no lease: the next owner
+//!    reads them after this node is gone; outside the prefix every node
+//!    reads and watches), then **gives up** its claim in the transaction
+//!    that writes the hand-over mark and `import/<p>`, naming the chunks
+//!    and this tenure (its window's end). A failed write leaves no import
+//!    mark: the hand-over is the one above.
+//! 4. The next owner **claims** as above; its claim transaction checks
+//!    `import/<p>` unchanged since it read it and deletes it, so an export
+//!    serves the claim right after its hand-over only (a later claim, after
+//!    a new owner that crashed, finds the window moved and no mark: the
+//!    model's `StaleImport`). It reads the chunks and **imports** them into
+//!    the new store before the store is in its table: each lease held again
+//!    (its fence as the holder knows it kept beside the store's own), each
+//!    wait back in its line. Then it serves at once. A chunk it cannot read
+//!    leaves it today's wait (the mark's time).
 //!
-//! **No two believers.** Frozen, the old owner answers nothing that
-//! extends a belief, so every deadline a holder can believe was fixed
-//! before the export, which carries it. The importer holds each lease
-//! until its ttl left counted from the *receipt* (later than the holder's
-//! deadline, counted from a send before the freeze), so the key is granted
-//! to no one else while the holder may believe. A holder re-attaches only
-//! with its secret (a lease id is seen on the wire; the secret is not),
-//! keeps its fence, and is renewed from then on, never past its maxHold.
-//! Every failure leaves a mark without an import, or no mark: the next
-//! owner then grants nothing for the holders' ttl, the argument above.
+//! **No two believers.** A holder's client believes until the send of its
+//! last answered command plus its ttl. Every command it sent after the
+//! seal `X` is answered after the `moved` push, so not counted: it
+//! believes until `X + ttl` at most. The new owner reads the mark after the
+//! give-up, after `X`, and holds each imported lease until its ttl from
+//! when it imported it, later than `X + ttl`; a holder that re-attaches (by
+//! its secret, which only it and the nodes know: a lease id is seen on the
+//! wire) renews it from then on, with its fence, never past its maxHold.
+//! A lease imported without a secret is held as long, then let go.
 //!
-//! **Fences rise.** Imported leases keep fences from the old window; the
-//! next owner's claim reserves a window above it as today, and its own
-//! grants come from that window, never from the imported fences.
+//! **Fences rise.** An imported lease keeps its old fence, below the new
+//! owner's window, which its claim reserved above every earlier one; every
+//! grant the new owner makes comes from that window.
 //!
-//! **Timing assumptions**, beyond those above: (d) the export's round trip
-//! measured by the old owner bounds its transit, and the importer counts
-//! maxHold left minus `δ` from its receipt, so a renewal never passes the
-//! holder's maxHold (ttl left needs no such bound: counted late, it only
-//! holds the key longer). The model has one clock and no `δ`: it checks
-//! the order of the steps, the tenure check and the secret, not these
-//! clock conversions.
+//! **A node of the release before** writes no `handover/<id>`: a node
+//! giving a partition up to it exports nothing (its holders are told
+//! `lost`), and it reads no `import/<p>` (only the mark, whose time still
+//! covers every lease the close ended). `kill -9`, a frozen node and a node
+//! cut from etcd never seal anything: their partitions are taken over as
+//! above.
+//!
+//! **Timing assumptions**, beyond those above: (d) an imported maxHold
+//! counts the time left at the seal from the import, so a holder may run
+//! over its maxHold by the transfer's time (the seal to the import: etcd
+//! round trips, milliseconds); ttl needs no such bound, since counted late
+//! it only holds the key longer.
 
 pub mod agent;
 mod claims;
@@ -262,6 +272,8 @@ pub struct View {
     pub owners: Vec<Option<(String, String)>>,
     /// Every live node: (id, address), by id.
     pub nodes: Vec<(String, String)>,
+    /// The live nodes that take a hand-over's leases (this release on).
+    pub takers: Vec<String>,
 }
 
 /// Where a key's command goes.
@@ -300,6 +312,7 @@ impl Node {
             view: RwLock::new(View {
                 owners: vec![None; usize::from(partitions)],
                 nodes: Vec::new(),
+                takers: Vec::new(),
             }),
             next_store: AtomicU64::new(1),
             observers: Arc::default(),
@@ -336,8 +349,13 @@ impl Node {
 
     /// The live node other than this one that would claim `p` once this
     /// one gives it up (`leaving`: once this one is gone), as every node
-    /// plans its share; its address.
+    /// plans its share; its address. `None` when there is none, or it is
+    /// of a release that does not take leases: it gets no export (its
+    /// holders are told `lost`, as that release would tell them).
     fn next_owner(&self, p: u16, leaving: bool) -> Option<String> {
+        if takes_no_handover() {
+            return None;
+        }
         let view = self.view.read().unwrap_or_else(PoisonError::into_inner);
         let live: Vec<String> = view
             .nodes
@@ -362,6 +380,9 @@ impl Node {
             .iter()
             .filter(|id| **id != self.id)
             .find(|id| shares::plan(id, &live, &owners).claim.contains(&p))?;
+        if !view.takers.contains(id) {
+            return None;
+        }
         view.nodes
             .iter()
             .find(|(n, _)| n == id)
@@ -691,6 +712,12 @@ impl Node {
     pub fn set_view(&self, view: View) {
         *self.view.write().unwrap_or_else(PoisonError::into_inner) = view;
     }
+}
+
+/// Whether this node stands in for a release before hand-overs carried
+/// leases (the version-skew test's switch).
+pub fn takes_no_handover() -> bool {
+    claims::ignores_imports()
 }
 
 /// Lets go of what was handed over and not re-attached in time, until

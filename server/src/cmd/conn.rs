@@ -88,7 +88,7 @@ fn hello_map(s: &Session, proto: Proto) -> Value {
         (Value::bulk("modules"), Value::Array(vec![])),
     ];
     // A node that hands leases over, and takes them (`SECRET`, REATTACH).
-    if s.shared.cluster.is_some() {
+    if s.shared.cluster.is_some() && !crate::cluster::takes_no_handover() {
         map.push((Value::bulk("handover"), Value::Integer(1)));
     }
     Value::Map(map)

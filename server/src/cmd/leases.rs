@@ -51,7 +51,7 @@ impl Hold {
         let options = self.options.for_session(s);
         let (lock, key) = lock_and_key(s, &place, &self.lock, self.key, options)?;
         let note = note_text(lock.name(), &key, self.note)?;
-        let handed = handing(&lock, &key, options, self.options.take, &note, self.secret)?;
+        let handed = handing(&place, &lock, &key, options, self.options.take, &note, self.secret)?;
         let held_key = HeldKey::new(lock.name(), &key);
         if s.client.holds(&held_key) {
             let what = "hold inside a hold of the same key";
@@ -132,7 +132,7 @@ impl TryHold {
         let (lock, key) = lock_and_key(s, &place, &self.lock, self.key, options)?;
         within_max_ttl(s, &place, &lock, &key, options)?;
         let note = note_text(lock.name(), &key, self.note)?;
-        let handed = handing(&lock, &key, options, self.options.take, &note, self.secret)?;
+        let handed = handing(&place, &lock, &key, options, self.options.take, &note, self.secret)?;
         let held_key = HeldKey::new(lock.name(), &key);
         // As in process: a try of a key its caller holds answers None; so
         // does any key of a partition just taken over, until it opens (a
@@ -252,15 +252,17 @@ fn until_open(opens: Instant, wait: Duration) -> Result<(Duration, Duration), Du
     }
 }
 
-/// What a hand-over carries of a HOLD or TRYHOLD; its secret checked.
+/// What a hand-over carries of a HOLD or TRYHOLD (in a partition only:
+/// a single server hands nothing over); its secret checked.
 fn handing(
+    place: &Place,
     lock: &Lock,
     key: &str,
     options: LockOptions,
     take: Take,
     note: &str,
     secret: Option<Vec<u8>>,
-) -> Result<Handing, ErrorReply> {
+) -> Result<Option<Box<Handing>>, ErrorReply> {
     let secret = match secret {
         Some(s) if handover::secret_ok(&s) => Some(String::from_utf8_lossy(&s).into()),
         Some(_) => {
@@ -269,6 +271,9 @@ fn handing(
         }
         None => None,
     };
+    if place.partition().is_none() {
+        return Ok(None);
+    }
     let opened = handover::Opened {
         lock: lock.name().to_owned(),
         key: key.to_owned(),
@@ -281,13 +286,13 @@ fn handing(
         bypass_ms: options.bypass.map(|b| b.as_millis() as u64),
         note: note.to_owned(),
     };
-    Ok(Handing {
-        opened: Some(opened),
+    Ok(Some(Box::new(Handing {
+        opened,
         max_hold: options.max_hold,
         secret,
         heartbeat: None,
         fence: None,
-    })
+    })))
 }
 
 /// `REATTACH lock key secret`: a lease handed over from another node,
@@ -339,14 +344,15 @@ impl Reattach {
                 heartbeat,
                 out,
             } => {
+                let note = out.opened.note.clone().into_boxed_str();
                 let handed = Handing {
                     max_hold: out.max_hold_left_ms.map(Duration::from_millis),
                     secret: Some(secret),
                     heartbeat: Some(heartbeat),
                     fence: Some(out.fence),
-                    opened: Some(out.opened.clone()),
+                    opened: out.opened,
                 };
-                let note = out.opened.note.clone().into_boxed_str();
+                let handed = Some(Box::new(handed));
                 Step::Reply(s.keep(lease, held_key, partition, note, handed))
             }
             Orphan::Wait {
@@ -360,13 +366,13 @@ impl Reattach {
                 wait: Duration::from_millis(out.wait_left_ms),
                 partition,
                 note: out.opened.note.clone().into_boxed_str(),
-                handed: Handing {
+                handed: Some(Box::new(Handing {
                     max_hold: out.max_hold_ms.map(Duration::from_millis),
                     secret: Some(secret),
                     heartbeat: Some(heartbeat),
                     fence: None,
-                    opened: Some(out.opened),
-                },
+                    opened: out.opened,
+                })),
                 filed: None,
             }),
         })

@@ -257,6 +257,7 @@ fn try_hold_parses_its_options() {
 const EVERY_COMMAND: &[&[&str]] = &[
     &["HOLD", "l", "k", "WAIT", "0"],
     &["TRYHOLD", "l", "k"],
+    &["REATTACH", "l", "k", "0123456789abcdef"],
     &["RELEASE", "1"],
     &["RENEW", "1"],
     &["NOTE", "1", "n"],
