@@ -12,7 +12,7 @@ The seed is printed first; the same seed replays the same faults at the
 same moments (what the processes do in between is up to the machine).
 Faults (`--faults` names a comma-separated subset):
 
-  node-kill     SIGKILL a node; heal: start it again (a new port)
+  node-kill     SIGKILL a node; heal: start it again (its port)
   node-stop     SIGSTOP a node; heal: SIGCONT
   node-cut      freeze the proxies between a node and etcd (its clients
                 still reach it); heal: thaw them
@@ -39,7 +39,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -84,32 +83,8 @@ def stop(proc: Optional[subprocess.Popen[bytes]], sig: int) -> None:
             pass
 
 
-def quiet_port(rng: random.Random) -> int:
-    """A port free now below Linux's ephemeral range (32768-60999), so no
-    outgoing connection takes it while its node is down: a node restarts
-    where its clients look for it. Free *now*: another process may bind it
-    before the node does, so a first start retries on another
-    (`World.await_first_start`)."""
-    for _ in range(200):
-        port = rng.randrange(20000, 32000)
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        return port
-    return 0
-
-
-def port_was_taken(log: Path, mark: int) -> bool:
-    """Whether a node's log says, after byte `mark`, that its port was
-    taken (`cannot listen on ...: Address already in use`)."""
-    try:
-        with open(log, "rb") as f:
-            f.seek(mark)
-            return b"address already in use" in f.read().lower()
-    except OSError:
-        return False
+class PortTaken(RuntimeError):
+    """A process's log says a port it was given was taken meanwhile."""
 
 
 def fake_clock(rate: float) -> Dict[str, str]:
@@ -128,11 +103,24 @@ class Member:
     def __init__(self, index: int, dir: Path) -> None:
         self.index = index
         self.name = f"m{index}"
-        self.client = fixture.port_to_try()
-        self.peer = fixture.port_to_try()
+        self.client = 0
+        self.peer = 0
         self.data = dir / f"etcd-{index}"
         self.log = dir / f"etcd-{index}.log"
+        self.mark = 0  # where the latest start's lines begin in its log
         self.proc: Optional[subprocess.Popen[bytes]] = None
+
+    def pick_ports(self) -> None:
+        """Ports free a moment ago (etcd cannot bind port 0 and say where):
+        another process may take one before etcd binds it, so the first
+        start is retried on others then (`World.start_etcd`)."""
+        self.client = fixture.port_to_try()
+        self.peer = fixture.port_to_try()
+
+    def port_taken(self) -> bool:
+        """Whether its log says, since its latest start, that a port was
+        taken (`bind: address already in use`)."""
+        return fixture._port_taken(self.log, self.mark)
 
     @property
     def url(self) -> str:
@@ -140,6 +128,7 @@ class Member:
 
     def start(self, initial: str, state: str) -> None:
         peer = f"http://127.0.0.1:{self.peer}"
+        self.mark = self.log.stat().st_size if self.log.exists() else 0
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
                 [fixture.ETCD, "--name", self.name, "--data-dir", str(self.data),
@@ -204,26 +193,54 @@ class World:
         # the node advertises: freezing it cuts the node from its clients.
         self.fronts = [Proxy("-") for _ in range(3)]
         self.nodes = [fixture.Node(i, 0, self.dir / f"node{i}.log") for i in range(3)]
-        self.log_marks = [0 for _ in self.nodes]
         self.clients: List[subprocess.Popen[bytes]] = []
         self.pauses: List[Tuple[int, int, int]] = []  # client, from, until
 
     # ---------------------------------------------------------------- set-up
 
     def start(self) -> None:
-        initial = ",".join(f"{m.name}=http://127.0.0.1:{m.peer}" for m in self.members)
-        for m in self.members:
-            m.start(initial, "new")
-        self._await(lambda: all(m.status() for m in self.members), "etcd's three members")
+        self.start_etcd()
         for _ in self.nodes:
             self.proxies.append([Proxy(f"127.0.0.1:{m.client}") for m in self.members])
-        ports = random.Random()
+        # A node's first start binds a port of its own choosing and says
+        # which on its first line: no port is probed and freed first, so
+        # none can be taken in between. Its clients' proxy is aimed there
+        # (the node advertises the proxy, known before). A restart keeps
+        # the port (`_restart_node`).
         for node in self.nodes:
-            self.spawn_node(node, quiet_port(ports))
+            self.spawn_node(node)
         for node in self.nodes:
-            self.await_first_start(node, ports)
+            self.await_node(node)
             self.fronts[node.index].aim(node.addr)
         self._await(self.covered, "every slot served")
+
+    def start_etcd(self) -> None:
+        """The three members, each on ports free a moment ago; when a
+        member's log says one was taken before it bound it, all three
+        again on others with fresh data (a new cluster names its peers'
+        ports up front), as the etcd fixture does. Anything else is final."""
+        for attempt in range(5):
+            for m in self.members:
+                m.pick_ports()
+                shutil.rmtree(m.data, ignore_errors=True)
+            initial = ",".join(f"{m.name}=http://127.0.0.1:{m.peer}" for m in self.members)
+            for m in self.members:
+                m.start(initial, "new")
+
+            def up() -> bool:
+                if any(m.port_taken() for m in self.members):
+                    raise PortTaken()
+                return all(m.status() for m in self.members)
+
+            try:
+                self._await(up, "etcd's three members")
+                return
+            except PortTaken:
+                if attempt == 4:
+                    raise
+                say("an etcd member's port was taken before it bound it; others")
+                for m in self.members:
+                    fixture._kill(m.proc)
 
     def spawn_node(self, node: fixture.Node, port: int = 0) -> None:
         """Starts `node` on `port` (0: one it binds itself and prints)."""
@@ -232,8 +249,6 @@ class World:
         if node.index == 0 and self.args.clock_rate != 1.0:
             env.update(fake_clock(self.args.clock_rate))
         node.port = 0
-        # Where this start's lines begin in its log.
-        self.log_marks[node.index] = node.log.stat().st_size if node.log.exists() else 0
         with open(node.log, "ab") as log:
             node.proc = subprocess.Popen(
                 [str(self.binary), "serve", "--listen", f"127.0.0.1:{port}",
@@ -243,22 +258,6 @@ class World:
                  "--max-ttl", f"{MAX_TTL_MS}ms"],
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, env=env,
             )  # fmt: skip
-
-    def await_first_start(self, node: fixture.Node, ports: random.Random) -> None:
-        """Awaits a node spawned on a quiet port; when that port was taken
-        between the probe and the node's bind (its log says so), starts it
-        again on another, as the etcd fixture does. Any other failure is
-        final."""
-        for _ in range(4):
-            try:
-                self.await_node(node)
-                return
-            except RuntimeError:
-                if not port_was_taken(node.log, self.log_marks[node.index]):
-                    raise
-            say(f"node {node.index}: its port was taken before it bound it; another")
-            self.spawn_node(node, quiet_port(ports))
-        self.await_node(node)
 
     def await_node(self, node: fixture.Node) -> None:
         # The cluster fixture's reader of the first line (a private helper
