@@ -7,6 +7,7 @@ injected at random, overlapping; then a checker (`nemesis_check.py`).
     python3 nemesis.py [--seconds 30] [--seed N] [--clients 4] [--keys 4]
                        [--faults all|LIST] [--clock-rate R] [--never-looks]
                        [--expect-violation] [--keep DIR] [--binary PATH]
+                       [--rolling N] [--expect-handover]
 
 The seed is printed first; the same seed replays the same faults at the
 same moments (what the processes do in between is up to the machine).
@@ -23,6 +24,17 @@ Faults (`--faults` names a comma-separated subset):
   member-stop   SIGSTOP an etcd member; heal: SIGCONT
   client-stop   SIGSTOP a client while it holds (a GC pause, often past
                 the lease's ttl); heal: SIGCONT
+
+After the faults heal and the map is whole again, `--rolling N` (default
+1; 0: none) makes N rolling restarts while the clients go on holding:
+each node in turn gets SIGTERM (a planned hand-over of its partitions),
+is awaited until it exits, and is started again on its port; the next
+waits until every node serves a share again. Nodes run with
+`--drain-timeout 1s`, so a node that drains before it leaves is gone in
+a second. The checker counts the holds held when their node got SIGTERM
+and how many of them were lost; `--expect-handover` makes each such loss
+(and any `lost` of a hold begun in that phase) a violation, for servers
+and clients that move leases across a planned hand-over.
 
 `--clock-rate R` runs node 0 under libfaketime at R times real speed.
 `--never-looks` runs the clients' mutant that never looks at its lease:
@@ -65,6 +77,7 @@ ETCD_TTL_S = 2
 MAX_TTL_MS = 2000
 WAIT_MS = 3000
 PARTITIONS = 8
+DRAIN_TIMEOUT = "1s"
 NS = 1_000_000_000
 
 Fault = Tuple[str, Callable[[], None]]
@@ -255,7 +268,7 @@ class World:
                  "--advertise", self.fronts[node.index].addr, "--etcd", etcd,
                  "--cluster", "nemesis",
                  "--partitions", str(PARTITIONS), "--etcd-ttl", f"{ETCD_TTL_S}s",
-                 "--max-ttl", f"{MAX_TTL_MS}ms"],
+                 "--max-ttl", f"{MAX_TTL_MS}ms", "--drain-timeout", DRAIN_TIMEOUT],
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, env=env,
             )  # fmt: skip
 
@@ -285,8 +298,19 @@ class World:
         return ",".join(self.fronts[n.index].addr for n in self.nodes if n.alive())
 
     def start_clients(self, seed: int) -> None:
+        """The clients, for the faults' `--seconds`; with a rolling restart
+        after them, until the nemesis says stop (at most a generous cap)."""
+        seconds = self.args.seconds
+        extra: List[str] = []
+        if self.args.rolling:
+            seconds += 120 * self.args.rolling + 60
+            extra = ["--stop-file", str(self.stop_file)]
         for i in range(self.args.clients):
-            self.clients.append(self.client(i, seed + i, ["--seconds", str(self.args.seconds)]))
+            self.clients.append(self.client(i, seed + i, ["--seconds", str(seconds)] + extra))
+
+    @property
+    def stop_file(self) -> Path:
+        return self.dir / "stop"
 
     def client(self, i: int, seed: int, extra: List[str]) -> subprocess.Popen[bytes]:
         mutant = ["--never-looks"] if self.args.never_looks else []
@@ -411,6 +435,82 @@ class World:
             self.await_node(node)
             self.fronts[node.index].aim(node.addr)
 
+    # ---------------------------------------------------------------- rolling
+
+    def settled(self) -> bool:
+        """Every node runs, and each live node's map covers every slot,
+        agrees with the others' and gives every node a share."""
+        if not all(n.alive() for n in self.nodes):
+            return False
+        try:
+            maps = [fixture.cluster_slots(n.addr) for n in self.nodes]
+        except (OSError, fixture.RespError):
+            return False
+        owners = {addr for _, _, addr in maps[0]}
+        fronts = {self.fronts[n.index].addr for n in self.nodes}
+        return all(m == maps[0] for m in maps) and fixture._covers_all(maps[0]) and owners == fronts
+
+    def keys_of(self, node: fixture.Node) -> List[str]:
+        """The clients' keys whose slots `node` serves now (as its own map says)."""
+        try:
+            ranges = fixture.cluster_slots(node.addr)
+        except (OSError, fixture.RespError):
+            return []
+        front = self.fronts[node.index].addr
+        keys = [f"k{i}" for i in range(self.args.keys)]
+        return [
+            k for k in keys if any(a <= fixture.slot(k) <= b and o == front for a, b, o in ranges)
+        ]
+
+    def held_keys(self) -> List[str]:
+        """The keys the clients' bodies run on now (their state files)."""
+        held = []
+        for i in range(len(self.clients)):
+            try:
+                said = (self.dir / f"client{i}.state").read_bytes().decode(errors="replace")
+            except OSError:
+                continue
+            if said[:1] == "1":
+                held.append(said[1:].strip())
+        return held
+
+    def await_held(self, keys: List[str], seconds: float = 2.0) -> None:
+        """Until a client holds one of `keys` (at most `seconds`), so a
+        SIGTERM finds a hold to hand over."""
+        until = time.monotonic() + seconds
+        while keys and time.monotonic() < until:
+            if set(keys) & set(self.held_keys()):
+                return
+            time.sleep(0.005)
+
+    def rolling_restart(self, rounds: int) -> List[nemesis_check.Handover]:
+        """Each node in turn: SIGTERM (once a client holds one of its
+        keys, or 2 s passed), awaited until it exits, started
+        again on its port, then until the map is settled again (and a
+        second more, so the clients hold keys of the new map)."""
+        handovers = []
+        for _ in range(rounds):
+            for node in self.nodes:
+                keys = self.keys_of(node)
+                self.await_held(keys)
+                at = time.monotonic_ns()
+                stop(node.proc, signal.SIGTERM)
+                handovers.append(nemesis_check.Handover(node.index, at, keys))
+                assert node.proc is not None
+                try:
+                    node.proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    raise TimeoutError(
+                        f"node {node.index} did not exit within 30 s of its SIGTERM"
+                    ) from None
+                left = (time.monotonic_ns() - at) / 1e6
+                say(f"rolling: node {node.index} (keys {','.join(keys) or '-'}) "
+                    f"SIGTERM'd, exited {node.proc.returncode} after {left:.0f} ms")  # fmt: skip
+                self._restart_node(node)
+                self._await(self.settled, f"node {node.index} back with a share")
+                time.sleep(1.0)
+        return handovers
+
     def _restart_member(self, m: Member) -> None:
         initial = ",".join(f"{x.name}=http://127.0.0.1:{x.peer}" for x in self.members)
         m.start(initial, "existing")
@@ -458,14 +558,22 @@ def run_faults(world: World, rng: random.Random, faults: List[str], seconds: flo
     return injected
 
 
-def verdict(world: World, healed: int) -> nemesis_check.Verdict:
+def verdict(
+    world: World,
+    healed: int,
+    handovers: List[nemesis_check.Handover],
+    phase: Tuple[int, int],
+) -> nemesis_check.Verdict:
     records = nemesis_check.read_records(
         world.dir / f"client{i}.jsonl" for i in range(world.args.clients)
     )
     finals = nemesis_check.read_records([world.dir / "final.jsonl"])
     hold_bound = (WAIT_MS + MAX_TTL_MS) * 1_000_000 + 5 * NS
     recovery_bound = (ETCD_TTL_S * 1000 + MAX_TTL_MS) * 1_000_000 + 5 * NS
-    return nemesis_check.check(records, finals, world.pauses, hold_bound, healed, recovery_bound)
+    return nemesis_check.check(
+        records, finals, world.pauses, hold_bound, healed, recovery_bound,
+        handovers, phase, world.args.expect_handover,
+    )  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
@@ -481,6 +589,23 @@ def run(args: argparse.Namespace) -> int:
             return 2
         world.start_clients(seed)
         injected = run_faults(world, rng, args.faults, args.seconds)
+        handovers: List[nemesis_check.Handover] = []
+        phase = (0, -1)
+        trouble = ""
+        if args.rolling:
+            began = time.monotonic()
+            try:
+                # The faults' aftermath first (etcd ttl + max ttl at most):
+                # the rolling phase is a fault of its own.
+                world._await(world.settled, "every node serving after the faults")
+                time.sleep(ETCD_TTL_S + MAX_TTL_MS / 1000)
+                phase = (time.monotonic_ns(), -1)
+                handovers = world.rolling_restart(args.rolling)
+            except (TimeoutError, RuntimeError) as e:
+                trouble = f"rolling restart: {e}"
+            phase = (phase[0], time.monotonic_ns())
+            say(f"rolling restart: {time.monotonic() - began:.1f}s")
+            world.stop_file.touch()
         healed = time.monotonic_ns()
         for p in world.clients:
             p.wait(timeout=WAIT_MS / 1000 + 30)
@@ -488,7 +613,9 @@ def run(args: argparse.Namespace) -> int:
         final_log = world.dir / "client99.jsonl"
         final.wait(timeout=len(range(args.keys)) * 25 + 10)
         os.replace(final_log, world.dir / "final.jsonl")
-        v = verdict(world, healed)
+        v = verdict(world, healed, handovers, phase)
+        if trouble:
+            v.violations.append(trouble)
         say(f"{injected} faults; {v.summary()}")
         if args.keep:
             say(f"logs kept in {world.dir}")
@@ -513,6 +640,12 @@ def main() -> int:
     p.add_argument("--expect-violation", action="store_true")
     p.add_argument("--keep", default="")
     p.add_argument("--binary", default=None)
+    p.add_argument("--rolling", type=int, default=1, help="rolling restarts after the faults")
+    p.add_argument(
+        "--expect-handover",
+        action="store_true",
+        help="a hold held across a SIGTERM's hand-over must not be lost",
+    )
     args = p.parse_args()
     args.faults = FAULTS if args.faults == "all" else args.faults.split(",")
     unknown = set(args.faults) - set(FAULTS)
