@@ -7,12 +7,13 @@ injected at random, overlapping; then a checker (`nemesis_check.py`).
     python3 nemesis.py [--seconds 30] [--seed N] [--clients 4] [--keys 4]
                        [--faults all|LIST] [--clock-rate R] [--never-looks]
                        [--expect-violation] [--keep DIR] [--binary PATH]
+                       [--rolling N] [--expect-handover]
 
 The seed is printed first; the same seed replays the same faults at the
 same moments (what the processes do in between is up to the machine).
 Faults (`--faults` names a comma-separated subset):
 
-  node-kill     SIGKILL a node; heal: start it again (a new port)
+  node-kill     SIGKILL a node; heal: start it again (its port)
   node-stop     SIGSTOP a node; heal: SIGCONT
   node-cut      freeze the proxies between a node and etcd (its clients
                 still reach it); heal: thaw them
@@ -23,6 +24,17 @@ Faults (`--faults` names a comma-separated subset):
   member-stop   SIGSTOP an etcd member; heal: SIGCONT
   client-stop   SIGSTOP a client while it holds (a GC pause, often past
                 the lease's ttl); heal: SIGCONT
+
+After the faults heal and the map is whole again, `--rolling N` (default
+1; 0: none) makes N rolling restarts while the clients go on holding:
+each node in turn gets SIGTERM (a planned hand-over of its partitions),
+is awaited until it exits, and is started again on its port; the next
+waits until every node serves a share again. Nodes run with
+`--drain-timeout 1s`, so a node that drains before it leaves is gone in
+a second. The checker counts the holds held when their node got SIGTERM
+and how many of them were lost; `--expect-handover` makes each such loss
+(and any `lost` of a hold begun in that phase) a violation, for servers
+and clients that move leases across a planned hand-over.
 
 `--clock-rate R` runs node 0 under libfaketime at R times real speed.
 `--never-looks` runs the clients' mutant that never looks at its lease:
@@ -39,7 +51,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -66,6 +77,7 @@ ETCD_TTL_S = 2
 MAX_TTL_MS = 2000
 WAIT_MS = 3000
 PARTITIONS = 8
+DRAIN_TIMEOUT = "1s"
 NS = 1_000_000_000
 
 Fault = Tuple[str, Callable[[], None]]
@@ -84,32 +96,8 @@ def stop(proc: Optional[subprocess.Popen[bytes]], sig: int) -> None:
             pass
 
 
-def quiet_port(rng: random.Random) -> int:
-    """A port free now below Linux's ephemeral range (32768-60999), so no
-    outgoing connection takes it while its node is down: a node restarts
-    where its clients look for it. Free *now*: another process may bind it
-    before the node does, so a first start retries on another
-    (`World.await_first_start`)."""
-    for _ in range(200):
-        port = rng.randrange(20000, 32000)
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        return port
-    return 0
-
-
-def port_was_taken(log: Path, mark: int) -> bool:
-    """Whether a node's log says, after byte `mark`, that its port was
-    taken (`cannot listen on ...: Address already in use`)."""
-    try:
-        with open(log, "rb") as f:
-            f.seek(mark)
-            return b"address already in use" in f.read().lower()
-    except OSError:
-        return False
+class PortTaken(RuntimeError):
+    """A process's log says a port it was given was taken meanwhile."""
 
 
 def fake_clock(rate: float) -> Dict[str, str]:
@@ -128,11 +116,24 @@ class Member:
     def __init__(self, index: int, dir: Path) -> None:
         self.index = index
         self.name = f"m{index}"
-        self.client = fixture.port_to_try()
-        self.peer = fixture.port_to_try()
+        self.client = 0
+        self.peer = 0
         self.data = dir / f"etcd-{index}"
         self.log = dir / f"etcd-{index}.log"
+        self.mark = 0  # where the latest start's lines begin in its log
         self.proc: Optional[subprocess.Popen[bytes]] = None
+
+    def pick_ports(self) -> None:
+        """Ports free a moment ago (etcd cannot bind port 0 and say where):
+        another process may take one before etcd binds it, so the first
+        start is retried on others then (`World.start_etcd`)."""
+        self.client = fixture.port_to_try()
+        self.peer = fixture.port_to_try()
+
+    def port_taken(self) -> bool:
+        """Whether its log says, since its latest start, that a port was
+        taken (`bind: address already in use`)."""
+        return fixture._port_taken(self.log, self.mark)
 
     @property
     def url(self) -> str:
@@ -140,6 +141,7 @@ class Member:
 
     def start(self, initial: str, state: str) -> None:
         peer = f"http://127.0.0.1:{self.peer}"
+        self.mark = self.log.stat().st_size if self.log.exists() else 0
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
                 [fixture.ETCD, "--name", self.name, "--data-dir", str(self.data),
@@ -204,26 +206,54 @@ class World:
         # the node advertises: freezing it cuts the node from its clients.
         self.fronts = [Proxy("-") for _ in range(3)]
         self.nodes = [fixture.Node(i, 0, self.dir / f"node{i}.log") for i in range(3)]
-        self.log_marks = [0 for _ in self.nodes]
         self.clients: List[subprocess.Popen[bytes]] = []
         self.pauses: List[Tuple[int, int, int]] = []  # client, from, until
 
     # ---------------------------------------------------------------- set-up
 
     def start(self) -> None:
-        initial = ",".join(f"{m.name}=http://127.0.0.1:{m.peer}" for m in self.members)
-        for m in self.members:
-            m.start(initial, "new")
-        self._await(lambda: all(m.status() for m in self.members), "etcd's three members")
+        self.start_etcd()
         for _ in self.nodes:
             self.proxies.append([Proxy(f"127.0.0.1:{m.client}") for m in self.members])
-        ports = random.Random()
+        # A node's first start binds a port of its own choosing and says
+        # which on its first line: no port is probed and freed first, so
+        # none can be taken in between. Its clients' proxy is aimed there
+        # (the node advertises the proxy, known before). A restart keeps
+        # the port (`_restart_node`).
         for node in self.nodes:
-            self.spawn_node(node, quiet_port(ports))
+            self.spawn_node(node)
         for node in self.nodes:
-            self.await_first_start(node, ports)
+            self.await_node(node)
             self.fronts[node.index].aim(node.addr)
         self._await(self.covered, "every slot served")
+
+    def start_etcd(self) -> None:
+        """The three members, each on ports free a moment ago; when a
+        member's log says one was taken before it bound it, all three
+        again on others with fresh data (a new cluster names its peers'
+        ports up front), as the etcd fixture does. Anything else is final."""
+        for attempt in range(5):
+            for m in self.members:
+                m.pick_ports()
+                shutil.rmtree(m.data, ignore_errors=True)
+            initial = ",".join(f"{m.name}=http://127.0.0.1:{m.peer}" for m in self.members)
+            for m in self.members:
+                m.start(initial, "new")
+
+            def up() -> bool:
+                if any(m.port_taken() for m in self.members):
+                    raise PortTaken()
+                return all(m.status() for m in self.members)
+
+            try:
+                self._await(up, "etcd's three members")
+                return
+            except PortTaken:
+                if attempt == 4:
+                    raise
+                say("an etcd member's port was taken before it bound it; others")
+                for m in self.members:
+                    fixture._kill(m.proc)
 
     def spawn_node(self, node: fixture.Node, port: int = 0) -> None:
         """Starts `node` on `port` (0: one it binds itself and prints)."""
@@ -232,33 +262,15 @@ class World:
         if node.index == 0 and self.args.clock_rate != 1.0:
             env.update(fake_clock(self.args.clock_rate))
         node.port = 0
-        # Where this start's lines begin in its log.
-        self.log_marks[node.index] = node.log.stat().st_size if node.log.exists() else 0
         with open(node.log, "ab") as log:
             node.proc = subprocess.Popen(
                 [str(self.binary), "serve", "--listen", f"127.0.0.1:{port}",
                  "--advertise", self.fronts[node.index].addr, "--etcd", etcd,
                  "--cluster", "nemesis",
                  "--partitions", str(PARTITIONS), "--etcd-ttl", f"{ETCD_TTL_S}s",
-                 "--max-ttl", f"{MAX_TTL_MS}ms"],
+                 "--max-ttl", f"{MAX_TTL_MS}ms", "--drain-timeout", DRAIN_TIMEOUT],
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, env=env,
             )  # fmt: skip
-
-    def await_first_start(self, node: fixture.Node, ports: random.Random) -> None:
-        """Awaits a node spawned on a quiet port; when that port was taken
-        between the probe and the node's bind (its log says so), starts it
-        again on another, as the etcd fixture does. Any other failure is
-        final."""
-        for _ in range(4):
-            try:
-                self.await_node(node)
-                return
-            except RuntimeError:
-                if not port_was_taken(node.log, self.log_marks[node.index]):
-                    raise
-            say(f"node {node.index}: its port was taken before it bound it; another")
-            self.spawn_node(node, quiet_port(ports))
-        self.await_node(node)
 
     def await_node(self, node: fixture.Node) -> None:
         # The cluster fixture's reader of the first line (a private helper
@@ -286,8 +298,19 @@ class World:
         return ",".join(self.fronts[n.index].addr for n in self.nodes if n.alive())
 
     def start_clients(self, seed: int) -> None:
+        """The clients, for the faults' `--seconds`; with a rolling restart
+        after them, until the nemesis says stop (at most a generous cap)."""
+        seconds = self.args.seconds
+        extra: List[str] = []
+        if self.args.rolling:
+            seconds += 120 * self.args.rolling + 60
+            extra = ["--stop-file", str(self.stop_file)]
         for i in range(self.args.clients):
-            self.clients.append(self.client(i, seed + i, ["--seconds", str(self.args.seconds)]))
+            self.clients.append(self.client(i, seed + i, ["--seconds", str(seconds)] + extra))
+
+    @property
+    def stop_file(self) -> Path:
+        return self.dir / "stop"
 
     def client(self, i: int, seed: int, extra: List[str]) -> subprocess.Popen[bytes]:
         mutant = ["--never-looks"] if self.args.never_looks else []
@@ -412,6 +435,82 @@ class World:
             self.await_node(node)
             self.fronts[node.index].aim(node.addr)
 
+    # ---------------------------------------------------------------- rolling
+
+    def settled(self) -> bool:
+        """Every node runs, and each live node's map covers every slot,
+        agrees with the others' and gives every node a share."""
+        if not all(n.alive() for n in self.nodes):
+            return False
+        try:
+            maps = [fixture.cluster_slots(n.addr) for n in self.nodes]
+        except (OSError, fixture.RespError):
+            return False
+        owners = {addr for _, _, addr in maps[0]}
+        fronts = {self.fronts[n.index].addr for n in self.nodes}
+        return all(m == maps[0] for m in maps) and fixture._covers_all(maps[0]) and owners == fronts
+
+    def keys_of(self, node: fixture.Node) -> List[str]:
+        """The clients' keys whose slots `node` serves now (as its own map says)."""
+        try:
+            ranges = fixture.cluster_slots(node.addr)
+        except (OSError, fixture.RespError):
+            return []
+        front = self.fronts[node.index].addr
+        keys = [f"k{i}" for i in range(self.args.keys)]
+        return [
+            k for k in keys if any(a <= fixture.slot(k) <= b and o == front for a, b, o in ranges)
+        ]
+
+    def held_keys(self) -> List[str]:
+        """The keys the clients' bodies run on now (their state files)."""
+        held = []
+        for i in range(len(self.clients)):
+            try:
+                said = (self.dir / f"client{i}.state").read_bytes().decode(errors="replace")
+            except OSError:
+                continue
+            if said[:1] == "1":
+                held.append(said[1:].strip())
+        return held
+
+    def await_held(self, keys: List[str], seconds: float = 2.0) -> None:
+        """Until a client holds one of `keys` (at most `seconds`), so a
+        SIGTERM finds a hold to hand over."""
+        until = time.monotonic() + seconds
+        while keys and time.monotonic() < until:
+            if set(keys) & set(self.held_keys()):
+                return
+            time.sleep(0.005)
+
+    def rolling_restart(self, rounds: int) -> List[nemesis_check.Handover]:
+        """Each node in turn: SIGTERM (once a client holds one of its
+        keys, or 2 s passed), awaited until it exits, started
+        again on its port, then until the map is settled again (and a
+        second more, so the clients hold keys of the new map)."""
+        handovers = []
+        for _ in range(rounds):
+            for node in self.nodes:
+                keys = self.keys_of(node)
+                self.await_held(keys)
+                at = time.monotonic_ns()
+                stop(node.proc, signal.SIGTERM)
+                handovers.append(nemesis_check.Handover(node.index, at, keys))
+                assert node.proc is not None
+                try:
+                    node.proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    raise TimeoutError(
+                        f"node {node.index} did not exit within 30 s of its SIGTERM"
+                    ) from None
+                left = (time.monotonic_ns() - at) / 1e6
+                say(f"rolling: node {node.index} (keys {','.join(keys) or '-'}) "
+                    f"SIGTERM'd, exited {node.proc.returncode} after {left:.0f} ms")  # fmt: skip
+                self._restart_node(node)
+                self._await(self.settled, f"node {node.index} back with a share")
+                time.sleep(1.0)
+        return handovers
+
     def _restart_member(self, m: Member) -> None:
         initial = ",".join(f"{x.name}=http://127.0.0.1:{x.peer}" for x in self.members)
         m.start(initial, "existing")
@@ -459,14 +558,22 @@ def run_faults(world: World, rng: random.Random, faults: List[str], seconds: flo
     return injected
 
 
-def verdict(world: World, healed: int) -> nemesis_check.Verdict:
+def verdict(
+    world: World,
+    healed: int,
+    handovers: List[nemesis_check.Handover],
+    phase: Tuple[int, int],
+) -> nemesis_check.Verdict:
     records = nemesis_check.read_records(
         world.dir / f"client{i}.jsonl" for i in range(world.args.clients)
     )
     finals = nemesis_check.read_records([world.dir / "final.jsonl"])
     hold_bound = (WAIT_MS + MAX_TTL_MS) * 1_000_000 + 5 * NS
     recovery_bound = (ETCD_TTL_S * 1000 + MAX_TTL_MS) * 1_000_000 + 5 * NS
-    return nemesis_check.check(records, finals, world.pauses, hold_bound, healed, recovery_bound)
+    return nemesis_check.check(
+        records, finals, world.pauses, hold_bound, healed, recovery_bound,
+        handovers, phase, world.args.expect_handover,
+    )  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
@@ -482,6 +589,23 @@ def run(args: argparse.Namespace) -> int:
             return 2
         world.start_clients(seed)
         injected = run_faults(world, rng, args.faults, args.seconds)
+        handovers: List[nemesis_check.Handover] = []
+        phase = (0, -1)
+        trouble = ""
+        if args.rolling:
+            began = time.monotonic()
+            try:
+                # The faults' aftermath first (etcd ttl + max ttl at most):
+                # the rolling phase is a fault of its own.
+                world._await(world.settled, "every node serving after the faults")
+                time.sleep(ETCD_TTL_S + MAX_TTL_MS / 1000)
+                phase = (time.monotonic_ns(), -1)
+                handovers = world.rolling_restart(args.rolling)
+            except (TimeoutError, RuntimeError) as e:
+                trouble = f"rolling restart: {e}"
+            phase = (phase[0], time.monotonic_ns())
+            say(f"rolling restart: {time.monotonic() - began:.1f}s")
+            world.stop_file.touch()
         healed = time.monotonic_ns()
         for p in world.clients:
             p.wait(timeout=WAIT_MS / 1000 + 30)
@@ -489,7 +613,9 @@ def run(args: argparse.Namespace) -> int:
         final_log = world.dir / "client99.jsonl"
         final.wait(timeout=len(range(args.keys)) * 25 + 10)
         os.replace(final_log, world.dir / "final.jsonl")
-        v = verdict(world, healed)
+        v = verdict(world, healed, handovers, phase)
+        if trouble:
+            v.violations.append(trouble)
         say(f"{injected} faults; {v.summary()}")
         if args.keep:
             say(f"logs kept in {world.dir}")
@@ -514,6 +640,12 @@ def main() -> int:
     p.add_argument("--expect-violation", action="store_true")
     p.add_argument("--keep", default="")
     p.add_argument("--binary", default=None)
+    p.add_argument("--rolling", type=int, default=1, help="rolling restarts after the faults")
+    p.add_argument(
+        "--expect-handover",
+        action="store_true",
+        help="a hold held across a SIGTERM's hand-over must not be lost",
+    )
     args = p.parse_args()
     args.faults = FAULTS if args.faults == "all" else args.faults.split(",")
     unknown = set(args.faults) - set(FAULTS)

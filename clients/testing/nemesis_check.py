@@ -15,6 +15,13 @@ The rules:
 - **Documented errors only.** Every error is one of the client's kinds.
 - **Back after the faults.** Once every fault healed, each key is granted
   again within etcd ttl + max ttl + a margin (the `final` records).
+- **Planned hand-overs** (a rolling restart: each node in turn SIGTERM'd,
+  then started again): the holds held when their key's node got SIGTERM
+  are counted, and how many of them did not end `ok`. Only with
+  `expect_handover` is a loss a violation (a hold held across a SIGTERM,
+  or any hold begun in the rolling phase, that ended `lost`, its client
+  not paused meanwhile): until the nodes hand leases over and the
+  clients re-attach, such holds are lost, and the count says how many.
 """
 
 from __future__ import annotations
@@ -51,14 +58,36 @@ class Checked:
 
 
 @dataclass
+class Handover:
+    """A node SIGTERM'd in a rolling restart: when (CLOCK_MONOTONIC ns),
+    and the keys whose slots it served just before."""
+
+    node: int
+    at: int
+    keys: List[str]
+
+
+@dataclass
 class Verdict(Checked):
     holds: int = 0
     believed: int = 0
     outcomes: Dict[str, int] = field(default_factory=dict)
+    handovers: int = 0  # SIGTERMs of a rolling restart
+    across: int = 0  # holds held when their node got SIGTERM
+    across_lost: int = 0  # of those, ended other than ok
+    phase_holds: int = 0  # holds begun in the rolling phase
+    phase_lost: int = 0  # of those, ended lost
 
     def summary(self) -> str:
         kinds = ", ".join(f"{k} {n}" for k, n in sorted(self.outcomes.items()))
-        return self.said(f"{self.holds} holds ({kinds}), {self.believed} believed", 10)
+        head = f"{self.holds} holds ({kinds}), {self.believed} believed"
+        if self.handovers:
+            head += (
+                f"; rolling restart: {self.handovers} SIGTERMs, {self.across} holds held "
+                f"across a planned hand-over, {self.across_lost} of them lost; "
+                f"{self.phase_lost} of {self.phase_holds} holds begun in the phase lost"
+            )
+        return self.said(head, 10)
 
 
 def read_records(paths: Iterable[Path]) -> List[Dict[str, Any]]:
@@ -149,6 +178,52 @@ def check_recovery(finals: List[Dict[str, Any]], healed: int, bound_ns: int, v: 
             )
 
 
+def check_handovers(
+    records: List[Dict[str, Any]],
+    handovers: List[Handover],
+    phase: Tuple[int, int],
+    pauses: List[Tuple[int, int, int]],
+    expect_handover: bool,
+    v: Verdict,
+) -> None:
+    """Counts the holds held across a planned hand-over (their `start` at
+    or before their key's node's SIGTERM, their body's end at or after it)
+    and those of them that ended other than `ok`; and the holds begun in
+    the rolling phase (`phase`: its first SIGTERM to its end) and those
+    that ended `lost`. With `expect_handover` each such loss, its client
+    not paused meanwhile (its own ttl), is a violation. The phase has no
+    other fault, so no cut link ends a hold there."""
+    v.handovers = len(handovers)
+    for r in records:
+        start = r.get("start")
+        end = r.get("end", r["returned"])
+        excused = _paused(pauses, r["client"], r["called"], r["returned"])
+        held_at = [
+            h
+            for h in handovers
+            if start is not None and r["key"] in h.keys and start <= h.at <= end
+        ]
+        if held_at:
+            v.across += 1
+            if r["outcome"] != "ok":
+                v.across_lost += 1
+                if expect_handover and not excused:
+                    v.violations.append(
+                        f"client {r['client']} key {r['key']} (fence {r.get('fence')}): held "
+                        f"when node {held_at[0].node} got SIGTERM at {_seconds(held_at[0].at)}, "
+                        f"ended {r['outcome']}: {r.get('error')}"
+                    )
+        if phase[0] <= r["called"] <= phase[1]:
+            v.phase_holds += 1
+            if r["outcome"] == "lost":
+                v.phase_lost += 1
+                if expect_handover and not excused and not held_at:
+                    v.violations.append(
+                        f"client {r['client']} key {r['key']}: begun in the rolling phase at "
+                        f"{_seconds(r['called'])}, ended lost: {r.get('error')}"
+                    )
+
+
 def check(
     records: List[Dict[str, Any]],
     finals: List[Dict[str, Any]],
@@ -156,10 +231,15 @@ def check(
     hold_bound_ns: int,
     healed: int,
     recovery_bound_ns: int,
+    handovers: Optional[List[Handover]] = None,
+    phase: Tuple[int, int] = (0, -1),
+    expect_handover: bool = False,
 ) -> Verdict:
     v = Verdict()
     everything = records + finals
     check_exclusion_and_fences(everything, v)
     check_liveness(records, pauses, hold_bound_ns, v)
     check_recovery(finals, healed, recovery_bound_ns, v)
+    if handovers:
+        check_handovers(records, handovers, phase, pauses, expect_handover, v)
     return v

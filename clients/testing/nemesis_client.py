@@ -4,6 +4,7 @@ one lock through the real Python client and logs what it believed.
 
     python3 nemesis_client.py --nodes A,B,C --id N --keys 4 --seconds S
         --seed X --ttl-ms T --wait-ms W --log FILE --state FILE [--never-looks]
+        [--stop-file FILE]
     python3 nemesis_client.py --nodes A,B,C --final --keys 4 --wait-ms W --log FILE
 
 Each hold is one JSON line in FILE, times in CLOCK_MONOTONIC nanoseconds
@@ -13,10 +14,13 @@ began), `ok_until` (the last look at the lease, taken just before the look,
 that answered "not lost"; null when none did), `end` (the body ended),
 `returned`, the `fence`, and the `outcome` (`ok`, the error's kind, or
 `undocumented` for an exception the client does not document). The
-state file holds `1` while a body runs, so the nemesis can pause a client
-that holds.
+state file holds `1` and the key while a body runs (`0` otherwise), so
+the nemesis can pause a client that holds, or end a key's node while its
+key is held.
 
-`--never-looks` is the mutant the checker must catch: it never looks at
+`--stop-file` ends it early: no hold is begun once FILE exists (the
+nemesis's phases may outlast `--seconds`'s guess). `--never-looks` is the
+mutant the checker must catch: it never looks at
 the lease and believes it holds until its body ends. `--final` holds every
 key once after the faults healed, trying again after a hold that failed
 (`closed` from a node that is gone) until `--wait-ms` is spent.
@@ -39,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python" / "src"))
 import holdline_client  # noqa: E402
 
 LOCK = "nemesis"
+STATE_WIDTH = 32
 
 
 def now() -> int:
@@ -53,9 +58,12 @@ class Holder:
         self.keys = [f"k{i}" for i in range(args.keys)]
         self.state = os.open(args.state, os.O_WRONLY | os.O_CREAT, 0o644) if args.state else -1
 
-    def holding(self, yes: bool) -> None:
+    def holding(self, key: Optional[str]) -> None:
+        """Says in the state file whether a body runs, and on which key:
+        `1KEY` or `0`, padded to a fixed width."""
         if self.state >= 0:
-            os.pwrite(self.state, b"1" if yes else b"0", 0)
+            said = b"1" + key.encode() if key is not None else b"0"
+            os.pwrite(self.state, said.ljust(STATE_WIDTH), 0)
 
     def write(self, record: Dict[str, Any]) -> None:
         self.log.write(json.dumps(record) + "\n")
@@ -65,7 +73,7 @@ class Holder:
         """Works a few short steps, looking at the lease before each."""
         record["start"] = now()
         record["fence"] = lease.fence
-        self.holding(True)
+        self.holding(record["key"])
         ok_until: Optional[int] = None
         # Mostly short work; now and then long (past the lease's ttl, which
         # the client renews meanwhile), where a node's slow clock would show.
@@ -78,7 +86,7 @@ class Holder:
                 ok_until = looked
             await asyncio.sleep(self.rng.uniform(*step))
         record["end"] = now()
-        self.holding(False)
+        self.holding(None)
         record["ok_until"] = record["end"] if self.args.never_looks else ok_until
 
     async def hold_once(self, lock: holdline_client.Lock, key: str, wait_ms: int) -> str:
@@ -94,7 +102,7 @@ class Holder:
             record["outcome"] = "undocumented"
             record["error"] = repr(e)
         finally:
-            self.holding(False)
+            self.holding(None)
         record["returned"] = now()
         self.write(record)
         return str(record["outcome"])
@@ -110,6 +118,10 @@ class Holder:
                 return
             await asyncio.sleep(0.05)
 
+    def told_to_stop(self) -> bool:
+        """Whether the nemesis asked it to end early (`--stop-file` exists)."""
+        return bool(self.args.stop_file) and os.path.exists(self.args.stop_file)
+
     async def run(self) -> None:
         args = self.args
         async with holdline_client.connect(args.nodes, connect_timeout="2s") as store:
@@ -119,7 +131,7 @@ class Holder:
                     await self.hold_again(lock, key)
                 return
             until = time.monotonic() + args.seconds
-            while time.monotonic() < until:
+            while time.monotonic() < until and not self.told_to_stop():
                 await self.hold_once(lock, self.rng.choice(self.keys), args.wait_ms)
                 await asyncio.sleep(self.rng.uniform(0, 0.02))
 
@@ -135,6 +147,7 @@ def main() -> None:
     p.add_argument("--wait-ms", type=int, default=3000)
     p.add_argument("--log", required=True)
     p.add_argument("--state", default="")
+    p.add_argument("--stop-file", default="")
     p.add_argument("--never-looks", action="store_true")
     p.add_argument("--final", action="store_true")
     args = p.parse_args()

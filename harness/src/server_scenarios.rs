@@ -705,7 +705,10 @@ fn paced_window(
             let mut h = hist();
             let mut n = 0u64;
             let offset = period.mul_f64(t as f64 / conns as f64);
-            let mut next = tokio::time::Instant::now() + offset;
+            // Its schedule's origin: on a loaded machine a task may start
+            // before the window's clock does, so its own span is kept.
+            let origin = tokio::time::Instant::now();
+            let mut next = origin + offset;
             while !stop.load(SeqCst) {
                 tokio::time::sleep_until(next).await;
                 // A schedule that fell behind is kept: the load offered stays the same.
@@ -716,18 +719,22 @@ fn paced_window(
                 let _ = h.record(t0.elapsed().as_nanos() as u64);
                 n += 1;
             }
-            (h, [n], c)
+            (h, [n], c, origin.elapsed().as_secs_f64())
         }
     });
     let mut back = Vec::with_capacity(conns);
+    // The window: the clock's, or the longest a schedule ran if longer
+    // (then no connection made more than window / period + 1 pairs).
+    let mut window = secs;
     let outs = outs
         .into_iter()
-        .map(|(h, n, c)| {
+        .map(|(h, n, c, ran)| {
             back.push(c);
+            window = window.max(ran);
             (h, n)
         })
         .collect();
-    (outs, secs, back)
+    (outs, window, back)
 }
 
 /// Every connection on one key: wait (from the first try), hold, release.
@@ -1057,10 +1064,10 @@ mod tests {
     /// A paced row ran and kept to its schedule. No rate is asserted: a
     /// loaded machine makes fewer pairs (or, after a stall, the schedule
     /// catches up over a longer window). What holds on any machine: no
-    /// connection's schedule runs ahead of the clock, so over the `secs` the
-    /// row measured each connection made at most `secs / period` pairs plus
-    /// its first (one more for the instant between a task's start and the
-    /// window's).
+    /// connection's schedule runs ahead of the clock, and `secs` is at least
+    /// the span of every connection's schedule (`paced_window`), so each
+    /// connection made at most `secs / period` pairs plus its first (and
+    /// one more of slack).
     fn check_paced(kind: ServerKind, r: &Run) {
         assert!(
             r.note.contains(&format!("offering {PACED_RATE} pairs/s")),

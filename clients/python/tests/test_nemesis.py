@@ -83,6 +83,32 @@ def test_a_key_not_granted_again_after_the_faults_fails() -> None:
     assert "key j: not granted again after the faults healed" in v.violations
 
 
+def test_holds_across_a_sigterm_are_counted_and_fail_only_when_expected() -> None:
+    records = [
+        hold(0, "k", 1, 1.0, None, outcome="lost"),  # held at node 0's SIGTERM (2.0 s)
+        hold(1, "k", 2, 2.5, 3.0),  # after it
+        hold(2, "j", 1, 1.5, 2.5),  # held then, on another node's key: not counted
+        hold(3, "k", 3, 3.5, None, outcome="lost", called=3.2),  # lost later in the phase
+    ]
+    records[0]["end"] = records[0]["returned"] = int(2.2 * S)
+    handovers = [nemesis_check.Handover(0, int(2.0 * S), ["k"])]
+    phase = (int(1.9 * S), int(5.0 * S))
+    v = nemesis_check.check(records, [], [], 10 * S, 0, 100 * S, handovers, phase)
+    assert v.ok, v.summary()
+    assert (v.handovers, v.across, v.across_lost) == (1, 1, 1)
+    assert (v.phase_holds, v.phase_lost) == (2, 1)
+    assert "1 holds held across a planned hand-over, 1 of them lost" in v.summary()
+    strict = nemesis_check.check(records, [], [], 10 * S, 0, 100 * S, handovers, phase, True)
+    assert len(strict.violations) == 2, strict.summary()
+    assert "held when node 0 got SIGTERM at 2.000s, ended lost" in strict.violations[0]
+    assert "begun in the rolling phase at 3.200s, ended lost" in strict.violations[1]
+    # A client paused meanwhile (its own ttl ended the hold) is excused.
+    paused = nemesis_check.check(
+        records, [], [(0, int(1.5 * S), int(2.1 * S))], 10 * S, 0, 100 * S, handovers, phase, True
+    )
+    assert len(paused.violations) == 1, paused.summary()
+
+
 def test_the_mutant_that_never_looks_fails_the_nemesis() -> None:
     if not Path("/usr/bin/etcd").is_file():
         if os.environ.get("HOLDLINE_REQUIRE_TOOLS"):
