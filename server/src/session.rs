@@ -617,7 +617,13 @@ impl Session {
                 }
                 drop(pending.filed.take());
                 let handed = pending.handed.take();
-                self.keep(lease, pending.held_key, pending.partition, pending.note, handed)
+                self.keep(
+                    lease,
+                    pending.held_key,
+                    pending.partition,
+                    pending.note,
+                    handed,
+                )
             }
             // A wait handed over with its partition: told where to follow.
             Err(e) if e.kind() == ErrorKind::Closed => {
@@ -626,7 +632,10 @@ impl Session {
                     f.partition.registry.exported_wait(f.number).then_some(to)
                 });
                 match moved {
-                    Some(to) => Err(reply::moved(slots::key_slot(pending.held_key.key().as_bytes()), &to)),
+                    Some(to) => Err(reply::moved(
+                        slots::key_slot(pending.held_key.key().as_bytes()),
+                        &to,
+                    )),
                     None => Err(e.into()),
                 }
             }
@@ -643,7 +652,10 @@ impl Session {
             return None;
         }
         let to = part.registry.sealed()?;
-        Some(reply::moved(slots::key_slot(held.record.key().as_bytes()), &to))
+        Some(reply::moved(
+            slots::key_slot(held.record.key().as_bytes()),
+            &to,
+        ))
     }
 
     /// Files a granted lease under a fresh id: `[lease, fence]`. In a

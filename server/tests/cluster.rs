@@ -457,15 +457,20 @@ fn a_joining_node_takes_its_share_without_dropping_holders_that_stay() {
             .unwrap();
         let owner = owner_of(&before, slot(&key)).unwrap();
         let mut c = Client::connect(owner.parse().unwrap());
-        let (lease, _) = granted(c.call(&["HOLD", "join", &key, "WAIT", "0", "TTL", "10000"]));
-        held.push((slot(&key), owner, c, lease));
+        let secret = format!("{p:0>32}");
+        let hold = [
+            "HOLD", "join", &key, "WAIT", "0", "TTL", "10000", "SECRET", &secret,
+        ];
+        let (lease, fence) = granted(c.call(&hold));
+        held.push((key, owner, c, lease, fence, secret));
     }
     let third = start_node_with(&etcd, "join", PARTITIONS, TTL, &["--max-ttl", "10s"]);
     let mut all = addrs.clone();
     all.push(third.addr.to_string());
     let after = await_spread(two[0].addr, &all, Duration::from_secs(20));
     let mut kept = 0;
-    for (slot, owner, c, lease) in &mut held {
+    for (key, owner, c, lease, fence, secret) in &mut held {
+        let slot = &slot(key);
         let renew = c.call(&["RENEW", &lease.to_string()]);
         if owner_of(&after, *slot).as_deref() == Some(owner.as_str()) {
             assert_eq!(
@@ -475,10 +480,11 @@ fn a_joining_node_takes_its_share_without_dropping_holders_that_stay() {
             );
             kept += 1;
         } else {
-            assert!(
-                matches!(&renew, Value::Error(e) if e.starts_with("LOST ")),
-                "{renew:?}"
-            );
+            // Handed over with its partition: its holder follows it.
+            let new_owner = owner_of(&after, *slot).unwrap();
+            assert_eq!(error_text(renew), format!("MOVED {slot} {new_owner}"));
+            let (_, answer) = reattach(&new_owner, "join", key, secret, Duration::from_secs(5));
+            assert_eq!(granted(answer).1, *fence, "slot {slot}: the fence it had");
         }
     }
     assert!(kept >= 1, "some partitions stayed where they were");
@@ -907,7 +913,10 @@ fn reattach(owner: &str, lock: &str, key: &str, secret: &str, within: Duration) 
             }
             _ => return (c, answer),
         }
-        assert!(Instant::now() < deadline, "no answer but redirections from {owner}");
+        assert!(
+            Instant::now() < deadline,
+            "no answer but redirections from {owner}"
+        );
     }
 }
 
@@ -921,39 +930,76 @@ fn a_node_shut_down_hands_its_leases_and_lines_over_and_holders_reattach() {
     let (leaving, mut c, keys) = three.keys_of(2, 1);
     let key = keys[0].clone();
     let slot = key_slot(&mut c, &key);
-    let (holder_secret, waiter_secret) = ("0123456789abcdef0123456789abcdef", "fedcba9876543210fedcba9876543210");
+    let (holder_secret, waiter_secret) = (
+        "0123456789abcdef0123456789abcdef",
+        "fedcba9876543210fedcba9876543210",
+    );
     let mut holder = Client::connect(leaving.parse().unwrap());
     let hello = holder.call(&["HELLO", "3"]);
-    let Value::Map(hello) = hello else { panic!("{hello:?}") };
-    assert_eq!(common::map_field(&hello, "handover"), Some(Value::Integer(1)));
+    let Value::Map(hello) = hello else {
+        panic!("{hello:?}")
+    };
+    assert_eq!(
+        common::map_field(&hello, "handover"),
+        Some(Value::Integer(1))
+    );
     let bad = holder.call(&["HOLD", "follow", &key, "SECRET", "short"]);
     assert_eq!(
         error_text(bad),
         format!("INVALID lock follow: key \"{key}\": a secret is 16 to 64 letters, digits, '-' or '_': invalid")
     );
     let (lease, fence) = granted(holder.call(&[
-        "HOLD", "follow", &key, "WAIT", "0", "TTL", "8000", "SECRET", holder_secret,
+        "HOLD",
+        "follow",
+        &key,
+        "WAIT",
+        "0",
+        "TTL",
+        "8000",
+        "SECRET",
+        holder_secret,
     ]));
     let mut waiter = Client::connect(leaving.parse().unwrap());
     waiter.call(&["HELLO", "3"]);
-    waiter.send(&["HOLD", "follow", &key, "WAIT", "30000", "SECRET", waiter_secret]);
-    assert_eq!(waiter.read_within(Duration::from_millis(200)), None, "it waits");
+    waiter.send(&[
+        "HOLD",
+        "follow",
+        &key,
+        "WAIT",
+        "30000",
+        "SECRET",
+        waiter_secret,
+    ]);
+    assert_eq!(
+        waiter.read_within(Duration::from_millis(200)),
+        None,
+        "it waits"
+    );
 
     three.nodes[2].signal(libc::SIGTERM);
     let asked = Instant::now();
     // The holder is told where its lease went, the waiter where its place.
     let pushed = holder.read_within(Duration::from_secs(10)).expect("a push");
-    let Value::Push(push) = pushed else { panic!("{pushed:?}") };
+    let Value::Push(push) = pushed else {
+        panic!("{pushed:?}")
+    };
     assert_eq!(push[0], Value::bulk("moved"));
     assert_eq!(push[1], Value::Integer(lease));
     assert_eq!(push[2], Value::Integer(i64::from(slot)));
-    let Value::Bulk(to) = &push[3] else { panic!("{push:?}") };
+    let Value::Bulk(to) = &push[3] else {
+        panic!("{push:?}")
+    };
     let to = String::from_utf8(to.clone()).unwrap();
-    let moved = error_text(waiter.read_within(Duration::from_secs(10)).expect("an answer"));
+    let moved = error_text(
+        waiter
+            .read_within(Duration::from_secs(10))
+            .expect("an answer"),
+    );
     assert_eq!(moved, format!("MOVED {slot} {to}"));
     assert!(three.nodes[2].wait_exit(Duration::from_secs(10)).success());
 
-    let (mut holder, answer) = reattach(&to, "follow", &key, holder_secret, Duration::from_secs(10));
+    let (mut holder, answer) =
+        reattach(&to, "follow", &key, holder_secret, Duration::from_secs(10));
     let (new_lease, kept_fence) = granted(answer);
     assert_eq!(kept_fence, fence, "the fence its holder knows");
     assert!(
@@ -963,16 +1009,34 @@ fn a_node_shut_down_hands_its_leases_and_lines_over_and_holders_reattach() {
     );
     let owner = await_new_owner(three.nodes[0].addr, slot, &leaving, Duration::from_secs(5));
     let mut other = Client::connect(owner.parse().unwrap());
-    assert_eq!(other.call(&["TRYHOLD", "follow", &key]), Value::Null, "still held");
+    assert_eq!(
+        other.call(&["TRYHOLD", "follow", &key]),
+        Value::Null,
+        "still held"
+    );
     // Its place: before a HOLD that came after the hand-over.
     let (mut waiter, _) = (Client::connect(owner.parse().unwrap()), ());
     waiter.call(&["HELLO", "3"]);
     waiter.send(&["REATTACH", "follow", &key, waiter_secret]);
-    assert_eq!(waiter.read_within(Duration::from_millis(200)), None, "it waits");
+    assert_eq!(
+        waiter.read_within(Duration::from_millis(200)),
+        None,
+        "it waits"
+    );
     other.send(&["HOLD", "follow", &key, "WAIT", "30000"]);
-    assert_eq!(other.read_within(Duration::from_millis(200)), None, "it waits too");
+    assert_eq!(
+        other.read_within(Duration::from_millis(200)),
+        None,
+        "it waits too"
+    );
     // Taken once: neither the secret again nor another one.
-    let (_, again) = reattach(&owner, "follow", &key, holder_secret, Duration::from_secs(5));
+    let (_, again) = reattach(
+        &owner,
+        "follow",
+        &key,
+        holder_secret,
+        Duration::from_secs(5),
+    );
     let nothing = format!(
         "LOST lock follow: key \"{key}\": the lease was lost: nothing was handed over under its secret"
     );
@@ -980,11 +1044,22 @@ fn a_node_shut_down_hands_its_leases_and_lines_over_and_holders_reattach() {
     // Renewed on its new connection past the ttl it had at the hand-over.
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(holder.call(&["RENEW", &new_lease.to_string()]), Value::ok());
-    assert_eq!(holder.call(&["RELEASE", &new_lease.to_string()]), Value::ok());
-    let (waiter_lease, next) = granted(waiter.read_within(Duration::from_secs(5)).expect("granted"));
+    assert_eq!(
+        holder.call(&["RELEASE", &new_lease.to_string()]),
+        Value::ok()
+    );
+    let (waiter_lease, next) =
+        granted(waiter.read_within(Duration::from_secs(5)).expect("granted"));
     assert!(next > fence, "fences rise across the hand-over");
-    assert_eq!(other.read_within(Duration::from_millis(200)), None, "behind the waiter");
-    assert_eq!(waiter.call(&["RELEASE", &waiter_lease.to_string()]), Value::ok());
+    assert_eq!(
+        other.read_within(Duration::from_millis(200)),
+        None,
+        "behind the waiter"
+    );
+    assert_eq!(
+        waiter.call(&["RELEASE", &waiter_lease.to_string()]),
+        Value::ok()
+    );
     let (_, last) = granted(other.read_within(Duration::from_secs(5)).expect("granted"));
     assert!(last > next);
     drop(three.nodes.remove(2));
@@ -1027,7 +1102,9 @@ fn a_node_hands_an_earlier_release_no_leases_and_its_holders_are_told_lost() {
     let addrs: Vec<SocketAddr> = nodes.iter().map(|n| n.addr).collect();
     await_settled(&addrs, PARTITIONS, Duration::from_secs(20));
     let mut at_older = nodes[1].connect();
-    let Value::Map(hello) = at_older.call(&["HELLO", "3"]) else { panic!() };
+    let Value::Map(hello) = at_older.call(&["HELLO", "3"]) else {
+        panic!()
+    };
     assert_eq!(common::map_field(&hello, "handover"), None);
     let map = slot_map(nodes[1].addr);
     let newer = nodes[0].addr.to_string();
@@ -1036,13 +1113,23 @@ fn a_node_hands_an_earlier_release_no_leases_and_its_holders_are_told_lost() {
     holder.call(&["HELLO", "3"]);
     let sent = Instant::now();
     let (lease, fence) = granted(holder.call(&[
-        "HOLD", "skew", &key, "WAIT", "0", "TTL", "4000", "SECRET", "0123456789abcdef0123456789abcdef",
+        "HOLD",
+        "skew",
+        &key,
+        "WAIT",
+        "0",
+        "TTL",
+        "4000",
+        "SECRET",
+        "0123456789abcdef0123456789abcdef",
     ]));
     let believed_until = sent + Duration::from_millis(4000 - 400);
     nodes[0].signal(libc::SIGTERM);
     // Its next owner cannot take the lease: it ends as before.
     let pushed = holder.read_within(Duration::from_secs(10)).expect("a push");
-    let Value::Push(push) = pushed else { panic!("{pushed:?}") };
+    let Value::Push(push) = pushed else {
+        panic!("{pushed:?}")
+    };
     assert_eq!(push[0], Value::bulk("lost"));
     assert_eq!(push[1], Value::Integer(lease));
     assert!(nodes[0].wait_exit(Duration::from_secs(10)).success());

@@ -199,11 +199,14 @@ impl Agent {
         let register = PutOptions::new().with_lease(lease);
         let key = self.claims.keys.node(&node.id);
         let advertise = node.advertise.clone();
-        timed("register", client.put(key, advertise, Some(register.clone()))).await?;
+        // One transaction: a node is never seen without its `handover/`
+        // key (a hand-over to it would end its leases for nothing).
+        let mut puts = vec![TxnOp::put(key, advertise, Some(register.clone()))];
         if !super::claims::ignores_imports() {
             let taker = self.claims.keys.taker(&node.id);
-            timed("register", client.put(taker, "1", Some(register))).await?;
+            puts.push(TxnOp::put(taker, "1", Some(register)));
         }
+        timed("register", client.txn(Txn::new().and_then(puts))).await?;
         info!(lease, node = node.id, "joined the cluster");
         self.quiet = false;
         let keeper = keep_alive(client.clone(), node.clone(), lease);

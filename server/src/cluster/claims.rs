@@ -99,12 +99,20 @@ impl Claims {
                     TxnOp::put(self.keys.handed(p), mark.text(), None),
                 ]
                 .into_iter()
-                .chain(import.as_ref().map(|m| TxnOp::put(self.keys.import(p), m.text(), None)))
+                .chain(
+                    import
+                        .as_ref()
+                        .map(|m| TxnOp::put(self.keys.import(p), m.text(), None)),
+                )
                 .collect::<Vec<_>>(),
             );
         if timed("txn", self.client.txn(txn)).await?.succeeded() {
             if let Some(m) = import {
-                info!(partition = p, chunks = m.chunks, "handed the partition over with its leases");
+                info!(
+                    partition = p,
+                    chunks = m.chunks,
+                    "handed the partition over with its leases"
+                );
             }
             return Ok(());
         }
@@ -220,7 +228,10 @@ impl Claims {
             None => None,
         };
         if import.is_some() && export.is_none() {
-            warn!(partition = p, "could not read the hand-over's leases: waiting them out");
+            warn!(
+                partition = p,
+                "could not read the hand-over's leases: waiting them out"
+            );
         }
         if import_rev != 0 || import.is_some() {
             self.delete_exports(p).await;

@@ -69,7 +69,9 @@ impl ImportMark {
     pub fn parse(text: &str) -> Option<ImportMark> {
         let mut words = text.split(' ');
         let end = words.next()?.parse().ok()?;
-        let id = words.next().filter(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_hexdigit()))?;
+        let id = words
+            .next()
+            .filter(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_hexdigit()))?;
         let chunks = words.next()?.parse().ok()?;
         words.next().is_none().then(|| ImportMark {
             end,

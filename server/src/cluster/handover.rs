@@ -573,13 +573,19 @@ mod tests {
         assert!(orphans.import(&store, export).is_empty());
         let lock = store.lock("invoices").open().unwrap();
         assert_eq!(lock.stats().waiters, 1);
-        assert!(lock.key("a").try_acquire().unwrap().is_none(), "held for its holder");
+        assert!(
+            lock.key("a").try_acquire().unwrap().is_none(),
+            "held for its holder"
+        );
         assert!(orphans.take(&"s".repeat(32), "invoices", "b").is_none());
         let Some(Orphan::Lease { lease, .. }) = orphans.take(&"s".repeat(32), "invoices", "a")
         else {
             panic!("the lease is there under its secret");
         };
-        assert!(orphans.take(&"s".repeat(32), "invoices", "a").is_none(), "once");
+        assert!(
+            orphans.take(&"s".repeat(32), "invoices", "a").is_none(),
+            "once"
+        );
         lease.release().unwrap();
         let Some(Orphan::Wait { future, .. }) = orphans.take(&"w".repeat(32), "invoices", "a")
         else {

@@ -578,7 +578,10 @@ impl Node {
             if failed.is_empty() {
                 opens = Instant::now();
             }
-            info!(partition = p, leases, waits, "imported the partition's leases and lines");
+            info!(
+                partition = p,
+                leases, waits, "imported the partition's leases and lines"
+            );
         }
         // Relaxed: hands out ids; nothing is published through it.
         let store_id = self.next_store.fetch_add(1, Ordering::Relaxed);

@@ -1,10 +1,10 @@
 //! HOLD, TRYHOLD, RELEASE and RENEW: a connection's leases.
 
+use crate::cluster::handover::{self, Orphan};
 use crate::events::Kind;
 use crate::parse::{Given, OptValue, Parse};
 use crate::record::HeldKey;
 use crate::reply::{invalid_key, invalid_store, key_not_utf8, ErrorReply, Reply};
-use crate::cluster::handover::{self, Orphan};
 use crate::session::{Handing, LockOptions, PendingHold, Place, Session, Step};
 use holdline::{wire, ErrorKind, KeyHold, Lock};
 use holdline_resp::Value;
@@ -51,7 +51,15 @@ impl Hold {
         let options = self.options.for_session(s);
         let (lock, key) = lock_and_key(s, &place, &self.lock, self.key, options)?;
         let note = note_text(lock.name(), &key, self.note)?;
-        let handed = handing(&place, &lock, &key, options, self.options.take, &note, self.secret)?;
+        let handed = handing(
+            &place,
+            &lock,
+            &key,
+            options,
+            self.options.take,
+            &note,
+            self.secret,
+        )?;
         let held_key = HeldKey::new(lock.name(), &key);
         if s.client.holds(&held_key) {
             let what = "hold inside a hold of the same key";
@@ -132,7 +140,15 @@ impl TryHold {
         let (lock, key) = lock_and_key(s, &place, &self.lock, self.key, options)?;
         within_max_ttl(s, &place, &lock, &key, options)?;
         let note = note_text(lock.name(), &key, self.note)?;
-        let handed = handing(&place, &lock, &key, options, self.options.take, &note, self.secret)?;
+        let handed = handing(
+            &place,
+            &lock,
+            &key,
+            options,
+            self.options.take,
+            &note,
+            self.secret,
+        )?;
         let held_key = HeldKey::new(lock.name(), &key);
         // As in process: a try of a key its caller holds answers None; so
         // does any key of a partition just taken over, until it opens (a
