@@ -111,8 +111,23 @@ def _read_line(f: IO[bytes]) -> bytes:
     return line[:-2]
 
 
-def _read_reply(f: IO[bytes]) -> Reply:
+class Push(list):  # type: ignore[type-arg]
+    """A RESP3 push (`>`), told apart from an array reply."""
+
+
+def read_frame(f: IO[bytes]) -> Reply:
+    """The next frame: a reply, or a [`Push`]."""
     line = _read_line(f)
+    if line[:1] == b">":
+        return Push(_read_reply(f) for _ in range(int(line[1:])))
+    return _reply_of(line, f)
+
+
+def _read_reply(f: IO[bytes]) -> Reply:
+    return _reply_of(_read_line(f), f)
+
+
+def _reply_of(line: bytes, f: IO[bytes]) -> Reply:
     kind, rest = line[:1], line[1:]
     if kind in (b"+",):
         return rest.decode()

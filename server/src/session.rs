@@ -355,6 +355,15 @@ pub struct Held {
     pub filed: Option<LeaseFiled>,
 }
 
+/// Where a waiting HOLD went, if its partition was handed over with it in
+/// line: the `MOVED` it answers.
+fn moved_wait(filed: &WaitFiled) -> Option<ErrorReply> {
+    let registry = &filed.partition.registry;
+    let to = registry.sealed()?;
+    let slot = registry.exported_wait_slot(filed.number)?;
+    Some(reply::moved(slot, &to))
+}
+
 /// A lease's entry in its partition's registry: out of it when the lease
 /// leaves its connection, however it leaves.
 pub struct LeaseFiled {
@@ -615,6 +624,12 @@ impl Session {
                 if let Some(m) = &self.shared.metrics {
                     m.waited(pending.held_key.lock(), pending.started.elapsed());
                 }
+                // Granted as its partition was sealed with it in line:
+                // its place went with the export, where it follows it.
+                if let Some(moved) = pending.filed.as_ref().and_then(moved_wait) {
+                    drop(lease);
+                    return Err(moved);
+                }
                 drop(pending.filed.take());
                 let handed = pending.handed.take();
                 self.keep(
@@ -626,19 +641,11 @@ impl Session {
                 )
             }
             // A wait handed over with its partition: told where to follow.
-            Err(e) if e.kind() == ErrorKind::Closed => {
-                let moved = pending.filed.as_ref().and_then(|f| {
-                    let to = f.partition.registry.sealed()?;
-                    f.partition.registry.exported_wait(f.number).then_some(to)
-                });
-                match moved {
-                    Some(to) => Err(reply::moved(
-                        slots::key_slot(pending.held_key.key().as_bytes()),
-                        &to,
-                    )),
-                    None => Err(e.into()),
-                }
-            }
+            Err(e) if e.kind() == ErrorKind::Closed => Err(pending
+                .filed
+                .as_ref()
+                .and_then(moved_wait)
+                .unwrap_or_else(|| e.into())),
             Err(e) => Err(e.into()),
         }
     }

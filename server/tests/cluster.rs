@@ -927,9 +927,23 @@ fn a_node_shut_down_hands_its_leases_and_lines_over_and_holders_reattach() {
     let Some(mut three) = Three::start("follow", "20s") else {
         return;
     };
-    let (leaving, mut c, keys) = three.keys_of(2, 1);
+    let (leaving, mut c, keys) = three.keys_of(2, 64);
     let key = keys[0].clone();
     let slot = key_slot(&mut c, &key);
+    // A holder in each of the node's other partitions: every one moves.
+    let mut others: Vec<(String, Client, i64, String)> = Vec::new();
+    for (i, k) in keys.iter().enumerate() {
+        let p = partition_of_key(k);
+        if p == partition_of_key(&key) || others.iter().any(|(o, ..)| partition_of_key(o) == p) {
+            continue;
+        }
+        let mut h = Client::connect(leaving.parse().unwrap());
+        h.call(&["HELLO", "3"]);
+        let secret = format!("{i:0>32}");
+        let (_, fence) = granted(h.call(&["HOLD", "follow", k, "WAIT", "0", "SECRET", &secret]));
+        others.push((k.clone(), h, fence, secret));
+    }
+    assert!(!others.is_empty(), "node 2 owns two partitions or more");
     let (holder_secret, waiter_secret) = (
         "0123456789abcdef0123456789abcdef",
         "fedcba9876543210fedcba9876543210",
@@ -998,10 +1012,34 @@ fn a_node_shut_down_hands_its_leases_and_lines_over_and_holders_reattach() {
     assert_eq!(moved, format!("MOVED {slot} {to}"));
     assert!(three.nodes[2].wait_exit(Duration::from_secs(10)).success());
 
+    for (k, h, fence, secret) in &mut others {
+        let pushed = h.read_within(Duration::from_secs(5)).expect("a push");
+        let Value::Push(push) = pushed else {
+            panic!("{k}: {pushed:?}")
+        };
+        assert_eq!(push[0], Value::bulk("moved"), "{k}");
+        let Value::Bulk(to) = &push[3] else {
+            panic!("{push:?}")
+        };
+        let to = String::from_utf8(to.clone()).unwrap();
+        let (_, answer) = reattach(&to, "follow", k, secret, Duration::from_secs(10));
+        assert_eq!(granted(answer).1, *fence, "{k}: the fence it had");
+    }
     let (mut holder, answer) =
         reattach(&to, "follow", &key, holder_secret, Duration::from_secs(10));
     let (new_lease, kept_fence) = granted(answer);
     assert_eq!(kept_fence, fence, "the fence its holder knows");
+    // A fenced write with that fence is its holder's; INSPECT shows it.
+    let row = format!("{{{key}}}row");
+    let put = ["PUT", "follow", &key, &fence.to_string(), &row, "v"];
+    assert_eq!(holder.call(&put), Value::ok());
+    let Value::Map(inspect) = holder.call(&["INSPECT", "follow", &key]) else {
+        panic!()
+    };
+    assert_eq!(
+        common::map_field(&inspect, "fence"),
+        Some(Value::Integer(fence))
+    );
     assert!(
         asked.elapsed() < Duration::from_secs(6),
         "re-attached {:?} after SIGTERM",

@@ -237,8 +237,9 @@ impl Claims {
             self.delete_exports(p).await;
         }
         if self.node.check_deadline() {
+            let imported = export.is_some();
             self.node.serve(p, floor, revision, quiet, export);
-            if quiet.is_zero() {
+            if quiet.is_zero() || imported {
                 info!(partition = p, "serving the partition");
             } else {
                 info!(partition = p, wait = ?quiet, "serving the partition once no holder of its last owner can think it holds a key");

@@ -164,8 +164,8 @@ struct RegistryState {
     leases: HashMap<u64, Filed>,
     waits: BTreeMap<u64, FiledWait>,
     next_wait: u64,
-    /// The waits the seal exported (by their number).
-    exported: Vec<u64>,
+    /// The waits the seal exported: their number, their key's slot.
+    exported: Vec<(u64, u16)>,
 }
 
 /// What the clients of one partition may believe, on its owner.
@@ -218,9 +218,14 @@ impl Registry {
         self.lock().sealed.clone()
     }
 
-    /// Whether the seal exported wait `n`.
-    pub fn exported_wait(&self, n: u64) -> bool {
-        self.lock().exported.contains(&n)
+    /// The slot of wait `n`'s key, if the seal exported it.
+    pub fn exported_wait_slot(&self, n: u64) -> Option<u16> {
+        let state = self.lock();
+        state
+            .exported
+            .iter()
+            .find(|(m, _)| *m == n)
+            .map(|(_, slot)| *slot)
     }
 
     /// Seals the registry (nothing is filed after) and answers what it
@@ -258,7 +263,10 @@ impl Registry {
                 (n, out)
             })
             .collect();
-        state.exported = exported.iter().map(|(n, _)| *n).collect();
+        state.exported = exported
+            .iter()
+            .map(|(n, w)| (*n, super::slots::key_slot(w.opened.key.as_bytes())))
+            .collect();
         let waits = exported.into_iter().map(|(_, w)| w).collect();
         let ran = run();
         (Export { leases, waits }, ran)
@@ -306,6 +314,12 @@ pub struct Orphans {
     state: Mutex<HashMap<String, Kept>>,
     /// Leases imported without a secret: held until their time, then let go.
     anonymous: Mutex<Vec<(Instant, HeldLease)>>,
+    /// Each imported lease's fence as its holder knows it, by lock, key
+    /// and the store's own fence of that grant: a fenced write names the
+    /// one, the store checks the other. Kept while the store lives (a
+    /// later grant of the key has a greater fence of the store's, so an
+    /// old entry matches nothing current).
+    fences: Mutex<HashMap<(String, String, u64), u64>>,
 }
 
 impl Orphans {
@@ -322,6 +336,27 @@ impl Orphans {
             return None;
         }
         state.remove(secret).map(|k| k.orphan)
+    }
+
+    /// The store's fence of the imported grant of `lock`'s `key` that its
+    /// holder knows as `fence`; `fence` itself if none.
+    pub fn store_fence(&self, lock: &str, key: &str, fence: u64) -> u64 {
+        let fences = self.fences.lock().unwrap_or_else(PoisonError::into_inner);
+        if fences.is_empty() {
+            return fence;
+        }
+        let found = fences
+            .iter()
+            .find(|((l, k, _), f)| l == lock && k == key && **f == fence);
+        found.map_or(fence, |((_, _, store), _)| *store)
+    }
+
+    /// The fence the holder of the store's grant `store` of `lock`'s `key`
+    /// knows: the imported one, if that grant was imported.
+    pub fn holder_fence(&self, lock: &str, key: &str, store: u64) -> u64 {
+        let fences = self.fences.lock().unwrap_or_else(PoisonError::into_inner);
+        let k = (lock.to_owned(), key.to_owned(), store);
+        fences.get(&k).copied().unwrap_or(store)
     }
 
     /// Lets go of what ran out by `now` (dropped outside the lock: a
@@ -362,6 +397,12 @@ impl Orphans {
         for out in export.leases {
             match import_lease(store, &out) {
                 Ok((lease, heartbeat)) => {
+                    let o = &out.opened;
+                    let k = (o.lock.clone(), o.key.clone(), lease.fence());
+                    self.fences
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .insert(k, out.fence);
                     let until = now + Duration::from_millis(out.opened.ttl_ms);
                     match out.secret.clone() {
                         Some(secret) => {
@@ -539,7 +580,8 @@ mod tests {
         assert_eq!(export.leases[0].fence, held.fence());
         assert!(export.leases[0].max_hold_left_ms.unwrap() <= 60_000);
         assert_eq!(export.waits.len(), 1);
-        assert!(registry.exported_wait(n));
+        let slot = super::super::slots::key_slot(b"a");
+        assert_eq!(registry.exported_wait_slot(n), Some(slot));
         assert_eq!(registry.sealed().as_deref(), Some("127.0.0.1:1"));
         let late = FiledWait {
             opened: opened("b"),

@@ -347,11 +347,14 @@ impl Node {
         }
     }
 
-    /// The live node other than this one that would claim `p` once this
-    /// one gives it up (`leaving`: once this one is gone), as every node
-    /// plans its share; its address. `None` when there is none, or it is
-    /// of a release that does not take leases: it gets no export (its
-    /// holders are told `lost`, as that release would tell them).
+    /// Where partition `p` goes once this node gives it up (`leaving`:
+    /// once this node is gone): the address of the live node that will
+    /// claim it as every node plans its share (the plans settled as claims
+    /// would settle them), else of the first other node that takes leases.
+    /// The export goes through etcd to whoever claims; the address is the
+    /// holders' first try. `None` when no other live node takes leases, or
+    /// the one that will claim is of a release that does not: then there is
+    /// no export, and holders are told `lost`, as that release would.
     fn next_owner(&self, p: u16, leaving: bool) -> Option<String> {
         if takes_no_handover() {
             return None;
@@ -376,16 +379,18 @@ impl Node {
                 }
             }
         }
-        let id = live
-            .iter()
-            .filter(|id| **id != self.id)
-            .find(|id| shares::plan(id, &live, &owners).claim.contains(&p))?;
-        if !view.takers.contains(id) {
+        let taker = |id: &String| *id != self.id && view.takers.contains(id);
+        let next = match shares::settle(&live, &mut owners)[usize::from(p)].clone() {
+            Some(id) if id == self.id => return None,
+            Some(id) => id,
+            None => live.iter().find(|id| taker(id))?.clone(),
+        };
+        if !taker(&next) {
             return None;
         }
         view.nodes
             .iter()
-            .find(|(n, _)| n == id)
+            .find(|(n, _)| *n == next)
             .map(|(_, addr)| addr.clone())
     }
 

@@ -165,11 +165,15 @@ pub fn inspect(s: &mut Session, lock: &[u8], key: Vec<u8>) -> Reply {
             Value::Integer(i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
         })
     };
+    // A lease handed over shows the fence its holder knows.
+    let fence = place.partition().map_or(info.fence, |p| {
+        p.orphans.holder_fence(lock.name(), &key, info.fence)
+    });
     let mut map = vec![
         (Value::bulk("held"), Value::Boolean(info.held)),
         (
             Value::bulk("fence"),
-            Value::Integer(i64::try_from(info.fence).unwrap_or(i64::MAX)),
+            Value::Integer(i64::try_from(fence).unwrap_or(i64::MAX)),
         ),
         (Value::bulk("held_for_ms"), ms(info.held_for)),
         (Value::bulk("lease_left_ms"), ms(info.lease_left)),

@@ -47,7 +47,12 @@ impl Put {
         let Ok(row) = String::from_utf8(self.row) else {
             return Err(invalid_store("a row name is UTF-8 text".into()));
         };
-        let (fence, value) = (self.fence, self.value);
+        // A lease handed over keeps its holder's fence: the store knows
+        // its grant by one of its own.
+        let fence = place.partition().map_or(self.fence, |p| {
+            p.orphans.store_fence(lock.name(), &key, self.fence)
+        });
+        let value = self.value;
         let max = s.shared.limits.max_rows;
         place.store(&s.shared.store).tx(|tx| {
             let old = tx.get(&row).map_or(0, |v| row.len() + v.len());
