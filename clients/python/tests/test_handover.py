@@ -12,7 +12,8 @@ import re
 import time
 from typing import List, Optional
 
-from conftest import until
+import pytest
+from conftest import refused_address, until
 from fake_cluster import SILENT, FakeCluster, FakeNode, bulk
 from texts import assert_text
 
@@ -243,3 +244,42 @@ async def test_a_stale_maps_moved_to_a_hold_with_a_secret_ends_in_a_hold_there()
                 assert not lease.lost
         assert names(cluster.nodes[0]) == [b"HOLD"]
         assert names(new) == [b"REATTACH", b"HOLD", b"RELEASE"]
+
+
+@pytest.mark.parametrize("waiting", [False, True])
+async def test_reattach_sent_to_a_node_gone_goes_back_to_the_node_named(waiting: bool) -> None:
+    """The new owner, its map not updated yet, answers `MOVED` naming the
+    old owner, which is gone: the REATTACH (a lease's, or a waiter's)
+    goes back to the node the hand-over named, after a pause, and is
+    granted there."""
+    with refused_address() as gone:
+        async with FakeCluster(handover=True) as cluster:
+            key = cluster.key_on(0)
+            s = slot(key)
+            new = cluster.nodes[1]
+            asked: List[float] = []
+
+            def back_then_granted(node: FakeNode, command: List[bytes]) -> Optional[bytes]:
+                if command[0].upper() != b"REATTACH":
+                    return None
+                asked.append(time.monotonic())
+                if len(asked) == 1:
+                    return b"-MOVED %d %s\r\n" % (s, gone.encode())
+                return grant(960, 5)
+
+            def handed_over(node: FakeNode, command: List[bytes]) -> Optional[bytes]:
+                if command[0].upper() == b"HOLD":
+                    return b"-MOVED %d %s\r\n" % (s, new.address.encode())
+                return None
+
+            new.override = back_then_granted
+            if waiting:
+                cluster.nodes[0].override = handed_over
+            else:
+                moves_on_renew(cluster, key, new)
+            async with holdline_client.connect(cluster.nodes[0].address) as store:
+                async with store.lock("ho", ttl="1s").hold(key) as lease:
+                    await until(lambda: lease.id == 960, "re-attached on node 1")
+                    assert not lease.signal.is_set()
+            assert len(asked) == 2 and asked[1] - asked[0] >= 0.09, asked
+            assert new.sent(b"RELEASE") == [[b"RELEASE", b"960"]]

@@ -45,8 +45,11 @@ async def reattach(
     pausing after `CLUSTERDOWN` or a failed connection, until `until`
     (monotonic); None once that passed, or when the node answers `LOST`
     (or any other error). A grant that comes after `until` is let go (its
-    connection closed)."""
+    connection closed). A node that `MOVED` sent it to and that cannot be
+    reached (the old owner, gone, named by a map not yet updated) sends it
+    back to `where`, the node the hand-over named, after the pause."""
     pause = CLUSTER_DOWN_PAUSE_MS / 1000
+    named = where
     while not router.closed:
         left = until - time.monotonic()
         if left <= 0:
@@ -55,6 +58,7 @@ async def reattach(
         try:
             link = await asyncio.wait_for(pool.checkout(lock, key), left)
         except (Error, asyncio.TimeoutError):
+            where = named
             await asyncio.sleep(min(pause, max(0.0, until - time.monotonic())))
             continue
         timing: Tuple[float, float] = (0.0, 0.0)
@@ -68,6 +72,7 @@ async def reattach(
             await asyncio.wait([pending.future], timeout=max(0.0, until - time.monotonic()))
         except Error:
             pool.checkin(link)
+            where = named
             await asyncio.sleep(min(pause, max(0.0, until - time.monotonic())))
             continue
         except BaseException:
@@ -83,6 +88,7 @@ async def reattach(
             return pool, link, reply[0], timing[0], timing[1]
         pool.checkin(link)
         if reply is DROPPED:
+            where = named
             await asyncio.sleep(min(pause, max(0.0, until - time.monotonic())))
             continue
         if isinstance(reply, RespError) and reply.word == "MOVED":

@@ -36,8 +36,8 @@ from ._inspect import KeyState, key_state
 from ._lease import Lease
 from ._pool import Holding, Pool
 from ._resp import Arg, Reply, RespError
+from ._texts import CLUSTER_DOWN_PAUSE_MS, show_ms, wait_grace_ms
 from ._texts import key_text as client_text
-from ._texts import show_ms, wait_grace_ms
 from ._wire import DROPPED, Link, Pending, result
 
 Key = Union[str, int]
@@ -114,6 +114,7 @@ class HoldBase(AsyncBlock):
         self._secret_sent = False  # the last HOLD or TRYHOLD carried it
         self._reattach_to: Optional[Address] = None  # a waiting HOLD handed over there
         self._hold_at: Optional[Address] = None  # the next HOLD's node, when not the map's
+        self._handed_to: Optional[Address] = None  # the node the hand-over's MOVED named
 
     async def _enter(self) -> Optional[Lease]:
         if self._entered:
@@ -165,7 +166,13 @@ class HoldBase(AsyncBlock):
             target, self._hold_at = self._reattach_to or self._hold_at, None
             if target is not None:
                 pool = self._lock._router.pool_at(target)
-                link = await self._within(pool.checkout(self._lock.name, self._key))
+                try:
+                    link = await self._within(pool.checkout(self._lock.name, self._key))
+                except Closed:
+                    if not self._back_to_handed(target):
+                        raise
+                    await self._within(asyncio.sleep(CLUSTER_DOWN_PAUSE_MS / 1000))
+                    continue
             else:
                 pool, link = await self._within(route.checkout())
             self._pool, self._link = pool, link
@@ -201,6 +208,8 @@ class HoldBase(AsyncBlock):
             moved = parse_moved(reply.text)
             if moved is None or not await self._within(route.again(reply)):
                 return False
+            if not reattaching:
+                self._handed_to = moved[1]
             self._reattach_to = moved[1]
             return True
         if not reattaching:
@@ -212,6 +221,16 @@ class HoldBase(AsyncBlock):
             self._hold_at, self._reattach_to = self._reattach_to, None
             return True
         return False
+
+    def _back_to_handed(self, target: Address) -> bool:
+        """After a REATTACH's connection to `target` failed: whether to send
+        it again to the node the hand-over named, `target` being another a
+        `MOVED` sent it to (the old owner, gone, named by a map not yet
+        updated)."""
+        if self._reattach_to is None or self._handed_to in (None, target):
+            return False
+        self._reattach_to = self._handed_to
+        return True
 
     async def _within(self, step: Awaitable[T]) -> T:
         """`step`'s result, or `Closed` (wait_silent) once the hold's time
