@@ -395,7 +395,7 @@ class HoldBase(AsyncBlock):
             for _ in range(2):
                 await lease._moved_wait()
                 link = self._link if self._link is not None else link
-                if lease.lost or link.dropped:
+                if link.dropped:
                     break
                 reply = await link.send("RELEASE", lease.id).future
                 if isinstance(reply, RespError) and reply.word == "MOVED" and not lease.lost:
