@@ -380,12 +380,16 @@ class Scripted(Listening):
     cue: it answers `HELLO` (unless told not to) and `CLUSTER` as a single
     node does (unless `single` is False), and hands every other command to
     `handler`, which answers the bytes to send, None to send nothing, or
-    HANG_UP. One connection's commands are handled in order."""
+    HANG_UP. One connection's commands are handled in order. `handover`:
+    its `HELLO` map says `handover` = 1 (a node that can hand leases over)."""
 
-    def __init__(self, handler: Handler, hello: bool = True, single: bool = True) -> None:
+    def __init__(
+        self, handler: Handler, hello: bool = True, single: bool = True, handover: bool = False
+    ) -> None:
         super().__init__()
         self._handler = handler
         self._hello = hello
+        self._handover = handover
         self._single = hello and single
         self.commands: List[List[bytes]] = []
 
@@ -401,7 +405,12 @@ class Scripted(Listening):
                     args = [bytes(arg) for arg in command]
                     self.commands.append(args)
                     if self._hello and args[0].upper() == b"HELLO":
-                        writer.write(b"%1\r\n$6\r\nserver\r\n$8\r\nholdline\r\n")
+                        if self._handover:
+                            writer.write(
+                                b"%2\r\n$6\r\nserver\r\n$8\r\nholdline\r\n$8\r\nhandover\r\n:1\r\n"
+                            )
+                        else:
+                            writer.write(b"%1\r\n$6\r\nserver\r\n$8\r\nholdline\r\n")
                         continue
                     if self._single and args[0].upper() == b"CLUSTER":
                         writer.write(SINGLE_NODE)

@@ -5,13 +5,15 @@ node serves each slot (None: nobody), and `slots_answer` what they answer
 to `CLUSTER SLOTS` (the same map, unless a test sets another).
 """
 
-from typing import Callable, Dict, List, Optional
+import inspect
+from typing import Awaitable, Callable, Dict, List, Optional, Union
 
 from conftest import HANG_UP, Scripted
 
 from holdline_client._cluster import SLOTS, slot
 
-Answer = Callable[["FakeNode", List[bytes]], Optional[bytes]]
+Answer = Callable[["FakeNode", List[bytes]], Union[Optional[bytes], Awaitable[Optional[bytes]]]]
+"""An override: the answer, or an awaitable of it (to answer later)."""
 
 SILENT = b""
 """What an override answers for the node to say nothing."""
@@ -24,10 +26,10 @@ def bulk(data: bytes) -> bytes:
 class FakeNode:
     """One stand-in node of a `FakeCluster`."""
 
-    def __init__(self, cluster: "FakeCluster", index: int) -> None:
+    def __init__(self, cluster: "FakeCluster", index: int, handover: bool = False) -> None:
         self.cluster = cluster
         self.index = index
-        self.server = Scripted(self._handle, single=False)
+        self.server = Scripted(self._handle, single=False, handover=handover)
         self.override: Optional[Answer] = None
         """Answers before the usual rules when set; None from it: the usual,
         SILENT: nothing."""
@@ -43,6 +45,8 @@ class FakeNode:
     async def _handle(self, command: List[bytes]) -> Optional[bytes]:
         if self.override is not None:
             answer = self.override(self, command)
+            if inspect.isawaitable(answer):
+                answer = await answer
             if answer is not None:
                 return None if answer == SILENT else answer
         name = command[0].upper()
@@ -65,10 +69,11 @@ class FakeNode:
 
 
 class FakeCluster:
-    """`n` scripted nodes sharing one slot map: enter it with `async with`."""
+    """`n` scripted nodes sharing one slot map: enter it with `async with`.
+    `handover`: each node's `HELLO` says it can hand leases over."""
 
-    def __init__(self, n: int = 3) -> None:
-        self.nodes = [FakeNode(self, i) for i in range(n)]
+    def __init__(self, n: int = 3, handover: bool = False) -> None:
+        self.nodes = [FakeNode(self, i, handover) for i in range(n)]
         self.owners: List[Optional[int]] = [i * n // SLOTS for i in range(SLOTS)]
         """Each slot's node (index), None for a slot nobody serves."""
         self.answered: Optional[List[Optional[int]]] = None

@@ -4,9 +4,10 @@ node from one address, the map learned at connect sends each hold straight
 to its node, a ttl above the cluster's max ttl is refused, and a node
 killed with SIGKILL loses its leases, closes its waiting holds, and its
 keys are held again on their new owner under a greater fence once the
-take-over's max ttl has passed; started again, it takes partitions back
-(handed over: granted once the leases lost on them could no longer be
-believed), and the leases on those are lost.
+take-over's max ttl has passed; started again, it takes partitions back,
+handed over with their leases, which their holders follow there and keep
+(a node that cannot hand leases over loses them: granted once they could
+no longer be believed).
 
 Two clusters: `cluster` (the default max ttl, 10 s) for the tests that
 kill no node, and `failover` (a max ttl of 2 s, so a killed node's keys
@@ -237,11 +238,55 @@ async def _hold_again(lock: holdline_client.Lock, key: str, deadline: float) -> 
             await asyncio.sleep(0.1)
 
 
-async def test_a_node_that_comes_back_takes_partitions_and_their_leases_are_lost(
+def can_hand_over(addr: str) -> bool:
+    """Whether the node at `addr` says `handover` in its `HELLO`."""
+    hello = command(addr, "HELLO", "3")
+    return isinstance(hello, dict) and hello.get("handover") == 1
+
+
+async def test_a_node_that_comes_back_takes_partitions_and_their_leases_follow(
     failover: Cluster,
 ) -> None:
-    # Runs after the failover test (node 1 dead), or kills node 1 itself.
+    """A node that can hand over passes the leases of the partitions it
+    gives up to the node taking them (their holders re-attach there and
+    keep them); one that cannot loses them (below)."""
     cluster = failover
+    if not can_hand_over(cluster.nodes[0].addr):
+        await _leases_lost_to_a_node_coming_back(cluster)
+        return
+    # Runs after the failover test (node 1 dead), or kills node 1 itself.
+    if cluster.nodes[1].alive():
+        cluster.kill(1)
+    cluster.wait_covered()
+    keys = [f"back-{n}" for n in range(24)]
+    async with holdline_client.connect(cluster.nodes[0].addr) as store:
+        lock = store.lock("back", ttl=f"{MAX_TTL}s")
+        holds = [await _hold_retrying(lock, key) for key in keys]
+        leases = [lease for _, lease in holds]
+        fences = [lease.fence for lease in leases]
+        await asyncio.to_thread(cluster.start, 1)  # back, and the partitions spread again
+        moved = {key for key in keys if cluster.owner(key) == 1}
+        assert moved and len(moved) < len(keys)
+        followed = [lease for lease in leases if lease.key in moved]
+        node1 = cluster.nodes[1].addr
+        await until(
+            lambda: all(lease._link.address.hostport == node1 for lease in followed),
+            "every lease of node 1's partitions re-attached there",
+        )
+        await asyncio.sleep(MAX_TTL + 0.5)  # past their ttl: renewed on node 1 since
+        assert [lease.fence for lease in leases] == fences
+        assert not any(lease.lost or lease.signal.is_set() for lease in leases)
+        for key in moved:
+            state = inspect(node1, "back", key)
+            assert state is not None and state["held"] == 1, (key, state)
+        for hold, _ in holds:
+            await hold.__aexit__(None, None, None)  # released where each lease is
+        async with lock.try_hold(followed[0].key) as again:  # free at once
+            assert again is not None and again.fence > followed[0].fence
+
+
+async def _leases_lost_to_a_node_coming_back(cluster: Cluster) -> None:
+    # Runs after the failover test (node 1 dead), or kills node 1 itself.
     if cluster.nodes[1].alive():
         cluster.kill(1)
     cluster.wait_covered()

@@ -15,7 +15,7 @@ from texts import RULES, assert_text
 import holdline_client
 from holdline_client import _cluster, _texts
 from holdline_client._address import Address, parse_addresses
-from holdline_client._cluster import _moved, slot
+from holdline_client._cluster import parse_moved, slot
 
 
 def test_slots_are_redis_clusters() -> None:
@@ -382,9 +382,9 @@ async def test_the_blocking_flavour_takes_several_addresses() -> None:
 
 
 def test_moved_is_read_as_redis_writes_it() -> None:
-    assert _moved("12182 127.0.0.1:7002") == (12182, Address("127.0.0.1", 7002))
-    assert _moved("1 ::1:7002") == (1, Address("::1", 7002))
-    assert _moved("1 [::1]:7002") == (1, Address("::1", 7002))
-    assert _moved("1 ::1:7002")[1].hostport == "[::1]:7002"  # type: ignore[index]
+    assert parse_moved("12182 127.0.0.1:7002") == (12182, Address("127.0.0.1", 7002))
+    assert parse_moved("1 ::1:7002") == (1, Address("::1", 7002))
+    assert parse_moved("1 [::1]:7002") == (1, Address("::1", 7002))
+    assert parse_moved("1 ::1:7002")[1].hostport == "[::1]:7002"  # type: ignore[index]
     for bad in ["", "x h:1", "16384 h:1", "1 h", "1 h:0", "1 h:x", "1 :1", "1 h:1 extra"]:
-        assert _moved(bad) is None, bad
+        assert parse_moved(bad) is None, bad

@@ -18,6 +18,7 @@ LAYERS: List[Set[str]] = [
     {"_lease"},  # a lease and its clock, on a connection
     {"_pool"},  # one node's connections
     {"_cluster"},  # a store's nodes: which one each key's commands go to
+    {"_follow"},  # a lease's REATTACH after a planned hand-over
     {"_election"},  # elections: a hold with a note and an observer, of the lock above
     {"_lock"},  # locks and their holds
     {"_store"},  # connect and the store

@@ -15,8 +15,17 @@ from typing import Awaitable, Callable, Dict, List, Optional
 
 import pytest
 from certs import Ca
-from conftest import HANG_UP, Listening, Scripted, Server, never_answer, refused_address
+from conftest import (
+    HANG_UP,
+    PATIENCE,
+    Listening,
+    Scripted,
+    Server,
+    never_answer,
+    refused_address,
+)
 from fake_cluster import FakeCluster, FakeNode
+from test_handover import moves_on_renew
 from texts import RULES, TEXTS, assert_text
 
 import holdline_client
@@ -362,6 +371,24 @@ async def provoke_proclaim_ended(server: Server) -> None:
     assert_text(caught.value, "proclaim_ended", lock="services", key='"texts"')
 
 
+async def provoke_reattach_failed(server: Server) -> None:
+    # A hand-over moves the lease to node 1, which has nothing under its secret.
+    async with FakeCluster(handover=True) as cluster:
+        key = cluster.key_on(0)
+        moves_on_renew(cluster, key, cluster.nodes[1])
+        lost = b'-LOST lock texts: key "k": the lease was lost: nothing was handed over\r\n'
+
+        def refuse(node: FakeNode, command: List[bytes]) -> Optional[bytes]:
+            return lost if command[0].upper() == b"REATTACH" else None
+
+        cluster.nodes[1].override = refuse
+        async with holdline_client.connect(cluster.nodes[0].address) as store:
+            with pytest.raises(holdline_client.Lost) as caught:
+                async with store.lock("texts", ttl="300ms").hold(key) as lease:
+                    await asyncio.wait_for(lease.signal.wait(), PATIENCE)
+    assert_text(caught.value, "reattach_failed", lock="texts", key=f'"{key}"')
+
+
 async def test_a_server_that_closes_at_once_fails_connect_closed() -> None:
     async with Impostor(b"") as rude:
         error = await connect_error(rude)
@@ -391,6 +418,7 @@ PROVOKE: Dict[str, Callable[[Server], Awaitable[None]]] = {
     "not_resp": provoke_not_resp,
     "reply_too_large": provoke_reply_too_large,
     "proclaim_ended": provoke_proclaim_ended,
+    "reattach_failed": provoke_reattach_failed,
 }
 
 

@@ -141,3 +141,12 @@ def resolve_auth(first: Address, user: Optional[str], token: Optional[str]) -> O
 
 def bad_address(address: str) -> Invalid:
     return Invalid(text("bad_address", address=show_key(address)))
+
+
+def parse_node(hostport: str) -> Optional[Address]:
+    """`host:port` (an IPv6 host bare or in brackets) as an address; None
+    when it is not of that form."""
+    host, colon, port = hostport.rpartition(":")
+    if not (colon and host and port.isdigit() and 0 < int(port) < 65536):
+        return None
+    return Address(host.strip("[]"), int(port))

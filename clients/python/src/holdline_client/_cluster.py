@@ -27,7 +27,7 @@ import asyncio
 import binascii
 from typing import Dict, List, Optional, Set, Tuple, Union
 
-from ._address import Address
+from ._address import Address, parse_node
 from ._errors import Closed, Error
 from ._pool import Closes, Dial, Holding, Pool
 from ._resp import Arg, Reply, RespError
@@ -90,16 +90,14 @@ def _parse_hostport(where: str) -> Address:
     return Address(host.strip("[]"), int(port))
 
 
-def _moved(text: str) -> Optional[Tuple[int, Address]]:
+def parse_moved(text: str) -> Optional[Tuple[int, Address]]:
     """`MOVED`'s `slot host:port` (an IPv6 host bare or in brackets); None
     when it is not of that form."""
     parts = text.split(" ")
     if len(parts) != 2 or not parts[0].isdigit() or int(parts[0]) >= SLOTS:
         return None
-    host, colon, port = parts[1].rpartition(":")
-    if not (colon and host and port.isdigit() and 0 < int(port) < 65536):
-        return None
-    return int(parts[0]), Address(host.strip("[]"), int(port))
+    where = parse_node(parts[1])
+    return None if where is None else (int(parts[0]), where)
 
 
 class Router(Closes):
@@ -343,7 +341,7 @@ class Route:
         if not isinstance(reply, RespError) or not router.clustered:
             return False
         if reply.word == "MOVED":
-            moved = _moved(reply.text)
+            moved = parse_moved(reply.text)
             if moved is None:
                 return False
             self._moved += 1

@@ -18,17 +18,32 @@ Only an answer handled before the lease's time ran out moves `t`: the
 server read that command while it still held the lease. A grant handled
 too late to tell whether the lease outlived its trip home is held only
 once a `RENEW` sent after it is answered `OK` in time.
+
+A planned hand-over (`_follow`). Once told its lease moved (the `moved`
+push, or `MOVED` to a RENEW or RELEASE), the lease stops counting answers
+of its old connection and stops renewing there; a task sends `REATTACH`
+to the node named, until the lease's deadline. Its answer `[lease, fence]`
+moves the lease onto the new connection under the new id: `t` is the
+REATTACH's send time (the deadline never moves back), the renewals go on
+there, the signal stays clear and the fence is the same. No answer in
+time, or `LOST`, loses the lease (`reattach_failed`).
 """
 
 import asyncio
 import math
 import time
-from typing import Callable, List, Optional, Tuple
+from typing import Awaitable, Callable, List, Optional, Tuple
 
+from ._address import Address, parse_node
 from ._errors import Closed, Lost, text_for
 from ._resp import Reply, RespError
 from ._texts import key_text, lost_margin_ms, show_ms
 from ._wire import Link
+
+Follow = Callable[[Address, float], Awaitable[Optional[Tuple[Link, int, float, float]]]]
+"""Re-attaches a lease that moved to the node at the address, until the
+deadline given (monotonic): its new connection, id there, the REATTACH's
+send time and when its answer was handled; None when it could not."""
 
 _HELD, _RELEASED = "held", "released"
 
@@ -56,6 +71,8 @@ class Lease:
         "_settled",
         "_timer",
         "_renewal",
+        "_follow",
+        "_moving",
     )
 
     def __init__(
@@ -69,9 +86,11 @@ class Lease:
         granted: Tuple[float, float],
         store_closed: Callable[[], bool],
         permits: int = 1,
+        follow: Optional[Follow] = None,
     ) -> None:
         """Made as the grant is handled: `granted` is (the HOLD's send time,
-        the time its answer is handled)."""
+        the time its answer is handled). `follow` re-attaches it after a
+        planned hand-over (a lease held with a secret); None: it cannot."""
         self.lock = lock
         """The lock's name."""
         self.key = key
@@ -95,6 +114,8 @@ class Lease:
         self._settled: "asyncio.Future[None]" = self._loop.create_future()
         self._timer: Optional[asyncio.TimerHandle] = None
         self._renewal: Optional[asyncio.TimerHandle] = None
+        self._follow = follow
+        self._moving: "Optional[asyncio.Task[None]]" = None
         sent_at, now = granted
         self._confirmed = now < sent_at + self._window
         self._deadline = sent_at + self._window if self._confirmed else math.inf
@@ -161,6 +182,58 @@ class Lease:
             why = key_text("lost_connection", self.lock, self.key)
         self._lose(Lost(why))
 
+    def _moved(self, where: str) -> None:
+        """A hand-over moved the lease to the node at `where`: from now on
+        the old connection's answers count for nothing, and a task follows
+        the lease there."""
+        if self._state != _HELD or self._moving is not None or self._look():
+            return
+        address = parse_node(where)
+        if self._follow is None or address is None:
+            self._lose(Lost(key_text("reattach_failed", self.lock, self.key)))
+            return
+        self._stop_renewing()
+        self._link.unwatch(self.id)
+        until = self._deadline if self._deadline != math.inf else time.monotonic() + self._window
+        self._moving = self._loop.create_task(self._reattach(self._follow, address, until))
+
+    async def _reattach(self, follow: Follow, where: Address, until: float) -> None:
+        attached = None
+        try:
+            attached = await follow(where, until)
+        except Exception:
+            attached = None
+        if self._error is not None or self._state != _HELD:
+            if attached is not None:
+                attached[0].close()  # lost or let go meanwhile: the new node lets it go
+            return
+        if attached is None:
+            self._lose(Lost(key_text("reattach_failed", self.lock, self.key)))
+            return
+        link, lease_id, sent_at, now = attached
+        if self._look(now):  # the answer came after the deadline: it moves nothing
+            link.close()
+            return
+        self._link, self.id = link, lease_id
+        floor = self._deadline if self._confirmed else -math.inf
+        self._deadline = max(floor, sent_at + self._window)
+        if not self._confirmed:
+            self._confirmed = True
+            self._settled.set_result(None)
+        self._moving = None
+        link.watch(lease_id, self)
+        self._arm()
+        if now - sent_at > self._ttl_ms / 3000:
+            self._renew()
+        else:
+            self._renewal = self._loop.call_later(self._ttl_ms / 3000, self._renew)
+
+    async def _moved_wait(self) -> None:
+        """Returns once a move under way is over: re-attached, or lost."""
+        moving = self._moving
+        if moving is not None and moving is not asyncio.current_task():
+            await asyncio.wait([moving])
+
     def _looks_lost(self, now: float) -> bool:
         """Whether the lease is lost, the clock included, without acting on
         it (safe from any thread)."""
@@ -170,6 +243,8 @@ class Lease:
 
     def _silent_error(self) -> Lost:
         """The error of a lease whose time ran out."""
+        if self._moving is not None:
+            return Lost(key_text("reattach_failed", self.lock, self.key))
         text = key_text("lost_silent", self.lock, self.key, ttl=show_ms(self._ttl_ms))
         return Lost(text)
 
@@ -186,6 +261,7 @@ class Lease:
         """The hold let the key go (or gave up on it): the clock stops. (A
         release answered OK was read while the server still held the lease.)"""
         self._state = _RELEASED
+        self._cancel_move()
         self._stop_renewing()
         self._disarm()
         self._link.unwatch(self.id)
@@ -213,6 +289,7 @@ class Lease:
         if self._error is not None:
             return
         self._error = error
+        self._cancel_move()
         self._stop_renewing()
         self._disarm()
         self._signal.set()
@@ -221,12 +298,25 @@ class Lease:
         for tell in self._listeners:
             tell(error)
 
+    def _cancel_move(self) -> None:
+        moving, self._moving = self._moving, None
+        if moving is not None and moving is not asyncio.current_task():
+            moving.cancel()
+
     def _renew(self) -> None:
         self._renewal = None
-        if self._state != _HELD or self._look() or self._link.dropped:
+        if self._state != _HELD or self._moving is not None:
             return
+        if self._look() or self._link.dropped:
+            return
+        link = self._link
+
+        def renewed(reply: Reply, sent_at: float, now: float) -> None:
+            if link is self._link:  # not a connection the lease moved away from
+                self._renewed(reply, sent_at, now)
+
         try:
-            pending = self._link.send("RENEW", self.id, on_reply=self._renewed)
+            pending = link.send("RENEW", self.id, on_reply=renewed)
         except Closed:
             return  # the link is going: its drop tells the lease
         if not self._confirmed and self._deadline == math.inf:
@@ -236,11 +326,13 @@ class Lease:
         self._renewal = self._loop.call_later(self._ttl_ms / 3000, self._renew)
 
     def _renewed(self, reply: Reply, sent_at: float, now: float) -> None:
-        if self._error is not None or self._state != _HELD:
+        if self._error is not None or self._state != _HELD or self._moving is not None:
             return
         if isinstance(reply, RespError):
             if reply.word == "LOST":
                 self._lose(Lost(reply.text))
+            elif reply.word == "MOVED":
+                self._moved(reply.text.partition(" ")[2])
             return
         # `answered` checked the clock already: the server held the lease
         # when it read this RENEW, and renewed it then.

@@ -10,6 +10,14 @@ the HOLD is answered). Once granted, the lease renews itself (`_lease`).
 A waiting hold whose connection answers nothing for its wait plus the ttl
 (at least 1 s more) gives up `Closed` and closes the connection, which
 takes the HOLD out of the server's line: nothing is granted to it later.
+
+To a node that can hand leases over (`handover` in its `HELLO`), HOLD and
+TRYHOLD carry the hold's secret (`SECRET s`, new for each hold); its lease
+then follows a planned hand-over (`_follow`). A waiting HOLD answered
+`MOVED` with a secret was handed over with its place in line: it sends
+`REATTACH` to that node and goes on waiting there, within the same wait
+(a node that answers `LOST`, nothing handed over under the secret, was
+only a stale map's choice: the HOLD is sent there again).
 """
 
 import asyncio
@@ -17,18 +25,20 @@ import re
 import time
 from typing import Awaitable, List, Optional, Tuple, Type, TypeVar, Union
 
+from ._address import Address
 from ._blocks import AsyncBlock
-from ._cluster import Router
+from ._cluster import Route, Router, parse_moved
 from ._durations import Duration, to_ms
 from ._election import Election
 from ._errors import Closed, Error, Invalid, Lost, from_reply, show_key, text_for
+from ._follow import new_secret, reattach
 from ._inspect import KeyState, key_state
 from ._lease import Lease
 from ._pool import Holding, Pool
 from ._resp import Arg, Reply, RespError
+from ._texts import CLUSTER_DOWN_PAUSE_MS, show_ms, wait_grace_ms
 from ._texts import key_text as client_text
-from ._texts import show_ms, wait_grace_ms
-from ._wire import DROPPED, Link, result
+from ._wire import DROPPED, Link, Pending, result
 
 Key = Union[str, int]
 """A key: text, or an integer (key 9 and key "9" are the same key)."""
@@ -100,6 +110,11 @@ class HoldBase(AsyncBlock):
         self._wait_ends = 0.0  # the wait's end (monotonic), from the hold's call
         self._give_up_at = 0.0  # the wait's end plus max(ttl, 1s)
         self._sends = 0  # HOLDs sent so far: the first carries the whole wait
+        self._secret: Optional[str] = None  # sent to nodes that can hand over
+        self._secret_sent = False  # the last HOLD or TRYHOLD carried it
+        self._reattach_to: Optional[Address] = None  # a waiting HOLD handed over there
+        self._hold_at: Optional[Address] = None  # the next HOLD's node, when not the map's
+        self._handed_to: Optional[Address] = None  # the node the hand-over's MOVED named
 
     async def _enter(self) -> Optional[Lease]:
         if self._entered:
@@ -148,7 +163,18 @@ class HoldBase(AsyncBlock):
         self._wait_ends = time.monotonic() + (self._wait_ms or 0) / 1000
         self._give_up_at = self._wait_ends + wait_grace_ms(self._lock.ttl_ms) / 1000
         while True:
-            pool, link = await self._within(route.checkout())
+            target, self._hold_at = self._reattach_to or self._hold_at, None
+            if target is not None:
+                pool = self._lock._router.pool_at(target)
+                try:
+                    link = await self._within(pool.checkout(self._lock.name, self._key))
+                except Closed:
+                    if not self._back_to_handed(target):
+                        raise
+                    await self._within(asyncio.sleep(CLUSTER_DOWN_PAUSE_MS / 1000))
+                    continue
+            else:
+                pool, link = await self._within(route.checkout())
             self._pool, self._link = pool, link
             try:
                 reply = await self._ask(link)
@@ -164,8 +190,47 @@ class HoldBase(AsyncBlock):
             if not isinstance(reply, RespError):
                 return pool, link, reply
             pool.checkin(link)
+            if await self._handed_over(route, reply):
+                continue
             if not await self._within(route.again(reply)):
                 raise from_reply(reply.line)
+
+    async def _handed_over(self, route: Route, reply: RespError) -> bool:
+        """Whether the waiting hold goes on by `REATTACH` after `reply`.
+        `MOVED` to a HOLD sent with a secret: the node handed it over (or a
+        stale map sent it there: `REATTACH` answers `LOST` then, and the
+        HOLD is sent again); to a REATTACH: that node's. `CLUSTERDOWN` to a
+        REATTACH: the partition is between owners, sent again after 100 ms.
+        `MOVED` and `CLUSTERDOWN` count toward their limits as for a HOLD.
+        `LOST` to a REATTACH: nothing under the secret there."""
+        reattaching = self._reattach_to is not None
+        if reply.word == "MOVED" and (reattaching or (self._secret_sent and self._wait_ms)):
+            moved = parse_moved(reply.text)
+            if moved is None or not await self._within(route.again(reply)):
+                return False
+            if not reattaching:
+                self._handed_to = moved[1]
+            self._reattach_to = moved[1]
+            return True
+        if not reattaching:
+            return False
+        if reply.word == "CLUSTERDOWN":
+            return await self._within(route.again(reply))
+        if reply.word == "LOST":
+            # Nothing waits there: HOLD again there, with the wait left.
+            self._hold_at, self._reattach_to = self._reattach_to, None
+            return True
+        return False
+
+    def _back_to_handed(self, target: Address) -> bool:
+        """After a REATTACH's connection to `target` failed: whether to send
+        it again to the node the hand-over named, `target` being another a
+        `MOVED` sent it to (the old owner, gone, named by a map not yet
+        updated)."""
+        if self._reattach_to is None or self._handed_to in (None, target):
+            return False
+        self._reattach_to = self._handed_to
+        return True
 
     async def _within(self, step: Awaitable[T]) -> T:
         """`step`'s result, or `Closed` (wait_silent) once the hold's time
@@ -201,12 +266,23 @@ class HoldBase(AsyncBlock):
         """Sends HOLD (with the wait left) or TRYHOLD and answers its reply;
         gives up `Closed` when the hold's time is up first."""
         lock = self._lock
+        if self._reattach_to is not None:
+            assert self._secret is not None
+            pending = link.send(
+                "REATTACH", lock.name, self._key, self._secret, on_reply=self._granted
+            )
+            return await self._reply(link, pending)
         options: List[Arg] = ["TTL", lock.ttl_ms]
         if lock.max_hold_ms is not None:
             options += ["MAXHOLD", lock.max_hold_ms]
         options += self._permit_args()
         if self._note is not None:
             options += ["NOTE", self._note]
+        self._secret_sent = link.handover
+        if link.handover:
+            if self._secret is None:
+                self._secret = new_secret()
+            options += ["SECRET", self._secret]
         if self._wait_ms is None:
             pending = link.send("TRYHOLD", lock.name, self._key, *options, on_reply=self._granted)
         else:
@@ -219,7 +295,12 @@ class HoldBase(AsyncBlock):
                 *options,
                 on_reply=self._granted,
             )
-        pinger = _Pinger(link, lock.ttl_ms / 3000)
+        return await self._reply(link, pending)
+
+    async def _reply(self, link: Link, pending: Pending) -> Reply:
+        """The reply of a HOLD, TRYHOLD or REATTACH sent on `link`, the
+        connection pinged meanwhile; `Closed` when the hold's time is up first."""
+        pinger = _Pinger(link, self._lock.ttl_ms / 3000)
         try:
             timeout = self._give_up_at - time.monotonic()
             await asyncio.wait([pending.future], timeout=max(0.0, timeout))
@@ -260,7 +341,25 @@ class HoldBase(AsyncBlock):
             (sent_at, now),
             lock._router.is_closed,
             lock.permits if self._take is None else self._take,
+            self._follow if self._secret_sent or self._reattach_to is not None else None,
         )
+
+    async def _follow(
+        self, where: Address, until: float
+    ) -> Optional[Tuple[Link, int, float, float]]:
+        """Re-attaches the lease at `where` (its `Follow`): the hold's
+        connection is the new one from then on, the old one given back."""
+        assert self._secret is not None
+        lock = self._lock
+        attached = await reattach(lock._router, lock.name, self._key, self._secret, where, until)
+        if attached is None:
+            return None
+        pool, link, lease_id, sent_at, now = attached
+        old_pool, old_link = self._pool, self._link
+        self._pool, self._link = pool, link
+        if old_pool is not None and old_link is not None:
+            old_pool.checkin(old_link)
+        return link, lease_id, sent_at, now
 
     def _abandon(self, link: Link) -> None:
         link.close()
@@ -289,11 +388,21 @@ class HoldBase(AsyncBlock):
 
     async def _let_go(self, lease: Lease, link: Link) -> None:
         """Releases the key (the server forgets a lost lease on its RELEASE
-        too) and gives the connection back."""
+        too) and gives the connection back. A lease that moved is released
+        where it re-attached (`MOVED` to the RELEASE: once it did)."""
         lease._stop_renewing()
         try:
-            if not link.dropped:
-                await link.call("RELEASE", lease.id)
+            for _ in range(2):
+                await lease._moved_wait()
+                link = self._link if self._link is not None else link
+                if link.dropped:
+                    break
+                reply = await link.send("RELEASE", lease.id).future
+                if isinstance(reply, RespError) and reply.word == "MOVED" and not lease.lost:
+                    lease._moved(reply.text.partition(" ")[2])
+                    continue
+                result(reply)
+                break
         except Lost as err:
             lease._mark_lost(err)
         except Error:
@@ -305,7 +414,7 @@ class HoldBase(AsyncBlock):
         finally:
             lease._end()
             assert self._pool is not None
-            self._pool.checkin(link)
+            self._pool.checkin(self._link if self._link is not None else link)
 
 
 class Hold(HoldBase):

@@ -211,7 +211,7 @@ class SyncLease:
     calling thread without acting on the lease there; a lease whose time ran
     out is then lost on the loop thread, which owns it."""
 
-    __slots__ = ("_lease", "_signal", "_loop", "lock", "key", "fence", "id", "permits")
+    __slots__ = ("_lease", "_signal", "_loop", "lock", "key", "fence", "permits")
 
     def __init__(self, lease: Lease) -> None:
         self._lease = lease
@@ -219,7 +219,6 @@ class SyncLease:
         self.lock = lease.lock
         self.key = lease.key
         self.fence = lease.fence
-        self.id = lease.id
         self.permits = lease.permits
         """How many of the key's permits this lease holds."""
         self._loop = asyncio.get_running_loop()
@@ -227,6 +226,11 @@ class SyncLease:
         lease._listeners.append(lambda _error: self._signal.set())
         if lease.lost:
             self._signal.set()
+
+    @property
+    def id(self) -> int:
+        """The server's id of the lease: a new one once it followed a hand-over."""
+        return self._lease.id
 
     def _look(self) -> bool:
         if not self._lease._looks_lost(time.monotonic()):

@@ -55,6 +55,10 @@ TEXTS: Dict[str, str] = {
         "lock {lock}: key {key}: the lease was lost: "
         "the server answered nothing for its ttl ({ttl})"
     ),
+    "reattach_failed": (
+        "lock {lock}: key {key}: the lease was lost: "
+        "it could not follow its partition to another node"
+    ),
     "wait_silent": (
         "lock {lock}: key {key}: the server answered nothing for the hold's wait plus its ttl "
         "({wait} + {ttl}): closed"

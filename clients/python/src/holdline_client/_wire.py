@@ -5,8 +5,8 @@ A `Link` is an asyncio protocol: the event loop hands it bytes as they
 arrive, with no task of its own, so a RESP3 push telling of a lost lease
 is seen even while no command waits for a reply. Each reply goes to the
 oldest command still waiting (the server answers in order), each push to
-the lease it names, and the end of the connection to every command and
-lease of the link at once.
+the lease it names (`lost`; `moved` by a planned hand-over), and the end
+of the connection to every command and lease of the link at once.
 
 For the leases held on it, a link tells each watcher when a command was
 answered: the time it was sent (the server renews a connection's leases
@@ -67,6 +67,10 @@ class Watcher(Protocol):
     def _dropped(self) -> None:
         """The connection is gone."""
 
+    def _moved(self, where: str) -> None:
+        """The lease moved to the node at `where` (`host:port`): a planned
+        hand-over (the `moved` push, or `MOVED` to its RENEW or RELEASE)."""
+
 
 class Pending:
     """A command sent and not answered yet."""
@@ -94,6 +98,9 @@ class Link(asyncio.Protocol):
         self._watchers: Dict[int, Watcher] = {}
         self._dropped = False
         self.unasked: Reply = None
+        self.handover = False
+        """True when the server's `HELLO` said `handover` = 1: it can hand
+        leases over and take them (`SECRET`, `REATTACH`)."""
         self.lost_to: Optional[Exception] = None
         """What ended the connection, when the event loop said (a TLS alert)."""
         self.first_bytes = b""
@@ -165,6 +172,13 @@ class Link(asyncio.Protocol):
                 note = items[2]
                 shown = note.decode("utf-8", "replace") if isinstance(note, bytes) else str(note)
                 watcher._pushed_loss(shown)
+            return
+        if len(items) >= 4 and items[0] == b"moved" and isinstance(items[1], int):
+            # ["moved", lease, slot, "host:port"]: a hand-over moved the lease.
+            watcher = self._watchers.get(items[1])
+            where = items[3]
+            if watcher is not None and isinstance(where, bytes):
+                watcher._moved(where.decode("utf-8", "replace"))
             return
         if self.on_push is not None:
             self.on_push(items)
@@ -319,7 +333,7 @@ async def open_link(
             await link.wait_closed(max(0.0, deadline - time.monotonic()))
         if reply is DROPPED:
             reply = _why_dropped(link, address, tls)
-        _check_hello(reply, address)
+        link.handover = _check_hello(reply, address)
     except BaseException:
         link.close()
         raise
@@ -355,8 +369,9 @@ def tls_failed(address: Address, err: ssl.SSLError) -> Closed:
 _SSL_CODES = re.compile(r"^\[[^\]]*\]|\(_ssl\.c:\d+\)$")
 
 
-def _check_hello(reply: Reply, address: Address) -> None:
-    """`HELLO`'s answer: a map, or a refusal of the token or the connection."""
+def _check_hello(reply: Reply, address: Address) -> bool:
+    """`HELLO`'s answer: a map, or a refusal of the token or the connection.
+    Answers whether the server can hand leases over (`handover` = 1)."""
     if isinstance(reply, RespError):
         if reply.word == "NOAUTH":
             raise Invalid(text("token_missing"))
@@ -365,12 +380,13 @@ def _check_hello(reply: Reply, address: Address) -> None:
         raise Closed(text("connect_refused", hostport=address.hostport, reason=reply.line))
     if reply is DROPPED:
         raise closed_error()
-    _check_server(reply, address)
+    return _check_server(reply, address).get(b"handover") == 1
 
 
-def _check_server(reply: Reply, address: Address) -> None:
+def _check_server(reply: Reply, address: Address) -> Dict[Reply, Reply]:
     """`HELLO`'s answer (a map, or RESP2's flat array) names the server:
-    another than holdline fails `not_holdline`, with its name and version."""
+    another than holdline fails `not_holdline`, with its name and version.
+    Answers the map's fields."""
     fields: Dict[Reply, Reply] = {}
     if isinstance(reply, dict):
         fields = reply
@@ -379,7 +395,7 @@ def _check_server(reply: Reply, address: Address) -> None:
         fields = {reply[i]: reply[i + 1] for i in pairs if isinstance(reply[i], bytes)}
     server = _shown(fields.get(b"server"))
     if server == "holdline":
-        return
+        return fields
     if server is None:
         raise Invalid(text("not_holdline_unnamed", hostport=address.hostport))
     version = _shown(fields.get(b"version"))
