@@ -18,7 +18,7 @@ import { keyState, type KeyState } from './inspect.js'
 import { Lease, type LeaseClock, type LeaseLink } from './lease.js'
 import { Election, type ElectionHold } from './election.js'
 import type { Pool } from './pool.js'
-import { CLUSTER_DOWN_PAUSE_MS, MAX_REDIRECTS, movedTarget, Redirects, routedRequest, type Router } from './router.js'
+import { CLUSTER_DOWN_PAUSE_MS, movedTarget, Redirects, routedRequest, type Router } from './router.js'
 import { RespError, type Arg, type Reply } from './resp.js'
 import { connectionClosedKey, lostConnection, lostSilent, reattachFailed, waitSilent } from './texts.js'
 
@@ -304,7 +304,17 @@ export class Lock {
 			if (this.#router.closed) throw this.#storeClosed(key)
 			deadline.signal.throwIfAborted()
 			const pool = redirects.pool()
-			const connection = await this.#connection(pool, key, deadline.signal)
+			let connection: Connection
+			try {
+				connection = await this.#connection(pool, key, deadline.signal)
+			} catch (e) {
+				// Re-attaching, a node that cannot be reached is the one that handed
+				// over and left, named by a map not yet mended: asked again, after a pause.
+				if (!reattach || deadline.signal.aborted || this.#router.closed) throw e
+				await untilAborted(this.#router.refresh(), deadline.signal)
+				await pause(CLUSTER_DOWN_PAUSE_MS, deadline.signal)
+				continue
+			}
 			// Renew from now on: a lease is granted as alive as its connection's
 			// last command, so the connection keeps talking while it waits too.
 			connection.busy(this.#renewalPeriod)
@@ -329,6 +339,9 @@ export class Lock {
 					continue
 				}
 				const handedOver = reply.word === 'MOVED' && withSecret && args[0] === 'HOLD'
+				// A REATTACH answered MOVED: the partition is between owners for a moment (the new
+				// one names the old until it serves it); sent on after the pause a CLUSTERDOWN gets.
+				if (reattach && reply.word === 'MOVED') await pause(CLUSTER_DOWN_PAUSE_MS, deadline.signal)
 				if (await redirects.follow(reply, deadline.signal)) {
 					reattach ||= handedOver
 					continue
@@ -643,7 +656,6 @@ export class Lock {
 		const { lease } = grant
 		const target = movedTarget(`${moved.slot} ${moved.address}`)
 		if (target) this.#router.moved(target.slot, target.address)
-		let redirected = 0
 		for (;;) {
 			signal.throwIfAborted()
 			const pool = this.#router.poolFor(lease.key)
@@ -673,8 +685,11 @@ export class Lock {
 			if (reply instanceof RespError) {
 				pool.giveBack(connection)
 				const next = reply.word === 'MOVED' ? movedTarget(reply.text) : undefined
-				if (next && ++redirected <= MAX_REDIRECTS) {
+				if (next) {
+					// The partition between owners (the new one names the old until it
+					// serves it), or a map to mend: sent on after a pause, until the deadline.
 					this.#router.moved(next.slot, next.address)
+					await pause(CLUSTER_DOWN_PAUSE_MS, signal)
 					continue
 				}
 				if (reply.word === 'CLUSTERDOWN') {

@@ -13,6 +13,7 @@
 import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { connect, HoldlineError, type Lease, type Lock, type Tried } from '../src/index.js'
+import type { Reply } from '../src/resp.js'
 import { plainCommand, plainInspect, startCluster, type Cluster } from './cluster.js'
 import { sleep, until } from './server.js'
 
@@ -33,14 +34,24 @@ after(async () => {
 /** Nodes SIGTERMed so far: no longer asked. */
 const gone = new Set<number>()
 
-/** The node serving `key` now, by its index: a live node's INSPECT answers there or names the owner in MOVED. */
+/**
+ * The node serving `key` now, by its index: a live node's INSPECT answers
+ * there or names the owner in MOVED; asked again while it answers
+ * CLUSTERDOWN or names a node that left (the partition between owners).
+ */
 async function ownerOf(lock: string, key: string): Promise<number> {
-	const asked = cluster.nodes.findIndex((_, i) => !gone.has(i))
-	const seen = await plainInspect(cluster.nodes[asked]!.addr, lock, key)
-	const moved = typeof seen === 'string' ? /^MOVED \d+ (\S+)$/.exec(seen)?.[1] : undefined
-	if (moved === undefined) return asked
-	const owner = cluster.nodes.findIndex(n => n.addr === moved)
-	assert.ok(owner >= 0, `MOVED to ${moved}, no node of the cluster`)
+	let owner = -1
+	await until(`the owner of ${key}`, async () => {
+		const asked = cluster.nodes.findIndex((_, i) => !gone.has(i))
+		const seen = await plainInspect(cluster.nodes[asked]!.addr, lock, key)
+		if (typeof seen !== 'string') {
+			owner = asked
+			return true
+		}
+		const moved = /^MOVED \d+ (\S+)$/.exec(seen)?.[1]
+		owner = cluster.nodes.findIndex(n => n.addr === moved)
+		return owner >= 0 && !gone.has(owner)
+	})
 	return owner
 }
 
@@ -58,6 +69,24 @@ async function tryUntilRouted(lock: Lock, key: string): Promise<Tried<bigint>> {
 			await sleep(50)
 		}
 	}
+}
+
+/**
+ * INSPECT at node `i` once the key has a holder there (a lease handed over
+ * is held for its holder before it re-attaches, with no holder listed), or
+ * the last answer after the max ttl.
+ */
+async function attachedAt(i: number, lock: string, key: string): Promise<Map<string, Reply> | string | null> {
+	let seen: Map<string, Reply> | string | null = null
+	await until(
+		`a holder of ${key} at node ${i}`,
+		async () => {
+			seen = await plainInspect(cluster.nodes[i]!.addr, lock, key)
+			return seen instanceof Map && seen.get('holder') instanceof Map
+		},
+		MAX_TTL_MS,
+	).catch(() => {})
+	return seen
 }
 
 /** Whether node `i` still answers (a node that handed over and exited refuses the dial). */
@@ -97,8 +126,9 @@ test('SIGTERM of the owner while a holder runs: the lease follows to the new own
 		newOwner = await ownerOf('handover', key)
 		// Held at the new owner, by this lease: another client's try finds it held.
 		heldAfterHandover = !(await tryUntilRouted(otherLock, key)).acquired
-		const seen = await plainInspect(cluster.nodes[newOwner]!.addr, 'handover', key)
-		const holderSeen = seen instanceof Map && seen.get('held') === true ? seen.get('holder') : undefined
+		// Re-attached there within the lease's ttl: its holder is this lease's connection, with its fence.
+		const seen = await attachedAt(newOwner, 'handover', key)
+		const holderSeen = seen instanceof Map ? seen.get('holder') : undefined
 		inspectedFence = holderSeen instanceof Map ? holderSeen.get('fence') : seen
 		keyFence = seen instanceof Map ? seen.get('fence') : undefined
 		// Run on, past the lease's ttl: only renewals on the new owner keep it.
@@ -125,15 +155,9 @@ test('SIGTERM of the owner while a holder runs: the lease follows to the new own
 test('SIGTERM of the owner while a waiter waits: it keeps its place, granted after the holder and before a later waiter', async () => {
 	await using holder = await connect(cluster.nodes.filter((_, i) => !gone.has(i)).map(n => n.addr))
 	await using early = await connect(cluster.nodes.filter((_, i) => !gone.has(i)).map(n => n.addr))
-	await using late = await connect(cluster.nodes.filter((_, i) => !gone.has(i)).map(n => n.addr))
 	// A key of a node still up, that hands over to one still up.
-	let key = ''
-	let victim = -1
-	for (let n = 0; ; n++) {
-		key = `line-${n}`
-		victim = await ownerOf('line', key)
-		if (!gone.has(victim)) break
-	}
+	const key = 'line-0'
+	const victim = await ownerOf('line', key)
 	const order: string[] = []
 	const fences = new Map<string, bigint>()
 	const taken = (who: string) => (lease: Lease) => {
@@ -165,6 +189,8 @@ test('SIGTERM of the owner while a waiter waits: it keeps its place, granted aft
 		const seen = await plainInspect(cluster.nodes[newOwner]!.addr, 'line', key)
 		return seen instanceof Map && seen.get('waiters') === 1n
 	})
+	// Connected after the hand-over: its map names the new owner.
+	await using late = await connect(cluster.nodes.filter((_, i) => !gone.has(i)).map(n => n.addr))
 	const lateWaiting = late.lock('line', TTL).hold(key, taken('late'), { wait: '20s' })
 	lateWaiting.catch(() => {})
 	await until('the late waiter in line', async () => {

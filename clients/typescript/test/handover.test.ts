@@ -223,3 +223,43 @@ test('a waiter whose re-attach finds nothing handed over (the MOVED was the map)
 	assert.equal(secretOf(holds[0]), secretOf(commands(a, 'HOLD')[0]))
 	assert.equal(commands(b, 'REATTACH').length, 1)
 })
+
+test('a REATTACH answered MOVED back to the old node, which then refuses the dial: sent again after a pause, granted on the new owner', async () => {
+	const [a, b] = await twoNodes()
+	a.script = args => {
+		if (args[0] !== 'HOLD') return undefined
+		// The line handed over: b is the owner in every map from now on, and a
+		// stops listening just after it answers.
+		setTimeout(() => {
+			handOver(a, b)
+			setTimeout(() => a.close(), 50)
+		}, 200)
+		return delayed(200, moved(b))
+	}
+	// b serves the slot only a moment after it named it the new owner.
+	let reattaches = 0
+	b.script = args => {
+		if (args[0] !== 'REATTACH') return undefined
+		return reattaches++ === 0 ? moved(a) : grant(5, 77)
+	}
+	const s = await store(a.address)
+	assert.equal(await s.lock('ho', { ttl: TTL_MS }).hold(KEY, lease => lease.fence, { wait: '5s' }), 77n)
+	assert.equal(commands(b, 'REATTACH').length, 2)
+	assert.deepEqual(commands(b, 'HOLD'), [])
+})
+
+test("a held lease's REATTACH answered MOVED back to the old node: sent on after a pause until the new owner serves it", async () => {
+	const [a, b] = await twoNodes()
+	a.script = args => {
+		if (args[0] !== 'HOLD') return undefined
+		handOver(a, b)
+		return grant(7, 42) + movedPush(7, b)
+	}
+	let reattaches = 0
+	b.script = args => (args[0] === 'REATTACH' ? (reattaches++ === 0 ? moved(a) : grant(99, 42)) : undefined)
+	const s = await store(a.address)
+	const seen = await holdFor(s, TTL_MS)
+	assert.deepEqual(seen, { fence: 42n, sameFence: true, aborted: false, lost: false })
+	assert.equal(commands(b, 'REATTACH').length, 2)
+	assert.deepEqual(commands(b, 'RELEASE'), [['RELEASE', '99']])
+})
