@@ -80,6 +80,11 @@ export class Lease {
 		this.#id = id
 	}
 
+	/** @internal Whether its clock runs: a late grant's starts once confirmed. */
+	get clocked(): boolean {
+		return this.#clock !== undefined
+	}
+
 	/** @internal The local deadline: lost at it unless answers move it. */
 	get deadline(): number {
 		return this.#deadline

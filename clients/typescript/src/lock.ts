@@ -112,6 +112,8 @@ interface Watch {
 	follow(moved: Moved): Promise<void>
 	/** Ends once no re-attach is under way. */
 	following(): Promise<void>
+	/** Whether a re-attach is under way. */
+	readonly moving: boolean
 }
 
 /** A hold's secret: 32 lowercase hex digits from the system's random source, new for each hold. */
@@ -406,7 +408,8 @@ export class Lock {
 	 * deadline it sets, or a closed connection lose the lease. Answers
 	 * whether it was confirmed.
 	 */
-	async #confirm({ connection, lease }: Grant): Promise<boolean> {
+	async #confirm(grant: Grant, watch: Watch): Promise<boolean> {
+		const { connection, lease } = grant
 		let timer: NodeJS.Timeout | undefined
 		const silent = new Promise<typeof SILENT>(resolve => {
 			timer = setTimeout(() => resolve(SILENT), waitGraceMs(this.#ttlMs))
@@ -416,6 +419,15 @@ export class Lock {
 		const renewed = connection.send(['RENEW', lease.id]).catch(() => CLOSED)
 		const reply = await Promise.race([renewed, silent])
 		clearTimeout(timer)
+		// Handed over before it was confirmed (its push, or MOVED to the RENEW): a
+		// REATTACH answers a lease only while it lives, so re-attaching confirms it.
+		const target = reply instanceof RespError && reply.word === 'MOVED' && grant.secret !== undefined ? movedTarget(reply.text) : undefined
+		// (A re-attach done already closed the old connection: the RENEW answered CLOSED.)
+		if (target || watch.moving || grant.connection !== connection) {
+			if (target) await watch.follow({ id: lease.id, slot: target.slot, address: showAddress(target.address) })
+			await watch.following()
+			return lease.clocked && !lease.lost
+		}
 		if (reply === 'OK' && this.#startClock(connection, lease, sentAt)) return true
 		// An OK that came after the deadline it would set proves nothing more than silence.
 		if (reply === SILENT || reply === 'OK') {
@@ -479,7 +491,7 @@ export class Lock {
 			send: args => grant.connection.send(args),
 			letGo: () => (letGo ??= this.#letGo(grant, watch)),
 		}
-		const outcome = !grant.late || (await this.#confirm(grant)) ? await this.#runFn(lease, link, fn) : undefined
+		const outcome = !grant.late || (await this.#confirm(grant, watch)) ? await this.#runFn(lease, link, fn) : undefined
 		await link.letGo()
 		grant.pool.giveBack(grant.connection)
 		if (outcome && !outcome.ok) throw outcome.error
@@ -575,6 +587,9 @@ export class Lock {
 			stopLoss: () => watching?.stop(),
 			follow,
 			following: () => following ?? Promise.resolve(),
+			get moving() {
+				return following !== undefined
+			},
 		}
 	}
 
@@ -631,7 +646,10 @@ export class Lock {
 		const failed = () => reattachFailed(this.name, lease.key)
 		const giveUp = new AbortController()
 		// The deadline no longer moves (no connection renews the lease now): lost at it, unless re-attached first.
-		lease.setClock({ spanMs: this.#ttlMs - lostMarginMs(this.#ttlMs), lapsed: failed, onLapse: () => giveUp.abort() })
+		const clock = { spanMs: this.#ttlMs - lostMarginMs(this.#ttlMs), lapsed: failed, onLapse: () => giveUp.abort() }
+		// A late grant not yet confirmed (its function waits for that): a ttl from now to re-attach in.
+		if (lease.clocked) lease.setClock(clock)
+		else lease.startClock(now() + clock.spanMs, clock)
 		const timer = setTimeout(() => giveUp.abort(), Math.max(1, Math.ceil(lease.deadline - now())))
 		const { signal } = giveUp
 		let connection: Connection | undefined

@@ -263,3 +263,27 @@ test("a held lease's REATTACH answered MOVED back to the old node: sent on after
 	assert.equal(commands(b, 'REATTACH').length, 2)
 	assert.deepEqual(commands(b, 'RELEASE'), [['RELEASE', '99']])
 })
+
+test('a late grant handed over before it was confirmed: re-attaching confirms it, and the function runs', async () => {
+	const [a, b] = await twoNodes()
+	a.script = args => {
+		if (args[0] !== 'HOLD') return args[0] === 'RENEW' ? moved(b) : undefined
+		// Granted after a ttl of waiting, and handed over at once.
+		setTimeout(() => handOver(a, b), TTL_MS + 100)
+		return delayed(TTL_MS + 100, grant(7, 42) + movedPush(7, b))
+	}
+	b.script = args => (args[0] === 'REATTACH' ? grant(99, 42) : undefined)
+	const s = await store(a.address)
+	const fence = await s.lock('ho', { ttl: TTL_MS }).hold(
+		KEY,
+		async lease => {
+			await sleep(TTL_MS)
+			lease.check()
+			return lease.fence
+		},
+		{ wait: '5s' },
+	)
+	assert.equal(fence, 42n)
+	assert.equal(commands(b, 'REATTACH').length, 1)
+	assert.deepEqual(commands(b, 'RELEASE'), [['RELEASE', '99']])
+})
