@@ -52,6 +52,11 @@ export class Connection {
 	/** Losses pushed before anyone watched their lease: a grant and its loss
 	 * can arrive in one read, before the grant's awaiter has run. */
 	#unclaimedLosses = new Map<bigint, string>()
+	/** Who is told that a lease moved to another node (a planned hand-over), by lease id. */
+	#moveWatchers = new Map<bigint, (moved: Moved) => void>()
+	/** Moves pushed before anyone watched their lease, as losses are. */
+	#unclaimedMoves = new Map<bigint, Moved>()
+	#handover = false
 	/** Told each `observe` push's items after its first, as they arrive: the observer on this connection. */
 	onObserve: ((items: Reply[]) => void) | undefined
 
@@ -148,11 +153,20 @@ export class Connection {
 			connection.destroy()
 			throw notHoldline(where, server)
 		}
+		connection.#handover = helloField(reply, 'handover') === 1n
 		return connection
 	}
 
 	get closed(): boolean {
 		return this.#closed !== undefined
+	}
+
+	/**
+	 * Whether the server said `handover` = 1 in its `HELLO` map: it can hand
+	 * leases over to another node and take them (`SECRET`, `REATTACH`).
+	 */
+	get handover(): boolean {
+		return this.#handover
 	}
 
 	/** Sends a command; its reply (an error reply as a `RespError` value). */
@@ -252,8 +266,34 @@ export class Connection {
 		}
 	}
 
+	/**
+	 * Calls `listener` with where lease `id` went when the server pushes
+	 * `["moved", lease, slot, "host:port"]` (at once if it did already);
+	 * answers a function that stops it.
+	 */
+	watchMoved(id: bigint, listener: (moved: Moved) => void): () => void {
+		const moved = this.#unclaimedMoves.get(id)
+		if (moved !== undefined) {
+			this.#unclaimedMoves.delete(id)
+			listener(moved)
+		}
+		this.#moveWatchers.set(id, listener)
+		return () => {
+			this.#moveWatchers.delete(id)
+		}
+	}
+
 	#onPush(items: Reply[]): void {
 		const [kind, id, text] = items
+		// `["moved", lease, slot, "host:port"]`: a planned hand-over took the lease to that node.
+		if (kind === 'moved') {
+			const moved = movedPush(items)
+			if (moved === undefined) return
+			const watcher = this.#moveWatchers.get(moved.id)
+			if (watcher) watcher(moved)
+			else this.#unclaimedMoves.set(moved.id, moved)
+			return
+		}
 		// `["observe", lock, key, event, fence, permits, holder, note]`, for an observer.
 		if (kind === 'observe') {
 			this.onObserve?.(items.slice(1))
@@ -294,6 +334,20 @@ export class Connection {
 		this.#closeListeners = []
 		for (const listener of listeners) listener(why)
 	}
+}
+
+/** A lease moved by a planned hand-over: its id on the old node, its slot, and the node (`host:port`) it went to. */
+export interface Moved {
+	id: bigint
+	slot: number
+	address: string
+}
+
+/** `["moved", lease, slot, "host:port"]`'s fields; `undefined` when it is not that. */
+function movedPush(items: Reply[]): Moved | undefined {
+	const [, id, slot, address] = items
+	if (typeof id !== 'bigint' || typeof slot !== 'bigint' || typeof address !== 'string') return undefined
+	return { id, slot: Number(slot), address }
 }
 
 /**
@@ -343,13 +397,19 @@ function helloFailed(where: string, secure: boolean, silent: boolean, timeoutMs:
  * array): `holdline`, `redis 7.0.15`; undefined when it names no server.
  */
 function serverOf(reply: Reply): string | undefined {
-	const fields = new Map<Reply, Reply>()
-	if (reply instanceof Map) for (const [k, v] of reply) fields.set(k, v)
-	else if (Array.isArray(reply)) for (let i = 0; i + 1 < reply.length; i += 2) fields.set(reply[i]!, reply[i + 1]!)
-	const server = fields.get('server')
+	const server = helloField(reply, 'server')
 	if (typeof server !== 'string') return undefined
-	const version = fields.get('version')
+	const version = helloField(reply, 'version')
 	return server === 'holdline' || typeof version !== 'string' ? server : `${server} ${version}`
+}
+
+/** A field of a `HELLO` answer (a map, or RESP2's flat array). */
+function helloField(reply: Reply, name: string): Reply | undefined {
+	if (reply instanceof Map) return reply.get(name)
+	if (Array.isArray(reply)) {
+		for (let i = 0; i + 1 < reply.length; i += 2) if (reply[i] === name) return reply[i + 1]
+	}
+	return undefined
 }
 
 /** Why dialling or `HELLO` failed: the timeout, or the platform's own words. */

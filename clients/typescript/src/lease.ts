@@ -48,6 +48,7 @@ export class Lease {
 	#clock: LeaseClock | undefined
 	#deadline = 0
 	#timer: NodeJS.Timeout | undefined
+	#id: bigint
 
 	/** Made by `hold` and `tryHold`. */
 	constructor(
@@ -58,14 +59,36 @@ export class Lease {
 		 * this key. A `bigint`, since fences reach far past 2^53.
 		 */
 		readonly fence: bigint,
-		/** @internal The server's id of this lease. */
-		readonly id: bigint,
+		/** The server's id of this lease. */
+		id: bigint,
 		/**
 		 * How many of the key's permits this lease holds: what the hold asked
 		 * (1 unless it said `permits`), the lock's count for `exclusive`.
 		 */
 		readonly permits = 1,
-	) {}
+	) {
+		this.#id = id
+	}
+
+	/** @internal The server's id of this lease: a new one once it re-attached on another node after a hand-over. */
+	get id(): bigint {
+		return this.#id
+	}
+
+	/** @internal Re-attached on another node, which knows the lease by `id`. */
+	reattached(id: bigint): void {
+		this.#id = id
+	}
+
+	/** @internal Whether its clock runs: a late grant's starts once confirmed. */
+	get clocked(): boolean {
+		return this.#clock !== undefined
+	}
+
+	/** @internal The local deadline: lost at it unless answers move it. */
+	get deadline(): number {
+		return this.#deadline
+	}
 
 	/**
 	 * Aborts, with the `lost` error as its `reason`, once the lease is lost.
@@ -132,6 +155,15 @@ export class Lease {
 		this.#clock = clock
 		this.#deadline = deadline
 		this.#arm()
+	}
+
+	/**
+	 * @internal What a lapse is and does from now on (a lease following its
+	 * partition to another node is lost, at its deadline, as one that could
+	 * not follow it); the deadline stays.
+	 */
+	setClock(clock: LeaseClock): void {
+		if (this.#clock) this.#clock = clock
 	}
 
 	/**

@@ -8,17 +8,19 @@
  */
 
 import { AsyncLocalStorage } from 'node:async_hooks'
-import { ConnectionClosed, ConnectionSilent, type Connection } from './connection.js'
-import { HoldDeadline } from './deadline.js'
+import { randomBytes } from 'node:crypto'
+import { showAddress } from './address.js'
+import { ConnectionClosed, ConnectionSilent, type Connection, type Moved } from './connection.js'
+import { HoldDeadline, pause, untilAborted } from './deadline.js'
 import { lostMarginMs, now, toMillis, toPositiveMillis, waitGraceMs, type Duration } from './duration.js'
 import { errorFor, fromServer, HoldlineError, showKey } from './errors.js'
 import { keyState, type KeyState } from './inspect.js'
 import { Lease, type LeaseClock, type LeaseLink } from './lease.js'
 import { Election, type ElectionHold } from './election.js'
 import type { Pool } from './pool.js'
-import { Redirects, routedRequest, type Router } from './router.js'
+import { CLUSTER_DOWN_PAUSE_MS, movedTarget, Redirects, routedRequest, type Router } from './router.js'
 import { RespError, type Arg, type Reply } from './resp.js'
-import { connectionClosedKey, lostConnection, lostSilent, waitSilent } from './texts.js'
+import { connectionClosedKey, lostConnection, lostSilent, reattachFailed, waitSilent } from './texts.js'
 
 /** A key: text, or a whole number (the same key as its decimal text). */
 export type Key = string | number | bigint
@@ -89,12 +91,34 @@ interface Running {
 const runningHolds = new AsyncLocalStorage<readonly Running[]>()
 
 interface Grant {
-	/** Where the connection goes back once the key is let go. */
+	/** Where the connection goes back once the key is let go (another node's, once the lease followed a hand-over). */
 	pool: Pool
+	/** The lease's connection: another one, to the new node, once the lease followed a hand-over. */
 	connection: Connection
 	lease: Lease
 	/** Granted after its first deadline: to be confirmed by a RENEW before the function runs. */
 	late: boolean
+	/** The secret its HOLD or TRYHOLD carried, to re-attach with after a hand-over; `undefined` when its node cannot hand over. */
+	secret: string | undefined
+}
+
+/** A granted lease's watch (`#watch`). */
+interface Watch {
+	/** Stops losing the lease when its connection closes: the key is being let go. */
+	stopClose(): void
+	/** Stops listening for the server's news of the lease. */
+	stopLoss(): void
+	/** Follows the lease to the node a hand-over moved it to (once at a time); ends when it re-attached there or was lost. */
+	follow(moved: Moved): Promise<void>
+	/** Ends once no re-attach is under way. */
+	following(): Promise<void>
+	/** Whether a re-attach is under way. */
+	readonly moving: boolean
+}
+
+/** A hold's secret: 32 lowercase hex digits from the system's random source, new for each hold. */
+function newSecret(): string {
+	return randomBytes(16).toString('hex')
 }
 
 /** What a RENEW that confirms a late grant came to, when it came to no reply. */
@@ -273,17 +297,34 @@ export class Lock {
 	 */
 	async #askWithin(command: (waitMs: number) => Arg[], key: string, waitMs: number, permits: number, deadline: HoldDeadline): Promise<Grant | null> {
 		const redirects = new Redirects(this.#router, this.name, key)
+		// Sent only to a node that can hand over (`handover` in HELLO); the same for each send of this hold.
+		const secret = newSecret()
+		// A HOLD that waited with its secret was answered MOVED: its partition
+		// was handed over, and it waits in its place there, to re-attach to.
+		let reattach = false
 		for (let sends = 0; ; sends++) {
 			if (this.#router.closed) throw this.#storeClosed(key)
 			deadline.signal.throwIfAborted()
 			const pool = redirects.pool()
-			const connection = await this.#connection(pool, key, deadline.signal)
+			let connection: Connection
+			try {
+				connection = await this.#connection(pool, key, deadline.signal)
+			} catch (e) {
+				// Re-attaching, a node that cannot be reached is the one that handed
+				// over and left, named by a map not yet mended: asked again, after a pause.
+				if (!reattach || deadline.signal.aborted || this.#router.closed) throw e
+				await untilAborted(this.#router.refresh(), deadline.signal)
+				await pause(CLUSTER_DOWN_PAUSE_MS, deadline.signal)
+				continue
+			}
 			// Renew from now on: a lease is granted as alive as its connection's
 			// last command, so the connection keeps talking while it waits too.
 			connection.busy(this.#renewalPeriod)
 			// The clock of a grant starts at the send of the HOLD granted, the last one sent.
 			const sentAt = now()
-			const args = command(sends === 0 ? waitMs : deadline.waitLeftMs())
+			const withSecret = connection.handover
+			const args: Arg[] = reattach ? ['REATTACH', this.name, key, secret] : command(sends === 0 ? waitMs : deadline.waitLeftMs())
+			if (withSecret && !reattach) args.push('SECRET', secret)
 			const reply = await this.#send(connection, args, key, deadline)
 			if (connection.closed) {
 				// Given up between the answer and now: the server let the key go.
@@ -292,7 +333,21 @@ export class Lock {
 			if (reply === null || reply instanceof RespError) {
 				pool.giveBack(connection)
 				if (reply === null) return null
-				if (await redirects.follow(reply, deadline.signal)) continue
+				// Nothing handed over under the secret: the MOVED was the map's
+				// (a node that never served the slot answers a HOLD so too), or the
+				// transfer failed. Either way, HOLD again with the wait left.
+				if (reattach && reply.word === 'LOST') {
+					reattach = false
+					continue
+				}
+				const handedOver = reply.word === 'MOVED' && withSecret && args[0] === 'HOLD'
+				// A REATTACH answered MOVED: the partition is between owners for a moment (the new
+				// one names the old until it serves it); sent on after the pause a CLUSTERDOWN gets.
+				if (reattach && reply.word === 'MOVED') await pause(CLUSTER_DOWN_PAUSE_MS, deadline.signal)
+				if (await redirects.follow(reply, deadline.signal)) {
+					reattach ||= handedOver
+					continue
+				}
 				throw fromServer(reply.word, reply.text)
 			}
 			if (!Array.isArray(reply) || typeof reply[0] !== 'bigint' || typeof reply[1] !== 'bigint') {
@@ -300,7 +355,8 @@ export class Lock {
 				throw errorFor('invalid', `the server answered ${args[0]} with ${String(reply)}`, this.name, key)
 			}
 			const lease = new Lease(key, reply[1], reply[0], permits)
-			return { pool, connection, lease, late: !this.#startClock(connection, lease, sentAt) }
+			const late = !this.#startClock(connection, lease, sentAt)
+			return { pool, connection, lease, late, secret: connection.handover ? secret : undefined }
 		}
 	}
 
@@ -352,7 +408,8 @@ export class Lock {
 	 * deadline it sets, or a closed connection lose the lease. Answers
 	 * whether it was confirmed.
 	 */
-	async #confirm({ connection, lease }: Grant): Promise<boolean> {
+	async #confirm(grant: Grant, watch: Watch): Promise<boolean> {
+		const { connection, lease } = grant
 		let timer: NodeJS.Timeout | undefined
 		const silent = new Promise<typeof SILENT>(resolve => {
 			timer = setTimeout(() => resolve(SILENT), waitGraceMs(this.#ttlMs))
@@ -362,6 +419,15 @@ export class Lock {
 		const renewed = connection.send(['RENEW', lease.id]).catch(() => CLOSED)
 		const reply = await Promise.race([renewed, silent])
 		clearTimeout(timer)
+		// Handed over before it was confirmed (its push, or MOVED to the RENEW): a
+		// REATTACH answers a lease only while it lives, so re-attaching confirms it.
+		const target = reply instanceof RespError && reply.word === 'MOVED' && grant.secret !== undefined ? movedTarget(reply.text) : undefined
+		// (A re-attach done already closed the old connection: the RENEW answered CLOSED.)
+		if (target || watch.moving || grant.connection !== connection) {
+			if (target) await watch.follow({ id: lease.id, slot: target.slot, address: showAddress(target.address) })
+			await watch.following()
+			return lease.clocked && !lease.lost
+		}
 		if (reply === 'OK' && this.#startClock(connection, lease, sentAt)) return true
 		// An OK that came after the deadline it would set proves nothing more than silence.
 		if (reply === SILENT || reply === 'OK') {
@@ -417,16 +483,17 @@ export class Lock {
 	 * it go already, through its link).
 	 */
 	async #run<T>(grant: Grant, fn: Holder<T>): Promise<T> {
-		const { pool, connection, lease } = grant
+		const { lease } = grant
 		const watch = this.#watch(grant)
 		let letGo: Promise<void> | undefined
 		const link: LeaseLink = {
-			send: args => connection.send(args),
+			// Where the lease is now: another node's connection once it followed a hand-over.
+			send: args => grant.connection.send(args),
 			letGo: () => (letGo ??= this.#letGo(grant, watch)),
 		}
-		const outcome = !grant.late || (await this.#confirm(grant)) ? await this.#runFn(lease, link, fn) : undefined
+		const outcome = !grant.late || (await this.#confirm(grant, watch)) ? await this.#runFn(lease, link, fn) : undefined
 		await link.letGo()
-		pool.giveBack(connection)
+		grant.pool.giveBack(grant.connection)
 		if (outcome && !outcome.ok) throw outcome.error
 		const lost = lease.lostError
 		if (lost) throw lost
@@ -440,22 +507,36 @@ export class Lock {
 	 * watch stopped), then `RELEASE`. A `LOST` answer loses the lease: the
 	 * loss raced the function's end (its push was still on the way).
 	 */
-	async #letGo({ connection, lease }: Grant, watch: { stopClose(): void; stopLoss(): void }): Promise<void> {
+	async #letGo(grant: Grant, watch: Watch): Promise<void> {
+		const { lease } = grant
+		// A re-attach under way ends first: the key is let go where the lease went.
+		await watch.following()
 		lease.settle()
-		connection.onAnswer = undefined
-		connection.stopRenewal()
-		watch.stopClose()
-		let released: Reply | undefined
-		try {
-			// A lease lost by the clock closed its connection: this fails, and the server lets the key go.
-			released = await connection.send(['RELEASE', lease.id])
-		} catch {
-			// The connection closed: the server let the key go with it.
+		let released = await this.#release(grant, watch)
+		// Moved meanwhile (its push read after the function ended): let it go where it went.
+		const target = released instanceof RespError && released.word === 'MOVED' && grant.secret !== undefined ? movedTarget(released.text) : undefined
+		if (target && !lease.lost) {
+			await watch.follow({ id: lease.id, slot: target.slot, address: showAddress(target.address) })
+			if (!lease.lost) released = await this.#release(grant, watch)
 		}
 		watch.stopLoss()
 		if (released instanceof RespError) {
 			const error = fromServer(released.word, released.text)
 			if (error.kind === 'lost') lease.lose(error)
+		}
+	}
+
+	/** `RELEASE` on the lease's connection, its renewal and close watch stopped first; `undefined` once that connection closed. */
+	async #release({ connection, lease }: Grant, watch: Watch): Promise<Reply | undefined> {
+		connection.onAnswer = undefined
+		connection.stopRenewal()
+		watch.stopClose()
+		try {
+			// A lease lost by the clock closed its connection: this fails, and the server lets the key go.
+			return await connection.send(['RELEASE', lease.id])
+		} catch {
+			// The connection closed: the server let the key go with it.
+			return undefined
 		}
 	}
 
@@ -475,12 +556,60 @@ export class Lock {
 	 * answered LOST (as a server that does not push tells it), its
 	 * connection closing. The clock runs from the grant (see `Lease`).
 	 */
-	#watch({ connection, lease }: Grant): { stopClose(): void; stopLoss(): void } {
-		const stopLoss = connection.watchLoss(lease.id, text => lease.lose(new HoldlineError('lost', text)))
+	#watch(grant: Grant): Watch {
+		const { lease } = grant
+		let following: Promise<void> | undefined
+		let watching: { stopClose(): void; stop(): void } | undefined
+		// A move read with the grant, told while the watch starts: followed once it has.
+		let early: Moved | undefined
+		const follow = (moved: Moved): Promise<void> => {
+			if (!watching) {
+				early = moved
+				return Promise.resolve()
+			}
+			// Once at a time; news of a lease id it no longer has (a RENEW answered late) changes nothing.
+			if (following) return following
+			if (moved.id !== lease.id || lease.lost) return Promise.resolve()
+			watching.stop()
+			following = this.#follow(grant, moved).then(
+				connection => {
+					if (connection) watching = this.#watchOn(connection, grant, follow)
+				},
+				() => {},
+			)
+			following = following.finally(() => (following = undefined))
+			return following
+		}
+		watching = this.#watchOn(grant.connection, grant, follow)
+		if (early) void follow(early)
+		return {
+			stopClose: () => watching?.stopClose(),
+			stopLoss: () => watching?.stop(),
+			follow,
+			following: () => following ?? Promise.resolve(),
+			get moving() {
+				return following !== undefined
+			},
+		}
+	}
+
+	/**
+	 * Watches the lease on `connection`: the server's `lost` and `moved`
+	 * pushes, a RENEW every third of the ttl (answered LOST: lost; answered
+	 * MOVED: moved, as a server tells a lease it handed over), and the
+	 * connection closing.
+	 */
+	#watchOn(connection: Connection, { lease, secret }: Grant, follow: (moved: Moved) => void): { stopClose(): void; stop(): void } {
+		const id = lease.id
+		const stopLoss = connection.watchLoss(id, text => lease.lose(new HoldlineError('lost', text)))
+		const stopMoved = secret === undefined ? () => {} : connection.watchMoved(id, follow)
 		connection.busy(this.#renewalPeriod, () => {
-			connection.send(['RENEW', lease.id]).then(
+			connection.send(['RENEW', id]).then(
 				reply => {
-					if (reply instanceof RespError && reply.word === 'LOST') lease.lose(fromServer(reply.word, reply.text))
+					if (!(reply instanceof RespError)) return
+					if (reply.word === 'LOST') lease.lose(fromServer(reply.word, reply.text))
+					const target = reply.word === 'MOVED' && secret !== undefined ? movedTarget(reply.text) : undefined
+					if (target) follow({ id, slot: target.slot, address: showAddress(target.address) })
 				},
 				() => {}, // closed: `onClose` below reports it
 			)
@@ -489,7 +618,124 @@ export class Lock {
 			if (lease.settled) return
 			lease.lose(this.#router.closed ? errorFor('lost', 'its store closed', this.name, lease.key) : lostConnection(this.name, lease.key))
 		})
-		return { stopClose, stopLoss }
+		return {
+			stopClose,
+			stop: () => {
+				stopClose()
+				stopLoss()
+				stopMoved()
+			},
+		}
+	}
+
+	/**
+	 * Follows a lease that a planned hand-over moved to another node: its
+	 * old connection renews it no more and its answers count for nothing;
+	 * `REATTACH lock key secret` goes to the node named (following `MOVED`,
+	 * pausing after `CLUSTERDOWN`, dialling again after a failure) until the
+	 * lease's deadline. Its `[lease, fence]` answer: the lease goes on there,
+	 * under the new id, its deadline counted from that REATTACH's send (if
+	 * later), and the connection is answered. `LOST`, anything else, or the
+	 * deadline first: the lease is lost (`reattach_failed`).
+	 */
+	async #follow(grant: Grant, moved: Moved): Promise<Connection | undefined> {
+		const { lease } = grant
+		const old = grant.connection
+		old.onAnswer = undefined
+		old.stopRenewal()
+		const failed = () => reattachFailed(this.name, lease.key)
+		const giveUp = new AbortController()
+		// The deadline no longer moves (no connection renews the lease now): lost at it, unless re-attached first.
+		const clock = { spanMs: this.#ttlMs - lostMarginMs(this.#ttlMs), lapsed: failed, onLapse: () => giveUp.abort() }
+		// A late grant not yet confirmed (its function waits for that): a ttl from now to re-attach in.
+		if (lease.clocked) lease.setClock(clock)
+		else lease.startClock(now() + clock.spanMs, clock)
+		const timer = setTimeout(() => giveUp.abort(), Math.max(1, Math.ceil(lease.deadline - now())))
+		const { signal } = giveUp
+		let connection: Connection | undefined
+		try {
+			connection = await this.#reattach(grant, moved, signal)
+		} catch {
+			// Given up (the deadline) or refused: lost below.
+		} finally {
+			clearTimeout(timer)
+			old.destroy()
+		}
+		if (!connection || lease.lost) {
+			connection?.destroy()
+			lease.lose(failed())
+			return undefined
+		}
+		return connection
+	}
+
+	/** `REATTACH` until it is answered a lease with the same fence (the connection, the lease re-attached on it) or `signal` aborts; throws otherwise. */
+	async #reattach(grant: Grant, moved: Moved, signal: AbortSignal): Promise<Connection> {
+		const { lease } = grant
+		const target = movedTarget(`${moved.slot} ${moved.address}`)
+		if (target) this.#router.moved(target.slot, target.address)
+		for (;;) {
+			signal.throwIfAborted()
+			const pool = this.#router.poolFor(lease.key)
+			let connection: Connection
+			try {
+				connection = await pool.take(undefined, signal)
+			} catch {
+				// Not reached (yet): the map asked again, and again after a pause.
+				await untilAborted(this.#router.refresh(), signal)
+				await pause(CLUSTER_DOWN_PAUSE_MS, signal)
+				continue
+			}
+			connection.busy(this.#renewalPeriod)
+			const sentAt = now()
+			const onAbort = () => connection.destroy(new ConnectionClosed('the re-attach was given up'))
+			signal.addEventListener('abort', onAbort, { once: true })
+			let reply: Reply
+			try {
+				reply = await connection.send(['REATTACH', this.name, lease.key, grant.secret!])
+			} catch {
+				signal.throwIfAborted()
+				await pause(CLUSTER_DOWN_PAUSE_MS, signal)
+				continue
+			} finally {
+				signal.removeEventListener('abort', onAbort)
+			}
+			if (reply instanceof RespError) {
+				pool.giveBack(connection)
+				const next = reply.word === 'MOVED' ? movedTarget(reply.text) : undefined
+				if (next) {
+					// The partition between owners (the new one names the old until it
+					// serves it), or a map to mend: sent on after a pause, until the deadline.
+					this.#router.moved(next.slot, next.address)
+					await pause(CLUSTER_DOWN_PAUSE_MS, signal)
+					continue
+				}
+				if (reply.word === 'CLUSTERDOWN') {
+					// The partition is between owners for a moment.
+					await untilAborted(this.#router.refresh(), signal)
+					await pause(CLUSTER_DOWN_PAUSE_MS, signal)
+					continue
+				}
+				throw fromServer(reply.word, reply.text)
+			}
+			if (!Array.isArray(reply) || typeof reply[0] !== 'bigint' || reply[1] !== lease.fence) {
+				connection.destroy()
+				throw errorFor('invalid', `the server answered REATTACH with ${String(reply)}`, this.name, lease.key)
+			}
+			// Answered before the deadline: the new node holds the lease from the REATTACH's read on.
+			lease.answered(sentAt)
+			if (lease.lost) {
+				// Answered too late: the clock lost it first.
+				connection.destroy()
+				throw lease.lostError
+			}
+			lease.reattached(reply[0])
+			lease.setClock(this.#clock(connection, lease))
+			connection.onAnswer = answeredSentAt => lease.answered(answeredSentAt)
+			grant.connection = connection
+			grant.pool = pool
+			return connection
+		}
 	}
 }
 

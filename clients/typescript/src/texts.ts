@@ -116,6 +116,15 @@ export function waitSilent(lock: string, key: string, waitMs: number, graceMs: n
 	return errorFor('closed', `the server answered nothing for the hold's wait plus its ttl (${showMs(waitMs)} + ${showMs(graceMs)})`, lock, key)
 }
 
+/**
+ * A lease told it moved (a planned hand-over) that could not re-attach on
+ * its new node before its deadline, or that the new node had nothing for
+ * (`lost`).
+ */
+export function reattachFailed(lock: string, key: string): HoldlineError {
+	return errorFor('lost', 'it could not follow its partition to another node', lock, key)
+}
+
 /** A command still answered `MOVED` after 5 redirects: the nodes disagree about who serves its slot (`closed`). */
 export function movedLoop(lock: string | undefined, key: string): HoldlineError {
 	return errorFor('closed', 'redirected 5 times without reaching the node that serves it', lock, key)

@@ -27,6 +27,8 @@ export interface Cluster {
 	keyOn(i: number, prefix?: string): string
 	/** SIGKILLs node `i` by its pid, as every cluster test kills a node. */
 	kill(i: number): void
+	/** SIGTERMs node `i` by its pid: a planned leave, which hands its partitions over. */
+	terminate(i: number): void
 	/** Closes the script's stdin: it kills every node and etcd, and exits. */
 	stop(): Promise<void>
 }
@@ -51,6 +53,9 @@ export async function startCluster(args = ['--nodes', '3', '--partitions', '8', 
 		},
 		kill(i) {
 			process.kill(nodes[i]!.pid, 'SIGKILL')
+		},
+		terminate(i) {
+			process.kill(nodes[i]!.pid, 'SIGTERM')
 		},
 		async stop() {
 			if (child.exitCode !== null || child.signalCode !== null) return

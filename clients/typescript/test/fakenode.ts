@@ -49,6 +49,8 @@ export interface FakeNode {
 	layout: Range[]
 	/** Answers first; `undefined` leaves the command to the node's own answer. */
 	script: Script | undefined
+	/** What it answers `HELLO` (`HELLO` unless set: `HELLO_HANDOVER` for a node that can hand leases over). */
+	hello: string
 	/** Connections open now. */
 	openConnections(): number
 	/** Closes every connection, keeps listening. */
@@ -58,13 +60,15 @@ export interface FakeNode {
 }
 
 export const HELLO = '%1\r\n+server\r\n+holdline\r\n'
+/** A node that can hand leases over and take them (`handover` = 1). */
+export const HELLO_HANDOVER = '%2\r\n+server\r\n+holdline\r\n+handover\r\n:1\r\n'
 const CLUSTER_DISABLED = '-ERR This instance has cluster support disabled\r\n'
 
 /** The key a keyed command routes by: `GET row`'s row, else the key after the lock name. */
 export function routeKey(args: string[]): string | undefined {
 	const name = args[0]?.toUpperCase()
 	if (name === 'GET') return args[1]
-	if (name === 'HOLD' || name === 'TRYHOLD' || name === 'INSPECT' || name === 'PUT' || name === 'OBSERVE') return args[2]
+	if (name === 'HOLD' || name === 'TRYHOLD' || name === 'INSPECT' || name === 'PUT' || name === 'OBSERVE' || name === 'REATTACH') return args[2]
 	return undefined
 }
 
@@ -87,7 +91,7 @@ export function slotsReply(ranges: Array<{ start: number; end: number; node: { p
 /** The node's own answer: the map, `MOVED` for others' slots, else a grant or OK. */
 function ownAnswer(args: string[], node: FakeNode): string {
 	const name = args[0]!.toUpperCase()
-	if (name === 'HELLO') return HELLO
+	if (name === 'HELLO') return node.hello
 	if (name === 'CLUSTER') return node.layout.length === 0 ? CLUSTER_DISABLED : slotsReply(node.layout)
 	const key = routeKey(args)
 	if (key !== undefined && node.layout.length > 0) {
@@ -188,6 +192,7 @@ export async function fakeNode(script?: Script): Promise<FakeNode> {
 		count: name => node.seen.filter(args => [args[0], `${args[0]} ${args[1]}`].includes(name)).length,
 		layout: [],
 		script,
+		hello: HELLO,
 		openConnections: () => [...sockets].filter(s => !s.destroyed).length,
 		drop: () => {
 			for (const s of sockets) s.destroy()

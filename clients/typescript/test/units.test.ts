@@ -24,6 +24,7 @@ import {
 	notHoldline,
 	notResp,
 	proclaimEnded,
+	reattachFailed,
 	replyTooLarge,
 	slotUnserved,
 	tlsFailed,
@@ -342,6 +343,7 @@ test('every client-made text is the table text, byte for byte', () => {
 		[notResp('h:1', Buffer.from('HTTP/1.1 400 Bad Request')), 'not_resp', { hostport: 'h:1', bytes: '"HTTP/1.1 4"' }],
 		[replyTooLarge('h:1', 999999999999n, 67108864), 'reply_too_large', { hostport: 'h:1', size: '999999999999', limit: '67108864' }],
 		[proclaimEnded('inv', key), 'proclaim_ended', { lock: 'inv', key: k }],
+		[reattachFailed('inv', key), 'reattach_failed', { lock: 'inv', key: k }],
 	]
 	assert.deepEqual(made.map(([, name]) => name).sort(), Object.keys(TABLE.texts).sort(), 'every text of the table is made here')
 	for (const [error, name, values] of made) {
@@ -352,7 +354,7 @@ test('every client-made text is the table text, byte for byte', () => {
 		assert.ok(isTableText(error.message, name, values), name)
 	}
 	// The kind is the text's last word, or lost for the lost texts.
-	for (const [error, name] of made) assert.ok(error.message.endsWith(`: ${error.kind}`) || (error.kind === 'lost' && name.startsWith('lost')), name)
+	for (const [error, name] of made) assert.ok(error.message.endsWith(`: ${error.kind}`) || (error.kind === 'lost' && (name.startsWith('lost') || name === 'reattach_failed')), name)
 })
 
 function catchMessage(f: () => unknown): string {
