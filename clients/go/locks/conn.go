@@ -309,16 +309,18 @@ func (c *conn) onReply(v value) error {
 	c.pending = c.pending[1:]
 	ls := c.lease
 	c.mu.Unlock()
+	if cl.renew != nil && v.isError() {
+		// MOVED: the lease moved before the node read this RENEW, which
+		// renewed nothing here.
+		if _, node, ok := parseMoved(v.text); ok && c.movedAway(cl.renew, node) {
+			ls = nil
+		}
+	}
 	if ls != nil {
 		ls.confirm(cl.sent)
 	}
 	if cl.renew != nil && v.isError() && strings.HasPrefix(v.text, "LOST ") {
 		cl.renew.lose(fromReply(v.text, cl.renew.lock, cl.renew.key))
-	}
-	if cl.renew != nil && v.isError() {
-		if _, node, ok := parseMoved(v.text); ok {
-			c.movedAway(cl.renew, node)
-		}
 	}
 	if cl.reattach != nil {
 		cl.attached = c.attach(cl.reattach, v, cl.sent)
@@ -380,10 +382,14 @@ func (c *conn) attach(ls *leaseState, v value, sent int64) bool {
 	return true
 }
 
-// movedAway: the node said ls, held here, moved to node. The connection
-// lets it go (no renewal, no reply counts for it from now on, its end is
-// not the lease's), and the lease re-attaches there.
-func (c *conn) movedAway(ls *leaseState, node string) {
+// movedAway: the node said ls, held here, moved to node. A lease held
+// with a secret leaves the connection (no renewal, no reply counts for
+// it from now on, its end is not the lease's) and re-attaches there;
+// true then. One without (which no node moves) stays as it is.
+func (c *conn) movedAway(ls *leaseState, node string) bool {
+	if !ls.canMove() {
+		return false
+	}
 	c.mu.Lock()
 	if c.lease == ls {
 		c.lease = nil
@@ -391,6 +397,7 @@ func (c *conn) movedAway(ls *leaseState, node string) {
 	}
 	c.mu.Unlock()
 	ls.moved(node)
+	return true
 }
 
 // grantOf reads a grant: an array of two integers, lease and fence.

@@ -101,6 +101,17 @@ func (h *keyHold) ask(ctx context.Context, args []string, wait time.Duration) (b
 			args, t.next = hold, p.addr.hostPort()
 			continue
 		}
+		if args[0] == "REATTACH" && errors.Is(err, ErrClosed) && bctx.Err() == nil && !h.store.isClosed() {
+			// The node named cannot be reached, or its connection closed
+			// under the REATTACH (a MOVED may name the old node until the
+			// new one serves): after a pause, the map (refreshed without
+			// it) says where to ask.
+			t.next = ""
+			if pauseFor(bctx, clusterDownPause) != nil {
+				return false, h.ended(ctx, b)
+			}
+			continue
+		}
 		rd, ok := err.(redirect)
 		if !ok {
 			return granted, err
@@ -117,6 +128,18 @@ func (h *keyHold) ask(ctx context.Context, args []string, wait time.Duration) (b
 			}
 			return false, err
 		}
+	}
+}
+
+// pauseFor waits d, or until ctx ends (its error).
+func pauseFor(ctx context.Context, d time.Duration) error {
+	pause := time.NewTimer(d)
+	defer pause.Stop()
+	select {
+	case <-pause.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 

@@ -300,6 +300,13 @@ func (s *leaseState) moved(node string) {
 	}
 }
 
+// canMove: held with a secret, so it can re-attach where it moves.
+func (s *leaseState) canMove() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.onMoved != nil
+}
+
 // isMoving: told it moved, not re-attached yet.
 func (s *leaseState) isMoving() bool {
 	s.mu.Lock()
