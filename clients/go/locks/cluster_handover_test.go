@@ -138,6 +138,19 @@ func TestAPlannedHandOverKeepsTheLeaseAndTheLine(t *testing.T) {
 		info, err := probe.Inspect(context.Background(), queued)
 		return err == nil && info != nil && info.Waiters == 1
 	})
+	// The partitions' owners (node indexes) and the keys' partitions, for
+	// the log: which partitions a SIGTERM hands over.
+	m := slotsOf(rawCommand(t, live, "CLUSTER", "SLOTS"), "127.0.0.1")
+	owners := make([]int, 8)
+	for p := range owners {
+		owners[p] = -1
+		for i, n := range f.Nodes {
+			if m[p*slotCount/8] == n.Addr {
+				owners[p] = i
+			}
+		}
+	}
+	t.Logf("partitions' owners %v; node %d's keys %v are in partitions %d and %d", owners, victim, keys, slotOf(free)*8/slotCount, slotOf(queued)*8/slotCount)
 	time.Sleep(600 * time.Millisecond)
 	if err := syscall.Kill(f.Nodes[victim].Pid, syscall.SIGTERM); err != nil {
 		t.Fatal(err)
