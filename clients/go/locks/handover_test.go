@@ -339,3 +339,33 @@ func TestAWaiterWithNothingUnderItsSecretAsksAgain(t *testing.T) {
 		t.Fatalf("node 1: %q", fc.log[1])
 	}
 }
+
+// The new node answers a waiter's REATTACH, before it serves the slot,
+// with MOVED to a node that is gone (the one that handed the line over):
+// the waiter asks the map, which names the new node, and re-attaches
+// there after a pause, keeping its place.
+func TestAWaiterReattachesPastAMovedToANodeGone(t *testing.T) {
+	var tries atomic.Int32
+	var fc *fakeCluster
+	fc = handoverCluster(t, 2, func(fc *fakeCluster, node int, args []string) string {
+		switch {
+		case node == 0 && args[0] == "HOLD" && secretOf(args) != "":
+			time.Sleep(100 * time.Millisecond)
+			fc.setRanges(slotRange{0, slotCount - 1, 1})
+			return fmt.Sprintf("-MOVED %d %s\r\n", slotOf(args[2]), fc.addr(1))
+		case node == 1 && args[0] == "REATTACH" && tries.Add(1) == 1:
+			return fmt.Sprintf("-MOVED %d %s\r\n", slotOf(args[2]), fc.addr(2))
+		case node == 1 && args[0] == "REATTACH":
+			return "*2\r\n:7\r\n:5\r\n"
+		}
+		return ""
+	})
+	fc.addUnreachable(t)
+	l := openLock(t, connect(t, fc.addr(0)), "l", TTL(time.Second))
+	if err := l.Hold(context.Background(), "k", nothing, Wait(5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if fc.sent(1, "REATTACH l k ") != 2 || fc.sent(1, "HOLD") != 0 || fc.sent(1, "RELEASE 7") != 1 {
+		t.Fatalf("node 1: %q", fc.log[1])
+	}
+}

@@ -92,7 +92,7 @@ func (h *keyHold) ask(ctx context.Context, args []string, wait time.Duration) (b
 			args = b.waitLeft(args)
 		}
 		granted, err := h.askOnce(ctx, bctx, args, b, &t)
-		if args[0] == "REATTACH" && errors.Is(err, ErrLost) {
+		if args[0] == "REATTACH" && nothingUnderSecret(err) {
 			// Nothing under the secret at the node the MOVED named: that
 			// MOVED was a plain redirection (the map was stale), or the
 			// transfer failed. Either way the hold is not in a line: it
@@ -129,6 +129,13 @@ func (h *keyHold) ask(ctx context.Context, args []string, wait time.Duration) (b
 			return false, err
 		}
 	}
+}
+
+// nothingUnderSecret: err is the LOST answer of a REATTACH that found
+// nothing handed over under its secret (not a grant lost afterwards).
+func nothingUnderSecret(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Kind == KindLost && strings.HasSuffix(e.text, "nothing was handed over under its secret")
 }
 
 // pauseFor waits d, or until ctx ends (its error).
