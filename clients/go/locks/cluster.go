@@ -5,7 +5,6 @@ import (
 	"net"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 )
@@ -75,6 +74,13 @@ func (r *router) poolFor(key string) (*pool, error) {
 	return r.poolLocked(node)
 }
 
+// nodeFor answers the node the map has for key's slot ("" for none).
+func (r *router) nodeFor(key string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.slots[slotOf(key)]
+}
+
 // poolLocked answers node's pool, opening it when new.
 func (r *router) poolLocked(node string) (*pool, error) {
 	if r.closed {
@@ -139,11 +145,7 @@ func (r *router) follow(ctx context.Context, lock, key string, line redirect, t 
 		if t.moved++; t.moved > maxRedirects {
 			return errMovedLoop(lock, key)
 		}
-		r.mu.Lock()
-		r.slots[slot] = node
-		r.redirects++
-		r.mu.Unlock()
-		r.refreshSoon("")
+		r.noteMoved(slot, node)
 		t.next = node
 		return nil
 	}
@@ -161,6 +163,16 @@ func (r *router) follow(ctx context.Context, lock, key string, line redirect, t 
 	}
 }
 
+// noteMoved: a MOVED said node serves slot; the whole map is refreshed
+// in the background.
+func (r *router) noteMoved(slot int, node string) {
+	r.mu.Lock()
+	r.slots[slot] = node
+	r.redirects++
+	r.mu.Unlock()
+	r.refreshSoon("")
+}
+
 // The texts of a command the cluster sent around, worded as
 // clients/texts.json words them for every client.
 
@@ -171,38 +183,6 @@ func errMovedLoop(lock, key string) *Error {
 func errSlotUnserved(lock, key string, slot int) *Error {
 	what := "no node serves its slot (" + strconv.Itoa(slot) + ") after " + strconv.Itoa(clusterDownTries) + " tries"
 	return keyError(KindClosed, lock, key, what)
-}
-
-// parseMoved reads "MOVED slot host:port" (an IPv6 host bare or in
-// brackets) into the slot and the node's host:port.
-func parseMoved(line string) (slot int, node string, ok bool) {
-	fields := strings.Fields(line)
-	if len(fields) != 3 || fields[0] != "MOVED" {
-		return 0, "", false
-	}
-	slot, err := strconv.Atoi(fields[1])
-	colon := strings.LastIndexByte(fields[2], ':')
-	if err != nil || slot < 0 || slot >= slotCount || colon < 0 {
-		return 0, "", false
-	}
-	host := strings.TrimSuffix(strings.TrimPrefix(fields[2][:colon], "["), "]")
-	port, err := strconv.Atoi(fields[2][colon+1:])
-	node, ok = nodeName(host, port)
-	return slot, node, ok && err == nil
-}
-
-func isClusterDown(line string) bool {
-	word, _, _ := strings.Cut(line, " ")
-	return word == "CLUSTERDOWN"
-}
-
-// nodeName is a node's host:port as dialled, from a host and a port that
-// a server sent.
-func nodeName(host string, port int) (string, bool) {
-	if host == "" || port < 1 || port > 65535 {
-		return "", false
-	}
-	return net.JoinHostPort(host, strconv.Itoa(port)), true
 }
 
 // refreshSoon refreshes the map in the background, unless a refresh is

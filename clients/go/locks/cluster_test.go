@@ -45,9 +45,10 @@ type clusterFixture struct {
 	stderr bytes.Buffer
 }
 
-// launchCluster starts the fixture, every node with --max-ttl maxTTL, and
-// waits for its line.
-func launchCluster(root string, maxTTL time.Duration) (*clusterFixture, error) {
+// launchCluster starts the fixture, every node with --max-ttl maxTTL and
+// env added to its environment (HOLDLINE_DRAIN_TIMEOUT=1ms...), and waits
+// for its line.
+func launchCluster(root string, maxTTL time.Duration, env ...string) (*clusterFixture, error) {
 	python, err := exec.LookPath("python3")
 	if err != nil {
 		return nil, errSkip("python3 is not installed: the cluster tests need it")
@@ -62,6 +63,9 @@ func launchCluster(root string, maxTTL time.Duration) (*clusterFixture, error) {
 	f := &clusterFixture{cmd: exec.Command(python, script, "--nodes", "3", "--partitions", "8", "--etcd-ttl", "2",
 		"--max-ttl", strconv.FormatInt(maxTTL.Milliseconds(), 10)+"ms")}
 	f.cmd.Stderr = &f.stderr
+	if len(env) > 0 {
+		f.cmd.Env = append(os.Environ(), env...)
+	}
 	if f.stdin, err = f.cmd.StdinPipe(); err != nil {
 		return nil, err
 	}
@@ -111,11 +115,14 @@ func (f *clusterFixture) stop() {
 }
 
 // startCluster starts a fixture of the test's own (its max ttl
-// clusterMaxTTL), stopped when it ends.
-func startCluster(t *testing.T) *clusterFixture {
+// clusterMaxTTL, env added to its nodes' environment), stopped when it
+// ends.
+func startCluster(t *testing.T, env ...string) *clusterFixture {
 	t.Helper()
-	f, err := launchCluster(repoRoot(t), clusterMaxTTL)
-	return clusterOrSkip(t, f, err)
+	f, err := launchCluster(repoRoot(t), clusterMaxTTL, env...)
+	f = clusterOrSkip(t, f, err)
+	t.Cleanup(f.stop)
+	return f
 }
 
 func clusterOrSkip(t *testing.T, f *clusterFixture, err error) *clusterFixture {

@@ -39,6 +39,9 @@ type conn struct {
 	br     *bufio.Reader
 	tls    bool
 	closed chan struct{}
+	// handover: the node said handover = 1 in HELLO: it can hand leases
+	// over to another node, so holds send it a SECRET to re-attach with.
+	handover bool
 	// maxReply is the largest reply taken (MaxReplyBytes).
 	maxReply int
 
@@ -71,6 +74,12 @@ type call struct {
 	// confirms: the RENEW of a late grant; OK starts the lease from its
 	// send time.
 	confirms *leaseState
+	// reattach: REATTACH of a lease that moved; its grant re-attaches
+	// this lease here (see attach).
+	reattach *leaseState
+	// attached: set by the reader before the reply is handed over, when
+	// reattach's grant re-attached the lease here.
+	attached bool
 }
 
 // result is a reply, or the reason the connection ended before it came.
@@ -104,7 +113,11 @@ func dial(ctx context.Context, a address, tlsConfig *tls.Config, auth *credentia
 	defer timer.Stop()
 	select {
 	case r := <-cl.reply:
-		return c, helloAnswer(c, a, r)
+		if err := helloAnswer(c, a, r); err != nil {
+			return c, err
+		}
+		c.handover = helloNumber(r.v, "handover") == 1
+		return c, nil
 	case <-ctx.Done():
 		c.close(errShutAbandoned)
 		return nil, ctx.Err()
@@ -206,6 +219,20 @@ func notHoldline(hostport string, hello value) error {
 	return errNotHoldline(hostport, server)
 }
 
+// helloNumber answers the integer field name of HELLO's answer (a map,
+// or RESP2's flat array), 0 when it has none.
+func helloNumber(hello value, name string) int64 {
+	if hello.kind != '%' && hello.kind != '*' {
+		return 0
+	}
+	for i := 0; i+1 < len(hello.items); i += 2 {
+		if k, v := hello.items[i], hello.items[i+1]; k.text == name && isText(k) && v.kind == ':' {
+			return v.num
+		}
+	}
+	return 0
+}
+
 // isText: a string frame (bulk, simple or verbatim), not null.
 func isText(v value) bool {
 	return (v.kind == '$' || v.kind == '+' || v.kind == '=') && !v.null
@@ -282,11 +309,21 @@ func (c *conn) onReply(v value) error {
 	c.pending = c.pending[1:]
 	ls := c.lease
 	c.mu.Unlock()
+	if cl.renew != nil && v.isError() {
+		// MOVED: the lease moved before the node read this RENEW, which
+		// renewed nothing here.
+		if _, node, ok := parseMoved(v.text); ok && c.movedAway(cl.renew, node) {
+			ls = nil
+		}
+	}
 	if ls != nil {
 		ls.confirm(cl.sent)
 	}
 	if cl.renew != nil && v.isError() && strings.HasPrefix(v.text, "LOST ") {
 		cl.renew.lose(fromReply(v.text, cl.renew.lock, cl.renew.key))
+	}
+	if cl.reattach != nil {
+		cl.attached = c.attach(cl.reattach, v, cl.sent)
 	}
 	if cl.confirms != nil && !v.isError() {
 		cl.confirms.confirmedBy(cl.sent)
@@ -322,6 +359,47 @@ func (c *conn) register(ls *leaseState, v value, sent int64) {
 	}
 }
 
+// attach makes a grant to REATTACH, sent at sent, the lease of this
+// connection under the grant's new id; true when it did. The fence must
+// be the lease's own; a lease lost meanwhile, or past its deadline, is
+// not attached (its holder lets the new lease go).
+func (c *conn) attach(ls *leaseState, v value, sent int64) bool {
+	id, fence, ok := grantOf(v)
+	if !ok || fence != ls.fence || !ls.reattached(id, sent, func() { c.close(errShutSilent) }) {
+		return false
+	}
+	c.mu.Lock()
+	c.lease = ls
+	early := c.early
+	if c.earlyID != id {
+		early = nil
+	}
+	c.early = nil
+	c.mu.Unlock()
+	if early != nil {
+		ls.lose(early)
+	}
+	return true
+}
+
+// movedAway: the node said ls, held here, moved to node. A lease held
+// with a secret leaves the connection (no renewal, no reply counts for
+// it from now on, its end is not the lease's) and re-attaches there;
+// true then. One without (which no node moves) stays as it is.
+func (c *conn) movedAway(ls *leaseState, node string) bool {
+	if !ls.canMove() {
+		return false
+	}
+	c.mu.Lock()
+	if c.lease == ls {
+		c.lease = nil
+		c.stopRenewalLocked()
+	}
+	c.mu.Unlock()
+	ls.moved(node)
+	return true
+}
+
 // grantOf reads a grant: an array of two integers, lease and fence.
 func grantOf(v value) (id int64, fence uint64, ok bool) {
 	if v.kind != '*' || len(v.items) != 2 || v.items[0].kind != ':' || v.items[1].kind != ':' || v.items[1].num < 0 {
@@ -330,8 +408,10 @@ func grantOf(v value) (id int64, fence uint64, ok bool) {
 	return v.items[0].num, uint64(v.items[1].num), true
 }
 
-// onPush: ["lost", lease, text] loses that lease; ["observe", ...] goes
-// to the connection's observer; other pushes mean nothing to a holder.
+// onPush: ["lost", lease, text] loses that lease; ["moved", lease, slot,
+// "host:port"] has it re-attach there (see movedAway); ["observe", ...]
+// goes to the connection's observer; other pushes mean nothing to a
+// holder.
 func (c *conn) onPush(v value) {
 	if len(v.items) > 0 && strings.EqualFold(v.items[0].text, "observe") {
 		c.mu.Lock()
@@ -342,13 +422,23 @@ func (c *conn) onPush(v value) {
 		}
 		return
 	}
+	if len(v.items) == 4 && strings.EqualFold(v.items[0].text, "moved") && v.items[1].kind == ':' {
+		_, node, ok := parseMoved("MOVED 0 " + v.items[3].text)
+		c.mu.Lock()
+		ls := c.lease
+		c.mu.Unlock()
+		if ok && ls != nil && ls.leaseID() == v.items[1].num {
+			c.movedAway(ls, node)
+		}
+		return
+	}
 	if len(v.items) != 3 || !strings.EqualFold(v.items[0].text, "lost") || v.items[1].kind != ':' {
 		return
 	}
 	id, text := v.items[1].num, v.items[2].text
 	c.mu.Lock()
 	ls := c.lease
-	if ls == nil || ls.id != id {
+	if ls == nil || ls.leaseID() != id {
 		c.early, c.earlyID = &Error{Kind: KindLost, text: text}, id
 		ls = nil
 	}
@@ -461,7 +551,7 @@ func (c *conn) renewTick(gen uint64) {
 		c.send(cl, "PING")
 	case ls.check() == nil:
 		cl.renew = ls
-		c.send(cl, "RENEW", strconv.FormatInt(ls.id, 10))
+		c.send(cl, "RENEW", strconv.FormatInt(ls.leaseID(), 10))
 	}
 	c.mu.Lock()
 	if c.dead == nil && gen == c.renewGen {

@@ -288,6 +288,13 @@ func errLostSilent(lock, key string, ttl time.Duration) *Error {
 	return keyError(KindLost, lock, key, "the server answered nothing for its ttl ("+durationText(ttl)+")")
 }
 
+// errReattachFailed: a lease told it moved (a planned hand-over) could
+// not re-attach at its new node before its deadline, or the new node had
+// nothing under its secret.
+func errReattachFailed(lock, key string) *Error {
+	return keyError(KindLost, lock, key, "it could not follow its partition to another node")
+}
+
 func errWaitSilent(lock, key string, wait, grace time.Duration) *Error {
 	what := "the server answered nothing for the hold's wait plus its ttl (" +
 		durationText(wait) + " + " + durationText(grace) + ")"

@@ -67,16 +67,24 @@ type leaseState struct {
 	lock, key   string
 	ttl, margin time.Duration
 	clock       func() int64
+	// fence is written by the connection's reader at the grant, before
+	// the grant's reply is handed over, and only read after; a re-attach
+	// keeps it.
+	fence uint64
+
+	mu sync.Mutex
+	// id is the lease's id on the node that holds it: the grant's, then
+	// each re-attach's (leaseID reads it).
+	id int64
 	// onClockLoss closes the connection of a lease lost by the clock: a
 	// server that comes back then lets its keys go at once.
 	onClockLoss func()
-
-	// id and fence are written by the connection's reader at the grant,
-	// before the grant's reply is handed over, and only read after.
-	id    int64
-	fence uint64
-
-	mu       sync.Mutex
+	// moving: the node told the lease moved (a planned hand-over) and it
+	// is not re-attached yet: no reply counts for it, and its deadline,
+	// once passed, loses it reattach_failed. onMoved starts the re-attach
+	// (nil: a lease held without a secret, which never moves).
+	moving   bool
+	onMoved  func(node string)
 	started  bool  // deadline is set: the clock judges the lease
 	deadline int64 // monotonic ns: lost from then on
 	late     bool  // granted past its first deadline: a RENEW must confirm it
@@ -105,7 +113,10 @@ func (s *leaseState) deadlineFrom(sent int64) int64 {
 // now: in time, the lease starts with its first deadline; past it, it
 // waits for a RENEW to confirm it (see confirmedBy).
 func (s *leaseState) granted(id int64, fence uint64, holdSent int64) {
-	s.id, s.fence = id, fence
+	s.fence = fence
+	s.mu.Lock()
+	s.id = id
+	s.mu.Unlock()
 	first := s.deadlineFrom(holdSent)
 	if s.clock() < first {
 		s.start(first)
@@ -143,7 +154,7 @@ func (s *leaseState) start(deadline int64) {
 func (s *leaseState) confirm(sent int64) {
 	s.mu.Lock()
 	fired := s.expireLocked()
-	if s.started && s.lost == nil && !s.ended {
+	if s.started && s.lost == nil && !s.ended && !s.moving {
 		if d := s.deadlineFrom(sent); d > s.deadline {
 			s.deadline = d
 		}
@@ -192,7 +203,11 @@ func (s *leaseState) expireLocked() bool {
 	if s.lost != nil || s.ended || !s.started || s.clock() < s.deadline {
 		return false
 	}
-	s.loseLocked(errLostSilent(s.lock, s.key, s.ttl))
+	if s.moving {
+		s.loseLocked(errReattachFailed(s.lock, s.key))
+	} else {
+		s.loseLocked(errLostSilent(s.lock, s.key, s.ttl))
+	}
 	return true
 }
 
@@ -208,8 +223,14 @@ func (s *leaseState) loseLocked(e *Error) {
 }
 
 func (s *leaseState) afterClockLoss(fired bool) {
-	if fired && s.onClockLoss != nil {
-		s.onClockLoss()
+	if !fired {
+		return
+	}
+	s.mu.Lock()
+	onClockLoss := s.onClockLoss
+	s.mu.Unlock()
+	if onClockLoss != nil {
+		onClockLoss()
 	}
 }
 
@@ -249,4 +270,76 @@ func (s *leaseState) isLate() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.late
+}
+
+// leaseID answers the lease's id on the node that holds it now.
+func (s *leaseState) leaseID() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.id
+}
+
+// moved: the node said the lease moved to node (a push, or MOVED to its
+// RENEW or RELEASE). From now on no reply of the old connection counts
+// for it, and onMoved, once, starts its re-attach (in the background: it
+// returns at once). Nothing for a lease
+// lost already, or held without a secret.
+func (s *leaseState) moved(node string) {
+	s.mu.Lock()
+	fired := s.expireLocked()
+	start := s.onMoved
+	if s.moving || s.lost != nil || start == nil {
+		start = nil
+	} else {
+		s.moving = true
+	}
+	s.mu.Unlock()
+	s.afterClockLoss(fired)
+	if start != nil {
+		start(node)
+	}
+}
+
+// canMove: held with a secret, so it can re-attach where it moves.
+func (s *leaseState) canMove() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.onMoved != nil
+}
+
+// isMoving: told it moved, not re-attached yet.
+func (s *leaseState) isMoving() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.moving
+}
+
+// untilDeadline answers how long the lease has left by the clock (0 or
+// less once its deadline passed).
+func (s *leaseState) untilDeadline() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return time.Duration(s.deadline - s.clock())
+}
+
+// reattached: REATTACH, sent at sent, answered the lease's new id on the
+// connection whose clock loss onClockLoss closes. The deadline is counted
+// from that send (never moved back), and replies count again. False, and
+// nothing changed, when the lease was lost meanwhile or its deadline
+// passed before the answer came (a reply after the deadline moves
+// nothing): the new lease is then to be let go.
+func (s *leaseState) reattached(id int64, sent int64, onClockLoss func()) bool {
+	s.mu.Lock()
+	fired := s.expireLocked()
+	ok := s.lost == nil && s.clock() < s.deadline
+	if ok {
+		s.id, s.moving, s.onClockLoss = id, false, onClockLoss
+		if d := s.deadlineFrom(sent); d > s.deadline {
+			s.deadline = d
+		}
+		s.armLocked()
+	}
+	s.mu.Unlock()
+	s.afterClockLoss(fired)
+	return ok
 }

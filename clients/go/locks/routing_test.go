@@ -22,10 +22,13 @@ import (
 type fakeCluster struct {
 	nodes []*fakeNode
 
-	mu     sync.Mutex
-	ranges []slotRange
-	log    [][]string
-	muted  []bool
+	mu sync.Mutex
+	// handover: HELLO says handover = 1 (a node that can hand leases
+	// over, see handover_test.go).
+	handover bool
+	ranges   []slotRange
+	log      [][]string
+	muted    []bool
 }
 
 // slotRange: node serves slots start to end.
@@ -39,10 +42,13 @@ func newFakeCluster(t *testing.T, n int, script func(fc *fakeCluster, node int, 
 		fc.nodes = append(fc.nodes, startFakeNode(t, func(args []string) string {
 			fc.mu.Lock()
 			fc.log[i] = append(fc.log[i], strings.Join(args, " "))
-			muted := fc.muted[i]
+			muted, handover := fc.muted[i], fc.handover
 			fc.mu.Unlock()
 			if muted {
 				return silentReply
+			}
+			if args[0] == "HELLO" && handover {
+				return helloHandoverReply
 			}
 			if args[0] == "HELLO" {
 				return helloReply

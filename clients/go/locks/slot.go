@@ -1,6 +1,10 @@
 package locks
 
-import "strings"
+import (
+	"net"
+	"strconv"
+	"strings"
+)
 
 // slotCount is how many slots keys hash to, as in Redis Cluster.
 const slotCount = 16384
@@ -42,4 +46,36 @@ func slotOf(key string) int {
 		}
 	}
 	return int(crc16(key)) % slotCount
+}
+
+// parseMoved reads "MOVED slot host:port" (an IPv6 host bare or in
+// brackets) into the slot and the node's host:port.
+func parseMoved(line string) (slot int, node string, ok bool) {
+	fields := strings.Fields(line)
+	if len(fields) != 3 || fields[0] != "MOVED" {
+		return 0, "", false
+	}
+	slot, err := strconv.Atoi(fields[1])
+	colon := strings.LastIndexByte(fields[2], ':')
+	if err != nil || slot < 0 || slot >= slotCount || colon < 0 {
+		return 0, "", false
+	}
+	host := strings.TrimSuffix(strings.TrimPrefix(fields[2][:colon], "["), "]")
+	port, err := strconv.Atoi(fields[2][colon+1:])
+	node, ok = nodeName(host, port)
+	return slot, node, ok && err == nil
+}
+
+func isClusterDown(line string) bool {
+	word, _, _ := strings.Cut(line, " ")
+	return word == "CLUSTERDOWN"
+}
+
+// nodeName is a node's host:port as dialled, from a host and a port that
+// a server sent.
+func nodeName(host string, port int) (string, bool) {
+	if host == "" || port < 1 || port > 65535 {
+		return "", false
+	}
+	return net.JoinHostPort(host, strconv.Itoa(port)), true
 }

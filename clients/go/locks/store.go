@@ -200,6 +200,16 @@ func (s *Store) connFor(ctx context.Context, key string, t *tries) (*pool, *conn
 	return p, c, err
 }
 
+// isClosed: Close was called.
+func (s *Store) isClosed() bool {
+	if s.router == nil {
+		return s.pool.isClosed()
+	}
+	s.router.mu.Lock()
+	defer s.router.mu.Unlock()
+	return s.router.closed
+}
+
 // Close closes every connection: holds still waiting answer kind
 // KindClosed, leases still held are lost ("its store closed": their
 // functions' contexts end) and the server lets their keys go; every later

@@ -94,12 +94,15 @@ func TestTheClientsOwnTextsAreTheSharedTable(t *testing.T) {
 		vars := map[string]string{"lock": "inv", "key": `"foo"`, "slot": "12182"}
 		expectText(t, table, "slot_unserved", vars, ErrClosed, slotUnserved(t))
 	})
+	t.Run("a lease that cannot follow its partition to another node", func(t *testing.T) {
+		expectText(t, table, "reattach_failed", map[string]string{"lock": "l", "key": `"k"`}, ErrLost, reattachFailed(t))
+	})
 	for name := range table {
 		switch name {
 		case "bad_address", "bad_user", "user_without_token", "cannot_connect", "connect_silent", "connect_refused", "tls_failed", "connection_closed",
 			"token_missing", "token_refused", "connection_closed_key", "lost_connection", "lost_silent", "wait_silent",
 			"moved_loop", "slot_unserved", "not_holdline", "not_holdline_unnamed", "not_resp", "reply_too_large",
-			"proclaim_ended":
+			"proclaim_ended", "reattach_failed":
 		default:
 			t.Errorf("clients/texts.json's %q is not provoked here", name)
 		}
