@@ -145,11 +145,19 @@ impl Keys {
         format!("{}import/{p}", self.prefix)
     }
 
-    /// Where partition `p`'s exports lie, outside the prefix every node
-    /// reads and watches (an export may be megabytes): one key per chunk,
-    /// `<transfers of p><id>/<n>`.
+    /// Where partition `p`'s exports lie: one key per chunk,
+    /// `<transfers of p><id>/<n>`. Under the prefix (an etcd user granted
+    /// it may write them) but after every other key (`~` sorts after
+    /// letters), so the range every node reads and watches
+    /// ([`Keys::facts_end`]) leaves them out: an export may be megabytes.
     pub fn transfers(&self, p: u16) -> String {
-        format!("{}.transfer/{p}/", self.prefix.trim_end_matches('/'))
+        format!("{}~transfer/{p}/", self.prefix)
+    }
+
+    /// The end of the range of keys nodes read and watch: the prefix, up
+    /// to the exports.
+    pub fn facts_end(&self) -> String {
+        format!("{}~", self.prefix)
     }
 }
 
@@ -164,7 +172,8 @@ mod tests {
         assert_eq!(keys.fences(0), "/holdline/prod/fences/0");
         assert_eq!(keys.handed(7), "/holdline/prod/handed/7");
         assert_eq!(keys.import(7), "/holdline/prod/import/7");
-        assert_eq!(keys.transfers(7), "/holdline/prod.transfer/7/");
+        assert_eq!(keys.transfers(7), "/holdline/prod/~transfer/7/");
+        assert!(keys.transfers(7) > keys.facts_end() && keys.node("z") < keys.facts_end());
         assert_eq!(keys.node("ab"), "/holdline/prod/nodes/ab");
         assert_eq!(keys.setting("partitions"), "/holdline/prod/partitions");
     }

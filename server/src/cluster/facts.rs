@@ -112,7 +112,9 @@ impl Facts {
         keys: &Keys,
         partitions: u16,
     ) -> Result<Facts, EtcdError> {
-        let options = GetOptions::new().with_prefix();
+        // Every key of the cluster but the exports (`~transfer/`, last in
+        // key order): megabytes that only the next owner reads.
+        let options = GetOptions::new().with_range(keys.facts_end());
         let all = timed("get", client.get(keys.prefix.clone(), Some(options))).await?;
         let entries = all.kvs().iter().filter_map(|kv| {
             Some(Entry {
@@ -256,7 +258,7 @@ impl Changes {
             return;
         }
         let options = WatchOptions::new()
-            .with_prefix()
+            .with_range(keys.facts_end())
             .with_start_revision(facts.revision + 1);
         // No watch (etcd away) leaves the caller's fallback tick to notice.
         self.stream = timed("watch", client.watch(keys.prefix.clone(), Some(options)))

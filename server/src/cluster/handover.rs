@@ -291,13 +291,17 @@ pub enum Orphan {
         heartbeat: Heartbeat,
         out: WaitOut,
     },
+    /// A wait granted as it was exported on: held until its store closes.
+    Held { _lease: HeldLease },
 }
 
 impl Orphan {
-    pub fn opened(&self) -> &Opened {
+    /// How it opened its lock (`None`: nobody takes it any more).
+    pub fn opened(&self) -> Option<&Opened> {
         match self {
-            Orphan::Lease { out, .. } => &out.opened,
-            Orphan::Wait { out, .. } => &out.opened,
+            Orphan::Lease { out, .. } => Some(&out.opened),
+            Orphan::Wait { out, .. } => Some(&out.opened),
+            Orphan::Held { .. } => None,
         }
     }
 }
@@ -306,6 +310,10 @@ struct Kept {
     orphan: Orphan,
     /// When it is let go if nobody re-attached.
     until: Instant,
+    /// When it was imported (its maxHold and wait left count from then).
+    imported: Instant,
+    /// A wait's place among the waits imported with it.
+    order: usize,
 }
 
 /// A partition's imported leases and waits, by secret.
@@ -313,7 +321,7 @@ struct Kept {
 pub struct Orphans {
     state: Mutex<HashMap<String, Kept>>,
     /// Leases imported without a secret: held until their time, then let go.
-    anonymous: Mutex<Vec<(Instant, HeldLease)>>,
+    anonymous: Mutex<Vec<(Instant, HeldLease, LeaseOut)>>,
     /// Each imported lease's fence as its holder knows it, by lock, key
     /// and the store's own fence of that grant: a fenced write names the
     /// one, the store checks the other. Kept while the store lives (a
@@ -331,7 +339,7 @@ impl Orphans {
     pub fn take(&self, secret: &str, lock: &str, key: &str) -> Option<Orphan> {
         let mut state = self.lock();
         let kept = state.get(secret)?;
-        let opened = kept.orphan.opened();
+        let opened = kept.orphan.opened()?;
         if opened.lock != lock || opened.key != key {
             return None;
         }
@@ -379,9 +387,9 @@ impl Orphans {
             .anonymous
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let (ended, kept): (Vec<_>, Vec<_>) = anonymous.drain(..).partition(|(t, _)| *t <= now);
+        let (ended, kept): (Vec<_>, Vec<_>) = anonymous.drain(..).partition(|(t, ..)| *t <= now);
         *anonymous = kept;
-        let next_anonymous = anonymous.iter().map(|(t, _)| *t).min();
+        let next_anonymous = anonymous.iter().map(|(t, ..)| *t).min();
         drop(anonymous);
         drop(gone);
         drop(ended);
@@ -411,19 +419,26 @@ impl Orphans {
                                 heartbeat,
                                 out,
                             };
-                            self.lock().insert(secret, Kept { orphan, until });
+                            let imported = now;
+                            let kept = Kept {
+                                orphan,
+                                until,
+                                imported,
+                                order: 0,
+                            };
+                            self.lock().insert(secret, kept);
                         }
                         None => self
                             .anonymous
                             .lock()
                             .unwrap_or_else(PoisonError::into_inner)
-                            .push((until, lease)),
+                            .push((until, lease, out)),
                     }
                 }
                 Err(why) => failed.push(why),
             }
         }
-        for out in export.waits {
+        for (order, out) in export.waits.into_iter().enumerate() {
             match import_wait(store, &out) {
                 Ok((future, heartbeat)) => {
                     let left = out.wait_left_ms.min(out.opened.ttl_ms);
@@ -434,12 +449,88 @@ impl Orphans {
                         heartbeat,
                         out,
                     };
-                    self.lock().insert(secret, Kept { orphan, until });
+                    let imported = now;
+                    let kept = Kept {
+                        orphan,
+                        until,
+                        imported,
+                        order,
+                    };
+                    self.lock().insert(secret, kept);
                 }
                 Err(why) => failed.push(why),
             }
         }
         failed
+    }
+
+    /// What is still imported and not re-attached, as an export of its
+    /// own (the store closes next: a partition handed on again before its
+    /// holders came back carries them on). Waits come in the order they
+    /// had, before any wait that joined here. The leases and waits stay
+    /// held in the store until the caller drops what is answered beside
+    /// the export, after the store closed: letting one go first would hand
+    /// its key on to a wait already exported.
+    pub fn export(&self, now: Instant) -> (Export, Vec<Orphan>, Vec<HeldLease>) {
+        let mut export = Export::default();
+        let mut remains = Vec::new();
+        let mut kept: Vec<(String, Kept)> = self.lock().drain().collect();
+        kept.sort_by_key(|(_, k)| k.order);
+        for (secret, mut k) in kept {
+            let spent = now.saturating_duration_since(k.imported);
+            let left = |ms: u64| millis(Duration::from_millis(ms).saturating_sub(spent));
+            match &mut k.orphan {
+                Orphan::Lease { lease, out, .. } if !lease.is_lost() => {
+                    export.leases.push(LeaseOut {
+                        max_hold_left_ms: out.max_hold_left_ms.map(left),
+                        ..out.clone()
+                    });
+                }
+                Orphan::Lease { .. } => {}
+                Orphan::Wait { future, out, .. } => match poll_once(future) {
+                    Some(Ok(lease)) => {
+                        export.leases.push(LeaseOut {
+                            fence: lease.fence(),
+                            max_hold_left_ms: out.max_hold_ms,
+                            secret: Some(secret),
+                            opened: out.opened.clone(),
+                        });
+                        remains.push(Orphan::Held { _lease: lease });
+                    }
+                    Some(Err(_)) => {}
+                    None => export.waits.push(WaitOut {
+                        wait_left_ms: left(out.wait_left_ms),
+                        ..out.clone()
+                    }),
+                },
+                Orphan::Held { .. } => {}
+            }
+            remains.push(k.orphan);
+        }
+        let anonymous = std::mem::take(
+            &mut *self
+                .anonymous
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        let mut held = Vec::new();
+        for (_, lease, out) in anonymous {
+            if !lease.is_lost() {
+                export.leases.push(out);
+            }
+            held.push(lease);
+        }
+        (export, remains, held)
+    }
+}
+
+/// The future's answer if it has one now (a wait already granted).
+fn poll_once(future: &mut HoldFuture) -> Option<Result<HeldLease, Error>> {
+    let waker = std::task::Waker::noop();
+    let mut cx = std::task::Context::from_waker(waker);
+    match future.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(r) => Some(r),
+        std::task::Poll::Pending => None,
     }
 }
 
@@ -493,9 +584,7 @@ fn import_wait(store: &Store, out: &WaitOut) -> Result<(HoldFuture, Heartbeat), 
             .await
     });
     // One poll joins the line now, in the export's order.
-    let waker = std::task::Waker::noop();
-    let mut cx = std::task::Context::from_waker(waker);
-    if let std::task::Poll::Ready(result) = future.as_mut().poll(&mut cx) {
+    if let Some(result) = poll_once(&mut future) {
         let lease = result.map_err(|e| e.to_string())?;
         future = Box::pin(std::future::ready(Ok(lease)));
     }
@@ -542,6 +631,64 @@ mod tests {
         let back = Export::from_chunks(chunks.iter().map(String::as_str));
         assert_eq!(back, Some(export));
         assert_eq!(Export::from_chunks(["{\"l\":1}\n"]), None);
+    }
+
+    #[test]
+    fn what_was_imported_and_not_taken_is_exported_on_in_order() {
+        let store = Store::new();
+        let wait = |s: &str| WaitOut {
+            opened: opened("a"),
+            max_hold_ms: None,
+            wait_left_ms: 10_000,
+            secret: s.repeat(32),
+        };
+        let lease = LeaseOut {
+            opened: opened("a"),
+            fence: 5,
+            max_hold_left_ms: Some(60_000),
+            secret: Some("s".repeat(32)),
+        };
+        let orphans = Orphans::default();
+        let export = Export {
+            leases: vec![lease.clone()],
+            waits: vec![wait("c"), wait("b"), wait("a")],
+        };
+        assert!(orphans.import(&store, export).is_empty());
+        let (again, _remains, _held) = orphans.export(Instant::now());
+        assert_eq!(again.leases.len(), 1);
+        assert_eq!(again.leases[0].fence, 5, "the fence its holder knows");
+        assert!(again.leases[0].max_hold_left_ms.unwrap() <= 60_000);
+        let order: Vec<&str> = again.waits.iter().map(|w| &w.secret[..1]).collect();
+        assert_eq!(order, ["c", "b", "a"], "the line's order");
+        assert!(
+            orphans.take(&"s".repeat(32), "invoices", "a").is_none(),
+            "taken out"
+        );
+    }
+
+    #[test]
+    fn a_partition_of_100_000_leases_moves_in_chunks_etcd_takes() {
+        let export = Export {
+            leases: (0..100_000u64)
+                .map(|i| LeaseOut {
+                    opened: opened(&format!("invoice-{i}")),
+                    fence: 1 << 60 | i,
+                    max_hold_left_ms: Some(120_000),
+                    secret: Some(format!("{i:0>32x}")),
+                })
+                .collect(),
+            waits: Vec::new(),
+        };
+        let chunks = export.chunks();
+        let bytes: usize = chunks.iter().map(String::len).sum();
+        assert!(chunks.iter().all(|c| c.len() <= CHUNK), "each under etcd's 1.5 MiB");
+        assert!((10..=40).contains(&chunks.len()), "{} chunks, {bytes} bytes", chunks.len());
+        let back = Export::from_chunks(chunks.iter().map(String::as_str)).unwrap();
+        let store = Store::new();
+        let orphans = Orphans::default();
+        assert!(orphans.import(&store, back).is_empty(), "every lease held again");
+        let lock = store.lock("invoices").open().unwrap();
+        assert_eq!(lock.stats().held_keys, 100_000);
     }
 
     #[test]

@@ -117,7 +117,7 @@
 //!    command in a cluster): its client counts no answer after that for
 //!    the lease. A waiter with a secret is answered `MOVED`.
 //! 3. It writes the export to etcd in chunks (no lease: the next owner
-//!    reads them after this node is gone; outside the prefix every node
+//!    reads them after this node is gone; past the range of keys every node
 //!    reads and watches), then **gives up** its claim in the transaction
 //!    that writes the hand-over mark and `import/<p>`, naming the chunks
 //!    and this tenure (its window's end). A failed write leaves no import
@@ -332,7 +332,16 @@ impl Node {
         let close = || part.store.close_reporting_last_expiry();
         let (export, believed) = match to {
             Some(to) => {
-                let (export, believed) = part.registry.seal(to, close);
+                // What was handed here and not re-attached yet goes on too,
+                // its waits ahead of those that joined here.
+                let orphaned_then_close = || (part.orphans.export(Instant::now()), close());
+                let (mut export, ((orphaned, remains, held), believed)) =
+                    part.registry.seal(to, orphaned_then_close);
+                // Closed now: what they held may go.
+                drop((remains, held));
+                export.leases.extend(orphaned.leases);
+                let joined = std::mem::replace(&mut export.waits, orphaned.waits);
+                export.waits.extend(joined);
                 (Some(export), believed)
             }
             None => (None, close()),

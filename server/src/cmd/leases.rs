@@ -346,15 +346,20 @@ impl Reattach {
         let orphan = place
             .partition()
             .and_then(|p| p.orphans.take(&secret, &lock, &key));
-        let Some(orphan) = orphan else {
+        let nothing = || {
             let scope = wire::Scope::Key(&lock, &key);
             let what = "nothing was handed over under its secret";
-            return Err(ErrorReply::core(&wire::error(ErrorKind::Lost, scope, what)));
+            ErrorReply::core(&wire::error(ErrorKind::Lost, scope, what))
+        };
+        let Some(orphan) = orphan else {
+            return Err(nothing());
         };
         let held_key = HeldKey::new(&lock, &key);
         let partition = place.partition().cloned();
         let secret: Box<str> = secret.into();
         Ok(match orphan {
+            // Never filed under a secret: only held while a store closes.
+            Orphan::Held { .. } => return Err(nothing()),
             Orphan::Lease {
                 lease,
                 heartbeat,
