@@ -779,10 +779,14 @@ impl HeldLease {
         let mut home = home.lock().await;
         self.lease.shared.set_on_moved(None);
         if let Some(follow) = &self.follow {
-            if let Err(lost) = follow.follow(&self.lease.shared, &mut home).await {
-                // Dropping the connection closes it: the key goes.
+            let followed = follow.follow(&self.lease.shared, &mut home).await;
+            // It could not follow (now, or before): its old node no longer
+            // holds it, and the error says why. Dropping the connection
+            // closes it, which lets go of anything left there.
+            let stranded = self.lease.shared.is_moving() && self.lease.is_lost();
+            if followed.is_err() || stranded {
                 home.conn = None;
-                return Err(lost);
+                return Err(self.lease.check().expect_err("lost"));
             }
         }
         let conn = home
