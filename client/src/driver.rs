@@ -3,7 +3,9 @@
 //! third of the ttl) while its holder has a lease or a waiting `HOLD`, and
 //! marks that lease lost the moment the server pushes `lost` or the
 //! connection drops. Reading never stops while a `HOLD` waits, so the
-//! renewals and the push are seen at once.
+//! renewals and the push are seen at once. A `moved` push (a planned
+//! hand-over) detaches the lease from the connection and starts its
+//! follower (see `follow`).
 //!
 //! # Why a lease is safe to believe in
 //!
@@ -23,7 +25,12 @@
 //!   revive a lost lease), and a passed deadline is final;
 //! - a grant that arrives after its first deadline (a `HOLD` that waited
 //!   about a ttl) is confirmed by a `RENEW` before the closure runs: a
-//!   `RENEW` answers `OK` only for a live lease (see `hold`).
+//!   `RENEW` answers `OK` only for a live lease (see `hold`);
+//! - once the server says the lease moved to another node, this
+//!   connection's replies move nothing (its node no longer holds the
+//!   lease, so reading a command renews nothing); the deadline stands
+//!   until the new node answers the `REATTACH`, whose send time then
+//!   counts as any command's (the new node renewed the lease on reading it).
 //!
 //! The margin (a tenth of the ttl, at least 10 ms) covers this process's
 //! own timer lateness. At the deadline the lease is marked lost (signal
