@@ -30,9 +30,15 @@ use tokio::sync::Mutex;
 /// source (a guessable secret would let anyone who learnt a lease's key
 /// take it at its next hand-over).
 pub(crate) fn new_secret() -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut bytes = [0u8; 16];
     getrandom::getrandom(&mut bytes).expect("the system's random source");
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    let mut hex = String::with_capacity(32);
+    for b in bytes {
+        hex.push(char::from(HEX[usize::from(b >> 4)]));
+        hex.push(char::from(HEX[usize::from(b & 15)]));
+    }
+    hex
 }
 
 /// Where a lease lives: its connection (`None` once released) and that

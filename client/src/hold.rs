@@ -24,7 +24,7 @@ use holdline_resp::Value;
 use std::fmt;
 use std::io;
 use std::ops::Deref;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 /// A `HOLD` or `TRYHOLD`'s arguments, borrowed, on the stack: at most
@@ -75,12 +75,20 @@ struct Ask<'a> {
     take: Take,
     note: Option<&'a str>,
     /// Sent (`SECRET`) to a node that can hand leases over: with it the
-    /// lease, or the hold's place in line, can follow a hand-over.
-    secret: &'a str,
+    /// lease, or the hold's place in line, can follow a hand-over. Made
+    /// on first use: a hold of a node that cannot pays nothing for it.
+    secret: OnceLock<String>,
     /// Set once the node answered a waiting `HOLD` `MOVED` (it handed
     /// the line over): from then on the hold sends `REATTACH lock key
     /// secret`, to take its place at the new node instead of asking again.
     handed: Option<Handed>,
+}
+
+impl Ask<'_> {
+    /// The hold's secret, the same for every send.
+    fn secret(&self) -> &str {
+        self.secret.get_or_init(new_secret)
+    }
 }
 
 /// A waiting `HOLD`'s line handed over: from the node that answered
@@ -285,12 +293,11 @@ impl Lock {
         let ttl = Duration::from_millis(self.ttl_ms);
         let mut time = HoldTime::from_now(mode, ttl);
         let give_up = time.give_up_at();
-        let secret = new_secret();
         let mut ask = Ask {
             mode,
             take,
             note,
-            secret: &secret,
+            secret: OnceLock::new(),
             handed: None,
         };
         let mut route = Route::new(&self.store.inner, &key, Scope::Key(&self.name, &key));
@@ -336,6 +343,7 @@ impl Lock {
             key.into(),
             ttl,
         );
+        let secret = ask.secret.take().unwrap_or_default();
         self.held(node, granted, lease, secret).await.map(Some)
     }
 
@@ -440,9 +448,9 @@ impl Lock {
         };
         let take_arg = ask.take.arg();
         let reattach = ask.handed.is_some();
-        let secret = (conn.handover() && !reattach).then_some(ask.secret);
+        let secret = (conn.handover() && !reattach).then(|| ask.secret());
         let args = match reattach {
-            true => reattach_args(&self.name, key, ask.secret),
+            true => reattach_args(&self.name, key, ask.secret()),
             false => self.hold_args(key, ask, &wait_arg, take_arg.as_deref(), secret),
         };
         // A server that answers nothing past the wait (and a ttl more) is

@@ -262,7 +262,8 @@ impl Lease {
         &self.shared.lock
     }
 
-    /// The server's id of this lease (what `RENEW` and `RELEASE` name).
+    /// The server's id of this lease (what `RENEW` and `RELEASE` name);
+    /// after a planned hand-over, its id on the node it followed.
     pub fn id(&self) -> i64 {
         self.shared.id()
     }
