@@ -350,7 +350,7 @@ async fn a_node_shut_down_hands_its_holds_over(cluster: &mut Cluster) {
     };
     let fence = timeout(PATIENCE, started).await.unwrap().unwrap();
     let first_waits = granted_at(open(&first), &key);
-    waiters_at_least(&lock, &key, 1).await;
+    let _ = waiters_at_least(&lock, &key, 1).await;
     cluster.terminate(leaving);
     let terminated = Instant::now();
     // Once the node is gone, a waiter that comes now is behind the first.
@@ -380,7 +380,10 @@ async fn a_node_shut_down_hands_its_holds_over(cluster: &mut Cluster) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     let second_waits = granted_at(open(&second), &key);
-    waiters_at_least(&lock, &key, 2).await;
+    // The first waiter took its own place (REATTACH): had it asked
+    // again, the place handed over would stand in line as a third.
+    let line = waiters_at_least(&lock, &key, 2).await;
+    assert_eq!(line.waiters, 2, "{line:?}");
     let other = open(&connect().await.unwrap());
     let tried = other.try_hold(&*key, async |_| ()).await.unwrap();
     assert!(tried.is_none(), "the key was given to another client");
@@ -427,13 +430,18 @@ async fn inspect(lock: &holdline_client::Lock, key: &str) -> holdline_client::Ke
     }
 }
 
-/// Waits until `key` of `lock` has at least `n` waiters.
-async fn waiters_at_least(lock: &holdline_client::Lock, key: &str, n: usize) {
+/// Waits until `key` of `lock` has at least `n` waiters; answers what
+/// `INSPECT` said then.
+async fn waiters_at_least(
+    lock: &holdline_client::Lock,
+    key: &str,
+    n: usize,
+) -> holdline_client::KeyInfo {
     let deadline = Instant::now() + PATIENCE;
     loop {
         let info = inspect(lock, key).await;
         if info.waiters >= n {
-            return;
+            return info;
         }
         assert!(
             Instant::now() < deadline,
