@@ -3,7 +3,9 @@
 //! third of the ttl) while its holder has a lease or a waiting `HOLD`, and
 //! marks that lease lost the moment the server pushes `lost` or the
 //! connection drops. Reading never stops while a `HOLD` waits, so the
-//! renewals and the push are seen at once.
+//! renewals and the push are seen at once. A `moved` push (a planned
+//! hand-over) detaches the lease from the connection and starts its
+//! follower (see `follow`).
 //!
 //! # Why a lease is safe to believe in
 //!
@@ -23,7 +25,12 @@
 //!   revive a lost lease), and a passed deadline is final;
 //! - a grant that arrives after its first deadline (a `HOLD` that waited
 //!   about a ttl) is confirmed by a `RENEW` before the closure runs: a
-//!   `RENEW` answers `OK` only for a live lease (see `hold`).
+//!   `RENEW` answers `OK` only for a live lease (see `hold`);
+//! - once the server says the lease moved to another node, this
+//!   connection's replies move nothing (its node no longer holds the
+//!   lease, so reading a command renews nothing); the deadline stands
+//!   until the new node answers the `REATTACH`, whose send time then
+//!   counts as any command's (the new node renewed the lease on reading it).
 //!
 //! The margin (a tenth of the ttl, at least 10 ms) covers this process's
 //! own timer lateness. At the deadline the lease is marked lost (signal
@@ -44,7 +51,7 @@
 
 use crate::connection::Connection;
 use crate::error::Error;
-use crate::lease::LeaseShared;
+use crate::lease::{LeaseShared, Moved};
 use crate::texts;
 use holdline::ErrorKind;
 use holdline_resp::{encode_command, Value};
@@ -71,6 +78,9 @@ type ReplyTo = oneshot::Sender<(Result<Value, Error>, Instant)>;
 pub(crate) struct Conn {
     requests: mpsc::UnboundedSender<Request>,
     shared: Arc<ConnShared>,
+    /// Whether its node can hand leases over (`handover` = 1 in `HELLO`):
+    /// only then does a hold send a secret.
+    handover: bool,
 }
 
 /// What a connection's task and its holder share.
@@ -91,6 +101,8 @@ struct LeaseSlot {
     /// A `lost` push for a lease not registered yet: the grant's reply and
     /// the push can both be read before the holder registers the lease.
     early_loss: Option<(i64, String)>,
+    /// A `moved` push for a lease not registered yet, likewise.
+    early_move: Option<(i64, Moved)>,
     /// Why the task ended, once it has.
     dead: Option<Error>,
 }
@@ -145,6 +157,7 @@ impl Conn {
     /// holder closes it): a cluster's map may be out of date then, and
     /// this node is asked for it last.
     pub(crate) fn spawn(conn: Connection, failed: Failure) -> Conn {
+        let handover = says_handover(conn.hello());
         let (requests, rx) = mpsc::unbounded_channel();
         let shared = Arc::new(ConnShared {
             renew_ms: AtomicU64::new(0),
@@ -161,7 +174,16 @@ impl Conn {
             failed,
         };
         tokio::spawn(task.run());
-        Conn { requests, shared }
+        Conn {
+            requests,
+            shared,
+            handover,
+        }
+    }
+
+    /// Whether its node can hand leases over to another (and take them).
+    pub(crate) fn handover(&self) -> bool {
+        self.handover
     }
 
     /// Whether the task has ended (the connection is gone).
@@ -234,11 +256,19 @@ impl Conn {
             return;
         }
         if let Some((id, text)) = slot.early_loss.take() {
-            if id == lease.id {
+            if id == lease.id() {
                 lease.mark_lost(Error::new(ErrorKind::Lost, text));
             }
         }
-        slot.lease = Some(lease.clone());
+        match slot.early_move.take() {
+            // Moved already: this connection no longer speaks for it.
+            Some((id, to)) if id == lease.id() => {
+                drop(slot);
+                self.renew_for(None);
+                lease.moved(to);
+            }
+            _ => slot.lease = Some(lease.clone()),
+        }
     }
 
     /// Forgets the registered lease (after its release).
@@ -246,6 +276,7 @@ impl Conn {
         let mut slot = self.shared.slot();
         slot.lease = None;
         slot.early_loss = None;
+        slot.early_move = None;
     }
 }
 
@@ -424,22 +455,71 @@ impl Task {
     }
 }
 
-/// A push: `["lost", lease, text]` marks that lease lost; others are ignored.
+/// Whether a `HELLO` map says `handover` = 1.
+fn says_handover(hello: &Value) -> bool {
+    let Value::Map(pairs) = hello else {
+        return false;
+    };
+    pairs
+        .iter()
+        .any(|(k, v)| k.as_str() == Some("handover") && v.as_integer() == Some(1))
+}
+
+/// A push: `["lost", lease, text]` marks that lease lost; `["moved",
+/// lease, slot, addr]` hands it to its follower; others are ignored.
 fn on_push(shared: &ConnShared, items: Vec<Value>) {
-    let mut items = items.into_iter();
-    let (Some(kind), Some(id), Some(text)) = (items.next(), items.next(), items.next()) else {
-        return;
-    };
-    if kind.as_str().map(|k| k.eq_ignore_ascii_case("lost")) != Some(true) {
-        return;
+    let kind = items
+        .first()
+        .and_then(Value::as_str)
+        .map(str::to_ascii_lowercase);
+    let id = items.get(1).and_then(Value::as_integer);
+    match (kind.as_deref(), id) {
+        (Some("lost"), Some(id)) => {
+            let Some(text) = items.get(2).and_then(Value::as_str) else {
+                return;
+            };
+            let mut slot = shared.slot();
+            match &slot.lease {
+                Some(lease) if lease.id() == id => {
+                    lease.mark_lost(Error::new(ErrorKind::Lost, text.to_owned()))
+                }
+                _ => slot.early_loss = Some((id, text.to_owned())),
+            }
+        }
+        (Some("moved"), Some(id)) => {
+            if let Some(to) = moved_of(&items) {
+                on_moved(shared, id, to);
+            }
+        }
+        _ => {}
     }
-    let (Some(id), Some(text)) = (id.as_integer(), text.as_str().map(str::to_owned)) else {
-        return;
-    };
+}
+
+/// `["moved", lease, slot, "host:port"]`'s slot and address.
+fn moved_of(items: &[Value]) -> Option<Moved> {
+    let slot = u16::try_from(items.get(2)?.as_integer()?).ok()?;
+    let addr = items.get(3)?.as_str()?.to_owned();
+    Some(Moved { slot, addr })
+}
+
+/// Lease `id` moved to another node: this connection stops speaking for
+/// it at once (its replies no longer move the lease's deadline, its
+/// failure no longer loses it, and it stops renewing), and the lease's
+/// follower takes over.
+fn on_moved(shared: &ConnShared, id: i64, to: Moved) {
     let mut slot = shared.slot();
-    match &slot.lease {
-        Some(lease) if lease.id == id => lease.mark_lost(Error::new(ErrorKind::Lost, text)),
-        _ => slot.early_loss = Some((id, text)),
+    let lease = match &slot.lease {
+        Some(lease) if lease.id() == id => slot.lease.take(),
+        _ => {
+            slot.early_move = Some((id, to));
+            return;
+        }
+    };
+    drop(slot);
+    // Relaxed: as in `renew_for`.
+    shared.renew_ms.store(0, Ordering::Relaxed);
+    if let Some(lease) = lease {
+        lease.moved(to);
     }
 }
 

@@ -8,9 +8,11 @@
 //! `HOLD` is sent. A hold future dropped while its `HOLD` waits closes its
 //! connection, which takes it out of the line on the server at once.
 
+use crate::cluster::{Redirect, CLUSTER_DOWN_PAUSE};
 use crate::driver::{local_deadline, Conn};
 use crate::error::Error;
-use crate::lease::{Lease, LeaseShared};
+use crate::follow::{grant, new_secret, Follow, Home, SharedHome};
+use crate::lease::{Lease, LeaseShared, Moved};
 use crate::lock::{unexpected, Lock};
 use crate::node::Node;
 use crate::route::Route;
@@ -22,15 +24,15 @@ use holdline_resp::Value;
 use std::fmt;
 use std::io;
 use std::ops::Deref;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 /// A `HOLD` or `TRYHOLD`'s arguments, borrowed, on the stack: at most
 /// `HOLD lock key WAIT ms TTL ms MAXHOLD ms PERMITS n TAKE m NOTE text
-/// BYPASS ms`.
+/// BYPASS ms SECRET s`.
 #[derive(Default)]
 struct Args<'a> {
-    items: [&'a [u8]; 17],
+    items: [&'a [u8]; 19],
     len: usize,
 }
 
@@ -51,8 +53,49 @@ enum Sent {
     Granted(Granted),
     /// A try found the key held.
     Held,
-    /// An error reply: the server's answer, or a redirect.
-    Refused(Error),
+    /// An error reply: the server's answer, or a redirect; `secret`:
+    /// to a `HOLD` that carried the hold's secret.
+    Refused {
+        e: Error,
+        secret: bool,
+    },
+}
+
+/// A send's error reply; `secret`: to a `HOLD` that carried the hold's
+/// secret; `by`: the node that answered.
+struct Refused<'a> {
+    e: Error,
+    secret: bool,
+    by: &'a Node,
+}
+
+/// How a hold's next send asks for its key.
+struct Ask<'a> {
+    mode: Mode,
+    take: Take,
+    note: Option<&'a str>,
+    /// Sent (`SECRET`) to a node that can hand leases over: with it the
+    /// lease, or the hold's place in line, can follow a hand-over. Made
+    /// on first use: a hold of a node that cannot pays nothing for it.
+    secret: OnceLock<String>,
+    /// Set once the node answered a waiting `HOLD` `MOVED` (it handed
+    /// the line over): from then on the hold sends `REATTACH lock key
+    /// secret`, to take its place at the new node instead of asking again.
+    handed: Option<Handed>,
+}
+
+impl Ask<'_> {
+    /// The hold's secret, the same for every send.
+    fn secret(&self) -> &str {
+        self.secret.get_or_init(new_secret)
+    }
+}
+
+/// A waiting `HOLD`'s line handed over: from the node that answered
+/// `MOVED`, to the node it named.
+struct Handed {
+    from: String,
+    to: String,
 }
 
 /// A grant, on the connection it was granted on, with its `HOLD`'s send
@@ -235,9 +278,10 @@ impl Lock {
     }
 
     /// `HOLD` or `TRYHOLD` on a connection of its own, sent to the node
-    /// that serves the key (again after `MOVED` or `CLUSTERDOWN`); `None`
-    /// when a try found the key held (or, with several permits, found too
-    /// few free or someone waiting).
+    /// that serves the key (again after `MOVED` or `CLUSTERDOWN`; as
+    /// `REATTACH` after a waiting `HOLD` was handed over); `None` when a
+    /// try found the key held (or, with several permits, found too few
+    /// free or someone waiting).
     async fn acquire_text(
         &self,
         key: String,
@@ -249,17 +293,37 @@ impl Lock {
         let ttl = Duration::from_millis(self.ttl_ms);
         let mut time = HoldTime::from_now(mode, ttl);
         let give_up = time.give_up_at();
+        let mut ask = Ask {
+            mode,
+            take,
+            note,
+            secret: OnceLock::new(),
+            handed: None,
+        };
         let mut route = Route::new(&self.store.inner, &key, Scope::Key(&self.name, &key));
         let routed = async {
             loop {
                 let node = route.node().await?;
-                match self
-                    .send_hold(&node, &key, mode, take, note, &mut time)
-                    .await?
-                {
+                let sent = match self.send_hold(&node, &key, &ask, &mut time).await {
+                    // The node it was handed to is not up yet, or one
+                    // that left was named: back to the one named first.
+                    Err(e) if e.is_connection() && ask.handed.is_some() => {
+                        self.back_to_handed(&mut route, &ask).await;
+                        continue;
+                    }
+                    sent => sent?,
+                };
+                match sent {
                     Sent::Granted(granted) => return Ok(Some((node, granted))),
                     Sent::Held => return Ok(None),
-                    Sent::Refused(e) => route.again_after(e).await?,
+                    Sent::Refused { e, secret } => {
+                        let refused = Refused {
+                            e,
+                            secret,
+                            by: &node,
+                        };
+                        self.again(&key, &mut route, &mut ask, refused).await?
+                    }
                 }
             }
         };
@@ -271,43 +335,124 @@ impl Lock {
         let Some((node, granted)) = answered.map_err(|_| time.silent(&self.name, &key))?? else {
             return Ok(None);
         };
-        let Granted {
-            conn,
-            id,
-            fence,
-            sent,
-        } = granted;
-        let (lock, key) = (self.name.clone(), key.into_boxed_str());
-        let shared = LeaseShared::new(id, fence, take.permits, lock, key, ttl);
-        confirm_grant(&conn, &shared, sent, ttl).await?;
-        Ok(Some(HeldLease {
-            lease: Lease { shared },
-            conn: Some(conn),
-            node,
-            store: self.store.id(),
+        let lease = LeaseShared::new(
+            granted.id,
+            granted.fence,
+            take.permits,
+            self.name.clone(),
+            key.into(),
             ttl,
-        }))
+        );
+        let secret = ask.secret.take().unwrap_or_default();
+        self.held(node, granted, lease, secret).await.map(Some)
     }
 
-    /// One `HOLD` or `TRYHOLD` on a connection of `node`.
+    /// After a refused send, where the next goes: a waiting `HOLD` with
+    /// the secret answered `MOVED` was handed over with its line, and asks
+    /// again as `REATTACH`; a `REATTACH` answered `LOST` (nothing was
+    /// handed over under the secret) fails the hold `closed`, as a cut
+    /// wait; one answered `MOVED` back to the node that left waits for
+    /// the new owner's claim. Else as any command's refusal.
+    async fn again(
+        &self,
+        key: &str,
+        route: &mut Route<'_>,
+        ask: &mut Ask<'_>,
+        refused: Refused<'_>,
+    ) -> Result<(), Error> {
+        let Refused { e, secret, by } = refused;
+        let moved = match Redirect::of(&e) {
+            Some(Redirect::Moved(_, to)) => Some(to),
+            _ => None,
+        };
+        let waited = matches!(ask.mode, Mode::Wait(ms) if ms > 0);
+        if let (Some(to), true, true, None) = (&moved, secret, waited, &ask.handed) {
+            let from = by.addr.to_string();
+            ask.handed = Some(Handed {
+                from,
+                to: to.clone(),
+            });
+        }
+        if let Some(handed) = &ask.handed {
+            if e.kind() == ErrorKind::Lost {
+                return Err(closed_for_key(&self.name, key, e));
+            }
+            if moved.as_deref() == Some(handed.from.as_str()) {
+                self.back_to_handed(route, ask).await;
+                return Ok(());
+            }
+        }
+        route.again_after(e).await
+    }
+
+    /// A pause (the partition is between owners), then the next try to
+    /// the node the hand-over named.
+    async fn back_to_handed(&self, route: &mut Route<'_>, ask: &Ask<'_>) {
+        tokio::time::sleep(CLUSTER_DOWN_PAUSE).await;
+        if let Some(handed) = &ask.handed {
+            route.to(handed.to.clone());
+        }
+    }
+
+    /// The [`HeldLease`] of a grant: it follows a hand-over when its node
+    /// took the secret; its deadline set and it registered on its
+    /// connection (see `confirm_grant`).
+    async fn held(
+        &self,
+        node: Arc<Node>,
+        granted: Granted,
+        lease: Arc<LeaseShared>,
+        secret: String,
+    ) -> Result<HeldLease, Error> {
+        let ttl = lease.ttl();
+        let follow = granted.conn.handover().then(|| {
+            let store = self.store.inner.clone();
+            Arc::new(Follow { store, secret, ttl })
+        });
+        let home: SharedHome = Arc::new(tokio::sync::Mutex::new(Home {
+            conn: Some(granted.conn),
+            node,
+        }));
+        // Before it is registered: a `moved` push may have come already.
+        if let Some(follow) = &follow {
+            lease.set_on_moved(Some(follow.on_moved(&home)));
+        }
+        {
+            let home = home.lock().await;
+            let conn = home.conn.as_ref().expect("just granted");
+            confirm_grant(conn, &lease, granted.sent, ttl).await?;
+        }
+        Ok(HeldLease {
+            lease: Lease { shared: lease },
+            home,
+            follow,
+            store: self.store.id(),
+            ttl,
+        })
+    }
+
+    /// One `HOLD`, `TRYHOLD` or `REATTACH` on a connection of `node`.
     async fn send_hold(
         &self,
         node: &Node,
         key: &str,
-        mode: Mode,
-        take: Take,
-        note: Option<&str>,
+        ask: &Ask<'_>,
         time: &mut HoldTime,
     ) -> Result<Sent, Error> {
         let conn = node.checkout(Scope::Key(&self.name, key)).await?;
         // Renew while the HOLD waits, too: from now on.
         conn.renew_for(Some(Duration::from_millis(self.ttl_ms)));
-        let wait_arg = match mode {
+        let wait_arg = match ask.mode {
             Mode::Wait(_) => time.wait_arg(),
             Mode::Try => String::new(),
         };
-        let take_arg = take.arg();
-        let args = self.hold_args(key, mode, &wait_arg, take_arg.as_deref(), note);
+        let take_arg = ask.take.arg();
+        let reattach = ask.handed.is_some();
+        let secret = (conn.handover() && !reattach).then(|| ask.secret());
+        let args = match reattach {
+            true => reattach_args(&self.name, key, ask.secret()),
+            false => self.hold_args(key, ask, &wait_arg, take_arg.as_deref(), secret),
+        };
         // A server that answers nothing past the wait (and a ttl more) is
         // stalled or cut off: give up rather than hang. Returning drops
         // `conn`, which closes the connection: the server takes the HOLD
@@ -319,7 +464,7 @@ impl Lock {
             return Err(time.silent(&self.name, key));
         };
         match reply {
-            Ok((Value::Null, _)) if matches!(mode, Mode::Try) => {
+            Ok((Value::Null, _)) if matches!(ask.mode, Mode::Try) => {
                 conn.renew_for(None);
                 node.give_back(conn);
                 Ok(Sent::Held)
@@ -338,7 +483,8 @@ impl Lock {
             Err(e) => {
                 conn.renew_for(None);
                 node.give_back(conn);
-                Ok(Sent::Refused(e))
+                let secret = secret.is_some();
+                Ok(Sent::Refused { e, secret })
             }
         }
     }
@@ -348,11 +494,12 @@ impl Lock {
     fn hold_args<'a>(
         &'a self,
         key: &'a str,
-        mode: Mode,
+        ask: &Ask<'a>,
         wait_arg: &'a str,
         take_arg: Option<&'a str>,
-        note: Option<&'a str>,
+        secret: Option<&'a str>,
     ) -> Args<'a> {
+        let (mode, note) = (ask.mode, ask.note);
         let mut args = Args::default();
         let verb: &[u8] = match mode {
             Mode::Wait(_) => b"HOLD",
@@ -380,19 +527,21 @@ impl Lock {
         if let Some(bound) = &self.bypass_arg {
             args.push(b"BYPASS").push(bound.as_bytes());
         }
+        if let Some(secret) = secret {
+            args.push(b"SECRET").push(secret.as_bytes());
+        }
         args
     }
 }
 
-/// `[lease, fence]`, if that is what `v` is.
-fn grant(v: &Value) -> Option<(i64, u64)> {
-    let Value::Array(items) = v else { return None };
-    match (items.first(), items.get(1)) {
-        (Some(Value::Integer(id)), Some(Value::Integer(fence))) => {
-            Some((*id, u64::try_from(*fence).ok()?))
-        }
-        _ => None,
-    }
+/// `REATTACH lock key secret`.
+fn reattach_args<'a>(lock: &'a str, key: &'a str, secret: &'a str) -> Args<'a> {
+    let mut args = Args::default();
+    args.push(b"REATTACH")
+        .push(lock.as_bytes())
+        .push(key.as_bytes())
+        .push(secret.as_bytes());
+    args
 }
 
 /// Gives a fresh grant its first deadline (the `HOLD`'s send time + ttl -
@@ -412,7 +561,7 @@ async fn confirm_grant(
         conn.register(lease);
         return Ok(());
     }
-    let id = lease.id.to_string();
+    let id = lease.id().to_string();
     let args = ["RENEW", id.as_str()];
     let renewed = tokio::time::timeout(ttl.max(MIN_PATIENCE), conn.request_timed(&args));
     match renewed.await {
@@ -586,12 +735,15 @@ impl KeyHold<'_> {
 /// A lease not tied to a closure: its connection's task renews it every
 /// third of the ttl until [`release`](HeldLease::release) or drop (which
 /// sends `RELEASE` without waiting for the answer). Derefs to [`Lease`].
+/// Held of a node that can hand leases over, it follows its partition to
+/// the next node at a planned hand-over, and is renewed and released there.
 pub struct HeldLease {
     lease: Lease,
-    /// `None` once released.
-    conn: Option<Conn>,
-    /// The node it was granted on, whose pool takes its connection back.
-    node: Arc<Node>,
+    /// Its connection (`None` once released) and node; a re-attach moves
+    /// both.
+    home: SharedHome,
+    /// What follows a hand-over; `None`: the node took no secret.
+    follow: Option<Arc<Follow>>,
     /// The store's id (`Store::id`).
     store: usize,
     ttl: Duration,
@@ -605,12 +757,8 @@ impl HeldLease {
 
     /// Renews now (`RENEW`); `Err` (`lost`, the server's text) once lost.
     pub async fn renew(&self) -> Result<(), Error> {
-        let conn = self
-            .conn
-            .as_ref()
-            .expect("a HeldLease has its connection until released");
-        let id = self.lease.id().to_string();
-        match self.answered(conn.request(&["RENEW", &id])).await {
+        let mut home = self.home.lock().await;
+        match self.on_home(&mut home, &["RENEW"]).await {
             Ok(_) => Ok(()),
             Err(e) if e.is_connection() => Err(self.lost_on_failure(e)),
             Err(e) => Err(e),
@@ -623,47 +771,96 @@ impl HeldLease {
     /// fails without a round trip.
     pub async fn set_note(&self, note: &str) -> Result<(), Error> {
         self.lease.check()?;
-        let conn = self
-            .conn
-            .as_ref()
-            .expect("a HeldLease has its connection until released");
-        let id = self.lease.id().to_string();
-        match self.answered(conn.request(&["NOTE", &id, note])).await {
+        let mut home = self.home.lock().await;
+        match self.on_home(&mut home, &["NOTE", note]).await {
             Ok(_) => Ok(()),
             Err(e) if e.is_connection() => Err(self.lost_on_failure(e)),
             Err(e) => Err(e),
         }
     }
 
-    /// Lets the key go (`RELEASE`). `Err` (`lost`, the server's text) when
-    /// the lease had been lost before, or the connection dropped.
-    pub async fn release(mut self) -> Result<(), Error> {
-        let conn = self
+    /// Lets the key go (`RELEASE`), on the node the lease lives on now.
+    /// `Err` (`lost`, the server's text) when the lease had been lost
+    /// before, or the connection dropped.
+    pub async fn release(self) -> Result<(), Error> {
+        let home = self.home.clone();
+        let mut home = home.lock().await;
+        self.lease.shared.set_on_moved(None);
+        if let Some(follow) = &self.follow {
+            let followed = follow.follow(&self.lease.shared, &mut home).await;
+            // It could not follow (now, or before): its old node no longer
+            // holds it, and the error says why. Dropping the connection
+            // closes it, which lets go of anything left there.
+            let stranded = self.lease.shared.is_moving() && self.lease.is_lost();
+            if followed.is_err() || stranded {
+                home.conn = None;
+                return Err(self.lease.check().expect_err("lost"));
+            }
+        }
+        let conn = home
             .conn
-            .take()
+            .as_ref()
             .expect("a HeldLease has its connection until released");
         if conn.went_silent() || self.lease.shared.past_deadline() {
             // Lost by silence: the server may not read this connection for
             // a long while, and a late `OK` must not turn the loss into a
             // success. Dropping the connection closes it, which lets the
             // key go whenever the server reads again.
+            home.conn = None;
             return Err(self.lost_on_failure(Error::new(ErrorKind::Lost, "")));
         }
-        let id = self.lease.id().to_string();
-        let reply = self.answered(conn.request(&["RELEASE", &id])).await;
+        let reply = self.on_home(&mut home, &["RELEASE"]).await;
+        let conn = home.conn.take().expect("its connection until now");
         conn.renew_for(None);
         conn.unregister();
         match reply {
             Ok(_) => {
-                self.node.give_back(conn);
+                home.node.give_back(conn);
                 Ok(())
             }
             Err(e) if e.is_connection() => Err(self.lost_on_failure(e)),
             Err(e) => {
-                self.node.give_back(conn);
+                home.node.give_back(conn);
                 Err(e)
             }
         }
+    }
+
+    /// `verb lease-id rest...` on the lease's connection, after following
+    /// the lease if it moved; answered `MOVED` (it moved just now: the
+    /// push came first, so it is followed next), sent again there once.
+    async fn on_home(&self, home: &mut Home, words: &[&str]) -> Result<Value, Error> {
+        let mut tries = 0;
+        loop {
+            if let Some(follow) = &self.follow {
+                follow.follow(&self.lease.shared, home).await?;
+            }
+            let conn = home
+                .conn
+                .as_ref()
+                .expect("a HeldLease has its connection until released");
+            let id = self.lease.id().to_string();
+            let mut args = vec![words[0], id.as_str()];
+            args.extend_from_slice(&words[1..]);
+            let reply = self.answered(conn.request(&args)).await;
+            tries += 1;
+            match reply {
+                Err(e) if tries < 2 && self.moved_by(&e) => continue,
+                reply => return reply,
+            }
+        }
+    }
+
+    /// Whether `e` says the lease moved (`-MOVED slot addr`, to a lease
+    /// that can follow): made sure it is followed, had the push not said so.
+    fn moved_by(&self, e: &Error) -> bool {
+        let (Some(_), Some(Redirect::Moved(slot, addr))) = (&self.follow, Redirect::of(e)) else {
+            return false;
+        };
+        if !self.lease.shared.is_moving() {
+            self.lease.shared.moved(Moved { slot, addr });
+        }
+        true
     }
 
     /// The reply of `request`, or a time-out error when the server answers
@@ -700,6 +897,18 @@ impl HeldLease {
     }
 }
 
+/// Lets a dropped lease's key go without waiting: the task writes the
+/// `RELEASE` and discards the answer; the connection is reusable at once,
+/// its next command queued behind this one.
+fn release_detached(home: &mut Home, lease: &LeaseShared) {
+    if let Some(conn) = home.conn.take() {
+        conn.send_detached(&["RELEASE", &lease.id().to_string()]);
+        conn.renew_for(None);
+        conn.unregister();
+        home.node.give_back(conn);
+    }
+}
+
 impl Deref for HeldLease {
     type Target = Lease;
 
@@ -710,13 +919,19 @@ impl Deref for HeldLease {
 
 impl Drop for HeldLease {
     fn drop(&mut self) {
-        if let Some(conn) = self.conn.take() {
-            // The task writes it and discards the answer; the connection is
-            // reusable at once, its next command queued behind this one.
-            conn.send_detached(&["RELEASE", &self.lease.id().to_string()]);
-            conn.renew_for(None);
-            conn.unregister();
-            self.node.give_back(conn);
+        let lease = self.lease.shared.clone();
+        lease.set_on_moved(None);
+        match self.home.try_lock() {
+            Ok(mut home) => release_detached(&mut home, &lease),
+            // A re-attach holds it: let go where it leaves the lease.
+            Err(_) => {
+                let home = self.home.clone();
+                if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                    runtime.spawn(async move {
+                        release_detached(&mut *home.lock().await, &lease);
+                    });
+                }
+            }
         }
     }
 }

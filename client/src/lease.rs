@@ -15,14 +15,16 @@ use crate::error::Error;
 use crate::texts;
 use std::fmt;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
 /// What a lease, its signals and its connection's task share.
 pub(crate) struct LeaseShared {
-    pub(crate) id: i64,
+    /// The server's id of the lease; a re-attach on another node gives it
+    /// a new one there.
+    id: AtomicI64,
     pub(crate) fence: u64,
     /// How many of the key's permits the lease holds.
     pub(crate) permits: u32,
@@ -40,7 +42,28 @@ pub(crate) struct LeaseShared {
     /// Wakes threads in `wait_timeout`; the flag mirrors `lost`.
     lost_flag: Mutex<bool>,
     lost_cv: Condvar,
+    /// Where the server said the lease went (a planned hand-over), until
+    /// it is followed there.
+    moved: Mutex<Option<Moved>>,
+    /// From the first `moved` until a re-attach succeeds: a loss by
+    /// silence meanwhile is a failure to follow (`reattach_failed`).
+    moving: AtomicBool,
+    /// What follows the lease when it moves (only for a lease held with
+    /// a secret, which alone can follow).
+    on_moved: Mutex<Option<OnMoved>>,
 }
+
+/// A node's word that a lease moved: `["moved", lease, slot, addr]`, or
+/// `-MOVED slot addr` to its `RENEW` or `RELEASE`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Moved {
+    pub(crate) slot: u16,
+    pub(crate) addr: String,
+}
+
+/// Called (from the connection's task) when the lease is told it moved:
+/// starts its re-attach. Type-erased so this module needs no connection.
+pub(crate) type OnMoved = Arc<dyn Fn(&Arc<LeaseShared>) + Send + Sync>;
 
 const NO_DEADLINE: u64 = u64::MAX;
 
@@ -67,7 +90,7 @@ impl LeaseShared {
         ttl: Duration,
     ) -> Arc<LeaseShared> {
         Arc::new(LeaseShared {
-            id,
+            id: AtomicI64::new(id),
             fence,
             permits,
             lock,
@@ -78,7 +101,60 @@ impl LeaseShared {
             notify: Notify::new(),
             lost_flag: Mutex::new(false),
             lost_cv: Condvar::new(),
+            moved: Mutex::new(None),
+            moving: AtomicBool::new(false),
+            on_moved: Mutex::new(None),
         })
+    }
+
+    /// The lock's ttl.
+    pub(crate) fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// The server's id of the lease now.
+    pub(crate) fn id(&self) -> i64 {
+        // Relaxed: set by a re-attach before the lease is registered on its
+        // new connection (under that connection's lock) and used there.
+        self.id.load(Ordering::Relaxed)
+    }
+
+    /// What to call when the lease is told it moved; `None` forgets it.
+    pub(crate) fn set_on_moved(&self, on_moved: Option<OnMoved>) {
+        *self.on_moved.lock().unwrap_or_else(|p| p.into_inner()) = on_moved;
+    }
+
+    /// The lease's node handed it over to `to`: remembered for whoever
+    /// follows it, and its follower started.
+    pub(crate) fn moved(self: &Arc<Self>, to: Moved) {
+        // Release: a loss by silence seen after this reads as a failure
+        // to follow.
+        self.moving.store(true, Ordering::Release);
+        *self.moved.lock().unwrap_or_else(|p| p.into_inner()) = Some(to);
+        let on_moved = self
+            .on_moved
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        if let Some(on_moved) = on_moved {
+            on_moved(self);
+        }
+    }
+
+    /// Whether it was told it moved and is not re-attached yet.
+    pub(crate) fn is_moving(&self) -> bool {
+        self.moving.load(Ordering::Acquire)
+    }
+
+    /// Where the lease was told it went, if not followed yet (taken).
+    pub(crate) fn take_moved(&self) -> Option<Moved> {
+        self.moved.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+
+    /// Re-attached under `id` on its new node.
+    pub(crate) fn reattached(&self, id: i64) {
+        self.id.store(id, Ordering::Relaxed);
+        self.moving.store(false, Ordering::Release);
     }
 
     /// Sets the first deadline, or moves it to `at` if that is later and
@@ -131,7 +207,13 @@ impl LeaseShared {
         if !self.past_deadline() {
             return false;
         }
-        self.mark_lost(texts::lost_silent(&self.lock, &self.key, self.ttl));
+        // Acquire: pairs with `moved`'s Release.
+        let why = if self.moving.load(Ordering::Acquire) {
+            texts::reattach_failed(&self.lock, &self.key)
+        } else {
+            texts::lost_silent(&self.lock, &self.key, self.ttl)
+        };
+        self.mark_lost(why);
         true
     }
 
@@ -180,9 +262,10 @@ impl Lease {
         &self.shared.lock
     }
 
-    /// The server's id of this lease (what `RENEW` and `RELEASE` name).
+    /// The server's id of this lease (what `RENEW` and `RELEASE` name);
+    /// after a planned hand-over, its id on the node it followed.
     pub fn id(&self) -> i64 {
-        self.shared.id
+        self.shared.id()
     }
 
     /// Whether the lease was lost: the server reported it revoked, run out

@@ -48,6 +48,8 @@
 //! - `route`: one keyed command to its key's node, following `MOVED` and
 //!   `CLUSTERDOWN`;
 //! - `lock`: a named lock, its builder, counters and fenced writes;
+//! - `follow`: a lease followed to the node its partition was handed to
+//!   (`SECRET`, the `moved` push, `REATTACH`);
 //! - `hold`: holding keys: `hold`, `try_hold`, `key(..)` (its wait and
 //!   permits), [`HeldLease`];
 //! - `inspect`: one key's state on the server, [`KeyInfo`], its holders;
@@ -66,6 +68,7 @@ mod connection;
 mod driver;
 mod election;
 mod error;
+mod follow;
 mod hold;
 mod inspect;
 mod lease;

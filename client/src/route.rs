@@ -53,6 +53,11 @@ impl<'a> Route<'a> {
         }
     }
 
+    /// Sends the next try to `addr` (a hand-over named it).
+    pub(crate) fn to(&mut self, addr: String) {
+        self.next = Some(addr);
+    }
+
     /// After the error reply `e`: `Ok` when the command is to be sent
     /// again (to [`node`](Route::node)), else the command's error: `e`
     /// itself (any error of a single server, and every error but `MOVED`

@@ -161,6 +161,18 @@ pub(crate) fn lost_silent(lock: &str, key: &str, ttl: Duration) -> Error {
     )
 }
 
+/// `reattach_failed`: a lease handed over to another node (a planned
+/// hand-over) could not be re-attached there before its deadline.
+pub(crate) fn reattach_failed(lock: &str, key: &str) -> Error {
+    Error::new(
+        ErrorKind::Lost,
+        format!(
+            "lock {lock}: key {}: the lease was lost: it could not follow its partition to another node",
+            shown_key(key)
+        ),
+    )
+}
+
 /// `wait_silent`: a waiting `HOLD` whose connection answered nothing for
 /// its wait plus `grace` (the ttl, at least 1 s).
 pub(crate) fn wait_silent(lock: &str, key: &str, wait: Duration, grace: Duration) -> Error {
@@ -225,6 +237,7 @@ pub fn samples() -> Vec<(&'static str, String)> {
             lost_connection(lock, key, e()).to_string(),
         ),
         ("lost_silent", lost_silent(lock, key, s(2)).to_string()),
+        ("reattach_failed", reattach_failed(lock, key).to_string()),
         (
             "wait_silent",
             wait_silent(lock, key, s(3), s(2)).to_string(),

@@ -6,13 +6,16 @@
 //! loses its leases, fails its waiters closed, and its keys are held again
 //! on their new owner (once the take-over's max ttl has passed) with
 //! greater fences; an election's observer of such a key follows it to its
-//! new owner and is told its next leader there. One cluster for the whole
-//! file: the phases run in order, the kill last. Every lock asks a ttl of
-//! at most `MAX_TTL`.
+//! new owner and is told its next leader there; then a node shut down
+//! (SIGTERM) hands its partitions over with their leases and lines: its
+//! holder follows its lease to the new owner and keeps it, its waiter
+//! keeps its place. One cluster for the whole file: the phases run in
+//! order, the kill and the shut-down last. Every lock asks a ttl of at
+//! most `MAX_TTL`.
 
 mod common;
 
-use common::{expected_text, Cluster, PATIENCE};
+use common::{expected_text, granted_at, Cluster, PATIENCE};
 use holdline_client::{key_slot, Connection, ErrorKind, Store, Value};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -26,7 +29,7 @@ const MAX_TTL: Duration = Duration::from_secs(2);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_three_node_cluster() {
-    let Some(cluster) = Cluster::start(3, 8, ETCD_TTL.as_secs(), MAX_TTL) else {
+    let Some(mut cluster) = Cluster::start(3, 8, ETCD_TTL.as_secs(), MAX_TTL) else {
         return;
     };
     let keys = keys_on_every_node(&cluster).await;
@@ -37,6 +40,7 @@ async fn a_three_node_cluster() {
     let observed = observe_in_the_background(&cluster, &keys[1]).await;
     a_killed_node_loses_its_leases_and_its_keys_move(&cluster, &keys[1]).await;
     the_observer_follows_the_key_to_its_new_owner(&cluster, &keys[1], observed).await;
+    a_node_shut_down_hands_its_holds_over(&mut cluster).await;
 }
 
 /// What an observer of the election `key` of lock "failover" yielded (the
@@ -288,4 +292,168 @@ async fn a_killed_node_loses_its_leases_and_its_keys_move(cluster: &Cluster, key
         "fence {next} after {first} on the killed node"
     );
     assert_ne!(holder.node_for(key).as_deref(), Some(&*victim.addr));
+}
+
+/// A key node `addr` serves, as `store`'s map says.
+fn key_served_by(store: &Store, addr: &str) -> String {
+    (0..)
+        .map(|i| format!("handed-{i}"))
+        .find(|k| store.node_for(k).as_deref() == Some(addr))
+        .unwrap()
+}
+
+/// What the holder's function saw: its fence at its start and at its
+/// end, whether its signal had fired by then, and when it ended.
+struct Seen {
+    fences: (u64, u64),
+    aborted: bool,
+    ended: Instant,
+}
+
+/// A node that gives its partitions up (SIGTERM) while a hold of one of
+/// its keys runs: the holder follows the lease to the key's new owner and
+/// keeps it (its function completes, the hold succeeds, the signal never
+/// fires, the fence is the same, it is renewed there past its ttl), and
+/// lets it go there at its end; a waiter in line then keeps its place
+/// ahead of one that came after the hand-over.
+async fn a_node_shut_down_hands_its_holds_over(cluster: &mut Cluster) {
+    let (leaving, staying) = (2, 0);
+    let (staying_addr, leaving_addr) = (
+        cluster.nodes[staying].addr.clone(),
+        cluster.nodes[leaving].addr.clone(),
+    );
+    let connect = || Store::connect(&staying_addr);
+    let (holder, first) = (connect().await.unwrap(), connect().await.unwrap());
+    let key = key_served_by(&holder, &leaving_addr);
+    let open = |store: &Store| store.lock("handover").ttl(MAX_TTL).open().unwrap();
+    let lock = open(&holder);
+    let (started_tx, started) = tokio::sync::oneshot::channel();
+    let holding = {
+        let (lock, key) = (lock.clone(), key.clone());
+        tokio::spawn(async move {
+            let seen = lock
+                .hold(&*key, async |lease| {
+                    let fence = lease.fence();
+                    let _ = started_tx.send(fence);
+                    // Past the ttl after the hand-over: renewed there.
+                    tokio::time::sleep(Duration::from_millis(3200)).await;
+                    let aborted = lease.signal().is_aborted();
+                    Seen {
+                        fences: (fence, lease.fence()),
+                        aborted,
+                        ended: Instant::now(),
+                    }
+                })
+                .await;
+            (seen, Instant::now())
+        })
+    };
+    let fence = timeout(PATIENCE, started).await.unwrap().unwrap();
+    let first_waits = granted_at(open(&first), &key);
+    let _ = waiters_at_least(&lock, &key, 1).await;
+    cluster.terminate(leaving);
+    let terminated = Instant::now();
+    // Once the node is gone, a waiter that comes now is behind the first.
+    let deadline = Instant::now() + PATIENCE;
+    while !cluster.exited(leaving) {
+        assert!(Instant::now() < deadline, "node {leaving} did not exit");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Held on the new owner (its INSPECT's fence is its store's own; the
+    // holder keeps the one it knows): the same lease a ttl later.
+    let there = inspect(&lock, &key).await;
+    eprintln!(
+        "node {leaving} gone {:?} after SIGTERM",
+        terminated.elapsed()
+    );
+    assert!(there.held && there.holders == 1, "{there:?}");
+    // A client that comes after: its map names the new owner.
+    let second = loop {
+        let store = connect().await.unwrap();
+        if store.node_for(&key) != Some(leaving_addr.clone()) {
+            break store;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the map still names node {leaving}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let second_waits = granted_at(open(&second), &key);
+    // The first waiter took its own place (REATTACH): had it asked
+    // again, the place handed over would stand in line as a third.
+    let line = waiters_at_least(&lock, &key, 2).await;
+    assert_eq!(line.waiters, 2, "{line:?}");
+    let other = open(&connect().await.unwrap());
+    let tried = other.try_hold(&*key, async |_| ()).await.unwrap();
+    assert!(tried.is_none(), "the key was given to another client");
+    // A ttl after the hand-over: renewed on its new owner since.
+    let past_ttl = terminated + MAX_TTL + Duration::from_millis(300);
+    tokio::time::sleep_until(past_ttl.into()).await;
+    still_held_with(&lock, &key, there.fence).await;
+    let (seen, returned) = timeout(PATIENCE, holding).await.unwrap().unwrap();
+    let seen = seen.expect("the hold succeeded across the hand-over");
+    assert_eq!(seen.fences, (fence, fence), "the fence is unchanged");
+    assert!(!seen.aborted, "the signal fired");
+    let first_at = timeout(PATIENCE, first_waits).await.unwrap().unwrap();
+    let first_at = first_at.expect("the first waiter's hold");
+    let second_at = timeout(PATIENCE, second_waits).await.unwrap().unwrap();
+    let second_at = second_at.expect("the second waiter's hold");
+    // Nobody else held it while the function ran; let go on the new owner
+    // at once (not left to run out there).
+    assert!(first_at.0 > seen.ended, "granted to a waiter while held");
+    assert!(
+        first_at.0 - returned < Duration::from_millis(500),
+        "{:?}",
+        first_at.0 - returned
+    );
+    assert!(first_at.0 < second_at.0, "the first waiter kept its place");
+    assert!(fence < first_at.1 && first_at.1 < second_at.1);
+    let free = other.try_hold(&*key, async |l| l.fence()).await.unwrap();
+    assert!(free.expect("free after the holds") > second_at.1);
+    assert_ne!(holder.node_for(&key), Some(leaving_addr));
+}
+
+/// `INSPECT` of `key` of `lock`, asked again while its node is between
+/// owners (a connection to the node that left fails; the map is asked
+/// for again before the next try).
+async fn inspect(lock: &holdline_client::Lock, key: &str) -> holdline_client::KeyInfo {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        match lock.inspect(key).await {
+            Ok(info) => return info.unwrap_or_else(|| panic!("{key} not held")),
+            Err(e) if e.kind() == ErrorKind::Closed && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(20)).await
+            }
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+}
+
+/// Waits until `key` of `lock` has at least `n` waiters; answers what
+/// `INSPECT` said then.
+async fn waiters_at_least(
+    lock: &holdline_client::Lock,
+    key: &str,
+    n: usize,
+) -> holdline_client::KeyInfo {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let info = inspect(lock, key).await;
+        if info.waiters >= n {
+            return info;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} waiters, not {n}",
+            info.waiters
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// `key` of `lock` is held under `fence` (on the node that serves it).
+async fn still_held_with(lock: &holdline_client::Lock, key: &str, fence: u64) {
+    let info = inspect(lock, key).await;
+    assert!(info.held && info.fence == fence, "{info:?}");
 }

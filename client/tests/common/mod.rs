@@ -462,6 +462,20 @@ impl Cluster {
         let status = Command::new("kill").args(["-KILL", &pid]).status().unwrap();
         assert!(status.success(), "kill -KILL {pid}");
     }
+
+    /// SIGTERM node `i`: a planned leave, its partitions (with their
+    /// leases and lines) handed over to the nodes left, then it exits.
+    pub fn terminate(&self, i: usize) {
+        let pid = self.nodes[i].pid.to_string();
+        let status = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        assert!(status.success(), "kill -TERM {pid}");
+    }
+
+    /// Whether node `i`'s process has exited.
+    pub fn exited(&mut self, i: usize) -> bool {
+        let child = &mut self.cluster.nodes[i].child;
+        child.try_wait().ok().flatten().is_some()
+    }
 }
 
 /// A scripted node's read of the next command from `sock`, as words;
