@@ -322,7 +322,7 @@ impl Lock {
                             secret,
                             by: &node,
                         };
-                        self.again(&key, &mut route, &mut ask, refused).await?
+                        self.again(&mut route, &mut ask, refused).await?
                     }
                 }
             }
@@ -350,12 +350,12 @@ impl Lock {
     /// After a refused send, where the next goes: a waiting `HOLD` with
     /// the secret answered `MOVED` was handed over with its line, and asks
     /// again as `REATTACH`; a `REATTACH` answered `LOST` (nothing was
-    /// handed over under the secret) fails the hold `closed`, as a cut
-    /// wait; one answered `MOVED` back to the node that left waits for
+    /// handed over under the secret: a stale map's `MOVED` reads the same)
+    /// sends the `HOLD` again there, as after any `MOVED`; one answered
+    /// `MOVED` back to the node that left waits for
     /// the new owner's claim. Else as any command's refusal.
     async fn again(
         &self,
-        key: &str,
         route: &mut Route<'_>,
         ask: &mut Ask<'_>,
         refused: Refused<'_>,
@@ -375,7 +375,12 @@ impl Lock {
         }
         if let Some(handed) = &ask.handed {
             if e.kind() == ErrorKind::Lost {
-                return Err(closed_for_key(&self.name, key, e));
+                // Nothing was handed over under the secret: the MOVED was a
+                // stale map's (or the wait joined as the partition was
+                // sealed). The HOLD goes again, there, with its wait left.
+                ask.handed = None;
+                route.to(by.addr.to_string());
+                return Ok(());
             }
             if moved.as_deref() == Some(handed.from.as_str()) {
                 self.back_to_handed(route, ask).await;

@@ -681,12 +681,22 @@ mod tests {
         };
         let chunks = export.chunks();
         let bytes: usize = chunks.iter().map(String::len).sum();
-        assert!(chunks.iter().all(|c| c.len() <= CHUNK), "each under etcd's 1.5 MiB");
-        assert!((10..=40).contains(&chunks.len()), "{} chunks, {bytes} bytes", chunks.len());
+        assert!(
+            chunks.iter().all(|c| c.len() <= CHUNK),
+            "each under etcd's 1.5 MiB"
+        );
+        assert!(
+            (10..=40).contains(&chunks.len()),
+            "{} chunks, {bytes} bytes",
+            chunks.len()
+        );
         let back = Export::from_chunks(chunks.iter().map(String::as_str)).unwrap();
         let store = Store::new();
         let orphans = Orphans::default();
-        assert!(orphans.import(&store, back).is_empty(), "every lease held again");
+        assert!(
+            orphans.import(&store, back).is_empty(),
+            "every lease held again"
+        );
         let lock = store.lock("invoices").open().unwrap();
         assert_eq!(lock.stats().held_keys, 100_000);
     }
