@@ -282,8 +282,11 @@ fn a_killed_owner_moves_its_partitions_within_ttl_plus_2s_and_fences_keep_rising
     let (victim, mut c, keys) = three.keys_of(2, 6);
     let mut register = Register::default();
     let mut at_victim = Client::connect(victim.parse().unwrap());
-    for key in &keys {
-        let (_, fence) = granted(at_victim.call(&["HOLD", "kill", key, "WAIT", "0"]));
+    // With secrets: a node killed hands nothing over all the same.
+    let secret = |i: usize| format!("{i:0>32}");
+    for (i, key) in keys.iter().enumerate() {
+        let hold = ["HOLD", "kill", key, "WAIT", "0", "SECRET", &secret(i)];
+        let (_, fence) = granted(at_victim.call(&hold));
         assert!(register.write(key, fence));
     }
     three.nodes[2].signal(libc::SIGKILL);
@@ -307,6 +310,11 @@ fn a_killed_owner_moves_its_partitions_within_ttl_plus_2s_and_fences_keep_rising
         );
     }
     assert!(register.refused.is_empty());
+    for (i, key) in keys.iter().enumerate() {
+        let owner = owner_of(&slot_map(survivor), key_slot(&mut c, key)).unwrap();
+        let (_, answer) = reattach(&owner, "kill", key, &secret(i), Duration::from_secs(5));
+        assert!(error_text(answer).ends_with("nothing was handed over under its secret"));
+    }
     drop(three.nodes.remove(2));
 }
 

@@ -233,9 +233,9 @@ impl Claims {
                 "could not read the hand-over's leases: waiting them out"
             );
         }
-        if import_rev != 0 || import.is_some() {
-            self.delete_exports(p).await;
-        }
+        // Used or not, and any an earlier hand-over left unmarked (its
+        // give-up failed after its chunks were written).
+        self.delete_exports(p).await;
         if self.node.check_deadline() {
             let imported = export.is_some();
             self.node.serve(p, floor, revision, quiet, export);
