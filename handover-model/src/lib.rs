@@ -147,10 +147,13 @@ pub enum Mutant {
     /// that served, crashed and came back imports a stale copy of the old
     /// owner's export still in flight. Breaks *one believer*.
     StaleImport,
+    /// The old owner gives its claim up while it still serves (before it
+    /// froze): the new owner serves beside it. Breaks *one believer*.
+    GiveUpBeforeFreeze,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 7] = [
+    pub const ALL: [Mutant; 8] = [
         Mutant::ExportBeforeFreeze,
         Mutant::ReattachWithoutSecret,
         Mutant::NoFallbackWait,
@@ -158,6 +161,7 @@ impl Mutant {
         Mutant::ImportReusesFence,
         Mutant::OrphanNeverEnds,
         Mutant::StaleImport,
+        Mutant::GiveUpBeforeFreeze,
     ];
 
     /// The property the checker must find broken.
@@ -166,7 +170,8 @@ impl Mutant {
             Mutant::ExportBeforeFreeze
             | Mutant::ReattachWithoutSecret
             | Mutant::NoFallbackWait
-            | Mutant::StaleImport => ONE_BELIEVER,
+            | Mutant::StaleImport
+            | Mutant::GiveUpBeforeFreeze => ONE_BELIEVER,
             Mutant::ImportForgetsMaxHold => MAX_HOLD_KEPT,
             Mutant::ImportReusesFence => FENCES_RISE,
             Mutant::OrphanNeverEnds => IMPORTS_END,

@@ -27,6 +27,9 @@ impl Handover {
                 if self.is(Mutant::ExportBeforeFreeze) {
                     actions.push(Action::Export);
                 }
+                if self.is(Mutant::GiveUpBeforeFreeze) && s.etcd.owner == Some(NodeId::Old) {
+                    actions.push(Action::GiveUp);
+                }
             }
             Phase::Frozen => {
                 actions.push(Action::Export);
@@ -62,7 +65,7 @@ impl Handover {
                 let store = s.node(NodeId::Old).store.clone();
                 s.net.insert(Msg::Export(store));
             }
-            Action::GiveUp => give_up(s),
+            Action::GiveUp => give_up(s, self.is(Mutant::GiveUpBeforeFreeze)),
             Action::Claim => self.claim(s),
             Action::Crash(id) => crash(s, id),
             Action::Restart => {
@@ -144,7 +147,7 @@ impl Handover {
             Msg::Export(store) => self.import(s, store),
             Msg::ImportAck => {
                 if s.node(NodeId::Old).phase == Phase::Frozen {
-                    give_up(s);
+                    give_up(s, false);
                 }
             }
         }
@@ -370,11 +373,16 @@ fn receive_grant(s: &mut State, to: ClientId, lease: u8, deadline: u8, max_hold:
     }
 }
 
-fn give_up(s: &mut State) {
+/// The old owner deletes its claim and stops (`keep_serving`: a mutant's
+/// old owner still serving, not yet frozen, goes on serving).
+fn give_up(s: &mut State, keep_serving: bool) {
     if s.etcd.owner == Some(NodeId::Old) {
         s.etcd.owner = None;
     }
     let old = s.node_mut(NodeId::Old);
+    if keep_serving && matches!(old.phase, Phase::Serving { .. }) {
+        return;
+    }
     old.phase = Phase::GaveUp;
     old.store = Store::default();
 }

@@ -90,3 +90,8 @@ fn an_orphan_never_ending_breaks_imports_end() {
 fn a_stale_import_makes_two_believers() {
     counterexample(Mutant::StaleImport);
 }
+
+#[test]
+fn giving_up_before_the_freeze_makes_two_believers() {
+    counterexample(Mutant::GiveUpBeforeFreeze);
+}
