@@ -419,14 +419,7 @@ impl Orphans {
                                 heartbeat,
                                 out,
                             };
-                            let imported = now;
-                            let kept = Kept {
-                                orphan,
-                                until,
-                                imported,
-                                order: 0,
-                            };
-                            self.lock().insert(secret, kept);
+                            self.keep(secret, orphan, (now, until), 0);
                         }
                         None => self
                             .anonymous
@@ -449,19 +442,25 @@ impl Orphans {
                         heartbeat,
                         out,
                     };
-                    let imported = now;
-                    let kept = Kept {
-                        orphan,
-                        until,
-                        imported,
-                        order,
-                    };
-                    self.lock().insert(secret, kept);
+                    self.keep(secret, orphan, (now, until), order);
                 }
                 Err(why) => failed.push(why),
             }
         }
         failed
+    }
+
+    /// Files `orphan` under `secret`: imported at `times.0`, kept until
+    /// `times.1`, `order`-th of the waits imported with it.
+    fn keep(&self, secret: String, orphan: Orphan, times: (Instant, Instant), order: usize) {
+        let (imported, until) = times;
+        let kept = Kept {
+            orphan,
+            until,
+            imported,
+            order,
+        };
+        self.lock().insert(secret, kept);
     }
 
     /// What is still imported and not re-attached, as an export of its

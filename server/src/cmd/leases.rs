@@ -50,16 +50,8 @@ impl Hold {
         let place = s.place(&self.key)?;
         let options = self.options.for_session(s);
         let (lock, key) = lock_and_key(s, &place, &self.lock, self.key, options)?;
-        let note = note_text(lock.name(), &key, self.note)?;
-        let handed = handing(
-            &place,
-            &lock,
-            &key,
-            options,
-            self.options.take,
-            &note,
-            self.secret,
-        )?;
+        let asked = (options, self.options.take);
+        let (note, handed) = note_and_handing(&place, &lock, &key, asked, self.note, self.secret)?;
         let held_key = HeldKey::new(lock.name(), &key);
         if s.client.holds(&held_key) {
             let what = "hold inside a hold of the same key";
@@ -139,16 +131,8 @@ impl TryHold {
         let options = self.options.for_session(s);
         let (lock, key) = lock_and_key(s, &place, &self.lock, self.key, options)?;
         within_max_ttl(s, &place, &lock, &key, options)?;
-        let note = note_text(lock.name(), &key, self.note)?;
-        let handed = handing(
-            &place,
-            &lock,
-            &key,
-            options,
-            self.options.take,
-            &note,
-            self.secret,
-        )?;
+        let asked = (options, self.options.take);
+        let (note, handed) = note_and_handing(&place, &lock, &key, asked, self.note, self.secret)?;
         let held_key = HeldKey::new(lock.name(), &key);
         // As in process: a try of a key its caller holds answers None; so
         // does any key of a partition just taken over, until it opens (a
@@ -266,6 +250,20 @@ fn until_open(opens: Instant, wait: Duration) -> Result<(Duration, Duration), Du
     } else {
         Ok((gap, wait - gap))
     }
+}
+
+/// A HOLD's or TRYHOLD's note, and what a hand-over carries of it.
+fn note_and_handing(
+    place: &Place,
+    lock: &Lock,
+    key: &str,
+    (options, take): (LockOptions, Take),
+    note: Option<Vec<u8>>,
+    secret: Option<Vec<u8>>,
+) -> Result<(Box<str>, Option<Box<Handing>>), ErrorReply> {
+    let note = note_text(lock.name(), key, note)?;
+    let handed = handing(place, lock, key, options, take, &note, secret)?;
+    Ok((note, handed))
 }
 
 /// What a hand-over carries of a HOLD or TRYHOLD (in a partition only:
