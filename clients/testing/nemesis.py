@@ -51,13 +51,14 @@ import os
 import random
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Set, Tuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cluster as fixture  # noqa: E402
@@ -110,6 +111,22 @@ def fake_clock(rate: float) -> Dict[str, str]:
     return {"LD_PRELOAD": str(libs[0]), "FAKETIME": f"+0 x{rate}"}
 
 
+def quiet_port(taken: Set[int]) -> int:
+    """A port free now in 20000-31999, not in `taken`."""
+    rng = random.Random()
+    for _ in range(1000):
+        port = rng.randrange(20000, 32000)
+        if port in taken:
+            continue
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no free port in 20000-31999")
+
+
 class Member:
     """One etcd member: its ports stay its own across restarts."""
 
@@ -123,12 +140,17 @@ class Member:
         self.mark = 0  # where the latest start's lines begin in its log
         self.proc: Optional[subprocess.Popen[bytes]] = None
 
-    def pick_ports(self) -> None:
-        """Ports free a moment ago (etcd cannot bind port 0 and say where):
-        another process may take one before etcd binds it, so the first
-        start is retried on others then (`World.start_etcd`)."""
-        self.client = fixture.port_to_try()
-        self.peer = fixture.port_to_try()
+    def pick_ports(self, taken: Set[int]) -> None:
+        """Ports free a moment ago (etcd cannot bind port 0 and say where),
+        none in `taken` (the other members'), below Linux's ephemeral range
+        (32768-60999) so no outgoing connection takes one while the member
+        is down between a kill and its restart. Another process may still
+        bind one before etcd does: the first start is retried on others
+        then (`World.start_etcd`)."""
+        self.client = quiet_port(taken)
+        taken.add(self.client)
+        self.peer = quiet_port(taken)
+        taken.add(self.peer)
 
     def port_taken(self) -> bool:
         """Whether its log says, since its latest start, that a port was
@@ -233,8 +255,9 @@ class World:
         again on others with fresh data (a new cluster names its peers'
         ports up front), as the etcd fixture does. Anything else is final."""
         for attempt in range(5):
+            taken: Set[int] = set()
             for m in self.members:
-                m.pick_ports()
+                m.pick_ports(taken)
                 shutil.rmtree(m.data, ignore_errors=True)
             initial = ",".join(f"{m.name}=http://127.0.0.1:{m.peer}" for m in self.members)
             for m in self.members:
@@ -248,6 +271,10 @@ class World:
             try:
                 self._await(up, "etcd's three members")
                 return
+            except TimeoutError as e:
+                # The set-up's failure says why, whether or not logs are kept.
+                tails = "\n".join(f"{m.name}: {fixture._tail(m.log, 6)}" for m in self.members)
+                raise TimeoutError(f"{e}\n{tails}") from None
             except PortTaken:
                 if attempt == 4:
                     raise
